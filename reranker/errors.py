@@ -1,0 +1,46 @@
+"""One exception hierarchy for the whole package.
+
+Every failure a user can cause or fix is a `RerankerError`; the CLI (and later the HTTP
+service) maps these classes to exit codes / status codes in exactly one place each.
+Nothing here imports from the rest of the package.
+"""
+
+
+class RerankerError(Exception):
+    """Base class: a failure with a message meant for the user."""
+
+
+class ConfigError(RerankerError):
+    """A setting or command-line option is missing, malformed or inconsistent."""
+
+
+class InputError(RerankerError):
+    """Malformed input data: a corpus line, a query file, a qrels row.
+
+    `location` is "file:line" when known, so messages point at the offending line.
+    """
+
+    def __init__(self, message: str, location: str | None = None) -> None:
+        self.location = location
+        super().__init__(f"{location}: {message}" if location else message)
+
+
+class VectorsError(RerankerError):
+    """Word vectors could not be found, read or trained."""
+
+
+class StoreError(RerankerError):
+    """The document store failed (unreadable file, unreachable cluster, bad schema)."""
+
+
+class IndexMismatchError(StoreError):
+    """The index was built with other word vectors or another K than the caller uses."""
+
+
+class UnknownRankerError(RerankerError):
+    """A ranker name that is not registered; the message lists the valid names."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        self.known = sorted(known)
+        super().__init__(f"unknown ranker {name!r}; valid rankers: {', '.join(self.known)}")

@@ -1,0 +1,14 @@
+"""The first-stage order, as a ranker: the baseline every other ranker is compared with."""
+
+from __future__ import annotations
+
+from reranker.rankers import CandidateSet, Scores
+from reranker.types import Query
+
+
+class Bm25Ranker:
+    name = "bm25"
+    variant = None
+
+    def score(self, query: Query, window: CandidateSet) -> Scores:
+        return window.bm25_scores

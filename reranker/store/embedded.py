@@ -1,0 +1,237 @@
+"""The embedded store: one SQLite file, BM25 from SQLite's FTS5 extension.
+
+FTS5 is SQLite's maintained full-text engine; its `bm25()` ranks with k1 = 1.2 and
+b = 0.75, and the `porter unicode61` tokenizer lower-cases and stems like an English
+analyzer. Topic matrices are stored as little-endian float32 blobs next to the text,
+so reranking N candidates is one `SELECT ... WHERE id IN (...)` and N `frombuffer`s.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from reranker.errors import IndexMismatchError, StoreError
+from reranker.store import IndexInfo
+from reranker.text import tokenize
+from reranker.types import Candidate, Document, EmbeddingInfo, StoredDocument, TopicBatch
+
+SCHEMA_VERSION = "1"
+_FLOAT32 = np.dtype("<f4")
+# Field weights for bm25(): title, body.
+_BM25_WEIGHTS = (2.0, 1.0)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS docs (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    n_tokens INTEGER NOT NULL,
+    n_oov INTEGER NOT NULL,
+    k INTEGER NOT NULL,
+    topics BLOB NOT NULL,
+    importances BLOB NOT NULL
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
+    title, body, content='docs', content_rowid='rowid',
+    tokenize='porter unicode61 remove_diacritics 2'
+);
+"""
+
+
+class EmbeddedStore:
+    """A `Store` in `<directory>/store.sqlite3`. Not shared between threads."""
+
+    def __init__(self, directory: Path, stopwords: frozenset[str] | None = None) -> None:
+        self.directory = directory
+        self._stopwords = stopwords
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(directory / "store.sqlite3", isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the embedded store in {directory}: {exc}") from None
+
+    # --- index metadata -------------------------------------------------------------
+
+    def _meta(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+
+    def index_info(self) -> IndexInfo | None:
+        meta = self._meta()
+        if "embedding" not in meta:
+            return None
+        embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
+        return IndexInfo(embedding=embedding, k=int(meta["k"]))
+
+    def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
+        with self._transaction():
+            if rebuild:
+                self._db.execute("DELETE FROM docs")
+                self._db.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
+                self._db.execute("DELETE FROM meta")
+            current = self.index_info()
+            if current is not None and self.count() > 0:
+                current.check(info.embedding, info.k)
+                return
+            values = {
+                "schema_version": SCHEMA_VERSION,
+                "embedding": json.dumps(info.embedding.__dict__),
+                "k": str(info.k),
+            }
+            self._db.executemany(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
+            )
+
+    # --- the write path -------------------------------------------------------------
+
+    def upsert(self, documents: Sequence[StoredDocument]) -> None:
+        info = self.index_info()
+        if info is None:
+            raise StoreError("the store is not initialised: call initialise() first")
+        with self._transaction():
+            for stored in documents:
+                if stored.doc_topics.topics.shape[1:] != (info.embedding.dim,):
+                    raise IndexMismatchError(
+                        f"document {stored.document.id!r} has topics of shape "
+                        f"{stored.doc_topics.topics.shape}, the index holds d={info.embedding.dim}"
+                    )
+                self._delete(stored.document.id)
+                self._insert(stored)
+
+    def _delete(self, doc_id: str) -> None:
+        row = self._db.execute(
+            "SELECT rowid, title, body FROM docs WHERE id = ?", (doc_id,)
+        ).fetchone()
+        if row is None:
+            return
+        # An external-content FTS5 table forgets a row only when told its old values.
+        self._db.execute(
+            "INSERT INTO docs_fts(docs_fts, rowid, title, body) VALUES('delete', ?, ?, ?)", row
+        )
+        self._db.execute("DELETE FROM docs WHERE rowid = ?", (row[0],))
+
+    def _insert(self, stored: StoredDocument) -> None:
+        doc, topics = stored.document, stored.doc_topics
+        cursor = self._db.execute(
+            "INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, "
+            "topics, importances) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                doc.id,
+                doc.title,
+                doc.text,
+                json.dumps(doc.fields, ensure_ascii=False),
+                stored.content_hash,
+                stored.n_tokens,
+                stored.n_oov,
+                topics.k,
+                np.ascontiguousarray(topics.topics, dtype=_FLOAT32).tobytes(),
+                np.ascontiguousarray(topics.importances, dtype=_FLOAT32).tobytes(),
+            ),
+        )
+        self._db.execute(
+            "INSERT INTO docs_fts(rowid, title, body) VALUES (?, ?, ?)",
+            (cursor.lastrowid, doc.title, doc.text),
+        )
+
+    def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for chunk in _chunks(doc_ids):
+            rows = self._db.execute(
+                f"SELECT id, content_hash FROM docs WHERE id IN ({_marks(chunk)})", chunk
+            )
+            found.update(rows.fetchall())
+        return found
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM docs").fetchone()[0])
+
+    # --- the read path --------------------------------------------------------------
+
+    def bm25(self, query: str, size: int) -> list[Candidate]:
+        terms = sorted(set(tokenize(query, self._stopwords)))
+        if not terms or size < 1:
+            return []
+        # Quoted terms: FTS5 treats them as plain tokens whatever characters they hold.
+        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        try:
+            rows = self._db.execute(
+                "SELECT docs.id, docs.title, bm25(docs_fts, ?, ?) AS rank "
+                "FROM docs_fts JOIN docs ON docs.rowid = docs_fts.rowid "
+                "WHERE docs_fts MATCH ? ORDER BY rank, docs.id LIMIT ?",
+                (*_BM25_WEIGHTS, match, size),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"BM25 search failed: {exc}") from None
+        # FTS5's bm25() is negated so that smaller is better.
+        return [
+            Candidate(doc_id=doc_id, bm25_score=-rank, bm25_rank=position, title=title)
+            for position, (doc_id, title, rank) in enumerate(rows, start=1)
+        ]
+
+    def topics(self, doc_ids: Sequence[str]) -> TopicBatch:
+        info = self.index_info()
+        dim = info.embedding.dim if info else 0
+        stored: dict[str, tuple[int, bytes, bytes]] = {}
+        for chunk in _chunks(doc_ids):
+            rows = self._db.execute(
+                f"SELECT id, k, topics, importances FROM docs WHERE id IN ({_marks(chunk)})",
+                chunk,
+            )
+            stored.update((row[0], row[1:]) for row in rows)
+        k_max = max((k for k, _, _ in stored.values()), default=0)
+        topics = np.zeros((len(doc_ids), k_max, dim), dtype=np.float32)
+        importances = np.zeros((len(doc_ids), k_max), dtype=np.float32)
+        for row, doc_id in enumerate(doc_ids):
+            if doc_id not in stored:
+                continue
+            k, topic_bytes, importance_bytes = stored[doc_id]
+            topics[row, :k] = np.frombuffer(topic_bytes, dtype=_FLOAT32).reshape(k, dim)
+            importances[row, :k] = np.frombuffer(importance_bytes, dtype=_FLOAT32)
+        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances)
+
+    def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
+        found: dict[str, Document] = {}
+        for chunk in _chunks(doc_ids):
+            rows = self._db.execute(
+                f"SELECT id, title, body, fields FROM docs WHERE id IN ({_marks(chunk)})", chunk
+            )
+            for doc_id, title, body, fields in rows:
+                found[doc_id] = Document(doc_id, title, body, json.loads(fields))
+        return found
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK: a batch lands whole or not at all."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to the embedded store: {exc}") from None
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+
+def _chunks(items: Sequence[str], size: int = 500) -> list[list[str]]:
+    return [list(items[start : start + size]) for start in range(0, len(items), size)]
+
+
+def _marks(chunk: Sequence[str]) -> str:
+    return ",".join("?" * len(chunk))

@@ -1,0 +1,142 @@
+"""Small immutable values passed between the layers.
+
+Arrays inside these dataclasses are treated as read-only by convention; nothing in the
+package mutates an array it did not allocate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class EmbeddingInfo:
+    """Which word vectors produced a set of topics: an index records it, a query checks it."""
+
+    name: str
+    dim: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """A corpus record: `id`, `title`, `text`, plus any other string fields."""
+
+    id: str
+    title: str
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def full_text(self) -> str:
+        """Title and body as one text, the input to both BM25 and topic extraction."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class DocTopics:
+    """A document's hidden topics.
+
+    topics: (k, d) float32, orthonormal rows, most important first (k may be 0).
+    importances: (k,) float32, non-negative, summing to 1 (empty when k == 0).
+    """
+
+    topics: FloatArray
+    importances: FloatArray
+
+    @property
+    def k(self) -> int:
+        return int(self.importances.shape[0])
+
+
+@dataclass(frozen=True)
+class Query:
+    """A summary query after preprocessing.
+
+    vectors: (m, d) float32, one row per in-vocabulary word occurrence (`words`).
+    oov: the query words that have no vector (skipped).
+    """
+
+    text: str
+    words: tuple[str, ...]
+    vectors: FloatArray
+    oov: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """What the write path hands to a store for one document."""
+
+    document: Document
+    doc_topics: DocTopics
+    content_hash: str
+    n_tokens: int
+    n_oov: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One BM25 hit: the first-stage result a reranker reorders."""
+
+    doc_id: str
+    bm25_score: float
+    bm25_rank: int  # 1-based
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class TopicBatch:
+    """Topics of N candidates stacked for one batched scoring call.
+
+    topics: (N, k_max, d) float32, zero rows as padding.
+    importances: (N, k_max) float32, zero for padding rows.
+    """
+
+    doc_ids: tuple[str, ...]
+    topics: FloatArray
+    importances: FloatArray
+
+
+@dataclass(frozen=True)
+class TopicExplanation:
+    """Why one topic of a document contributed what it did to a score."""
+
+    rank: int  # 1-based, in order of importance
+    importance: float
+    relevance: float  # r(h_k, S) of the chosen variant
+    contribution: float  # the part of the final score this topic accounts for
+    topic_words: tuple[str, ...]  # document words best reconstructed by this topic
+    query_words: tuple[str, ...]  # query words most aligned with this topic
+
+
+@dataclass(frozen=True)
+class RankedDoc:
+    """One reranked hit. `rank` is 1-based in the new order."""
+
+    doc_id: str
+    rank: int
+    score: float
+    bm25_score: float
+    bm25_rank: int
+    title: str = ""
+    explanation: tuple[TopicExplanation, ...] = ()
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The answer to one query: the reranked page and what happened on the way."""
+
+    query: str
+    ranker: str
+    hits: tuple[RankedDoc, ...]
+    window: int
+    query_words: tuple[str, ...]  # in-vocabulary query words used for scoring
+    oov_words: tuple[str, ...]  # query words without a vector (skipped)
+    status: str = "ok"  # "ok" | "query_out_of_vocabulary" (BM25 order kept)
+    timings_ms: dict[str, float] = field(default_factory=dict)
