@@ -1,0 +1,445 @@
+"""The `reranker` command: demo, index, search, evaluate, train, rankers.
+
+`main(argv) -> int` runs in-process (the tests call it directly). Errors the user can
+fix print one line, `reranker: error: ...`, and exit non-zero; nothing else catches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import textwrap
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from reranker.config import Settings
+from reranker.errors import ConfigError, InputError, RerankerError
+from reranker.rankers import RankerOptions, ranker_names
+
+log = logging.getLogger("reranker")
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _fraction(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reranker",
+        description="Rerank BM25 candidates for summary-style queries by hidden topics.",
+    )
+    parser.add_argument("--data-dir", type=Path, help="where the embedded store lives (env RERANKER_DATA_DIR)")
+    parser.add_argument("--opensearch-url", help="use the OpenSearch store at this URL (env OPENSEARCH_URL)")
+    parser.add_argument(
+        "--vectors",
+        help="word vectors: glove-6b-50d (default), or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH "
+        "(env RERANKER_VECTORS)",
+    )
+    parser.add_argument("--stopwords", type=Path, help="stop-word file, one word per line (env RERANKER_STOPWORDS)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="index the bundled sample corpus and answer its sample queries")
+    demo.add_argument("--queries", type=_positive_int, default=3, help="how many sample queries to show (default 3)")
+    demo.add_argument("--size", type=_positive_int, default=5, help="hits shown per ranker (default 5)")
+
+    index = commands.add_parser("index", help="index a JSONL corpus ({id, title, text} per line)")
+    index.add_argument("corpus", type=Path)
+    index.add_argument("--k", type=_positive_int, help="topics per document (default 15, env RERANKER_K)")
+    index.add_argument("--rebuild", action="store_true", help="drop the index first (needed to change vectors or K)")
+    index.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    search = commands.add_parser("search", help="BM25 top-N for a summary, reranked")
+    search.add_argument("query", help="the summary text, or - to read it from standard input")
+    _add_ranking_options(search)
+    search.add_argument("--ranker", default="hidden_topics", help="ranker name (see `reranker rankers`)")
+    search.add_argument("--size", type=_positive_int, default=10, help="hits to show (default 10)")
+    search.add_argument("--explain", action="store_true", help="per-topic contributions and words")
+    search.add_argument("--json", action="store_true", help="print JSON")
+
+    evaluate = commands.add_parser("evaluate", help="IR metrics of rankers on a judged dataset folder")
+    evaluate.add_argument("dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    evaluate.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    evaluate.add_argument(
+        "--rankers",
+        default="bm25,hidden_topics,hidden_topics_code,hidden_topics+bm25",
+        help="comma-separated ranker names",
+    )
+    evaluate.add_argument("--k", type=_positive_int, help="topics per document (default 15)")
+    _add_ranking_options(evaluate)
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
+    evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    train = commands.add_parser("train", help="train domain word vectors on a corpus")
+    train.add_argument("model", choices=["word2vec"])
+    train.add_argument("corpus", type=Path, help="JSONL corpus ({id, title, text} per line)")
+    train.add_argument("--out", type=Path, required=True, help="output file (gensim format; use it with --vectors)")
+    train.add_argument("--dim", type=_positive_int, default=100)
+    train.add_argument("--window", type=_positive_int, default=5)
+    train.add_argument("--min-count", type=_positive_int, default=2)
+    train.add_argument("--epochs", type=_positive_int, default=5)
+    train.add_argument("--workers", type=_positive_int, default=2)
+
+    commands.add_parser("rankers", help="list the registered rankers")
+    return parser
+
+
+def _add_ranking_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", type=_positive_int, help="BM25 candidates to rerank (default 100)")
+    parser.add_argument("--fusion-weight", type=_fraction, help="topic weight in hidden_topics+bm25 (default 0.5)")
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        logging.getLogger("gensim").setLevel(logging.WARNING)
+    try:
+        settings = _settings(args)
+        handler = _COMMANDS[args.command]
+        return handler(args, settings, out)
+    except RerankerError as exc:
+        print(f"reranker: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_ERROR
+    except KeyboardInterrupt:
+        print("reranker: interrupted (already indexed batches are kept)", file=sys.stderr)
+        return 130
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env()
+    overrides: dict[str, Any] = {}
+    for option, name in [
+        ("data_dir", "data_dir"),
+        ("opensearch_url", "opensearch_url"),
+        ("vectors", "vectors"),
+        ("stopwords", "stopwords_file"),
+        ("k", "k"),
+        ("window", "window"),
+        ("fusion_weight", "fusion_weight"),
+    ]:
+        value = getattr(args, option, None)
+        if value is not None:
+            overrides[name] = value
+    settings = dataclasses.replace(settings, **overrides)
+    settings.validate()
+    return settings
+
+
+# --- shared construction ------------------------------------------------------------
+
+
+def _engine(settings: Settings, store_path: Path | None = None):  # type: ignore[no-untyped-def]
+    from reranker.embeddings import load_vectors
+    from reranker.pipeline import Engine
+    from reranker.store import open_store
+    from reranker.text import load_stopwords
+
+    vectors = load_vectors(settings.vectors, settings.data_dir / "vectors")
+    store = open_store(settings, store_path)
+    return Engine(
+        store=store,
+        vectors=vectors,
+        stopwords=load_stopwords(settings.stopwords_file),
+        ranker_options=RankerOptions(fusion_weight=settings.fusion_weight),
+    )
+
+
+def _index(engine: Any, corpus: Path, settings: Settings, *, rebuild: bool, progress: bool) -> Any:
+    from reranker.indexing import index_corpus
+
+    return index_corpus(
+        corpus,
+        engine.store,
+        engine.vectors,
+        settings.k,
+        stopwords=engine.stopwords,
+        rebuild=rebuild,
+        show_progress=progress and sys.stderr.isatty(),
+    )
+
+
+def _report(report: Any, out: TextIO) -> None:
+    print(
+        f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
+        f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents",
+        file=out,
+    )
+    for item in report.skipped[:20]:
+        doc = f" ({item.doc_id})" if item.doc_id else ""
+        print(f"  skipped {item.location}{doc}: {item.reason}", file=out)
+    if len(report.skipped) > 20:
+        print(f"  ... and {len(report.skipped) - 20} more (run with -v to log them all)", file=out)
+
+
+# --- commands -----------------------------------------------------------------------
+
+
+def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    engine = _engine(settings)
+    try:
+        report = _index(engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress)
+    finally:
+        engine.store.close()
+    _report(report, out)
+    return 0
+
+
+def _read_query(raw: str) -> str:
+    text = sys.stdin.read() if raw == "-" else raw
+    if not text.strip():
+        raise InputError("the query is empty")
+    return text
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    query = _read_query(args.query)
+    engine = _engine(settings)
+    try:
+        if engine.store.count() == 0:
+            raise InputError("the index is empty: run `reranker index CORPUS.jsonl` first")
+        result = engine.search(
+            query, args.ranker, window=settings.window, size=args.size, explain=args.explain or args.json
+        )
+    finally:
+        engine.store.close()
+    if args.json:
+        json.dump(_result_json(result), out, indent=2)
+        out.write("\n")
+    else:
+        _print_result(result, out, explain=args.explain)
+    return 0
+
+
+def _result_json(result: Any) -> dict[str, Any]:
+    body = dataclasses.asdict(result)
+    body["hits"] = [dataclasses.asdict(hit) for hit in result.hits]
+    return body
+
+
+def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
+    note = "" if result.status == "ok" else f"  [{result.status}: BM25 order kept]"
+    print(
+        f"{result.ranker}: {len(result.hits)} of the BM25 top {result.window}, "
+        f"{len(result.query_words)} query words in vocabulary, {len(result.oov_words)} not{note}",
+        file=out,
+    )
+    for hit in result.hits:
+        move = hit.bm25_rank - hit.rank
+        arrow = f"+{move}" if move > 0 else (str(move) if move < 0 else "=")
+        print(
+            f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}  bm25 {hit.bm25_score:7.2f} "
+            f"(rank {hit.bm25_rank}, {arrow})  {hit.title[:50]}",
+            file=out,
+        )
+        if explain:
+            for line in _explanation_lines(hit, topics=3):
+                print("       " + line, file=out)
+
+
+def _explanation_lines(hit: Any, topics: int) -> list[str]:
+    lines = []
+    for topic in hit.explanation[:topics]:
+        lines.append(
+            f"topic {topic.rank}: importance {topic.importance:.3f} x relevance {topic.relevance:.3f} "
+            f"-> {topic.contribution:.4f}; words: {', '.join(topic.topic_words)}; "
+            f"query words: {', '.join(topic.query_words)}"
+        )
+    return lines
+
+
+def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from tqdm import tqdm
+
+    from reranker.evaluation import evaluate, load_dataset
+    from reranker.rankers import get_ranker
+
+    names = [name.strip() for name in args.rankers.split(",") if name.strip()]
+    if not names:
+        raise ConfigError("--rankers needs at least one ranker name")
+    for name in names:
+        get_ranker(name)  # fail on a typo before minutes of indexing
+    dataset = load_dataset(args.dataset, args.queries_file)
+    engine = _engine(settings, _evaluation_store_path(settings, dataset.name, args))
+    show = not args.no_progress and sys.stderr.isatty()
+    try:
+        report = _index(engine, dataset.corpus_path, settings, rebuild=False, progress=show)
+        if report.skipped:
+            log.warning("%d corpus documents were skipped while indexing", len(report.skipped))
+        with tqdm(total=len(dataset.queries), desc="queries", disable=not show, leave=False) as bar:
+            result = evaluate(
+                engine,
+                dataset,
+                names,
+                window=settings.window,
+                on_query=lambda: bar.update(1),
+                config={
+                    "vectors": engine.vectors.info.name,
+                    "dim": engine.vectors.dim,
+                    "k": settings.k,
+                    "queries_file": args.queries_file,
+                    "fusion_weight": settings.fusion_weight,
+                    "documents": report.total_documents,
+                },
+            )
+    finally:
+        engine.store.close()
+    if args.json:
+        json.dump(result.to_json(per_query=args.per_query), out, indent=2)
+        out.write("\n")
+    else:
+        print(
+            f"{result.dataset} ({args.queries_file}): {result.queries} queries, BM25 top {result.window} "
+            f"reranked; vectors {engine.vectors.info.name} (d={engine.vectors.dim}), K={settings.k}",
+            file=out,
+        )
+        print(result.table(), file=out)
+    return 0
+
+
+def _evaluation_store_path(settings: Settings, dataset: str, args: argparse.Namespace) -> Path:
+    """One cached index per (dataset, vectors, K, stop list): re-runs skip indexing."""
+    import hashlib
+
+    key = hashlib.sha256(
+        f"{settings.vectors}|{settings.k}|{settings.stopwords_file}".encode()
+    ).hexdigest()[:12]
+    return settings.data_dir / "eval" / f"{dataset}-k{settings.k}-{key}"
+
+
+def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.embeddings import train_word2vec
+    from reranker.indexing import read_corpus, Skipped
+    from reranker.text import load_stopwords, tokenize
+
+    stopwords = load_stopwords(settings.stopwords_file)
+    sentences = []
+    skipped = 0
+    for _, item, _ in read_corpus(args.corpus):
+        if isinstance(item, Skipped):
+            skipped += 1
+            continue
+        # One "sentence" per line of the document keeps word windows inside a paragraph.
+        sentences.extend(
+            tokens for line in item.full_text.splitlines() if (tokens := tokenize(line, stopwords))
+        )
+    info = train_word2vec(
+        sentences,
+        args.out,
+        dim=args.dim,
+        window=args.window,
+        min_count=args.min_count,
+        epochs=args.epochs,
+        workers=args.workers,
+    )
+    print(
+        f"trained CBOW word2vec (d={info.dim}) on {len(sentences)} lines of {args.corpus}"
+        f"{f' ({skipped} lines skipped)' if skipped else ''}; saved {args.out}\n"
+        f"use it with: reranker --vectors {args.out} ...",
+        file=out,
+    )
+    return 0
+
+
+def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    for name in ranker_names():
+        print(name, file=out)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.evaluation import evaluate, load_qrels, load_queries, Dataset
+
+    sample = Path(str(resources.files("reranker").joinpath("sample")))
+    engine = _engine(settings, settings.data_dir / "demo")
+    try:
+        report = _index(engine, sample / "corpus.jsonl", settings, rebuild=False, progress=True)
+        print(
+            f"Sample corpus: {report.total_documents} CL-SciSumm papers (CC BY 4.0), "
+            f"word vectors {engine.vectors.info.name} (d={engine.vectors.dim}), K={settings.k} topics each "
+            f"({report.indexed} indexed now, {report.unchanged} already there).\n",
+            file=out,
+        )
+        queries = load_queries(sample / "queries.jsonl")
+        qrels = load_qrels(sample / "qrels.tsv")
+        for query_id, text in queries[: args.queries]:
+            _demo_query(engine, query_id, text, qrels.get(query_id, {}), args.size, out)
+        dataset = Dataset("sample", sample / "corpus.jsonl", tuple(queries), qrels)
+        result = evaluate(engine, dataset, ["bm25", "hidden_topics", "hidden_topics_code", "hidden_topics+bm25"], window=settings.window)
+    finally:
+        engine.store.close()
+    print(f"All {result.queries} sample queries (* = cites the summarised paper):", file=out)
+    print(result.table(), file=out)
+    print(
+        "\nNext: `reranker evaluate DATASET_DIR` on a judged collection, or "
+        "`reranker index CORPUS.jsonl` then `reranker search \"...\" --explain`.",
+        file=out,
+    )
+    return 0
+
+
+def _demo_query(engine: Any, query_id: str, text: str, relevant: dict[str, int], size: int, out: TextIO) -> None:
+    bm25 = engine.search(text, "bm25", size=size)
+    topics = engine.search(text, "hidden_topics", size=size, explain=True)
+    preview = textwrap.shorten(text, 150, placeholder=" ...")
+    print(f"Query {query_id}: {preview}", file=out)
+    print(f"  {'BM25 order':<34}  {'hidden-topic order':<34}", file=out)
+    for left, right in zip(bm25.hits, topics.hits):
+        mark_l = "*" if left.doc_id in relevant else " "
+        mark_r = "*" if right.doc_id in relevant else " "
+        move = right.bm25_rank - right.rank
+        arrow = f"up {move}" if move > 0 else (f"down {-move}" if move < 0 else "")
+        print(
+            f"  {left.rank}. {mark_l}{left.doc_id:<12} bm25 {left.bm25_score:6.2f}    "
+            f"{right.rank}. {mark_r}{right.doc_id:<12} topics {right.score:.4f} {arrow}",
+            file=out,
+        )
+    if topics.hits:
+        top = topics.hits[0]
+        print(f"  Why {top.doc_id} is first by hidden topics (score {top.score:.4f} = sum of topic contributions):", file=out)
+        for line in _explanation_lines(top, topics=3):
+            print("    " + line, file=out)
+    print("", file=out)
+
+
+_COMMANDS = {
+    "demo": cmd_demo,
+    "index": cmd_index,
+    "search": cmd_search,
+    "evaluate": cmd_evaluate,
+    "train": cmd_train,
+    "rankers": cmd_rankers,
+}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
