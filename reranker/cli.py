@@ -211,7 +211,8 @@ def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     finally:
         engine.store.close()
     _report(report, out)
-    return 0
+    # Non-zero when a line did not make it in, so scripts notice; the rest is indexed.
+    return EXIT_ERROR if report.skipped else 0
 
 
 def _read_query(raw: str) -> str:

@@ -105,6 +105,8 @@ def parse_spec(spec: str) -> tuple[str, Path | None]:
 
 
 def _guess_format(path: Path) -> str:
+    if not path.exists():
+        raise VectorsError(f"word vectors not found: {path}")
     suffix = path.suffix.lower()
     if suffix in (".kv", ".model"):
         return "kv"
@@ -244,17 +246,12 @@ def train_word2vec(
     if not any(corpus):
         raise VectorsError("cannot train word2vec: the corpus has no words")
     model = Word2Vec(
-        sentences=corpus,
-        vector_size=dim,
-        window=window,
-        min_count=min_count,
-        sg=0,  # CBOW
-        epochs=epochs,
-        workers=workers,
-        seed=seed,
-    )
+        vector_size=dim, window=window, min_count=min_count, sg=0, workers=workers, seed=seed
+    )  # sg=0: CBOW
+    model.build_vocab(corpus)
     if len(model.wv) == 0:
         raise VectorsError(f"no word occurs {min_count} times; lower --min-count")
+    model.train(corpus, total_examples=model.corpus_count, epochs=epochs)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     model.wv.save(str(out_path))
     return EmbeddingInfo(name=out_path.stem, dim=dim, checksum=_file_checksum(out_path))

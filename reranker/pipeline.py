@@ -127,9 +127,11 @@ class Engine:
         """Per-topic contributions, topic words and aligned query words for `positions`."""
         batch = window.topics
         chosen = list(positions)
+        # Computed over the whole window, exactly as the ranker scored it (a sub-batch
+        # can round differently in BLAS), so contributions add up to the score.
+        relevance = topic_relevance(query.vectors, batch.topics, variant)[chosen]
+        contributions = topic_contributions(query.vectors, batch.topics, batch.importances, variant)[chosen]
         topics, importances = batch.topics[chosen], batch.importances[chosen]
-        relevance = topic_relevance(query.vectors, topics, variant)
-        contributions = topic_contributions(query.vectors, topics, importances, variant)
         texts = self.store.documents([batch.doc_ids[p] for p in chosen])
         query_distinct = list(dict.fromkeys(query.words))
         query_lookup = self.vectors.lookup(query_distinct)

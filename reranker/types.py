@@ -110,7 +110,9 @@ class TopicExplanation:
     rank: int  # 1-based, in order of importance
     importance: float
     relevance: float  # r(h_k, S) of the chosen variant
-    contribution: float  # the part of the final score this topic accounts for
+    # The part of the hidden-topic score this topic accounts for: the contributions of a
+    # document add up to its score (for a fusion ranker, to the topic part before fusion).
+    contribution: float
     topic_words: tuple[str, ...]  # document words best reconstructed by this topic
     query_words: tuple[str, ...]  # query words most aligned with this topic
 

@@ -97,7 +97,7 @@ def rank_candidates(scores: Scores, window: CandidateSet) -> list[int]:
     Raises ValueError if the ranker returned the wrong number of scores or a NaN.
     """
     if scores.shape != (len(window),):
-        raise ValueError(f"ranker returned {scores.shape} scores for {len(window)} candidates")
+        raise ValueError(f"ranker returned {scores.size} scores for {len(window)} candidates")
     if not np.isfinite(scores).all():
         raise ValueError("ranker returned a non-finite score")
     bm25_ranks = np.fromiter((c.bm25_rank for c in window.candidates), dtype=np.int64, count=len(window))

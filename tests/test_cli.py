@@ -1,0 +1,144 @@
+"""The `reranker` command, run in-process on the bundled sample and real GloVe vectors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, write_jsonl
+from reranker.cli import main
+from reranker.evaluation import metric_names
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
+    """A fresh data dir that reuses the session's converted GloVe vectors."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    (directory / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    return directory
+
+
+def run(data_dir: Path, *argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(["--data-dir", str(data_dir), *argv], stdout=out)
+    return code, out.getvalue()
+
+
+def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
+    code, out = run(data_dir, "demo", "--queries", "2")
+    assert code == 0
+    assert "25 CL-SciSumm papers" in out and "25 indexed now" in out
+    assert out.count("BM25 order") == 2 and out.count("hidden-topic order") == 2
+    assert "topic 1: importance" in out and "query words:" in out
+    assert "| hidden_topics |" in out and "| bm25 |" in out
+    code, again = run(data_dir, "demo", "--queries", "1")
+    assert code == 0 and "0 indexed now, 25 already there" in again
+
+
+def test_index_then_search(data_dir: Path) -> None:
+    code, out = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--k", "10", "--no-progress")
+    assert code == 0 and "indexed 25, unchanged 0, skipped 0" in out
+    query = "A maximum entropy named entity recognizer that uses global features from the whole document."
+    code, out = run(data_dir, "search", query, "--size", "4", "--explain")
+    assert code == 0
+    assert out.startswith("hidden_topics: 4 of the BM25 top 100")
+    assert out.count("topic 1: importance") == 4
+    code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20")
+    body = json.loads(out)
+    assert body["ranker"] == "hidden_topics_code" and body["window"] == 20 and body["status"] == "ok"
+    assert len(body["hits"]) == 10
+    hit = body["hits"][0]
+    assert {"doc_id", "rank", "score", "bm25_score", "bm25_rank", "explanation"} <= hit.keys()
+    assert sum(t["contribution"] for t in hit["explanation"]) == pytest.approx(hit["score"], abs=1e-9)
+
+
+def test_evaluate_json_has_the_documented_shape(data_dir: Path) -> None:
+    code, out = run(data_dir, "evaluate", str(SAMPLE), "--json", "--rankers", "bm25,hidden_topics", "--window", "50")
+    assert code == 0
+    body = json.loads(out)
+    assert body["dataset"] == "sample" and body["queries"] == 5 and body["window"] == 50
+    assert set(body["results"]) == {"bm25", "hidden_topics"}
+    for metrics in body["results"].values():
+        assert list(metrics) == metric_names(50)
+        assert all(0.0 <= value <= 1.0 for value in metrics.values())
+    assert body["results"]["bm25"]["recall@50"] == 1.0  # every sample paper is in the window
+    assert 0.0 < body["p_values"]["hidden_topics"]["ndcg@10"] <= 1.0
+    code, table = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25")
+    assert code == 0 and "| bm25 |" in table
+
+
+def test_train_word2vec_then_use_the_vectors(data_dir: Path, tmp_path: Path) -> None:
+    out_path = tmp_path / "w2v" / "sample.kv"
+    code, out = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(out_path), "--dim", "16", "--epochs", "1")
+    assert code == 0 and out_path.exists() and "CBOW" in out
+    code, out = run(data_dir, "--vectors", str(out_path), "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert code == 0 and "indexed 25" in out
+
+
+def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path: Path) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", [TINY_CORPUS[0], "{broken", {"id": "x"}])
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1
+    assert "indexed 1, unchanged 0, skipped 2" in out
+    assert f"skipped {corpus}:2: not valid JSON" in out
+    assert f"skipped {corpus}:3: document 'x': missing 'text' string" in out
+
+
+def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(data_dir, "search", "ships")[0] == 1
+    assert "the index is empty" in capsys.readouterr().err
+    assert run(data_dir, "index", str(tmp_path / "missing.jsonl"))[0] == 1
+    assert capsys.readouterr().err.strip() == f"reranker: error: {tmp_path / 'missing.jsonl'}: no such corpus file"
+    run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert run(data_dir, "search", "ships", "--ranker", "nope")[0] == 1
+    assert "unknown ranker 'nope'; valid rankers: bm25, hidden_topics" in capsys.readouterr().err
+    assert run(data_dir, "search", "   ")[0] == 1
+    assert "the query is empty" in capsys.readouterr().err
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    write_jsonl(dataset / "corpus.jsonl", TINY_CORPUS)
+    write_jsonl(dataset / "queries.jsonl", [{"id": "q", "text": "ships"}])
+    (dataset / "qrels.tsv").write_text("q\tships\t1\nq ships\n")
+    assert run(data_dir, "evaluate", str(dataset))[0] == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"reranker: error: {dataset / 'qrels.tsv'}:2: expected 3 tab-separated columns (query_id, doc_id, relevance), got 1"
+    assert run(data_dir, "--vectors", str(tmp_path / "none.txt"), "rankers")[0] == 0  # vectors not needed
+    assert run(data_dir, "--vectors", str(tmp_path / "none.txt"), "search", "x")[0] == 1
+    assert "word vectors not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        run(data_dir, "search", "ships", "--window", "0")
+    assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+def test_the_opensearch_url_is_refused_clearly_until_that_store_exists(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(data_dir, "--opensearch-url", "http://localhost:9200", "search", "ships")[0] == 2
+    assert "OpenSearch store is not available" in capsys.readouterr().err
+
+
+def test_a_query_index_mismatch_is_an_error(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    other = tmp_path / "other.kv"
+    run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(other), "--dim", "8", "--epochs", "1")
+    assert run(data_dir, "--vectors", str(other), "search", "entity recognition")[0] == 1
+    assert "the index was built with word vectors 'glove-6b-50d'" in capsys.readouterr().err
+
+
+def test_rankers_are_listed(data_dir: Path) -> None:
+    code, out = run(data_dir, "rankers")
+    assert code == 0 and out.split() == ["bm25", "hidden_topics", "hidden_topics_code", "hidden_topics+bm25"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "clscisumm2018-train").is_dir(), reason="../shared/data is not beside the repo")
+def test_bm25_on_clscisumm_matches_the_reference_figure(data_dir: Path) -> None:
+    code, out = run(data_dir, "evaluate", str(SHARED_DATA / "clscisumm2018-train"), "--json", "--rankers", "bm25", "--no-progress")
+    assert code == 0
+    body = json.loads(out)
+    assert body["queries"] == 40 and body["config"]["documents"] == 567
+    # The data set's README: nDCG@10 0.719 and Recall@100 0.913 for a plain BM25.
+    assert 0.66 <= body["results"]["bm25"]["ndcg@10"] <= 0.76
+    assert 0.85 <= body["results"]["bm25"]["recall@100"] <= 0.95

@@ -1,0 +1,106 @@
+"""Word vectors from every supported format, converted once and memory-mapped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gensim.models import FastText, KeyedVectors
+
+from reranker.embeddings import WordVectors, load_vectors, parse_spec, train_word2vec
+from reranker.errors import VectorsError
+
+WORDS = ["topic", "summary", "document", "vector", "matrix"]
+
+
+def small_vectors() -> KeyedVectors:
+    keyed = KeyedVectors(vector_size=4)
+    keyed.add_vectors(WORDS, np.arange(20, dtype=np.float32).reshape(5, 4) / 10)
+    return keyed
+
+
+def test_the_bundled_glove_vectors(glove: WordVectors) -> None:
+    assert glove.dim == 50 and len(glove) == 400_000
+    assert glove.info.name == "glove-6b-50d" and len(glove.info.checksum) == 64
+    assert isinstance(glove._kv.vectors, np.memmap)  # read-only, shared between processes
+    assert not glove._kv.vectors.flags.writeable
+
+
+def test_out_of_vocabulary_words_are_skipped_and_counted(glove: WordVectors) -> None:
+    lookup = glove.lookup(["summary", "qqzzxv", "topic", "qqzzxv"])
+    assert lookup.words == ("summary", "topic")
+    assert lookup.oov == ("qqzzxv", "qqzzxv")
+    assert lookup.vectors.shape == (2, 50) and lookup.vectors.dtype == np.float32
+    distinct, counts, oov = glove.lookup_counts(["topic", "topic", "summary", "qqzzxv"])
+    assert dict(zip(distinct.words, counts.tolist())) == {"topic": 2.0, "summary": 1.0}
+    assert oov == 1
+    assert glove.lookup([]).vectors.shape == (0, 50)
+
+
+@pytest.mark.parametrize(
+    ("filename", "writer", "spec_prefix"),
+    [
+        ("vecs.txt", lambda kv, p: kv.save_word2vec_format(str(p), binary=False), ""),
+        ("vecs.bin", lambda kv, p: kv.save_word2vec_format(str(p), binary=True), ""),
+        ("glove.txt", lambda kv, p: kv.save_word2vec_format(str(p), binary=False, write_header=False), ""),
+        ("vecs.vec", lambda kv, p: kv.save_word2vec_format(str(p), binary=False), "word2vec:"),
+        ("native.kv", lambda kv, p: kv.save(str(p)), ""),
+    ],
+)
+def test_formats_load_to_the_same_vectors(tmp_path: Path, filename, writer, spec_prefix) -> None:
+    source = tmp_path / filename
+    writer(small_vectors(), source)
+    loaded = load_vectors(spec_prefix + str(source), tmp_path / "cache")
+    assert loaded.dim == 4 and len(loaded) == 5
+    np.testing.assert_allclose(loaded.lookup(["matrix"]).vectors[0], [1.6, 1.7, 1.8, 1.9], atol=1e-6)
+
+
+def test_glove_text_is_told_apart_from_word2vec_text(tmp_path: Path) -> None:
+    path = tmp_path / "g.txt"
+    small_vectors().save_word2vec_format(str(path), binary=False, write_header=False)
+    assert parse_spec(str(path)) == ("glove", path)
+    assert parse_spec("fasttext:" + str(path)) == ("fasttext", path)
+    assert parse_spec("glove-6b-50d") == ("glove-6b-50d", None)
+
+
+def test_fasttext_models_load(tmp_path: Path) -> None:
+    from gensim.models.fasttext import save_facebook_model
+
+    sentences = [WORDS * 3, list(reversed(WORDS)) * 3]
+    model = FastText(sentences=sentences, vector_size=8, min_count=1, epochs=2, seed=1, workers=1)
+    path = tmp_path / "model.bin"
+    save_facebook_model(model, str(path))
+    loaded = load_vectors("fasttext:" + str(path), tmp_path / "cache")
+    assert loaded.dim == 8 and "summary" in loaded
+
+
+def test_conversion_happens_once_and_is_memory_mapped(tmp_path: Path) -> None:
+    source = tmp_path / "vecs.txt"
+    small_vectors().save_word2vec_format(str(source), binary=False)
+    first = load_vectors(str(source), tmp_path / "cache")
+    converted = sorted((tmp_path / "cache").glob("*.kv"))
+    assert len(converted) == 1
+    stamp = converted[0].stat().st_mtime_ns
+    second = load_vectors(str(source), tmp_path / "cache")
+    assert converted[0].stat().st_mtime_ns == stamp
+    assert first.info == second.info
+
+
+def test_missing_or_broken_files_raise_vectors_error(tmp_path: Path) -> None:
+    with pytest.raises(VectorsError, match="not found"):
+        load_vectors(str(tmp_path / "nope.txt"), tmp_path / "cache")
+    broken = tmp_path / "broken.txt"
+    broken.write_text("2 4\nword 1 2\n", encoding="utf-8")
+    with pytest.raises(VectorsError, match="cannot read"):
+        load_vectors(str(broken), tmp_path / "cache")
+
+
+def test_train_word2vec_writes_loadable_vectors(tmp_path: Path) -> None:
+    sentences = [["hidden", "topics", "summary", "document"], ["summary", "document", "topics"]] * 20
+    info = train_word2vec(sentences, tmp_path / "w2v.kv", dim=12, min_count=1, epochs=2, workers=1)
+    assert info.dim == 12
+    loaded = load_vectors(str(tmp_path / "w2v.kv"), tmp_path / "cache")
+    assert loaded.dim == 12 and "topics" in loaded and loaded.info.checksum == info.checksum
+    with pytest.raises(VectorsError, match="min-count"):
+        train_word2vec([["once"]], tmp_path / "none.kv", min_count=5)

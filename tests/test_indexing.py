@@ -1,0 +1,106 @@
+"""The write path on real word vectors and a real store: bad lines, resuming, replacing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_CORPUS, write_jsonl
+from reranker.embeddings import WordVectors
+from reranker.errors import IndexMismatchError, InputError
+from reranker.indexing import index_corpus, index_documents, read_corpus
+from reranker.store.embedded import EmbeddedStore
+
+
+def test_a_corpus_is_indexed_with_topics(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    report = index_corpus(corpus, store, glove, 5, show_progress=False)
+    assert (report.indexed, report.unchanged, report.skipped) == (3, 0, ())
+    assert report.total_documents == 3
+    batch = store.topics(["ships", "chess"])
+    assert batch.topics.shape == (2, 5, 50)
+    assert batch.importances.sum(axis=1).tolist() == pytest.approx([1.0, 1.0], abs=1e-6)
+    assert store.bm25("sailors at sea", 3)[0].doc_id == "ships"
+
+
+def test_bad_lines_are_reported_with_file_line_and_reason(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
+    corpus = tmp_path / "bad.jsonl"
+    write_jsonl(
+        corpus,
+        [
+            TINY_CORPUS[0],
+            "{not json",
+            {"title": "no id", "text": "words"},
+            {"id": "no-text"},
+            {"id": "empty", "text": "   "},
+            {"id": "oov", "text": "qqzzxv wwqqzz"},
+            "[1, 2]",
+            "",
+            {"id": 7, "text": "numeric ids become strings: bread and ships"},
+        ],
+    )
+    with corpus.open("ab") as handle:
+        handle.write(b'{"id": "latin1", "text": "caf\xe9"}\n')
+    report = index_corpus(corpus, store, glove, 5, show_progress=False)
+    reasons = {item.location.rsplit(":", 1)[1]: item.reason for item in report.skipped}
+    assert reasons["2"].startswith("not valid JSON")
+    assert "'id'" in reasons["3"]
+    assert "missing 'text'" in reasons["4"]
+    assert "empty text" in reasons["5"]
+    assert reasons["6"] == "no in-vocabulary words (2 out-of-vocabulary)"
+    assert reasons["7"] == "expected a JSON object"
+    assert reasons["8"] == "empty line"
+    assert reasons["10"] == "not UTF-8 text"
+    assert all(item.location.startswith(str(corpus)) for item in report.skipped)
+    assert report.indexed == 2 and store.content_hashes(["ships", "7"]).keys() == {"ships", "7"}
+
+
+def test_indexing_resumes_after_an_interruption_and_is_idempotent(
+    tmp_path: Path, store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [{"id": f"d{i}", "text": f"{TINY_CORPUS[i % 3]['text']} variant {'abcdefghij'[i % 10]}"} for i in range(150)]
+    corpus = write_jsonl(tmp_path / "c.jsonl", records)
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 64)
+
+    class Interrupt:
+        """A progress bar that stops the run after 100 lines, like Ctrl-C would."""
+
+        seen = 0
+
+        def update(self, n: int) -> None:
+            self.seen += 1
+            if self.seen == 100:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        index_documents(read_corpus(corpus), store, glove, 5, progress=Interrupt())
+    assert store.count() == 64  # the first batch landed whole, the second not at all
+    resumed = index_corpus(corpus, store, glove, 5, show_progress=False)
+    assert (resumed.unchanged, resumed.indexed, resumed.total_documents) == (64, 86, 150)
+    again = index_corpus(corpus, store, glove, 5, show_progress=False)
+    assert (again.unchanged, again.indexed, again.total_documents) == (150, 0, 150)
+
+
+def test_changed_documents_are_replaced(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    index_corpus(corpus, store, glove, 5, show_progress=False)
+    changed = [dict(TINY_CORPUS[0], text="A completely new text about bread ovens and bakers.")]
+    report = index_corpus(write_jsonl(tmp_path / "d.jsonl", changed), store, glove, 5, show_progress=False)
+    assert (report.indexed, report.total_documents) == (1, 3)
+    assert store.documents(["ships"])["ships"].text.startswith("A completely new text")
+
+
+def test_changing_k_requires_a_rebuild(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    index_corpus(corpus, store, glove, 5, show_progress=False)
+    with pytest.raises(IndexMismatchError):
+        index_corpus(corpus, store, glove, 7, show_progress=False)
+    report = index_corpus(corpus, store, glove, 7, rebuild=True, show_progress=False)
+    assert report.indexed == 3 and store.index_info().k == 7
+
+
+def test_a_missing_corpus_is_an_input_error(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
+    with pytest.raises(InputError, match="no such corpus file"):
+        index_corpus(tmp_path / "missing.jsonl", store, glove, 5, show_progress=False)

@@ -1,0 +1,198 @@
+"""The mathematics of the numeric core (Gong et al. 2018, Eqs. 4-11), on random data.
+
+The reference below is a direct, loop-by-loop transcription of the paper's equations in
+float64 (a full SVD of W, explicit projections), written independently of the batched
+implementation it checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reranker.topics import (
+    best_aligned,
+    extract_topics,
+    score,
+    stack_topics,
+    topic_contributions,
+    topic_relevance,
+)
+from reranker.types import DocTopics
+
+
+def reference_topics(words: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Eqs. 4-5 and 7-8: W = words.T (d x n); H* = top-k left singular vectors of W."""
+    W = np.asarray(words, dtype=np.float64).T
+    U, _, _ = np.linalg.svd(W, full_matrices=True)
+    k = min(k, np.linalg.matrix_rank(W))
+    H = U[:, :k]
+    importance = np.array([np.linalg.norm(H[:, j] @ W) ** 2 for j in range(k)])
+    return H.T, importance / importance.sum()
+
+
+def reference_score(query: np.ndarray, topics: np.ndarray, importances: np.ndarray, variant: str) -> float:
+    """Eqs. 9-11 word by word ("paper"), or the authors' released code ("code")."""
+    total = 0.0
+    for h, weight in zip(topics, importances):
+        per_word = []
+        for s in np.asarray(query, dtype=np.float64):
+            if variant == "paper":
+                projection = (h @ s) / (h @ h) * h  # Eq. 9: projection of s on h
+                norms = np.linalg.norm(s) * np.linalg.norm(projection)
+                per_word.append(0.0 if norms == 0 else (s @ projection) / norms)
+            else:
+                norms = np.linalg.norm(h) * np.linalg.norm(s)
+                per_word.append(0.0 if norms == 0 else ((h @ s) / norms) ** 2)
+        total += weight * (np.mean(per_word) if per_word else 0.0)  # Eqs. 10-11
+    return float(np.sqrt(total)) if variant == "code" else float(total)
+
+
+def random_matrix(seed: int, n: int, d: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
+shapes = st.tuples(st.integers(0, 2**31), st.integers(1, 60), st.integers(2, 24), st.integers(1, 12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes)
+def test_topics_are_orthonormal_and_importances_a_descending_distribution(shape) -> None:
+    seed, n, d, k = shape
+    topics, importances = extract_topics(random_matrix(seed, n, d), k)
+    assert topics.shape == (min(k, n, d), d)
+    np.testing.assert_allclose(topics @ topics.T, np.eye(topics.shape[0]), atol=2e-5)
+    assert (importances >= 0).all()
+    assert importances.sum() == pytest.approx(1.0, abs=1e-6)
+    assert (np.diff(importances) <= 1e-7).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes)
+def test_topics_span_the_same_directions_as_the_svd(shape) -> None:
+    seed, n, d, k = shape
+    words = random_matrix(seed, n, d)
+    topics, importances = extract_topics(words, k)
+    expected_topics, expected_importances = reference_topics(words, k)
+    assert topics.shape == expected_topics.shape
+    np.testing.assert_allclose(importances, expected_importances, atol=1e-5)
+    # Singular vectors are unique up to sign where singular values are distinct; compare
+    # the projectors onto the leading subspaces, which are unique in any case.
+    np.testing.assert_allclose(topics.T @ topics, expected_topics.T @ expected_topics, atol=2e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes, st.integers(1, 30), st.integers(1, 7))
+def test_batched_score_equals_the_loop_transcription(shape, m, n_docs) -> None:
+    seed, n, d, k = shape
+    rng = np.random.default_rng(seed)
+    query = rng.standard_normal((m, d))
+    docs = [DocTopics(*extract_topics(rng.standard_normal((n + i, d)), k)) for i in range(n_docs)]
+    topics, importances = stack_topics(docs, d)
+    for variant in ("paper", "code"):
+        batched = score(query, topics, importances, variant)
+        assert batched.shape == (n_docs,)
+        for row, doc in enumerate(docs):
+            expected = reference_score(query, doc.topics, doc.importances, variant)
+            assert batched[row] == pytest.approx(expected, abs=1e-6)
+            assert score(query, doc.topics, doc.importances, variant) == pytest.approx(expected, abs=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes, st.integers(1, 30))
+def test_relevance_in_unit_interval_and_score_invariances(shape, m) -> None:
+    seed, n, d, k = shape
+    rng = np.random.default_rng(seed)
+    topics, importances = extract_topics(rng.standard_normal((n, d)), k)
+    query = rng.standard_normal((m, d))
+    for variant in ("paper", "code"):
+        relevance = topic_relevance(query, topics[None], variant)
+        assert ((relevance >= 0) & (relevance <= 1)).all()
+        base = score(query, topics, importances, variant)
+        assert 0.0 <= base <= 1.0
+        shuffled = query[rng.permutation(m)]
+        scales = rng.uniform(0.01, 100, size=(m, 1)) * rng.choice([-1, 1], size=(m, 1))
+        assert score(shuffled, topics, importances, variant) == pytest.approx(base, abs=1e-6)
+        assert score(query * scales, topics, importances, variant) == pytest.approx(base, abs=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.integers(1, 20))
+def test_contributions_sum_to_the_score(shape, m) -> None:
+    seed, n, d, k = shape
+    rng = np.random.default_rng(seed)
+    topics, importances = extract_topics(rng.standard_normal((n, d)), k)
+    query = rng.standard_normal((m, d))
+    for variant in ("paper", "code"):
+        parts = topic_contributions(query, topics[None], importances[None], variant)
+        assert parts.sum() == pytest.approx(score(query, topics, importances, variant), abs=1e-9)
+
+
+def test_counts_give_the_same_topics_as_repeated_rows() -> None:
+    distinct = random_matrix(3, 12, 8)
+    counts = np.array([1, 5, 2, 1, 1, 9, 3, 1, 2, 1, 1, 4], dtype=np.float32)
+    repeated = np.repeat(distinct, counts.astype(int), axis=0)
+    topics_a, importances_a = extract_topics(repeated, 5)
+    topics_b, importances_b = extract_topics(distinct, 5, counts=counts)
+    np.testing.assert_allclose(importances_a, importances_b, atol=1e-5)
+    np.testing.assert_allclose(topics_a.T @ topics_a, topics_b.T @ topics_b, atol=1e-4)
+
+
+def test_edge_cases_have_defined_results() -> None:
+    d = 10
+    empty_topics, empty_importances = extract_topics(np.zeros((0, d)), 15)
+    assert empty_topics.shape == (0, d) and empty_importances.shape == (0,)
+    assert extract_topics(np.zeros((4, d)), 15)[0].shape == (0, d)  # all-zero vectors
+    one_word = np.tile(random_matrix(1, 1, d), (7, 1))  # one word, seven times: rank 1
+    topics, importances = extract_topics(one_word, 15)
+    assert topics.shape == (1, d) and importances.tolist() == [1.0]
+    three_words = random_matrix(2, 3, d)  # shorter than K
+    assert extract_topics(three_words, 15)[0].shape == (3, d)
+
+    query = random_matrix(4, 5, d)
+    assert score(query, empty_topics, empty_importances) == 0.0
+    no_query = np.zeros((0, d))  # every query word out of vocabulary
+    topics, importances = extract_topics(random_matrix(5, 30, d), 4)
+    for variant in ("paper", "code"):
+        assert score(no_query, topics, importances, variant) == 0.0
+        batch = score(no_query, topics[None], importances[None], variant)
+        assert batch.tolist() == [0.0]
+        assert score(np.zeros((3, d)), topics, importances, variant) == 0.0  # zero vectors
+    assert np.isfinite(score(query, np.zeros((2, 0, d)), np.zeros((2, 0)))).all()
+
+
+def test_padding_does_not_change_scores() -> None:
+    rng = np.random.default_rng(9)
+    d = 16
+    docs = [DocTopics(*extract_topics(rng.standard_normal((n, d)), 15)) for n in (3, 40, 9)]
+    topics, importances = stack_topics(docs, d)
+    assert topics.shape == (3, 15, d)
+    query = rng.standard_normal((6, d))
+    batched = score(query, topics, importances)
+    singles = [score(query, doc.topics, doc.importances) for doc in docs]
+    np.testing.assert_allclose(batched, singles, atol=1e-7)
+
+
+def test_invalid_input_raises_value_error() -> None:
+    with pytest.raises(ValueError, match="k must be"):
+        extract_topics(random_matrix(0, 5, 4), 0)
+    with pytest.raises(ValueError, match=r"\(n, d\)"):
+        extract_topics(np.zeros(5), 3)
+    with pytest.raises(ValueError, match="NaN"):
+        extract_topics(np.full((3, 4), np.nan), 2)
+    topics, importances = extract_topics(random_matrix(0, 10, 4), 3)
+    with pytest.raises(ValueError, match="d="):
+        score(random_matrix(1, 2, 5), topics, importances)
+    with pytest.raises(ValueError, match="do not match"):
+        score(random_matrix(1, 2, 4), topics, importances[:2])
+    with pytest.raises(ValueError, match="variant"):
+        score(random_matrix(1, 2, 4), topics, importances, "other")  # type: ignore[arg-type]
+
+
+def test_best_aligned_picks_the_words_along_a_topic() -> None:
+    topic = np.array([[1.0, 0.0, 0.0]])
+    words = np.array([[0.1, 1.0, 0.0], [-3.0, 0.1, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    assert best_aligned(words, topic, 2).tolist() == [[1, 3]]
+    assert best_aligned(words[:0], topic, 2).shape == (1, 0)
