@@ -14,11 +14,14 @@ import sys
 import textwrap
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError, RerankerError
 from reranker.rankers import RankerOptions, ranker_names
+
+if TYPE_CHECKING:
+    from reranker.pipeline import Engine
 
 log = logging.getLogger("reranker")
 
@@ -158,7 +161,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 # --- shared construction ------------------------------------------------------------
 
 
-def _engine(settings: Settings, store_path: Path | None = None):  # type: ignore[no-untyped-def]
+def _engine(settings: Settings, store_path: Path | None = None) -> "Engine":
     from reranker.embeddings import load_vectors
     from reranker.pipeline import Engine
     from reranker.store import open_store
@@ -174,7 +177,7 @@ def _engine(settings: Settings, store_path: Path | None = None):  # type: ignore
     )
 
 
-def _index(engine: Any, corpus: Path, settings: Settings, *, rebuild: bool, progress: bool) -> Any:
+def _index(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool) -> Any:
     from reranker.indexing import index_corpus
 
     return index_corpus(
@@ -343,7 +346,7 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.text import load_stopwords, tokenize
 
     stopwords = load_stopwords(settings.stopwords_file)
-    sentences = []
+    sentences: list[list[str]] = []
     skipped = 0
     for _, item, _ in read_corpus(args.corpus):
         if isinstance(item, Skipped):
@@ -408,7 +411,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     return 0
 
 
-def _demo_query(engine: Any, query_id: str, text: str, relevant: dict[str, int], size: int, out: TextIO) -> None:
+def _demo_query(engine: "Engine", query_id: str, text: str, relevant: dict[str, int], size: int, out: TextIO) -> None:
     bm25 = engine.search(text, "bm25", size=size)
     topics = engine.search(text, "hidden_topics", size=size, explain=True)
     preview = textwrap.shorten(text, 150, placeholder=" ...")

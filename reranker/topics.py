@@ -182,14 +182,6 @@ def topic_contributions(
 
 def score(
     query_vectors: npt.ArrayLike,
-    topics: FloatArray,
-    importances: FloatArray,
-    variant: Variant = "paper",
-) -> float | npt.NDArray[np.float64]: ...
-
-
-def score(
-    query_vectors: npt.ArrayLike,
     topics: npt.ArrayLike,
     importances: npt.ArrayLike,
     variant: Variant = "paper",

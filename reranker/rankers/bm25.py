@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from reranker.rankers import CandidateSet, Scores
+from reranker.topics import Variant
 from reranker.types import Query
 
 
 class Bm25Ranker:
     name = "bm25"
-    variant = None
+    variant: Variant | None = None
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
         return window.bm25_scores

@@ -224,8 +224,10 @@ class EmbeddedStore:
         try:
             yield
             self._db.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot write to the embedded store: {exc}") from None
             raise
 
 
