@@ -22,9 +22,9 @@ from reranker.types import DocTopics, FloatArray
 Variant = Literal["paper", "code"]
 VARIANTS: tuple[Variant, ...] = ("paper", "code")
 
-# Eigenvalues below this fraction of the largest, times max(n, d), are numerical noise
-# of a float32 Gram matrix: a document of u distinct words has rank <= u and gets at
-# most u topics.
+# Eigenvalues below this fraction of the largest, times max(rows, d), are numerical
+# noise of a float32 Gram matrix: a document of u distinct words has rank <= u and gets
+# at most u topics.
 _RANK_TOLERANCE = float(np.finfo(np.float32).eps)
 
 
@@ -60,12 +60,10 @@ def extract_topics(
         return _no_topics(d)
     if not np.isfinite(vectors).all():
         raise ValueError("word_vectors contain NaN or infinity")
-    occurrences = float(n)
     if counts is not None:
         weights = np.asarray(counts, dtype=np.float32)
-        if weights.shape != (n,) or (weights < 0).any():
-            raise ValueError(f"counts must be ({n},) and non-negative")
-        occurrences = float(weights.sum())
+        if weights.shape != (n,) or not np.isfinite(weights).all() or (weights < 0).any():
+            raise ValueError(f"counts must be ({n},), finite and non-negative")
         vectors = vectors * np.sqrt(weights)[:, None]
 
     wanted = min(k, n, d)
@@ -82,7 +80,9 @@ def extract_topics(
         topics = np.ascontiguousarray(eigenvectors.T)
 
     largest = float(eigenvalues[0]) if eigenvalues.size else 0.0
-    keep = int(np.count_nonzero(eigenvalues > largest * max(occurrences, d) * _RANK_TOLERANCE))
+    # The noise floor grows with the matrix size, not with the counts: a document of a
+    # million occurrences of a few thousand distinct words keeps all its topics.
+    keep = int(np.count_nonzero(eigenvalues > largest * max(n, d) * _RANK_TOLERANCE))
     if largest <= 0.0 or keep == 0:
         return _no_topics(d)
     topics = _fix_signs(topics[:keep])

@@ -140,6 +140,16 @@ def test_counts_give_the_same_topics_as_repeated_rows() -> None:
     np.testing.assert_allclose(topics_a.T @ topics_a, topics_b.T @ topics_b, atol=1e-4)
 
 
+def test_huge_counts_keep_every_topic() -> None:
+    distinct = random_matrix(8, 400, 20)
+    counts = np.random.default_rng(8).zipf(1.3, size=400).clip(1, 10**6).astype(np.float32)
+    counts[0] = 5e6  # ten million occurrences in all
+    topics, importances = extract_topics(distinct, 15, counts=counts)
+    assert topics.shape == (15, 20) and np.isfinite(importances).all()
+    with pytest.raises(ValueError, match="finite"):
+        extract_topics(distinct, 15, counts=np.full(400, np.nan))
+
+
 def test_edge_cases_have_defined_results() -> None:
     d = 10
     empty_topics, empty_importances = extract_topics(np.zeros((0, d)), 15)
