@@ -14,13 +14,14 @@ import sys
 import textwrap
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError, RerankerError
 from reranker.rankers import RankerOptions, ranker_names
 
 if TYPE_CHECKING:
+    from reranker.embeddings import WordVectors
     from reranker.pipeline import Engine
 
 log = logging.getLogger("reranker")
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ranking_options(evaluate)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
+    evaluate.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
     evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     train = commands.add_parser("train", help="train domain word vectors on a corpus")
@@ -105,7 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--window", type=_positive_int, default=5)
     train.add_argument("--min-count", type=_positive_int, default=2)
     train.add_argument("--epochs", type=_positive_int, default=5)
-    train.add_argument("--workers", type=_positive_int, default=2)
+    train.add_argument(
+        "--workers", type=_positive_int, default=1,
+        help="training threads (default 1: reproducible vectors; more is faster but not reproducible)",
+    )
 
     commands.add_parser("rankers", help="list the registered rankers")
     return parser
@@ -129,7 +134,13 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     try:
         settings = _settings(args)
         handler = _COMMANDS[args.command]
-        return handler(args, settings, out)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=settings.blas_threads, user_api="blas"):
+            return handler(args, settings, out)
+    except BrokenPipeError:  # `reranker evaluate --json | head`
+        sys.stderr.close()
+        return 0
     except RerankerError as exc:
         print(f"reranker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_ERROR
@@ -161,14 +172,17 @@ def _settings(args: argparse.Namespace) -> Settings:
 # --- shared construction ------------------------------------------------------------
 
 
-def _engine(settings: Settings, store_path: Path | None = None) -> "Engine":
+def _engine(
+    settings: Settings, store_path: Path | Callable[["WordVectors"], Path] | None = None
+) -> "Engine":
+    """Vectors, store and stop list as `settings` say; `store_path` may depend on the vectors."""
     from reranker.embeddings import load_vectors
     from reranker.pipeline import Engine
     from reranker.store import open_store
     from reranker.text import load_stopwords
 
     vectors = load_vectors(settings.vectors, settings.data_dir / "vectors")
-    store = open_store(settings, store_path)
+    store = open_store(settings, store_path(vectors) if callable(store_path) else store_path)
     return Engine(
         store=store,
         vectors=vectors,
@@ -293,10 +307,10 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     for name in names:
         get_ranker(name)  # fail on a typo before minutes of indexing
     dataset = load_dataset(args.dataset, args.queries_file)
-    engine = _engine(settings, _evaluation_store_path(settings, dataset.name, args))
+    engine = _engine(settings, lambda vectors: _evaluation_store_path(settings, dataset.name, vectors))
     show = not args.no_progress and sys.stderr.isatty()
     try:
-        report = _index(engine, dataset.corpus_path, settings, rebuild=False, progress=show)
+        report = _index(engine, dataset.corpus_path, settings, rebuild=args.rebuild, progress=show)
         if report.skipped:
             log.warning("%d corpus documents were skipped while indexing", len(report.skipped))
         with tqdm(total=len(dataset.queries), desc="queries", disable=not show, leave=False) as bar:
@@ -330,12 +344,12 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     return 0
 
 
-def _evaluation_store_path(settings: Settings, dataset: str, args: argparse.Namespace) -> Path:
+def _evaluation_store_path(settings: Settings, dataset: str, vectors: "WordVectors") -> Path:
     """One cached index per (dataset, vectors, K, stop list): re-runs skip indexing."""
     import hashlib
 
     key = hashlib.sha256(
-        f"{settings.vectors}|{settings.k}|{settings.stopwords_file}".encode()
+        f"{vectors.info.checksum}|{settings.k}|{settings.stopwords_file}".encode()
     ).hexdigest()[:12]
     return settings.data_dir / "eval" / f"{dataset}-k{settings.k}-{key}"
 

@@ -232,13 +232,14 @@ def train_word2vec(
     window: int = 5,
     min_count: int = 2,
     epochs: int = 5,
-    workers: int = 2,
+    workers: int = 1,
     seed: int = 1,
 ) -> EmbeddingInfo:
     """Train CBOW word2vec (as the paper does) and save the vectors in native format.
 
     `sentences` must be re-iterable (gensim makes one vocabulary pass plus `epochs`
-    training passes). Load the result with the spec "kv:<out_path>" or just the path.
+    training passes). With one worker the vectors are the same on every run; more
+    workers train faster but not reproducibly. Load the result with the spec "kv:<out_path>" or just the path.
     """
     from gensim.models import Word2Vec
 

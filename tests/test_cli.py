@@ -71,6 +71,20 @@ def test_evaluate_json_has_the_documented_shape(data_dir: Path) -> None:
     assert code == 0 and "| bm25 |" in table
 
 
+def test_evaluation_indexes_are_cached_per_vectors(data_dir: Path, tmp_path: Path) -> None:
+    vectors = tmp_path / "w2v.kv"
+    train = ["train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(vectors), "--dim", "8", "--epochs", "1"]
+    evaluate = ["--vectors", str(vectors), "evaluate", str(SAMPLE), "--json", "--rankers", "hidden_topics"]
+    assert run(data_dir, *train)[0] == 0
+    first = json.loads(run(data_dir, *evaluate)[1])
+    assert run(data_dir, *train, "--dim", "12")[0] == 0  # retrained: new checksum, new index
+    code, out = run(data_dir, *evaluate)
+    assert code == 0 and json.loads(out)["config"]["dim"] == 12 and first["config"]["dim"] == 8
+    assert len(list((data_dir / "eval").iterdir())) == 2
+    code, out = run(data_dir, *evaluate, "--rebuild")
+    assert code == 0 and json.loads(out)["results"] == json.loads(run(data_dir, *evaluate)[1])["results"]
+
+
 def test_train_word2vec_then_use_the_vectors(data_dir: Path, tmp_path: Path) -> None:
     out_path = tmp_path / "w2v" / "sample.kv"
     code, out = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(out_path), "--dim", "16", "--epochs", "1")

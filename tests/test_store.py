@@ -45,6 +45,13 @@ def test_bm25_ranks_matching_documents(ready: EmbeddedStore) -> None:
     assert ready.bm25('quotes " and * stars OR NEAR(', 10) == []  # FTS5 syntax is escaped
 
 
+def test_repeated_query_words_weigh_more(ready: EmbeddedStore) -> None:
+    ready.upsert([stored("ships", "ships and ships; bread"), stored("bread", "bread and bread; ships")])
+    ready.upsert([stored(f"chess{i}", "chess openings and endgames") for i in range(5)])  # IDF > 0
+    assert ready.bm25("ships ships ships bread", 2)[0].doc_id == "ships"
+    assert ready.bm25("bread bread bread ships", 2)[0].doc_id == "bread"
+
+
 def test_the_same_id_replaces_never_duplicates(ready: EmbeddedStore) -> None:
     ready.upsert([stored("a", "first version about ships")])
     ready.upsert([stored("a", "second version about bread", seed=1)])
