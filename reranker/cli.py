@@ -415,10 +415,16 @@ def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         result = evaluate(engine, dataset, ["bm25", "hidden_topics", "hidden_topics_code", "hidden_topics+bm25"], window=settings.window)
     finally:
         engine.store.close()
-    print(f"All {result.queries} sample queries (* = cites the summarised paper):", file=out)
+    print(f"All {result.queries} sample queries, BM25 top {result.window} reranked:", file=out)
     print(result.table(), file=out)
     print(
-        "\nNext: `reranker evaluate DATASET_DIR` on a judged collection, or "
+        "\nThe general-domain GloVe vectors make a weak topic model of technical papers; word "
+        "vectors trained on your own corpus (`reranker train word2vec`) are what make hidden "
+        "topics pay off (README, 'Measured results').",
+        file=out,
+    )
+    print(
+        "Next: `reranker evaluate DATASET_DIR` on a judged collection, or "
         "`reranker index CORPUS.jsonl` then `reranker search \"...\" --explain`.",
         file=out,
     )
@@ -430,7 +436,7 @@ def _demo_query(engine: "Engine", query_id: str, text: str, relevant: dict[str, 
     topics = engine.search(text, "hidden_topics", size=size, explain=True)
     preview = textwrap.shorten(text, 150, placeholder=" ...")
     print(f"Query {query_id}: {preview}", file=out)
-    print(f"  {'BM25 order':<34}  {'hidden-topic order':<34}", file=out)
+    print(f"  {'BM25 order':<34}  {'hidden-topic order':<34}(* = cites the summarised paper)", file=out)
     for left, right in zip(bm25.hits, topics.hits):
         mark_l = "*" if left.doc_id in relevant else " "
         mark_r = "*" if right.doc_id in relevant else " "
