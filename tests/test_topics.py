@@ -54,6 +54,14 @@ def random_matrix(seed: int, n: int, d: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
 
 
+def document_and_query(shape: tuple[int, int, int, int], m: int):
+    """A random document's topics and an m-word query: (rng, topics, importances, query)."""
+    seed, n, d, k = shape
+    rng = np.random.default_rng(seed)
+    topics, importances = extract_topics(rng.standard_normal((n, d)), k)
+    return rng, topics, importances, rng.standard_normal((m, d))
+
+
 shapes = st.tuples(st.integers(0, 2**31), st.integers(1, 60), st.integers(2, 24), st.integers(1, 12))
 
 
@@ -103,10 +111,7 @@ def test_batched_score_equals_the_loop_transcription(shape, m, n_docs) -> None:
 @settings(max_examples=40, deadline=None)
 @given(shapes, st.integers(1, 30))
 def test_relevance_in_unit_interval_and_score_invariances(shape, m) -> None:
-    seed, n, d, k = shape
-    rng = np.random.default_rng(seed)
-    topics, importances = extract_topics(rng.standard_normal((n, d)), k)
-    query = rng.standard_normal((m, d))
+    rng, topics, importances, query = document_and_query(shape, m)
     for variant in ("paper", "code"):
         relevance = topic_relevance(query, topics[None], variant)
         assert ((relevance >= 0) & (relevance <= 1)).all()
@@ -121,10 +126,7 @@ def test_relevance_in_unit_interval_and_score_invariances(shape, m) -> None:
 @settings(max_examples=30, deadline=None)
 @given(shapes, st.integers(1, 20))
 def test_contributions_sum_to_the_score(shape, m) -> None:
-    seed, n, d, k = shape
-    rng = np.random.default_rng(seed)
-    topics, importances = extract_topics(rng.standard_normal((n, d)), k)
-    query = rng.standard_normal((m, d))
+    _, topics, importances, query = document_and_query(shape, m)
     for variant in ("paper", "code"):
         parts = topic_contributions(query, topics[None], importances[None], variant)
         assert parts.sum() == pytest.approx(score(query, topics, importances, variant), abs=1e-9)

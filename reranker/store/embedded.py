@@ -54,6 +54,7 @@ class EmbeddedStore:
     def __init__(self, directory: Path, stopwords: frozenset[str] | None = None) -> None:
         self.directory = directory
         self._stopwords = stopwords
+        self._info: IndexInfo | None = None
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(directory / "store.sqlite3", isolation_level=None)
@@ -69,13 +70,16 @@ class EmbeddedStore:
         return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
 
     def index_info(self) -> IndexInfo | None:
-        meta = self._meta()
-        if "embedding" not in meta:
-            return None
-        embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
-        return IndexInfo(embedding=embedding, k=int(meta["k"]))
+        # Read once per connection: every query asks for it, and only initialise() changes it.
+        if self._info is None:
+            meta = self._meta()
+            if "embedding" in meta:
+                embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
+                self._info = IndexInfo(embedding=embedding, k=int(meta["k"]))
+        return self._info
 
     def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
+        self._info = None
         with self._transaction():
             if rebuild:
                 self._db.execute("DELETE FROM docs")
@@ -93,6 +97,7 @@ class EmbeddedStore:
             self._db.executemany(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
             )
+        self._info = None
 
     # --- the write path -------------------------------------------------------------
 
