@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import re
 import sys
 import textwrap
 from importlib import resources
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError, RerankerError
-from reranker.rankers import RankerOptions, ranker_names
+from reranker.rankers import ranker_names
+from reranker.types import Filter
 
 if TYPE_CHECKING:
     from reranker.embeddings import WordVectors
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="reranker",
         description="Rerank BM25 candidates for summary-style queries by hidden topics.",
     )
+    parser.add_argument("--config", type=Path, help="TOML settings file (env RERANKER_CONFIG; see `reranker config`)")
     parser.add_argument("--data-dir", type=Path, help="where the embedded store lives (env RERANKER_DATA_DIR)")
     parser.add_argument("--opensearch-url", help="use the OpenSearch store at this URL (env OPENSEARCH_URL)")
     parser.add_argument(
@@ -73,7 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     index = commands.add_parser("index", help="index a JSONL corpus ({id, title, text} per line)")
     index.add_argument("corpus", type=Path)
     index.add_argument("--k", type=_positive_int, help="topics per document (default 15, env RERANKER_K)")
-    index.add_argument("--rebuild", action="store_true", help="drop the index first (needed to change vectors or K)")
+    index.add_argument(
+        "--rebuild", action="store_true",
+        help="build a new index (needed to change vectors or K); in OpenSearch the alias moves to it when done",
+    )
+    index.add_argument("--workers", type=_positive_int, help="topic-extraction processes (env RERANKER_INDEX_WORKERS)")
     index.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     search = commands.add_parser("search", help="BM25 top-N for a summary, reranked")
@@ -82,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--ranker", default="hidden_topics", help="ranker name (see `reranker rankers`)")
     search.add_argument("--size", type=_positive_int, default=10, help="hits to show (default 10)")
     search.add_argument("--explain", action="store_true", help="per-topic contributions and words")
+    search.add_argument(
+        "--filter", action="append", default=[], type=_filter, metavar="FIELD=VALUE",
+        help="only candidates whose FIELD equals VALUE (also FIELD>=N, >, <=, <); repeatable",
+    )
     search.add_argument("--json", action="store_true", help="print JSON")
 
     evaluate = commands.add_parser("evaluate", help="IR metrics of rankers on a judged dataset folder")
@@ -113,7 +124,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("rankers", help="list the registered rankers")
+    commands.add_parser("config", help="print the effective settings (secrets hidden)")
+
+    templates = commands.add_parser("templates", help="OpenSearch index templates (index_templates/)")
+    templates_action = templates.add_subparsers(dest="action", required=True, metavar="ACTION")
+    templates_action.add_parser("install", help="install the component and index templates on the cluster")
+    templates_action.add_parser("show", help="print the templates as they would be installed")
+
+    indices = commands.add_parser("indices", help="the OpenSearch index versions behind the alias")
+    indices_action = indices.add_subparsers(dest="action", required=True, metavar="ACTION")
+    indices_action.add_parser("list", help="versions, document counts, what they were built with")
+    use = indices_action.add_parser("use", help="point the alias at another finished version (rollback)")
+    use.add_argument("name")
+    delete = indices_action.add_parser("delete", help="delete a version the alias does not point at")
+    delete.add_argument("name")
     return parser
+
+
+_FILTER = re.compile(r"^\s*([A-Za-z0-9_.@-]+)\s*(>=|<=|>|<|=)\s*(.*?)\s*$", re.S)
+_FILTER_OPS = {"=": "eq", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+
+
+def _filter(raw: str) -> Filter:
+    """"year>=2010" -> Filter("year", "gte", 2010); values are JSON when they parse."""
+    match = _FILTER.match(raw)
+    if not match or match.group(3) == "":
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE or FIELD>=VALUE (also >, <=, <), got {raw!r}")
+    name, op, value = match.groups()
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    if not isinstance(parsed, (str, int, float, bool)):
+        parsed = value
+    if op != "=" and (isinstance(parsed, bool) or not isinstance(parsed, (int, float, str))):
+        raise argparse.ArgumentTypeError(f"a range filter needs a number or a date, got {value!r}")
+    return Filter(name, _FILTER_OPS[op], parsed)
 
 
 def _add_ranking_options(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +176,11 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         format="%(levelname)s %(name)s: %(message)s",
     )
     if not args.verbose:
+        # gensim is chatty; opensearch-py logs every failed request with a traceback,
+        # which the one-line error below already says better.
         logging.getLogger("gensim").setLevel(logging.WARNING)
+        logging.getLogger("opensearch").setLevel(logging.CRITICAL)
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
         settings = _settings(args)
         handler = _COMMANDS[args.command]
@@ -150,7 +200,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
+    settings = Settings.from_env(config_file=args.config)
     overrides: dict[str, Any] = {}
     for option, name in [
         ("data_dir", "data_dir"),
@@ -160,6 +210,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         ("k", "k"),
         ("window", "window"),
         ("fusion_weight", "fusion_weight"),
+        ("workers", "index_workers"),
     ]:
         value = getattr(args, option, None)
         if value is not None:
@@ -172,23 +223,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 # --- shared construction ------------------------------------------------------------
 
 
-def _engine(
-    settings: Settings, store_path: Path | Callable[["WordVectors"], Path] | None = None
-) -> "Engine":
-    """Vectors, store and stop list as `settings` say; `store_path` may depend on the vectors."""
-    from reranker.embeddings import load_vectors
-    from reranker.pipeline import Engine
-    from reranker.store import open_store
-    from reranker.text import load_stopwords
+def _engine(settings: Settings, store_name: str | Callable[["WordVectors"], str] | None = None) -> "Engine":
+    from reranker.pipeline import build_engine
 
-    vectors = load_vectors(settings.vectors, settings.data_dir / "vectors")
-    store = open_store(settings, store_path(vectors) if callable(store_path) else store_path)
-    return Engine(
-        store=store,
-        vectors=vectors,
-        stopwords=load_stopwords(settings.stopwords_file),
-        ranker_options=RankerOptions(fusion_weight=settings.fusion_weight),
-    )
+    return build_engine(settings, store_name)
 
 
 def _index(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool) -> Any:
@@ -202,6 +240,7 @@ def _index(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool,
         stopwords=engine.stopwords,
         rebuild=rebuild,
         show_progress=progress and sys.stderr.isatty(),
+        workers=settings.index_workers,
     )
 
 
@@ -211,6 +250,10 @@ def _report(report: Any, out: TextIO) -> None:
         f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents",
         file=out,
     )
+    published = report.published
+    if published is not None and getattr(published, "swapped", False):
+        kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
+        print(f"alias now points at {published.current}{kept}", file=out)
     for item in report.skipped[:20]:
         doc = f" ({item.doc_id})" if item.doc_id else ""
         print(f"  skipped {item.location}{doc}: {item.reason}", file=out)
@@ -246,7 +289,12 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
         if engine.store.count() == 0:
             raise InputError("the index is empty: run `reranker index CORPUS.jsonl` first")
         result = engine.search(
-            query, args.ranker, window=settings.window, size=args.size, explain=args.explain or args.json
+            query,
+            args.ranker,
+            window=settings.window,
+            size=args.size,
+            explain=args.explain or args.json,
+            filters=args.filter,
         )
     finally:
         engine.store.close()
@@ -307,7 +355,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     for name in names:
         get_ranker(name)  # fail on a typo before minutes of indexing
     dataset = load_dataset(args.dataset, args.queries_file)
-    engine = _engine(settings, lambda vectors: _evaluation_store_path(settings, dataset.name, vectors))
+    engine = _engine(settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors))
     show = not args.no_progress and sys.stderr.isatty()
     try:
         report = _index(engine, dataset.corpus_path, settings, rebuild=args.rebuild, progress=show)
@@ -344,14 +392,14 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     return 0
 
 
-def _evaluation_store_path(settings: Settings, dataset: str, vectors: "WordVectors") -> Path:
+def _evaluation_store_name(settings: Settings, dataset: str, vectors: "WordVectors") -> str:
     """One cached index per (dataset, vectors, K, stop list): re-runs skip indexing."""
     import hashlib
 
     key = hashlib.sha256(
         f"{vectors.info.checksum}|{settings.k}|{settings.stopwords_file}".encode()
     ).hexdigest()[:12]
-    return settings.data_dir / "eval" / f"{dataset}-k{settings.k}-{key}"
+    return f"eval/{dataset}-k{settings.k}-{key}"
 
 
 def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -398,7 +446,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.evaluation import evaluate, load_qrels, load_queries, Dataset
 
     sample = Path(str(resources.files("reranker").joinpath("sample")))
-    engine = _engine(settings, settings.data_dir / "demo")
+    engine = _engine(settings, "demo")
     try:
         report = _index(engine, sample / "corpus.jsonl", settings, rebuild=False, progress=True)
         print(
@@ -455,6 +503,69 @@ def _demo_query(engine: "Engine", query_id: str, text: str, relevant: dict[str, 
     print("", file=out)
 
 
+def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.config import ENVIRONMENT
+
+    cluster = settings.opensearch_store
+    print(f"store: {'OpenSearch at ' + cluster.display_hosts if cluster else 'embedded, in ' + str(settings.data_dir / 'index')}", file=out)
+    print(repr(settings), file=out)  # secrets are excluded from repr()
+    print("\nSettings come from these environment variables (or the same keys in RERANKER_CONFIG's TOML file):", file=out)
+    for name, meaning in ENVIRONMENT.items():
+        print(f"  {name:<24} {meaning}", file=out)
+    return 0
+
+
+def _cluster_store(settings: Settings) -> Any:
+    from reranker.store.opensearch import OpenSearchStore
+
+    cluster = settings.opensearch_store
+    if cluster is None:
+        raise ConfigError("this command needs OpenSearch: set OPENSEARCH_URL or --opensearch-url")
+    return OpenSearchStore(cluster)
+
+
+def cmd_templates(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.store.templates import load_templates
+
+    if args.action == "show":
+        templates = load_templates()
+        alias = settings.opensearch.alias
+        name, body = templates.index_template_for(alias)
+        shown = {"component_templates": templates.components, "index_template": {name: body}}
+        json.dump(shown, out, indent=2)
+        out.write("\n")
+        return 0
+    store = _cluster_store(settings)
+    try:
+        names = store.install_templates()
+    finally:
+        store.close()
+    print(f"installed {', '.join(names)} on {store.config.display_hosts} (indices {store.alias}-v*)", file=out)
+    return 0
+
+
+def cmd_indices(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    store = _cluster_store(settings)
+    try:
+        if args.action == "use":
+            result = store.use(args.name)
+            print(f"alias {store.alias} now points at {result.current}", file=out)
+        elif args.action == "delete":
+            store.delete_index(args.name)
+            print(f"deleted {args.name}", file=out)
+        else:
+            versions = store.versions()
+            if not versions:
+                print(f"no indices for alias {store.alias} on {store.config.display_hosts}", file=out)
+            for v in versions:
+                built = f"{v.info.embedding.name} d={v.info.embedding.dim} K={v.info.k} {v.topic_dtype}" if v.info else "not built by reranker"
+                mark = "*" if v.aliased else " "
+                print(f"{mark} {v.name:<28} {v.state:<9} {v.documents:>9} docs  {built}", file=out)
+    finally:
+        store.close()
+    return 0
+
+
 _COMMANDS = {
     "demo": cmd_demo,
     "index": cmd_index,
@@ -462,6 +573,9 @@ _COMMANDS = {
     "evaluate": cmd_evaluate,
     "train": cmd_train,
     "rankers": cmd_rankers,
+    "config": cmd_config,
+    "templates": cmd_templates,
+    "indices": cmd_indices,
 }
 
 

@@ -1,21 +1,57 @@
-"""Settings: the only module that reads the environment.
+"""Settings: the only module that reads the environment or the config file.
 
-Precedence, lowest first: built-in defaults, environment variables, command-line options
-(the CLI applies those with `dataclasses.replace`).
+Precedence, lowest first: built-in defaults, the TOML config file (`RERANKER_CONFIG` or
+`--config`), environment variables, command-line options (the CLI applies those with
+`dataclasses.replace`). The config file uses the environment variables' names as keys, so
+one table (`ENVIRONMENT`) documents both:
+
+    OPENSEARCH_URL = "https://search.example.org:9200"
+    OPENSEARCH_USERNAME = "reranker"
+    RERANKER_K = 15
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 from reranker.errors import ConfigError
 
 DEFAULT_VECTORS = "glove-6b-50d"
 DEFAULT_K = 15
 DEFAULT_WINDOW = 100
+DEFAULT_SEARCH_FIELDS = "title^2,abstract^1.5,body"
+TOPIC_DTYPES = ("float32", "float16")
+
+# Every variable the package reads, with what it means: the README's table, the compose
+# file's test and the config-file loader all use this one list.
+ENVIRONMENT: dict[str, str] = {
+    "RERANKER_CONFIG": "TOML file with any of these names as keys (the environment overrides it)",
+    "RERANKER_DATA_DIR": "embedded store, converted word vectors, evaluation caches",
+    "RERANKER_VECTORS": "word vectors: glove-6b-50d or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH",
+    "RERANKER_K": "topics per document at index time (default 15)",
+    "RERANKER_WINDOW": "BM25 candidates a query reranks (default 100)",
+    "RERANKER_STOPWORDS": "stop-word file, one word per line",
+    "RERANKER_FUSION_WEIGHT": "topic weight in the hidden_topics+bm25 ranker (default 0.5)",
+    "RERANKER_BLAS_THREADS": "BLAS threads per process (default 1)",
+    "RERANKER_INDEX_WORKERS": "topic-extraction processes while indexing (default: CPU count, at most 4)",
+    "OPENSEARCH_URL": "OpenSearch node URL(s), comma-separated; selects the OpenSearch store",
+    "OPENSEARCH_USERNAME": "basic-auth user",
+    "OPENSEARCH_PASSWORD": "basic-auth password",
+    "OPENSEARCH_API_KEY": "API key, sent as 'Authorization: ApiKey <key>' (instead of basic auth)",
+    "OPENSEARCH_VERIFY_CERTS": "verify TLS certificates (default true)",
+    "OPENSEARCH_CA_CERTS": "CA bundle for TLS verification",
+    "OPENSEARCH_TIMEOUT": "request timeout in seconds (default 10)",
+    "OPENSEARCH_RETRIES": "retries on connection errors, 429 and 502-504, with back-off (default 3)",
+    "RERANKER_INDEX": "the read alias; versioned indices are named ALIAS-v000001, ... (default reranker)",
+    "RERANKER_SEARCH_FIELDS": f"BM25 fields with boosts (default {DEFAULT_SEARCH_FIELDS})",
+    "RERANKER_TOPIC_DTYPE": "topic matrices stored as float32 (default) or float16 (half the bytes)",
+    "RERANKER_BULK_BYTES": "bulk request size in bytes (default 5000000)",
+}
 
 
 def _default_data_dir(env: Mapping[str, str]) -> Path:
@@ -36,14 +72,99 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float | None = None) -> float:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if minimum is not None and not value >= minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {env.get(name)!r}")
+
+
+def redact_url(url: str) -> str:
+    """`url` without any user:password part, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def parse_search_fields(raw: str) -> tuple[tuple[str, float], ...]:
+    """"title^2,body" -> (("title", 2.0), ("body", 1.0)). Raises ConfigError."""
+    fields: list[tuple[str, float]] = []
+    for item in raw.split(","):
+        name, _, boost = item.strip().partition("^")
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            weight = float(boost) if boost else 1.0
+        except ValueError:
+            raise ConfigError(f"bad boost in search field {item.strip()!r}: expected NAME or NAME^NUMBER") from None
+        if not weight > 0:
+            raise ConfigError(f"search field boost must be > 0, got {item.strip()!r}")
+        fields.append((name, weight))
+    if not fields:
+        raise ConfigError("RERANKER_SEARCH_FIELDS names no field")
+    return tuple(fields)
+
+
+@dataclass(frozen=True)
+class OpenSearchSettings:
+    """How to reach the cluster and lay out the index. Secrets never appear in repr()."""
+
+    hosts: tuple[str, ...]
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
+    verify_certs: bool = True
+    ca_certs: Path | None = None
+    timeout: float = 10.0
+    retries: int = 3
+    alias: str = "reranker"
+    search_fields: tuple[tuple[str, float], ...] = parse_search_fields(DEFAULT_SEARCH_FIELDS)
+    topic_dtype: str = "float32"
+    bulk_bytes: int = 5_000_000
+
+    @property
+    def display_hosts(self) -> str:
+        return ", ".join(redact_url(host) for host in self.hosts)
+
+    def validate(self) -> None:
+        if not self.hosts:
+            raise ConfigError("OPENSEARCH_URL names no host")
+        for host in self.hosts:
+            parts = urlsplit(host)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ConfigError(f"OPENSEARCH_URL must be http(s)://HOST[:PORT], got {redact_url(host)!r}")
+        if self.api_key and (self.username or self.password):
+            raise ConfigError("set either OPENSEARCH_API_KEY or OPENSEARCH_USERNAME/PASSWORD, not both")
+        if bool(self.username) != bool(self.password):
+            raise ConfigError("OPENSEARCH_USERNAME and OPENSEARCH_PASSWORD go together")
+        if self.topic_dtype not in TOPIC_DTYPES:
+            raise ConfigError(f"RERANKER_TOPIC_DTYPE must be one of {', '.join(TOPIC_DTYPES)}, got {self.topic_dtype!r}")
+        alias = self.alias
+        # OpenSearch's own rules for index names, checked here so the error names the setting.
+        if not alias or alias != alias.lower() or alias[0] in "-_+" or any(c in alias for c in ' "*\\<|,>/?#:'):
+            raise ConfigError(f"RERANKER_INDEX must be a lower-case index name without spaces or \\/*?\"<>|,#:, got {alias!r}")
 
 
 @dataclass(frozen=True)
@@ -60,6 +181,8 @@ class Settings:
     fusion_weight: weight of the topic score in the `hidden_topics+bm25` fusion ranker.
     blas_threads: BLAS threads per process (1: indexing is ~10x faster on a 2-core host
         than with OpenBLAS's default, measured; scoring is one small product anyway).
+    index_workers: processes extracting topics while indexing (1: in-process).
+    opensearch: everything else about the cluster; its hosts come from `opensearch_url`.
     """
 
     data_dir: Path
@@ -70,23 +193,55 @@ class Settings:
     stopwords_file: Path | None = None
     fusion_weight: float = 0.5
     blas_threads: int = 1
+    index_workers: int = 1
+    opensearch: OpenSearchSettings = field(default_factory=lambda: OpenSearchSettings(hosts=()))
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
+        """Settings from `env` (default: os.environ) over the config file, if any."""
+        env = dict(os.environ if env is None else env)
+        path = config_file or (Path(env["RERANKER_CONFIG"]).expanduser() if env.get("RERANKER_CONFIG") else None)
+        if path is not None:
+            env = {**read_config_file(path), **{k: v for k, v in env.items() if v != ""}}
         stopwords = env.get("RERANKER_STOPWORDS")
+        opensearch_url = env.get("OPENSEARCH_URL") or None
         settings = cls(
             data_dir=Path(env.get("RERANKER_DATA_DIR") or _default_data_dir(env)).expanduser(),
-            opensearch_url=env.get("OPENSEARCH_URL") or None,
+            opensearch_url=opensearch_url,
             vectors=env.get("RERANKER_VECTORS") or DEFAULT_VECTORS,
             k=_int(env, "RERANKER_K", DEFAULT_K),
             window=_int(env, "RERANKER_WINDOW", DEFAULT_WINDOW),
             stopwords_file=Path(stopwords).expanduser() if stopwords else None,
             fusion_weight=_float(env, "RERANKER_FUSION_WEIGHT", 0.5),
             blas_threads=_int(env, "RERANKER_BLAS_THREADS", 1),
+            index_workers=_int(env, "RERANKER_INDEX_WORKERS", min(os.cpu_count() or 1, 4)),
+            opensearch=OpenSearchSettings(
+                hosts=(),
+                username=env.get("OPENSEARCH_USERNAME") or None,
+                password=env.get("OPENSEARCH_PASSWORD") or None,
+                api_key=env.get("OPENSEARCH_API_KEY") or None,
+                verify_certs=_bool(env, "OPENSEARCH_VERIFY_CERTS", True),
+                ca_certs=Path(env["OPENSEARCH_CA_CERTS"]).expanduser() if env.get("OPENSEARCH_CA_CERTS") else None,
+                timeout=_float(env, "OPENSEARCH_TIMEOUT", 10.0, minimum=0.001),
+                retries=_int(env, "OPENSEARCH_RETRIES", 3, minimum=0),
+                alias=env.get("RERANKER_INDEX") or "reranker",
+                search_fields=parse_search_fields(env.get("RERANKER_SEARCH_FIELDS") or DEFAULT_SEARCH_FIELDS),
+                topic_dtype=env.get("RERANKER_TOPIC_DTYPE") or "float32",
+                bulk_bytes=_int(env, "RERANKER_BULK_BYTES", 5_000_000, minimum=10_000),
+            ),
         )
         settings.validate()
         return settings
+
+    @property
+    def opensearch_store(self) -> OpenSearchSettings | None:
+        """The cluster settings with their hosts, when the OpenSearch store is selected."""
+        if not self.opensearch_url:
+            return None
+        hosts = tuple(host.strip() for host in self.opensearch_url.split(",") if host.strip())
+        from dataclasses import replace
+
+        return replace(self.opensearch, hosts=hosts)
 
     def validate(self) -> None:
         if self.k < 1:
@@ -95,3 +250,32 @@ class Settings:
             raise ConfigError(f"window must be >= 1, got {self.window}")
         if not 0.0 <= self.fusion_weight <= 1.0:
             raise ConfigError(f"fusion weight must lie in [0, 1], got {self.fusion_weight}")
+        if self.index_workers < 1:
+            raise ConfigError(f"index workers must be >= 1, got {self.index_workers}")
+        cluster = self.opensearch_store
+        if cluster is not None:
+            cluster.validate()
+
+
+def read_config_file(path: Path) -> dict[str, str]:
+    """The TOML config file as environment-style strings. Raises ConfigError."""
+    try:
+        with path.open("rb") as handle:
+            raw = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    values: dict[str, str] = {}
+    for key, value in raw.items():
+        if key not in ENVIRONMENT or key == "RERANKER_CONFIG":
+            raise ConfigError(f"config file {path}: unknown key {key!r} (known: see `reranker config`)")
+        if isinstance(value, bool):
+            values[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            values[key] = str(value)
+        elif isinstance(value, list) and key == "OPENSEARCH_URL" and all(isinstance(v, str) for v in value):
+            values[key] = ",".join(value)
+        else:
+            raise ConfigError(f"config file {path}: {key} must be a string, number or boolean")
+    return values

@@ -16,6 +16,7 @@ Sources ("specs"):
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -52,10 +53,11 @@ class Lookup:
 class WordVectors:
     """Read-only word vectors plus the identity an index records (`info`)."""
 
-    def __init__(self, keyed_vectors: KeyedVectors, info: EmbeddingInfo) -> None:
+    def __init__(self, keyed_vectors: KeyedVectors, info: EmbeddingInfo, path: Path | None = None) -> None:
         self._kv = keyed_vectors
         self._index = keyed_vectors.key_to_index
         self.info = info
+        self.path = path  # the native file, when loaded from one (worker processes reopen it)
 
     @property
     def dim(self) -> int:
@@ -142,18 +144,35 @@ def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
     target = cache_dir / f"{source.stem}-{key.hexdigest()[:16]}.kv"
     meta_path = target.with_suffix(".json")
     if not (target.exists() and meta_path.exists()):
-        log.info("converting %s word vectors %s (once) into %s", fmt, source, target)
-        keyed = _read_source(fmt, path)
-        info = EmbeddingInfo(
-            name=BUILTIN_GLOVE if path is None else source.name,
-            dim=int(keyed.vector_size),
-            checksum=_file_checksum(source),
-        )
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        keyed.save(str(target))
-        meta_path.write_text(json.dumps(info.__dict__), encoding="utf-8")
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            lock = (cache_dir / ".convert.lock").open("w")
+        except OSError as exc:
+            raise VectorsError(f"cannot write converted word vectors to {cache_dir}: {exc.strerror}") from None
+        # Several processes (gunicorn workers, an indexing job) may start at once: one
+        # converts, the others wait and then open its result. The metadata file, written
+        # last, marks a finished conversion.
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target.exists() and meta_path.exists()):
+                log.info("converting %s word vectors %s (once) into %s", fmt, source, target)
+                keyed = _read_source(fmt, path)
+                info = EmbeddingInfo(
+                    name=BUILTIN_GLOVE if path is None else source.name,
+                    dim=int(keyed.vector_size),
+                    checksum=_file_checksum(source),
+                )
+                keyed.save(str(target))
+                partial = meta_path.with_suffix(".json.partial")
+                partial.write_text(json.dumps(info.__dict__), encoding="utf-8")
+                partial.replace(meta_path)
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     return _open_native(target, name=meta["name"], checksum=meta["checksum"])
+
+
+def open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
+    """Reopen vectors another process loaded (`WordVectors.path` and `.info`)."""
+    return _open_native(path, name=info.name, checksum=info.checksum)
 
 
 def _open_native(path: Path, name: str, checksum: str) -> WordVectors:
@@ -165,7 +184,7 @@ def _open_native(path: Path, name: str, checksum: str) -> WordVectors:
         keyed = getattr(keyed, "wv", None)
         if not isinstance(keyed, KeyedVectors):
             raise VectorsError(f"{path} holds no word vectors")
-    return WordVectors(keyed, EmbeddingInfo(name=name, dim=int(keyed.vector_size), checksum=checksum))
+    return WordVectors(keyed, EmbeddingInfo(name=name, dim=int(keyed.vector_size), checksum=checksum), path)
 
 
 def _read_source(fmt: str, path: Path | None) -> KeyedVectors:

@@ -33,6 +33,14 @@ class StoreError(RerankerError):
     """The document store failed (unreadable file, unreachable cluster, bad schema)."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached (cluster down, refused connection, timeout)."""
+
+
+class IndexNotFoundError(StoreError):
+    """The index or alias the settings name does not exist (nothing indexed yet)."""
+
+
 class IndexMismatchError(StoreError):
     """The index was built with other word vectors or another K than the caller uses."""
 

@@ -1,8 +1,10 @@
 """The write path: corpus lines -> documents -> word vectors -> topics -> store.
 
-Indexing is resumable and idempotent: documents are written in batches, each batch in
-one transaction, and a document whose id is already stored with the same content is
-not recomputed. Bad lines are reported with their file and line number and skipped;
+Indexing is resumable and idempotent: documents are written in batches (each batch one
+transaction in the embedded store, one or more bulk requests in OpenSearch), and a
+document whose id is already stored with the same content is not recomputed. Topic
+extraction can run in worker processes, one batch ahead of the writes. Bad lines, and
+documents the store refuses, are reported with their file and line number and skipped;
 nothing already indexed is touched by them.
 """
 
@@ -11,21 +13,28 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
-from reranker.embeddings import WordVectors
+from reranker.embeddings import WordVectors, open_native
 from reranker.errors import InputError
 from reranker.store import IndexInfo, Store
 from reranker.text import tokenize
 from reranker.topics import extract_topics
-from reranker.types import DocTopics, Document, StoredDocument
+from reranker.types import DocTopics, Document, EmbeddingInfo, StoredDocument
 
 log = logging.getLogger(__name__)
 
+# A batch is read, checked against the stored content hashes, extracted and written
+# together (one transaction in the embedded store); it closes at whichever limit comes first.
 BATCH_SIZE = 64
+BATCH_BYTES = 4_000_000
+# Below this corpus size, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 2_000_000
 
 
 class ProgressLike(Protocol):
@@ -52,6 +61,7 @@ class IndexReport:
     skipped: tuple[Skipped, ...]
     total_documents: int  # in the store afterwards
     seconds: float
+    published: object = None  # what Store.publish() reported (an alias swap, for OpenSearch)
 
 
 def parse_document(line: str, location: str) -> Document:
@@ -125,6 +135,63 @@ def document_topics(
     return DocTopics(topics, importances), len(tokens) - oov, oov
 
 
+class TopicExtractor:
+    """Topics for batches of documents, in this process or in a pool of workers.
+
+    With `workers` > 1, batches go to spawned processes that reopen the same memory-mapped
+    vectors (no copy); `submit` returns at once, so the caller writes the previous batch
+    while this one is computed.
+    """
+
+    def __init__(self, vectors: WordVectors, k: int, stopwords: frozenset[str] | None, workers: int = 1) -> None:
+        self.vectors, self.k, self.stopwords = vectors, k, stopwords
+        self.workers = workers if vectors.path is not None else 1
+        self._pool: ProcessPoolExecutor | None = None
+        if self.workers > 1:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(vectors.path, vectors.info, k, stopwords),
+            )
+
+    def submit(self, documents: list[Document]) -> Callable[[], list[tuple[DocTopics, int, int]]]:
+        """Start on `documents`; the returned function waits for their results, in order."""
+        if self._pool is None or len(documents) < 2:
+            results = [document_topics(doc, self.vectors, self.k, self.stopwords) for doc in documents]
+            return lambda: results
+        size = -(-len(documents) // (self.workers * 2))
+        futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
+        return lambda: [result for future in futures for result in future.result()]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "TopicExtractor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_WORKER: tuple[WordVectors, int, frozenset[str] | None] | None = None
+
+
+def _init_worker(path: Path, info: EmbeddingInfo, k: int, stopwords: frozenset[str] | None) -> None:
+    global _WORKER
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+    _WORKER = (open_native(path, info), k, stopwords)
+
+
+def _worker_topics(documents: list[Document]) -> list[tuple[DocTopics, int, int]]:
+    assert _WORKER is not None, "worker not initialised"
+    vectors, k, stopwords = _WORKER
+    return [document_topics(doc, vectors, k, stopwords) for doc in documents]
+
+
 def index_documents(
     records: Iterable[tuple[str, Document | Skipped, int]],
     store: Store,
@@ -134,49 +201,85 @@ def index_documents(
     stopwords: frozenset[str] | None = None,
     rebuild: bool = False,
     progress: ProgressLike | None = None,
+    workers: int = 1,
 ) -> IndexReport:
-    """Index `records` (as `read_corpus` yields them) into `store`.
+    """Index `records` (as `read_corpus` yields them) into `store`, then publish.
 
     Raises IndexMismatchError when the store holds documents built with other vectors or
-    another K and `rebuild` is False.
+    another K and `rebuild` is False. Documents the store refuses are reported in
+    `skipped` with its reason; everything else is written.
     """
     started = time.perf_counter()
     store.initialise(IndexInfo(embedding=vectors.info, k=k), rebuild=rebuild)
     skipped: list[Skipped] = []
     indexed = unchanged = 0
-    batch: list[tuple[str, Document]] = []
 
-    def flush() -> None:
-        nonlocal indexed, unchanged
+    def prepare(batch: list[tuple[str, Document]]) -> tuple[list[tuple[str, Document, str]], Callable[[], list[tuple[DocTopics, int, int]]]]:
+        """Drop unchanged documents, start topic extraction for the rest."""
+        nonlocal unchanged
         stored_hashes = store.content_hashes([doc.id for _, doc in batch])
-        ready: dict[str, StoredDocument] = {}
-        for location, doc in batch:
+        # A later line with the same id replaces an earlier one, as in the store.
+        latest = {doc.id: (location, doc) for location, doc in batch}
+        todo: list[tuple[str, Document, str]] = []
+        for location, doc in latest.values():
             digest = content_hash(doc)
-            if stored_hashes.get(doc.id) == digest and doc.id not in ready:
+            if stored_hashes.get(doc.id) == digest:
                 unchanged += 1
-                continue
-            doc_topics, n_tokens, n_oov = document_topics(doc, vectors, k, stopwords)
+            else:
+                todo.append((location, doc, digest))
+        return todo, extractor.submit([doc for _, doc, _ in todo])
+
+    def write(todo: list[tuple[str, Document, str]], results: list[tuple[DocTopics, int, int]]) -> None:
+        nonlocal indexed
+        ready: list[StoredDocument] = []
+        locations: dict[str, str] = {}
+        for (location, doc, digest), (doc_topics, n_tokens, n_oov) in zip(todo, results):
             if doc_topics.k == 0:
                 reason = "no in-vocabulary words" + (f" ({n_oov} out-of-vocabulary)" if n_oov else "")
                 skipped.append(Skipped(location, doc.id, reason))
                 continue
-            # A later line with the same id replaces an earlier one, as in the store.
-            ready[doc.id] = StoredDocument(doc, doc_topics, digest, n_tokens, n_oov)
-        store.upsert(list(ready.values()))
-        indexed += len(ready)
-        batch.clear()
+            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov))
+            locations[doc.id] = location
+        failures = store.upsert(ready) if ready else []
+        for failure in failures:
+            skipped.append(Skipped(locations.get(failure.doc_id, "?"), failure.doc_id, failure.reason))
+        indexed += len(ready) - len(failures)
 
-    for location, item, size in records:
-        if isinstance(item, Skipped):
-            skipped.append(item)
-        else:
-            batch.append((location, item))
-            if len(batch) >= BATCH_SIZE:
-                flush()
-        if progress is not None:
-            progress.update(size)
-    if batch:
+    batch: list[tuple[str, Document]] = []
+    in_flight: tuple[list[tuple[str, Document, str]], Callable[[], list[tuple[DocTopics, int, int]]]] | None = None
+    with TopicExtractor(vectors, k, stopwords, workers) as extractor:
+
+        def flush() -> None:
+            # Extraction of this batch runs while the previous one is written.
+            nonlocal in_flight
+            submitted = prepare(batch) if batch else None
+            batch.clear()
+            if in_flight is not None:
+                todo, results = in_flight
+                write(todo, results())
+            in_flight = submitted
+
+        batch_bytes = 0
+        try:
+            for location, item, size in records:
+                if isinstance(item, Skipped):
+                    skipped.append(item)
+                else:
+                    batch.append((location, item))
+                    batch_bytes += size
+                    if len(batch) >= BATCH_SIZE or batch_bytes >= BATCH_BYTES:
+                        flush()
+                        batch_bytes = 0
+                if progress is not None:
+                    progress.update(size)
+        except KeyboardInterrupt:
+            # Keep the batch whose topics are already computed; the rest resumes next run.
+            if in_flight is not None:
+                write(in_flight[0], in_flight[1]())
+            raise
         flush()
+        flush()
+    published = store.publish()
     for item in skipped:
         log.warning("skipped %s%s: %s", item.location, f" ({item.doc_id})" if item.doc_id else "", item.reason)
     return IndexReport(
@@ -185,6 +288,7 @@ def index_documents(
         skipped=tuple(skipped),
         total_documents=store.count(),
         seconds=time.perf_counter() - started,
+        published=published,
     )
 
 
@@ -197,8 +301,12 @@ def index_corpus(
     stopwords: frozenset[str] | None = None,
     rebuild: bool = False,
     show_progress: bool = True,
+    workers: int = 1,
 ) -> IndexReport:
-    """Index a JSONL corpus file, with a progress bar over its bytes on stderr."""
+    """Index a JSONL corpus file, with a progress bar over its bytes on stderr.
+
+    `workers` topic-extraction processes are used for corpora of PARALLEL_MIN_BYTES and up.
+    """
     from tqdm import tqdm
 
     if not path.is_file():
@@ -212,6 +320,13 @@ def index_corpus(
         leave=False,
     ) as bar:
         return index_documents(
-            read_corpus(path), store, vectors, k, stopwords=stopwords, rebuild=rebuild, progress=bar
+            read_corpus(path),
+            store,
+            vectors,
+            k,
+            stopwords=stopwords,
+            rebuild=rebuild,
+            progress=bar,
+            workers=workers if path.stat().st_size >= PARALLEL_MIN_BYTES else 1,
         )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -24,9 +24,32 @@ from reranker.rankers import (
 from reranker.store import Store
 from reranker.text import tokenize
 from reranker.topics import Variant, best_aligned, topic_contributions, topic_relevance
-from reranker.types import Query, RankedDoc, SearchResult, TopicExplanation
+from reranker.types import Filter, Query, RankedDoc, SearchResult, TopicExplanation
+
+if TYPE_CHECKING:
+    from reranker.config import Settings
 
 EXPLAIN_WORDS = 5
+
+
+def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors], str] | None = None) -> "Engine":
+    """Vectors, store and stop list as `settings` say.
+
+    `store_name` (see `open_store`) may depend on the vectors: evaluation keeps one index
+    per data set and vectors.
+    """
+    from reranker.embeddings import load_vectors
+    from reranker.store import open_store
+    from reranker.text import load_stopwords
+
+    vectors = load_vectors(settings.vectors, settings.data_dir / "vectors")
+    store = open_store(settings, store_name(vectors) if callable(store_name) else store_name)
+    return Engine(
+        store=store,
+        vectors=vectors,
+        stopwords=load_stopwords(settings.stopwords_file),
+        ranker_options=RankerOptions(fusion_weight=settings.fusion_weight),
+    )
 
 
 @dataclass
@@ -49,9 +72,9 @@ class Engine:
         lookup = self.vectors.lookup(tokens)
         return Query(text=text, words=lookup.words, vectors=lookup.vectors, oov=lookup.oov)
 
-    def window(self, query: Query, size: int) -> CandidateSet:
-        """The BM25 top-`size` for the query and their topics."""
-        candidates = tuple(self.store.bm25(query.text, size))
+    def window(self, query: Query, size: int, filters: Sequence[Filter] = ()) -> CandidateSet:
+        """The BM25 top-`size` for the query (passing `filters`) and their topics."""
+        candidates = tuple(self.store.bm25(query.text, size, filters))
         topics = self.store.topics([c.doc_id for c in candidates])
         return CandidateSet(candidates=candidates, topics=topics)
 
@@ -76,13 +99,14 @@ class Engine:
         window: int = 100,
         size: int = 10,
         explain: bool = False,
+        filters: Sequence[Filter] = (),
     ) -> SearchResult:
-        """BM25 top-`window`, reranked by `ranker_name`; the first `size` hits."""
+        """BM25 top-`window` (passing `filters`), reranked by `ranker_name`; the first `size` hits."""
         ranker = get_ranker(ranker_name, self.ranker_options)
         self.check_index()
         started = time.perf_counter()
         query = self.query(text)
-        candidates = self.window(query, window)
+        candidates = self.window(query, window, filters)
         retrieved = time.perf_counter()
         order, scores = self.rerank(query, candidates, ranker)
         order = order[:size]

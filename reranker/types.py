@@ -91,6 +91,29 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class WriteFailure:
+    """A document a store did not write, and why (the cluster's reason, or ours)."""
+
+    doc_id: str
+    reason: str
+
+
+FILTER_OPS = ("eq", "gt", "gte", "lt", "lte")
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A restriction on the BM25 candidates: `field` equals, or lies above/below, `value`.
+
+    Strings compare exactly (a text field is matched on its keyword sub-field).
+    """
+
+    field: str
+    op: str  # one of FILTER_OPS
+    value: str | int | float | bool
+
+
+@dataclass(frozen=True)
 class TopicBatch:
     """Topics of N candidates stacked for one batched scoring call.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from importlib import resources
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any, Iterable
 import pytest
 from hypothesis import settings
 
+from reranker.cli import main
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.pipeline import Engine
 from reranker.store.embedded import EmbeddedStore
@@ -41,6 +43,22 @@ def vectors_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def glove(vectors_cache: Path) -> WordVectors:
     """The bundled GloVe 6B 50-d vectors, converted once per test session."""
     return load_vectors("glove-6b-50d", vectors_cache)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
+    """A fresh data dir that reuses the session's converted GloVe vectors."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    (directory / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    return directory
+
+
+def run(data_dir: Path, *argv: str) -> tuple[int, str]:
+    """`reranker --data-dir DATA_DIR ARGV...` in-process: (exit code, standard output)."""
+    out = io.StringIO()
+    code = main(["--data-dir", str(data_dir), *argv], stdout=out)
+    return code, out.getvalue()
 
 
 @pytest.fixture

@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, write_jsonl
-from reranker.cli import main
+from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
 from reranker.evaluation import metric_names
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
-    """A fresh data dir that reuses the session's converted GloVe vectors."""
-    directory = tmp_path / "data"
-    directory.mkdir()
-    (directory / "vectors").symlink_to(vectors_cache, target_is_directory=True)
-    return directory
-
-
-def run(data_dir: Path, *argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(["--data-dir", str(data_dir), *argv], stdout=out)
-    return code, out.getvalue()
 
 
 def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
@@ -126,11 +109,6 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--window", "0")
     assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
-
-
-def test_the_opensearch_url_is_refused_clearly_until_that_store_exists(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(data_dir, "--opensearch-url", "http://localhost:9200", "search", "ships")[0] == 2
-    assert "OpenSearch store is not available" in capsys.readouterr().err
 
 
 def test_a_query_index_mismatch_is_an_error(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,20 +1,22 @@
 """The seam in front of storage.
 
 Everything above this package talks to a `Store`. The embedded store (SQLite FTS5 for
-BM25, topic matrices as float32 blobs) is the default; an OpenSearch store with the same
-interface is selected by `Settings.opensearch_url`.
+BM25, topic matrices as float32 blobs) is the default; the OpenSearch store (BM25 from
+the cluster, topic matrices as base64 `binary` fields) is selected by
+`Settings.opensearch_url`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
 from reranker.config import Settings
-from reranker.errors import ConfigError, IndexMismatchError
+from reranker.errors import IndexMismatchError
 from reranker.text import load_stopwords
-from reranker.types import Candidate, Document, EmbeddingInfo, StoredDocument, TopicBatch
+from reranker.types import Candidate, Document, EmbeddingInfo, Filter, StoredDocument, TopicBatch, WriteFailure
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,16 @@ class Store(Protocol):
         """
         ...
 
-    def upsert(self, documents: Sequence[StoredDocument]) -> None:
-        """Write documents; an id already present is replaced, never duplicated."""
+    def upsert(self, documents: Sequence[StoredDocument]) -> list[WriteFailure]:
+        """Write documents; an id already present is replaced, never duplicated.
+
+        Returns the documents that were refused, with the reason; the others are written.
+        """
+        ...
+
+    def publish(self) -> object:
+        """Make what this run wrote visible to readers (the OpenSearch store swaps its
+        alias to a rebuilt index here; the embedded store's writes are visible at once)."""
         ...
 
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
@@ -65,8 +75,9 @@ class Store(Protocol):
 
     def count(self) -> int: ...
 
-    def bm25(self, query: str, size: int) -> list[Candidate]:
-        """The `size` best BM25 matches for the free-text `query`, best first."""
+    def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
+        """The `size` best BM25 matches for the free-text `query` that pass `filters`,
+        best first."""
         ...
 
     def topics(self, doc_ids: Sequence[str]) -> TopicBatch:
@@ -83,16 +94,23 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def open_store(settings: Settings, path: Path | None = None) -> Store:
+def open_store(settings: Settings, name: str | None = None) -> Store:
     """The store `settings` select: OpenSearch when a URL is set, else the embedded one.
 
-    `path` overrides the embedded store's location (evaluation keeps one per data set).
+    `name` picks a separate index beside the default one (the demo's, an evaluation's):
+    `<data_dir>/<name>` for the embedded store, alias `<RERANKER_INDEX>-<name>` in OpenSearch.
     """
-    if settings.opensearch_url:
-        raise ConfigError(
-            "the OpenSearch store is not available in this version yet; "
-            "unset OPENSEARCH_URL / --opensearch-url to use the embedded store"
-        )
+    stopwords = load_stopwords(settings.stopwords_file)
+    cluster = settings.opensearch_store
+    if cluster is not None:
+        from dataclasses import replace
+
+        from reranker.store.opensearch import OpenSearchStore
+
+        if name is not None:
+            suffix = re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-.")
+            cluster = replace(cluster, alias=f"{cluster.alias}-{suffix}")
+        return OpenSearchStore(cluster, stopwords)
     from reranker.store.embedded import EmbeddedStore
 
-    return EmbeddedStore(path or settings.data_dir / "index", load_stopwords(settings.stopwords_file))
+    return EmbeddedStore(settings.data_dir / (name or "index"), stopwords)

@@ -19,7 +19,7 @@ import numpy as np
 from reranker.errors import IndexMismatchError, StoreError
 from reranker.store import IndexInfo
 from reranker.text import tokenize
-from reranker.types import Candidate, Document, EmbeddingInfo, StoredDocument, TopicBatch
+from reranker.types import Candidate, Document, EmbeddingInfo, Filter, StoredDocument, TopicBatch, WriteFailure
 
 SCHEMA_VERSION = "1"
 _FLOAT32 = np.dtype("<f4")
@@ -101,7 +101,7 @@ class EmbeddedStore:
 
     # --- the write path -------------------------------------------------------------
 
-    def upsert(self, documents: Sequence[StoredDocument]) -> None:
+    def upsert(self, documents: Sequence[StoredDocument]) -> list[WriteFailure]:
         info = self.index_info()
         if info is None:
             raise StoreError("the store is not initialised: call initialise() first")
@@ -114,6 +114,10 @@ class EmbeddedStore:
                     )
                 self._delete(stored.document.id)
                 self._insert(stored)
+        return []
+
+    def publish(self) -> None:
+        """Nothing to do: a committed batch is already visible."""
 
     def _delete(self, doc_id: str) -> None:
         row = self._db.execute(
@@ -164,7 +168,7 @@ class EmbeddedStore:
 
     # --- the read path --------------------------------------------------------------
 
-    def bm25(self, query: str, size: int) -> list[Candidate]:
+    def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         # Repeated query words stay repeated: FTS5 then weighs them more, like a query
         # term frequency (nDCG@10 0.692 -> 0.709 on CL-SciSumm's summaries, measured).
         terms = tokenize(query, self._stopwords)
@@ -172,12 +176,13 @@ class EmbeddedStore:
             return []
         # Quoted terms: FTS5 treats them as plain tokens whatever characters they hold.
         match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        where, params = _filter_sql(filters)
         try:
             rows = self._db.execute(
                 "SELECT docs.id, docs.title, bm25(docs_fts, ?, ?) AS rank "
                 "FROM docs_fts JOIN docs ON docs.rowid = docs_fts.rowid "
-                "WHERE docs_fts MATCH ? ORDER BY rank, docs.id LIMIT ?",
-                (*_BM25_WEIGHTS, match, size),
+                f"WHERE docs_fts MATCH ?{where} ORDER BY rank, docs.id LIMIT ?",
+                (*_BM25_WEIGHTS, match, *params, size),
             ).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"BM25 search failed: {exc}") from None
@@ -236,6 +241,21 @@ class EmbeddedStore:
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"cannot write to the embedded store: {exc}") from None
             raise
+
+
+_SQL_OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+def _filter_sql(filters: Sequence[Filter]) -> tuple[str, list[object]]:
+    """" AND ..." conditions on the title or a metadata field (from the JSON `fields`)."""
+    where, params = "", []
+    for item in filters:
+        column = "docs.title" if item.field == "title" else "json_extract(docs.fields, ?)"
+        if item.field != "title":
+            params.append('$."' + item.field.replace('"', '""') + '"')
+        where += f" AND {column} {_SQL_OPS[item.op]} ?"
+        params.append(item.value)
+    return where, params
 
 
 def _chunks(items: Sequence[str], size: int = 500) -> list[list[str]]:

@@ -1,0 +1,804 @@
+"""The OpenSearch store: BM25 from the cluster, topic matrices beside the text.
+
+Layout (see index_templates/ and the README's "Against a real OpenSearch"):
+
+- Documents live in versioned indices `ALIAS-v000001`, `ALIAS-v000002`, ... and are read
+  through the alias. `initialise(rebuild=True)` starts a new version; `publish()` swaps
+  the alias to it in one `_aliases` call, and the previous version is kept until
+  `delete_index` is asked for. An unfinished build (interrupted) is resumed, not restarted.
+- Each index's mapping `_meta.reranker` records the word vectors (name, d, sha256), K and
+  the topic dtype; a query with other vectors is refused (IndexMismatchError).
+- A document's topics are one `binary` field: base64 of the row-major little-endian
+  K x d matrix (float32, or float16 on request). Decoding 100 of them is one b64decode
+  per document and one `frombuffer` for all; as JSON float arrays the same costs 15-20x
+  more (bench/bench_opensearch.py measures both).
+
+The client is created on first use and again after a fork, so a gunicorn worker never
+shares a connection pool with its parent. Credentials never reach a log or a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from reranker.config import OpenSearchSettings
+from reranker.errors import (
+    IndexMismatchError,
+    IndexNotFoundError,
+    InputError,
+    StoreError,
+    StoreUnavailableError,
+)
+from reranker.store import IndexInfo
+from reranker.store.templates import Templates, load_templates
+from reranker.text import tokenize
+from reranker.types import (
+    Candidate,
+    Document,
+    EmbeddingInfo,
+    Filter,
+    StoredDocument,
+    TopicBatch,
+    WriteFailure,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+# Top-level source fields the store itself writes; a corpus field may not reuse them.
+RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "indexed"})
+# Lucene's default limit on clauses in one boolean query is 1,024; a multi_match query
+# has one clause per query token per field.
+MAX_QUERY_CLAUSES = 1000
+# Statuses worth another try after a pause: overload, gateway trouble, no connection.
+RETRYABLE = frozenset({429, 502, 503, 504, "N/A"})
+_RAISE = object()
+_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+
+
+@dataclass(frozen=True)
+class IndexVersion:
+    """One versioned index behind (or formerly behind) the alias."""
+
+    name: str
+    documents: int
+    aliased: bool
+    state: str  # "building" | "ready" | "unknown" (not made by this package)
+    info: IndexInfo | None
+    topic_dtype: str | None
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What `publish()` did: the alias now points at `current`."""
+
+    current: str
+    previous: tuple[str, ...]
+    swapped: bool
+
+
+# --- encoding --------------------------------------------------------------------------
+
+
+def encode_matrix(matrix: np.ndarray, dtype: str = "float32") -> str:
+    """A K x d matrix -> base64 of its row-major little-endian bytes."""
+    data = np.ascontiguousarray(matrix, dtype=_DTYPES[dtype]).tobytes()
+    return base64.b64encode(data).decode("ascii")
+
+
+def decode_topics(
+    sources: Sequence[dict[str, Any] | None], dim: int, dtype: str = "float32"
+) -> tuple[np.ndarray, np.ndarray]:
+    """`hidden_topics` objects (None: not found) -> padded (N, k_max, d) topics, (N, k_max).
+
+    One b64decode per document, then a single frombuffer and one masked assignment for
+    the whole batch. A document whose matrix does not match its K and d (or the index's
+    d) is logged and gets zero topics, so it scores 0 instead of failing the query.
+    """
+    item = _DTYPES[dtype].itemsize
+    ks = np.zeros(len(sources), dtype=np.int64)
+    blobs: list[bytes] = []
+    weights: list[list[float]] = []
+    for row, source in enumerate(sources):
+        if not source:
+            continue
+        try:
+            k, d = int(source["k"]), int(source["d"])
+            blob = base64.b64decode(source["matrix"], validate=True)
+            importances = source["importances"]
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("ignoring unreadable topics of document %d in a batch: %s", row, exc)
+            continue
+        if d != dim or len(blob) != k * d * item or len(importances) != k:
+            log.warning("ignoring topics of shape %dx%d (%d bytes) where d=%d was expected", k, d, len(blob), dim)
+            continue
+        ks[row] = k
+        blobs.append(blob)
+        weights.append(importances)
+    k_max = int(ks.max()) if len(ks) else 0
+    topics = np.zeros((len(sources), k_max, dim), dtype=np.float32)
+    importances_out = np.zeros((len(sources), k_max), dtype=np.float32)
+    if k_max:
+        mask = np.arange(k_max)[None, :] < ks[:, None]
+        topics[mask] = np.frombuffer(b"".join(blobs), dtype=_DTYPES[dtype]).reshape(-1, dim)
+        importances_out[mask] = np.fromiter(chain.from_iterable(weights), dtype=np.float32, count=int(ks.sum()))
+    return topics, importances_out
+
+
+def document_source(stored: StoredDocument, dtype: str = "float32") -> dict[str, Any]:
+    """The `_source` written for one document (what index_templates/ maps)."""
+    doc, topics = stored.document, stored.doc_topics
+    source: dict[str, Any] = {"title": doc.title, "body": doc.text}
+    for name, value in doc.fields.items():
+        if value is not None:
+            source[name] = value
+    source["hidden_topics"] = {
+        "matrix": encode_matrix(topics.topics, dtype),
+        "k": topics.k,
+        "d": int(topics.topics.shape[1]),
+        "importances": [float(x) for x in topics.importances],
+    }
+    source["indexed"] = {
+        "content_hash": stored.content_hash,
+        "n_tokens": stored.n_tokens,
+        "n_oov": stored.n_oov,
+    }
+    return source
+
+
+def field_mapping(value: Any) -> dict[str, Any] | None:
+    """The mapping of a corpus field first seen with `value` (None: cannot tell yet)."""
+    if isinstance(value, list):
+        first = next((item for item in value if item is not None), None)
+        return None if first is None else field_mapping(first)
+    if isinstance(value, bool):
+        return {"type": "boolean"}
+    if isinstance(value, int):
+        return {"type": "long"}
+    if isinstance(value, float):
+        return {"type": "double"}
+    if isinstance(value, str):
+        # Searchable as English text, filterable exactly through `NAME.raw`.
+        return {
+            "type": "text",
+            "analyzer": "english",
+            "fields": {"raw": {"type": "keyword", "ignore_above": 256}},
+        }
+    if isinstance(value, dict):
+        return {"type": "object", "enabled": False}  # kept in _source, not searched
+    return None
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+class OpenSearchStore:
+    """A `Store` over an OpenSearch (or compatible) cluster."""
+
+    def __init__(
+        self,
+        config: OpenSearchSettings,
+        stopwords: frozenset[str] | None = None,
+        *,
+        templates: Templates | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.alias = config.alias
+        self._stopwords = stopwords
+        self._templates = templates
+        self._sleep = sleep
+        self._client: Any = None
+        self._client_pid: int | None = None
+        self._info: IndexInfo | None = None
+        self._target: str | None = None  # the index this process writes to
+        self._target_fresh = False  # the target is a new version awaiting publish()
+        self._properties: dict[str, dict[str, Any]] = {}  # mapping of the target/alias index
+        self._properties_of: str | None = None
+
+    # --- the client ----------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The opensearch-py client of this process (created lazily, again after fork)."""
+        if self._client is None or self._client_pid != os.getpid():
+            self._client = make_client(self.config)
+            self._client_pid = os.getpid()
+        return self._client
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, not_found: Any = _RAISE, **kwargs: Any) -> Any:
+        """Run one client call; cluster failures become StoreErrors that say what to do.
+
+        `not_found`, when given, is returned for a 404 instead of raising.
+        """
+        from opensearchpy import exceptions as ose
+
+        try:
+            return fn(*args, **kwargs)
+        except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
+            raise StoreUnavailableError(
+                f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {_reason(exc)}"
+            ) from None
+        except ose.AuthenticationException:
+            raise StoreError(
+                f"OpenSearch at {self.config.display_hosts} refused the credentials ({what}): "
+                "check OPENSEARCH_USERNAME/OPENSEARCH_PASSWORD or OPENSEARCH_API_KEY"
+            ) from None
+        except ose.AuthorizationException as exc:
+            raise StoreError(f"OpenSearch denied {what}: {_reason(exc)} (the user lacks a permission)") from None
+        except ose.NotFoundError as exc:
+            if not_found is not _RAISE:
+                return not_found
+            if exc.error == "index_not_found_exception":
+                raise IndexNotFoundError(
+                    f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
+                    "run `reranker index CORPUS.jsonl` first (or set RERANKER_INDEX)"
+                ) from None
+            raise StoreError(f"OpenSearch {what} failed: {_reason(exc)}") from None
+        except ose.TransportError as exc:
+            raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {_reason(exc)}") from None
+
+    # --- templates and versions ----------------------------------------------------------
+
+    @property
+    def templates(self) -> Templates:
+        if self._templates is None:
+            self._templates = load_templates()
+        return self._templates
+
+    def install_templates(self) -> list[str]:
+        """PUT the component and index templates (for this alias); returns their names."""
+        names = []
+        for name, body in self.templates.components.items():
+            self._call(f"installing component template {name}", self.client.cluster.put_component_template, name=name, body=body)
+            names.append(name)
+        name, body = self.templates.index_template_for(self.alias)
+        self._call(f"installing index template {name}", self.client.indices.put_index_template, name=name, body=body)
+        names.append(name)
+        return names
+
+    def _ensure_templates(self) -> None:
+        """Install the templates when missing or older than this package's."""
+        name, body = self.templates.index_template_for(self.alias)
+        found = self._call("reading index templates", self.client.indices.get_index_template, name=name, not_found={})
+        templates = found.get("index_templates") or [{}]
+        installed = templates[0].get("index_template", {}).get("version", 0)
+        if installed < body.get("version", 0):
+            log.info("installing index templates for %s (version %s)", self.alias, body.get("version"))
+            self.install_templates()
+
+    def _alias_indices(self) -> list[str]:
+        """The indices the alias points at (none when there is no alias yet)."""
+        return sorted(self._call("reading the alias", self.client.indices.get_alias, name=self.alias, not_found={}))
+
+    def _alias_index(self) -> str | None:
+        """The index the alias points at, or None when there is no alias yet."""
+        names = self._alias_indices()
+        if not names:
+            return None
+        if len(names) != 1:
+            raise StoreError(
+                f"alias {self.alias!r} points at {len(names)} indices ({', '.join(names)}); "
+                f"point it at one: reranker indices use NAME"
+            )
+        return names[0]
+
+    def versions(self) -> list[IndexVersion]:
+        """The versioned indices of this alias, oldest first."""
+        aliased = self._alias_index()
+        pattern = re.compile(re.escape(self.alias) + r"-v\d+$")
+        found = self._call("listing indices", self.client.indices.get, index=f"{self.alias}-v*", not_found={})
+        versions = []
+        for name in sorted(found):
+            if not pattern.match(name):
+                continue
+            meta = found[name].get("mappings", {}).get("_meta", {}).get("reranker", {})
+            count = self._call("counting documents", self.client.count, index=name)["count"]
+            versions.append(
+                IndexVersion(
+                    name=name,
+                    documents=int(count),
+                    aliased=name == aliased,
+                    state=meta.get("state", "unknown"),
+                    info=_info_from_meta(meta),
+                    topic_dtype=meta.get("topic_dtype"),
+                )
+            )
+        return versions
+
+    def _meta(self, index: str) -> dict[str, Any]:
+        found = self._call("reading the index mapping", self.client.indices.get_mapping, index=index)
+        mappings = next(iter(found.values()), {}).get("mappings", {})
+        return dict(mappings.get("_meta", {}).get("reranker", {}))
+
+    def _put_meta(self, index: str, meta: dict[str, Any]) -> None:
+        # PUT _mapping replaces _meta as a whole: always write all of it.
+        self._call("updating the index metadata", self.client.indices.put_mapping, index=index, body={"_meta": {"reranker": meta}})
+
+    def _new_meta(self, info: IndexInfo, state: str) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "embedding": {"name": info.embedding.name, "dim": info.embedding.dim, "checksum": info.embedding.checksum},
+            "k": info.k,
+            "topic_dtype": self.config.topic_dtype,
+            "state": state,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    # --- the Store protocol: metadata ----------------------------------------------------
+
+    def index_info(self) -> IndexInfo | None:
+        if self._info is None:
+            index = self._target or self._alias_index()
+            if index is None:
+                return None
+            meta = self._meta(index)
+            self._info = _info_from_meta(meta)
+            if self._info is None:
+                raise StoreError(
+                    f"index {index!r} was not built by this package (its mapping has no _meta.reranker); "
+                    "point RERANKER_INDEX at a reranker index or rebuild it"
+                )
+            dtype = meta.get("topic_dtype", "float32")
+            if dtype not in _DTYPES:
+                raise StoreError(f"index {index!r} stores topics as {dtype!r}, which this version cannot read")
+            self._dtype = dtype
+        return self._info
+
+    @property
+    def topic_dtype(self) -> str:
+        self.index_info()
+        return getattr(self, "_dtype", self.config.topic_dtype)
+
+    def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
+        """Choose the index this run writes to.
+
+        Without `rebuild`, that is the alias's index (created as the first version when
+        there is none); documents become visible as they are written. With `rebuild`, a
+        new version (or an unfinished one built with the same vectors and K) that readers
+        see only after `publish()`.
+        """
+        self._info = None
+        self._ensure_templates()
+        current = self._alias_index()
+        if current is not None and not rebuild:
+            meta = self._meta(current)
+            built = _info_from_meta(meta)
+            if built is None:
+                raise StoreError(f"index {current!r} behind alias {self.alias!r} was not built by this package")
+            if self._call("counting documents", self.client.count, index=current)["count"] > 0:
+                built.check(info.embedding, info.k)
+                if meta.get("topic_dtype", "float32") != self.config.topic_dtype:
+                    raise IndexMismatchError(
+                        f"index {current!r} stores topics as {meta.get('topic_dtype')}, not "
+                        f"{self.config.topic_dtype}; rebuild it (reranker index --rebuild) to change"
+                    )
+            else:
+                self._put_meta(current, {**self._new_meta(info, "ready"), "created": meta.get("created")})
+            self._target, self._target_fresh = current, False
+            return
+        resumable = self._resumable_version(info, exclude=current)
+        if resumable is not None:
+            log.warning("resuming the unfinished build of %s (%d documents so far)", resumable.name, resumable.documents)
+            self._target = resumable.name
+        else:
+            self._target = self._create_version(info)
+        self._target_fresh = True
+
+    def _resumable_version(self, info: IndexInfo, exclude: str | None) -> IndexVersion | None:
+        for version in reversed(self.versions()):
+            if (
+                version.name != exclude
+                and version.state == "building"
+                and version.info == info
+                and version.topic_dtype == self.config.topic_dtype
+            ):
+                return version
+        return None
+
+    def _create_version(self, info: IndexInfo) -> str:
+        numbers = [int(v.name.rsplit("-v", 1)[1]) for v in self.versions()]
+        name = f"{self.alias}-v{max(numbers, default=0) + 1:06d}"
+        body = {
+            "mappings": {"_meta": {"reranker": self._new_meta(info, "building")}},
+            # No refreshes while a new version fills up; publish() refreshes once.
+            "settings": {"index": {"refresh_interval": "-1"}},
+        }
+        self._call(f"creating index {name}", self.client.indices.create, index=name, body=body)
+        log.info("created index %s", name)
+        return name
+
+    def publish(self) -> PublishResult | None:
+        """Make what this run wrote visible: swap the alias to a new version atomically."""
+        if self._target is None:
+            return None
+        target = self._target
+        if not self._target_fresh:
+            self._call("refreshing", self.client.indices.refresh, index=target)
+            return PublishResult(current=target, previous=(), swapped=False)
+        self._call("refreshing", self.client.indices.refresh, index=target)
+        documents = self._call("counting documents", self.client.count, index=target)["count"]
+        if documents == 0:
+            raise StoreError(f"the new index {target} holds no documents; the alias {self.alias!r} was left as it was")
+        previous = tuple(name for name in self._alias_indices() if name != target)
+        self._call(
+            "updating index settings", self.client.indices.put_settings, index=target,
+            body={"index": {"refresh_interval": None}},
+        )
+        meta = self._meta(target)
+        self._put_meta(target, {**meta, "state": "ready"})
+        self._swap_alias(target, previous)
+        self._target_fresh = False
+        self._info = None
+        return PublishResult(current=target, previous=previous, swapped=True)
+
+    def _swap_alias(self, target: str, previous: Sequence[str]) -> None:
+        actions: list[dict[str, Any]] = [{"remove": {"index": name, "alias": self.alias}} for name in previous]
+        actions.append({"add": {"index": target, "alias": self.alias}})
+        self._call("swapping the alias", self.client.indices.update_aliases, body={"actions": actions})
+
+    def use(self, name: str) -> PublishResult:
+        """Point the alias at an existing, finished version (a rollback or a roll-forward)."""
+        version = next((v for v in self.versions() if v.name == name), None)
+        if version is None:
+            raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
+        if version.state != "ready":
+            raise InputError(f"index {name!r} is {version.state}, not ready; finish it with `reranker index --rebuild`")
+        previous = tuple(n for n in self._alias_indices() if n != name)
+        self._swap_alias(name, previous)
+        self._info = None
+        return PublishResult(current=name, previous=previous, swapped=bool(previous))
+
+    def delete_index(self, name: str) -> None:
+        """Delete a version the alias does not point at."""
+        versions = {v.name: v for v in self.versions()}
+        if name not in versions:
+            raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
+        if versions[name].aliased:
+            raise InputError(f"index {name!r} is behind alias {self.alias!r}; point the alias elsewhere first")
+        self._call(f"deleting index {name}", self.client.indices.delete, index=name)
+
+    # --- the Store protocol: writes ------------------------------------------------------
+
+    def _require_target(self) -> str:
+        if self._target is None:
+            raise StoreError("the store is not initialised: call initialise() first")
+        return self._target
+
+    def upsert(self, documents: Sequence[StoredDocument]) -> list[WriteFailure]:
+        """Bulk-index `documents` by id; returns those the cluster (or this store) refused.
+
+        Retries, with exponential back-off, documents refused with 429 or lost to 502-504
+        and connection errors; halves the request size on 413. Raises StoreUnavailableError
+        when a whole batch still cannot reach the cluster (nothing is lost: rerun to resume).
+        """
+        target = self._require_target()
+        info = self.index_info()
+        assert info is not None
+        failures: list[WriteFailure] = []
+        actions: dict[str, dict[str, Any]] = {}
+        for stored in documents:
+            doc = stored.document
+            reserved = sorted(RESERVED_FIELDS & doc.fields.keys())
+            if reserved:
+                failures.append(WriteFailure(doc.id, f"field name(s) {', '.join(reserved)} are reserved by the reranker"))
+            elif stored.doc_topics.topics.shape[1:] != (info.embedding.dim,):
+                failures.append(WriteFailure(doc.id, f"topics of shape {stored.doc_topics.topics.shape}, the index holds d={info.embedding.dim}"))
+            else:
+                actions[doc.id] = {
+                    "_op_type": "index",
+                    "_index": target,
+                    "_id": doc.id,
+                    "_source": document_source(stored, self.topic_dtype),
+                }
+        failures.extend(self._map_new_fields(target, actions))
+        failures.extend(self._bulk(actions))
+        return failures
+
+    def _map_new_fields(self, target: str, actions: dict[str, dict[str, Any]]) -> list[WriteFailure]:
+        """Add corpus fields not in the mapping yet; drop documents whose field cannot be."""
+        properties = self._mapping_properties(target)
+        new: dict[str, dict[str, Any]] = {}
+        for action in actions.values():
+            for name, value in action["_source"].items():
+                if name not in properties and name not in new:
+                    mapping = field_mapping(value)
+                    if mapping is not None:
+                        new[name] = mapping
+        refused: dict[str, str] = {}
+        for name, mapping in new.items():
+            try:
+                self._call(f"adding field {name!r} to the mapping", self.client.indices.put_mapping, index=target, body={"properties": {name: mapping}})
+                properties[name] = mapping
+                log.info("mapped new corpus field %r as %s", name, mapping["type"])
+            except StoreUnavailableError:
+                raise
+            except StoreError as exc:
+                refused[name] = str(exc)
+        failures = []
+        for doc_id in list(actions):
+            source = actions[doc_id]["_source"]
+            bad = [name for name in source if name in refused]
+            unmappable = [name for name in source if name not in properties and source[name] is not None and field_mapping(source[name]) is None]
+            if bad or unmappable:
+                del actions[doc_id]
+                reason = refused[bad[0]] if bad else f"field {unmappable[0]!r} holds only nulls or an unsupported value"
+                failures.append(WriteFailure(doc_id, reason))
+        return failures
+
+    def _bulk(self, actions: dict[str, dict[str, Any]]) -> list[WriteFailure]:
+        from opensearchpy.helpers import streaming_bulk
+
+        pending = list(actions)
+        failures: list[WriteFailure] = []
+        chunk_bytes = self.config.bulk_bytes
+        attempt = 0
+        while pending:
+            retry: list[str] = []
+            too_large: list[str] = []
+            last_reason = ""
+            for ok, item in streaming_bulk(
+                self.client,
+                (actions[doc_id] for doc_id in pending),
+                chunk_size=1000,
+                max_chunk_bytes=chunk_bytes,
+                raise_on_error=False,
+                raise_on_exception=False,
+                max_retries=0,
+            ):
+                if ok:
+                    continue
+                result = next(iter(item.values()))
+                doc_id, status = str(result.get("_id")), result.get("status")
+                reason = _item_reason(result)
+                if status == 413:
+                    too_large.append(doc_id)
+                elif status in RETRYABLE:
+                    retry.append(doc_id)
+                    last_reason = reason
+                else:
+                    failures.append(WriteFailure(doc_id, reason))
+            if too_large and chunk_bytes > 1:
+                chunk_bytes = max(1, chunk_bytes // 2)
+                log.warning("the cluster refused a %d-byte bulk request as too large; retrying at %d bytes", chunk_bytes * 2, chunk_bytes)
+                pending = too_large + retry
+                continue
+            failures.extend(WriteFailure(doc_id, "document larger than the cluster accepts (HTTP 413)") for doc_id in too_large)
+            if not retry:
+                break
+            attempt += 1
+            if attempt > self.config.retries:
+                if len(retry) == len(pending) and last_reason.startswith("cannot reach"):
+                    raise StoreUnavailableError(
+                        f"cannot reach OpenSearch at {self.config.display_hosts} while indexing "
+                        f"(after {self.config.retries} retries); what was written is kept, rerun to resume"
+                    )
+                failures.extend(WriteFailure(doc_id, f"{last_reason} (after {self.config.retries} retries)") for doc_id in retry)
+                break
+            delay = min(30.0, 0.5 * 2 ** (attempt - 1))
+            log.warning("%d documents not written (%s); retry %d in %.1f s", len(retry), last_reason, attempt, delay)
+            self._sleep(delay)
+            pending = retry
+        return failures
+
+    def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        if not doc_ids:
+            return {}
+        index = self._target or self.alias
+        found = self._mget(index, doc_ids, includes=["indexed.content_hash"])
+        return {
+            doc["_id"]: doc["_source"]["indexed"]["content_hash"]
+            for doc in found
+            if doc.get("found") and "indexed" in doc.get("_source", {})
+        }
+
+    def count(self) -> int:
+        index = self._target or self.alias
+        return int(self._call("counting documents", self.client.count, index=index)["count"])
+
+    # --- the Store protocol: reads -------------------------------------------------------
+
+    def _mapping_properties(self, index: str) -> dict[str, dict[str, Any]]:
+        if self._properties_of != index:
+            found = self._call("reading the index mapping", self.client.indices.get_mapping, index=index)
+            self._properties = dict(next(iter(found.values()), {}).get("mappings", {}).get("properties", {}))
+            self._properties_of = index
+        return self._properties
+
+    def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
+        if size < 1 or not query.strip():
+            return []
+        fields = self.config.search_fields
+        text = query
+        tokens = tokenize(query, self._stopwords)
+        cap = max(1, MAX_QUERY_CLAUSES // len(fields))
+        if len(tokens) > cap:
+            # Keeps a very long summary under the cluster's clause limit, deterministically.
+            log.info("query has %d terms; sending its first %d", len(tokens), cap)
+            text = " ".join(tokens[:cap])
+        body: dict[str, Any] = {
+            "size": size,
+            "_source": ["title"],
+            "track_total_hits": False,
+            "query": {
+                "bool": {
+                    "must": [
+                        {
+                            "multi_match": {
+                                "query": text,
+                                "fields": [f"{name}^{boost:g}" for name, boost in fields],
+                                "type": "most_fields",
+                            }
+                        }
+                    ],
+                    "filter": [self._filter_clause(f) for f in filters],
+                }
+            },
+        }
+        found = self._call("BM25 search", self.client.search, index=self.alias, body=body)
+        return [
+            Candidate(
+                doc_id=hit["_id"],
+                bm25_score=float(hit["_score"]),
+                bm25_rank=position,
+                title=(hit.get("_source") or {}).get("title", ""),
+            )
+            for position, hit in enumerate(found["hits"]["hits"], start=1)
+        ]
+
+    def _filter_clause(self, item: Filter) -> dict[str, Any]:
+        properties = self._mapping_properties(self.alias)
+        mapping = _lookup_field(properties, item.field)
+        if mapping is None or mapping.get("index") is False or mapping.get("type") in ("binary", "object", None):
+            filterable = sorted(_filterable(properties))
+            raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(filterable)}")
+        if item.op == "eq":
+            if mapping.get("type") == "text":
+                if "raw" in mapping.get("fields", {}):
+                    return {"term": {f"{item.field}.raw": item.value}}
+                return {"match_phrase": {item.field: item.value}}
+            return {"term": {item.field: item.value}}
+        return {"range": {item.field: {item.op: item.value}}}
+
+    def _mget(self, index: str, doc_ids: Sequence[str], *, includes: list[str] | None = None, excludes: list[str] | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {}
+        if includes:
+            params["_source_includes"] = includes
+        if excludes:
+            params["_source_excludes"] = excludes
+        found = self._call("fetching documents", self.client.mget, index=index, body={"ids": list(doc_ids)}, **params)
+        return list(found["docs"])
+
+    def topics(self, doc_ids: Sequence[str]) -> TopicBatch:
+        info = self.index_info()
+        dim = info.embedding.dim if info else 0
+        if not doc_ids or info is None:
+            empty = np.zeros((len(doc_ids), 0, dim), dtype=np.float32)
+            return TopicBatch(tuple(doc_ids), empty, np.zeros((len(doc_ids), 0), dtype=np.float32))
+        docs = self._mget(self._target or self.alias, doc_ids, includes=["hidden_topics"])
+        sources = [(doc.get("_source") or {}).get("hidden_topics") if doc.get("found") else None for doc in docs]
+        topics, importances = decode_topics(sources, dim, self.topic_dtype)
+        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances)
+
+    def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
+        if not doc_ids:
+            return {}
+        docs = self._mget(self._target or self.alias, doc_ids, excludes=["hidden_topics", "indexed"])
+        found: dict[str, Document] = {}
+        for doc in docs:
+            if not doc.get("found"):
+                continue
+            source = dict(doc.get("_source") or {})
+            title, body = source.pop("title", ""), source.pop("body", "")
+            found[doc["_id"]] = Document(doc["_id"], title or "", body or "", source)
+        return found
+
+    def close(self) -> None:
+        if self._client is not None and self._client_pid == os.getpid():
+            self._client.close()
+        self._client = None
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def make_client(config: OpenSearchSettings) -> Any:
+    """An opensearch-py client for `config` (TLS verified unless told otherwise)."""
+    from opensearchpy import OpenSearch
+
+    kwargs: dict[str, Any] = {
+        "hosts": list(config.hosts),
+        "timeout": config.timeout,
+        "max_retries": config.retries,
+        "retry_on_timeout": True,
+        "verify_certs": config.verify_certs,
+        "ssl_show_warn": config.verify_certs,
+        "http_compress": False,
+    }
+    if config.ca_certs is not None:
+        kwargs["ca_certs"] = str(config.ca_certs)
+    if config.username and config.password:
+        kwargs["http_auth"] = (config.username, config.password)
+    if config.api_key:
+        kwargs["headers"] = {"Authorization": f"ApiKey {config.api_key}"}
+    return OpenSearch(**kwargs)
+
+
+def _reason(exc: Any) -> str:
+    """A short reason from an opensearch-py exception, without URLs that may carry credentials."""
+    info = getattr(exc, "info", None)
+    if isinstance(info, dict):
+        error = info.get("error")
+        if isinstance(error, dict):
+            return f"{error.get('type', 'error')}: {error.get('reason', '')}".strip()
+        if error:
+            return str(error)
+    if isinstance(info, BaseException):
+        text = str(info)
+        # urllib3 reasons end with the useful part: "... Connection refused".
+        match = re.search(r"\[Errno -?\d+\] ([^')\]]+)", text)
+        if match:
+            return match.group(1)
+        return type(info).__name__
+    error = getattr(exc, "error", None)
+    return str(error) if error else type(exc).__name__
+
+
+def _item_reason(result: dict[str, Any]) -> str:
+    """The reason a bulk item failed, as the cluster (or the transport) said it."""
+    error = result.get("error")
+    status = result.get("status")
+    if isinstance(error, dict):
+        reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
+        caused = error.get("caused_by")
+        if isinstance(caused, dict) and caused.get("reason"):
+            reason += f" ({caused['reason']})"
+        return reason
+    if status == "N/A":
+        exc = result.get("exception")
+        return f"cannot reach the cluster: {_reason(exc) if exc is not None else error}"
+    return f"HTTP {status}: {error}"
+
+
+def _info_from_meta(meta: dict[str, Any]) -> IndexInfo | None:
+    embedding = meta.get("embedding")
+    if not isinstance(embedding, dict) or "k" not in meta:
+        return None
+    try:
+        return IndexInfo(
+            embedding=EmbeddingInfo(name=str(embedding["name"]), dim=int(embedding["dim"]), checksum=str(embedding["checksum"])),
+            k=int(meta["k"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _lookup_field(properties: dict[str, Any], path: str) -> dict[str, Any] | None:
+    node: dict[str, Any] | None = {"properties": properties}
+    for part in path.split("."):
+        if node is None:
+            return None
+        node = node.get("properties", {}).get(part)
+    return node
+
+
+def _filterable(properties: dict[str, Any], prefix: str = "") -> Iterable[str]:
+    for name, mapping in properties.items():
+        if name in ("hidden_topics", "indexed"):
+            continue
+        if "properties" in mapping:
+            yield from _filterable(mapping["properties"], f"{prefix}{name}.")
+        elif mapping.get("index", True) and mapping.get("type") not in ("binary", "object"):
+            yield prefix + name
+

@@ -1,0 +1,517 @@
+"""The OpenSearch store against a real HTTP OpenSearch API (osmem-server), through opensearch-py.
+
+Every test gets its own clone of an empty in-memory cluster (the `osmem_clone` fixture of
+osmem-server's pytest plugin). Documents are few and short: the server keeps everything
+in memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import urllib.request
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from reranker.config import OpenSearchSettings
+from reranker.embeddings import WordVectors
+from reranker.errors import IndexMismatchError, IndexNotFoundError, InputError, StoreUnavailableError
+from reranker.indexing import document_topics, index_corpus, index_documents, read_corpus
+from reranker.pipeline import Engine
+from reranker.store import IndexInfo
+from reranker.store.opensearch import OpenSearchStore, decode_topics, document_source, encode_matrix
+from reranker.store.templates import load_templates
+from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
+
+from conftest import REPO, TINY_CORPUS, run, write_jsonl
+
+PAPERS = [
+    dict(TINY_CORPUS[0], year=1998, venue="Maritime Review"),
+    dict(TINY_CORPUS[1], year=2005, venue="Food Letters"),
+    dict(TINY_CORPUS[2], year=2012, venue="Games Quarterly"),
+]
+
+
+@pytest.fixture
+def cluster(osmem_clone: Any) -> OpenSearchSettings:
+    return OpenSearchSettings(hosts=(osmem_clone.url,), alias="papers", timeout=10.0, retries=2)
+
+
+@pytest.fixture
+def os_store(cluster: OpenSearchSettings) -> Iterator[OpenSearchStore]:
+    store = OpenSearchStore(cluster, sleep=lambda seconds: None)
+    yield store
+    store.close()
+
+
+def index_papers(tmp_path: Path, store: OpenSearchStore, glove: WordVectors, records: list[Any] = PAPERS, **kwargs: Any) -> Any:
+    return index_corpus(write_jsonl(tmp_path / "papers.jsonl", records), store, glove, 5, show_progress=False, **kwargs)
+
+
+def raw(store: OpenSearchStore, method: str, path: str) -> Any:
+    return store.client.transport.perform_request(method, path)
+
+
+# --- templates ---------------------------------------------------------------------------
+
+
+def test_templates_install_exactly_what_index_templates_holds(os_store: OpenSearchStore) -> None:
+    files = {path.name: json.loads(path.read_text()) for path in (REPO / "index_templates").glob("*.json")}
+    assert set(files) == {"reranker-settings.component.json", "reranker-mappings.component.json", "reranker.index-template.json"}
+    assert os_store.install_templates() == ["reranker-mappings", "reranker-settings", "reranker-papers"]
+    for name in ("reranker-settings", "reranker-mappings"):
+        installed = os_store.client.cluster.get_component_template(name=name)["component_templates"][0]
+        assert installed["component_template"]["template"] == files[f"{name}.component.json"]["template"]
+    index_template = os_store.client.indices.get_index_template(name="reranker-papers")["index_templates"][0]["index_template"]
+    expected = dict(files["reranker.index-template.json"], index_patterns=["papers-v*"])
+    assert {k: index_template[k] for k in ("index_patterns", "composed_of", "priority", "version")} == {
+        k: expected[k] for k in ("index_patterns", "composed_of", "priority", "version")
+    }
+
+
+def test_the_mapping_is_strict_english_and_stores_topics_compactly() -> None:
+    mappings = load_templates().mappings
+    properties = mappings["properties"]
+    assert mappings["dynamic"] == "strict"
+    for field in ("title", "abstract", "body"):
+        assert properties[field] == {"type": "text", "analyzer": "english"}
+    topics = properties["hidden_topics"]["properties"]
+    assert topics["matrix"] == {"type": "binary"}
+    assert topics["k"] == topics["d"] == {"type": "integer", "index": False}
+    assert topics["importances"]["index"] is False
+
+
+def test_what_the_code_writes_fits_the_mapping(glove: WordVectors) -> None:
+    doc = Document("p1", "Sailing ships", TINY_CORPUS[0]["text"], {"abstract": "Ships at sea."})
+    doc_topics, n_tokens, n_oov = document_topics(doc, glove, 5)
+    source = document_source(StoredDocument(doc, doc_topics, "h", n_tokens, n_oov))
+    properties = load_templates().mappings["properties"]
+    assert set(source) <= set(properties)
+    assert set(source["hidden_topics"]) == set(properties["hidden_topics"]["properties"])
+    assert set(source["indexed"]) == set(properties["indexed"]["properties"])
+    matrix = np.frombuffer(base64.b64decode(source["hidden_topics"]["matrix"]), dtype="<f4")
+    k, d = source["hidden_topics"]["k"], source["hidden_topics"]["d"]
+    assert (k, d) == (5, 50) and matrix.shape == (k * d,)
+    assert np.array_equal(matrix.reshape(k, d), doc_topics.topics)  # row-major, little-endian, exact
+    assert len(source["hidden_topics"]["importances"]) == k
+
+
+def test_a_new_version_gets_the_template_mapping_and_records_what_it_was_built_with(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    index_papers(tmp_path, os_store, glove)
+    mapping = os_store.client.indices.get_mapping(index="papers")
+    (name, body), = mapping.items()
+    assert name == "papers-v000001"
+    template = load_templates().mappings
+    assert body["mappings"]["dynamic"] == "strict"
+    for field, spec in template["properties"].items():
+        assert body["mappings"]["properties"][field] == spec
+    # Corpus fields beyond the template are mapped when first seen.
+    assert body["mappings"]["properties"]["year"] == {"type": "long"}
+    assert body["mappings"]["properties"]["venue"]["fields"]["raw"]["type"] == "keyword"
+    meta = body["mappings"]["_meta"]["reranker"]
+    assert meta["embedding"] == {"name": glove.info.name, "dim": 50, "checksum": glove.info.checksum}
+    assert (meta["k"], meta["topic_dtype"], meta["state"]) == (5, "float32", "ready")
+
+
+# --- bulk indexing, reading back -----------------------------------------------------------
+
+
+def test_indexed_topics_come_back_exactly_through_mget(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    report = index_papers(tmp_path, os_store, glove)
+    assert (report.indexed, report.skipped, report.total_documents) == (3, (), 3)
+    batch = os_store.topics(["chess", "missing", "ships"])
+    for row, doc_id in [(0, "chess"), (2, "ships")]:
+        record = next(r for r in PAPERS if r["id"] == doc_id)
+        expected, _, _ = document_topics(Document(doc_id, record["title"], record["text"]), glove, 5)
+        assert np.array_equal(batch.topics[row, : expected.k], expected.topics)
+        assert np.array_equal(batch.importances[row, : expected.k], expected.importances)
+    assert not batch.topics[1].any() and not batch.importances[1].any()  # unknown id: zero topics
+    docs = os_store.documents(["ships", "missing"])
+    assert list(docs) == ["ships"] and docs["ships"].fields == {"year": 1998, "venue": "Maritime Review"}
+
+
+def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, os_store, glove)
+    hits = os_store.bm25("sailors on a ship at sea in a storm", 10)
+    assert hits[0].doc_id == "ships" and hits[0].title == "Sailing ships" and hits[0].bm25_rank == 1
+    assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, [Filter("year", "gte", 2005)])] != []
+    assert {h.doc_id for h in os_store.bm25("bread ships chess", 10, [Filter("year", "gte", 2005)])} == {"cooking", "chess"}
+    assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, [Filter("venue", "eq", "Food Letters")])] == ["cooking"]
+    assert os_store.bm25("bread ships chess", 10, [Filter("venue", "eq", "food letters")]) == []  # exact match
+    both = [Filter("year", "lt", 2010), Filter("year", "gt", 1998)]
+    assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, both)] == ["cooking"]
+    with pytest.raises(InputError, match="cannot filter on 'colour'; filterable fields: .*venue.*year"):
+        os_store.bm25("bread", 10, [Filter("colour", "eq", "red")])
+
+
+def test_title_boost_changes_the_candidate_order(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    records = [
+        {"id": "t", "title": "ocean", "text": "a story about bread and flour and bakers"},
+        {"id": "b", "title": "bakery", "text": "the ocean and the ocean and bread"},
+    ]
+    orders = {}
+    for boost in (1.0, 20.0):
+        cluster = OpenSearchSettings(hosts=(osmem_clone.url,), alias=f"boost{int(boost)}", search_fields=(("title", boost), ("body", 1.0)))
+        store = OpenSearchStore(cluster)
+        index_corpus(write_jsonl(tmp_path / "b.jsonl", records), store, glove, 3, show_progress=False)
+        orders[boost] = [h.doc_id for h in store.bm25("ocean", 10)]
+    assert orders[1.0] == ["b", "t"] and orders[20.0] == ["t", "b"]
+
+
+def test_bulk_reports_each_refused_document_and_writes_the_rest(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, caplog: pytest.LogCaptureFixture
+) -> None:
+    records: list[Any] = [
+        *PAPERS,
+        dict(TINY_CORPUS[0], id="bad-year", year="nineteen ninety"),  # year is mapped as a number
+        dict(TINY_CORPUS[1], id="reserved", hidden_topics="mine"),
+        {"id": "oov", "text": "zzqxv qqwzzk"},
+        "{not json",
+        {"title": "no id", "text": "ships"},
+    ]
+    report = index_papers(tmp_path, os_store, glove, records)
+    reasons = {item.doc_id or item.location.rsplit(":", 1)[1]: item.reason for item in report.skipped}
+    assert report.indexed == 3 and report.total_documents == 3
+    assert "mapper_parsing_exception" in reasons["bad-year"] and "year" in reasons["bad-year"]
+    assert reasons["reserved"] == "field name(s) hidden_topics are reserved by the reranker"
+    assert reasons["oov"].startswith("no in-vocabulary words")
+    assert reasons["7"].startswith("not valid JSON") and "'id'" in reasons["8"]
+    assert all(item.location.startswith(str(tmp_path)) for item in report.skipped)
+
+
+def test_reindexing_is_idempotent_and_changed_documents_are_replaced(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, os_store, glove)
+    again = index_papers(tmp_path, os_store, glove)
+    assert (again.indexed, again.unchanged, again.total_documents) == (0, 3, 3)
+    changed = [dict(PAPERS[0], text="Fresh bread from the oven."), *PAPERS[1:]]
+    report = index_papers(tmp_path, os_store, glove, changed)
+    assert (report.indexed, report.unchanged, report.total_documents) == (1, 2, 3)
+    assert os_store.documents(["ships"])["ships"].text == "Fresh bread from the oven."
+
+
+def test_float16_topics_halve_the_bytes_and_stay_close(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    half = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="half", topic_dtype="float16"))
+    full = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="full"))
+    for store in (half, full):
+        index_papers(tmp_path, store, glove)
+    a, b = half.topics(["ships", "chess"]), full.topics(["ships", "chess"])
+    assert np.abs(a.topics - b.topics).max() < 1e-3
+    sizes = [len(s.client.get(index=s.alias, id="ships")["_source"]["hidden_topics"]["matrix"]) for s in (half, full)]
+    assert sizes[0] * 2 == pytest.approx(sizes[1], abs=4)
+    with pytest.raises(IndexMismatchError, match="float16, not float32"):
+        index_papers(tmp_path, OpenSearchStore(replace(half.config, topic_dtype="float32")), glove)
+
+
+# --- aliases: blue/green ------------------------------------------------------------------
+
+
+def test_rebuild_fills_a_new_version_and_swaps_the_alias_atomically(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    index_papers(tmp_path, os_store, glove)
+    reader = OpenSearchStore(os_store.config)
+    writer = OpenSearchStore(os_store.config)
+    writer.initialise(IndexInfo(glove.info, 5), rebuild=True)
+    assert writer.upsert([stored_for(glove, Document("ships", "Harbours", "Bread and cheese"))]) == []
+    # Readers still see the published version while the new one fills up.
+    assert reader.documents(["ships"])["ships"].title == "Sailing ships" and reader.count() == 3
+    result = writer.publish()
+    assert result is not None and (result.current, result.previous, result.swapped) == ("papers-v000002", ("papers-v000001",), True)
+    assert reader.documents(["ships"])["ships"].title == "Harbours" and reader.count() == 1
+    assert raw(os_store, "GET", "/_alias/papers") == {"papers-v000002": {"aliases": {"papers": {}}}}
+    versions = {v.name: v for v in os_store.versions()}
+    assert versions["papers-v000001"].state == "ready" and versions["papers-v000001"].documents == 3  # kept
+    os_store.use("papers-v000001")  # rollback
+    assert reader.count() == 3
+    with pytest.raises(InputError, match="behind alias"):
+        os_store.delete_index("papers-v000001")
+    os_store.delete_index("papers-v000002")
+    assert [v.name for v in os_store.versions()] == ["papers-v000001"]
+
+
+def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index_papers(tmp_path, os_store, glove)
+    corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
+
+    class Interrupt:
+        seen = 0
+
+        def update(self, n: int) -> None:
+            self.seen += 1
+            if self.seen == 10:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=Interrupt())
+    states = {v.name: (v.state, v.documents, v.aliased) for v in os_store.versions()}
+    assert states == {"papers-v000001": ("ready", 3, True), "papers-v000002": ("building", 8, False)}
+    resumed = index_corpus(corpus, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+    assert (resumed.unchanged, resumed.indexed, resumed.total_documents) == (8, 4, 12)
+    assert [(v.name, v.aliased) for v in os_store.versions()] == [("papers-v000001", False), ("papers-v000002", True)]
+
+
+def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, os_store, glove)
+    with pytest.raises(IndexMismatchError, match="K=5 topics per document, not K=7"):
+        index_corpus(write_jsonl(tmp_path / "p.jsonl", PAPERS), OpenSearchStore(os_store.config), glove, 7, show_progress=False)
+
+    class OtherVectors:
+        info = EmbeddingInfo("my-word2vec", 50, "0" * 64)
+
+    engine = Engine(store=OpenSearchStore(os_store.config), vectors=OtherVectors())  # type: ignore[arg-type]
+    with pytest.raises(IndexMismatchError, match="built with word vectors 'glove-6b-50d'"):
+        engine.search("ships at sea")
+    rebuilt = index_corpus(write_jsonl(tmp_path / "p.jsonl", PAPERS), OpenSearchStore(os_store.config), glove, 7, rebuild=True, show_progress=False)
+    assert rebuilt.indexed == 3 and OpenSearchStore(os_store.config).index_info() == IndexInfo(glove.info, 7)
+
+
+def test_search_end_to_end_through_the_engine(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, os_store, glove)
+    engine = Engine(store=OpenSearchStore(os_store.config), vectors=glove)
+    result = engine.search("a grandmaster moves the knight and the rook", "hidden_topics", explain=True)
+    assert result.hits[0].doc_id == "chess" and result.hits[0].explanation
+    assert sum(t.contribution for t in result.hits[0].explanation) == pytest.approx(result.hits[0].score, abs=1e-5)
+    filtered = engine.search("bread ships chess", "hidden_topics", filters=[Filter("year", "lte", 2005)])
+    assert {h.doc_id for h in filtered.hits} == {"ships", "cooking"}
+
+
+# --- failures: unreachable, missing, retries -------------------------------------------
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_cluster_is_a_clear_error_without_credentials(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    store = OpenSearchStore(OpenSearchSettings(hosts=(f"http://127.0.0.1:{closed_port()}",), username="reader", password="s3cret-pw", retries=0))
+    with pytest.raises(StoreUnavailableError, match=r"cannot reach OpenSearch at http://127.0.0.1:\d+ .*Connection refused"):
+        store.bm25("ships", 10)
+    assert "s3cret-pw" not in caplog.text
+    assert "s3cret-pw" not in repr(store.config)
+
+
+def test_a_missing_alias_says_to_index_first(os_store: OpenSearchStore) -> None:
+    with pytest.raises(IndexNotFoundError, match="has no index or alias 'papers': run `reranker index"):
+        os_store.bm25("ships", 10)
+    assert os_store.index_info() is None
+
+
+def test_credentials_are_sent_but_never_logged(osmem_clone: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    proxy = FlakyProxy(osmem_clone.url, [])
+    try:
+        base = OpenSearchSettings(hosts=(proxy.url,), alias="auth")
+        OpenSearchStore(replace(base, username="u", password="pw-basic-123")).install_templates()
+        OpenSearchStore(replace(base, api_key="key-456")).install_templates()
+    finally:
+        proxy.close()
+    sent = set(proxy.authorization)
+    assert sent == {"Basic " + base64.b64encode(b"u:pw-basic-123").decode(), "ApiKey key-456"}
+    assert "pw-basic-123" not in caplog.text and "key-456" not in caplog.text
+
+
+def test_the_client_is_created_lazily_and_again_after_a_fork(os_store: OpenSearchStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert os_store._client is None
+    first = os_store.client
+    assert os_store.client is first
+    monkeypatch.setattr("reranker.store.opensearch.os.getpid", lambda: -1)
+    assert os_store.client is not first
+
+
+class FlakyProxy:
+    """A real HTTP proxy in front of the cluster that misbehaves on chosen _bulk requests.
+
+    plan: one entry per _bulk request, in order: "429" (whole request rejected),
+    "items429" (200, every item rejected with 429), "drop" (connection closed without an
+    answer), "413" (request too large unless under `max_bytes`), or "ok" (forwarded).
+    """
+
+    def __init__(self, target: str, plan: list[str], max_bytes: int = 0) -> None:
+        self.target, self.plan, self.max_bytes = target.rstrip("/"), list(plan), max_bytes
+        self.bulk_sizes: list[int] = []
+        self.authorization: list[str | None] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                proxy.authorization.append(self.headers.get("Authorization"))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if "_bulk" in self.path:
+                    proxy.bulk_sizes.append(length)
+                    step = proxy.plan.pop(0) if proxy.plan else "ok"
+                    if step == "413" and length > proxy.max_bytes:
+                        return self._reply(413, {"error": {"type": "content_too_long", "reason": "too large"}, "status": 413})
+                    if step == "429":
+                        return self._reply(429, {"error": {"type": "rejected_execution_exception", "reason": "queue full"}, "status": 429})
+                    if step == "items429":
+                        lines = [json.loads(line) for line in (body or b"").splitlines() if line.strip()]
+                        items = [{"index": {"_id": a["index"]["_id"], "status": 429, "error": {"type": "rejected_execution_exception", "reason": "busy"}}} for a in lines[::2]]
+                        return self._reply(200, {"took": 1, "errors": True, "items": items})
+                    if step == "drop":
+                        self.close_connection = True
+                        self.connection.close()
+                        return
+                request = urllib.request.Request(proxy.target + self.path, data=body, method=self.command)
+                for name in ("Content-Type",):
+                    if self.headers.get(name):
+                        request.add_header(name, self.headers[name])
+                try:
+                    with urllib.request.urlopen(request) as answer:
+                        self._reply(answer.status, answer.read(), raw=True)
+                except urllib.error.HTTPError as error:
+                    self._reply(error.code, error.read(), raw=True)
+
+            def _reply(self, status: int, payload: Any, raw: bool = False) -> None:
+                data = payload if raw else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("plan", [["429", "429"], ["items429"], ["drop", "drop", "drop", "drop", "drop"]])
+def test_bulk_retries_with_back_off_on_429_and_connection_errors(
+    plan: list[str], osmem_clone: Any, tmp_path: Path, glove: WordVectors
+) -> None:
+    proxy = FlakyProxy(osmem_clone.url, plan)
+    sleeps: list[float] = []
+    try:
+        store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="flaky", retries=3), sleep=sleeps.append)
+        report = index_papers(tmp_path, store, glove)
+    finally:
+        proxy.close()
+    assert (report.indexed, report.skipped, report.total_documents) == (3, (), 3)
+    assert sleeps and sleeps == sorted(sleeps) and len(sleeps) <= 3  # exponential back-off, bounded
+
+
+def test_bulk_gives_up_on_a_dead_cluster_with_a_clear_error(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    proxy = FlakyProxy(osmem_clone.url, ["drop"] * 100)
+    try:
+        store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="dead", retries=1), sleep=lambda s: None)
+        with pytest.raises(StoreUnavailableError, match="what was written is kept, rerun to resume"):
+            index_papers(tmp_path, store, glove)
+    finally:
+        proxy.close()
+
+
+def test_a_413_halves_the_bulk_request(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    proxy = FlakyProxy(osmem_clone.url, ["413"] * 10, max_bytes=3_000)
+    try:
+        store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="big", bulk_bytes=40_000), sleep=lambda s: None)
+        report = index_papers(tmp_path, store, glove)
+    finally:
+        proxy.close()
+    assert (report.indexed, report.skipped) == (3, ())
+    assert proxy.bulk_sizes[0] > 3_000 and max(proxy.bulk_sizes[-3:]) <= 3_000
+
+
+# --- decoding -----------------------------------------------------------------------------
+
+
+def test_decode_pads_mixed_k_and_ignores_missing_or_corrupt_matrices() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((1, 4)).astype(np.float32)
+
+    def source(matrix: np.ndarray, dtype: str = "float32") -> dict[str, Any]:
+        return {"matrix": encode_matrix(matrix, dtype), "k": matrix.shape[0], "d": 4, "importances": [0.5] * matrix.shape[0]}
+
+    corrupt = dict(source(a), k=2)
+    topics, importances = decode_topics([source(a), None, source(b), corrupt, {"matrix": "!!"}], dim=4)
+    assert topics.shape == (5, 3, 4) and importances.shape == (5, 3)
+    assert np.array_equal(topics[0], a) and np.array_equal(topics[2, :1], b) and not topics[2, 1:].any()
+    assert not topics[1].any() and not topics[3].any() and not topics[4].any()
+    assert importances[0].tolist() == [0.5] * 3 and importances[2].tolist() == [0.5, 0, 0]
+    half, _ = decode_topics([source(a, "float16")], dim=4, dtype="float16")
+    assert half.dtype == np.float32 and np.abs(half[0] - a).max() < 2e-3
+    empty, _ = decode_topics([], dim=4)
+    assert empty.shape == (0, 0, 4)
+
+
+def test_indexing_with_worker_processes_gives_the_same_topics(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    records = [dict(PAPERS[i % 3], id=f"d{i}") for i in range(6)]
+    corpus = write_jsonl(tmp_path / "w.jsonl", records)
+    parallel = index_documents(read_corpus(corpus), os_store, glove, 5, workers=2)
+    assert parallel.indexed == 6
+    for doc_id, record in [("d0", records[0]), ("d4", records[4])]:
+        expected, _, _ = document_topics(Document(doc_id, record["title"], record["text"]), glove, 5)
+        assert np.array_equal(os_store.topics([doc_id]).topics[0, : expected.k], expected.topics)
+
+
+def stored_for(glove: WordVectors, doc: Document) -> StoredDocument:
+    topics, n_tokens, n_oov = document_topics(doc, glove, 5)
+    return StoredDocument(doc, topics, "h", n_tokens, n_oov)
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--opensearch-url", osmem_clone.url]
+    code, out = run(data_dir, *url, "templates", "install")
+    assert code == 0 and "installed reranker-mappings, reranker-settings, reranker" in out
+    corpus = write_jsonl(tmp_path / "c.jsonl", [*PAPERS, {"id": "bad", "text": "ships", "year": "soon"}])
+    code, out = run(data_dir, *url, "index", str(corpus), "--no-progress")
+    assert code == 1  # one document refused: reported, the rest indexed
+    assert "indexed 3" in out and f"skipped {corpus}:4 (bad): mapper_parsing_exception" in out
+    assert "alias now points at reranker-v000001" in out
+    code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--filter", "year>=2000", "--json")
+    hits = json.loads(out)["hits"]
+    assert code == 0 and [h["doc_id"] for h in hits][0] == "chess" and "ships" not in {h["doc_id"] for h in hits}
+    code, out = run(data_dir, *url, "index", str(corpus), "--no-progress", "--rebuild")
+    assert "alias now points at reranker-v000002; kept reranker-v000001" in out
+    code, out = run(data_dir, *url, "indices", "list")
+    assert code == 0 and "  reranker-v000001             ready" in out and "* reranker-v000002" in out
+    assert run(data_dir, *url, "indices", "delete", "reranker-v000002")[0] == 1
+    assert "is behind alias 'reranker'" in capsys.readouterr().err
+    assert run(data_dir, *url, "indices", "use", "reranker-v000001")[0] == 0
+    assert run(data_dir, *url, "indices", "delete", "reranker-v000002")[0] == 0
+
+
+def test_the_cli_says_what_is_wrong_with_the_cluster(
+    osmem_clone: Any, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://reader:s3cret@127.0.0.1:{closed_port()}"
+    assert run(data_dir, "--opensearch-url", dead, "search", "ships")[0] == 1
+    err = capsys.readouterr().err
+    assert err.startswith("reranker: error: cannot reach OpenSearch at http://***@127.0.0.1:") and "s3cret" not in err
+    assert run(data_dir, "--opensearch-url", osmem_clone.url, "search", "ships")[0] == 1
+    assert "has no index or alias 'reranker': run `reranker index CORPUS.jsonl` first" in capsys.readouterr().err
+    assert run(data_dir, "--opensearch-url", "ftp://nowhere", "search", "ships")[0] == 2
+    assert "OPENSEARCH_URL must be http(s)://HOST[:PORT]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run(data_dir, "--opensearch-url", osmem_clone.url, "search", "ships", "--filter", "year")
+    assert "expected FIELD=VALUE" in capsys.readouterr().err
