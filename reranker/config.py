@@ -55,7 +55,7 @@ ENVIRONMENT: dict[str, str] = {
 
 
 def _default_data_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "share")
     return Path(base) / "reranker"
 
 

@@ -151,8 +151,8 @@ class TopicExtractor:
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(vectors.path, vectors.info, k, stopwords),
+                initializer=_init_worker,  # type: ignore[arg-type]  # typeshed wants no-arg
+                initargs=(vectors.path, vectors.info, k, stopwords),  # type: ignore[arg-type]
             )
 
     def submit(self, documents: list[Document]) -> Callable[[], list[tuple[DocTopics, int, int]]]:

@@ -248,7 +248,7 @@ _SQL_OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 def _filter_sql(filters: Sequence[Filter]) -> tuple[str, list[object]]:
     """" AND ..." conditions on the title or a metadata field (from the JSON `fields`)."""
-    where, params = "", []
+    where, params = "", list[object]()
     for item in filters:
         column = "docs.title" if item.field == "title" else "json_extract(docs.fields, ?)"
         if item.field != "title":

@@ -63,7 +63,7 @@ MAX_QUERY_CLAUSES = 1000
 # Statuses worth another try after a pause: overload, gateway trouble, no connection.
 RETRYABLE = frozenset({429, 502, 503, 504, "N/A"})
 _RAISE = object()
-_DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+_DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ class OpenSearchStore:
 
     def _meta(self, index: str) -> dict[str, Any]:
         found = self._call("reading the index mapping", self.client.indices.get_mapping, index=index)
-        mappings = next(iter(found.values()), {}).get("mappings", {})
+        mappings = _only_index(found).get("mappings", {})
         return dict(mappings.get("_meta", {}).get("reranker", {}))
 
     def _put_meta(self, index: str, meta: dict[str, Any]) -> None:
@@ -612,7 +612,7 @@ class OpenSearchStore:
     def _mapping_properties(self, index: str) -> dict[str, dict[str, Any]]:
         if self._properties_of != index:
             found = self._call("reading the index mapping", self.client.indices.get_mapping, index=index)
-            self._properties = dict(next(iter(found.values()), {}).get("mappings", {}).get("properties", {}))
+            self._properties = dict(_only_index(found).get("mappings", {}).get("properties", {}))
             self._properties_of = index
         return self._properties
 
@@ -769,6 +769,13 @@ def _item_reason(result: dict[str, Any]) -> str:
         exc = result.get("exception")
         return f"cannot reach the cluster: {_reason(exc) if exc is not None else error}"
     return f"HTTP {status}: {error}"
+
+
+def _only_index(response: dict[str, Any]) -> dict[str, Any]:
+    """The body of the single index in a per-index response (an alias resolves to one)."""
+    for body in response.values():
+        return dict(body)
+    return {}
 
 
 def _info_from_meta(meta: dict[str, Any]) -> IndexInfo | None:

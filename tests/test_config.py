@@ -1,0 +1,81 @@
+"""Settings: defaults, the TOML config file, the environment over it, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reranker.config import ENVIRONMENT, Settings, parse_search_fields, redact_url
+from reranker.errors import ConfigError
+
+
+def test_defaults_select_the_embedded_store() -> None:
+    settings = Settings.from_env({"HOME": "/home/u"})
+    assert settings.opensearch_store is None
+    assert settings.data_dir == Path("/home/u/.local/share/reranker")
+    assert (settings.k, settings.window, settings.opensearch.alias, settings.opensearch.verify_certs) == (15, 100, "reranker", True)
+
+
+def test_the_environment_overrides_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "reranker.toml"
+    config.write_text(
+        'OPENSEARCH_URL = ["https://a.example:9200", "https://b.example:9200"]\n'
+        'OPENSEARCH_USERNAME = "reader"\nOPENSEARCH_PASSWORD = "from-file"\n'
+        'OPENSEARCH_VERIFY_CERTS = false\nRERANKER_K = 20\nRERANKER_INDEX = "papers"\n'
+        'RERANKER_SEARCH_FIELDS = "title^3,body"\n'
+    )
+    settings = Settings.from_env({"RERANKER_CONFIG": str(config), "RERANKER_K": "12", "HOME": "/h"})
+    cluster = settings.opensearch_store
+    assert cluster is not None
+    assert cluster.hosts == ("https://a.example:9200", "https://b.example:9200")
+    assert (cluster.username, cluster.password, cluster.verify_certs, cluster.alias) == ("reader", "from-file", False, "papers")
+    assert cluster.search_fields == (("title", 3.0), ("body", 1.0))
+    assert settings.k == 12  # the environment wins over the file
+    assert "from-file" not in repr(settings) and "from-file" not in repr(cluster)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OPENSEARCH_URL": "localhost:9200"}, "OPENSEARCH_URL must be http(s)://HOST[:PORT]"),
+        ({"OPENSEARCH_URL": "http://h:9200", "OPENSEARCH_USERNAME": "u"}, "go together"),
+        ({"OPENSEARCH_URL": "http://h:9200", "OPENSEARCH_API_KEY": "k", "OPENSEARCH_USERNAME": "u", "OPENSEARCH_PASSWORD": "p"}, "either"),
+        ({"OPENSEARCH_URL": "http://h:9200", "RERANKER_INDEX": "Papers"}, "RERANKER_INDEX must be a lower-case index name"),
+        ({"OPENSEARCH_URL": "http://h:9200", "RERANKER_TOPIC_DTYPE": "float64"}, "RERANKER_TOPIC_DTYPE must be one of float32, float16"),
+        ({"OPENSEARCH_VERIFY_CERTS": "maybe"}, "OPENSEARCH_VERIFY_CERTS must be true or false"),
+        ({"OPENSEARCH_TIMEOUT": "0"}, "OPENSEARCH_TIMEOUT must be >= 0.001"),
+        ({"RERANKER_SEARCH_FIELDS": "title^x"}, "bad boost"),
+        ({"RERANKER_BULK_BYTES": "100"}, "RERANKER_BULK_BYTES must be >= 10000"),
+    ],
+)
+def test_bad_settings_say_which_and_why(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        Settings.from_env({"HOME": "/h", **env})
+
+
+def test_a_bad_config_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("OPENSEARCH_URL = \n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        Settings.from_env({"HOME": "/h"}, config_file=bad)
+    bad.write_text('OPENSEARCH_URLS = "http://h:9200"\n')
+    with pytest.raises(ConfigError, match="unknown key 'OPENSEARCH_URLS'"):
+        Settings.from_env({"HOME": "/h"}, config_file=bad)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        Settings.from_env({"HOME": "/h"}, config_file=tmp_path / "missing.toml")
+
+
+def test_urls_lose_their_credentials_in_messages() -> None:
+    assert redact_url("https://user:pw@host:9200/x") == "https://***@host:9200/x"
+    assert redact_url("http://host:9200") == "http://host:9200"
+    assert parse_search_fields(" title^2 , body ") == (("title", 2.0), ("body", 1.0))
+
+
+def test_every_variable_the_code_reads_is_documented() -> None:
+    import re
+
+    source = "".join(p.read_text() for p in (Path(__file__).parent.parent / "reranker").rglob("*.py"))
+    read = set(re.findall(r'env(?:\.get)?\(\s*"([A-Z_]+)"|env\["([A-Z_]+)"\]|"((?:RERANKER|OPENSEARCH)_[A-Z_]+)"', source))
+    names = {name for group in read for name in group if name.startswith(("RERANKER_", "OPENSEARCH_"))}
+    assert names - {"OPENSEARCH_TEST_URL"} <= set(ENVIRONMENT)
