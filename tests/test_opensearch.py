@@ -515,3 +515,22 @@ def test_the_cli_says_what_is_wrong_with_the_cluster(
     with pytest.raises(SystemExit):
         run(data_dir, "--opensearch-url", osmem_clone.url, "search", "ships", "--filter", "year")
     assert "expected FIELD=VALUE" in capsys.readouterr().err
+
+
+def test_a_reader_notices_when_the_alias_moves_to_other_vectors(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index_papers(tmp_path, os_store, glove)
+    clock = [1000.0]
+    monkeypatch.setattr("reranker.store.opensearch.time.monotonic", lambda: clock[0])
+    reader = Engine(store=OpenSearchStore(os_store.config), vectors=glove)
+    reader.search("ships")
+    writer = OpenSearchStore(os_store.config)
+    writer.initialise(IndexInfo(EmbeddingInfo("other", 50, "1" * 64), 5), rebuild=True)
+    writer.upsert([stored_for(glove, Document("x", "", "ships at sea"))])
+    writer.publish()
+    clock[0] += 29
+    assert reader.search("ships").hits  # still trusting its copy
+    clock[0] += 2
+    with pytest.raises(IndexMismatchError, match="built with word vectors 'other'"):
+        reader.search("ships")

@@ -60,6 +60,8 @@ RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "indexed"})
 # Lucene's default limit on clauses in one boolean query is 1,024; a multi_match query
 # has one clause per query token per field.
 MAX_QUERY_CLAUSES = 1000
+# Seconds a reader trusts its copy of the alias's metadata (vectors, K, mapping).
+METADATA_TTL = 30.0
 # Statuses worth another try after a pause: overload, gateway trouble, no connection.
 RETRYABLE = frozenset({429, 502, 503, 504, "N/A"})
 _RAISE = object()
@@ -202,6 +204,7 @@ class OpenSearchStore:
         self._client: Any = None
         self._client_pid: int | None = None
         self._info: IndexInfo | None = None
+        self._info_read_at = 0.0
         self._target: str | None = None  # the index this process writes to
         self._target_fresh = False  # the target is a new version awaiting publish()
         self._properties: dict[str, dict[str, Any]] = {}  # mapping of the target/alias index
@@ -339,7 +342,13 @@ class OpenSearchStore:
     # --- the Store protocol: metadata ----------------------------------------------------
 
     def index_info(self) -> IndexInfo | None:
+        # Cached, but re-read now and then: another process may move the alias to a version
+        # built with other vectors, and a long-running service must notice.
+        if self._info is not None and time.monotonic() - self._info_read_at > METADATA_TTL:
+            self._info = None
+            self._properties_of = None
         if self._info is None:
+            self._info_read_at = time.monotonic()
             index = self._target or self._alias_index()
             if index is None:
                 return None
