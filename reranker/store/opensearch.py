@@ -10,7 +10,7 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
   the topic dtype; a query with other vectors is refused (IndexMismatchError).
 - A document's topics are one `binary` field: base64 of the row-major little-endian
   K x d matrix (float32, or float16 on request). Decoding 100 of them is one b64decode
-  per document and one `frombuffer` for all; as JSON float arrays the same costs 15-20x
+  per document and one `frombuffer` for all; as JSON float arrays the same costs 12-20x
   more (bench/bench_opensearch.py measures both).
 
 The client is created on first use and again after a fork, so a gunicorn worker never
