@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 # together (one transaction in the embedded store); it closes at whichever limit comes first.
 BATCH_SIZE = 64
 BATCH_BYTES = 4_000_000
-# Below this corpus size, starting worker processes costs more than it saves.
-PARALLEL_MIN_BYTES = 2_000_000
+# Below this corpus size, starting worker processes (~0.9 s) costs more than it saves:
+# with 2 workers on 2 cores, 13 MB of 2,000-word documents indexed at 0.87x, 38 MB at 1.4x
+# (bench/bench_index_workers.py).
+PARALLEL_MIN_BYTES = 24_000_000
 
 
 class ProgressLike(Protocol):
