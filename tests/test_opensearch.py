@@ -33,7 +33,7 @@ from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
 from conftest import REPO, TINY_CORPUS, run, write_jsonl
 
 PAPERS = [
-    dict(TINY_CORPUS[0], year=1998, venue="Maritime Review"),
+    dict(TINY_CORPUS[0], year=1998, venue="Maritime Review", tags=[], editor=None),
     dict(TINY_CORPUS[1], year=2005, venue="Food Letters"),
     dict(TINY_CORPUS[2], year=2012, venue="Games Quarterly"),
 ]

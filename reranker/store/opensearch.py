@@ -142,7 +142,8 @@ def document_source(stored: StoredDocument, dtype: str = "float32") -> dict[str,
     doc, topics = stored.document, stored.doc_topics
     source: dict[str, Any] = {"title": doc.title, "body": doc.text}
     for name, value in doc.fields.items():
-        if value is not None:
+        # Nothing to map or search in a null or an empty list: leave it out.
+        if value is not None and not (isinstance(value, list) and all(v is None for v in value)):
             source[name] = value
     source["hidden_topics"] = {
         "matrix": encode_matrix(topics.topics, dtype),
