@@ -60,6 +60,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from benchlib import require, table
 from reranker.topics import Variant, extract_topics, score
 
 Matrix = npt.NDArray[np.float32]
@@ -263,12 +264,6 @@ def _p(samples: Seconds, percentile: float) -> float:
 
 def _documents(rng: np.random.Generator, n: int, d: int, count: int) -> list[Matrix]:
     return [rng.standard_normal((n, d), dtype=np.float32) for _ in range(count)]
-
-
-def require(condition: bool, message: str) -> None:
-    """An assertion that `python -O` keeps: no figures are reported for wrong results."""
-    if not condition:
-        raise AssertionError(f"{message}; refusing to report figures")
 
 
 def _check_topics(document: Matrix, query: Matrix) -> tuple[float, float]:
@@ -533,15 +528,6 @@ def evaluate_targets(
     ]
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    lines = [
-        "  ".join(cell.rjust(width) for cell, width in zip(line, widths))
-        for line in (headers, ["-" * width for width in widths], *rows)
-    ]
-    return "\n".join(lines)
-
-
 def format_report(
     meta: dict[str, object],
     extraction: Sequence[ExtractionResult],
@@ -549,7 +535,7 @@ def format_report(
     targets: Sequence[TargetResult],
 ) -> str:
     header = " | ".join(f"{key}: {value}" for key, value in meta.items())
-    extraction_table = _table(
+    extraction_table = table(
         [
             "input",
             "n",
@@ -579,8 +565,9 @@ def format_report(
             ]
             for r in extraction
         ],
+        label_column=False,
     )
-    scoring_table = _table(
+    scoring_table = table(
         [
             "variant",
             "N",
@@ -613,6 +600,7 @@ def format_report(
             ]
             for r in scoring
         ],
+        label_column=False,
     )
     target_lines = [
         f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.measured:,.3g} {t.unit} "

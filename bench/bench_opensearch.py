@@ -57,6 +57,7 @@ from typing import Any, TypeVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from benchlib import require, table
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.indexing import TopicExtractor, document_topics, index_documents, read_corpus
@@ -153,12 +154,6 @@ class TargetResult:
     @property
     def passed(self) -> bool:
         return self.measured < self.bound if self.strict else self.measured <= self.bound
-
-
-def require(condition: bool, message: str) -> None:
-    """An assertion that `python -O` keeps: no figures are reported for wrong results."""
-    if not condition:
-        raise AssertionError(f"{message}; refusing to report figures")
 
 
 def timed(call: Callable[[], Result]) -> tuple[float, Result]:
@@ -780,20 +775,8 @@ def evaluate_targets(
     return targets
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(line, widths))
-        )
-        for line in (headers, ["-" * width for width in widths], *rows)
-    ]
-    return "\n".join(lines)
-
-
 def _latency_table(rows: Sequence[LatencyResult]) -> str:
-    return _table(
+    return table(
         ["measured", "N", "d", "p50 ms", "p99 ms", "samples"],
         [
             [r.label, f"{r.n:,}", str(r.d), f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", str(r.samples)]
@@ -814,7 +797,7 @@ def format_report(
     targets: Sequence[TargetResult],
 ) -> str:
     header = " | ".join(f"{key}: {value}" for key, value in meta.items())
-    indexing_table = _table(
+    indexing_table = table(
         [
             "workers",
             "run",
@@ -850,7 +833,7 @@ def format_report(
         f"{parts.worker_startup_s:.1f} s",
     ]
     float32_p50 = {r.n: r.p50_ms for r in decoding if r.layout == DECODE_LAYOUTS[0]}
-    decode_table = _table(
+    decode_table = table(
         ["stored as", "N", "bytes/doc", "p50 ms", "p99 ms", "vs float32", "repeats"],
         [
             [

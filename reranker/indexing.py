@@ -160,7 +160,7 @@ class TopicExtractor:
     def submit(self, documents: list[Document]) -> Callable[[], list[tuple[DocTopics, int, int]]]:
         """Start on `documents`; the returned function waits for their results, in order."""
         if self._pool is None or len(documents) < 2:
-            results = [document_topics(doc, self.vectors, self.k, self.stopwords) for doc in documents]
+            results = _topics_of(documents, self.vectors, self.k, self.stopwords)
             return lambda: results
         size = -(-len(documents) // (self.workers * 2))
         futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
@@ -190,7 +190,12 @@ def _init_worker(path: Path, info: EmbeddingInfo, k: int, stopwords: frozenset[s
 
 def _worker_topics(documents: list[Document]) -> list[tuple[DocTopics, int, int]]:
     assert _WORKER is not None, "worker not initialised"
-    vectors, k, stopwords = _WORKER
+    return _topics_of(documents, *_WORKER)
+
+
+def _topics_of(
+    documents: list[Document], vectors: WordVectors, k: int, stopwords: frozenset[str] | None
+) -> list[tuple[DocTopics, int, int]]:
     return [document_topics(doc, vectors, k, stopwords) for doc in documents]
 
 

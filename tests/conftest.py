@@ -45,6 +45,18 @@ def glove(vectors_cache: Path) -> WordVectors:
     return load_vectors("glove-6b-50d", vectors_cache)
 
 
+class InterruptAfter:
+    """A progress bar that stops an indexing run at its `lines`-th line, as Ctrl-C would."""
+
+    def __init__(self, lines: int) -> None:
+        self.lines, self.seen = lines, 0
+
+    def update(self, n: int) -> None:
+        self.seen += 1
+        if self.seen == self.lines:
+            raise KeyboardInterrupt
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
     """A fresh data dir that reuses the session's converted GloVe vectors."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_CORPUS, write_jsonl
+from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 from reranker.embeddings import WordVectors
 from reranker.errors import IndexMismatchError, InputError
 from reranker.indexing import index_corpus, index_documents, read_corpus
@@ -64,18 +64,8 @@ def test_indexing_resumes_after_an_interruption_and_is_idempotent(
     corpus = write_jsonl(tmp_path / "c.jsonl", records)
     monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 64)
 
-    class Interrupt:
-        """A progress bar that stops the run after 100 lines, like Ctrl-C would."""
-
-        seen = 0
-
-        def update(self, n: int) -> None:
-            self.seen += 1
-            if self.seen == 100:
-                raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
-        index_documents(read_corpus(corpus), store, glove, 5, progress=Interrupt())
+        index_documents(read_corpus(corpus), store, glove, 5, progress=InterruptAfter(100))
     assert store.count() == 64  # the first batch landed whole, the second not at all
     resumed = index_corpus(corpus, store, glove, 5, show_progress=False)
     assert (resumed.unchanged, resumed.indexed, resumed.total_documents) == (64, 86, 150)

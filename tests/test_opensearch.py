@@ -30,7 +30,7 @@ from reranker.store.opensearch import OpenSearchStore, decode_topics, document_s
 from reranker.store.templates import load_templates
 from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
 
-from conftest import REPO, TINY_CORPUS, run, write_jsonl
+from conftest import REPO, TINY_CORPUS, InterruptAfter, run, write_jsonl
 
 PAPERS = [
     dict(TINY_CORPUS[0], year=1998, venue="Maritime Review", tags=[], editor=None),
@@ -143,7 +143,6 @@ def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenS
     index_papers(tmp_path, os_store, glove)
     hits = os_store.bm25("sailors on a ship at sea in a storm", 10)
     assert hits[0].doc_id == "ships" and hits[0].title == "Sailing ships" and hits[0].bm25_rank == 1
-    assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, [Filter("year", "gte", 2005)])] != []
     assert {h.doc_id for h in os_store.bm25("bread ships chess", 10, [Filter("year", "gte", 2005)])} == {"cooking", "chess"}
     assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, [Filter("venue", "eq", "Food Letters")])] == ["cooking"]
     assert os_store.bm25("bread ships chess", 10, [Filter("venue", "eq", "food letters")]) == []  # exact match
@@ -245,16 +244,8 @@ def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(
     corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
     monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
 
-    class Interrupt:
-        seen = 0
-
-        def update(self, n: int) -> None:
-            self.seen += 1
-            if self.seen == 10:
-                raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
-        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=Interrupt())
+        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
     states = {v.name: (v.state, v.documents, v.aliased) for v in os_store.versions()}
     assert states == {"papers-v000001": ("ready", 3, True), "papers-v000002": ("building", 8, False)}
     resumed = index_corpus(corpus, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)

@@ -206,6 +206,7 @@ class OpenSearchStore:
         self._client_pid: int | None = None
         self._info: IndexInfo | None = None
         self._info_read_at = 0.0
+        self._dtype = config.topic_dtype  # the index's, once index_info() has read it
         self._target: str | None = None  # the index this process writes to
         self._target_fresh = False  # the target is a new version awaiting publish()
         self._properties: dict[str, dict[str, Any]] = {}  # mapping of the target/alias index
@@ -369,7 +370,7 @@ class OpenSearchStore:
     @property
     def topic_dtype(self) -> str:
         self.index_info()
-        return getattr(self, "_dtype", self.config.topic_dtype)
+        return self._dtype
 
     def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
         """Choose the index this run writes to.
@@ -398,16 +399,17 @@ class OpenSearchStore:
                 self._put_meta(current, {**self._new_meta(info, "ready"), "created": meta.get("created")})
             self._target, self._target_fresh = current, False
             return
-        resumable = self._resumable_version(info, exclude=current)
+        versions = self.versions()
+        resumable = self._resumable_version(versions, info, exclude=current)
         if resumable is not None:
             log.warning("resuming the unfinished build of %s (%d documents so far)", resumable.name, resumable.documents)
             self._target = resumable.name
         else:
-            self._target = self._create_version(info)
+            self._target = self._create_version(versions, info)
         self._target_fresh = True
 
-    def _resumable_version(self, info: IndexInfo, exclude: str | None) -> IndexVersion | None:
-        for version in reversed(self.versions()):
+    def _resumable_version(self, versions: Sequence[IndexVersion], info: IndexInfo, exclude: str | None) -> IndexVersion | None:
+        for version in reversed(versions):
             if (
                 version.name != exclude
                 and version.state == "building"
@@ -417,8 +419,8 @@ class OpenSearchStore:
                 return version
         return None
 
-    def _create_version(self, info: IndexInfo) -> str:
-        numbers = [int(v.name.rsplit("-v", 1)[1]) for v in self.versions()]
+    def _create_version(self, versions: Sequence[IndexVersion], info: IndexInfo) -> str:
+        numbers = [int(v.name.rsplit("-v", 1)[1]) for v in versions]
         name = f"{self.alias}-v{max(numbers, default=0) + 1:06d}"
         body = {
             "mappings": {"_meta": {"reranker": self._new_meta(info, "building")}},
@@ -434,10 +436,9 @@ class OpenSearchStore:
         if self._target is None:
             return None
         target = self._target
-        if not self._target_fresh:
-            self._call("refreshing", self.client.indices.refresh, index=target)
-            return PublishResult(current=target, previous=(), swapped=False)
         self._call("refreshing", self.client.indices.refresh, index=target)
+        if not self._target_fresh:
+            return PublishResult(current=target, previous=(), swapped=False)
         documents = self._call("counting documents", self.client.count, index=target)["count"]
         if documents == 0:
             raise StoreError(f"the new index {target} holds no documents; the alias {self.alias!r} was left as it was")
@@ -517,7 +518,10 @@ class OpenSearchStore:
         return failures
 
     def _map_new_fields(self, target: str, actions: dict[str, dict[str, Any]]) -> list[WriteFailure]:
-        """Add corpus fields not in the mapping yet; drop documents whose field cannot be."""
+        """Add corpus fields not in the mapping yet; drop documents whose field the cluster refused.
+
+        (Every JSON value `document_source` keeps has a `field_mapping`.)
+        """
         properties = self._mapping_properties(target)
         new: dict[str, dict[str, Any]] = {}
         for action in actions.values():
@@ -538,13 +542,10 @@ class OpenSearchStore:
                 refused[name] = str(exc)
         failures = []
         for doc_id in list(actions):
-            source = actions[doc_id]["_source"]
-            bad = [name for name in source if name in refused]
-            unmappable = [name for name in source if name not in properties and source[name] is not None and field_mapping(source[name]) is None]
-            if bad or unmappable:
+            bad = [name for name in actions[doc_id]["_source"] if name in refused]
+            if bad:
                 del actions[doc_id]
-                reason = refused[bad[0]] if bad else f"field {unmappable[0]!r} holds only nulls or an unsupported value"
-                failures.append(WriteFailure(doc_id, reason))
+                failures.append(WriteFailure(doc_id, refused[bad[0]]))
         return failures
 
     def _bulk(self, actions: dict[str, dict[str, Any]]) -> list[WriteFailure]:

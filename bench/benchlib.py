@@ -1,0 +1,29 @@
+"""What the benchmark scripts share: a refusal to report wrong figures, and plain tables.
+
+The scripts run as `python bench/NAME.py`, so this folder is on sys.path and they import
+this module by its name. It imports nothing heavy (bench_core.py sets BLAS threads before
+numpy is first imported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def require(condition: bool, message: str) -> None:
+    """An assertion that `python -O` keeps: no figures are reported for wrong results."""
+    if not condition:
+        raise AssertionError(f"{message}; refusing to report figures")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, label_column: bool = True) -> str:
+    """Right-aligned columns under a rule; with `label_column`, the first is left-aligned."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i == 0 and label_column else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(line, widths))
+        )
+        for line in (headers, ["-" * width for width in widths], *rows)
+    ]
+    return "\n".join(lines)
