@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import json
 import logging
 import os
 import re
@@ -580,7 +581,9 @@ class OpenSearchStore:
                     last_reason = reason
                 else:
                     failures.append(WriteFailure(doc_id, reason))
-            if too_large and chunk_bytes > 1:
+            # Halve while a refused document may still have shared its request with others;
+            # once the limit is below its own size it was sent alone, and is too large.
+            if too_large and chunk_bytes > min(len(json.dumps(actions[i]["_source"])) for i in too_large):
                 chunk_bytes = max(1, chunk_bytes // 2)
                 log.warning("the cluster refused a %d-byte bulk request as too large; retrying at %d bytes", chunk_bytes * 2, chunk_bytes)
                 pending = too_large + retry
