@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     templates_action.add_parser("install", help="install the component and index templates on the cluster")
     templates_action.add_parser("show", help="print the templates as they would be installed")
 
+    serve = commands.add_parser("serve", help="run the HTTP service (gunicorn) over the same store")
+    serve.add_argument("--bind", help="HOST:PORT to listen on (default 127.0.0.1:8000, env RERANKER_BIND)")
+    serve.add_argument("--workers", dest="server_workers", type=_positive_int, help="worker processes (default: CPU count, env RERANKER_WORKERS)")
+    serve.add_argument("--threads", type=_positive_int, help="threads per worker (default 4, env RERANKER_THREADS)")
+    serve.add_argument("--timeout", type=_positive_int, help="seconds before a stuck worker is restarted (default 30, env RERANKER_TIMEOUT)")
+
     indices = commands.add_parser("indices", help="the OpenSearch index versions behind the alias")
     indices_action = indices.add_subparsers(dest="action", required=True, metavar="ACTION")
     indices_action.add_parser("list", help="versions, document counts, what they were built with")
@@ -215,6 +221,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         value = getattr(args, option, None)
         if value is not None:
             overrides[name] = value
+    service: dict[str, Any] = {}
+    for option, name in [("bind", "bind"), ("server_workers", "workers"), ("threads", "threads"), ("timeout", "timeout")]:
+        value = getattr(args, option, None)
+        if value is not None:
+            service[name] = value
+    if service:
+        overrides["service"] = dataclasses.replace(settings.service, **service)
     settings = dataclasses.replace(settings, **overrides)
     settings.validate()
     return settings
@@ -515,6 +528,26 @@ def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.embeddings import load_vectors
+    from reranker.service.server import serve
+
+    # Once, in the master: a first run converts the vectors here, and a bad vectors
+    # setting fails now instead of in every worker. Workers then only memory-map them.
+    vectors = load_vectors(settings.vectors, settings.data_dir / "vectors")
+    cluster = settings.opensearch_store
+    where = f"OpenSearch at {cluster.display_hosts} (alias {cluster.alias})" if cluster else f"the embedded store in {settings.data_dir / 'index'}"
+    service = settings.service
+    print(
+        f"serving {where} with {vectors.info.name} on http://{service.bind} "
+        f"({service.workers} workers x {service.threads} threads); API: http://{service.bind}/openapi.json",
+        file=out,
+        flush=True,
+    )
+    serve(settings)
+    return 0
+
+
 def _cluster_store(settings: Settings) -> Any:
     from reranker.store.opensearch import OpenSearchStore
 
@@ -576,6 +609,7 @@ _COMMANDS = {
     "config": cmd_config,
     "templates": cmd_templates,
     "indices": cmd_indices,
+    "serve": cmd_serve,
 }
 
 

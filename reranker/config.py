@@ -51,6 +51,21 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_SEARCH_FIELDS": f"BM25 fields with boosts (default {DEFAULT_SEARCH_FIELDS})",
     "RERANKER_TOPIC_DTYPE": "topic matrices stored as float32 (default) or float16 (half the bytes)",
     "RERANKER_BULK_BYTES": "bulk request size in bytes (default 5000000)",
+    # The HTTP service (reranker serve, gunicorn.conf.py).
+    "RERANKER_BIND": "service address HOST:PORT (default 127.0.0.1:8000; the container sets 0.0.0.0:8000)",
+    "RERANKER_WORKERS": "gunicorn worker processes (default: CPU count)",
+    "RERANKER_THREADS": "threads per worker (default 4)",
+    "RERANKER_TIMEOUT": "seconds before gunicorn restarts a stuck worker (default 30)",
+    "RERANKER_DEADLINE_MS": "time a request may spend reranking before it falls back to BM25 order (default 2000)",
+    "RERANKER_MAX_BODY_BYTES": "largest request body accepted, else 413 (default 10000000)",
+    "RERANKER_MAX_DOCUMENTS": "most documents one rerank request may carry (default 1000)",
+    "RERANKER_MAX_TEXT_CHARS": "longest query or document text accepted, in characters (default 1000000)",
+    "RERANKER_MAX_WINDOW": "largest BM25 window a request may ask for (default 1000)",
+    "RERANKER_TOPIC_CACHE_MB": "per-worker cache of topics computed from request texts, in MB (default 64)",
+    "RERANKER_API_KEYS": "comma-separated bearer keys accepted by /v1/rerank and /v2/rerank",
+    "RERANKER_API_KEYS_FILE": "file with one accepted bearer key per line (adds to RERANKER_API_KEYS)",
+    "RERANKER_PROXY_INDICES": "index patterns the search proxy may forward to, comma-separated (default: RERANKER_INDEX and its versions; * for any)",
+    "RERANKER_DEFAULT_RANKER": "ranker used when a request names none (default hidden_topics)",
 }
 
 
@@ -168,6 +183,59 @@ class OpenSearchSettings:
 
 
 @dataclass(frozen=True)
+class ServiceSettings:
+    """The HTTP service: server, limits and credentials. Keys never appear in repr()."""
+
+    bind: str = "127.0.0.1:8000"
+    workers: int = 2
+    threads: int = 4
+    timeout: int = 30
+    deadline_ms: int = 2000
+    max_body_bytes: int = 10_000_000
+    max_documents: int = 1000
+    max_text_chars: int = 1_000_000
+    max_window: int = 1000
+    topic_cache_mb: int = 64
+    api_keys: frozenset[str] = field(default=frozenset(), repr=False)
+    proxy_indices: tuple[str, ...] = ()  # empty: the alias and its versions
+    default_ranker: str = "hidden_topics"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "ServiceSettings":
+        keys = {key.strip() for key in (env.get("RERANKER_API_KEYS") or "").split(",") if key.strip()}
+        keys_file = env.get("RERANKER_API_KEYS_FILE")
+        if keys_file:
+            try:
+                lines = Path(keys_file).expanduser().read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read RERANKER_API_KEYS_FILE {keys_file}: {exc}") from None
+            keys |= {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
+        return cls(
+            bind=env.get("RERANKER_BIND") or cls.bind,
+            workers=_int(env, "RERANKER_WORKERS", os.cpu_count() or 1),
+            threads=_int(env, "RERANKER_THREADS", 4),
+            timeout=_int(env, "RERANKER_TIMEOUT", 30),
+            deadline_ms=_int(env, "RERANKER_DEADLINE_MS", 2000),
+            max_body_bytes=_int(env, "RERANKER_MAX_BODY_BYTES", 10_000_000, minimum=1024),
+            max_documents=_int(env, "RERANKER_MAX_DOCUMENTS", 1000),
+            max_text_chars=_int(env, "RERANKER_MAX_TEXT_CHARS", 1_000_000),
+            max_window=_int(env, "RERANKER_MAX_WINDOW", 1000),
+            topic_cache_mb=_int(env, "RERANKER_TOPIC_CACHE_MB", 64, minimum=0),
+            api_keys=frozenset(keys),
+            proxy_indices=tuple(p.strip() for p in (env.get("RERANKER_PROXY_INDICES") or "").split(",") if p.strip()),
+            default_ranker=env.get("RERANKER_DEFAULT_RANKER") or cls.default_ranker,
+        )
+
+    def validate(self) -> None:
+        host, _, port = self.bind.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"the service address (RERANKER_BIND, --bind) must be HOST:PORT, got {self.bind!r}")
+        for name in ("workers", "threads", "timeout", "deadline_ms", "max_documents", "max_text_chars", "max_window"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the package can be configured with.
 
@@ -183,6 +251,7 @@ class Settings:
         than with OpenBLAS's default, measured; scoring is one small product anyway).
     index_workers: processes extracting topics while indexing (1: in-process).
     opensearch: everything else about the cluster; its hosts come from `opensearch_url`.
+    service: the HTTP service's server, limits and API keys.
     """
 
     data_dir: Path
@@ -195,6 +264,7 @@ class Settings:
     blas_threads: int = 1
     index_workers: int = 1
     opensearch: OpenSearchSettings = field(default_factory=lambda: OpenSearchSettings(hosts=()))
+    service: ServiceSettings = field(default_factory=ServiceSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
@@ -229,6 +299,7 @@ class Settings:
                 topic_dtype=env.get("RERANKER_TOPIC_DTYPE") or "float32",
                 bulk_bytes=_int(env, "RERANKER_BULK_BYTES", 5_000_000, minimum=10_000),
             ),
+            service=ServiceSettings.from_env(env),
         )
         settings.validate()
         return settings
@@ -252,6 +323,7 @@ class Settings:
             raise ConfigError(f"fusion weight must lie in [0, 1], got {self.fusion_weight}")
         if self.index_workers < 1:
             raise ConfigError(f"index workers must be >= 1, got {self.index_workers}")
+        self.service.validate()
         cluster = self.opensearch_store
         if cluster is not None:
             cluster.validate()

@@ -119,11 +119,14 @@ class TopicBatch:
 
     topics: (N, k_max, d) float32, zero rows as padding.
     importances: (N, k_max) float32, zero for padding rows.
+    missing: ids the store does not hold (their rows are all zero, like a document
+    without topics; a caller that must tell the two apart reads this).
     """
 
     doc_ids: tuple[str, ...]
     topics: FloatArray
     importances: FloatArray
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from contextlib import contextmanager
 from typing import Iterator, Sequence
@@ -49,20 +50,40 @@ CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
 
 
 class EmbeddedStore:
-    """A `Store` in `<directory>/store.sqlite3`. Not shared between threads."""
+    """A `Store` in `<directory>/store.sqlite3`.
+
+    Safe to share between threads: each thread gets its own SQLite connection (a
+    connection may not cross threads), and WAL mode lets readers run beside a writer.
+    """
 
     def __init__(self, directory: Path, stopwords: frozenset[str] | None = None) -> None:
         self.directory = directory
         self._stopwords = stopwords
         self._info: IndexInfo | None = None
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(directory / "store.sqlite3", isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the embedded store in {directory}: {exc}") from None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = sqlite3.connect(self.directory / "store.sqlite3", isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the embedded store in {self.directory}: {exc}") from None
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
+        return db
 
     # --- index metadata -------------------------------------------------------------
 
@@ -211,7 +232,8 @@ class EmbeddedStore:
             k, topic_bytes, importance_bytes = stored[doc_id]
             topics[row, :k] = np.frombuffer(topic_bytes, dtype=_FLOAT32).reshape(k, dim)
             importances[row, :k] = np.frombuffer(importance_bytes, dtype=_FLOAT32)
-        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances)
+        missing = tuple(doc_id for doc_id in doc_ids if doc_id not in stored)
+        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances, missing=missing)
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         found: dict[str, Document] = {}
@@ -224,7 +246,12 @@ class EmbeddedStore:
         return found
 
     def close(self) -> None:
-        self._db.close()
+        # check_same_thread=False only so that close() may reach every thread's connection.
+        with self._lock:
+            for db in self._connections:
+                db.close()
+            self._connections.clear()
+        self._local = threading.local()
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

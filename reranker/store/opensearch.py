@@ -703,7 +703,8 @@ class OpenSearchStore:
         docs = self._mget(self._target or self.alias, doc_ids, includes=["hidden_topics"])
         sources = [(doc.get("_source") or {}).get("hidden_topics") if doc.get("found") else None for doc in docs]
         topics, importances = decode_topics(sources, dim, self.topic_dtype)
-        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances)
+        missing = tuple(doc_id for doc_id, doc in zip(doc_ids, docs) if not doc.get("found"))
+        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances, missing=missing)
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         if not doc_ids:

@@ -1,0 +1,58 @@
+"""The HTTP service: a Flask app factory that gunicorn serves.
+
+    errors.py     every failure -> one JSON error shape, through one table
+    inputs.py     strict JSON bodies and typed fields
+    reranking.py  the per-process Runtime: Engine, deadlines (fail open), topic cache
+    api.py        native API: /search, /rerank, /rankers, probes, /metrics, /openapi.json
+    cohere.py     Cohere-compatible /v1/rerank and /v2/rerank (for OpenSearch / Elasticsearch)
+    proxy.py      the OpenSearch-compatible search proxy (/<index>/_search, /_msearch)
+    metrics.py    Prometheus metrics, multiprocess under gunicorn
+    openapi.py    the OpenAPI document of every route
+    gunicorn.conf.py  production server settings (`reranker serve` uses it too)
+
+Each worker process builds its own `Runtime` (so its own Engine and OpenSearch client)
+when gunicorn loads the app after forking; word vectors are memory-mapped read-only, so
+the workers share their pages through the OS.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flask import Flask, g, request
+from flask.wrappers import Response
+
+from reranker.config import Settings
+from reranker.service import errors
+from reranker.service.metrics import Metrics
+from reranker.service.reranking import Runtime
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    """The WSGI app; `settings` default to the environment (and RERANKER_CONFIG)."""
+    from reranker.service import api, cohere, proxy
+
+    settings = settings or Settings.from_env()
+    app = Flask("reranker")
+    app.config["MAX_CONTENT_LENGTH"] = settings.service.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    metrics = Metrics()
+    app.extensions["reranker"] = Runtime(settings, metrics)
+    errors.install(app)
+    app.register_blueprint(api.blueprint)
+    app.register_blueprint(cohere.blueprint)
+    app.register_blueprint(proxy.blueprint)  # last: its routes include catch-alls
+
+    @app.before_request
+    def _start_clock() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def _count(response: Response) -> Response:
+        rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        metrics.requests.labels(rule, request.method, str(response.status_code)).inc()
+        if "started" in g:
+            metrics.latency.labels(rule).observe(time.perf_counter() - g.started)
+        return response
+
+    return app

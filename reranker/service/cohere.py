@@ -1,0 +1,122 @@
+"""Cohere-compatible rerank API: POST /v1/rerank and /v2/rerank.
+
+This is how clusters call the service as an external reranker with no custom code:
+OpenSearch's `rerank` search response processor through an ml-commons HTTP connector
+(`connector.pre_process.cohere.rerank` / `connector.post_process.cohere.rerank`), and
+Elasticsearch through a `custom` inference endpoint. The README has the setup JSON.
+
+What their parsers demand (ml-commons CohereRerankPostProcessFunction, read through
+Jayway JsonPath / json-smart; Elasticsearch's text_similarity_reranker):
+- exactly one result per input document: both scatter `scores[index]` into an array and
+  fail on a count mismatch, so `top_n` is ignored unless the caller sets `apply_top_n`;
+- `index` a bare JSON integer (cast to Integer);
+- `relevance_score` a float literal (json-smart makes `1` an Integer, and a literal
+  longer than 18 characters a BigDecimal; both fail the cast to Double). Scores are
+  written with at most 9 significant digits, always with a `.` or an exponent;
+- empty-string documents (OpenSearch sends "" for a hit without the field).
+
+Documents arrive as text: their topics are computed on the fly and cached (see
+`TopicCache`); a document given as {"id": ...} uses the stored topics instead.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import uuid
+from typing import Any
+
+from flask import Blueprint, Response, request
+
+from reranker.service.api import request_documents, runtime
+from reranker.service.errors import ApiError, bad_request
+from reranker.service.inputs import Fields, json_object
+
+blueprint = Blueprint("cohere", __name__)
+
+# Cohere request fields accepted and ignored: they tune Cohere's own models.
+_IGNORED = ("max_chunks_per_doc", "max_tokens_per_doc", "priority", "rank_fields")
+
+
+def score_literal(value: float) -> str:
+    """A JSON float literal with at most 9 significant digits: 1.0, 0.123456789, 1.5e-07.
+
+    Raises ValueError for NaN or infinity (rankers never return them; this is the last guard).
+    """
+    if not math.isfinite(value):
+        raise ValueError(f"relevance score {value!r} is not finite")
+    # repr() of the rounded float is its shortest round-trip form: never more digits
+    # than the rounding kept, and always a '.' or an exponent ('1.0', '1e-10').
+    text = repr(float(f"{value:.9g}"))
+    return "0.0" if text == "-0.0" else text
+
+
+def _require_key() -> None:
+    keys = runtime().limits.api_keys
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="reranker"'}
+    if not keys:
+        raise ApiError(401, "security_exception", "this service accepts no API keys yet: set RERANKER_API_KEYS or RERANKER_API_KEYS_FILE", challenge)
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "security_exception", "missing API key: send 'Authorization: Bearer <key>'", challenge)
+    token = token.strip()
+    # Compare against every key in constant time, so timing says nothing about a key.
+    if not any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
+        raise ApiError(401, "security_exception", "invalid API key", challenge)
+
+
+@blueprint.post("/v1/rerank")
+def rerank_v1() -> Response:
+    return _rerank("1")
+
+
+@blueprint.post("/v2/rerank")
+def rerank_v2() -> Response:
+    return _rerank("2")
+
+
+def _rerank(version: str) -> Response:
+    _require_key()
+    rt = runtime()
+    limits = rt.limits
+    fields = Fields(json_object())
+    text = fields.text("query", required=True, max_chars=limits.max_text_chars)
+    items = fields.array("documents", required=True) or []
+    documents = request_documents(items, limits.max_documents, limits.max_text_chars, extra_fields=True)
+    top_n = fields.integer("top_n", len(documents), minimum=1 if documents else 0)
+    apply_top_n = fields.boolean("apply_top_n", False)
+    return_documents = fields.boolean("return_documents", False)
+    ranker = rt.ranker(fields.text("model"))
+    fields.ignore(_IGNORED)
+    fields.finish()
+    if return_documents and any(doc.text is None for doc in documents):
+        raise bad_request("[return_documents] needs every document as text")
+    assert text is not None
+    outcome, _ = rt.rerank_documents(text, ranker, documents, f"v{version}/rerank")
+    n = len(documents)
+    if outcome.scores is None:
+        # Degraded: keep the caller's order, with scores that say so (descending, in (0, 1]).
+        scores = [(n - position) / n for position in range(n)]
+    else:
+        scores = [float(outcome.scores[position]) for position in range(n)]
+    order = outcome.order
+    if apply_top_n:
+        order = order[:top_n]
+    results = []
+    for position in order:
+        item = f'{{"index": {position}, "relevance_score": {score_literal(scores[position])}'
+        if return_documents:
+            item += f', "document": {{"text": {json.dumps(documents[position].text)}}}'
+        results.append(item + "}")
+    meta: dict[str, Any] = {"api_version": {"version": version}, "billed_units": {"search_units": 1}}
+    if outcome.reason:
+        meta["warnings"] = [f"{outcome.status}: {outcome.reason}"]
+    body = (
+        f'{{"id": {json.dumps(str(uuid.uuid4()))}, "results": [{", ".join(results)}], '
+        f'"meta": {json.dumps(meta)}, "status": {json.dumps(outcome.status)}}}'
+    )
+    response = Response(body, mimetype="application/json")
+    response.headers["X-Reranker-Status"] = outcome.status
+    return response

@@ -1,0 +1,130 @@
+"""Every failure the service reports, and the one table that maps them to HTTP.
+
+Errors go out in OpenSearch's shape, so a client of the proxy parses ours like the
+cluster's own:
+
+    {"error": {"root_cause": [{"type": T, "reason": R}], "type": T, "reason": R}, "status": N}
+
+`ApiError` is raised by request parsing (bad JSON, wrong types, limits); a
+`RerankerError` from the layers below is translated through `STATUS`. Anything else is
+a bug: it is logged with its traceback and answered as a JSON 500, never as HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException
+
+from reranker.errors import (
+    ConfigError,
+    IndexMismatchError,
+    IndexNotFoundError,
+    InputError,
+    RerankerError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownRankerError,
+    VectorsError,
+)
+
+log = logging.getLogger(__name__)
+
+# Seconds a client should wait before retrying when the cluster is down.
+RETRY_AFTER_SECONDS = 5
+
+
+class ApiError(Exception):
+    """A request the service refuses: `status`, an OpenSearch-style `type`, a `reason`."""
+
+    def __init__(self, status: int, type_: str, reason: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.type = type_
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def bad_request(reason: str) -> ApiError:
+    return ApiError(400, "illegal_argument_exception", reason)
+
+
+# Most specific class first: the first match wins.
+STATUS: list[tuple[type[RerankerError], int, str]] = [
+    (UnknownRankerError, 400, "illegal_argument_exception"),
+    (InputError, 400, "illegal_argument_exception"),
+    (ConfigError, 400, "illegal_argument_exception"),
+    (IndexNotFoundError, 404, "index_not_found_exception"),
+    # The index was built with other vectors: nothing this service can serve until
+    # someone reindexes or reconfigures, so "unavailable", not the client's fault.
+    (IndexMismatchError, 503, "index_mismatch_exception"),
+    (StoreUnavailableError, 503, "store_unavailable_exception"),
+    (StoreError, 502, "store_exception"),
+    (VectorsError, 503, "vectors_unavailable_exception"),
+]
+
+
+def api_error(exc: RerankerError) -> ApiError:
+    """The HTTP form of a package error (see STATUS)."""
+    for cls, status, type_ in STATUS:
+        if isinstance(exc, cls):
+            headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else {}
+            return ApiError(status, type_, str(exc), headers)
+    return ApiError(500, "reranker_exception", str(exc))
+
+
+def error_response(error: ApiError) -> Response:
+    cause = {"type": error.type, "reason": error.reason}
+    body = {"error": {"root_cause": [cause], **cause}, "status": error.status}
+    response = Response(json.dumps(body), status=error.status, mimetype="application/json")
+    for name, value in error.headers.items():
+        response.headers[name] = value
+    return response
+
+
+# Werkzeug's own refusals (unknown route, wrong method, body too large) as JSON.
+_HTTP_TYPES = {
+    404: "resource_not_found_exception",
+    405: "method_not_allowed_exception",
+    413: "content_too_long_exception",
+}
+
+
+def install(app: Flask) -> None:
+    """Register the handlers that turn every failure into a JSON error."""
+
+    @app.errorhandler(ApiError)
+    def _api(error: ApiError) -> Response:
+        return error_response(error)
+
+    @app.errorhandler(RerankerError)
+    def _package(error: RerankerError) -> Response:
+        return error_response(api_error(error))
+
+    @app.errorhandler(HTTPException)
+    def _http(error: HTTPException) -> Response:
+        status = error.code or 500
+        reason = error.description or error.name
+        if status == 413:
+            limit = app.config.get("MAX_CONTENT_LENGTH")
+            reason = f"request body larger than {limit} bytes (RERANKER_MAX_BODY_BYTES)"
+        type_ = _HTTP_TYPES.get(status, "http_exception")
+        headers = {}
+        if status == 405 and error.valid_methods:  # type: ignore[attr-defined]
+            headers["Allow"] = ", ".join(error.valid_methods)  # type: ignore[attr-defined]
+        return error_response(ApiError(status, type_, reason, headers))
+
+    @app.errorhandler(Exception)
+    def _bug(error: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(ApiError(500, "internal_server_error", f"internal error ({type(error).__name__}); see the service log"))
+
+
+def describe(exc: BaseException) -> Any:
+    """A short reason for a degraded response: the message of a package error, else the class."""
+    if isinstance(exc, RerankerError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,57 @@
+"""gunicorn settings for production; `reranker serve` loads this file too.
+
+    gunicorn -c reranker/service/gunicorn.conf.py 'reranker.service:create_app()'
+
+Values come from the same environment variables as everything else (see
+`reranker config`): RERANKER_BIND, RERANKER_WORKERS, RERANKER_THREADS, RERANKER_TIMEOUT.
+
+Why these choices:
+- gthread workers: a request spends most of its time waiting on OpenSearch, so a few
+  threads per process keep the CPUs busy; the scoring itself is numpy, which releases
+  the GIL. One process per core (default) for the CPU-bound part.
+- No preload: each worker builds its app after the fork, so OpenSearch clients and
+  SQLite connections are never shared with the master. The word vectors are
+  memory-mapped read-only, so every worker maps the same pages of the page cache.
+- Prometheus in multiprocess mode: a scrape lands on one worker but must count all of
+  them, so values go to files in PROMETHEUS_MULTIPROC_DIR (a fresh directory unless set).
+"""
+
+import os
+import shutil
+import tempfile
+
+from reranker.config import ServiceSettings
+
+_service = ServiceSettings.from_env(os.environ)
+
+bind = [_service.bind]
+workers = _service.workers
+threads = _service.threads
+worker_class = "gthread"
+timeout = _service.timeout
+graceful_timeout = 20
+keepalive = 5
+preload_app = False
+accesslog = None
+errorlog = "-"
+loglevel = "info"
+# Bounds on the request line and headers (the body is bounded by RERANKER_MAX_BODY_BYTES).
+limit_request_line = 8190
+limit_request_fields = 100
+
+_created_metrics_dir = None
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _created_metrics_dir = tempfile.mkdtemp(prefix="reranker-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _created_metrics_dir
+
+
+def child_exit(server, worker):  # type: ignore[no-untyped-def]
+    """Drop a dead worker's live gauges from the multiprocess metrics."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):  # type: ignore[no-untyped-def]
+    if _created_metrics_dir:
+        shutil.rmtree(_created_metrics_dir, ignore_errors=True)

@@ -1,0 +1,169 @@
+"""Reading request bodies: strict JSON, typed fields, limits, and errors that say what was wrong.
+
+Every route reads its body through `json_object()` and its fields through `Fields`, so
+"malformed JSON", "not UTF-8", "wrong type" and "out of range" read the same everywhere
+and are always a 400, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from flask import request
+
+from reranker.service.errors import ApiError, bad_request
+from reranker.types import FILTER_OPS, Filter
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes, what: str = "request body") -> Any:
+    """`raw` as JSON. Raises ApiError 400 (parse_exception) for bytes that are not UTF-8 JSON."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "parse_exception", f"{what} is not UTF-8 (invalid byte at offset {exc.start})") from None
+    if not text.strip():
+        raise ApiError(400, "parse_exception", f"{what} is empty; expected JSON")
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, "parse_exception", f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # NaN / Infinity
+        raise ApiError(400, "parse_exception", f"{what}: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "parse_exception", f"{what} is nested too deeply") from None
+
+
+def json_object(*, required: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object ({} when empty and not required).
+
+    Werkzeug enforces MAX_CONTENT_LENGTH while reading, so an over-large body is a 413
+    before any parsing.
+    """
+    raw = request.get_data(cache=True)
+    if not raw.strip() and not required:
+        return {}
+    value = parse_json(raw)
+    if not isinstance(value, dict):
+        raise bad_request(f"request body must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+class Fields:
+    """Typed access to one JSON object's fields; `finish()` refuses names nobody read."""
+
+    def __init__(self, body: dict[str, Any], where: str = "") -> None:
+        self.body = body
+        self.where = where  # prefix for messages, e.g. "documents[3]."
+        self._read: set[str] = set()
+
+    def _get(self, name: str) -> Any:
+        self._read.add(name)
+        return self.body.get(name)
+
+    def _fail(self, name: str, expected: str, value: Any) -> ApiError:
+        return bad_request(f"[{self.where}{name}] must be {expected}, got {_json_type(value)}")
+
+    def text(self, name: str, *, required: bool = False, max_chars: int | None = None, default: str | None = None) -> str | None:
+        value = self._get(name)
+        if value is None:
+            if required:
+                raise bad_request(f"[{self.where}{name}] is required")
+            return default
+        if not isinstance(value, str):
+            raise self._fail(name, "a string", value)
+        if required and not value.strip():
+            raise bad_request(f"[{self.where}{name}] must not be empty")
+        if max_chars is not None and len(value) > max_chars:
+            raise ApiError(413, "content_too_long_exception", f"[{self.where}{name}] has {len(value)} characters; the limit is {max_chars} (RERANKER_MAX_TEXT_CHARS)")
+        return value
+
+    def integer(self, name: str, default: int, *, minimum: int = 0, maximum: int | None = None, limit_setting: str = "") -> int:
+        value = self._get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise self._fail(name, "an integer", value)
+        number = int(value)
+        if number < minimum:
+            raise bad_request(f"[{self.where}{name}] must be >= {minimum}, got {number}")
+        if maximum is not None and number > maximum:
+            hint = f" ({limit_setting})" if limit_setting else ""
+            raise bad_request(f"[{self.where}{name}] must be <= {maximum}{hint}, got {number}")
+        return number
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self._get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(name, "true or false", value)
+        return value
+
+    def array(self, name: str, *, required: bool = False) -> list[Any] | None:
+        value = self._get(name)
+        if value is None:
+            if required:
+                raise bad_request(f"[{self.where}{name}] is required")
+            return None
+        if not isinstance(value, list):
+            raise self._fail(name, "an array", value)
+        return value
+
+    def obj(self, name: str) -> dict[str, Any] | None:
+        value = self._get(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self._fail(name, "an object", value)
+        return value
+
+    def ignore(self, names: Iterable[str]) -> None:
+        """Accept these fields without reading them (compatibility with other APIs)."""
+        self._read.update(names)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.body) - self._read)
+        if unknown:
+            known = ", ".join(sorted(self._read))
+            raise bad_request(f"unknown field [{self.where}{unknown[0]}]; known fields: {known}")
+
+
+def filters(value: list[Any] | None) -> list[Filter]:
+    """`[{"field": "year", "op": "gte", "value": 2010}, ...]` -> Filters (op defaults to eq)."""
+    found: list[Filter] = []
+    for position, item in enumerate(value or []):
+        if not isinstance(item, dict):
+            raise bad_request(f"[filters[{position}]] must be an object like {{\"field\": \"year\", \"op\": \"gte\", \"value\": 2010}}")
+        fields = Fields(item, f"filters[{position}].")
+        name = fields.text("field", required=True)
+        op = fields.text("op", default="eq")
+        raw = fields._get("value")
+        fields.finish()
+        if op not in FILTER_OPS:
+            raise bad_request(f"[filters[{position}].op] must be one of {', '.join(FILTER_OPS)}, got {op!r}")
+        if isinstance(raw, bool) and op != "eq":
+            raise bad_request(f"[filters[{position}].value] a boolean can only be compared with eq")
+        if not isinstance(raw, (str, int, float, bool)):
+            raise bad_request(f"[filters[{position}].value] must be a string, number or boolean")
+        assert name is not None and op is not None
+        found.append(Filter(field=name, op=op, value=raw))
+    return found

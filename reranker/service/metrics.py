@@ -1,0 +1,58 @@
+"""Prometheus metrics: requests and latency per route, rerank latency per ranker, fallbacks.
+
+Under gunicorn each worker is its own process, so a scrape answered by one worker must
+still count the others: `gunicorn.conf.py` points PROMETHEUS_MULTIPROC_DIR at a fresh
+directory before any worker starts, prometheus_client then keeps the values in files
+there, and `/metrics` adds them up. Without that variable (tests, `flask run`) the values
+live in this process, in a registry of the app's own.
+
+Labels are bounded: a route's rule (`/<index>/_search`, never the concrete path), a
+registered ranker name, a reason from `REASONS`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess
+
+# Why a response fell back to the first-stage order.
+REASONS = ("timeout", "ranker_error", "topics_unavailable")
+
+# Seconds: the service answers in milliseconds to about a second.
+_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """The service's metrics, registered in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "reranker_requests", "HTTP requests answered", ["endpoint", "method", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "reranker_request_duration_seconds", "Time to answer a request", ["endpoint"],
+            buckets=_BUCKETS, registry=self.registry,
+        )
+        self.rerank_latency = Histogram(
+            "reranker_rerank_duration_seconds", "Time a ranker took to score a window", ["endpoint", "ranker"],
+            buckets=_BUCKETS, registry=self.registry,
+        )
+        self.degraded = Counter(
+            "reranker_degraded_responses", "Responses that fell back to the first-stage order",
+            ["endpoint", "ranker", "reason"], registry=self.registry,
+        )
+        self.topic_cache = Counter(
+            "reranker_topic_cache_lookups", "Topics of request texts: found in the cache or computed",
+            ["result"], registry=self.registry,
+        )
+
+    def exposition(self) -> tuple[bytes, str]:
+        """(body, content type) for a scrape: all workers' values when multiprocess."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

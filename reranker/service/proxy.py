@@ -1,0 +1,3 @@
+from flask import Blueprint
+
+blueprint = Blueprint("proxy", __name__)

@@ -1,0 +1,366 @@
+"""What one worker process holds, and reranking that fails open.
+
+`Runtime` is built once per app (so once per gunicorn worker, after the fork): the
+`Engine` (word vectors memory-mapped read-only, so the OS shares their pages between
+workers; the OpenSearch client is created lazily in this process), a small thread pool
+that lets a request stop waiting for a ranker at its deadline, and the cache of topics
+computed from request texts.
+
+Failing open: every rerank runs against a deadline (RERANKER_DEADLINE_MS). A ranker that
+raises, or is still running when the deadline passes, or candidates whose topics cannot
+be fetched, give the first-stage order with status "degraded" and the reason, never an
+error. Only a first stage that cannot run (the cluster is down) is an error (503).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from reranker.errors import StoreError, StoreUnavailableError
+from reranker.indexing import document_topics
+from reranker.rankers import CandidateSet, Ranker, RankerOptions, Scores, get_ranker
+from reranker.service.errors import ApiError, describe
+from reranker.topics import stack_topics
+from reranker.types import Candidate, DocTopics, Document, Filter, Query, TopicBatch
+
+if TYPE_CHECKING:
+    from reranker.config import Settings
+    from reranker.pipeline import Engine
+    from reranker.service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class DeadlineExceeded(Exception):
+    """Raised inside a rerank job that notices its request has given up on it."""
+
+
+class Deadline:
+    """A point in time a request must answer by (monotonic clock)."""
+
+    def __init__(self, milliseconds: float) -> None:
+        self.milliseconds = milliseconds
+        self.at = time.monotonic() + milliseconds / 1000.0
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+    def check(self) -> None:
+        if time.monotonic() >= self.at:
+            raise DeadlineExceeded()
+
+
+@dataclass(frozen=True)
+class RequestDocument:
+    """A candidate a caller sends: a stored id, a text, or both (the id wins if stored).
+
+    first_stage_score: the caller's own score (e.g. BM25), used by fusion rankers; 0 if absent.
+    """
+
+    id: str | None
+    text: str | None
+    first_stage_score: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reranked:
+    """The outcome of one rerank.
+
+    order: positions of the candidates in the new order (the first-stage order when not ok).
+    scores: (N,) the ranker's scores, or None when degraded.
+    status: "ok" | "degraded" | "query_out_of_vocabulary" (first-stage order, by design).
+    reason: why, when status is not "ok".
+    """
+
+    order: list[int]
+    scores: Scores | None
+    status: str
+    reason: str | None
+    rerank_ms: float
+
+
+class TopicCache:
+    """Topics of texts seen before, LRU, bounded in bytes. Thread-safe.
+
+    Keyed by a hash of the text plus the embedding and K, so other vectors never reuse
+    another's topics.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[str, DocTopics] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(text: str, embedding_checksum: str, k: int) -> str:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{digest}:{embedding_checksum}:{k}"
+
+    def get(self, key: str) -> DocTopics | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: str, topics: DocTopics) -> None:
+        size = topics.topics.nbytes + topics.importances.nbytes + len(key)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = topics
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                old_key, old = self._entries.popitem(last=False)
+                self.bytes -= old.topics.nbytes + old.importances.nbytes + len(old_key)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class Runtime:
+    """The per-process state behind every route."""
+
+    def __init__(self, settings: "Settings", metrics: "Metrics") -> None:
+        self.settings = settings
+        self.limits = settings.service
+        self.metrics = metrics
+        self.cache = TopicCache(settings.service.topic_cache_mb * 2**20)
+        self.ranker_options = RankerOptions(fusion_weight=settings.fusion_weight)
+        self._engine: "Engine | None" = None
+        self._lock = threading.Lock()
+        # Rerank jobs run here so that a request can stop waiting at its deadline; a job
+        # that overruns finishes in the background (jobs check the deadline and stop early).
+        self._pool = ThreadPoolExecutor(max_workers=max(2, settings.service.threads), thread_name_prefix="rerank")
+
+    # --- long-lived pieces ---------------------------------------------------------------
+
+    def engine(self) -> "Engine":
+        """The Engine of this process, built on first use (after gunicorn's fork)."""
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    from reranker.pipeline import build_engine
+
+                    self._engine = build_engine(self.settings)
+        return self._engine
+
+    def ranker(self, name: str | None) -> Ranker:
+        """The ranker a request names (or the default). UnknownRankerError lists the valid names."""
+        return get_ranker(name or self.limits.default_ranker, self.ranker_options)
+
+    # --- reranking ---------------------------------------------------------------------
+
+    def rerank(
+        self,
+        query: Query,
+        window: Callable[[Deadline], CandidateSet] | CandidateSet,
+        ranker: Ranker,
+        deadline: Deadline,
+        endpoint: str,
+    ) -> tuple[Reranked, CandidateSet | None]:
+        """Score `window` with `ranker` before `deadline`; the first-stage order otherwise.
+
+        `window` may be a function that builds the candidate set (computing topics of
+        texts) inside the deadline; it then runs in the pool too.
+        Returns (outcome, the candidate set when it was built).
+        """
+        engine = self.engine()
+        started = time.perf_counter()
+        built: list[CandidateSet] = []
+
+        def job() -> tuple[list[int], Scores]:
+            candidates = window(deadline) if callable(window) else window
+            built.append(candidates)
+            deadline.check()
+            return engine.rerank(query, candidates, ranker)
+
+        future = self._pool.submit(job)
+        try:
+            order, scores = future.result(timeout=deadline.remaining())
+        except FutureTimeout:
+            future.cancel()
+            return self._degraded(endpoint, ranker, "timeout", f"ranker {ranker.name!r} did not finish within the {deadline.milliseconds:g} ms deadline", started), None
+        except DeadlineExceeded:
+            return self._degraded(endpoint, ranker, "timeout", f"the {deadline.milliseconds:g} ms deadline passed while computing topics", started), None
+        except Exception as exc:  # a failing ranker must not fail the search: fail open
+            log.warning("ranker %s failed; answering in first-stage order", ranker.name, exc_info=True)
+            return self._degraded(endpoint, ranker, "ranker_error", f"ranker {ranker.name!r} failed: {describe(exc)}", started), None
+        elapsed = 1000 * (time.perf_counter() - started)
+        self.metrics.rerank_latency.labels(endpoint, ranker.name).observe(elapsed / 1000)
+        candidates = built[0]
+        if len(query.words) == 0 and ranker.variant is not None and len(candidates):
+            reason = "no query word has a word vector; first-stage order kept"
+            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed), candidates
+        return Reranked(order, scores, "ok", None, elapsed), candidates
+
+    def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float) -> Reranked:
+        self.metrics.degraded.labels(endpoint, ranker.name, kind).inc()
+        return Reranked([], None, "degraded", reason, 1000 * (time.perf_counter() - started))
+
+    def degraded_topics(self, endpoint: str, ranker: Ranker, exc: StoreError) -> Reranked:
+        """The outcome when the candidates' topics could not be fetched."""
+        self.metrics.degraded.labels(endpoint, ranker.name, "topics_unavailable").inc()
+        return Reranked([], None, "degraded", f"topics unavailable: {exc}", 0.0)
+
+    # --- the native routes' two jobs ----------------------------------------------------
+
+    def search(
+        self,
+        text: str,
+        ranker: Ranker,
+        *,
+        window: int,
+        size: int,
+        offset: int,
+        filters: Sequence[Filter],
+        explain: bool,
+    ) -> dict[str, Any]:
+        """BM25 top-`window`, reranked before the deadline; hits [offset, offset + size)."""
+        engine = self.engine()
+        deadline = Deadline(self.limits.deadline_ms)
+        engine.check_index()
+        query = engine.query(text)
+        started = time.perf_counter()
+        candidates = tuple(engine.store.bm25(text, window, filters))  # cluster down: 503
+        retrieved = time.perf_counter()
+        outcome: Reranked
+        candidate_set: CandidateSet | None = None
+        try:
+            topics = engine.store.topics([c.doc_id for c in candidates])
+        except StoreUnavailableError as exc:
+            outcome = self.degraded_topics("search", ranker, exc)
+        else:
+            outcome, candidate_set = self.rerank(query, CandidateSet(candidates, topics), ranker, deadline, "search")
+        order = outcome.order if outcome.status != "degraded" else list(range(len(candidates)))
+        page = order[offset : offset + size]
+        explanations = {}
+        if explain and outcome.status == "ok" and ranker.variant is not None and candidate_set is not None:
+            try:
+                explanations = engine.explain(query, candidate_set, page, ranker.variant)
+            except StoreError as exc:
+                log.warning("explanations unavailable: %s", exc)
+        hits = []
+        for rank, position in enumerate(page, start=offset + 1):
+            candidate = candidates[position]
+            hit: dict[str, Any] = {
+                "id": candidate.doc_id,
+                "rank": rank,
+                "score": None if outcome.scores is None else float(outcome.scores[position]),
+                "bm25_score": candidate.bm25_score,
+                "bm25_rank": candidate.bm25_rank,
+                "title": candidate.title,
+            }
+            if explain:
+                hit["explanation"] = [
+                    {
+                        "topic": e.rank,
+                        "importance": e.importance,
+                        "relevance": e.relevance,
+                        "contribution": e.contribution,
+                        "topic_words": list(e.topic_words),
+                        "query_words": list(e.query_words),
+                    }
+                    for e in explanations.get(position, ())
+                ]
+            hits.append(hit)
+        return {
+            **status_fields(outcome),
+            "query": text,
+            "ranker": ranker.name,
+            "window": window,
+            "candidates": len(candidates),
+            "hits": hits,
+            "query_words": list(query.words),
+            "oov_words": list(dict.fromkeys(query.oov)),
+            "timings_ms": {"retrieve": round(1000 * (retrieved - started), 3), "rerank": round(outcome.rerank_ms, 3)},
+        }
+
+    def rerank_documents(
+        self, text: str, ranker: Ranker, documents: Sequence[RequestDocument], endpoint: str
+    ) -> tuple[Reranked, Query]:
+        """Rerank caller-supplied candidates (stored ids and/or texts) before the deadline.
+
+        Raises ApiError 404 when an id is neither stored nor accompanied by a text.
+        """
+        engine = self.engine()
+        deadline = Deadline(self.limits.deadline_ms)
+        query = engine.query(text)
+        ids = [doc.id for doc in documents if doc.id is not None]
+        stored: TopicBatch | None = None
+        if ids:
+            engine.check_index()
+            try:
+                stored = engine.store.topics(ids)
+            except StoreUnavailableError as exc:
+                return self.degraded_topics(endpoint, ranker, exc), query
+            unresolved = [doc.id for doc in documents if doc.id in stored.missing and doc.text is None]
+            if unresolved:
+                shown = ", ".join(repr(i) for i in unresolved[:10])
+                more = f" and {len(unresolved) - 10} more" if len(unresolved) > 10 else ""
+                raise ApiError(404, "document_missing_exception", f"no stored document with id {shown}{more}; send its text instead")
+
+        def build(deadline: Deadline) -> CandidateSet:
+            return self._candidate_set(documents, stored, deadline)
+
+        outcome, _ = self.rerank(query, build, ranker, deadline, endpoint)
+        if outcome.status == "degraded":
+            outcome = Reranked(list(range(len(documents))), None, outcome.status, outcome.reason, outcome.rerank_ms)
+        return outcome, query
+
+    def _candidate_set(self, documents: Sequence[RequestDocument], stored: TopicBatch | None, deadline: Deadline) -> CandidateSet:
+        """Stored topics where the store has the id, else topics of the text (cached)."""
+        engine = self.engine()
+        vectors = engine.vectors
+        rows: dict[str, int] = {}
+        if stored is not None:
+            missing = set(stored.missing)
+            rows = {doc_id: row for row, doc_id in enumerate(stored.doc_ids) if doc_id not in missing}
+        per_document: list[DocTopics] = []
+        for doc in documents:
+            if doc.id is not None and doc.id in rows and stored is not None:
+                row = rows[doc.id]
+                k = int(np.count_nonzero(stored.importances[row]))
+                per_document.append(DocTopics(stored.topics[row, :k], stored.importances[row, :k]))
+                continue
+            assert doc.text is not None
+            key = TopicCache.key(doc.text, vectors.info.checksum, self.settings.k)
+            topics = self.cache.get(key)
+            if topics is None:
+                deadline.check()
+                topics, _, _ = document_topics(Document("", "", doc.text), vectors, self.settings.k, engine.stopwords)
+                self.cache.put(key, topics)
+                self.metrics.topic_cache.labels("computed").inc()
+            else:
+                self.metrics.topic_cache.labels("hit").inc()
+            per_document.append(topics)
+        topic_matrix, importances = stack_topics(per_document, vectors.dim)
+        doc_ids = tuple(doc.id if doc.id is not None else str(i) for i, doc in enumerate(documents))
+        candidates = tuple(
+            Candidate(doc_id=doc_ids[i], bm25_score=doc.first_stage_score, bm25_rank=i + 1)
+            for i, doc in enumerate(documents)
+        )
+        return CandidateSet(candidates, TopicBatch(doc_ids, topic_matrix, importances))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._engine is not None:
+            self._engine.store.close()
+
+
+def status_fields(outcome: Reranked) -> dict[str, Any]:
+    """{"status": ..., "reason": ...} for a response body (reason only when not ok)."""
+    return {"status": outcome.status, **({"reason": outcome.reason} if outcome.reason else {})}
