@@ -1,14 +1,325 @@
-"""The service's probes (the rest of the HTTP API arrives with the service issue)."""
+"""The HTTP service's native API on the embedded store, through Flask's test client.
+
+The app is the real one (`create_app`), over a real SQLite store holding the bundled
+sample corpus (plus a year field to filter on, and two documents whose only distinctive
+word has no GloVe vector). `test_gunicorn_*` starts `reranker serve` as a subprocess.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+
+import reranker.rankers as rankers
 from reranker.config import Settings
 from reranker.service import create_app
+from reranker.service.openapi import openapi_document
 
-from conftest import TINY_CORPUS, run, write_jsonl
+from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
+
+QUERY = "statistical machine translation with word alignment models and phrase tables"
+# Not in GloVe's 400k words, so a query of only these has no vector.
+UNKNOWN_WORD = "zorblaxian"
+
+
+def _corpus(path: Path) -> Path:
+    records = []
+    for line in (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        digits = record["id"][1:3]
+        record["year"] = 2000 + int(digits) if digits.isdigit() else 2010  # ACL ids: P01 -> 2001
+        records.append(record)
+    records += [
+        {"id": "odd-1", "title": "", "text": f"{UNKNOWN_WORD} {UNKNOWN_WORD} machines and ships", "year": 2020},
+        {"id": "odd-2", "title": "", "text": f"{UNKNOWN_WORD} bread and ovens", "year": 2021},
+    ]
+    return write_jsonl(path, records)
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
+    data_dir = tmp_path_factory.mktemp("service") / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    code, _ = run(data_dir, "index", str(_corpus(data_dir.parent / "corpus.jsonl")), "--no-progress")
+    assert code == 0
+    return data_dir
+
+
+def _settings(data_dir: Path, **env: str) -> Settings:
+    return Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), **env})
+
+
+@pytest.fixture(scope="module")
+def client(indexed: Path) -> Iterator[FlaskClient]:
+    app = create_app(_settings(indexed))
+    yield app.test_client()
+    app.extensions["reranker"].close()
+
+
+def _error(answer: Any, status: int, type_: str) -> str:
+    """Assert an OpenSearch-shaped JSON error; return its reason."""
+    assert answer.status_code == status, answer.get_data(as_text=True)
+    assert answer.mimetype == "application/json"
+    body = answer.get_json()
+    assert body["status"] == status and body["error"]["type"] == type_
+    assert body["error"]["root_cause"] == [{"type": type_, "reason": body["error"]["reason"]}]
+    return str(body["error"]["reason"])
+
+
+# --- /search -----------------------------------------------------------------------------
+
+
+def test_search_reranks_the_bm25_window_like_the_engine(client: FlaskClient, indexed: Path) -> None:
+    answer = client.post("/search", json={"query": QUERY, "size": 5})
+    assert answer.status_code == 200
+    body = answer.get_json()
+    assert body["status"] == "ok" and body["ranker"] == "hidden_topics" and body["window"] == 100
+    code, out = run(indexed, "search", QUERY, "--size", "5", "--json")
+    assert code == 0
+    expected = json.loads(out)
+    assert [h["id"] for h in body["hits"]] == [h["doc_id"] for h in expected["hits"]]
+    assert [h["rank"] for h in body["hits"]] == [1, 2, 3, 4, 5]
+    scores = [h["score"] for h in body["hits"]]
+    assert scores == sorted(scores, reverse=True)
+    assert {h["bm25_rank"] for h in body["hits"]} != {1, 2, 3, 4, 5}, "the topic order should differ from BM25's here"
+    assert set(body["timings_ms"]) == {"retrieve", "rerank"}
+
+
+def test_from_and_size_slice_one_reranked_order(client: FlaskClient) -> None:
+    whole = client.post("/search", json={"query": QUERY, "size": 9}).get_json()["hits"]
+    page = client.post("/search", json={"query": QUERY, "size": 3, "from": 3}).get_json()["hits"]
+    assert [h["id"] for h in page] == [h["id"] for h in whole[3:6]]
+    assert [h["rank"] for h in page] == [4, 5, 6]
+
+
+def test_a_small_window_reranks_fewer_candidates(client: FlaskClient) -> None:
+    body = client.post("/search", json={"query": QUERY, "size": 3, "window": 5}).get_json()
+    assert body["candidates"] == 5 and max(h["bm25_rank"] for h in body["hits"]) <= 5
+    # from + size beyond the window widens it: a page is never cut short by the window.
+    body = client.post("/search", json={"query": QUERY, "size": 4, "from": 4, "window": 5}).get_json()
+    assert body["window"] == 8 and len(body["hits"]) == 4
+
+
+def test_explanations_add_up_to_the_score(client: FlaskClient) -> None:
+    body = client.post("/search", json={"query": QUERY, "size": 2, "explain": True}).get_json()
+    for hit in body["hits"]:
+        topics = hit["explanation"]
+        assert topics and all(t["topic_words"] for t in topics)
+        assert sum(t["contribution"] for t in topics) == pytest.approx(hit["score"], rel=1e-5)
+
+
+def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> None:
+    years = {r["id"]: r["year"] for r in map(json.loads, (indexed.parent / "corpus.jsonl").read_text().splitlines())}
+    body = client.post("/search", json={"query": QUERY, "size": 100, "filters": [{"field": "year", "op": "gte", "value": 2005}]}).get_json()
+    everything = client.post("/search", json={"query": QUERY, "size": 100}).get_json()
+    assert body["hits"] and all(years[h["id"]] >= 2005 for h in body["hits"])
+    assert len(body["hits"]) == sum(years[h["id"]] >= 2005 for h in everything["hits"]) < len(everything["hits"])
+    reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "colour", "value": "red"}]}), 400, "illegal_argument_exception")
+    assert "colour" in reason and "year" in reason
+
+
+def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:
+    listed = client.get("/rankers").get_json()
+    assert [r["name"] for r in listed["rankers"]] == rankers.ranker_names() and listed["default"] == "hidden_topics"
+    for name in rankers.ranker_names():
+        body = client.post("/search", json={"query": QUERY, "ranker": name, "size": 3}).get_json()
+        assert body["ranker"] == name and len(body["hits"]) == 3
+    bm25 = client.post("/search", json={"query": QUERY, "ranker": "bm25", "size": 5}).get_json()
+    assert [h["bm25_rank"] for h in bm25["hits"]] == [1, 2, 3, 4, 5]
+
+
+def test_an_out_of_vocabulary_query_keeps_bm25_order_and_says_so(client: FlaskClient) -> None:
+    body = client.post("/search", json={"query": UNKNOWN_WORD}).get_json()
+    assert body["status"] == "query_out_of_vocabulary" and "word vector" in body["reason"]
+    assert [h["id"] for h in body["hits"]] == ["odd-1", "odd-2"]
+    assert [h["bm25_rank"] for h in body["hits"]] == [1, 2]
+    assert body["oov_words"] == [UNKNOWN_WORD] and body["query_words"] == []
+
+
+# --- /rerank -----------------------------------------------------------------------------
+
+
+def test_rerank_by_ids_matches_search(client: FlaskClient) -> None:
+    searched = client.post("/search", json={"query": QUERY, "size": 100, "ranker": "hidden_topics+bm25"}).get_json()["hits"]
+    window = sorted(searched, key=lambda h: h["bm25_rank"])
+    documents = [{"id": h["id"], "score": h["bm25_score"]} for h in window]
+    body = client.post("/rerank", json={"query": QUERY, "documents": documents, "ranker": "hidden_topics+bm25"}).get_json()
+    assert body["status"] == "ok"
+    assert [r["id"] for r in body["results"]] == [h["id"] for h in searched]
+    assert [r["score"] for r in body["results"]] == pytest.approx([h["score"] for h in searched])
+
+
+def test_rerank_texts_scores_like_stored_topics_and_caches_them(client: FlaskClient, indexed: Path) -> None:
+    records = [json.loads(line) for line in (indexed.parent / "corpus.jsonl").read_text().splitlines()[:6]]
+    texts = [r["text"] for r in records]  # no titles in the sample: full text == text
+    by_id = client.post("/rerank", json={"query": QUERY, "documents": [{"id": r["id"]} for r in records]}).get_json()
+    by_text = client.post("/rerank", json={"query": QUERY, "documents": texts}).get_json()
+    assert [r["index"] for r in by_text["results"]] == [r["index"] for r in by_id["results"]]
+    assert [r["score"] for r in by_text["results"]] == pytest.approx([r["score"] for r in by_id["results"]], rel=1e-5)
+    before = _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}')
+    again = client.post("/rerank", json={"query": QUERY, "documents": texts}).get_json()
+    assert again["results"] == by_text["results"]
+    assert _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}') == before + len(texts)
+
+
+def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient) -> None:
+    body = client.post("/rerank", json={"query": QUERY, "documents": [{"id": "P01-1027"}, "bread ovens and flour", {"id": "gone", "text": "translation models"}]}).get_json()
+    assert sorted(r["index"] for r in body["results"]) == [0, 1, 2]
+    assert body["results"][-1]["index"] == 1  # the bread text is least like the query
+    reason = _error(client.post("/rerank", json={"query": QUERY, "documents": [{"id": "gone"}, {"id": "P01-1027"}]}), 404, "document_missing_exception")
+    assert "'gone'" in reason and "P01-1027" not in reason
+    assert client.post("/rerank", json={"query": QUERY, "documents": []}).get_json()["results"] == []
+
+
+# --- failing open ------------------------------------------------------------------------
+
+
+class _Broken:
+    name, variant = "broken", "paper"
+
+    def score(self, query: Any, window: Any) -> Any:
+        raise RuntimeError("scoring blew up")
+
+
+class _Slow:
+    name, variant = "slow", "paper"
+
+    def score(self, query: Any, window: Any) -> Any:
+        time.sleep(3)
+        return np.zeros(len(window))
+
+
+def test_a_failing_or_slow_ranker_degrades_to_bm25_order(indexed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(rankers.RANKERS, "broken", lambda options: _Broken())
+    monkeypatch.setitem(rankers.RANKERS, "slow", lambda options: _Slow())
+    client = create_app(_settings(indexed, RERANKER_DEADLINE_MS="300")).test_client()
+    body = client.post("/search", json={"query": QUERY, "ranker": "broken", "size": 5}).get_json()
+    assert body["status"] == "degraded" and "scoring blew up" in body["reason"]
+    assert [h["bm25_rank"] for h in body["hits"]] == [1, 2, 3, 4, 5] and all(h["score"] is None for h in body["hits"])
+    started = time.monotonic()
+    body = client.post("/search", json={"query": QUERY, "ranker": "slow", "size": 5}).get_json()
+    assert time.monotonic() - started < 2.0, "the deadline must cut the wait short"
+    assert body["status"] == "degraded" and "300 ms deadline" in body["reason"]
+    assert [h["bm25_rank"] for h in body["hits"]] == [1, 2, 3, 4, 5]
+    body = client.post("/rerank", json={"query": QUERY, "ranker": "broken", "documents": ["a ship", "a loaf"]}).get_json()
+    assert body["status"] == "degraded" and [r["index"] for r in body["results"]] == [0, 1]
+    assert _metric(client, 'reranker_degraded_responses_total{endpoint="search",ranker="slow",reason="timeout"}') == 1
+    assert _metric(client, 'reranker_degraded_responses_total{endpoint="search",ranker="broken",reason="ranker_error"}') == 1
+
+
+def test_a_cluster_that_is_down_is_a_503_with_retry_after(indexed: Path) -> None:
+    client = create_app(_settings(indexed, OPENSEARCH_URL="http://127.0.0.1:9", OPENSEARCH_RETRIES="0")).test_client()
+    for path, body in [("/search", {"query": QUERY}), ("/rerank", {"query": QUERY, "documents": [{"id": "x"}]})]:
+        answer = client.post(path, json=body)
+        assert "cannot reach OpenSearch" in _error(answer, 503, "store_unavailable_exception")
+        assert answer.headers["Retry-After"] == "5"
+    # Texts need no store: reranking them still works with the cluster down.
+    assert client.post("/rerank", json={"query": QUERY, "documents": ["ships at sea"]}).status_code == 200
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+_BAD = [
+    ("/search", b"{", 400, "parse_exception"),
+    ("/search", b'{"query": "caf\xe9"}', 400, "parse_exception"),
+    ("/search", b"", 400, "parse_exception"),
+    ("/search", b'{"query": NaN}', 400, "parse_exception"),
+    ("/search", b"[" * 100_000, 400, "parse_exception"),
+    ("/search", b'["query"]', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": 3}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": ""}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "   "}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "size": "ten"}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "size": true}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "size": 1.5}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "window": 0}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "window": 100000}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "from": 990, "size": 20}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "ranker": "nope"}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "windw": 5}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "filters": {"year": 2001}}', 400, "illegal_argument_exception"),
+    ("/search", b'{"query": "ships", "filters": [{"field": "year", "op": "like", "value": 1}]}', 400, "illegal_argument_exception"),
+    ("/rerank", b'{"query": "ships"}', 400, "illegal_argument_exception"),
+    ("/rerank", b'{"query": "ships", "documents": "text"}', 400, "illegal_argument_exception"),
+    ("/rerank", b'{"query": "ships", "documents": [3]}', 400, "illegal_argument_exception"),
+    ("/rerank", b'{"query": "ships", "documents": [{}]}', 400, "illegal_argument_exception"),
+    ("/rerank", b'{"query": "ships", "documents": [{"id": ["a"]}]}', 400, "illegal_argument_exception"),
+    ("/rerank", b'{"query": "ships", "documents": [{"text": "a", "score": "high"}]}', 400, "illegal_argument_exception"),
+]
+
+
+@pytest.mark.parametrize("path, body, status, type_", _BAD, ids=[f"{p} {b[:40]!r}" for p, b, _, _ in _BAD])
+def test_bad_input_is_a_clear_4xx(client: FlaskClient, path: str, body: bytes, status: int, type_: str) -> None:
+    reason = _error(client.post(path, data=body, content_type="application/json"), status, type_)
+    assert len(reason) > 10
+
+
+def test_limits_are_413_with_the_setting_named(indexed: Path) -> None:
+    client = create_app(_settings(indexed, RERANKER_MAX_BODY_BYTES="2000", RERANKER_MAX_DOCUMENTS="3", RERANKER_MAX_TEXT_CHARS="50")).test_client()
+    assert "RERANKER_MAX_BODY_BYTES" in _error(client.post("/search", json={"query": "x" * 3000}), 413, "content_too_long_exception")
+    assert "RERANKER_MAX_DOCUMENTS" in _error(client.post("/rerank", json={"query": "ships", "documents": ["a"] * 4}), 413, "content_too_long_exception")
+    assert "RERANKER_MAX_TEXT_CHARS" in _error(client.post("/rerank", json={"query": "ships", "documents": ["a" * 51]}), 413, "content_too_long_exception")
+    assert "RERANKER_MAX_TEXT_CHARS" in _error(client.post("/search", json={"query": "s" * 51}), 413, "content_too_long_exception")
+
+
+def test_unknown_routes_and_methods_answer_json(client: FlaskClient) -> None:
+    _error(client.get("/search"), 405, "method_not_allowed_exception")
+    assert client.get("/search").headers["Allow"]
+    _error(client.post("/rankers"), 405, "method_not_allowed_exception")
+
+
+# --- probes, metrics, OpenAPI ------------------------------------------------------------
+
+
+def _metric(client: FlaskClient, sample: str) -> float:
+    for line in client.get("/metrics").get_data(as_text=True).splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_requests_and_rerank_latency(client: FlaskClient) -> None:
+    before = _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}')
+    client.post("/search", json={"query": QUERY, "ranker": "hidden_topics_code"})
+    client.post("/search", json={"query": ""})
+    assert _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}') == before + 1
+    assert _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="400"}') >= 1
+    assert _metric(client, 'reranker_rerank_duration_seconds_count{endpoint="search",ranker="hidden_topics_code"}') >= 1
+    assert _metric(client, 'reranker_request_duration_seconds_count{endpoint="/search"}') >= 2
+
+
+def test_readiness_and_liveness(client: FlaskClient) -> None:
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+    assert client.get("/readyz").get_json() == {"status": "ready", "documents": 27, "vectors": "glove-6b-50d"}
+
+
+def test_openapi_describes_every_route(client: FlaskClient) -> None:
+    document = client.get("/openapi.json").get_json()
+    assert document == openapi_document()
+    described = {(path, method.upper()) for path, item in document["paths"].items() for method in item}
+    app = client.application
+    catch_alls = {"/<path:path>", "/<index>"}
+    served = {
+        (rule.rule.replace("<index>", "{index}"), method)
+        for rule in app.url_map.iter_rules()
+        if rule.endpoint != "static" and rule.rule not in catch_alls
+        for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}
+    }
+    assert served - described == set(), "routes missing from /openapi.json"
+    assert described - served == set(), "/openapi.json describes routes that do not exist"
 
 
 def test_readiness_follows_the_store(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
@@ -21,6 +332,8 @@ def test_readiness_follows_the_store(osmem_clone: Any, data_dir: Path, tmp_path:
     run(data_dir, "--opensearch-url", osmem_clone.url, "index", str(write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)), "--no-progress")
     answer = client.get("/readyz")
     assert answer.status_code == 200 and answer.get_json() == {"status": "ready", "documents": 3, "vectors": "glove-6b-50d"}
+    body = client.post("/search", json={"query": "sailors steer the vessel across the ocean", "size": 2}).get_json()
+    assert body["status"] == "ok" and body["hits"][0]["id"] == "ships"
 
 
 def test_an_unreachable_cluster_is_not_ready(data_dir: Path, tmp_path: Path) -> None:
@@ -28,3 +341,56 @@ def test_an_unreachable_cluster_is_not_ready(data_dir: Path, tmp_path: Path) -> 
     answer = create_app(settings).test_client().get("/readyz")
     assert answer.status_code == 503 and answer.get_json()["error"]["type"] == "store_unavailable_exception" and answer.headers["Retry-After"] == "5"
     assert create_app(settings).test_client().get("/healthz").status_code == 200
+
+
+# --- gunicorn ----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _http(url: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_reranker_serve_runs_gunicorn_workers_that_share_metrics(indexed: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "RERANKER_DATA_DIR": str(indexed), "HOME": str(indexed)}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if _http(base + "/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.2)
+        for _ in range(12):
+            status, raw = _http(base + "/search", {"query": QUERY, "size": 3})
+            assert status == 200 and len(json.loads(raw)["hits"]) == 3
+        status, raw = _http(base + "/search", {"query": ""})
+        assert status == 400 and json.loads(raw)["error"]["type"] == "illegal_argument_exception"
+        # 12 searches spread over two workers, counted in one scrape.
+        metrics = _http(base + "/metrics")[1].decode()
+        assert 'reranker_requests_total{endpoint="/search",method="POST",status="200"} 12.0' in metrics
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=30)
+    assert server.returncode == 0, output
+    assert "Booting worker" in output and "Shutting down: Master" in output

@@ -23,14 +23,16 @@ from flask import Flask, g, request
 from flask.wrappers import Response
 
 from reranker.config import Settings
-from reranker.service import errors
-from reranker.service.metrics import Metrics
-from reranker.service.reranking import Runtime
 
 
 def create_app(settings: Settings | None = None) -> Flask:
     """The WSGI app; `settings` default to the environment (and RERANKER_CONFIG)."""
-    from reranker.service import api, cohere, proxy
+    # Imported here, not at the top: prometheus_client picks its multiprocess mode when
+    # first imported, and the gunicorn master (which imports this package to serve it)
+    # sets PROMETHEUS_MULTIPROC_DIR only when it reads gunicorn.conf.py.
+    from reranker.service import api, cohere, errors, proxy
+    from reranker.service.metrics import Metrics
+    from reranker.service.reranking import Runtime
 
     settings = settings or Settings.from_env()
     app = Flask("reranker")

@@ -38,6 +38,9 @@ loglevel = "info"
 # Bounds on the request line and headers (the body is bounded by RERANKER_MAX_BODY_BYTES).
 limit_request_line = 8190
 limit_request_fields = 100
+# gunicorn >= 24 opens a control socket under $HOME; the container's user has no home,
+# and nothing here uses it. (Older gunicorns ignore unknown names in this file.)
+control_socket_disable = True
 
 _created_metrics_dir = None
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

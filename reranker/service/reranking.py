@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from reranker.errors import StoreError, StoreUnavailableError
+from reranker.errors import RerankerError, StoreError, StoreUnavailableError
 from reranker.indexing import document_topics
 from reranker.rankers import CandidateSet, Ranker, RankerOptions, Scores, get_ranker
 from reranker.service.errors import ApiError, describe
@@ -157,6 +157,17 @@ class Runtime:
 
                     self._engine = build_engine(self.settings)
         return self._engine
+
+    def warm(self) -> None:
+        """Build the Engine now (a worker booting), so the first request does not wait.
+
+        A failure is logged, not raised: the worker still serves /healthz, and /readyz
+        reports the problem until it is fixed.
+        """
+        try:
+            self.engine()
+        except RerankerError as exc:
+            log.warning("not ready yet: %s", exc)
 
     def ranker(self, name: str | None) -> Ranker:
         """The ranker a request names (or the default). UnknownRankerError lists the valid names."""

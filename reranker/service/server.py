@@ -5,19 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gunicorn.app.base import BaseApplication
+from gunicorn.app.base import Application
 
 from reranker.config import Settings
 
 CONFIG_FILE = Path(__file__).with_name("gunicorn.conf.py")
 
 
-class _Server(BaseApplication):  # type: ignore[misc]
+class _Server(Application):  # type: ignore[misc]
     """gunicorn's own application class, fed from Settings instead of sys.argv."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         super().__init__()
+
+    def init(self, parser: Any, opts: Any, args: Any) -> None:  # no command line to read
+        return None
 
     def load_config(self) -> None:
         self.load_config_from_file(str(CONFIG_FILE))
@@ -31,7 +34,9 @@ class _Server(BaseApplication):  # type: ignore[misc]
         # clients are the worker's own.
         from reranker.service import create_app
 
-        return create_app(self.settings)
+        app = create_app(self.settings)
+        app.extensions["reranker"].warm()
+        return app
 
 
 def serve(settings: Settings) -> None:

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from reranker.errors import IndexMismatchError, StoreError
+from reranker.errors import IndexMismatchError, InputError, StoreError
 from reranker.store import IndexInfo
 from reranker.text import tokenize
 from reranker.types import Candidate, Document, EmbeddingInfo, Filter, StoredDocument, TopicBatch, WriteFailure
@@ -189,6 +189,21 @@ class EmbeddedStore:
 
     # --- the read path --------------------------------------------------------------
 
+    def _check_filter_fields(self, filters: Sequence[Filter]) -> None:
+        """InputError naming the filterable fields when no document has a filtered field.
+
+        Without this a typo would quietly filter out everything. The field list is read
+        only on that error path (it scans the corpus).
+        """
+        for item in filters:
+            if item.field == "title":
+                continue
+            path = '$."' + item.field.replace('"', '""') + '"'
+            if self._db.execute("SELECT 1 FROM docs WHERE json_type(fields, ?) IS NOT NULL LIMIT 1", (path,)).fetchone() is None:
+                rows = self._db.execute("SELECT DISTINCT key FROM docs, json_each(docs.fields)").fetchall()
+                known = sorted({"title", *(row[0] for row in rows)})
+                raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(known)}")
+
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         # Repeated query words stay repeated: FTS5 then weighs them more, like a query
         # term frequency (nDCG@10 0.692 -> 0.709 on CL-SciSumm's summaries, measured).
@@ -197,6 +212,7 @@ class EmbeddedStore:
             return []
         # Quoted terms: FTS5 treats them as plain tokens whatever characters they hold.
         match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        self._check_filter_fields(filters)
         where, params = _filter_sql(filters)
         try:
             rows = self._db.execute(
