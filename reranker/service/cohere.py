@@ -49,6 +49,8 @@ def score_literal(value: float) -> str:
     # repr() of the rounded float is its shortest round-trip form: never more digits
     # than the rounding kept, and always a '.' or an exponent ('1.0', '1e-10').
     text = repr(float(f"{value:.9g}"))
+    if len(text) > 18:  # repr writes up to 16 integer digits in full: -3844248610000000.0
+        text = f"{float(text):.8e}"
     return "0.0" if text == "-0.0" else text
 
 

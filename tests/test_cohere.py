@@ -1,0 +1,247 @@
+"""Conformance of /v1/rerank and /v2/rerank with what OpenSearch and Elasticsearch parse.
+
+OpenSearch's ml-commons reads the response with Jayway JsonPath over json-smart in its
+permissive mode, then casts `index` to Integer and `relevance_score` to Double:
+json-smart makes a literal without '.'/'e' an Integer and a float literal longer than 18
+characters a BigDecimal, and either fails the cast. Both clusters scatter scores by
+`index` into an array and fail unless there is exactly one result per document. These
+tests check the exact bytes against those rules, with the request bodies the two
+clusters actually send.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from flask.testing import FlaskClient
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reranker.config import Settings
+from reranker.service import create_app
+from reranker.service.cohere import score_literal
+
+from conftest import SAMPLE, run
+
+KEY = "test-key-1"
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+QUERY = "statistical machine translation with word alignment models"
+_SCORE = re.compile(rb'"relevance_score": ([^,}\]]+)')
+_INDEX = re.compile(rb'"index": ([^,}\]]+)')
+
+
+def _documents(n: int) -> list[str]:
+    lines = (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["text"] for line in lines[:n]]
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
+    data_dir = tmp_path_factory.mktemp("cohere") / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    return data_dir
+
+
+def _app(data_dir: Path, **env: str) -> Any:
+    return create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_API_KEYS": f"{KEY}, other-key", **env}))
+
+
+@pytest.fixture(scope="module")
+def client(indexed: Path) -> Iterator[FlaskClient]:
+    app = _app(indexed)
+    yield app.test_client()
+    app.extensions["reranker"].close()
+
+
+def json_smart_type(literal: bytes) -> str:
+    """The Java type json-smart (MODE_PERMISSIVE) gives a JSON number literal."""
+    text = literal.decode()
+    if not any(c in text for c in ".eE"):
+        return "Integer"
+    return "BigDecimal" if len(text) > 18 else "Double"
+
+
+def _conforms(raw: bytes, n: int) -> list[tuple[int, float]]:
+    """Assert OpenSearch's and Elasticsearch's rules on a response body; (index, score) pairs."""
+    body = json.loads(raw)
+    assert set(body) >= {"results", "id", "meta"}
+    scores, indices = _SCORE.findall(raw), _INDEX.findall(raw)
+    assert len(scores) == len(indices) == len(body["results"]) == n, "one result per document"
+    for literal in scores:
+        assert json_smart_type(literal) == "Double", f"relevance_score {literal!r} would not cast to Double"
+        digits = literal.split(b"e")[0].replace(b"-", b"").replace(b".", b"").lstrip(b"0")
+        assert len(digits) <= 9, f"{literal!r} has more than 9 significant digits"
+        assert math.isfinite(float(literal))
+    for literal in indices:
+        assert json_smart_type(literal) == "Integer"
+    pairs = [(int(i), float(s)) for i, s in zip(indices, scores)]
+    assert sorted(i for i, _ in pairs) == list(range(n)), "indices must be a permutation of 0..n-1"
+    return pairs
+
+
+# --- the score literal -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, literal",
+    [(1.0, "1.0"), (0.0, "0.0"), (-0.0, "0.0"), (1, "1.0"), (0.12345678901234568, "0.123456789"), (2.4876490010363496e-05, "2.487649e-05"), (1e-10, "1e-10"), (0.5, "0.5"), (0.9999999999, "1.0")],
+)
+def test_score_literals(value: float, literal: str) -> None:
+    assert score_literal(value) == literal
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_scores_are_refused(value: float) -> None:
+    with pytest.raises(ValueError):
+        score_literal(value)
+
+
+@given(st.floats(min_value=-1e300, max_value=1e300, allow_nan=False))
+def test_every_finite_score_becomes_a_short_float_literal(value: float) -> None:
+    literal = score_literal(value).encode()
+    assert json_smart_type(literal) == "Double"
+    assert float(literal) == pytest.approx(value, rel=1e-8, abs=1e-300)
+
+
+# --- the routes --------------------------------------------------------------------------
+
+
+def test_opensearch_connector_request_gets_one_result_per_document(client: FlaskClient) -> None:
+    documents = _documents(6) + [""]  # OpenSearch sends "" for a hit without the field
+    # Exactly what `connector.pre_process.cohere.rerank` + the README's request_body produce.
+    raw_request = json.dumps({"documents": documents, "query": QUERY, "model": "hidden_topics", "top_n": len(documents)})
+    answer = client.post("/v1/rerank", data=raw_request, headers={**HEADERS, "Content-Type": "application/json"})
+    assert answer.status_code == 200 and answer.mimetype == "application/json"
+    raw = answer.get_data()
+    pairs = _conforms(raw, len(documents))
+    assert [s for _, s in pairs] == sorted((s for _, s in pairs), reverse=True), "best first, as Cohere does"
+    assert dict(pairs)[6] == 0.0, "an empty document scores 0"
+    body = json.loads(raw)
+    assert body["meta"]["api_version"] == {"version": "1"} and body["status"] == "ok"
+
+
+def test_top_n_never_drops_documents_unless_asked(client: FlaskClient) -> None:
+    documents = _documents(5)
+    answer = client.post("/v2/rerank", json={"query": QUERY, "documents": documents, "top_n": 2, "model": "hidden_topics"}, headers=HEADERS)
+    full = _conforms(answer.get_data(), 5)
+    cut = client.post("/v2/rerank", json={"query": QUERY, "documents": documents, "top_n": 2, "apply_top_n": True}, headers=HEADERS)
+    assert [r["index"] for r in cut.get_json()["results"]] == [i for i, _ in full[:2]]
+
+
+def test_elasticsearch_custom_service_request(client: FlaskClient) -> None:
+    # The README's `request` template: no top_n (text_similarity_reranker sends none).
+    documents = _documents(4)
+    raw_request = '{"documents": %s, "query": %s, "model": "hidden_topics"}' % (json.dumps(documents), json.dumps(QUERY))
+    answer = client.post("/v2/rerank", data=raw_request, headers={**HEADERS, "Content-Type": "application/json"})
+    assert answer.status_code == 200
+    _conforms(answer.get_data(), 4)
+    assert answer.get_json()["meta"]["api_version"] == {"version": "2"}
+
+
+def test_scores_equal_the_native_rerank_and_stored_ids_give_the_same(client: FlaskClient, indexed: Path) -> None:
+    documents = _documents(5)
+    native = client.post("/rerank", json={"query": QUERY, "documents": documents}).get_json()["results"]
+    cohere = client.post("/v1/rerank", json={"query": QUERY, "documents": documents}, headers=HEADERS).get_json()["results"]
+    assert [r["index"] for r in cohere] == [r["index"] for r in native]
+    assert [r["relevance_score"] for r in cohere] == pytest.approx([r["score"] for r in native], rel=1e-8)
+    ids = [json.loads(line)["id"] for line in (SAMPLE / "corpus.jsonl").read_text().splitlines()[:5]]
+    by_id = client.post("/v1/rerank", json={"query": QUERY, "documents": [{"id": i} for i in ids]}, headers=HEADERS).get_json()["results"]
+    assert [r["relevance_score"] for r in by_id] == pytest.approx([r["relevance_score"] for r in cohere], rel=1e-5)
+
+
+def test_v1_objects_keep_extra_fields_and_return_documents(client: FlaskClient) -> None:
+    documents = [{"text": text, "source": "acl"} for text in _documents(3)]
+    body = client.post("/v1/rerank", json={"query": QUERY, "documents": documents, "return_documents": True, "max_chunks_per_doc": 10}, headers=HEADERS).get_json()
+    assert [r["document"]["text"] for r in body["results"]] == [documents[r["index"]]["text"] for r in body["results"]]
+
+
+def test_empty_documents_list(client: FlaskClient) -> None:
+    answer = client.post("/v1/rerank", json={"query": QUERY, "documents": []}, headers=HEADERS)
+    assert answer.status_code == 200 and b'"results": []' in answer.get_data()
+
+
+_MISSING = "missing API key: send 'Authorization: Bearer <key>'"
+
+
+@pytest.mark.parametrize(
+    "headers, reason",
+    [({}, _MISSING), ({"Authorization": "Bearer wrong"}, "invalid API key"), ({"Authorization": f"Basic {KEY}"}, _MISSING), ({"Authorization": "Bearer "}, _MISSING)],
+)
+def test_a_missing_or_wrong_key_is_401(client: FlaskClient, headers: dict[str, str], reason: str) -> None:
+    for path in ("/v1/rerank", "/v2/rerank"):
+        answer = client.post(path, json={"query": QUERY, "documents": ["a"]}, headers=headers)
+        assert answer.status_code == 401 and answer.headers["WWW-Authenticate"].startswith("Bearer")
+        assert answer.get_json()["error"] == {"root_cause": [{"type": "security_exception", "reason": reason}], "type": "security_exception", "reason": reason}
+
+
+def test_keys_come_from_a_file_and_none_configured_refuses_all(indexed: Path, tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# rotated 2026-11\nfile-key\n")
+    app = create_app(Settings.from_env({"HOME": str(indexed), "RERANKER_DATA_DIR": str(indexed), "RERANKER_API_KEYS_FILE": str(keys)}))
+    assert app.test_client().post("/v2/rerank", json={"query": QUERY, "documents": ["a"]}, headers={"Authorization": "Bearer file-key"}).status_code == 200
+    bare = create_app(Settings.from_env({"HOME": str(indexed), "RERANKER_DATA_DIR": str(indexed)})).test_client()
+    answer = bare.post("/v2/rerank", json={"query": QUERY, "documents": ["a"]}, headers={"Authorization": "Bearer anything"})
+    assert answer.status_code == 401 and "RERANKER_API_KEYS" in answer.get_json()["error"]["reason"]
+
+
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        (b'{"query": "x"}', 400),
+        (b'{"documents": ["a"]}', 400),
+        (b'{"query": "", "documents": ["a"]}', 400),
+        (b'{"query": "x", "documents": ["a"], "top_n": 0}', 400),
+        (b'{"query": "x", "documents": ["a"], "top_n": "all"}', 400),
+        (b'{"query": "x", "documents": ["a"], "model": "rerank-v3.5"}', 400),
+        (b'{"query": "x", "documents": [{"title": "no text"}]}', 400),
+        (b'{"query": "x", "documents": ["a"], "colour": 1}', 400),
+        (b'{"query": "x", "documents": [{"id": "not-stored"}]}', 404),
+        (b"\xff", 400),
+        (b"{", 400),
+    ],
+)
+def test_bad_requests_are_4xx_json(client: FlaskClient, body: bytes, status: int) -> None:
+    answer = client.post("/v2/rerank", data=body, headers={**HEADERS, "Content-Type": "application/json"})
+    assert answer.status_code == status and answer.get_json()["error"]["reason"]
+
+
+def test_topics_of_texts_are_cached(client: FlaskClient) -> None:
+    documents = [text + " (cache probe)" for text in _documents(4)]
+
+    def count(result: str) -> float:
+        for line in client.get("/metrics").get_data(as_text=True).splitlines():
+            if line.startswith(f'reranker_topic_cache_lookups_total{{result="{result}"}} '):
+                return float(line.split()[-1])
+        return 0.0
+
+    computed, hits = count("computed"), count("hit")
+    first = client.post("/v1/rerank", json={"query": QUERY, "documents": documents}, headers=HEADERS).get_json()["results"]
+    assert count("computed") == computed + 4
+    second = client.post("/v1/rerank", json={"query": "a different query about parsing", "documents": documents}, headers=HEADERS).get_json()["results"]
+    assert count("computed") == computed + 4 and count("hit") == hits + 4
+    assert sorted(r["index"] for r in first) == sorted(r["index"] for r in second) == [0, 1, 2, 3]
+
+
+def test_a_degraded_answer_still_conforms(indexed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import reranker.rankers as rankers
+
+    class Broken:
+        name, variant = "broken", "paper"
+
+        def score(self, query: Any, window: Any) -> Any:
+            raise RuntimeError("no")
+
+    monkeypatch.setitem(rankers.RANKERS, "broken", lambda options: Broken())
+    answer = _app(indexed).test_client().post("/v1/rerank", json={"query": QUERY, "documents": _documents(3), "model": "broken"}, headers=HEADERS)
+    pairs = _conforms(answer.get_data(), 3)
+    assert [i for i, _ in pairs] == [0, 1, 2], "degraded: the caller's order"
+    body = answer.get_json()
+    assert body["status"] == "degraded" and "ranker 'broken' failed" in body["meta"]["warnings"][0]
+    assert answer.headers["X-Reranker-Status"] == "degraded"
