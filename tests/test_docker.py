@@ -531,6 +531,13 @@ def test_gunicorn_settings() -> None:
     assert any(re.match(r"gunicorn\b", dep) for dep in dependencies), "gunicorn is not a dependency: the image would lack it"
 
 
+def test_gunicorn_reads_the_packaged_config_file() -> None:
+    config = gunicorn_option(gunicorn_argv(), "--config", "-c")
+    assert config, "the image should run with reranker/service/gunicorn.conf.py"
+    assert repo_path_of(config) == REPO / "reranker" / "service" / "gunicorn.conf.py"
+    assert repo_path_of(config).is_file()
+
+
 def test_gunicorn_target_is_importable_and_builds_a_wsgi_app(monkeypatch: pytest.MonkeyPatch) -> None:
     target = gunicorn_target(gunicorn_argv())
     module_name, _, expression = target.partition(":")

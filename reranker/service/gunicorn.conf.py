@@ -48,6 +48,13 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _created_metrics_dir
 
 
+def post_worker_init(worker):  # type: ignore[no-untyped-def]
+    """Load the vectors and open the store now, so the first request does not wait."""
+    runtime = getattr(worker.wsgi, "extensions", {}).get("reranker")
+    if runtime is not None:
+        runtime.warm()
+
+
 def child_exit(server, worker):  # type: ignore[no-untyped-def]
     """Drop a dead worker's live gauges from the multiprocess metrics."""
     from prometheus_client import multiprocess

@@ -34,9 +34,7 @@ class _Server(Application):  # type: ignore[misc]
         # clients are the worker's own.
         from reranker.service import create_app
 
-        app = create_app(self.settings)
-        app.extensions["reranker"].warm()
-        return app
+        return create_app(self.settings)
 
 
 def serve(settings: Settings) -> None:
