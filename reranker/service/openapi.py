@@ -298,6 +298,7 @@ def openapi_document() -> Schema:
             "/v2/rerank": {"post": cohere},
             "/_search": {"get": _proxy_operation("search, reranked", False), "post": _proxy_operation("search, reranked", False)},
             "/_msearch": {"get": _proxy_operation("multi-search, each reranked", False), "post": _proxy_operation("multi-search, each reranked", False)},
+            "/_search/scroll": {"get": _proxy_operation("the next page of a scroll, forwarded as it is", False), "post": _proxy_operation("the next page of a scroll, forwarded as it is", False)},
             "/{index}/_search": search_proxy,
             "/{index}/_msearch": msearch_proxy,
         },

@@ -28,7 +28,8 @@ import re
 import time
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
+from urllib.parse import quote
 
 import numpy as np
 
@@ -66,6 +67,8 @@ METADATA_TTL = 30.0
 # Statuses worth another try after a pause: overload, gateway trouble, no connection.
 RETRYABLE = frozenset({429, 502, 503, 504, "N/A"})
 _RAISE = object()
+# Search parameters that change which indices an expression stands for.
+_RESOLVE_OPTIONS = frozenset({"ignore_unavailable", "allow_no_indices", "expand_wildcards"})
 _DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 
 
@@ -88,6 +91,15 @@ class PublishResult:
     current: str
     previous: tuple[str, ...]
     swapped: bool
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """How one concrete index holds topics: what it was built with (None: not built by
+    this package, so no topics) and the dtype of its matrices."""
+
+    info: IndexInfo | None
+    dtype: str
 
 
 # --- encoding --------------------------------------------------------------------------
@@ -212,6 +224,8 @@ class OpenSearchStore:
         self._target_fresh = False  # the target is a new version awaiting publish()
         self._properties: dict[str, dict[str, Any]] = {}  # mapping of the target/alias index
         self._properties_of: str | None = None
+        # index expression -> (read at, its concrete indices' layouts), for the search proxy
+        self._layouts: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, dict[str, TopicLayout] | None]] = {}
 
     # --- the client ----------------------------------------------------------------------
 
@@ -718,6 +732,87 @@ class OpenSearchStore:
             title, body = source.pop("title", ""), source.pop("body", "")
             found[doc["_id"]] = Document(doc["_id"], title or "", body or "", source)
         return found
+
+    # --- the search proxy -----------------------------------------------------------------
+
+    def forward(self, method: str, path: str, params: Mapping[str, str] | None = None, body: Any = None) -> tuple[int, Any]:
+        """Send one request to the cluster as it is: (HTTP status, the parsed JSON answer).
+
+        `path` must be URL-quoted already; `body` is a JSON value, or a str sent as it is
+        (NDJSON). The cluster's own error answers (400 parsing_exception, 404
+        index_not_found_exception, ...) are returned, not raised, so a caller can pass
+        them on unchanged. Raises StoreUnavailableError when the cluster cannot be
+        reached, StoreError when it refuses this service's credentials (HTTP 401: not
+        the caller's to fix).
+        """
+        from opensearchpy import exceptions as ose
+
+        try:
+            return 200, self.client.transport.perform_request(method, path, params=dict(params or {}), body=body)
+        except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
+            raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} (search): {_reason(exc)}") from None
+        except ose.AuthenticationException:
+            raise StoreError(
+                f"OpenSearch at {self.config.display_hosts} refused the credentials (search): "
+                "check OPENSEARCH_USERNAME/OPENSEARCH_PASSWORD or OPENSEARCH_API_KEY"
+            ) from None
+        except ose.TransportError as exc:
+            status = exc.status_code if isinstance(exc.status_code, int) else 502
+            if isinstance(exc.info, dict):
+                return status, exc.info
+            # Not OpenSearch's JSON (a gateway's HTML page, say): the same shape as ours.
+            cause = {"type": "store_exception", "reason": f"HTTP {status} from the cluster: {str(exc.info)[:300]}"}
+            return status, {"error": {"root_cause": [cause], **cause}, "status": status}
+
+    def topic_layouts(self, expression: str, params: Mapping[str, str] | None = None) -> dict[str, TopicLayout] | None:
+        """The concrete indices an index expression (name, alias, pattern, comma list)
+        stands for, each with how it holds topics; None when the cluster cannot resolve
+        it (no such index, say: the search itself then reports that).
+
+        `params`: the search's index options (ignore_unavailable, allow_no_indices,
+        expand_wildcards), so the expression resolves as the search will. One mapping
+        request, cached for METADATA_TTL seconds per expression.
+        """
+        options = tuple(sorted((k, v) for k, v in (params or {}).items() if k in _RESOLVE_OPTIONS))
+        key = (expression, options)
+        cached = self._layouts.get(key)
+        if cached is not None and time.monotonic() - cached[0] <= METADATA_TTL:
+            return cached[1]
+        status, found = self.forward("GET", f"/{quote(expression, safe=',*')}/_mapping", dict(options))
+        layouts: dict[str, TopicLayout] | None = None
+        if status == 200 and isinstance(found, dict):
+            layouts = {}
+            for name, body in found.items():
+                meta = (body.get("mappings") or {}).get("_meta", {}).get("reranker", {}) if isinstance(body, dict) else {}
+                layouts[name] = TopicLayout(_info_from_meta(meta), str(meta.get("topic_dtype", "float32")))
+        if len(self._layouts) >= 256:  # a bound against clients inventing expressions
+            self._layouts.clear()
+        self._layouts[key] = (time.monotonic(), layouts)
+        return layouts
+
+    @staticmethod
+    def topics_from_hits(hits: Sequence[dict[str, Any]], dim: int, dtypes: Mapping[str, str]) -> TopicBatch:
+        """The topics in search hits' `_source.hidden_topics` -> one (N, k_max, d) batch.
+
+        `dtypes` maps each hit's `_index` to its matrices' dtype (float32 when unknown).
+        A hit without readable topics gets zero rows (see `decode_topics`), so it scores 0.
+        """
+        sources = [((hit.get("_source") or {}).get("hidden_topics")) for hit in hits]
+        dtype_of = [dtypes.get(str(hit.get("_index")), "float32") for hit in hits]
+        if dtype_of and all(d == dtype_of[0] for d in dtype_of):
+            topics, importances = decode_topics(sources, dim, dtype_of[0])
+        else:
+            # Indices stored with different dtypes: decode each group, pad to one k_max.
+            groups = {d: [row for row, dt in enumerate(dtype_of) if dt == d] for d in set(dtype_of)}
+            decoded = {d: decode_topics([sources[row] for row in rows], dim, d) for d, rows in groups.items()}
+            k_max = max((t.shape[1] for t, _ in decoded.values()), default=0)
+            topics = np.zeros((len(hits), k_max, dim), dtype=np.float32)
+            importances = np.zeros((len(hits), k_max), dtype=np.float32)
+            for d, rows in groups.items():
+                part, weights = decoded[d]
+                topics[rows, : part.shape[1]] = part
+                importances[rows, : weights.shape[1]] = weights
+        return TopicBatch(doc_ids=tuple(str(hit.get("_id")) for hit in hits), topics=topics, importances=importances)
 
     def close(self) -> None:
         if self._client is not None and self._client_pid == os.getpid():

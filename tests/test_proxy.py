@@ -1,0 +1,388 @@
+"""The OpenSearch-compatible search proxy against a real HTTP OpenSearch API (osmem-server).
+
+One in-memory cluster clone holds the tiny `papers` corpus for the whole module; the
+tests read it through the proxy and compare with what the cluster itself answers.
+Tests that need other settings build their own app (cheap: the engine is lazy).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+import reranker.rankers
+from reranker.config import OpenSearchSettings, Settings
+from reranker.embeddings import WordVectors
+from reranker.indexing import index_corpus
+from reranker.service import create_app
+from reranker.service.proxy import query_text
+from reranker.store.opensearch import OpenSearchStore
+
+from conftest import TINY_CORPUS, write_jsonl
+
+CORPUS = [
+    dict(TINY_CORPUS[0], year=1998, venue="Maritime Review"),
+    dict(TINY_CORPUS[1], year=2005, venue="Food Letters"),
+    dict(TINY_CORPUS[2], year=2012, venue="Games Quarterly"),
+    {"id": "harbour", "title": "A harbour town", "year": 2005, "venue": "Maritime Review",
+     "text": "Fishing boats leave the harbour at dawn; the fishermen sail out to sea and return with their catch before the storm."},
+    {"id": "ocean-bakery", "title": "The Ocean bakery", "year": 2012, "venue": "Food Letters",
+     "text": "The Ocean bakery on Ocean street sells bread, cakes and pastries baked in its ovens every morning."},
+    {"id": "ocean-chess", "title": "Ocean chess club", "year": 2020, "venue": "Games Quarterly",
+     "text": "The Ocean chess club meets on Tuesdays; players study openings, endgames and the sicilian defence."},
+]
+# What the store's own BM25 sends (RERANKER_SEARCH_FIELDS), so Engine.search is comparable.
+FIELDS = ["title^2", "abstract^1.5", "body"]
+# A query whose hidden-topic order differs from its BM25 order on CORPUS.
+SEA = "ocean sea storm boats"
+
+
+def summary(text: str, **extra: Any) -> dict[str, Any]:
+    return {"query": {"multi_match": {"query": text, "fields": FIELDS, "type": "most_fields"}}, **extra}
+
+
+def ids(answer: Any) -> list[str]:
+    return [hit["_id"] for hit in answer["hits"]["hits"]]
+
+
+@pytest.fixture(scope="module")
+def papers(osmem_server: Any, glove: WordVectors, vectors_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """(cluster URL, data dir): CORPUS indexed behind the alias `papers`, shared read-only."""
+    clone = osmem_server.clone()
+    directory = tmp_path_factory.mktemp("proxy")
+    store = OpenSearchStore(OpenSearchSettings(hosts=(clone.url,), alias="papers"))
+    index_corpus(write_jsonl(directory / "papers.jsonl", CORPUS), store, glove, 5, show_progress=False)
+    store.close()
+    data_dir = directory / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    yield clone.url, data_dir
+    clone.close()
+
+
+def make_app(papers: tuple[str, Path], **env: str) -> Flask:
+    url, data_dir = papers
+    base = {"HOME": str(data_dir.parent), "RERANKER_DATA_DIR": str(data_dir), "OPENSEARCH_URL": url, "RERANKER_INDEX": "papers"}
+    return create_app(Settings.from_env({**base, **env}))
+
+
+@pytest.fixture(scope="module")
+def app(papers: tuple[str, Path]) -> Flask:
+    return make_app(papers)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture(scope="module")
+def direct(papers: tuple[str, Path]) -> Iterator[OpenSearchStore]:
+    """The cluster without the proxy, to compare answers with."""
+    store = OpenSearchStore(OpenSearchSettings(hosts=(papers[0],), alias="papers"))
+    yield store
+    store.close()
+
+
+def without_timing(answer: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in answer.items() if key not in ("took", "ext", "_scroll_id")}
+
+
+# --- reranking ---------------------------------------------------------------------------
+
+
+def test_the_window_is_reranked_as_the_engine_does_and_hits_keep_bm25_scores(app: Flask, client: FlaskClient) -> None:
+    answer = client.post("/papers/_search", json=summary(SEA)).get_json()
+    expected = app.extensions["reranker"].engine().search(SEA, "hidden_topics", window=100, size=10)
+    assert ids(answer) == [hit.doc_id for hit in expected.hits]
+    bm25 = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "bm25"}})).get_json()
+    assert ids(answer) != ids(bm25)  # the query was chosen so that reranking moves something
+    assert sorted(ids(answer)) == sorted(ids(bm25))
+    scores = {hit["_id"]: hit["_score"] for hit in bm25["hits"]["hits"]}
+    assert {hit["_id"]: hit["_score"] for hit in answer["hits"]["hits"]} == scores
+    assert [hit["_score"] for hit in answer["hits"]["hits"]] == pytest.approx([hit.bm25_score for hit in expected.hits])
+    assert answer["hits"]["max_score"] == max(scores.values())
+    rerank = answer["ext"]["rerank"]
+    assert {k: rerank[k] for k in ("ranker", "status", "window", "candidates")} == {"ranker": "hidden_topics", "status": "ok", "window": 100, "candidates": len(bm25["hits"]["hits"])}
+    assert rerank["took_ms"] >= 0 and "reason" not in rerank
+    # The page's hits carry their whole _source, as the cluster returns it (topics included).
+    assert {hit["_source"]["title"] for hit in answer["hits"]["hits"]} == {r["title"] for r in CORPUS if r["id"] in scores}
+    assert all("matrix" in hit["_source"]["hidden_topics"] for hit in answer["hits"]["hits"])
+
+
+def test_pages_are_sliced_from_the_reranked_window(client: FlaskClient) -> None:
+    full = ids(client.post("/papers/_search", json=summary(SEA)).get_json())
+    page = client.post("/papers/_search", json=summary(SEA, **{"from": 1, "size": 2})).get_json()
+    assert ids(page) == full[1:3]
+    assert page["hits"]["total"]["value"] == len(full)
+    assert page["ext"]["rerank"]["window"] == 100
+    by_url = client.post("/papers/_search?from=1&size=2", json=summary(SEA, size=10)).get_json()
+    assert ids(by_url) == full[1:3]  # URL parameters override the body's
+    # A window of one reorders nothing: the BM25 winner stays first.
+    bm25 = ids(client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "bm25"}})).get_json())
+    small = client.post("/papers/_search", json=summary(SEA, size=1, ext={"rerank": {"window": 1}})).get_json()
+    assert ids(small) == bm25[:1] != full[:1]
+    assert small["ext"]["rerank"]["window"] == small["ext"]["rerank"]["candidates"] == 1
+    beyond = client.post("/papers/_search", json=summary(SEA, **{"from": 10})).get_json()
+    assert ids(beyond) == [] and beyond["ext"]["rerank"]["status"] == "ok"
+    nothing = client.post("/papers/_search", json=summary("xylophone")).get_json()
+    assert ids(nothing) == [] and nothing["ext"]["rerank"]["candidates"] == 0
+
+
+def test_aggregations_highlight_and_source_filtering_pass_through(client: FlaskClient, direct: OpenSearchStore) -> None:
+    body = summary("ocean bread", aggs={"years": {"terms": {"field": "year"}}}, highlight={"fields": {"body": {}}}, _source=["title"], track_total_hits=True)
+    answer = client.post("/papers/_search", json=body).get_json()
+    status, own = direct.forward("POST", "/papers/_search", {}, body)
+    assert status == 200 and answer["ext"]["rerank"]["status"] == "ok"
+    assert answer["aggregations"] == own["aggregations"] and answer["hits"]["total"] == own["hits"]["total"]
+    theirs = {hit["_id"]: hit for hit in own["hits"]["hits"]}
+    assert sorted(ids(answer)) == sorted(theirs)
+    for hit in answer["hits"]["hits"]:
+        assert hit == theirs[hit["_id"]]  # highlight, _source, _index, _score: all the cluster's
+
+
+def test_query_text_comes_from_match_and_multi_match_clauses() -> None:
+    assert query_text({"match": {"body": "ships at sea"}}) == "ships at sea"
+    assert query_text({"match": {"body": {"query": "ships", "operator": "and"}}}) == "ships"
+    assert query_text({"multi_match": {"query": "bread", "fields": ["title"]}}) == "bread"
+    nested = {"bool": {"must": {"bool": {"should": [{"match": {"title": "chess"}}, {"match": {"body": "chess"}}]}},
+                       "should": [{"multi_match": {"query": "openings"}}], "filter": [{"match": {"venue": "ignored"}}]}}
+    assert query_text(nested) == "chess openings"
+    assert query_text({"term": {"year": 2005}}) is None
+    assert query_text({"match": {"year": 2005}}) is None
+    assert query_text({"match_all": {}}) is None
+
+
+def test_ext_rerank_query_text_reranks_a_search_without_text(client: FlaskClient) -> None:
+    body = {"query": {"match_all": {}}, "ext": {"rerank": {"query_text": "a grandmaster plays chess openings with the knight"}}}
+    answer = client.post("/papers/_search", json=body).get_json()
+    assert answer["ext"]["rerank"]["status"] == "ok"  # and the cluster never saw ext.rerank
+    assert ids(answer)[0] == "chess" and len(ids(answer)) == len(CORPUS)
+    plain = client.post("/papers/_search", json={"query": {"match_all": {}}}).get_json()
+    assert ids(plain)[0] != "chess"
+
+
+def test_a_failing_ranker_keeps_the_bm25_order_and_says_so(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        name, variant = "broken", None
+
+        def score(self, query: Any, window: Any) -> np.ndarray:
+            raise RuntimeError("boom")
+
+    monkeypatch.setitem(reranker.rankers.RANKERS, "broken", lambda options: Broken())
+    answer = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "broken"}})).get_json()
+    bm25 = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "bm25"}})).get_json()
+    rerank = answer["ext"]["rerank"]
+    assert (rerank["status"], rerank["ranker"]) == ("degraded", "broken") and "boom" in rerank["reason"]
+    assert ids(answer) == ids(bm25)
+    assert [h["_score"] for h in answer["hits"]["hits"]] == [h["_score"] for h in bm25["hits"]["hits"]]
+
+
+# --- what is passed through unchanged ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "reason"),
+    [
+        ("/papers/_search", {"query": {"match_all": {}}}, "no match or multi_match"),
+        ("/papers/_search", {"query": {"term": {"year": 2005}}}, "no match or multi_match"),
+        ("/papers/_search", summary("ocean", sort=[{"year": "desc"}]), "sorted by something other than _score"),
+        ("/papers/_search?sort=year:asc", summary("ocean"), "sorted by something other than _score"),
+        ("/papers/_search", summary("ocean", sort=[{"_score": "asc"}]), "sorted by something other than _score"),
+        ("/papers/_search", summary("ocean", sort=[{"_score": "desc"}, "year"], search_after=[1.0, 2000]), "search_after"),
+        ("/papers/_search", summary("ocean", size=0), "size is 0"),
+        ("/papers/_search", summary("ocean", rescore={"window_size": 5, "query": {"rescore_query": {"match": {"title": "chess"}}}}), "rescore"),
+        ("/papers/_search", summary("ocean", collapse={"field": "year"}), "collapsing"),
+        ("/papers/_search?q=ocean", {}, "q= URL query"),
+        ("/papers/_search", summary("ocean", size=990, **{"from": 20}), "RERANKER_MAX_WINDOW"),
+    ],
+)
+def test_searches_that_cannot_be_reranked_are_forwarded_as_they_are(
+    client: FlaskClient, direct: OpenSearchStore, url: str, body: dict[str, Any], reason: str
+) -> None:
+    answer = client.post(url, json=body)
+    path, _, query = url.partition("?")
+    params = dict(part.split("=") for part in query.split("&")) if query else {}
+    status, own = direct.forward("POST", path, params, body)
+    assert answer.status_code == status == 200
+    assert without_timing(answer.get_json()) == without_timing(own)
+    rerank = answer.get_json()["ext"]["rerank"]
+    assert rerank["status"] == "not_reranked" and reason in rerank["reason"]
+
+
+def test_a_scroll_is_forwarded_and_continues(client: FlaskClient) -> None:
+    first = client.post("/papers/_search?scroll=1m", json=summary("ocean", size=1)).get_json()
+    assert first["ext"]["rerank"]["status"] == "not_reranked" and len(ids(first)) == 1
+    more = client.post("/_search/scroll", json={"scroll": "1m", "scroll_id": first["_scroll_id"]})
+    assert more.status_code == 200 and len(ids(more.get_json())) == 1 and ids(more.get_json()) != ids(first)
+
+
+def test_an_index_without_hidden_topics_is_forwarded_as_it_is(papers: tuple[str, Path], direct: OpenSearchStore) -> None:
+    direct.forward("PUT", "/plain/_doc/1", {"refresh": "true"}, {"body": "ocean sea storm boats"})
+    client = make_app(papers, RERANKER_PROXY_INDICES="papers*,plain").test_client()
+    answer = client.post("/plain/_search", json={"query": {"match": {"body": "ocean"}}}).get_json()
+    assert ids(answer) == ["1"]
+    assert answer["ext"]["rerank"]["status"] == "not_reranked" and "[plain] has no hidden topics" in answer["ext"]["rerank"]["reason"]
+    mixed = client.post("/papers,plain/_search", json={"query": {"match": {"body": "ocean"}}}).get_json()
+    assert "1" in ids(mixed) and mixed["ext"]["rerank"]["status"] == "not_reranked"
+
+
+def test_the_clusters_errors_come_back_unchanged(client: FlaskClient, direct: OpenSearchStore) -> None:
+    for url, body in [
+        ("/papers-v000009/_search", summary("ocean")),  # allowed pattern, no such index
+        ("/papers/_search", {"query": {"bogus": {}}}),  # forwarded as it is
+        ("/papers/_search", summary("ocean", aggs={"x": {"bogus": {}}})),  # fails in the window request
+    ]:
+        answer = client.post(url, json=body)
+        status, own = direct.forward("POST", url, {}, body)
+        assert answer.status_code == status and status in (400, 404)
+        assert answer.get_json() == own
+
+
+def test_a_search_without_an_index_goes_to_the_alias(client: FlaskClient) -> None:
+    answer = client.get("/_search", json=summary(SEA)).get_json()
+    assert ids(answer) == ids(client.post("/papers/_search", json=summary(SEA)).get_json())
+    assert answer["ext"]["rerank"]["status"] == "ok"
+    assert {hit["_index"] for hit in answer["hits"]["hits"]} == {"papers-v000001"}
+
+
+# --- _msearch ----------------------------------------------------------------------------
+
+
+def test_msearch_reranks_each_search_and_keeps_the_errors(client: FlaskClient) -> None:
+    lines = [
+        {"index": "papers"}, summary(SEA, size=3),
+        {"index": "papers-v000009"}, summary("ocean"),
+        {}, {"query": {"match_all": {}}, "size": 2},
+        {"index": ["papers-v000001"]}, summary("ocean bread", ext={"rerank": {"ranker": "bm25"}}),
+    ]
+    answer = client.post("/_msearch", data="".join(json.dumps(line) + "\n" for line in lines), content_type="application/x-ndjson")
+    assert answer.status_code == 200
+    reranked, missing, plain, bm25 = answer.get_json()["responses"]
+    assert ids(reranked) == ids(client.post("/papers/_search", json=summary(SEA, size=3)).get_json())
+    assert reranked["ext"]["rerank"]["status"] == "ok" and reranked["status"] == 200
+    assert missing["status"] == 404 and missing["error"]["type"] == "index_not_found_exception" and "ext" not in missing
+    assert plain["ext"]["rerank"]["status"] == "not_reranked" and len(ids(plain)) == 2
+    assert bm25["ext"]["rerank"]["ranker"] == "bm25"
+    assert ids(bm25) == ids(client.post("/papers/_search", json=summary("ocean bread", ext={"rerank": {"ranker": "bm25"}})).get_json())
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"", "empty"),
+        (b'{"index": "papers"}\n', "the last header has no body"),
+        (b'{"index": "papers"}\n{"query": \n', "line 2 is not valid JSON"),
+        (b'{"index": "papers"}\n[1, 2]\n', "line 2 must be a JSON object"),
+        (b'{"index": "papers"}\n{"query": "\xff"}\n', "not UTF-8"),
+        (b'{"index": 7}\n{}\n', "[index] must be a string"),
+        (b'{}\n{"size": "ten"}\n', "search 1: [size] must be an integer"),
+        (b'{}\n{}\n{"index": "other"}\n{}\n', "does not forward to index [other]"),
+    ],
+)
+def test_msearch_bodies_that_are_not_ndjson_searches_are_refused(client: FlaskClient, data: bytes, expected: str) -> None:
+    answer = client.post("/_msearch", data=data, content_type="application/x-ndjson")
+    assert answer.status_code in (400, 403) and expected in answer.get_json()["error"]["reason"]
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("DELETE", "/papers", None),
+        ("PUT", "/papers/_doc/1", {"title": "x"}),
+        ("POST", "/papers", {"title": "x"}),
+        ("POST", "/_bulk", '{"delete": {"_index": "papers", "_id": "ships"}}\n'),
+        ("POST", "/papers/_update/ships", {"doc": {"title": "x"}}),
+        ("POST", "/papers/_delete_by_query", {"query": {"match_all": {}}}),
+        ("GET", "/_cluster/settings", None),
+        ("PUT", "/_cluster/settings", {"persistent": {}}),
+        ("PUT", "/papers/_search", summary("ocean")),
+        ("DELETE", "/papers/_search", None),
+        ("GET", "/papers/_doc/ships", None),
+        ("POST", "/_aliases", {"actions": [{"remove": {"index": "papers-v000001", "alias": "papers"}}]}),
+    ],
+)
+def test_writes_and_administration_are_refused_and_never_reach_the_cluster(
+    client: FlaskClient, direct: OpenSearchStore, method: str, path: str, body: Any
+) -> None:
+    data = body if isinstance(body, str) or body is None else json.dumps(body)
+    answer = client.open(path, method=method, data=data, content_type="application/json")
+    assert answer.status_code == 403
+    error = answer.get_json()["error"]
+    assert error["type"] == "security_exception" and f"{method} {path} is refused" in error["reason"]
+    assert direct.count() == len(CORPUS)
+    assert direct.documents(["ships"])["ships"].title == "Sailing ships"
+
+
+def test_the_native_routes_win_over_the_catch_all(app: Flask, client: FlaskClient) -> None:
+    adapter = app.url_map.bind("localhost")
+    for method, path in [("GET", "/"), ("POST", "/search"), ("POST", "/rerank"), ("GET", "/rankers"), ("GET", "/healthz"),
+                         ("GET", "/readyz"), ("GET", "/metrics"), ("GET", "/openapi.json"), ("POST", "/v1/rerank"), ("POST", "/v2/rerank")]:
+        endpoint, _ = adapter.match(path, method)
+        assert not endpoint.startswith("proxy."), (method, path)
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+    assert "hidden_topics" in json.dumps(client.get("/rankers").get_json())
+    wrong = client.get("/search")  # a native route with another method: 405, not the proxy's 403
+    assert wrong.status_code == 405 and "POST" in wrong.headers["Allow"]
+    assert client.post("/healthz").status_code == 405
+
+
+def test_only_the_allowed_indices_are_searched(client: FlaskClient, papers: tuple[str, Path]) -> None:
+    for path in ("/other/_search", "/papers,other/_search", "/_all/_search", "/*/_search", "/other/_msearch"):
+        answer = client.post(path, json=summary("ocean"))
+        assert answer.status_code == 403, path
+        assert "allowed index patterns: papers, papers-v* (RERANKER_PROXY_INDICES)" in answer.get_json()["error"]["reason"]
+    assert client.post("/papers,papers-v000001/_search", json=summary("ocean")).status_code == 200
+    custom = make_app(papers, RERANKER_PROXY_INDICES="pap*").test_client()
+    assert custom.post("/papers/_search", json=summary("ocean")).status_code == 200
+    assert custom.post("/_search", json=summary("ocean")).status_code == 200
+    assert make_app(papers, RERANKER_PROXY_INDICES="other").test_client().post("/_search", json=summary("ocean")).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("url", "data", "expected"),
+    [
+        ("/papers/_search", b'{"query": ', "not valid JSON"),
+        ("/papers/_search", b'{"query": "\xff"}', "not UTF-8"),
+        ("/papers/_search", b"[1]", "must be a JSON object"),
+        ("/papers/_search", b'{"size": "ten"}', "[size] must be an integer"),
+        ("/papers/_search", b'{"from": -1}', "[from] must be >= 0"),
+        ("/papers/_search", b'{"size": 1.5}', "[size] must be an integer"),
+        ("/papers/_search?size=ten", b"{}", "[size] URL parameter must be an integer"),
+        ("/papers/_search?format=yaml", b"{}", "JSON only"),
+        ("/papers/_search", b'{"ext": {"rerank": "hidden_topics"}}', "[ext.rerank] must be an object"),
+        ("/papers/_search", b'{"ext": {"rerank": {"rankers": "bm25"}}}', "unknown field [ext.rerank.rankers]"),
+        ("/papers/_search", b'{"ext": {"rerank": {"window": 5000}}}', "RERANKER_MAX_WINDOW"),
+        ("/papers/_search", b'{"ext": {"rerank": {"query_text": " "}}}', "must not be empty"),
+        ("/papers/_search", b'{"ext": {"rerank": {"ranker": "magic"}}}', "valid rankers: bm25, hidden_topics"),
+    ],
+)
+def test_malformed_searches_are_400(client: FlaskClient, url: str, data: bytes, expected: str) -> None:
+    answer = client.post(url, data=data, content_type="application/json")
+    assert answer.status_code == 400 and expected in answer.get_json()["error"]["reason"]
+
+
+def test_without_a_cluster_the_proxy_routes_say_what_is_missing(tmp_path: Path, data_dir: Path) -> None:
+    client = create_app(Settings.from_env({"HOME": str(tmp_path), "RERANKER_DATA_DIR": str(data_dir)})).test_client()
+    for path in ("/_search", "/reranker/_search", "/_msearch", "/_search/scroll"):
+        answer = client.post(path, json={})
+        assert answer.status_code == 404 and "OPENSEARCH_URL" in answer.get_json()["error"]["reason"], path
+        assert answer.get_json()["error"]["type"] == "resource_not_found_exception"
+    assert client.delete("/reranker").status_code == 403
+
+
+def test_a_cluster_that_is_down_is_a_503_with_retry_after(papers: tuple[str, Path]) -> None:
+    client = make_app(papers, OPENSEARCH_URL="http://127.0.0.1:9", OPENSEARCH_RETRIES="0").test_client()
+    for path, body in [("/papers/_search", summary("ocean")), ("/papers/_search", {}), ("/_msearch", "{}\n{}\n")]:
+        answer = client.post(path, data=body if isinstance(body, str) else json.dumps(body), content_type="application/json")
+        assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
+        assert answer.get_json()["error"]["type"] == "store_unavailable_exception"
