@@ -530,7 +530,10 @@ def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.embeddings import load_vectors
+    from reranker.rankers import get_ranker
     from reranker.service.server import serve
+
+    get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
 
     # Once, in the master: a first run converts the vectors here, and a bad vectors
     # setting fails now instead of in every worker. Workers then only memory-map them.

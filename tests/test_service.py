@@ -394,3 +394,15 @@ def test_reranker_serve_runs_gunicorn_workers_that_share_metrics(indexed: Path) 
         output, _ = server.communicate(timeout=30)
     assert server.returncode == 0, output
     assert "Booting worker" in output and "Shutting down: Master" in output
+
+
+def test_bad_service_settings_fail_at_start(indexed: Path) -> None:
+    from reranker.errors import UnknownRankerError
+
+    with pytest.raises(UnknownRankerError, match="valid rankers"):
+        create_app(_settings(indexed, RERANKER_DEFAULT_RANKER="nope"))
+    code, _ = run(indexed, "serve", "--bind", "nowhere")
+    assert code == 2
+    with pytest.raises(SystemExit) as refused:  # argparse refuses it
+        run(indexed, "serve", "--threads", "0")
+    assert refused.value.code == 2

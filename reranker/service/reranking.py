@@ -140,6 +140,7 @@ class Runtime:
         self.metrics = metrics
         self.cache = TopicCache(settings.service.topic_cache_mb * 2**20)
         self.ranker_options = RankerOptions(fusion_weight=settings.fusion_weight)
+        self.ranker(None)  # RERANKER_DEFAULT_RANKER must name a ranker: fail at start, not per request
         self._engine: "Engine | None" = None
         self._lock = threading.Lock()
         # Rerank jobs run here so that a request can stop waiting at its deadline; a job
