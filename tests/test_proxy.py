@@ -21,7 +21,7 @@ from reranker.config import OpenSearchSettings, Settings
 from reranker.embeddings import WordVectors
 from reranker.indexing import index_corpus
 from reranker.service import create_app
-from reranker.service.proxy import query_text
+from reranker.service.search_requests import query_text
 from reranker.store.opensearch import OpenSearchStore
 
 from conftest import TINY_CORPUS, write_jsonl

@@ -6,6 +6,7 @@
     api.py        native API: /search, /rerank, /rankers, probes, /metrics, /openapi.json
     cohere.py     Cohere-compatible /v1/rerank and /v2/rerank (for OpenSearch / Elasticsearch)
     proxy.py      the OpenSearch-compatible search proxy (/<index>/_search, /_msearch)
+    search_requests.py  how the proxy reads and rewrites OpenSearch search bodies
     metrics.py    Prometheus metrics, multiprocess under gunicorn
     openapi.py    the OpenAPI document of every route
     gunicorn.conf.py  production server settings (`reranker serve` uses it too)

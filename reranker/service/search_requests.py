@@ -1,0 +1,287 @@
+"""OpenSearch search requests as the proxy reads and rewrites them: plain functions on JSON.
+
+Which searches can be reranked (and why not), the query text, the page, and the two
+requests a reranked search becomes: (1) the window with only its topics, (2) the page
+with everything else (highlight, `_source`, fields). `proxy.py` sends them and reranks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from reranker.config import Settings
+from reranker.service.errors import ApiError, bad_request
+from reranker.service.inputs import Fields, parse_json
+from reranker.service.reranking import Runtime
+
+log = logging.getLogger(__name__)
+
+# Left out of the window request (1): what only the page needs.
+WINDOW_DROPS = frozenset({"from", "size", "_source", "highlight", "fields", "docvalue_fields", "stored_fields", "script_fields", "explain", "version", "seq_no_primary_term"})
+WINDOW_PARAM_DROPS = frozenset({"from", "size", "_source", "_source_includes", "_source_excludes", "stored_fields", "docvalue_fields", "version", "explain", "seq_no_primary_term"})
+# Left out of the page request (2): what (1) already answered, or what could drop a page hit.
+PAGE_DROPS = frozenset({"from", "size", "aggs", "aggregations", "suggest", "post_filter", "track_total_hits", "min_score", "terminate_after", "profile"})
+PAGE_PARAM_DROPS = frozenset({"from", "size", "track_total_hits", "terminate_after", "suggest_field", "suggest_mode", "suggest_size", "suggest_text"})
+# Body keys whose paging or ordering reranking would break, and why.
+UNRERANKABLE = {
+    "search_after": "search_after paging continues the cluster's order",
+    "rescore": "the request has a rescore of its own",
+    "collapse": "field collapsing groups the hits",
+    "pit": "a point-in-time search pages in the cluster's order",
+}
+# How deep `bool` clauses are searched for query text.
+MAX_QUERY_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class RerankOptions:
+    """What a request's `ext.rerank` block asks for (None: the service's default)."""
+
+    query_text: str | None = None
+    ranker: str | None = None
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search as the client sent it.
+
+    index: the index expression it goes to. body: without `ext.rerank`. params: URL
+    parameters (in _msearch: the header's fields but `index`). offset, size: its page.
+    """
+
+    index: str
+    body: dict[str, Any]
+    params: dict[str, str]
+    offset: int
+    size: int
+    options: RerankOptions
+
+
+# --- where requests may go -------------------------------------------------------------
+
+
+def allowed_patterns(settings: Settings) -> tuple[str, ...]:
+    """RERANKER_PROXY_INDICES, or the alias and its versions."""
+    alias = settings.opensearch.alias
+    return settings.service.proxy_indices or (alias, f"{alias}-v*")
+
+
+def check_indices(expression: str, settings: Settings) -> str:
+    """`expression` if every comma-separated part is allowed; ApiError 403 otherwise."""
+    patterns = allowed_patterns(settings)
+    for part in expression.split(","):
+        if part in ("", ".", "..") or not any(fnmatchcase(part, pattern) for pattern in patterns):
+            raise ApiError(
+                403, "security_exception",
+                f"the reranker proxy does not forward to index [{part}]; allowed index patterns: "
+                f"{', '.join(patterns)} (RERANKER_PROXY_INDICES)",
+            )
+    return expression
+
+
+# --- reading a search -------------------------------------------------------------------
+
+
+def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], RerankOptions]:
+    """(the body without `ext.rerank`, what that block asked for). ApiError 400 if malformed."""
+    ext = body.get("ext")
+    if not isinstance(ext, dict) or "rerank" not in ext:
+        return body, RerankOptions()
+    spec = ext["rerank"]
+    if not isinstance(spec, dict):
+        raise bad_request('[ext.rerank] must be an object like {"query_text": "...", "ranker": "hidden_topics", "window": 100}')
+    fields = Fields(spec, "ext.rerank.")
+    text = fields.text("query_text", max_chars=rt.limits.max_text_chars)
+    if text is not None and not text.strip():
+        raise bad_request("[ext.rerank.query_text] must not be empty")
+    ranker = fields.text("ranker")
+    window = fields.integer("window", 0, minimum=1, maximum=rt.limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
+    fields.finish()
+    rest = {name: value for name, value in ext.items() if name != "rerank"}
+    stripped = {name: value for name, value in body.items() if name != "ext"}
+    if rest:
+        stripped["ext"] = rest
+    return stripped, RerankOptions(text, ranker, window or None)
+
+
+def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]:
+    """(from, size): the URL's when given, else the body's, else (0, 10). ApiError 400 if malformed."""
+    fields = Fields(body)
+    bounds = {"from": fields.integer("from", 0), "size": fields.integer("size", 10)}
+    for name in bounds:
+        if name in params:
+            value = params[name].strip()
+            if not value.lstrip("-").isdigit():
+                raise bad_request(f"[{name}] URL parameter must be an integer, got {params[name]!r}")
+            if int(value) < 0:
+                raise bad_request(f"[{name}] must be >= 0, got {value}")
+            bounds[name] = int(value)
+    return bounds["from"], bounds["size"]
+
+
+def query_text(query: Any, depth: int = 0) -> str | None:
+    """The text of the `match` / `multi_match` clauses of `query`, also inside bool must/should."""
+    texts: list[str] = []
+    if not isinstance(query, dict) or depth > MAX_QUERY_DEPTH:
+        return None
+    for kind, spec in query.items():
+        if not isinstance(spec, dict):
+            continue
+        if kind == "match":
+            for value in spec.values():
+                found = value.get("query") if isinstance(value, dict) else value
+                if isinstance(found, str):
+                    texts.append(found)
+        elif kind == "multi_match" and isinstance(spec.get("query"), str):
+            texts.append(spec["query"])
+        elif kind == "bool":
+            for occur in ("must", "should"):
+                clauses = spec.get(occur)
+                for clause in clauses if isinstance(clauses, list) else [clauses]:
+                    inner = query_text(clause, depth + 1)
+                    if inner:
+                        texts.append(inner)
+    unique = dict.fromkeys(text.strip() for text in texts if text.strip())
+    return " ".join(unique) or None
+
+
+def _sorted_by_score(sort: Any, param: str | None) -> bool:
+    """Whether a sort (body and/or URL `sort=`) is by _score, descending, only."""
+    if param is not None and any(part.strip() not in ("_score", "_score:desc") for part in param.split(",")):
+        return False
+    for item in sort if isinstance(sort, list) else [] if sort is None else [sort]:
+        if item == "_score":
+            continue
+        if isinstance(item, dict) and list(item) == ["_score"]:
+            order = item["_score"]
+            order = order.get("order", "desc") if isinstance(order, dict) else order
+            if isinstance(order, str) and order.lower() == "desc":
+                continue
+        return False
+    return True
+
+
+def unrerankable(search: Search, max_window: int) -> str | None:
+    """Why `search` must be forwarded as it is (None: it can be reranked)."""
+    body, params = search.body, search.params
+    if "scroll" in params:
+        return "a scroll is answered in the cluster's order"
+    if search.size == 0:
+        return "size is 0: there are no hits to rerank"
+    for name, why in (("q", "a q= URL query"), ("filter_path", "filter_path"), ("source", "a source= URL body")):
+        if name in params:
+            return f"{why} is forwarded as it is; send the query in the body to rerank"
+    for key, why in UNRERANKABLE.items():
+        if body.get(key) is not None:
+            return why
+    if not _sorted_by_score(body.get("sort"), params.get("sort")):
+        return "the hits are sorted by something other than _score"
+    if "_none_" in (body.get("stored_fields"), params.get("stored_fields")):
+        return "stored_fields _none_ leaves out the ids that reranking needs"
+    if search.offset + search.size > max_window:
+        return f"from + size = {search.offset + search.size} lies beyond the largest rerank window, {max_window} (RERANKER_MAX_WINDOW)"
+    return None
+
+
+# --- the two cluster requests and the answer ---------------------------------------------
+
+
+def window_request(search: Search, window: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """(URL parameters, body) of request (1): the top `window` hits with their topics only."""
+    body = {key: value for key, value in search.body.items() if key not in WINDOW_DROPS}
+    body.update({"from": 0, "size": window, "_source": {"includes": ["hidden_topics"]}})
+    return {key: value for key, value in search.params.items() if key not in WINDOW_PARAM_DROPS}, body
+
+
+def page_request(search: Search, ids: list[str], size: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """(URL parameters, body) of request (2): the original request for the page's hits only."""
+    body = {key: value for key, value in search.body.items() if key not in PAGE_DROPS}
+    query = search.body.get("query", {"match_all": {}})
+    body["query"] = {"bool": {"must": [query], "filter": [{"ids": {"values": ids}}]}}
+    body.update({"from": 0, "size": size, "track_total_hits": False})
+    return {key: value for key, value in search.params.items() if key not in PAGE_PARAM_DROPS}, body
+
+
+def hits_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((response.get("hits") or {}).get("hits") or [])
+
+
+def page_ids(hits: list[dict[str, Any]], positions: list[int]) -> list[str]:
+    return list(dict.fromkeys(str(hits[p].get("_id")) for p in positions))
+
+
+def merge(first: dict[str, Any], positions: list[int], second: dict[str, Any], block: dict[str, Any]) -> dict[str, Any]:
+    """Response (1) with its hits replaced by (2)'s page hits in reranked order, BM25 scores kept."""
+    window_hits = hits_of(first)
+    fetched = {(hit.get("_index"), hit.get("_id")): hit for hit in hits_of(second)}
+    page = []
+    for position in positions:
+        source = window_hits[position]
+        hit = fetched.get((source.get("_index"), source.get("_id")))
+        if hit is None:  # deleted between the two requests
+            log.info("hit %s/%s vanished between the window and the page request", source.get("_index"), source.get("_id"))
+            continue
+        page.append({**hit, "_score": source.get("_score")})
+    merged = dict(first)
+    merged["hits"] = {**(first.get("hits") or {}), "hits": page}
+    merged["timed_out"] = bool(first.get("timed_out")) or bool(second.get("timed_out"))
+    marked: dict[str, Any] = mark(merged, block)
+    return marked
+
+
+def mark(response: Any, block: dict[str, Any]) -> Any:
+    """`response` with `ext.rerank` = block (an error response is left as it is)."""
+    if not isinstance(response, dict) or "error" in response:
+        return response
+    ext = response.get("ext")
+    return {**response, "ext": {**(ext if isinstance(ext, dict) else {}), "rerank": block}}
+
+
+def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict[str, Any], Search]]:
+    """NDJSON header/body pairs -> (header with its index set, the search). ApiError 400/403."""
+    lines = raw.split(b"\n")
+    if lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise ApiError(400, "parse_exception", "_msearch body is empty; expected NDJSON: a header line and a body line per search")
+    if len(lines) % 2:
+        raise ApiError(400, "parse_exception", f"_msearch body has {len(lines)} lines; expected a header line and a body line per search (the last header has no body)")
+    items = []
+    for start in range(0, len(lines), 2):
+        header, body = (_ndjson_object(lines[start + i], start + i + 1) for i in (0, 1))
+        try:
+            index = header.get("index", default_index)
+            if isinstance(index, list) and all(isinstance(name, str) for name in index):
+                index = ",".join(index)
+            if not isinstance(index, str):
+                raise bad_request("[index] must be a string or an array of strings")
+            check_indices(index, rt.settings)
+            body, options = rerank_options(body, rt)
+            offset, size = page_bounds(body, {})
+        except ApiError as exc:
+            raise ApiError(exc.status, exc.type, f"_msearch search {start // 2 + 1}: {exc.reason}") from None
+        item_params = {name: _param(value) for name, value in header.items() if name != "index"}
+        items.append(({**header, "index": index}, Search(index, body, item_params, offset, size, options)))
+    return items
+
+
+def _ndjson_object(line: bytes, number: int) -> dict[str, Any]:
+    if not line.strip():
+        return {}  # an empty header (or body) line stands for {}
+    value = parse_json(line, f"_msearch line {number}")
+    if not isinstance(value, dict):
+        raise ApiError(400, "parse_exception", f"_msearch line {number} must be a JSON object")
+    return value
+
+
+def _param(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def ndjson(lines: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(line) + "\n" for line in lines)
