@@ -147,6 +147,16 @@ def test_aggregations_highlight_and_source_filtering_pass_through(client: FlaskC
         assert hit == theirs[hit["_id"]]  # highlight, _source, _index, _score: all the cluster's
 
 
+def test_a_page_without_highlights_comes_from_one_mget_with_the_same_hits(client: FlaskClient) -> None:
+    for source in (["title"], {"excludes": ["hidden_topics", "body"]}, False):
+        by_mget = client.post("/papers/_search", json=summary(SEA, _source=source)).get_json()
+        # `version: false` changes nothing in a hit, but needs the query: the re-run path.
+        by_query = client.post("/papers/_search", json=summary(SEA, _source=source, version=False)).get_json()
+        assert ids(by_mget) and by_mget["hits"] == by_query["hits"]
+        assert all(("_source" in hit) == (source is not False) for hit in by_mget["hits"]["hits"])
+    assert "body" not in by_query["hits"]["hits"][0].get("_source", {})
+
+
 def test_query_text_comes_from_match_and_multi_match_clauses() -> None:
     assert query_text({"match": {"body": "ships at sea"}}) == "ships at sea"
     assert query_text({"match": {"body": {"query": "ships", "operator": "and"}}}) == "ships"

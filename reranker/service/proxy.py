@@ -10,7 +10,8 @@ with from 0 and size WINDOW, `_source` cut to `hidden_topics`, and without highl
 fields, explain, ... (aggregations, suggest, totals stay); its topics are decoded and
 reranked. (2) The page: the original request with its query wrapped in an `ids` filter
 for the page's hits, so highlight, `_source`, fields etc. are computed for those hits
-only. The answer is (1) with its hits replaced by (2)'s in the new order, each keeping
+only; a search that asks for no highlight or computed field gets its page from one `_mget`
+of those hits instead (a lookup by id, not a second run of the query). The answer is (1) with its hits replaced by (2)'s in the new order, each keeping
 its BM25 `_score`, plus an `ext.rerank` block saying what ran.
 
 A search that cannot be reranked (no query text, another sort, search_after, scroll,
@@ -42,11 +43,14 @@ from reranker.service.reranking import Deadline, Runtime, status_fields
 from reranker.service.search_requests import (
     Search,
     check_indices,
+    hits_from_mget,
     hits_of,
     mark,
     merge,
+    mget_request,
     ndjson,
     page_bounds,
+    page_by_mget,
     page_ids,
     page_request,
     query_text,
@@ -205,7 +209,12 @@ def search(index: str | None = None) -> Response:
     order, block = rerank_window(rt, store, how, hits, deadline)
     positions = order[offset : offset + size]
     second: dict[str, Any] = {}
-    if positions:
+    if positions and page_by_mget(wanted):
+        status, found = store.forward("POST", "/_mget", *mget_request(wanted, hits, positions))
+        if status != 200:
+            return answer(status, found)
+        second = hits_from_mget(found)
+    elif positions:
         status, second = store.forward("POST", path, *page_request(wanted, page_ids(hits, positions), len(positions) * len(how.layouts)))
         if status != 200:
             return answer(status, second)

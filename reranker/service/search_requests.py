@@ -207,6 +207,48 @@ def page_request(search: Search, ids: list[str], size: int) -> tuple[dict[str, s
     return {key: value for key, value in search.params.items() if key not in PAGE_PARAM_DROPS}, body
 
 
+# Body keys whose page hits the query itself shapes (highlights, computed fields, ...):
+# with any of them the page is fetched by re-running the query on the page's ids.
+QUERY_SHAPED = frozenset({"highlight", "fields", "docvalue_fields", "stored_fields", "script_fields", "explain", "version", "seq_no_primary_term"})
+# URL parameters a `_mget` of the page honours as the search would.
+MGET_PARAMS = frozenset({"_source", "_source_includes", "_source_excludes", "routing", "preference"})
+
+
+def page_by_mget(search: Search) -> bool:
+    """Whether the page's hits are just stored documents, so one `_mget` can fetch them.
+
+    That costs the cluster a lookup by id instead of a second run of the query (measured
+    on osmem: 0.3 ms against 10 ms for a page of 10); highlights, `fields` and inner hits
+    need the query, and take the `page_request` path.
+    """
+    if QUERY_SHAPED & search.body.keys() or QUERY_SHAPED & search.params.keys():
+        return False
+    return "inner_hits" not in json.dumps(search.body.get("query", {}))
+
+
+def mget_request(search: Search, hits: list[dict[str, Any]], positions: list[int]) -> tuple[dict[str, str], dict[str, Any]]:
+    """(URL parameters, body) of a `_mget` of the page's hits, with the search's `_source`."""
+    docs = []
+    for position in positions:
+        doc: dict[str, Any] = {"_index": hits[position].get("_index"), "_id": hits[position].get("_id")}
+        if "_source" in search.body:
+            doc["_source"] = search.body["_source"]
+        docs.append(doc)
+    return {key: value for key, value in search.params.items() if key in MGET_PARAMS}, {"docs": docs}
+
+
+def hits_from_mget(response: dict[str, Any]) -> dict[str, Any]:
+    """A `_mget` answer in the shape of a search answer (found documents as hits)."""
+    hits = []
+    for doc in response.get("docs") or []:
+        if doc.get("found"):
+            hit = {"_index": doc.get("_index"), "_id": doc.get("_id"), "_score": None}
+            if "_source" in doc:
+                hit["_source"] = doc["_source"]
+            hits.append(hit)
+    return {"hits": {"hits": hits}}
+
+
 def hits_of(response: dict[str, Any]) -> list[dict[str, Any]]:
     return list((response.get("hits") or {}).get("hits") or [])
 
