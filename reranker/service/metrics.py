@@ -7,7 +7,7 @@ there, and `/metrics` adds them up. Without that variable (tests, `flask run`) t
 live in this process, in a registry of the app's own.
 
 Labels are bounded: a route's rule (`/<index>/_search`, never the concrete path), a
-registered ranker name, a reason from `REASONS`.
+registered ranker name, a fallback reason (timeout, ranker_error, topics_unavailable).
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-
-# Why a response fell back to the first-stage order.
-REASONS = ("timeout", "ranker_error", "topics_unavailable")
 
 # Seconds: the service answers in milliseconds to about a second.
 _BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
