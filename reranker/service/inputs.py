@@ -128,14 +128,6 @@ class Fields:
             raise self._fail(name, "an array", value)
         return value
 
-    def obj(self, name: str) -> dict[str, Any] | None:
-        value = self._get(name)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise self._fail(name, "an object", value)
-        return value
-
     def ignore(self, names: Iterable[str]) -> None:
         """Accept these fields without reading them (compatibility with other APIs)."""
         self._read.update(names)

@@ -147,8 +147,7 @@ def rerank_window(rt: Runtime, store: OpenSearchStore, plan_: Plan, hits: list[d
     )
     dtypes = {name: layout.dtype for name, layout in plan_.layouts.items()}
     topics = store.topics_from_hits(hits, engine.vectors.dim, dtypes)
-    outcome, _ = rt.rerank(engine.query(plan_.text), CandidateSet(candidates, topics), plan_.ranker, deadline, "proxy")
-    order = outcome.order if outcome.status != "degraded" else list(range(len(hits)))
+    outcome, _ = rt.rerank(engine.query(plan_.text), CandidateSet(candidates, topics), plan_.ranker, deadline, "proxy", len(hits))
     block = {
         "ranker": plan_.ranker.name,
         **status_fields(outcome),
@@ -156,7 +155,7 @@ def rerank_window(rt: Runtime, store: OpenSearchStore, plan_: Plan, hits: list[d
         "window": plan_.window,
         "candidates": len(hits),
     }
-    return order, block
+    return outcome.order, block
 
 
 def not_reranked(plan_: Plan) -> dict[str, Any]:

@@ -183,8 +183,10 @@ class Runtime:
         ranker: Ranker,
         deadline: Deadline,
         endpoint: str,
+        size: int,
     ) -> tuple[Reranked, CandidateSet | None]:
-        """Score `window` with `ranker` before `deadline`; the first-stage order otherwise.
+        """Score `window` (of `size` candidates) with `ranker` before `deadline`; the
+        first-stage order otherwise.
 
         `window` may be a function that builds the candidate set (computing topics of
         texts) inside the deadline; it then runs in the pool too.
@@ -205,12 +207,12 @@ class Runtime:
             order, scores = future.result(timeout=deadline.remaining())
         except FutureTimeout:
             future.cancel()
-            return self._degraded(endpoint, ranker, "timeout", f"ranker {ranker.name!r} did not finish within the {deadline.milliseconds:g} ms deadline", started), None
+            return self._degraded(endpoint, ranker, "timeout", f"ranker {ranker.name!r} did not finish within the {deadline.milliseconds:g} ms deadline", started, size), None
         except DeadlineExceeded:
-            return self._degraded(endpoint, ranker, "timeout", f"the {deadline.milliseconds:g} ms deadline passed while computing topics", started), None
+            return self._degraded(endpoint, ranker, "timeout", f"the {deadline.milliseconds:g} ms deadline passed while computing topics", started, size), None
         except Exception as exc:  # a failing ranker must not fail the search: fail open
             log.warning("ranker %s failed; answering in first-stage order", ranker.name, exc_info=True)
-            return self._degraded(endpoint, ranker, "ranker_error", f"ranker {ranker.name!r} failed: {describe(exc)}", started), None
+            return self._degraded(endpoint, ranker, "ranker_error", f"ranker {ranker.name!r} failed: {describe(exc)}", started, size), None
         elapsed = 1000 * (time.perf_counter() - started)
         self.metrics.rerank_latency.labels(endpoint, ranker.name).observe(elapsed / 1000)
         candidates = built[0]
@@ -219,14 +221,14 @@ class Runtime:
             return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed), candidates
         return Reranked(order, scores, "ok", None, elapsed), candidates
 
-    def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float) -> Reranked:
+    def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
+        """The first-stage order of `size` candidates, counted as a fallback of `kind`."""
         self.metrics.degraded.labels(endpoint, ranker.name, kind).inc()
-        return Reranked([], None, "degraded", reason, 1000 * (time.perf_counter() - started))
+        return Reranked(list(range(size)), None, "degraded", reason, 1000 * (time.perf_counter() - started))
 
-    def degraded_topics(self, endpoint: str, ranker: Ranker, exc: StoreError) -> Reranked:
-        """The outcome when the candidates' topics could not be fetched."""
-        self.metrics.degraded.labels(endpoint, ranker.name, "topics_unavailable").inc()
-        return Reranked([], None, "degraded", f"topics unavailable: {exc}", 0.0)
+    def degraded_topics(self, endpoint: str, ranker: Ranker, exc: StoreError, size: int) -> Reranked:
+        """The outcome when the topics of `size` candidates could not be fetched."""
+        return self._degraded(endpoint, ranker, "topics_unavailable", f"topics unavailable: {exc}", time.perf_counter(), size)
 
     # --- the native routes' two jobs ----------------------------------------------------
 
@@ -254,11 +256,10 @@ class Runtime:
         try:
             topics = engine.store.topics([c.doc_id for c in candidates])
         except StoreUnavailableError as exc:
-            outcome = self.degraded_topics("search", ranker, exc)
+            outcome = self.degraded_topics("search", ranker, exc, len(candidates))
         else:
-            outcome, candidate_set = self.rerank(query, CandidateSet(candidates, topics), ranker, deadline, "search")
-        order = outcome.order if outcome.status != "degraded" else list(range(len(candidates)))
-        page = order[offset : offset + size]
+            outcome, candidate_set = self.rerank(query, CandidateSet(candidates, topics), ranker, deadline, "search", len(candidates))
+        page = outcome.order[offset : offset + size]
         explanations = {}
         if explain and outcome.status == "ok" and ranker.variant is not None and candidate_set is not None:
             try:
@@ -318,7 +319,7 @@ class Runtime:
             try:
                 stored = engine.store.topics(ids)
             except StoreUnavailableError as exc:
-                return self.degraded_topics(endpoint, ranker, exc), query
+                return self.degraded_topics(endpoint, ranker, exc, len(documents)), query
             unresolved = [doc.id for doc in documents if doc.id in stored.missing and doc.text is None]
             if unresolved:
                 shown = ", ".join(repr(i) for i in unresolved[:10])
@@ -328,9 +329,7 @@ class Runtime:
         def build(deadline: Deadline) -> CandidateSet:
             return self._candidate_set(documents, stored, deadline)
 
-        outcome, _ = self.rerank(query, build, ranker, deadline, endpoint)
-        if outcome.status == "degraded":
-            outcome = Reranked(list(range(len(documents))), None, outcome.status, outcome.reason, outcome.rerank_ms)
+        outcome, _ = self.rerank(query, build, ranker, deadline, endpoint, len(documents))
         return outcome, query
 
     def _candidate_set(self, documents: Sequence[RequestDocument], stored: TopicBatch | None, deadline: Deadline) -> CandidateSet:
