@@ -44,13 +44,10 @@ if __name__ == "__main__":
         os.environ[_variable] = str(_threads_from_argv(sys.argv[1:]))
 
 # The imports below come after the BLAS thread count is set: BLAS reads it when it loads.
-import datetime
 import functools
 import gc
-import importlib.metadata
 import itertools
 import json
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -60,7 +57,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from benchlib import require, table
+from benchlib import machine, require, table
 from reranker.topics import Variant, extract_topics, score
 
 Matrix = npt.NDArray[np.float32]
@@ -647,17 +644,7 @@ def format_report(
 
 
 def _metadata(threads: str, quick: bool, seed: int) -> dict[str, object]:
-    return {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "scipy": importlib.metadata.version("scipy"),
-        "BLAS threads": threads,
-        "cpus": os.cpu_count(),
-        "load avg (1 min)": round(os.getloadavg()[0], 2),
-        "mode": "quick" if quick else "default",
-        "seed": seed,
-    }
+    return {**machine(("numpy", "scipy"), threads), "mode": "quick" if quick else "default", "seed": seed}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

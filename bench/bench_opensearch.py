@@ -40,11 +40,9 @@ if __name__ == "__main__":
         os.environ.setdefault(_variable, "1")
 
 import argparse
-import datetime
 import gc
 import importlib.metadata
 import json
-import platform
 import resource
 import tempfile
 import time
@@ -57,7 +55,7 @@ from typing import Any, TypeVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchlib import require, table
+from benchlib import machine, require, table
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.indexing import TopicExtractor, document_topics, index_documents, read_corpus
@@ -891,14 +889,11 @@ def format_report(
 
 def _metadata(sizes: Sizes, quick: bool, seed: int, server_version: str) -> dict[str, object]:
     return {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "opensearch-py": importlib.metadata.version("opensearch-py"),
-        "osmem-server": f"{importlib.metadata.version('osmem-server')} (reports {server_version})",
-        "BLAS threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset") + " (+ threadpoolctl 1)",
-        "cpus": os.cpu_count(),
-        "load avg (1 min)": round(os.getloadavg()[0], 2),
+        **machine(
+            ("numpy", "opensearch-py"),
+            os.environ.get("OPENBLAS_NUM_THREADS", "unset") + " (+ threadpoolctl 1)",
+            **{"osmem-server": f"{importlib.metadata.version('osmem-server')} (reports {server_version})"},
+        ),
         "mode": "quick" if quick else "default",
         "docs": sizes.docs,
         "queries": sizes.queries,

@@ -43,11 +43,9 @@ if __name__ == "__main__":
         os.environ.setdefault(_variable, "1")
 
 import argparse
-import datetime
 import http.client
 import importlib.metadata
 import json
-import platform
 import re
 import signal
 import socket
@@ -75,7 +73,7 @@ from bench_opensearch import (
     vectors_cache,
     write_corpus,
 )
-from benchlib import require, table
+from benchlib import machine, require, table
 
 from reranker.config import DEFAULT_SEARCH_FIELDS, parse_search_fields
 from reranker.service.search_requests import (
@@ -764,16 +762,12 @@ def breakdown(serial: dict[str, KindResult]) -> list[str]:
 
 
 def _metadata(sizes: Sizes, quick: bool, seed: int, server_version: str) -> dict[str, object]:
-    versions = {name: importlib.metadata.version(name) for name in ("flask", "gunicorn", "opensearch-py")}
     return {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        **versions,
-        "osmem-server": f"{importlib.metadata.version('osmem-server')} (reports {server_version})",
-        "BLAS threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
-        "cpus": os.cpu_count(),
-        "load avg (1 min)": round(os.getloadavg()[0], 2),
+        **machine(
+            ("numpy", "flask", "gunicorn", "opensearch-py"),
+            os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+            **{"osmem-server": f"{importlib.metadata.version('osmem-server')} (reports {server_version})"},
+        ),
         "mode": "quick" if quick else "default",
         "docs": sizes.docs,
         "queries": sizes.queries,

@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: a refusal to report wrong figures, and plain tables.
+"""What the benchmark scripts share: a refusal to report wrong figures, plain tables, and
+a record of the machine a run was made on.
 
 The scripts run as `python bench/NAME.py`, so this folder is on sys.path and they import
 this module by its name. It imports nothing heavy (bench_core.py sets BLAS threads before
@@ -27,3 +28,22 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, label_column
         for line in (headers, ["-" * width for width in widths], *rows)
     ]
     return "\n".join(lines)
+
+
+def machine(packages: Sequence[str], blas_threads: str, **versions: object) -> dict[str, object]:
+    """When and on what a benchmark ran: date, Python and package versions (plus
+    `versions`, e.g. a server's), BLAS threads, CPUs and the load when it started."""
+    import datetime
+    import importlib.metadata
+    import os
+    import platform
+
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        **{name: importlib.metadata.version(name) for name in packages},
+        **versions,
+        "BLAS threads": blas_threads,
+        "cpus": os.cpu_count(),
+        "load avg (1 min)": round(os.getloadavg()[0], 2),
+    }
