@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
@@ -123,7 +122,7 @@ def install(app: Flask) -> None:
         return error_response(ApiError(500, "internal_server_error", f"internal error ({type(error).__name__}); see the service log"))
 
 
-def describe(exc: BaseException) -> Any:
+def describe(exc: BaseException) -> str:
     """A short reason for a degraded response: the message of a package error, else the class."""
     if isinstance(exc, RerankerError):
         return str(exc)
