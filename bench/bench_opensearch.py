@@ -681,7 +681,7 @@ def bench_full_path_300(
         hits = engine.store.bm25(text, WINDOW)
         ids = [f"syn-{int(hit.doc_id.rsplit('-', 1)[1]) % documents[dtype]:06d}" for hit in hits]
         window = CandidateSet(candidates=tuple(hits), topics=stores[dtype].topics(ids))
-        order, _ = engine.rerank(query, window, ranker)
+        order = engine.rerank(query, window, ranker).order
         require(
             len(order) == WINDOW and window.topics.topics.shape[2] == SYNTHETIC_D, "d=300 full path"
         )

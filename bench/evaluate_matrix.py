@@ -243,7 +243,7 @@ def table_rows(runs: Sequence[Run], qs: QuerySet, vectors: str, k: int) -> dict[
         for name, means in result["results"].items():
             if name == "bm25" and "bm25" not in run.rankers and "bm25" in rows:
                 continue  # the baseline every run adds; the same numbers (checked in sanity())
-            p = result["p_values"].get(name, {})
+            p = result["p_values"].get("bm25", {}).get(name, {})
             rows[run.ranker_label(name)] = {**means, "p_ndcg": p.get("ndcg@10"), "p_map": p.get("map")}
     return rows
 

@@ -108,20 +108,35 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
     evaluate.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    evaluate.add_argument(
+        "--plot", type=Path, metavar="PATH.png",
+        help="also write the ranking figure: per ranker, the share of queries at each value of P@1, P@3, P@6 (PNG)",
+    )
+    evaluate.add_argument("--markdown", type=Path, metavar="PATH", help="also write the table and its caption to a Markdown file")
     evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    train = commands.add_parser("train", help="train domain word vectors on a corpus")
-    train.add_argument("model", choices=["word2vec"])
-    train.add_argument("corpus", type=Path, help="JSONL corpus ({id, title, text} per line)")
-    train.add_argument("--out", type=Path, required=True, help="output file (gensim format; use it with --vectors)")
+    train = commands.add_parser(
+        "train",
+        help="train domain word vectors (word2vec), or a Doc2Vec model of the indexed corpus (doc2vec)",
+    )
+    train.add_argument("model", choices=["word2vec", "doc2vec"])
+    train.add_argument("corpus", type=Path, help="JSONL corpus ({id, title, text} per line); for doc2vec, the indexed one")
+    train.add_argument("--out", type=Path, help="word2vec: output file (gensim format; use it with --vectors); required")
+    train.add_argument("--mode", choices=["dbow", "dm"], default="dbow", help="doc2vec: PV-DBOW (default) or PV-DM")
     train.add_argument("--dim", type=_positive_int, default=100)
     train.add_argument("--window", type=_positive_int, default=5)
     train.add_argument("--min-count", type=_positive_int, default=2)
-    train.add_argument("--epochs", type=_positive_int, default=5)
+    train.add_argument("--epochs", type=_positive_int, help="training passes (default: word2vec 5, doc2vec 20)")
+    train.add_argument("--seed", type=int, default=1, help="doc2vec: seeds training and query inference (default 1)")
+    train.add_argument(
+        "--infer-epochs", type=_positive_int, default=20,
+        help="doc2vec: passes when inferring a query's vector (default 20; ~0.1 ms each for 100 words)",
+    )
     train.add_argument(
         "--workers", type=_positive_int, default=1,
         help="training threads (default 1: reproducible vectors; more is faster but not reproducible)",
     )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     commands.add_parser("rankers", help="list the registered rankers")
     commands.add_parser("config", help="print the effective settings (secrets hidden)")
@@ -254,6 +269,7 @@ def _index(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool,
         rebuild=rebuild,
         show_progress=progress and sys.stderr.isatty(),
         workers=settings.index_workers,
+        data_dir=engine.data_dir,  # documents added to an index with a Doc2Vec model get vectors
     )
 
 
@@ -326,7 +342,11 @@ def _result_json(result: Any) -> dict[str, Any]:
 
 
 def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
-    note = "" if result.status == "ok" else f"  [{result.status}: BM25 order kept]"
+    note = ""
+    if result.status == "partial":
+        note = f"  [partial: {' '.join(result.notes)}]"
+    elif result.status != "ok":
+        note = f"  [{result.status}: BM25 order kept]"
     print(
         f"{result.ranker}: {len(result.hits)} of the BM25 top {result.window}, "
         f"{len(result.query_words)} query words in vocabulary, {len(result.oov_words)} not{note}",
@@ -335,8 +355,10 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
     for hit in result.hits:
         move = hit.bm25_rank - hit.rank
         arrow = f"+{move}" if move > 0 else (str(move) if move < 0 else "=")
+        # A fusion orders by the fused score; show its base ranker's own score too.
+        own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
         print(
-            f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}  bm25 {hit.bm25_score:7.2f} "
+            f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  bm25 {hit.bm25_score:7.2f} "
             f"(rank {hit.bm25_rank}, {arrow})  {hit.title[:50]}",
             file=out,
         )
@@ -359,14 +381,16 @@ def _explanation_lines(hit: Any, topics: int) -> list[str]:
 def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from tqdm import tqdm
 
-    from reranker.evaluation import evaluate, load_dataset
+    from reranker.evaluation import evaluate, load_dataset, plot_precision_bins
     from reranker.rankers import get_ranker
 
     names = [name.strip() for name in args.rankers.split(",") if name.strip()]
     if not names:
         raise ConfigError("--rankers needs at least one ranker name")
-    for name in names:
-        get_ranker(name)  # fail on a typo before minutes of indexing
+    rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
+    for path in (args.plot, args.markdown):
+        if path is not None:
+            _writable(path)  # and on an unwritable output path
     dataset = load_dataset(args.dataset, args.queries_file)
     engine = _engine(settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors))
     show = not args.no_progress and sys.stderr.isatty()
@@ -374,6 +398,8 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         report = _index(engine, dataset.corpus_path, settings, rebuild=args.rebuild, progress=show)
         if report.skipped:
             log.warning("%d corpus documents were skipped while indexing", len(report.skipped))
+        if any("doc_vectors" in ranker.needs for ranker in rankers):
+            _ensure_doc2vec(engine, dataset.corpus_path, settings, progress=show)
         with tqdm(total=len(dataset.queries), desc="queries", disable=not show, leave=False) as bar:
             result = evaluate(
                 engine,
@@ -387,22 +413,64 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
                     "k": settings.k,
                     "queries_file": args.queries_file,
                     "fusion_weight": settings.fusion_weight,
+                    "wmd_budget_ms": settings.wmd_budget_ms,
                     "documents": report.total_documents,
                 },
             )
     finally:
         engine.store.close()
+    written = []
+    if args.markdown is not None:
+        _write(args.markdown, lambda path: path.write_text(result.table() + "\n", encoding="utf-8"))
+        written.append(f"table: {args.markdown}")
+    if args.plot is not None:
+        _write(args.plot, lambda path: plot_precision_bins(result, path))
+        written.append(f"figure: {args.plot}")
     if args.json:
         json.dump(result.to_json(per_query=args.per_query), out, indent=2)
         out.write("\n")
     else:
-        print(
-            f"{result.dataset} ({args.queries_file}): {result.queries} queries, BM25 top {result.window} "
-            f"reranked; vectors {engine.vectors.info.name} (d={engine.vectors.dim}), K={settings.k}",
-            file=out,
-        )
         print(result.table(), file=out)
+        for line in written:
+            print(line, file=out)
     return 0
+
+
+def _writable(path: Path) -> None:
+    """Raise InputError now, not after the evaluation, if `path` cannot be written."""
+    if path.is_dir():
+        raise InputError("is a folder; expected a file name", str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create its folder: {exc.strerror or exc}", str(path)) from None
+
+
+def _write(path: Path, write: Callable[[Path], object]) -> None:
+    try:
+        write(path)
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+
+
+def _ensure_doc2vec(engine: "Engine", corpus: Path, settings: Settings, *, progress: bool) -> None:
+    """Train the evaluation index's Doc2Vec model (default parameters) if it has none, so
+    that one `evaluate` command reproduces the doc2vec rankers too; re-runs reuse it."""
+    from tqdm import tqdm
+
+    from reranker.doc2vec import Doc2VecParams, train_for_store
+    from reranker.indexing import Skipped, read_corpus
+
+    info = engine.store.index_info()
+    if info is not None and info.doc2vec is not None:
+        return
+    params = Doc2VecParams()
+    documents = (item for _, item, _ in read_corpus(corpus) if not isinstance(item, Skipped))
+    log.info("training a PV-%s Doc2Vec model on %s for the doc2vec rankers", params.mode.upper(), corpus)
+    with tqdm(total=params.epochs, desc="Doc2Vec epochs", disable=not progress, leave=False) as bar:
+        _, report = train_for_store(engine.store, documents, params, settings.data_dir, engine.stopwords, progress=bar)
+    if report.without_vector:
+        log.warning("%d indexed documents have no Doc2Vec vector (no word of its vocabulary)", report.without_vector)
 
 
 def _evaluation_store_name(settings: Settings, dataset: str, vectors: "WordVectors") -> str:
@@ -420,6 +488,10 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.indexing import read_corpus, Skipped
     from reranker.text import load_stopwords, tokenize
 
+    if args.model == "doc2vec":
+        return _train_doc2vec(args, settings, out)
+    if args.out is None:
+        raise ConfigError("reranker train word2vec needs --out FILE (where to save the vectors)")
     stopwords = load_stopwords(settings.stopwords_file)
     sentences: list[list[str]] = []
     skipped = 0
@@ -437,7 +509,7 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         dim=args.dim,
         window=args.window,
         min_count=args.min_count,
-        epochs=args.epochs,
+        epochs=args.epochs or 5,
         workers=args.workers,
     )
     print(
@@ -447,6 +519,61 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         file=out,
     )
     return 0
+
+
+def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """`reranker train doc2vec CORPUS`: train on the indexed corpus, store the vectors in
+    the current index and record the model there (see reranker.doc2vec)."""
+    from tqdm import tqdm
+
+    from reranker.doc2vec import Doc2VecParams, model_path, train_for_store
+    from reranker.indexing import Skipped, read_corpus
+    from reranker.store import open_store
+    from reranker.text import load_stopwords
+
+    params = Doc2VecParams(
+        mode=args.mode, dim=args.dim, epochs=args.epochs or 20, min_count=args.min_count, window=args.window,
+        seed=args.seed, infer_epochs=args.infer_epochs, workers=args.workers,
+    )
+    params.validate()
+    if not args.corpus.is_file():
+        raise InputError("no such corpus file", str(args.corpus))
+    skipped: list[Skipped] = []
+    documents = []
+    for _, item, _ in read_corpus(args.corpus):
+        if isinstance(item, Skipped):
+            skipped.append(item)
+        else:
+            documents.append(item)
+    store = open_store(settings)
+    show = not args.no_progress and sys.stderr.isatty()
+    try:
+        with tqdm(total=params.epochs, unit="epoch", desc="training doc2vec", disable=not show, leave=False) as bar:
+            _, report = train_for_store(
+                store, documents, params, settings.data_dir, load_stopwords(settings.stopwords_file), progress=bar
+            )
+    finally:
+        store.close()
+    info = report.info
+    print(
+        f"trained PV-{info.mode.upper()} Doc2Vec (dim={info.dim}, {info.epochs} epochs) on {report.documents} "
+        f"documents of {args.corpus}{f' ({len(skipped)} lines skipped)' if skipped else ''} in {report.seconds:.1f} s; "
+        f"model {info.checksum[:12]} saved as {model_path(settings.data_dir, info.checksum)}",
+        file=out,
+    )
+    print(
+        f"stored the vectors of {report.stored} documents; {report.without_vector} indexed documents have none "
+        "(the doc2vec ranker ranks them last)",
+        file=out,
+    )
+    for label, ids in [("not in the index", report.not_in_index), ("no word known to the model", report.no_known_words)]:
+        if ids:
+            more = f" ... and {len(ids) - 20} more" if len(ids) > 20 else ""
+            print(f"  {len(ids)} corpus documents {label}: {', '.join(ids[:20])}{more}", file=out)
+    for failure in report.failures[:20]:
+        print(f"  not stored {failure.doc_id}: {failure.reason}", file=out)
+    print('use it with: reranker search "..." --ranker doc2vec', file=out)
+    return EXIT_ERROR if report.failures else 0
 
 
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

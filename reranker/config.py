@@ -36,7 +36,8 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_K": "topics per document at index time (default 15)",
     "RERANKER_WINDOW": "BM25 candidates a query reranks (default 100)",
     "RERANKER_STOPWORDS": "stop-word file, one word per line",
-    "RERANKER_FUSION_WEIGHT": "topic weight in the hidden_topics+bm25 ranker (default 0.5)",
+    "RERANKER_FUSION_WEIGHT": "weight of the ranker's score in the min-max and z-score fusions with BM25 (default 0.5)",
+    "RERANKER_WMD_BUDGET_MS": "time the wmd ranker may spend on exact distances per query before it orders the rest by a lower bound (default 1000)",
     "RERANKER_BLAS_THREADS": "BLAS threads per process (default 1)",
     "RERANKER_INDEX_WORKERS": "topic-extraction processes while indexing (default: CPU count, at most 4)",
     "OPENSEARCH_URL": "OpenSearch node URL(s), comma-separated; selects the OpenSearch store",
@@ -246,7 +247,9 @@ class Settings:
     k: topics per document at index time (a document may get fewer).
     window: how many BM25 candidates a query reranks.
     stopwords_file: one word per line, replacing the built-in stop list.
-    fusion_weight: weight of the topic score in the `hidden_topics+bm25` fusion ranker.
+    fusion_weight: weight of the ranker's score in the min-max and z-score fusions with
+        BM25 (`hidden_topics+bm25`, `wmd+bm25:zscore`, ...).
+    wmd_budget_ms: time the `wmd` ranker may spend on exact distances per query.
     blas_threads: BLAS threads per process (1: indexing is ~10x faster on a 2-core host
         than with OpenBLAS's default, measured; scoring is one small product anyway).
     index_workers: processes extracting topics while indexing (1: in-process).
@@ -261,6 +264,7 @@ class Settings:
     window: int = DEFAULT_WINDOW
     stopwords_file: Path | None = None
     fusion_weight: float = 0.5
+    wmd_budget_ms: float = 1000.0
     blas_threads: int = 1
     index_workers: int = 1
     opensearch: OpenSearchSettings = field(default_factory=lambda: OpenSearchSettings(hosts=()))
@@ -283,6 +287,7 @@ class Settings:
             window=_int(env, "RERANKER_WINDOW", DEFAULT_WINDOW),
             stopwords_file=Path(stopwords).expanduser() if stopwords else None,
             fusion_weight=_float(env, "RERANKER_FUSION_WEIGHT", 0.5),
+            wmd_budget_ms=_float(env, "RERANKER_WMD_BUDGET_MS", 1000.0, minimum=0.0),
             blas_threads=_int(env, "RERANKER_BLAS_THREADS", 1),
             index_workers=_int(env, "RERANKER_INDEX_WORKERS", min(os.cpu_count() or 1, 4)),
             opensearch=OpenSearchSettings(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from gensim.models import KeyedVectors
 
 from reranker.errors import VectorsError
@@ -62,6 +63,18 @@ class WordVectors:
     @property
     def dim(self) -> int:
         return self.info.dim
+
+    @property
+    def keyed_vectors(self) -> KeyedVectors:
+        """The gensim vectors (read-only): for gensim's own algorithms, such as WMD."""
+        return self._kv
+
+    def word_ids(self, tokens: Sequence[str]) -> npt.NDArray[np.int32]:
+        """Row numbers of the in-vocabulary `tokens`, in order (unknown tokens skipped)."""
+        index = self._index
+        rows = [index.get(token, -1) for token in tokens]
+        found = np.fromiter(rows, dtype=np.int32, count=len(rows))
+        return found[found >= 0]
 
     def __contains__(self, word: str) -> bool:
         return word in self._index

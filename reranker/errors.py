@@ -52,3 +52,8 @@ class UnknownRankerError(RerankerError):
         self.name = name
         self.known = sorted(known)
         super().__init__(f"unknown ranker {name!r}; valid rankers: {', '.join(self.known)}")
+
+
+class RankerUnavailableError(RerankerError):
+    """A registered ranker that cannot run on this index yet (e.g. no Doc2Vec model
+    was trained for it); the message says what to do."""

@@ -6,6 +6,10 @@ document whose id is already stored with the same content is not recomputed. Top
 extraction can run in worker processes, one batch ahead of the writes. Bad lines, and
 documents the store refuses, are reported with their file and line number and skipped;
 nothing already indexed is touched by them.
+
+When the index has a Doc2Vec model (`reranker train doc2vec`), each document written is
+given a vector inferred by that model from the same tokens, so documents added after
+training are not left without one. A rebuild starts an index without a model.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
+from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import WordVectors, open_native
-from reranker.errors import InputError
+from reranker.errors import InputError, RankerUnavailableError
 from reranker.store import IndexInfo, Store
 from reranker.text import tokenize
 from reranker.topics import extract_topics
@@ -64,6 +69,9 @@ class IndexReport:
     total_documents: int  # in the store afterwards
     seconds: float
     published: object = None  # what Store.publish() reported (an alias swap, for OpenSearch)
+    # Documents written into an index with a Doc2Vec model that got no vector (the model
+    # could not be loaded, or knows none of their words).
+    without_doc_vector: int = 0
 
 
 def parse_document(line: str, location: str) -> Document:
@@ -209,17 +217,20 @@ def index_documents(
     rebuild: bool = False,
     progress: ProgressLike | None = None,
     workers: int = 1,
+    data_dir: Path | None = None,
 ) -> IndexReport:
     """Index `records` (as `read_corpus` yields them) into `store`, then publish.
 
     Raises IndexMismatchError when the store holds documents built with other vectors or
     another K and `rebuild` is False. Documents the store refuses are reported in
-    `skipped` with its reason; everything else is written.
+    `skipped` with its reason; everything else is written. `data_dir`: where the index's
+    Doc2Vec model is (`<data_dir>/doc2vec/`), if it has one.
     """
     started = time.perf_counter()
     store.initialise(IndexInfo(embedding=vectors.info, k=k), rebuild=rebuild)
+    doc2vec, no_doc2vec_reason = _doc2vec_model(store, data_dir)
     skipped: list[Skipped] = []
-    indexed = unchanged = 0
+    indexed = unchanged = without_doc_vector = 0
 
     def prepare(batch: list[tuple[str, Document]]) -> tuple[list[tuple[str, Document, str]], Callable[[], list[tuple[DocTopics, int, int]]]]:
         """Drop unchanged documents, start topic extraction for the rest."""
@@ -237,7 +248,7 @@ def index_documents(
         return todo, extractor.submit([doc for _, doc, _ in todo])
 
     def write(todo: list[tuple[str, Document, str]], results: list[tuple[DocTopics, int, int]]) -> None:
-        nonlocal indexed
+        nonlocal indexed, without_doc_vector
         ready: list[StoredDocument] = []
         locations: dict[str, str] = {}
         for (location, doc, digest), (doc_topics, n_tokens, n_oov) in zip(todo, results):
@@ -251,6 +262,10 @@ def index_documents(
         for failure in failures:
             skipped.append(Skipped(locations.get(failure.doc_id, "?"), failure.doc_id, failure.reason))
         indexed += len(ready) - len(failures)
+        if no_doc2vec_reason is not None:
+            refused = {failure.doc_id for failure in failures}
+            written = [stored.document for stored in ready if stored.document.id not in refused]
+            without_doc_vector += len(written) - _write_doc_vectors(store, doc2vec, written, stopwords)
 
     batch: list[tuple[str, Document]] = []
     in_flight: tuple[list[tuple[str, Document, str]], Callable[[], list[tuple[DocTopics, int, int]]]] | None = None
@@ -289,6 +304,12 @@ def index_documents(
     published = store.publish()
     for item in skipped:
         log.warning("skipped %s%s: %s", item.location, f" ({item.doc_id})" if item.doc_id else "", item.reason)
+    if without_doc_vector:
+        log.warning(
+            "%d documents were indexed without a Doc2Vec vector (%s); the doc2vec ranker ranks "
+            "them last until `reranker train doc2vec CORPUS` runs again",
+            without_doc_vector, no_doc2vec_reason or "no word known to the model",
+        )
     return IndexReport(
         indexed=indexed,
         unchanged=unchanged,
@@ -296,7 +317,35 @@ def index_documents(
         total_documents=store.count(),
         seconds=time.perf_counter() - started,
         published=published,
+        without_doc_vector=without_doc_vector,
     )
+
+
+def _doc2vec_model(store: Store, data_dir: Path | None) -> tuple[Doc2VecModel | None, str | None]:
+    """(the index's Doc2Vec model or None, why documents get no vector: "" when they
+    will, None when the index has no model)."""
+    info = store.index_info()
+    if info is None or info.doc2vec is None:
+        return None, None
+    if data_dir is None:
+        return None, "no data directory to load the index's Doc2Vec model from"
+    try:
+        return load_for_index(info, data_dir), ""
+    except RankerUnavailableError as exc:
+        return None, str(exc)
+
+
+def _write_doc_vectors(
+    store: Store, model: Doc2VecModel | None, documents: list[Document], stopwords: frozenset[str] | None
+) -> int:
+    """Infer and store the Doc2Vec vectors of freshly written documents; how many were stored."""
+    if model is None or not documents:
+        return 0
+    vectors = infer_vectors(model, documents, stopwords)
+    failures = store.store_doc_vectors(model.info, vectors) if vectors else []
+    for failure in failures:
+        log.warning("no Doc2Vec vector stored for %s: %s", failure.doc_id, failure.reason)
+    return len(vectors) - len(failures)
 
 
 def index_corpus(
@@ -309,6 +358,7 @@ def index_corpus(
     rebuild: bool = False,
     show_progress: bool = True,
     workers: int = 1,
+    data_dir: Path | None = None,
 ) -> IndexReport:
     """Index a JSONL corpus file, with a progress bar over its bytes on stderr.
 
@@ -335,5 +385,6 @@ def index_corpus(
             rebuild=rebuild,
             progress=bar,
             workers=workers if path.stat().st_size >= PARALLEL_MIN_BYTES else 1,
+            data_dir=data_dir,
         )
 

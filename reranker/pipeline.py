@@ -6,21 +6,28 @@ the evaluation and the HTTP service share.
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 
 import numpy as np
 
 from reranker.embeddings import WordVectors
+from reranker.errors import RankerUnavailableError
 from reranker.rankers import (
     CandidateSet,
     Ranker,
     RankerOptions,
     Scores,
+    WordIds,
     get_ranker,
     rank_candidates,
 )
+from reranker.rankers.fusion import Fusion
 from reranker.store import Store
 from reranker.text import tokenize
 from reranker.topics import Variant, best_aligned, topic_contributions, topic_relevance
@@ -28,6 +35,7 @@ from reranker.types import Filter, Query, RankedDoc, SearchResult, TopicExplanat
 
 if TYPE_CHECKING:
     from reranker.config import Settings
+    from reranker.doc2vec import Doc2VecModel
 
 EXPLAIN_WORDS = 5
 
@@ -48,8 +56,64 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
         store=store,
         vectors=vectors,
         stopwords=load_stopwords(settings.stopwords_file),
-        ranker_options=RankerOptions(fusion_weight=settings.fusion_weight),
+        ranker_options=RankerOptions(fusion_weight=settings.fusion_weight, wmd_budget_ms=settings.wmd_budget_ms),
+        data_dir=settings.data_dir,
     )
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LruCache(Generic[K, V]):
+    """A thread-safe LRU map bounded in bytes (`size_of` tells an entry's size)."""
+
+    def __init__(self, max_bytes: int, size_of: Callable[[V], int]) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._size_of = size_of
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: K, value: V) -> None:
+        size = self._size_of(value)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, old_size) = self._entries.popitem(last=False)
+                self.bytes -= old_size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A ranker's verdict on a window.
+
+    order: candidate positions in the new order.
+    scores: (N,) what the order follows (for a fusion, the fused score).
+    ranker_scores: (N,) the ranker's own scores (a fusion's base ranker; else = scores).
+    notes: why the ranker answered approximately, if it did (see CandidateSet.notes).
+    """
+
+    order: list[int]
+    scores: Scores
+    ranker_scores: Scores
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -60,6 +124,27 @@ class Engine:
     vectors: WordVectors
     stopwords: frozenset[str] | None = None
     ranker_options: RankerOptions = field(default_factory=RankerOptions)
+    data_dir: Path | None = None  # where trained Doc2Vec models live
+    # Documents' word ids for WMD, by content: tokenizing a 2,000-word text costs more
+    # than scoring it against the bounds, and the same documents come back query after query.
+    word_id_cache: LruCache[str, WordIds] = field(
+        default_factory=lambda: LruCache(256 * 2**20, lambda ids: ids.nbytes + 64)
+    )
+
+    def __post_init__(self) -> None:
+        # Rankers get this engine's vectors, and the Doc2Vec model of its index on first use.
+        self.ranker_options = replace(self.ranker_options, vectors=self.vectors, doc2vec=self._doc2vec_model)
+
+    def _doc2vec_model(self) -> "Doc2VecModel":
+        from reranker.doc2vec import load_for_index
+
+        if self.data_dir is None:
+            raise RankerUnavailableError("this engine has no data directory to load a Doc2Vec model from")
+        return load_for_index(self.store.index_info(), self.data_dir)
+
+    def ranker(self, name: str) -> Ranker:
+        """The ranker registered as `name`, with this engine's vectors and models."""
+        return get_ranker(name, self.ranker_options)
 
     def check_index(self) -> None:
         """Raise IndexMismatchError if the store was built with other word vectors."""
@@ -70,7 +155,7 @@ class Engine:
     def query(self, text: str) -> Query:
         tokens = tokenize(text, self.stopwords)
         lookup = self.vectors.lookup(tokens)
-        return Query(text=text, words=lookup.words, vectors=lookup.vectors, oov=lookup.oov)
+        return Query(text=text, words=lookup.words, vectors=lookup.vectors, oov=lookup.oov, tokens=tuple(tokens))
 
     def window(self, query: Query, size: int, filters: Sequence[Filter] = ()) -> CandidateSet:
         """The BM25 top-`size` for the query (passing `filters`) and their topics."""
@@ -78,18 +163,63 @@ class Engine:
         topics = self.store.topics([c.doc_id for c in candidates])
         return CandidateSet(candidates=candidates, topics=topics)
 
-    def rerank(self, query: Query, window: CandidateSet, ranker: Ranker) -> tuple[list[int], Scores]:
-        """(positions of the window's candidates in the ranker's order, their scores).
+    def complete(self, window: CandidateSet, ranker: Ranker) -> CandidateSet:
+        """`window` with what `ranker` needs fetched (word ids, Doc2Vec vectors).
 
-        A query without any in-vocabulary word keeps the BM25 order: the topic scores
-        would all be 0 and say nothing.
+        Candidates with a text in `window.texts` use it; the others are read from the store.
+        """
+        if "word_ids" in ranker.needs and window.word_ids is None:
+            window = replace(window, word_ids=self._word_ids(window))
+        if "doc_vectors" in ranker.needs and window.doc_vectors is None:
+            window = replace(window, doc_vectors=self.store.doc_vectors([c.doc_id for c in window.candidates]))
+        return window
+
+    def _word_ids(self, window: CandidateSet) -> tuple[WordIds | None, ...]:
+        texts: list[str | None] = list(window.texts) if window.texts is not None else [None] * len(window)
+        keys: list[str | None] = [None if text is None else _text_key(text) for text in texts]
+        stored_ids = [c.doc_id for c, text in zip(window.candidates, texts) if text is None]
+        if stored_ids:
+            # Stored documents are cached by their content hash, so a cached one is not read again.
+            hashes = self.store.content_hashes(stored_ids)
+            for position, candidate in enumerate(window.candidates):
+                if texts[position] is None and candidate.doc_id in hashes:
+                    keys[position] = "stored:" + hashes[candidate.doc_id]
+        found: list[WordIds | None] = [None if key is None else self.word_id_cache.get(key) for key in keys]
+        unread = [c.doc_id for i, c in enumerate(window.candidates) if found[i] is None and texts[i] is None and keys[i] is not None]
+        documents = self.store.documents(unread) if unread else {}
+        for position, candidate in enumerate(window.candidates):
+            key = keys[position]
+            if found[position] is not None or key is None:
+                continue
+            text = texts[position]
+            if text is None:
+                document = documents.get(candidate.doc_id)
+                if document is None:
+                    continue
+                text = document.full_text
+            ids = self.vectors.word_ids(tokenize(text, self.stopwords))
+            self.word_id_cache.put(key, ids)
+            found[position] = ids
+        return tuple(found)
+
+    def rerank(self, query: Query, window: CandidateSet, ranker: Ranker) -> Ranking:
+        """The ranker's order of the window's candidates, and its scores.
+
+        A query without any in-vocabulary word keeps the BM25 order for rankers built
+        on word vectors: their scores would all be 0 and say nothing.
         """
         if len(window) == 0:
-            return [], np.zeros(0, dtype=np.float64)
-        scores = ranker.score(query, window)
-        if len(query.words) == 0 and ranker.variant is not None:
-            return list(range(len(window))), scores
-        return rank_candidates(scores, window), scores
+            empty = np.zeros(0, dtype=np.float64)
+            return Ranking([], empty, empty)
+        window = self.complete(window, ranker)
+        if isinstance(ranker, Fusion):
+            scores, own = ranker.components(query, window)
+        else:
+            scores = own = ranker.score(query, window)
+        notes = tuple(window.notes)
+        if len(query.words) == 0 and uses_word_vectors(ranker):
+            return Ranking(list(range(len(window))), scores, own, notes)
+        return Ranking(rank_candidates(scores, window), scores, own, notes)
 
     def search(
         self,
@@ -102,14 +232,14 @@ class Engine:
         filters: Sequence[Filter] = (),
     ) -> SearchResult:
         """BM25 top-`window` (passing `filters`), reranked by `ranker_name`; the first `size` hits."""
-        ranker = get_ranker(ranker_name, self.ranker_options)
+        ranker = self.ranker(ranker_name)
         self.check_index()
         started = time.perf_counter()
         query = self.query(text)
-        candidates = self.window(query, window, filters)
+        candidates = replace(self.window(query, window, filters), exact_top=size)
         retrieved = time.perf_counter()
-        order, scores = self.rerank(query, candidates, ranker)
-        order = order[:size]
+        ranking = self.rerank(query, candidates, ranker)
+        order, scores = ranking.order[:size], ranking.scores
         reranked = time.perf_counter()
         explanations = (
             self.explain(query, candidates, order, ranker.variant)
@@ -121,6 +251,7 @@ class Engine:
                 doc_id=candidates.candidates[position].doc_id,
                 rank=rank,
                 score=float(scores[position]),
+                ranker_score=float(ranking.ranker_scores[position]),
                 bm25_score=candidates.candidates[position].bm25_score,
                 bm25_rank=candidates.candidates[position].bm25_rank,
                 title=candidates.candidates[position].title,
@@ -129,8 +260,10 @@ class Engine:
             for rank, position in enumerate(order, start=1)
         )
         status = "ok"
-        if len(query.words) == 0 and ranker.variant is not None:
+        if len(query.words) == 0 and uses_word_vectors(ranker):
             status = "query_out_of_vocabulary"
+        elif ranking.notes:
+            status = "partial"
         return SearchResult(
             query=text,
             ranker=ranker.name,
@@ -139,6 +272,7 @@ class Engine:
             query_words=query.words,
             oov_words=tuple(dict.fromkeys(query.oov)),
             status=status,
+            notes=ranking.notes,
             timings_ms={
                 "retrieve": 1000 * (retrieved - started),
                 "rerank": 1000 * (reranked - retrieved),
@@ -182,3 +316,13 @@ class Engine:
                 for t in range(k)
             )
         return result
+
+
+def uses_word_vectors(ranker: Ranker) -> bool:
+    """Whether the ranker compares query words by their word vectors (topics, WMD): a
+    query none of whose words has a vector then keeps the first-stage order."""
+    return ranker.variant is not None or "word_ids" in ranker.needs
+
+
+def _text_key(text: str) -> str:
+    return "text:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

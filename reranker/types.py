@@ -67,6 +67,9 @@ class Query:
     words: tuple[str, ...]
     vectors: FloatArray
     oov: tuple[str, ...]
+    # Every token after the stop list, in order, known to the word vectors or not
+    # (Doc2Vec has its own vocabulary).
+    tokens: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,21 @@ class TopicBatch:
 
 
 @dataclass(frozen=True)
+class DocVectorBatch:
+    """Stored Doc2Vec vectors of N candidates.
+
+    vectors: (N, dim) float32; zero rows for `missing` ids (stored without a vector, or
+    not stored at all).
+    model: checksum of the Doc2Vec model that produced them.
+    """
+
+    doc_ids: tuple[str, ...]
+    vectors: FloatArray
+    missing: tuple[str, ...] = ()
+    model: str = ""
+
+
+@dataclass(frozen=True)
 class TopicExplanation:
     """Why one topic of a document contributed what it did to a score."""
 
@@ -149,11 +167,12 @@ class RankedDoc:
 
     doc_id: str
     rank: int
-    score: float
+    score: float  # what the order follows (for a fusion: the fused score)
     bm25_score: float
     bm25_rank: int
     title: str = ""
     explanation: tuple[TopicExplanation, ...] = ()
+    ranker_score: float = 0.0  # the ranker's own score (a fusion's base ranker; else = score)
 
 
 @dataclass(frozen=True)
@@ -166,5 +185,6 @@ class SearchResult:
     window: int
     query_words: tuple[str, ...]  # in-vocabulary query words used for scoring
     oov_words: tuple[str, ...]  # query words without a vector (skipped)
-    status: str = "ok"  # "ok" | "query_out_of_vocabulary" (BM25 order kept)
+    status: str = "ok"  # "ok" | "query_out_of_vocabulary" (BM25 order kept) | "partial" (see notes)
+    notes: tuple[str, ...] = ()  # why the ranker answered approximately
     timings_ms: dict[str, float] = field(default_factory=dict)

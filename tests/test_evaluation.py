@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA, write_jsonl
+from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
 from reranker.errors import InputError
-from reranker.evaluation import load_dataset, load_qrels, load_queries, paired_randomization_p, ranking_metrics
+from reranker.evaluation import (
+    Dataset,
+    EvaluationResult,
+    evaluate,
+    load_dataset,
+    load_qrels,
+    load_queries,
+    metric_names,
+    paired_randomization_p,
+    paired_t_p,
+    plot_precision_bins,
+    precision_bins,
+    ranking_metrics,
+    summarise,
+    table_metric_names,
+)
+from reranker.indexing import index_corpus
+from reranker.pipeline import Engine
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def test_metrics_by_hand() -> None:
@@ -20,9 +40,19 @@ def test_metrics_by_hand() -> None:
     assert metrics["ndcg@10"] == pytest.approx(dcg / ideal)
     assert metrics["p@1"] == 0.0 and metrics["p@3"] == pytest.approx(1 / 3)
     assert metrics["p@5"] == pytest.approx(2 / 5) and metrics["p@10"] == pytest.approx(2 / 10)
+    assert metrics["p@6"] == pytest.approx(2 / 6)  # the window holds 5: the sixth counts as a miss
     assert metrics["map"] == pytest.approx((1 / 2 + 2 / 4) / 3)
     assert metrics["mrr"] == pytest.approx(1 / 2)
     assert metrics["recall@5"] == pytest.approx(2 / 3)
+    assert list(metrics) == metric_names(5)
+    assert table_metric_names(5) == ["ndcg@10", "p@1", "p@3", "p@5", "p@10", "map", "mrr", "recall@5"]
+
+
+def test_precision_at_six_counts_the_first_six() -> None:
+    ranked = ["a", "x", "b", "y", "c", "d", "e"]
+    metrics = ranking_metrics(ranked, {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1}, window=7)
+    assert metrics["p@6"] == pytest.approx(4 / 6) and metrics["p@5"] == pytest.approx(3 / 5)
+    assert metrics["p@10"] == pytest.approx(5 / 10)
 
 
 def test_graded_relevance_and_the_window_cut() -> None:
@@ -40,6 +70,174 @@ def test_paired_randomization_test() -> None:
     assert paired_randomization_p(better, better) == 1.0
     noisy = [x + (0.01 if i % 2 else -0.01) for i, x in enumerate(better)]
     assert paired_randomization_p(better, noisy) > 0.5
+    assert paired_randomization_p(better, worse) == paired_randomization_p(better, worse)  # fixed seed
+
+
+def test_paired_t_test() -> None:
+    better = [0.9, 0.8, 0.85, 0.95, 0.9, 0.7, 0.88, 0.92, 0.8, 0.9, 0.85, 0.9]
+    worse = [x - 0.2 + (0.01 if i % 3 else 0.0) for i, x in enumerate(better)]
+    assert paired_t_p(better, worse) < 0.001
+    assert paired_t_p(better, better) == 1.0
+    assert paired_t_p([1.0, 1.0], [0.0, 0.0]) == 0.0  # every query moved by the same amount
+    noisy = [x + (0.01 if i % 2 else -0.01) for i, x in enumerate(better)]
+    assert paired_t_p(better, noisy) > 0.5
+    with pytest.raises(ValueError):
+        paired_t_p([[1.0, 2.0]], [[0.0, 1.0]])
+
+
+def synthetic(values: list[float], shift: float, window: int = 100) -> dict[str, dict[str, float]]:
+    """A per-query table in which every metric of query i is values[i] + shift."""
+    return {f"q{i}": {m: v + shift for m in metric_names(window)} for i, v in enumerate(values)}
+
+
+BASE = [0.3, 0.5, 0.4, 0.6, 0.35, 0.55, 0.45, 0.5, 0.4, 0.3, 0.6, 0.5]
+
+
+def synthetic_result(**shifts: float) -> EvaluationResult:
+    return summarise("synthetic", 100, {name: synthetic(BASE, shift) for name, shift in shifts.items()})
+
+
+def test_p_values_against_both_baselines() -> None:
+    result = synthetic_result(bm25=0.0, hidden_topics=-0.2, copy=0.0, better=0.2)
+    assert result.baselines == ("bm25", "hidden_topics")
+    for p_values in (result.p_values, result.t_test_p_values):
+        assert set(p_values) == {"bm25", "hidden_topics"}
+        assert set(p_values["bm25"]) == {"hidden_topics", "copy", "better"}
+        assert set(p_values["hidden_topics"]) == {"bm25", "copy", "better"}
+        for versus in p_values.values():
+            for metrics in versus.values():
+                assert list(metrics) == metric_names(100)
+                assert all(0.0 <= p <= 1.0 for p in metrics.values())
+        assert all(p == 1.0 for p in p_values["bm25"]["copy"].values())
+        assert p_values["bm25"]["better"]["ndcg@10"] < 0.01
+        assert p_values["hidden_topics"]["bm25"]["map"] < 0.01
+    assert result.results["better"]["p@6"] == pytest.approx(sum(BASE) / len(BASE) + 0.2)
+    assert result.wins_ties_losses("bm25")["better"] == (12, 0, 0)
+    assert result.wins_ties_losses("bm25")["copy"] == (0, 12, 0)
+    assert result.wins_ties_losses("bm25")["hidden_topics"] == (0, 0, 12)
+    # Without hidden_topics there is one baseline.
+    alone = synthetic_result(bm25=0.0, better=0.2)
+    assert alone.baselines == ("bm25",) and set(alone.p_values) == {"bm25"}
+    with pytest.raises(ValueError, match="same, non-empty set of queries"):
+        summarise("x", 100, {"bm25": synthetic(BASE, 0.0), "other": synthetic(BASE[:3], 0.0)})
+
+
+def test_the_table_has_a_row_per_ranker_marks_and_a_caption() -> None:
+    result = summarise(
+        "synthetic",
+        100,
+        {name: synthetic(BASE, shift) for name, shift in {"bm25": 0.0, "hidden_topics": -0.2, "copy": 0.0}.items()},
+        config={"vectors": "glove-6b-50d", "dim": 50, "k": 15},
+    )
+    caption, blank, header, rule, *rows = result.table().splitlines()
+    assert blank == ""
+    assert "synthetic, 12 queries, BM25 top 100 reranked, vectors glove-6b-50d (d=50), K=15" in caption
+    assert "† p < 0.05 against bm25; ‡ p < 0.05 against hidden_topics" in caption
+    assert "paired randomisation test" in caption
+    assert header == "| ranker | nDCG@10 | P@1 | P@3 | P@5 | P@10 | MAP | MRR | R@100 | W/T/L vs bm25 |"
+    assert rule.count("|") == header.count("|")
+    assert [row.split(" | ")[0] for row in rows] == ["| bm25", "| hidden_topics", "| copy"]
+    bm25, hidden, copy = (row.split(" | ") for row in rows)
+    assert hidden[1].endswith("†") and not hidden[1].endswith("‡")  # worse than BM25
+    assert bm25[1].endswith("‡") and copy[1].endswith("‡") and "†" not in copy[1]
+    assert hidden[-1] == "0/0/12 |" and copy[-1] == "0/12/0 |" and bm25[-1] == "– |"
+    assert "P@6" not in header
+
+
+def test_json_round_trip() -> None:
+    result = synthetic_result(bm25=0.0, hidden_topics=-0.2)
+    body = json.loads(json.dumps(result.to_json(per_query=True)))
+    assert body["wins_ties_losses"]["bm25"]["hidden_topics"] == [0, 0, 12]
+    assert "randomisation" in body["significance_test"]
+    assert EvaluationResult.from_json(body) == result
+    assert "per_query" not in result.to_json()
+    with pytest.raises(InputError, match="not an evaluation result"):
+        EvaluationResult.from_json({"dataset": "x"})
+
+
+def test_precision_bins_are_exact_shares() -> None:
+    # Three queries: P@1 = 1, 0, 1; P@3 = 3/3, 1/3, 2/3.
+    relevant = {"q1": {"a": 1, "b": 1, "c": 1}, "q2": {"c": 1}, "q3": {"a": 1, "b": 1}}
+    ranked = ["a", "b", "c", "d", "e", "f"]
+    other = ["d", "e", "f", "a", "b", "c"]
+    per_query = {
+        "bm25": {q: ranking_metrics(ranked, rel, 10) for q, rel in relevant.items()},
+        "other": {q: ranking_metrics(other, rel, 10) for q, rel in relevant.items()},
+    }
+    bins = precision_bins(summarise("hand", 10, per_query))
+    assert set(bins) == {1, 3, 6}
+    assert bins[1]["bm25"] == pytest.approx((1 / 3, 2 / 3))
+    assert bins[3]["bm25"] == pytest.approx((0, 1 / 3, 1 / 3, 1 / 3))
+    assert bins[3]["other"] == pytest.approx((1.0, 0, 0, 0))
+    assert bins[6]["other"] == pytest.approx((0, 1 / 3, 1 / 3, 1 / 3, 0, 0, 0))
+    for k, by_ranker in bins.items():
+        for shares in by_ranker.values():
+            assert len(shares) == k + 1 and sum(shares) == pytest.approx(1.0)
+    with pytest.raises(InputError, match="no per-query p@2"):
+        precision_bins(summarise("hand", 10, per_query), ks=(2,))
+
+
+def assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 10_000
+
+
+def test_the_figure_is_a_png(tmp_path: Path) -> None:
+    glove = synthetic_result(bm25=0.0, hidden_topics=-0.2, better=0.1)
+    assert plot_precision_bins(glove, tmp_path / "one.png") == tmp_path / "one.png"
+    assert_png(tmp_path / "one.png")
+    plot_precision_bins([glove, synthetic_result(bm25=0.0, better=0.2)], tmp_path / "two.png")
+    assert_png(tmp_path / "two.png")
+    with pytest.raises(InputError, match="no per-query p@1 for 'bm25'"):
+        plot_precision_bins(EvaluationResult.from_json(glove.to_json()), tmp_path / "none.png")
+
+
+def test_evaluate_on_a_tiny_corpus(tmp_path: Path, engine: Engine) -> None:
+    index_corpus(write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS), engine.store, engine.vectors, 5, show_progress=False)
+    dataset = Dataset(
+        "tiny",
+        tmp_path / "c.jsonl",
+        (("q1", "sailors and a captain at sea"), ("q2", "bake bread in an oven"), ("q3", "the king in chess")),
+        {"q1": {"ships": 1}, "q2": {"cooking": 1}, "q3": {"chess": 1}},
+    )
+    calls: list[None] = []
+    result = evaluate(
+        engine, dataset, ["hidden_topics", "hidden_topics+bm25"], window=10, on_query=lambda: calls.append(None)
+    )
+    assert len(calls) == 3 and result.queries == 3
+    assert result.rankers == ("hidden_topics", "hidden_topics+bm25", "bm25")  # BM25 is always there
+    assert result.baselines == ("bm25", "hidden_topics")
+    assert set(result.p_values["bm25"]) == {"hidden_topics", "hidden_topics+bm25"}
+    assert set(result.p_values["hidden_topics"]) == {"bm25", "hidden_topics+bm25"}
+    assert result.approximate == {"hidden_topics": 0, "hidden_topics+bm25": 0, "bm25": 0}
+    assert result.results["bm25"]["p@1"] == 1.0 and result.results["bm25"]["recall@10"] == 1.0
+    assert list(result.per_query["bm25"]["q1"]) == metric_names(10)
+
+
+def test_cli_writes_the_figure_and_the_table(data_dir: Path, tmp_path: Path) -> None:
+    plot, markdown = tmp_path / "figures" / "sample.png", tmp_path / "sample.md"
+    code, out = run(
+        data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,hidden_topics", "--window", "50",
+        "--plot", str(plot), "--markdown", str(markdown), "--no-progress",
+    )
+    assert code == 0
+    assert_png(plot)
+    table = markdown.read_text(encoding="utf-8")
+    assert table.startswith("sample, 5 queries, BM25 top 50 reranked, vectors glove-6b-50d (d=50), K=15")
+    assert "| bm25 |" in table and "| hidden_topics |" in table
+    assert table.strip() in out and f"figure: {plot}" in out and f"table: {markdown}" in out
+    code, out = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "hidden_topics", "--json", "--plot", str(plot))
+    body = json.loads(out)  # the figure is written, standard output stays one JSON object
+    assert code == 0 and set(body["p_values"]) == {"bm25", "hidden_topics"}
+    assert 0.0 < body["p_values"]["bm25"]["hidden_topics"]["ndcg@10"] <= 1.0
+
+
+def test_cli_refuses_an_unwritable_output_before_evaluating(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(data_dir, "evaluate", str(SAMPLE), "--plot", str(tmp_path))[0] == 1
+    assert "is a folder; expected a file name" in capsys.readouterr().err
+    assert not (data_dir / "eval").exists()  # nothing was indexed
 
 
 def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
@@ -68,3 +266,13 @@ def test_the_shared_datasets_parse() -> None:
     assert len(cisi.queries) == 76 and sum(len(v) for v in cisi.qrels.values()) == 3114
     scisumm = load_dataset(SHARED_DATA / "clscisumm2018-train", "queries_abstract.jsonl")
     assert len(scisumm.queries) == 40
+
+
+def test_cli_trains_doc2vec_for_the_evaluation_index_once(data_dir: Path) -> None:
+    code, out = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,doc2vec", "--no-progress")
+    assert code == 0 and "| doc2vec |" in out
+    models = sorted((data_dir / "doc2vec").glob("*.model"))
+    assert len(models) == 1
+    code, again = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,doc2vec", "--no-progress")
+    assert code == 0 and again == out  # the recorded model is reused: same vectors, same table
+    assert sorted((data_dir / "doc2vec").glob("*.model")) == models

@@ -180,7 +180,7 @@ def test_ext_rerank_query_text_reranks_a_search_without_text(client: FlaskClient
 
 def test_a_failing_ranker_keeps_the_bm25_order_and_says_so(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
     class Broken:
-        name, variant = "broken", None
+        name, variant, needs = "broken", None, frozenset()
 
         def score(self, query: Any, window: Any) -> np.ndarray:
             raise RuntimeError("boom")
@@ -373,7 +373,7 @@ def test_only_the_allowed_indices_are_searched(client: FlaskClient, papers: tupl
         ("/papers/_search", b'{"ext": {"rerank": {"rankers": "bm25"}}}', "unknown field [ext.rerank.rankers]"),
         ("/papers/_search", b'{"ext": {"rerank": {"window": 5000}}}', "RERANKER_MAX_WINDOW"),
         ("/papers/_search", b'{"ext": {"rerank": {"query_text": " "}}}', "must not be empty"),
-        ("/papers/_search", b'{"ext": {"rerank": {"ranker": "magic"}}}', "valid rankers: bm25, hidden_topics"),
+        ("/papers/_search", b'{"ext": {"rerank": {"ranker": "magic"}}}', "valid rankers: bm25, doc2vec"),
     ],
 )
 def test_malformed_searches_are_400(client: FlaskClient, url: str, data: bytes, expected: str) -> None:

@@ -8,18 +8,27 @@ import numpy as np
 import pytest
 
 from conftest import TINY_CORPUS, write_jsonl
+from reranker.doc2vec import Doc2VecParams, train_for_store
+from reranker.embeddings import WordVectors
 from reranker.errors import UnknownRankerError
 from reranker.indexing import index_corpus
-from reranker.pipeline import Engine
+from reranker.pipeline import Engine, uses_word_vectors
 from reranker.rankers import RANKERS, CandidateSet, get_ranker, rank_candidates
-from reranker.types import Candidate, TopicBatch
+from reranker.rankers.fusion import Fusion, min_max, z_score
+from reranker.store.embedded import EmbeddedStore
+from reranker.types import Candidate, Document, TopicBatch
 
 QUERY = "A captain and his crew sail a ship across the stormy ocean to the king, with bread."
 
 
 @pytest.fixture
-def indexed(tmp_path: Path, engine: Engine) -> Engine:
-    index_corpus(write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS), engine.store, engine.vectors, 5, show_progress=False)
+def indexed(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> Engine:
+    """The tiny corpus indexed, with a Doc2Vec model trained on it: every ranker can run."""
+    engine = Engine(store=store, vectors=glove, data_dir=tmp_path / "data")
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    index_corpus(corpus, engine.store, engine.vectors, 5, show_progress=False)
+    documents = [Document(r["id"], r["title"], r["text"]) for r in TINY_CORPUS]
+    train_for_store(store, documents, Doc2VecParams(dim=16, epochs=40, min_count=1), tmp_path / "data", None)
     return engine
 
 
@@ -29,28 +38,63 @@ def empty_window(d: int = 50) -> CandidateSet:
 
 @pytest.mark.parametrize("name", sorted(RANKERS))
 def test_ranker_contract(name: str, indexed: Engine) -> None:
-    ranker = get_ranker(name)
+    """Every registered ranker: shape, finiteness, determinism, ordering, ties, empty
+    window, all-OOV query."""
+    ranker = indexed.ranker(name)
     assert ranker.name == name
     query = indexed.query("The baker bakes bread with yeast and flour in a hot oven, fit for a king, by the sea.")
-    window = indexed.window(query, 10)
+    window = indexed.complete(indexed.window(query, 10), ranker)
     assert len(window) == 3
     scores = ranker.score(query, window)
-    assert scores.shape == (3,) and np.isfinite(scores).all()
-    # Deterministic: the same input gives the same scores and order.
+    assert scores.shape == (3,) and scores.dtype == np.float64 and np.isfinite(scores).all()
+    # Deterministic: the same input gives the same scores and order, also from a fresh ranker.
     np.testing.assert_array_equal(scores, ranker.score(query, window))
-    order, _ = indexed.rerank(query, window, ranker)
-    assert sorted(order) == [0, 1, 2]
-    assert window.candidates[order[0]].doc_id == "cooking"
-    # Empty window.
-    assert ranker.score(query, empty_window()).shape == (0,)
-    assert indexed.rerank(query, empty_window(), ranker)[0] == []
-    # A query without in-vocabulary words keeps the BM25 order and finite scores.
+    np.testing.assert_array_equal(scores, indexed.ranker(name).score(query, window))
+    ranking = indexed.rerank(query, window, ranker)
+    assert sorted(ranking.order) == [0, 1, 2]
+    np.testing.assert_array_equal(ranking.scores, scores)
+    # The order follows the scores, ties broken by BM25 rank.
+    ordered = [(-scores[i], window.candidates[i].bm25_rank) for i in ranking.order]
+    assert ordered == sorted(ordered)
+    # Every ranker but the baseline puts the cooking document first for a cooking query.
+    # (Not Doc2Vec: a model trained on three short texts is noise; tests/test_doc2vec.py
+    # checks it finds papers of the sample corpus by their own text.)
+    if name != "bm25" and not name.startswith("doc2vec"):
+        assert window.candidates[ranking.order[0]].doc_id == "cooking"
+    # An empty window.
+    assert ranker.score(query, indexed.complete(empty_window(), ranker)).shape == (0,)
+    assert indexed.rerank(query, empty_window(), ranker).order == []
+    # A query without any in-vocabulary word: finite scores, and rankers built on word
+    # vectors keep the BM25 order.
     oov_query = indexed.query("qqzzxv wwqqzz")
     assert oov_query.words == ()
     oov_window = indexed.window(indexed.query("ships ocean bread"), 10)
-    order, scores = indexed.rerank(oov_query, oov_window, ranker)
-    assert order == list(range(len(oov_window))) or ranker.variant is None
-    assert np.isfinite(scores).all()
+    oov = indexed.rerank(oov_query, oov_window, ranker)
+    assert np.isfinite(oov.scores).all() and sorted(oov.order) == list(range(len(oov_window)))
+    if uses_word_vectors(ranker) or name == "bm25":
+        assert oov.order == list(range(len(oov_window)))
+
+
+def test_ties_in_every_ranker_fall_back_to_bm25_rank(tmp_path: Path, indexed: Engine) -> None:
+    """Identical documents get identical scores from every ranker, so BM25 rank decides."""
+    twins = [{"id": f"twin{i}", "title": "", "text": TINY_CORPUS[1]["text"]} for i in range(3)]
+    index_corpus(write_jsonl(tmp_path / "twins.jsonl", twins), indexed.store, indexed.vectors, 5, show_progress=False, data_dir=indexed.data_dir)
+    query = indexed.query("bread baked in an oven")
+    # Equal BM25 scores too; BM25 ranks 3, 1, 2: every ranker must answer 2nd, 3rd, 1st.
+    candidates = tuple(Candidate(f"twin{i}", 1.0, i + 1) for i in (2, 0, 1))
+    for name in sorted(RANKERS):
+        ranker = indexed.ranker(name)
+        window = CandidateSet(candidates, indexed.store.topics([c.doc_id for c in candidates]))
+        ranking = indexed.rerank(query, window, ranker)
+        if ranker.variant is not None:
+            # Topic scores come from one float32 BLAS product over the whole window, and
+            # BLAS blocks rows differently, so identical documents can differ in the last
+            # bit (~1e-9) and that bit, not BM25, orders them. Known; see the notes.
+            np.testing.assert_allclose(ranking.ranker_scores, ranking.ranker_scores[0], rtol=1e-7)
+            if not name.endswith(":rrf"):  # (rank fusion follows that bit too)
+                np.testing.assert_allclose(ranking.scores, ranking.scores[0], rtol=1e-7)  # scaling does not amplify it
+            continue
+        assert ranking.order == [1, 2, 0], name
 
 
 def test_ties_keep_the_bm25_order() -> None:
@@ -98,8 +142,56 @@ def test_an_out_of_vocabulary_query_keeps_bm25_order_and_says_so(indexed: Engine
     assert result.oov_words == ("qqzzxv", "wwqqzz")
 
 
-def test_fusion_keeps_both_signals(indexed: Engine) -> None:
-    query = indexed.query(QUERY)
-    window = indexed.window(query, 10)
-    fused = get_ranker("hidden_topics+bm25").score(query, window)
-    assert ((fused >= 0) & (fused <= 1)).all()
+def _window(bm25: list[float]) -> CandidateSet:
+    candidates = tuple(Candidate(f"d{i}", score, i + 1) for i, score in enumerate(bm25))
+    return CandidateSet(candidates, TopicBatch((), np.zeros((len(bm25), 0, 2), np.float32), np.zeros((len(bm25), 0), np.float32)))
+
+
+class _Fixed:
+    """A ranker with given scores (to check fusion arithmetic by hand)."""
+
+    name, variant, needs = "fixed", None, frozenset()
+
+    def __init__(self, scores: list[float]) -> None:
+        self.scores = np.array(scores)
+
+    def score(self, query: object, window: CandidateSet) -> np.ndarray:
+        return self.scores
+
+
+def test_min_max_and_z_score_fusion_by_hand() -> None:
+    window = _window([10.0, 6.0, 2.0])  # BM25: min-max 1, .5, 0; z = (x - 6) / 3.266
+    own = [0.2, 0.6, 0.4]  # min-max 0, 1, .5
+    fused, base = Fusion(_Fixed(own), "minmax", weight=0.25).components(None, window)  # type: ignore[arg-type]
+    np.testing.assert_allclose(base, own)
+    np.testing.assert_allclose(fused, 0.25 * np.array([0, 1, 0.5]) + 0.75 * np.array([1, 0.5, 0]))
+    z = Fusion(_Fixed(own), "zscore", weight=0.5).score(None, window)  # type: ignore[arg-type]
+    np.testing.assert_allclose(z, 0.5 * z_score(np.array(own)) + 0.5 * z_score(np.array([10.0, 6.0, 2.0])))
+    assert z_score(np.array([1.0, 2.0, 3.0])).std() == pytest.approx(1.0)
+    # Constant inputs scale to zeros, not NaN.
+    assert not min_max(np.full(3, 7.0)).any() and not z_score(np.full(3, 7.0)).any()
+
+
+def test_reciprocal_rank_fusion_by_hand() -> None:
+    window = _window([10.0, 6.0, 2.0])
+    rrf = Fusion(_Fixed([0.1, 0.9, 0.5]), "rrf").score(None, window)  # type: ignore[arg-type]
+    # own ranks 3, 1, 2; BM25 ranks 1, 2, 3
+    np.testing.assert_allclose(rrf, [1 / 63 + 1 / 61, 1 / 61 + 1 / 62, 1 / 62 + 1 / 63])
+    with pytest.raises(ValueError, match="fusion method"):
+        Fusion(_Fixed([]), "max")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="weight"):
+        Fusion(_Fixed([]), "minmax", weight=1.5)
+
+
+def test_every_base_ranker_has_every_fusion() -> None:
+    for base in ("hidden_topics", "hidden_topics_code", "wmd", "doc2vec"):
+        for name in (f"{base}+bm25", f"{base}+bm25:zscore", f"{base}+bm25:rrf"):
+            assert name in RANKERS
+
+
+def test_search_keeps_the_bm25_and_the_ranker_score(indexed: Engine) -> None:
+    result = indexed.search(QUERY, "hidden_topics+bm25:zscore", window=10, size=3)
+    plain = {hit.doc_id: hit.score for hit in indexed.search(QUERY, "hidden_topics", window=10, size=3).hits}
+    for hit in result.hits:
+        assert hit.ranker_score == pytest.approx(plain[hit.doc_id])
+        assert hit.score != hit.ranker_score and hit.bm25_score > 0

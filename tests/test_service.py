@@ -53,7 +53,10 @@ def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove
     data_dir = tmp_path_factory.mktemp("service") / "data"
     data_dir.mkdir()
     (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
-    code, _ = run(data_dir, "index", str(_corpus(data_dir.parent / "corpus.jsonl")), "--no-progress")
+    corpus = _corpus(data_dir.parent / "corpus.jsonl")
+    code, _ = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 0
+    code, _ = run(data_dir, "train", "doc2vec", str(corpus), "--dim", "32", "--epochs", "10", "--no-progress")
     assert code == 0
     return data_dir
 
@@ -136,9 +139,34 @@ def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:
     assert [r["name"] for r in listed["rankers"]] == rankers.ranker_names() and listed["default"] == "hidden_topics"
     for name in rankers.ranker_names():
         body = client.post("/search", json={"query": QUERY, "ranker": name, "size": 3}).get_json()
-        assert body["ranker"] == name and len(body["hits"]) == 3
+        assert body["ranker"] == name and len(body["hits"]) == 3 and body["status"] == "ok", body
+        for hit in body["hits"]:
+            assert isinstance(hit["score"], float) and isinstance(hit["ranker_score"], float)
+            if "+bm25" not in name:
+                assert hit["score"] == hit["ranker_score"]
     bm25 = client.post("/search", json={"query": QUERY, "ranker": "bm25", "size": 5}).get_json()
     assert [h["bm25_rank"] for h in bm25["hits"]] == [1, 2, 3, 4, 5]
+
+
+def test_doc2vec_without_a_trained_model_is_a_409(data_dir: Path, tmp_path: Path) -> None:
+    code, _ = run(data_dir, "index", str(write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)), "--no-progress")
+    assert code == 0
+    app = create_app(_settings(data_dir))
+    try:
+        answer = app.test_client().post("/search", json={"query": "bread and ships", "ranker": "doc2vec"})
+        assert "reranker train doc2vec" in _error(answer, 409, "ranker_unavailable_exception")
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_wmd_out_of_time_answers_partially_and_says_so(indexed: Path) -> None:
+    app = create_app(_settings(indexed, RERANKER_WMD_BUDGET_MS="0"))
+    try:
+        body = app.test_client().post("/search", json={"query": QUERY, "ranker": "wmd", "size": 3}).get_json()
+        assert body["status"] == "partial" and "exact" in body["reason"]
+        assert len(body["hits"]) == 3 and all(isinstance(h["score"], float) for h in body["hits"])
+    finally:
+        app.extensions["reranker"].close()
 
 
 def test_an_out_of_vocabulary_query_keeps_bm25_order_and_says_so(client: FlaskClient) -> None:
@@ -188,14 +216,14 @@ def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient)
 
 
 class _Broken:
-    name, variant = "broken", "paper"
+    name, variant, needs = "broken", "paper", frozenset()
 
     def score(self, query: Any, window: Any) -> Any:
         raise RuntimeError("scoring blew up")
 
 
 class _Slow:
-    name, variant = "slow", "paper"
+    name, variant, needs = "slow", "paper", frozenset()
 
     def score(self, query: Any, window: Any) -> Any:
         time.sleep(3)

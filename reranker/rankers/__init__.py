@@ -1,31 +1,58 @@
 """One small interface for every ranker, and a plain-dict registry of them.
 
-A ranker only scores: given a query and the candidate window (BM25 hits plus their
-topics), it returns one score per candidate, higher is better. Ordering is shared
-(`rank_candidates`), so every ranker breaks ties the same way: by BM25 rank.
+A ranker only scores: given a query and the candidate window (BM25 hits plus what the
+ranker `needs` of each document), it returns one score per candidate, higher is better.
+Ordering is shared (`rank_candidates`), so every ranker breaks ties the same way: by
+BM25 rank. `Engine.complete` fetches what a ranker needs, so callers build a window
+from BM25 hits and topics only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from reranker.errors import UnknownRankerError
 from reranker.topics import Variant
-from reranker.types import Candidate, Query, TopicBatch
+from reranker.types import Candidate, DocVectorBatch, Query, TopicBatch
+
+if TYPE_CHECKING:
+    from reranker.doc2vec import Doc2VecModel
+    from reranker.embeddings import WordVectors
+    from reranker.rankers.fusion import Method
 
 Scores = npt.NDArray[np.float64]
+WordIds = npt.NDArray[np.int32]
+
+# What a ranker may need of each candidate beyond its BM25 hit and topics:
+#   "word_ids"     the document's in-vocabulary tokens (same tokenizer and stop list as
+#                  the topics), as row numbers into the word vectors, in text order
+#   "doc_vectors"  the document's stored Doc2Vec vector
+Need = Literal["word_ids", "doc_vectors"]
 
 
 @dataclass(frozen=True)
 class CandidateSet:
-    """The window a ranker reorders: N BM25 candidates and their stacked topics."""
+    """The window a ranker reorders: N BM25 candidates, their stacked topics, and what
+    else the ranker needs (None until `Engine.complete` fills it).
+
+    exact_top: how many leading positions the caller shows, so must be ordered exactly;
+    None means all. A ranker with a costly exact score (WMD) may order the rest by a
+    bound.
+    notes: a ranker appends a sentence here when it answered approximately (a time
+    budget ran out); the service reports them as the response's reason.
+    """
 
     candidates: tuple[Candidate, ...]
     topics: TopicBatch
+    word_ids: tuple[WordIds | None, ...] | None = None  # None per document whose text is unavailable
+    doc_vectors: DocVectorBatch | None = None
+    texts: tuple[str | None, ...] | None = None  # texts a caller sent with the candidates
+    exact_top: int | None = None
+    notes: list[str] = field(default_factory=list, compare=False)
 
     @property
     def bm25_scores(self) -> Scores:
@@ -39,11 +66,13 @@ class Ranker(Protocol):
     """Scores a candidate window for a query.
 
     name: the registry name. variant: the topic formula its explanations use, or None
-    for rankers that do not use topics.
+    for rankers that do not use topics. needs: what `Engine.complete` must fetch into
+    the window before `score` (empty for rankers that use only BM25 scores and topics).
     """
 
     name: str
     variant: Variant | None
+    needs: frozenset[Need]
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
         """(N,) finite scores, higher is better; deterministic for the same input."""
@@ -52,34 +81,20 @@ class Ranker(Protocol):
 
 @dataclass(frozen=True)
 class RankerOptions:
-    """Settings a ranker factory may read."""
+    """Settings and shared resources a ranker factory may read.
+
+    vectors: the engine's word vectors (WMD measures distances between them).
+    doc2vec: loads the Doc2Vec model trained for the index (raises RankerUnavailableError
+    when none was); called on first use, so listing rankers never loads a model.
+    """
 
     fusion_weight: float = 0.5
+    wmd_budget_ms: float = 1000.0
+    vectors: "WordVectors | None" = None
+    doc2vec: "Callable[[], Doc2VecModel] | None" = None
 
 
 RankerFactory = Callable[[RankerOptions], Ranker]
-
-
-def _registry() -> dict[str, RankerFactory]:
-    from reranker.rankers.bm25 import Bm25Ranker
-    from reranker.rankers.fusion import LinearFusion
-    from reranker.rankers.hidden_topics import HiddenTopicsRanker
-
-    return {
-        "bm25": lambda options: Bm25Ranker(),
-        "hidden_topics": lambda options: HiddenTopicsRanker("paper"),
-        "hidden_topics_code": lambda options: HiddenTopicsRanker("code"),
-        "hidden_topics+bm25": lambda options: LinearFusion(
-            HiddenTopicsRanker("paper"), weight=options.fusion_weight
-        ),
-    }
-
-
-RANKERS: dict[str, RankerFactory] = _registry()
-
-
-def ranker_names() -> list[str]:
-    return list(RANKERS)
 
 
 def get_ranker(name: str, options: RankerOptions | None = None) -> Ranker:
@@ -103,3 +118,34 @@ def rank_candidates(scores: Scores, window: CandidateSet) -> list[int]:
     bm25_ranks = np.fromiter((c.bm25_rank for c in window.candidates), dtype=np.int64, count=len(window))
     # lexsort sorts by the last key first.
     return [int(i) for i in np.lexsort((bm25_ranks, -scores))]
+
+
+def _registry() -> dict[str, RankerFactory]:
+    from reranker.rankers.bm25 import Bm25Ranker
+    from reranker.rankers.doc2vec import Doc2VecRanker
+    from reranker.rankers.fusion import METHODS, Fusion, fusion_name
+    from reranker.rankers.hidden_topics import HiddenTopicsRanker
+    from reranker.rankers.wmd import WmdRanker
+
+    bases: dict[str, RankerFactory] = {
+        "hidden_topics": lambda options: HiddenTopicsRanker("paper"),
+        "hidden_topics_code": lambda options: HiddenTopicsRanker("code"),
+        "wmd": WmdRanker,
+        "doc2vec": Doc2VecRanker,
+    }
+
+    def fused(base: RankerFactory, method: "Method") -> RankerFactory:
+        return lambda options: Fusion(base(options), method, options.fusion_weight)
+
+    registry: dict[str, RankerFactory] = {"bm25": lambda options: Bm25Ranker(), **bases}
+    for name, factory in bases.items():
+        for method in METHODS:
+            registry[fusion_name(name, method)] = fused(factory, method)
+    return registry
+
+
+RANKERS: dict[str, RankerFactory] = _registry()
+
+
+def ranker_names() -> list[str]:
+    return list(RANKERS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reranker.rankers import CandidateSet, Scores
+from reranker.rankers import CandidateSet, Need, Scores
 from reranker.topics import Variant
 from reranker.types import Query
 
@@ -10,6 +10,7 @@ from reranker.types import Query
 class Bm25Ranker:
     name = "bm25"
     variant: Variant | None = None
+    needs: frozenset[Need] = frozenset()
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
         return window.bm25_scores

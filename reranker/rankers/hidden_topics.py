@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reranker.rankers import CandidateSet, Scores
+from reranker.rankers import CandidateSet, Need, Scores
 from reranker.topics import Variant, score
 from reranker.types import Query
 
@@ -14,6 +14,7 @@ class HiddenTopicsRanker:
 
     def __init__(self, variant: Variant = "paper") -> None:
         self.variant: Variant | None = variant
+        self.needs: frozenset[Need] = frozenset()
         self.name = "hidden_topics" if variant == "paper" else "hidden_topics_code"
         self._variant: Variant = variant
 

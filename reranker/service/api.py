@@ -102,10 +102,10 @@ def rerank() -> Any:
     size = fields.integer("size", len(documents), maximum=rt.limits.max_documents)
     fields.finish()
     assert text is not None
-    outcome, query = rt.rerank_documents(text, ranker, documents, "rerank")
+    outcome, query = rt.rerank_documents(text, ranker, documents, "rerank", exact_top=size)
     results = []
     for rank, position in enumerate(outcome.order[:size], start=1):
-        result: dict[str, Any] = {"index": position, "rank": rank, "score": None if outcome.scores is None else float(outcome.scores[position])}
+        result: dict[str, Any] = {"index": position, "rank": rank, **outcome.hit_scores(position)}
         if documents[position].id is not None:
             result["id"] = documents[position].id
         results.append(result)

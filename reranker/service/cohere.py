@@ -96,7 +96,8 @@ def _rerank(version: str) -> Response:
     if return_documents and any(doc.text is None for doc in documents):
         raise bad_request("[return_documents] needs every document as text")
     assert text is not None
-    outcome, _ = rt.rerank_documents(text, ranker, documents, f"v{version}/rerank")
+    # Every document gets a score, but only the shown ones must be in exact order.
+    outcome, _ = rt.rerank_documents(text, ranker, documents, f"v{version}/rerank", exact_top=top_n if apply_top_n else None)
     n = len(documents)
     if outcome.scores is None:
         # Degraded: keep the caller's order, with scores that say so (descending, in (0, 1]).

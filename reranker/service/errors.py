@@ -23,6 +23,7 @@ from reranker.errors import (
     IndexMismatchError,
     IndexNotFoundError,
     InputError,
+    RankerUnavailableError,
     RerankerError,
     StoreError,
     StoreUnavailableError,
@@ -54,6 +55,8 @@ def bad_request(reason: str) -> ApiError:
 # Most specific class first: the first match wins.
 STATUS: list[tuple[type[RerankerError], int, str]] = [
     (UnknownRankerError, 400, "illegal_argument_exception"),
+    # The ranker exists but this index lacks what it needs (no Doc2Vec model trained).
+    (RankerUnavailableError, 409, "ranker_unavailable_exception"),
     (InputError, 400, "illegal_argument_exception"),
     (ConfigError, 400, "illegal_argument_exception"),
     (IndexNotFoundError, 404, "index_not_found_exception"),

@@ -31,7 +31,7 @@ _ERROR: Schema = {
     },
 }
 
-_STATUS = {"type": "string", "enum": ["ok", "degraded", "query_out_of_vocabulary"]}
+_STATUS = {"type": "string", "enum": ["ok", "degraded", "query_out_of_vocabulary", "partial"]}
 _WORDS = {"type": "array", "items": {"type": "string"}}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
 
@@ -51,6 +51,7 @@ def _errors(*statuses: int) -> dict[str, Schema]:
         403: "not a read-only search endpoint, or an index the proxy may not forward to",
         404: "no such index or document",
         405: "method not allowed",
+        409: "the ranker cannot run on this index yet (no Doc2Vec model trained for it)",
         413: "body, document count or text longer than the configured limits",
         502: "the store failed",
         503: "the store (OpenSearch) is unavailable; see Retry-After",
@@ -110,7 +111,8 @@ _HIT: Schema = {
     "properties": {
         "id": {"type": "string"},
         "rank": {"type": "integer"},
-        "score": {**_NULLABLE_NUMBER, "description": "the ranker's score; null when degraded"},
+        "score": {**_NULLABLE_NUMBER, "description": "the score the order follows (a fusion's fused score); null when degraded"},
+        "ranker_score": {**_NULLABLE_NUMBER, "description": "the ranker's own score (a fusion's base ranker; else the same as score)"},
         "bm25_score": {"type": "number"},
         "bm25_rank": {"type": "integer"},
         "title": {"type": "string"},
@@ -171,11 +173,12 @@ _RERANK_RESPONSE: Schema = {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["index", "rank", "score"],
+                "required": ["index", "rank", "score", "ranker_score"],
                 "properties": {
                     "index": {"type": "integer", "description": "position in the request's documents"},
                     "rank": {"type": "integer"},
                     "score": _NULLABLE_NUMBER,
+                    "ranker_score": _NULLABLE_NUMBER,
                     "id": {"type": "string"},
                 },
             },
@@ -250,7 +253,7 @@ def openapi_document() -> Schema:
         "summary": "Cohere-compatible rerank (for OpenSearch ml-commons connectors and Elasticsearch inference endpoints)",
         "security": [{"bearer": []}],
         "requestBody": _body(cohere_request),
-        "responses": {"200": _json(_COHERE_RESPONSE, "one result per document, best first"), **_errors(400, 401, 404, 413, 502, 503)},
+        "responses": {"200": _json(_COHERE_RESPONSE, "one result per document, best first"), **_errors(400, 401, 404, 409, 413, 502, 503)},
     }
     search_proxy = {"get": _proxy_operation("search, reranked", True), "post": _proxy_operation("search, reranked", True)}
     msearch_proxy = {"get": _proxy_operation("multi-search, each reranked", True), "post": _proxy_operation("multi-search, each reranked", True)}
@@ -284,14 +287,14 @@ def openapi_document() -> Schema:
                 "post": {
                     "summary": "a summary query -> BM25 top-N -> rerank -> one page",
                     "requestBody": _body(search_request),
-                    "responses": {"200": _json(_SEARCH_RESPONSE, "the page, reranked (or in BM25 order when degraded)"), **_errors(400, 404, 413, 502, 503)},
+                    "responses": {"200": _json(_SEARCH_RESPONSE, "the page, reranked (or in BM25 order when degraded)"), **_errors(400, 404, 409, 413, 502, 503)},
                 }
             },
             "/rerank": {
                 "post": {
                     "summary": "reorder the caller's candidates (stored ids and/or texts)",
                     "requestBody": _body(rerank_request),
-                    "responses": {"200": _json(_RERANK_RESPONSE, "the candidates in the new order"), **_errors(400, 404, 413, 502, 503)},
+                    "responses": {"200": _json(_RERANK_RESPONSE, "the candidates in the new order"), **_errors(400, 404, 409, 413, 502, 503)},
                 }
             },
             "/v1/rerank": {"post": cohere},

@@ -138,8 +138,14 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search) -> Plan:
 # --- the two cluster requests and the answer ---------------------------------------------
 
 
-def rerank_window(rt: Runtime, store: OpenSearchStore, plan_: Plan, hits: list[dict[str, Any]], deadline: Deadline) -> tuple[list[int], dict[str, Any]]:
-    """(the window's positions in the new order, the `ext.rerank` block). Fails open."""
+def rerank_window(
+    rt: Runtime, store: OpenSearchStore, plan_: Plan, hits: list[dict[str, Any]], deadline: Deadline, page: tuple[int, int]
+) -> tuple[list[int], dict[str, Any]]:
+    """(the page's window positions in the new order, the `ext.rerank` block). Fails open.
+
+    page: (from, size). Hits keep their BM25 `_score`; the block's `scores` give each
+    page hit's reranker score (and, for a fusion, its base ranker's own score).
+    """
     engine = rt.engine()
     candidates = tuple(
         Candidate(doc_id=str(hit.get("_id")), bm25_score=float(hit.get("_score") or 0.0), bm25_rank=rank)
@@ -147,15 +153,19 @@ def rerank_window(rt: Runtime, store: OpenSearchStore, plan_: Plan, hits: list[d
     )
     dtypes = {name: layout.dtype for name, layout in plan_.layouts.items()}
     topics = store.topics_from_hits(hits, engine.vectors.dim, dtypes)
-    outcome, _ = rt.rerank(engine.query(plan_.text), CandidateSet(candidates, topics), plan_.ranker, deadline, "proxy", len(hits))
+    offset, size = page
+    window = CandidateSet(candidates, topics, exact_top=offset + size)
+    outcome, _ = rt.rerank(engine.query(plan_.text), window, plan_.ranker, deadline, "proxy", len(hits))
+    positions = outcome.order[offset : offset + size]
     block = {
         "ranker": plan_.ranker.name,
         **status_fields(outcome),
         "took_ms": round(outcome.rerank_ms, 3),
         "window": plan_.window,
         "candidates": len(hits),
+        "scores": [{"_id": candidates[p].doc_id, **outcome.hit_scores(p)} for p in positions],
     }
-    return outcome.order, block
+    return positions, block
 
 
 def not_reranked(plan_: Plan) -> dict[str, Any]:
@@ -205,8 +215,7 @@ def search(index: str | None = None) -> Response:
     if status != 200:
         return answer(status, first)
     hits = hits_of(first)
-    order, block = rerank_window(rt, store, how, hits, deadline)
-    positions = order[offset : offset + size]
+    positions, block = rerank_window(rt, store, how, hits, deadline, (offset, size))
     second: dict[str, Any] = {}
     if positions and page_by_mget(wanted):
         status, found = store.forward("POST", "/_mget", *mget_request(wanted, hits, positions))
@@ -242,9 +251,8 @@ def msearch(index: str | None = None) -> Response:
     pages: dict[int, tuple[list[int], dict[str, Any]]] = {}
     for number, how in enumerate(plans):
         if how.reason is None and number < len(responses) and "error" not in responses[number]:
-            order, block = rerank_window(rt, store, how, hits_of(responses[number]), deadline)
             wanted = items[number][1]
-            pages[number] = (order[wanted.offset : wanted.offset + wanted.size], block)
+            pages[number] = rerank_window(rt, store, how, hits_of(responses[number]), deadline, (wanted.offset, wanted.size))
     fetched = fetch_pages(store, params, items, plans, responses, pages)
     if isinstance(fetched, Response):
         return fetched

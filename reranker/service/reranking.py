@@ -18,17 +18,17 @@ import hashlib
 import logging
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from reranker.errors import RerankerError, StoreError, StoreUnavailableError
+from reranker.errors import RankerUnavailableError, RerankerError, StoreError, StoreUnavailableError
 from reranker.indexing import document_topics
-from reranker.rankers import CandidateSet, Ranker, RankerOptions, Scores, get_ranker
+from reranker.pipeline import LruCache, Ranking, uses_word_vectors
+from reranker.rankers import CandidateSet, Ranker, Scores, get_ranker
 from reranker.service.errors import ApiError, describe
 from reranker.topics import stack_topics
 from reranker.types import Candidate, DocTopics, Document, Filter, Query, TopicBatch
@@ -76,9 +76,13 @@ class RequestDocument:
 class Reranked:
     """The outcome of one rerank.
 
-    order: positions of the candidates in the new order (the first-stage order when not ok).
-    scores: (N,) the ranker's scores, or None when degraded.
-    status: "ok" | "degraded" | "query_out_of_vocabulary" (first-stage order, by design).
+    order: positions of the candidates in the new order (the first-stage order when
+        degraded or query_out_of_vocabulary).
+    scores: (N,) what the order follows (a fusion's fused score), or None when degraded.
+    ranker_scores: (N,) the ranker's own scores (a fusion's base ranker), or None.
+    status: "ok" | "degraded" | "query_out_of_vocabulary" (first-stage order, by design)
+        | "partial" (the ranker ran out of its time budget and ordered some candidates
+        by a bound; see reason).
     reason: why, when status is not "ok".
     """
 
@@ -87,9 +91,16 @@ class Reranked:
     status: str
     reason: str | None
     rerank_ms: float
+    ranker_scores: Scores | None = None
+
+    def hit_scores(self, position: int) -> dict[str, float | None]:
+        """{"score", "ranker_score"} of one candidate, for a response body."""
+        if self.scores is None or self.ranker_scores is None:
+            return {"score": None, "ranker_score": None}
+        return {"score": float(self.scores[position]), "ranker_score": float(self.ranker_scores[position])}
 
 
-class TopicCache:
+class TopicCache(LruCache[str, DocTopics]):
     """Topics of texts seen before, LRU, bounded in bytes. Thread-safe.
 
     Keyed by a hash of the text plus the embedding and K, so other vectors never reuse
@@ -97,38 +108,12 @@ class TopicCache:
     """
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._entries: OrderedDict[str, DocTopics] = OrderedDict()
-        self._lock = threading.Lock()
+        super().__init__(max_bytes, lambda topics: topics.topics.nbytes + topics.importances.nbytes + 128)
 
     @staticmethod
     def key(text: str, embedding_checksum: str, k: int) -> str:
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         return f"{digest}:{embedding_checksum}:{k}"
-
-    def get(self, key: str) -> DocTopics | None:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-            return found
-
-    def put(self, key: str, topics: DocTopics) -> None:
-        size = topics.topics.nbytes + topics.importances.nbytes + len(key)
-        if size > self.max_bytes:
-            return
-        with self._lock:
-            if key in self._entries:
-                return
-            self._entries[key] = topics
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                old_key, old = self._entries.popitem(last=False)
-                self.bytes -= old.topics.nbytes + old.importances.nbytes + len(old_key)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 class Runtime:
@@ -139,8 +124,7 @@ class Runtime:
         self.limits = settings.service
         self.metrics = metrics
         self.cache = TopicCache(settings.service.topic_cache_mb * 2**20)
-        self.ranker_options = RankerOptions(fusion_weight=settings.fusion_weight)
-        self.ranker(None)  # RERANKER_DEFAULT_RANKER must name a ranker: fail at start, not per request
+        get_ranker(self.limits.default_ranker)  # RERANKER_DEFAULT_RANKER must name a ranker: fail at start, not per request
         self._engine: "Engine | None" = None
         self._lock = threading.Lock()
         # Rerank jobs run here so that a request can stop waiting at its deadline; a job
@@ -172,7 +156,9 @@ class Runtime:
 
     def ranker(self, name: str | None) -> Ranker:
         """The ranker a request names (or the default). UnknownRankerError lists the valid names."""
-        return get_ranker(name or self.limits.default_ranker, self.ranker_options)
+        name = name or self.limits.default_ranker
+        get_ranker(name)  # a typo is the caller's error (400) even while the engine cannot be built
+        return self.engine().ranker(name)
 
     # --- reranking ---------------------------------------------------------------------
 
@@ -196,7 +182,7 @@ class Runtime:
         started = time.perf_counter()
         built: list[CandidateSet] = []
 
-        def job() -> tuple[list[int], Scores]:
+        def job() -> Ranking:
             candidates = window(deadline) if callable(window) else window
             built.append(candidates)
             deadline.check()
@@ -204,7 +190,9 @@ class Runtime:
 
         future = self._pool.submit(job)
         try:
-            order, scores = future.result(timeout=deadline.remaining())
+            ranking = future.result(timeout=deadline.remaining())
+        except RankerUnavailableError:
+            raise  # the ranker cannot run on this index at all (no model): the caller's 409
         except FutureTimeout:
             future.cancel()
             return self._degraded(endpoint, ranker, "timeout", f"ranker {ranker.name!r} did not finish within the {deadline.milliseconds:g} ms deadline", started, size), None
@@ -216,10 +204,14 @@ class Runtime:
         elapsed = 1000 * (time.perf_counter() - started)
         self.metrics.rerank_latency.labels(endpoint, ranker.name).observe(elapsed / 1000)
         candidates = built[0]
-        if len(query.words) == 0 and ranker.variant is not None and len(candidates):
+        order, scores, own = ranking.order, ranking.scores, ranking.ranker_scores
+        if len(query.words) == 0 and uses_word_vectors(ranker) and len(candidates):
             reason = "no query word has a word vector; first-stage order kept"
-            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed), candidates
-        return Reranked(order, scores, "ok", None, elapsed), candidates
+            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed, own), candidates
+        if ranking.notes:
+            self.metrics.degraded.labels(endpoint, ranker.name, "partial").inc()
+            return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own), candidates
+        return Reranked(order, scores, "ok", None, elapsed, own), candidates
 
     def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
         """The first-stage order of `size` candidates, counted as a fallback of `kind`."""
@@ -258,10 +250,11 @@ class Runtime:
         except StoreUnavailableError as exc:
             outcome = self.degraded_topics("search", ranker, exc, len(candidates))
         else:
-            outcome, candidate_set = self.rerank(query, CandidateSet(candidates, topics), ranker, deadline, "search", len(candidates))
+            window_set = CandidateSet(candidates, topics, exact_top=offset + size)
+            outcome, candidate_set = self.rerank(query, window_set, ranker, deadline, "search", len(candidates))
         page = outcome.order[offset : offset + size]
         explanations = {}
-        if explain and outcome.status == "ok" and ranker.variant is not None and candidate_set is not None:
+        if explain and outcome.status in ("ok", "partial") and ranker.variant is not None and candidate_set is not None:
             try:
                 explanations = engine.explain(query, candidate_set, page, ranker.variant)
             except StoreError as exc:
@@ -272,7 +265,7 @@ class Runtime:
             hit: dict[str, Any] = {
                 "id": candidate.doc_id,
                 "rank": rank,
-                "score": None if outcome.scores is None else float(outcome.scores[position]),
+                **outcome.hit_scores(position),
                 "bm25_score": candidate.bm25_score,
                 "bm25_rank": candidate.bm25_rank,
                 "title": candidate.title,
@@ -303,9 +296,10 @@ class Runtime:
         }
 
     def rerank_documents(
-        self, text: str, ranker: Ranker, documents: Sequence[RequestDocument], endpoint: str
+        self, text: str, ranker: Ranker, documents: Sequence[RequestDocument], endpoint: str, exact_top: int | None = None
     ) -> tuple[Reranked, Query]:
-        """Rerank caller-supplied candidates (stored ids and/or texts) before the deadline.
+        """Rerank caller-supplied candidates (stored ids and/or texts) before the deadline;
+        the first `exact_top` positions (None: all) must be in the ranker's exact order.
 
         Raises ApiError 404 when an id is neither stored nor accompanied by a text.
         """
@@ -327,7 +321,7 @@ class Runtime:
                 raise ApiError(404, "document_missing_exception", f"no stored document with id {shown}{more}; send its text instead")
 
         def build(deadline: Deadline) -> CandidateSet:
-            return self._candidate_set(documents, stored, deadline)
+            return replace(self._candidate_set(documents, stored, deadline), exact_top=exact_top)
 
         outcome, _ = self.rerank(query, build, ranker, deadline, endpoint, len(documents))
         return outcome, query
@@ -364,7 +358,9 @@ class Runtime:
             Candidate(doc_id=doc_ids[i], bm25_score=doc.first_stage_score, bm25_rank=i + 1)
             for i, doc in enumerate(documents)
         )
-        return CandidateSet(candidates, TopicBatch(doc_ids, topic_matrix, importances))
+        # Rankers reading document text (WMD) use the caller's text unless the id is stored.
+        texts = tuple(None if doc.id is not None and doc.id in rows else doc.text for doc in documents)
+        return CandidateSet(candidates, TopicBatch(doc_ids, topic_matrix, importances), texts=texts)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

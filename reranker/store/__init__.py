@@ -9,22 +9,76 @@ the cluster, topic matrices as base64 `binary` fields) is selected by
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
 
 from reranker.config import Settings
 from reranker.errors import IndexMismatchError
 from reranker.text import load_stopwords
-from reranker.types import Candidate, Document, EmbeddingInfo, Filter, StoredDocument, TopicBatch, WriteFailure
+from reranker.types import (
+    Candidate,
+    DocVectorBatch,
+    Document,
+    EmbeddingInfo,
+    Filter,
+    StoredDocument,
+    TopicBatch,
+    WriteFailure,
+)
+
+
+@dataclass(frozen=True)
+class Doc2VecInfo:
+    """Which Doc2Vec model produced an index's document vectors (`reranker train doc2vec`).
+
+    checksum: sha256 of the saved model (its file name under `<data_dir>/doc2vec/`).
+    mode: "dbow" (PV-DBOW) or "dm" (PV-DM). infer_epochs and seed fix how a query
+    vector is inferred, so every process infers the same vector for the same query.
+    """
+
+    checksum: str
+    dim: int
+    mode: str
+    epochs: int
+    min_count: int
+    window: int
+    seed: int
+    infer_epochs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: object) -> "Doc2VecInfo | None":
+        """The record as an index's metadata holds it; None when absent or unreadable."""
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            values = {f.name: raw[f.name] for f in fields(cls)}
+            return cls(
+                checksum=str(values["checksum"]),
+                mode=str(values["mode"]),
+                **{name: int(value) for name, value in values.items() if name not in ("checksum", "mode")},
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)
 class IndexInfo:
-    """What an index was built with. Changing either means rebuilding it."""
+    """What an index was built with. Changing either means rebuilding it.
+
+    doc2vec: the Doc2Vec model whose vectors the documents carry (None until one is
+    trained; a rebuild drops it). Not part of `check`: the Doc2Vec ranker compares it
+    when it scores.
+    """
 
     embedding: EmbeddingInfo
     k: int
+    doc2vec: Doc2VecInfo | None = None
 
     def check(self, embedding: EmbeddingInfo, k: int | None = None) -> None:
         """Raise IndexMismatchError unless `embedding` (and `k`, if given) match."""
@@ -89,6 +143,24 @@ class Store(Protocol):
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         """The stored text of those `doc_ids` that exist."""
+        ...
+
+    def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:
+        """Write each stored document's Doc2Vec vector ((dim,) float32), then record `info`
+        as the index's model.
+
+        Returns the ids that were not written ("not in the index", a wrong shape, or the
+        cluster's reason); the others are written.
+        """
+        ...
+
+    def doc_vectors(self, doc_ids: Sequence[str]) -> DocVectorBatch:
+        """The Doc2Vec vectors of `doc_ids`, in that order, from the index's current model.
+
+        Ids not stored, stored without a vector, or with a vector of another model get
+        a zero row and are listed in `missing`; `model` is the index's model checksum
+        ("" and zero columns when none was trained).
+        """
         ...
 
     def close(self) -> None: ...

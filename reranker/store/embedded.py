@@ -4,6 +4,8 @@ FTS5 is SQLite's maintained full-text engine; its `bm25()` ranks with k1 = 1.2 a
 b = 0.75, and the `porter unicode61` tokenizer lower-cases and stems like an English
 analyzer. Topic matrices are stored as little-endian float32 blobs next to the text,
 so reranking N candidates is one `SELECT ... WHERE id IN (...)` and N `frombuffer`s.
+A document's Doc2Vec vector (once `reranker train doc2vec` ran) is one more blob, with
+the checksum of the model that produced it.
 """
 
 from __future__ import annotations
@@ -13,16 +15,25 @@ import sqlite3
 import threading
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
-from reranker.store import IndexInfo
+from reranker.store import Doc2VecInfo, IndexInfo
 from reranker.text import tokenize
-from reranker.types import Candidate, Document, EmbeddingInfo, Filter, StoredDocument, TopicBatch, WriteFailure
+from reranker.types import (
+    Candidate,
+    DocVectorBatch,
+    Document,
+    EmbeddingInfo,
+    Filter,
+    StoredDocument,
+    TopicBatch,
+    WriteFailure,
+)
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: Doc2Vec vectors (doc_vector, doc_vector_model)
 _FLOAT32 = np.dtype("<f4")
 # Field weights for bm25(): title, body.
 _BM25_WEIGHTS = (2.0, 1.0)
@@ -40,13 +51,17 @@ CREATE TABLE IF NOT EXISTS docs (
     n_oov INTEGER NOT NULL,
     k INTEGER NOT NULL,
     topics BLOB NOT NULL,
-    importances BLOB NOT NULL
+    importances BLOB NOT NULL,
+    doc_vector BLOB,
+    doc_vector_model TEXT
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
     title, body, content='docs', content_rowid='rowid',
     tokenize='porter unicode61 remove_diacritics 2'
 );
 """
+# Columns added after schema 1, for stores created before them: (name, type).
+_ADDED_COLUMNS = (("doc_vector", "BLOB"), ("doc_vector_model", "TEXT"))
 
 
 class EmbeddedStore:
@@ -59,7 +74,6 @@ class EmbeddedStore:
     def __init__(self, directory: Path, stopwords: frozenset[str] | None = None) -> None:
         self.directory = directory
         self._stopwords = stopwords
-        self._info: IndexInfo | None = None
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -68,6 +82,20 @@ class EmbeddedStore:
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the embedded store in {directory}: {exc}") from None
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the columns a store created by an older version lacks (in place, once)."""
+        def missing() -> list[tuple[str, str]]:
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}
+            return [(name, kind) for name, kind in _ADDED_COLUMNS if name not in present]
+
+        if not missing():
+            return
+        with self._transaction():
+            # Checked again under the write lock: another process may have migrated.
+            for name, kind in missing():
+                self._db.execute(f"ALTER TABLE docs ADD COLUMN {name} {kind}")
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -91,34 +119,51 @@ class EmbeddedStore:
         return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
 
     def index_info(self) -> IndexInfo | None:
-        # Read once per connection: every query asks for it, and only initialise() changes it.
-        if self._info is None:
-            meta = self._meta()
-            if "embedding" in meta:
-                embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
-                self._info = IndexInfo(embedding=embedding, k=int(meta["k"]))
-        return self._info
+        # Every query asks for it, so it is cached per connection, and read again only
+        # when another connection (another thread, or `reranker train doc2vec` in another
+        # process) has committed since: SQLite's data_version says so. This connection's
+        # own writes clear the cache (`_forget_info`).
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        cached: tuple[int, IndexInfo | None] | None = getattr(self._local, "info", None)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        meta = self._meta()
+        info = None
+        if "embedding" in meta:
+            embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
+            doc2vec = Doc2VecInfo.from_json(json.loads(meta["doc2vec"])) if "doc2vec" in meta else None
+            info = IndexInfo(embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec)
+        self._local.info = (version, info)
+        return info
+
+    def _forget_info(self) -> None:
+        self._local.info = None
 
     def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
-        self._info = None
-        with self._transaction():
-            if rebuild:
-                self._db.execute("DELETE FROM docs")
-                self._db.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
-                self._db.execute("DELETE FROM meta")
-            current = self.index_info()
-            if current is not None and self.count() > 0:
-                current.check(info.embedding, info.k)
-                return
-            values = {
-                "schema_version": SCHEMA_VERSION,
-                "embedding": json.dumps(info.embedding.__dict__),
-                "k": str(info.k),
-            }
-            self._db.executemany(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
-            )
-        self._info = None
+        self._forget_info()
+        try:
+            with self._transaction():
+                if rebuild:
+                    self._db.execute("DELETE FROM docs")
+                    self._db.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
+                    self._db.execute("DELETE FROM meta")
+                    self._forget_info()
+                current = self.index_info()
+                if current is not None and self.count() > 0:
+                    current.check(info.embedding, info.k)
+                    return
+                values = {
+                    "schema_version": SCHEMA_VERSION,
+                    "embedding": json.dumps(info.embedding.__dict__),
+                    "k": str(info.k),
+                }
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
+                )
+                # A new (empty) index has no Doc2Vec model yet.
+                self._db.execute("DELETE FROM meta WHERE key = 'doc2vec'")
+        finally:
+            self._forget_info()
 
     # --- the write path -------------------------------------------------------------
 
@@ -174,6 +219,31 @@ class EmbeddedStore:
             "INSERT INTO docs_fts(rowid, title, body) VALUES (?, ?, ?)",
             (cursor.lastrowid, doc.title, doc.text),
         )
+
+    def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:
+        if self.index_info() is None:
+            raise StoreError("the store is not initialised: index a corpus first")
+        failures: list[WriteFailure] = []
+        try:
+            with self._transaction():
+                for doc_id, vector in vectors.items():
+                    if vector.shape != (info.dim,):
+                        failures.append(WriteFailure(doc_id, f"vector of shape {vector.shape}, the model has dim={info.dim}"))
+                        continue
+                    blob = np.ascontiguousarray(vector, dtype=_FLOAT32).tobytes()
+                    cursor = self._db.execute(
+                        "UPDATE docs SET doc_vector = ?, doc_vector_model = ? WHERE id = ?",
+                        (blob, info.checksum, doc_id),
+                    )
+                    if cursor.rowcount == 0:
+                        failures.append(WriteFailure(doc_id, "not in the index"))
+                self._db.execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('doc2vec', ?)",
+                    (json.dumps(info.to_json()),),
+                )
+        finally:
+            self._forget_info()
+        return failures
 
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -250,6 +320,30 @@ class EmbeddedStore:
             importances[row, :k] = np.frombuffer(importance_bytes, dtype=_FLOAT32)
         missing = tuple(doc_id for doc_id in doc_ids if doc_id not in stored)
         return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances, missing=missing)
+
+    def doc_vectors(self, doc_ids: Sequence[str]) -> DocVectorBatch:
+        info = self.index_info()
+        model = info.doc2vec if info is not None else None
+        dim = model.dim if model is not None else 0
+        vectors = np.zeros((len(doc_ids), dim), dtype=np.float32)
+        if model is None:
+            return DocVectorBatch(tuple(doc_ids), vectors, missing=tuple(doc_ids))
+        stored: dict[str, bytes] = {}
+        for chunk in _chunks(doc_ids):
+            # Vectors of an earlier model (documents missing from the last training
+            # corpus) are not comparable with this model's: they count as missing.
+            rows = self._db.execute(
+                f"SELECT id, doc_vector FROM docs WHERE id IN ({_marks(chunk)}) "
+                "AND doc_vector_model = ? AND length(doc_vector) = ?",
+                (*chunk, model.checksum, dim * _FLOAT32.itemsize),
+            )
+            stored.update(rows.fetchall())
+        for row, doc_id in enumerate(doc_ids):
+            blob = stored.get(doc_id)
+            if blob is not None:
+                vectors[row] = np.frombuffer(blob, dtype=_FLOAT32)
+        missing = tuple(doc_id for doc_id in doc_ids if doc_id not in stored)
+        return DocVectorBatch(tuple(doc_ids), vectors, missing=missing, model=model.checksum)
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         found: dict[str, Document] = {}

@@ -12,6 +12,9 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
   K x d matrix (float32, or float16 on request). Decoding 100 of them is one b64decode
   per document and one `frombuffer` for all; as JSON float arrays the same costs 12-20x
   more (bench/bench_opensearch.py measures both).
+- A document's Doc2Vec vector (after `reranker train doc2vec`) is the object `doc2vec`:
+  `vector`, base64 of its little-endian float32 values, and `model`, the checksum of the
+  model that produced it; `_meta.reranker.doc2vec` records the index's current model.
 
 The client is created on first use and again after a fork, so a gunicorn worker never
 shares a connection pool with its parent. Credentials never reach a log or a message.
@@ -41,11 +44,12 @@ from reranker.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from reranker.store import IndexInfo
+from reranker.store import Doc2VecInfo, IndexInfo
 from reranker.store.templates import Templates, load_templates
 from reranker.text import tokenize
 from reranker.types import (
     Candidate,
+    DocVectorBatch,
     Document,
     EmbeddingInfo,
     Filter,
@@ -58,7 +62,14 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 # Top-level source fields the store itself writes; a corpus field may not reuse them.
-RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "indexed"})
+RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "indexed", "doc2vec"})
+# Source fields that are the store's own numbers, never a document's text or metadata.
+_INTERNAL_FIELDS = ["hidden_topics", "indexed", "doc2vec"]
+# The mapping of a document's Doc2Vec vector (as in index_templates/), put into indices
+# created before it was in the templates when vectors are first written.
+DOC2VEC_MAPPING: dict[str, Any] = {
+    "properties": {"vector": {"type": "binary"}, "model": {"type": "keyword", "index": False}}
+}
 # Lucene's default limit on clauses in one boolean query is 1,024; a multi_match query
 # has one clause per query token per field.
 MAX_QUERY_CLAUSES = 1000
@@ -148,6 +159,27 @@ def decode_topics(
         topics[mask] = np.frombuffer(b"".join(blobs), dtype=_DTYPES[dtype]).reshape(-1, dim)
         importances_out[mask] = np.fromiter(chain.from_iterable(weights), dtype=np.float32, count=int(ks.sum()))
     return topics, importances_out
+
+
+def decode_doc_vectors(sources: Sequence[dict[str, Any] | None], dim: int, model: str) -> tuple[np.ndarray, list[bool]]:
+    """`doc2vec` objects (None: not found) -> (N, dim) float32 vectors, and which rows
+    hold one. A vector of another model, or of the wrong size, counts as absent."""
+    vectors = np.zeros((len(sources), dim), dtype=np.float32)
+    present = [False] * len(sources)
+    for row, source in enumerate(sources):
+        if not source or source.get("model") != model:
+            continue
+        try:
+            blob = base64.b64decode(source["vector"], validate=True)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("ignoring an unreadable Doc2Vec vector in a batch: %s", exc)
+            continue
+        if len(blob) != dim * 4:
+            log.warning("ignoring a Doc2Vec vector of %d bytes where dim=%d was expected", len(blob), dim)
+            continue
+        vectors[row] = np.frombuffer(blob, dtype="<f4")
+        present[row] = True
+    return vectors, present
 
 
 def document_source(stored: StoredDocument, dtype: str = "float32") -> dict[str, Any]:
@@ -428,7 +460,8 @@ class OpenSearchStore:
             if (
                 version.name != exclude
                 and version.state == "building"
-                and version.info == info
+                and version.info is not None
+                and (version.info.embedding, version.info.k) == (info.embedding, info.k)
                 and version.topic_dtype == self.config.topic_dtype
             ):
                 return version
@@ -620,6 +653,37 @@ class OpenSearchStore:
             pending = retry
         return failures
 
+    def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:
+        """Partial updates of `doc2vec` (bulk `update`, retried like `upsert`), then the
+        model recorded in `_meta.reranker.doc2vec`. Writes to the index this process
+        initialised, else the alias's."""
+        index = self._target or self._alias_index()
+        if index is None:
+            raise IndexNotFoundError(
+                f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
+                "run `reranker index CORPUS.jsonl` first"
+            )
+        if "doc2vec" not in self._mapping_properties(index):
+            # Indices are `dynamic: strict`: map the field before writing it.
+            self._call("adding field 'doc2vec' to the mapping", self.client.indices.put_mapping, index=index, body={"properties": {"doc2vec": DOC2VEC_MAPPING}})
+            self._properties_of = None
+        failures: list[WriteFailure] = []
+        actions: dict[str, dict[str, Any]] = {}
+        for doc_id, vector in vectors.items():
+            if vector.shape != (info.dim,):
+                failures.append(WriteFailure(doc_id, f"vector of shape {vector.shape}, the model has dim={info.dim}"))
+                continue
+            update = {"doc2vec": {"vector": encode_matrix(vector), "model": info.checksum}}
+            actions[doc_id] = {"_op_type": "update", "_index": index, "_id": doc_id, "_source": {"doc": update}}
+        for failure in self._bulk(actions):
+            missing = failure.reason.startswith("document_missing_exception")
+            failures.append(WriteFailure(failure.doc_id, "not in the index") if missing else failure)
+        meta = self._meta(index)
+        if meta.get("doc2vec") != info.to_json():
+            self._put_meta(index, {**meta, "doc2vec": info.to_json()})
+        self._info = None
+        return failures
+
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         if not doc_ids:
             return {}
@@ -720,10 +784,33 @@ class OpenSearchStore:
         missing = tuple(doc_id for doc_id, doc in zip(doc_ids, docs) if not doc.get("found"))
         return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances, missing=missing)
 
+    def doc_vectors(self, doc_ids: Sequence[str]) -> DocVectorBatch:
+        info = self.index_info()
+        model = info.doc2vec if info is not None else None
+        if not doc_ids:
+            dim = model.dim if model is not None else 0
+            return DocVectorBatch((), np.zeros((0, dim), dtype=np.float32), model=model.checksum if model else "")
+        docs = self._mget(self._target or self.alias, doc_ids, includes=["doc2vec"])
+        sources = [(doc.get("_source") or {}).get("doc2vec") if doc.get("found") else None for doc in docs]
+        if any(source and source.get("model") != (model.checksum if model else None) for source in sources) and (
+            time.monotonic() - self._info_read_at > 1.0
+        ):
+            # Vectors of another model than the cached record: a model trained since
+            # (by another process) is in use at once, not after METADATA_TTL.
+            self._info = None
+            info = self.index_info()
+            model = info.doc2vec if info is not None else None
+        if model is None:
+            empty = np.zeros((len(doc_ids), 0), dtype=np.float32)
+            return DocVectorBatch(tuple(doc_ids), empty, missing=tuple(doc_ids))
+        vectors, present = decode_doc_vectors(sources, model.dim, model.checksum)
+        missing = tuple(doc_id for doc_id, found in zip(doc_ids, present) if not found)
+        return DocVectorBatch(tuple(doc_ids), vectors, missing=missing, model=model.checksum)
+
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         if not doc_ids:
             return {}
-        docs = self._mget(self._target or self.alias, doc_ids, excludes=["hidden_topics", "indexed"])
+        docs = self._mget(self._target or self.alias, doc_ids, excludes=_INTERNAL_FIELDS)
         found: dict[str, Document] = {}
         for doc in docs:
             if not doc.get("found"):
@@ -896,6 +983,7 @@ def _info_from_meta(meta: dict[str, Any]) -> IndexInfo | None:
         return IndexInfo(
             embedding=EmbeddingInfo(name=str(embedding["name"]), dim=int(embedding["dim"]), checksum=str(embedding["checksum"])),
             k=int(meta["k"]),
+            doc2vec=Doc2VecInfo.from_json(meta.get("doc2vec")),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -912,7 +1000,7 @@ def _lookup_field(properties: dict[str, Any], path: str) -> dict[str, Any] | Non
 
 def _filterable(properties: dict[str, Any], prefix: str = "") -> Iterable[str]:
     for name, mapping in properties.items():
-        if name in ("hidden_topics", "indexed"):
+        if name in _INTERNAL_FIELDS:
             continue
         if "properties" in mapping:
             yield from _filterable(mapping["properties"], f"{prefix}{name}.")
