@@ -185,7 +185,7 @@ def _filter(raw: str) -> Filter:
 
 def _add_ranking_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=_positive_int, help="BM25 candidates to rerank (default 100)")
-    parser.add_argument("--fusion-weight", type=_fraction, help="topic weight in hidden_topics+bm25 (default 0.5)")
+    parser.add_argument("--fusion-weight", type=_fraction, help="weight of the ranker in the min-max and z-score fusions with BM25, e.g. wmd+bm25:zscore (default 0.5)")
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:

@@ -31,7 +31,7 @@ from reranker.rankers.fusion import Fusion
 from reranker.store import Store
 from reranker.text import tokenize
 from reranker.topics import Variant, best_aligned, topic_contributions, topic_relevance
-from reranker.types import Filter, Query, RankedDoc, SearchResult, TopicExplanation
+from reranker.types import DocVectorBatch, Filter, Query, RankedDoc, SearchResult, TopicExplanation
 
 if TYPE_CHECKING:
     from reranker.config import Settings
@@ -171,8 +171,30 @@ class Engine:
         if "word_ids" in ranker.needs and window.word_ids is None:
             window = replace(window, word_ids=self._word_ids(window))
         if "doc_vectors" in ranker.needs and window.doc_vectors is None:
-            window = replace(window, doc_vectors=self.store.doc_vectors([c.doc_id for c in window.candidates]))
+            window = replace(window, doc_vectors=self._doc_vectors(window))
         return window
+
+    def _doc_vectors(self, window: CandidateSet) -> DocVectorBatch:
+        """Stored vectors; a text the caller sent is inferred with the index's model
+        (as `reranker index` does for documents added after training)."""
+        texts = window.texts
+        ids = tuple(c.doc_id for c in window.candidates)
+        if texts is None or all(text is None for text in texts):
+            return self.store.doc_vectors(ids)
+        model = self._doc2vec_model()
+        stored_ids = [c.doc_id for c, text in zip(window.candidates, texts) if text is None]
+        stored = self.store.doc_vectors(stored_ids) if stored_ids else None
+        rows = {doc_id: row for row, doc_id in enumerate(stored.doc_ids)} if stored is not None else {}
+        vectors = np.zeros((len(window), model.dim), dtype=np.float32)
+        missing: list[str] = []
+        for position, (doc_id, text) in enumerate(zip(ids, texts)):
+            if text is not None:
+                vectors[position] = model.infer(tokenize(text, self.stopwords))
+            elif stored is not None and doc_id not in stored.missing:
+                vectors[position] = stored.vectors[rows[doc_id]]
+            else:
+                missing.append(doc_id)
+        return DocVectorBatch(ids, vectors, tuple(missing), model=model.info.checksum)
 
     def _word_ids(self, window: CandidateSet) -> tuple[WordIds | None, ...]:
         texts: list[str | None] = list(window.texts) if window.texts is not None else [None] * len(window)

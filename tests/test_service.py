@@ -190,6 +190,23 @@ def test_rerank_by_ids_matches_search(client: FlaskClient) -> None:
     assert [r["score"] for r in body["results"]] == pytest.approx([h["score"] for h in searched])
 
 
+@pytest.mark.parametrize("ranker", ["wmd", "doc2vec"])
+def test_rerank_texts_with_rankers_that_read_documents(client: FlaskClient, indexed: Path, ranker: str) -> None:
+    """WMD reads a sent text's words and Doc2Vec infers its vector, instead of looking the
+    placeholder position up in the store."""
+    records = [json.loads(line) for line in (indexed.parent / "corpus.jsonl").read_text().splitlines()[:4]]
+    texts = [r["text"] for r in records] + ["bread, butter and a hot oven"]
+    body = client.post("/rerank", json={"query": QUERY, "documents": texts, "ranker": ranker}).get_json()
+    assert body["status"] == "ok" and len(body["results"]) == 5
+    assert len({r["score"] for r in body["results"]}) == 5  # no text was left without words or a vector
+    assert body["results"][-1]["index"] == 4  # the kitchen text is the least like a translation query
+    again = client.post("/rerank", json={"query": QUERY, "documents": texts, "ranker": ranker}).get_json()
+    assert again["results"] == body["results"]
+    if ranker == "wmd":  # the sent texts are scored as if they were stored
+        by_id = client.post("/rerank", json={"query": QUERY, "documents": [{"id": r["id"]} for r in records], "ranker": ranker}).get_json()
+        assert [r["score"] for r in by_id["results"]] == pytest.approx([r["score"] for r in body["results"][:4]])
+
+
 def test_rerank_texts_scores_like_stored_topics_and_caches_them(client: FlaskClient, indexed: Path) -> None:
     records = [json.loads(line) for line in (indexed.parent / "corpus.jsonl").read_text().splitlines()[:6]]
     texts = [r["text"] for r in records]  # no titles in the sample: full text == text
