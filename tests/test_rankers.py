@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +182,24 @@ def test_reciprocal_rank_fusion_by_hand() -> None:
         Fusion(_Fixed([]), "max")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="weight"):
         Fusion(_Fixed([]), "minmax", weight=1.5)
+
+
+def test_fusion_asks_its_base_ranker_for_exact_scores_everywhere() -> None:
+    """A pruning ranker (WMD) must not order the tail by a bound under a fusion: any
+    candidate can reach the fused top, and min-max reads the whole window's spread."""
+    seen: list[int | None] = []
+
+    class Recording(_Fixed):
+        def score(self, query: object, window: CandidateSet) -> np.ndarray:
+            seen.append(window.exact_top)
+            window.notes.append("base note")
+            return self.scores
+
+    window = replace(_window([3.0, 2.0, 1.0]), exact_top=1)
+    for method in ("minmax", "zscore", "rrf"):
+        Fusion(Recording([0.1, 0.2, 0.3]), method).score(None, window)  # type: ignore[arg-type]
+    assert seen == [None, None, None]
+    assert window.notes == ["base note"] * 3  # the base's notes reach the caller
 
 
 def test_every_base_ranker_has_every_fusion() -> None:

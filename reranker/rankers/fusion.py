@@ -11,6 +11,7 @@ BM25 scores are unbounded and query-dependent; topic scores lie in a narrow band
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -72,7 +73,10 @@ class Fusion:
 
     def components(self, query: Query, window: CandidateSet) -> tuple[Scores, Scores]:
         """(fused scores, the base ranker's own scores): responses show both."""
-        own = np.asarray(self.base.score(query, window), dtype=np.float64)
+        # Any candidate can reach the fused top, and the scaling reads the whole window's
+        # spread: the base ranker must score every candidate exactly (WMD may not prune).
+        whole = replace(window, exact_top=None, notes=window.notes)
+        own = np.asarray(self.base.score(query, whole), dtype=np.float64)
         return self.fuse(own, window), own
 
     def fuse(self, own: Scores, window: CandidateSet) -> Scores:
