@@ -111,6 +111,10 @@ def test_the_window_is_reranked_as_the_engine_does_and_hits_keep_bm25_scores(app
     rerank = answer["ext"]["rerank"]
     assert {k: rerank[k] for k in ("ranker", "status", "window", "candidates")} == {"ranker": "hidden_topics", "status": "ok", "window": 100, "candidates": len(bm25["hits"]["hits"])}
     assert rerank["took_ms"] >= 0 and "reason" not in rerank
+    # Each page hit's reranker score, in page order, beside the BM25 _score it keeps.
+    assert [s["_id"] for s in rerank["scores"]] == ids(answer)
+    assert [s["score"] for s in rerank["scores"]] == pytest.approx([hit.score for hit in expected.hits])
+    assert all(s["ranker_score"] == s["score"] for s in rerank["scores"])
     # The page's hits carry their whole _source, as the cluster returns it (topics included).
     assert {hit["_source"]["title"] for hit in answer["hits"]["hits"]} == {r["title"] for r in CORPUS if r["id"] in scores}
     assert all("matrix" in hit["_source"]["hidden_topics"] for hit in answer["hits"]["hits"])
