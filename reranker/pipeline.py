@@ -128,7 +128,7 @@ class Engine:
     # Documents' word ids for WMD, by content: tokenizing a 2,000-word text costs more
     # than scoring it against the bounds, and the same documents come back query after query.
     word_id_cache: LruCache[str, WordIds] = field(
-        default_factory=lambda: LruCache(256 * 2**20, lambda ids: ids.nbytes + 64)
+        default_factory=lambda: LruCache(64 * 2**20, lambda ids: ids.nbytes + 64)  # ~8,000 documents of 2,000 words
     )
 
     def __post_init__(self) -> None:

@@ -63,10 +63,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Float slack on the bounds: they use another formula for word distances than gensim
-# (a Gram matrix, not scipy's cdist), so a bound can exceed an equal exact distance by
-# rounding error (at most ~1e-8: the square root of a rounding error when two distinct
-# words are nearly 0 apart). A candidate is skipped only when its bound is past the k-th
-# best by more than this; a wider margin would only cost an occasional extra solve.
+# (a Gram matrix with the vectors' own float64 norms, not scipy's cdist), so a bound can
+# exceed an equal exact distance by rounding error (~1e-12 measured; the squared lengths
+# of float32-normalised vectors are not exactly 1, which is why they are not assumed to
+# be). A candidate is skipped only when its bound is past the k-th best by more than this;
+# a wider margin would only cost an occasional extra solve.
 BOUND_TOLERANCE = 1e-6
 
 # Entropic regularisation and iterations for the dual bound's potentials. Any potentials
@@ -84,11 +85,13 @@ class WordBag:
     ids: (u,) int32 distinct rows into the word vectors, ascending.
     weights: (u,) float64 nBOW weights, count / number of in-vocabulary tokens (sum 1).
     vectors: (u, d) float64 unit-normalised word vectors (gensim's `norm=True`).
+    squared_norms: (u,) their squared lengths: 1 only up to float32 rounding (~2e-7).
     """
 
     ids: WordIds
     weights: npt.NDArray[np.float64]
     vectors: npt.NDArray[np.float64]
+    squared_norms: npt.NDArray[np.float64]
 
     @property
     def centroid(self) -> npt.NDArray[np.float64]:
@@ -102,22 +105,27 @@ def word_bag(keyed_vectors: KeyedVectors, word_ids: WordIds) -> WordBag:
     keyed_vectors.fill_norms()  # cached on the vectors; gensim's wmdistance does the same
     # float32 division exactly as gensim's get_vector(norm=True), then widened as cdist does.
     unit = keyed_vectors.vectors[ids] / keyed_vectors.norms[ids, np.newaxis]
+    vectors = np.asarray(unit, dtype=np.float64)
     return WordBag(
         ids=ids.astype(np.int32, copy=False),
         weights=counts / float(word_ids.shape[0]),
-        vectors=np.asarray(unit, dtype=np.float64),
+        vectors=vectors,
+        squared_norms=np.einsum("ij,ij->i", vectors, vectors),
     )
 
 
 def word_distances(query: WordBag, doc: WordBag) -> npt.NDArray[np.float64]:
     """(u_query, u_doc) Euclidean distances between the two bags' distinct words.
 
-    One matrix product (|a|^2 + |b|^2 - 2 a.b, all norms 1); a word both bags share is
-    exactly 0 apart, as in gensim's cdist, rather than sqrt of a rounding error.
+    One matrix product, |a|^2 + |b|^2 - 2 a.b with the true float64 lengths (assuming
+    them 1 made close word pairs come out ~1e-6 too far, more than the bound tolerance:
+    "thursday" / "tuesday" in GloVe); a word both bags share is exactly 0 apart, as in
+    gensim's cdist, rather than sqrt of a rounding error.
     """
     distances = query.vectors @ doc.vectors.T
     distances *= -2.0  # in place: this runs once per candidate
-    distances += 2.0
+    distances += query.squared_norms[:, np.newaxis]
+    distances += doc.squared_norms[np.newaxis, :]
     np.maximum(distances, 0.0, out=distances)
     np.sqrt(distances, out=distances)
     _, query_rows, doc_rows = np.intersect1d(query.ids, doc.ids, assume_unique=True, return_indices=True)
