@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import re
 import sys
 import textwrap
@@ -393,6 +394,9 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
             _writable(path)  # and on an unwritable output path
     dataset = load_dataset(args.dataset, args.queries_file)
     engine = _engine(settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors))
+    # Offline, the comparison must be exact: WMD computes every distance, whatever the
+    # service's time budget (RERANKER_WMD_BUDGET_MS) says.
+    engine.ranker_options = dataclasses.replace(engine.ranker_options, wmd_budget_ms=math.inf)
     show = not args.no_progress and sys.stderr.isatty()
     try:
         report = _index(engine, dataset.corpus_path, settings, rebuild=args.rebuild, progress=show)

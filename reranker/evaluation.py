@@ -463,10 +463,9 @@ def _rank_queries(
         query = engine.query(text)
         candidates = engine.window(query, window)
         for name, ranker in rankers.items():
-            # What one ranker fetched (word ids, Doc2Vec vectors) serves the next ones too;
-            # each ranker gets its own notes, so an approximate answer is counted once.
+            # What one ranker fetched (word ids, Doc2Vec vectors) serves the next ones too.
             candidates = engine.complete(candidates, ranker)
-            ranking = engine.rerank(query, replace(candidates, notes=[]), ranker)
+            ranking = engine.rerank(query, candidates, ranker)
             ranked = [candidates.candidates[i].doc_id for i in ranking.order]
             per_query[name][query_id] = ranking_metrics(ranked, dataset.qrels[query_id], window)
             approximate[name] += bool(ranking.notes)

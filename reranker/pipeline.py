@@ -184,6 +184,9 @@ class Engine:
         model = self._doc2vec_model()
         stored_ids = [c.doc_id for c, text in zip(window.candidates, texts) if text is None]
         stored = self.store.doc_vectors(stored_ids) if stored_ids else None
+        if stored is not None and stored.model != model.info.checksum:
+            # The index was retrained since the model was loaded: say so, as the ranker does.
+            return DocVectorBatch(ids, np.zeros((len(window), model.dim), np.float32), ids, model=stored.model)
         rows = {doc_id: row for row, doc_id in enumerate(stored.doc_ids)} if stored is not None else {}
         vectors = np.zeros((len(window), model.dim), dtype=np.float32)
         missing: list[str] = []
@@ -233,7 +236,7 @@ class Engine:
         if len(window) == 0:
             empty = np.zeros(0, dtype=np.float64)
             return Ranking([], empty, empty)
-        window = self.complete(window, ranker)
+        window = replace(self.complete(window, ranker), notes=[], unscored=set())  # this call's scratch pad
         if isinstance(ranker, Fusion):
             scores, own = ranker.components(query, window)
         else:

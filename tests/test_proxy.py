@@ -247,6 +247,25 @@ def test_an_index_without_hidden_topics_is_forwarded_as_it_is(papers: tuple[str,
     assert "1" in ids(mixed) and mixed["ext"]["rerank"]["status"] == "not_reranked"
 
 
+def test_rankers_reading_documents_rerank_only_the_index_behind_the_alias(client: FlaskClient, direct: OpenSearchStore) -> None:
+    """WMD's words and Doc2Vec's vectors are read through the alias: a search of another
+    version is forwarded, said why, rather than scored with the alias's documents."""
+    mapping = direct.forward("GET", "/papers-v000001/_mapping")[1]["papers-v000001"]["mappings"]
+    first = client.post("/papers/_search", json=summary(SEA)).get_json()["hits"]["hits"][0]
+    assert direct.forward("PUT", "/papers-v000002", {}, {"mappings": mapping})[0] == 200
+    try:
+        direct.forward("PUT", f"/papers-v000002/_doc/{first['_id']}", {"refresh": "true"}, first["_source"])
+        wmd = client.post("/papers-v000002/_search", json=summary(SEA, ext={"rerank": {"ranker": "wmd"}})).get_json()
+        assert wmd["ext"]["rerank"]["status"] == "not_reranked"
+        assert "reads documents through the alias [papers], and index [papers-v000002] is not behind it" in wmd["ext"]["rerank"]["reason"]
+        topics = client.post("/papers-v000002/_search", json=summary(SEA)).get_json()
+        assert topics["ext"]["rerank"]["status"] == "ok"  # topics come with the hits themselves
+        behind = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "wmd"}})).get_json()
+        assert behind["ext"]["rerank"]["status"] == "ok" and len(behind["ext"]["rerank"]["scores"]) == len(ids(behind))
+    finally:
+        direct.forward("DELETE", "/papers-v000002")
+
+
 def test_the_clusters_errors_come_back_unchanged(client: FlaskClient, direct: OpenSearchStore) -> None:
     for url, body in [
         ("/papers-v000009/_search", summary("ocean")),  # allowed pattern, no such index

@@ -202,6 +202,25 @@ def test_fusion_asks_its_base_ranker_for_exact_scores_everywhere() -> None:
     assert window.notes == ["base note"] * 3  # the base's notes reach the caller
 
 
+def test_candidates_a_ranker_cannot_score_do_not_flatten_the_fusion() -> None:
+    """A document without words (WMD) or a Doc2Vec vector gets the ranker's lowest
+    placeholder score; scaled with the rest it would squeeze them to the same value."""
+
+    class Partial(_Fixed):
+        def score(self, query: object, window: CandidateSet) -> np.ndarray:
+            window.unscored.add(4)
+            return self.scores
+
+    window = _window([12.0, 11.0, 10.0, 9.0, 8.0])
+    own = [-1.06, -1.00, -1.03, -1.05, -2.06]  # the last one is a placeholder
+    for method in ("minmax", "zscore"):
+        fusion = Fusion(Partial(own), method, weight=0.8)  # type: ignore[arg-type]
+        fused = fusion.score(None, replace(window, unscored=set()))  # type: ignore[arg-type]
+        alone = Fusion(_Fixed(own[:4]), method, weight=0.8).score(None, _window([12.0, 11.0, 10.0, 9.0]))  # type: ignore[arg-type]
+        assert rank_candidates(fused, window)[:4] == rank_candidates(alone, _window([12.0, 11.0, 10.0, 9.0])) == [1, 2, 0, 3]
+        assert rank_candidates(fused, window)[4] == 4
+
+
 def test_every_base_ranker_has_every_fusion() -> None:
     for base in ("hidden_topics", "hidden_topics_code", "wmd", "doc2vec"):
         for name in (f"{base}+bm25", f"{base}+bm25:zscore", f"{base}+bm25:rrf"):

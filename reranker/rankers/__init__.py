@@ -44,6 +44,11 @@ class CandidateSet:
     bound.
     notes: a ranker appends a sentence here when it answered approximately (a time
     budget ran out); the service reports them as the response's reason.
+    unscored: positions the ranker had nothing to score with (a document without words,
+    without a Doc2Vec vector); it gives them its lowest score, and fusions leave them out
+    of their scaling (one such outlier would squeeze the others together).
+    notes and unscored are a scratch pad of one `Engine.rerank` call, which gives every
+    call fresh ones.
     """
 
     candidates: tuple[Candidate, ...]
@@ -53,6 +58,7 @@ class CandidateSet:
     texts: tuple[str | None, ...] | None = None  # texts a caller sent with the candidates
     exact_top: int | None = None
     notes: list[str] = field(default_factory=list, compare=False)
+    unscored: set[int] = field(default_factory=set, compare=False)
 
     @property
     def bm25_scores(self) -> Scores:

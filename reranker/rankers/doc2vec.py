@@ -70,7 +70,9 @@ class Doc2VecRanker:
         if not query_vector.any():
             return np.zeros(len(window), dtype=np.float64)
         scores = cosine_scores(query_vector, batch.vectors)
-        if batch.missing:
-            missing = set(batch.missing)
-            scores[[doc_id in missing for doc_id in batch.doc_ids]] = MISSING_SCORE
+        # By position, not id: a missing row is all zeros (a real vector never is), and
+        # texts sent without an id have placeholder ids a stored id may equal.
+        missing = ~batch.vectors.any(axis=1)
+        scores[missing] = MISSING_SCORE
+        window.unscored.update(np.flatnonzero(missing).tolist())
         return scores

@@ -75,7 +75,7 @@ class Fusion:
         """(fused scores, the base ranker's own scores): responses show both."""
         # Any candidate can reach the fused top, and the scaling reads the whole window's
         # spread: the base ranker must score every candidate exactly (WMD may not prune).
-        whole = replace(window, exact_top=None, notes=window.notes)
+        whole = replace(window, exact_top=None, notes=window.notes, unscored=window.unscored)
         own = np.asarray(self.base.score(query, whole), dtype=np.float64)
         return self.fuse(own, window), own
 
@@ -83,10 +83,18 @@ class Fusion:
         bm25 = window.bm25_scores
         if len(window) == 0:
             return np.zeros(0, dtype=np.float64)
-        if self.method == "rrf":
+        if self.method == "rrf":  # (unscored candidates already rank last by their own score)
             ranks = np.empty(len(window), dtype=np.float64)
             ranks[rank_candidates(own, window)] = np.arange(1, len(window) + 1)
             bm25_ranks = np.fromiter((c.bm25_rank for c in window.candidates), dtype=np.float64, count=len(window))
             return 1.0 / (RRF_K + ranks) + 1.0 / (RRF_K + bm25_ranks)
         scale = min_max if self.method == "minmax" else z_score
-        return self.weight * scale(own) + (1.0 - self.weight) * scale(bm25)
+        # Candidates the base ranker could not score are scaled apart: they get its lowest
+        # scaled score, and the others' spread is not squeezed by their placeholder score.
+        scored = np.ones(len(window), dtype=bool)
+        scored[sorted(window.unscored)] = False
+        scaled = np.zeros(len(window), dtype=np.float64)
+        if scored.any():
+            scaled[scored] = scale(own[scored])
+            scaled[~scored] = scaled[scored].min()
+        return self.weight * scaled + (1.0 - self.weight) * scale(bm25)

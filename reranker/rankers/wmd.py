@@ -263,6 +263,7 @@ class WmdRanker:
         # Below every candidate with a distance, in BM25 order among themselves.
         floor = float(distances[with_words].max()) + 1.0 if with_words else 1.0
         scores[without_words] = -floor
+        window.unscored.update(np.flatnonzero(without_words).tolist())
         log.debug(
             "wmd: %d exact of %d candidates with words in %.1f ms",
             len(exact),

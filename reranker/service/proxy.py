@@ -130,6 +130,12 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search) -> Plan:
     reason = layout_problem(layouts, rt.engine().vectors.info)
     if reason is not None or layouts is None:
         return Plan(ranker, reason=reason)
+    if ranker.needs:
+        # WMD's words and Doc2Vec's vectors are read through the alias, not from each hit's index.
+        serving = store.alias_index()
+        elsewhere = sorted(name for name in layouts if name != serving)
+        if elsewhere:
+            return Plan(ranker, reason=f"ranker {ranker.name!r} reads documents through the alias [{store.alias}], and index [{elsewhere[0]}] is not behind it")
     wanted = search.options.window or rt.settings.window
     window = min(max(search.offset + search.size, wanted), rt.limits.max_window)
     return Plan(ranker, text, window, layouts)

@@ -334,7 +334,7 @@ class OpenSearchStore:
         """The indices the alias points at (none when there is no alias yet)."""
         return sorted(self._call("reading the alias", self.client.indices.get_alias, name=self.alias, not_found={}))
 
-    def _alias_index(self) -> str | None:
+    def alias_index(self) -> str | None:
         """The index the alias points at, or None when there is no alias yet."""
         names = self._alias_indices()
         if not names:
@@ -348,7 +348,7 @@ class OpenSearchStore:
 
     def versions(self) -> list[IndexVersion]:
         """The versioned indices of this alias, oldest first."""
-        aliased = self._alias_index()
+        aliased = self.alias_index()
         pattern = re.compile(re.escape(self.alias) + r"-v\d+$")
         found = self._call("listing indices", self.client.indices.get, index=f"{self.alias}-v*", not_found={})
         versions = []
@@ -398,7 +398,7 @@ class OpenSearchStore:
             self._properties_of = None
         if self._info is None:
             self._info_read_at = time.monotonic()
-            index = self._target or self._alias_index()
+            index = self._target or self.alias_index()
             if index is None:
                 return None
             meta = self._meta(index)
@@ -429,7 +429,7 @@ class OpenSearchStore:
         """
         self._info = None
         self._ensure_templates()
-        current = self._alias_index()
+        current = self.alias_index()
         if current is not None and not rebuild:
             meta = self._meta(current)
             built = _info_from_meta(meta)
@@ -657,7 +657,7 @@ class OpenSearchStore:
         """Partial updates of `doc2vec` (bulk `update`, retried like `upsert`), then the
         model recorded in `_meta.reranker.doc2vec`. Writes to the index this process
         initialised, else the alias's."""
-        index = self._target or self._alias_index()
+        index = self._target or self.alias_index()
         if index is None:
             raise IndexNotFoundError(
                 f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
