@@ -46,6 +46,7 @@ from reranker.errors import (
     RankerUnavailableError,
     VectorsError,
 )
+from reranker.rankers.doc2vec import NO_MODEL
 from reranker.store import Doc2VecInfo, IndexInfo, Store
 from reranker.text import tokenize
 from reranker.types import Document, FloatArray, WriteFailure
@@ -55,7 +56,6 @@ log = logging.getLogger(__name__)
 Mode = Literal["dbow", "dm"]
 MODES: tuple[Mode, ...] = ("dbow", "dm")
 MODEL_DIR = "doc2vec"
-NO_MODEL = "no Doc2Vec model was trained for this index; run `reranker train doc2vec CORPUS`"
 
 
 class ProgressLike(Protocol):
