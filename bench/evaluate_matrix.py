@@ -654,7 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     # 3. Facts about the data sets (from the runs themselves and the package's loader).
-    from reranker.evaluation import load_dataset
+    from reranker.datasets import load_dataset
 
     datasets: dict[str, dict[str, Any]] = {}
     for qs in query_sets:

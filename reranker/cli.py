@@ -1,4 +1,4 @@
-"""The `reranker` command: demo, index, search, evaluate, train, rankers.
+"""The `reranker` command: demo, index, search, evaluate, compare, train, rankers, serve, ab.
 
 `main(argv) -> int` runs in-process (the tests call it directly). Errors the user can
 fix print one line, `reranker: error: ...`, and exit non-zero; nothing else catches.
@@ -16,16 +16,19 @@ import sys
 import textwrap
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO, TypeVar
 
 from reranker.config import Settings
-from reranker.errors import ConfigError, InputError, RerankerError
+from reranker.errors import ConfigError, InputError, RerankerError, UnknownRankerError
 from reranker.rankers import ranker_names
 from reranker.types import Filter
 
 if TYPE_CHECKING:
+    from reranker.datasets import Dataset
     from reranker.embeddings import WordVectors
     from reranker.pipeline import Engine
+    from reranker.rankers import Ranker
+    from reranker.store.events import EventStore
 
 log = logging.getLogger("reranker")
 
@@ -50,6 +53,13 @@ def _fraction(raw: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {value}")
+    return value
+
+
+def _persistence(raw: str) -> float:
+    value = _fraction(raw)
+    if value in (0.0, 1.0):
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {value}")
     return value
 
 
@@ -116,6 +126,34 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--markdown", type=Path, metavar="PATH", help="also write the table and its caption to a Markdown file")
     evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    compare = commands.add_parser(
+        "compare",
+        help="rankers side by side against a baseline on a judged dataset: metrics, tests, rank overlap",
+    )
+    compare.add_argument("--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    compare.add_argument("--rankers", required=True, help="comma-separated ranker names (two or more)")
+    compare.add_argument("--baseline", help="the ranker the others are tested against; one of --rankers (default: the first)")
+    compare.add_argument(
+        "--judgments", type=Path, metavar="FILE",
+        help="an OpenSearch _rank_eval request body (requests[].id, ratings[]._id/rating) instead of qrels.tsv",
+    )
+    compare.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    compare.add_argument("--k", type=_positive_int, help="topics per document (default 15)")
+    _add_ranking_options(compare)
+    compare.add_argument(
+        "--rbo-p", type=_persistence, default=0.9, help="persistence p of rank-biased overlap, in (0, 1) (default 0.9)"
+    )
+    compare.add_argument("--markdown", type=Path, metavar="FILE", help="also write the Markdown tables to FILE")
+    compare.add_argument("--json", action="store_true", help="print one JSON object (per-query rows included) instead of Markdown")
+    compare.add_argument("--json-file", type=Path, metavar="FILE", help="also write the JSON object to FILE")
+    compare.add_argument(
+        "--plots", type=Path, metavar="DIR",
+        help="also write DIR/compare-<dataset>-ndcg10-deltas.png (per-query nDCG@10 of each ranker minus the "
+        "baseline) and DIR/compare-<dataset>-precision-bins.png",
+    )
+    compare.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    compare.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     train = commands.add_parser(
         "train",
         help="train domain word vectors (word2vec), or a Doc2Vec model of the indexed corpus (doc2vec)",
@@ -160,6 +198,23 @@ def build_parser() -> argparse.ArgumentParser:
     use.add_argument("name")
     delete = indices_action.add_parser("delete", help="delete a version the alias does not point at")
     delete.add_argument("name")
+
+    ab = commands.add_parser("ab", help="online experiments: interleave two rankers on live traffic, report the winner")
+    ab_action = ab.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = ab_action.add_parser("create", help="start an experiment (one runs at a time)")
+    create.add_argument("id", help="a name: a-z, 0-9, _ and -")
+    create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
+    create.add_argument("--method", choices=("team_draft", "balanced"), default="team_draft", help="interleaving method (default team_draft)")
+    create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
+    create.add_argument("--min-queries", type=_positive_int, default=20, help="queries with a preference needed before a winner is named (default 20)")
+    ab_action.add_parser("list", help="every experiment")
+    report = ab_action.add_parser("report", help="clicks, wins per ranker, winner and sign-test p-value")
+    report.add_argument("id")
+    report.add_argument("--json", action="store_true", help="print one JSON object (the same as GET /experiments/ID)")
+    change = ab_action.add_parser("set", help="change an experiment's traffic share or status")
+    change.add_argument("id")
+    change.add_argument("--traffic", type=float, help="new share of traffic, 0 < x <= 1")
+    change.add_argument("--status", choices=("running", "stopped"), help="stop it, or run it again")
     return parser
 
 
@@ -380,19 +435,109 @@ def _explanation_lines(hit: Any, topics: int) -> list[str]:
 
 
 def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from tqdm import tqdm
-
-    from reranker.evaluation import evaluate, load_dataset, plot_precision_bins
+    from reranker.datasets import load_dataset
+    from reranker.evaluation import evaluate
     from reranker.rankers import get_ranker
+    from reranker.reports import evaluation_table, plot_precision_bins
 
-    names = [name.strip() for name in args.rankers.split(",") if name.strip()]
-    if not names:
-        raise ConfigError("--rankers needs at least one ranker name")
+    names = _ranker_list(args.rankers)
     rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
     for path in (args.plot, args.markdown):
         if path is not None:
             _writable(path)  # and on an unwritable output path
     dataset = load_dataset(args.dataset, args.queries_file)
+    result = _offline_run(
+        args, settings, dataset, rankers,
+        lambda engine, tick, config: evaluate(
+            engine, dataset, names, window=settings.window, on_query=tick, config=config
+        ),
+    )
+    written = []
+    if args.markdown is not None:
+        _write(args.markdown, lambda path: path.write_text(evaluation_table(result) + "\n", encoding="utf-8"))
+        written.append(f"table: {args.markdown}")
+    if args.plot is not None:
+        _write(args.plot, lambda path: plot_precision_bins(result, path))
+        written.append(f"figure: {args.plot}")
+    if args.json:
+        json.dump(result.to_json(per_query=args.per_query), out, indent=2)
+        out.write("\n")
+    else:
+        print(evaluation_table(result), file=out)
+        for line in written:
+            print(line, file=out)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.comparison import check_rankers, compare
+    from reranker.datasets import load_dataset
+    from reranker.rankers import get_ranker
+    from reranker.reports import comparison_plots, comparison_table
+
+    names = _ranker_list(args.rankers)
+    baseline = args.baseline.strip() if args.baseline is not None else names[0]
+    try:
+        rankers = [get_ranker(name) for name in names]
+    except UnknownRankerError as exc:
+        raise ConfigError(str(exc)) from None  # a typo on the command line: a usage error, exit 2
+    names = check_rankers(names, baseline)
+    for path in (args.markdown, args.json_file):
+        if path is not None:
+            _writable(path)
+    if args.plots is not None:
+        _writable_folder(args.plots)
+    dataset = load_dataset(args.dataset, args.queries_file, args.judgments)
+    comparison = _offline_run(
+        args, settings, dataset, rankers,
+        lambda engine, tick, config: compare(
+            engine, dataset, names, baseline, window=settings.window, rbo_p=args.rbo_p, on_query=tick, config=config
+        ),
+    )
+    table, body = comparison_table(comparison), comparison.to_json()
+    written = []
+    if args.markdown is not None:
+        _write(args.markdown, lambda path: path.write_text(table + "\n", encoding="utf-8"))
+        written.append(f"table: {args.markdown}")
+    if args.json_file is not None:
+        _write(args.json_file, lambda path: path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8"))
+        written.append(f"json: {args.json_file}")
+    if args.plots is not None:
+        figures: list[Path] = []
+        _write(args.plots, lambda folder: figures.extend(comparison_plots(comparison, folder)))
+        written += [f"figure: {path}" for path in figures]
+    if args.json:
+        json.dump(body, out, indent=2)
+        out.write("\n")
+    else:
+        print(table, file=out)
+        for line in written:
+            print(line, file=out)
+    return 0
+
+
+def _ranker_list(raw: str) -> list[str]:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    if not names:
+        raise ConfigError("--rankers needs at least one ranker name")
+    return names
+
+
+_Result = TypeVar("_Result")
+
+
+def _offline_run(
+    args: argparse.Namespace,
+    settings: Settings,
+    dataset: "Dataset",
+    rankers: Sequence["Ranker"],
+    work: Callable[["Engine", Callable[[], object], dict[str, Any]], _Result],
+) -> _Result:
+    """What `evaluate` and `compare` share: index the dataset's corpus into its cached
+    evaluation index (and train its Doc2Vec model if a ranker needs one), then return
+    work(engine, tick, config): tick once per query, config states what the run used."""
+    from tqdm import tqdm
+
     engine = _engine(settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors))
     # Offline, the comparison must be exact: WMD computes every distance, whatever the
     # service's time budget (RERANKER_WMD_BUDGET_MS) says.
@@ -404,40 +549,29 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
             log.warning("%d corpus documents were skipped while indexing", len(report.skipped))
         if any("doc_vectors" in ranker.needs for ranker in rankers):
             _ensure_doc2vec(engine, dataset.corpus_path, settings, progress=show)
+        config = {
+            "vectors": engine.vectors.info.name,
+            "dim": engine.vectors.dim,
+            "k": settings.k,
+            "queries_file": args.queries_file,
+            "fusion_weight": settings.fusion_weight,
+            "wmd_budget_ms": settings.wmd_budget_ms,
+            "documents": report.total_documents,
+        }
         with tqdm(total=len(dataset.queries), desc="queries", disable=not show, leave=False) as bar:
-            result = evaluate(
-                engine,
-                dataset,
-                names,
-                window=settings.window,
-                on_query=lambda: bar.update(1),
-                config={
-                    "vectors": engine.vectors.info.name,
-                    "dim": engine.vectors.dim,
-                    "k": settings.k,
-                    "queries_file": args.queries_file,
-                    "fusion_weight": settings.fusion_weight,
-                    "wmd_budget_ms": settings.wmd_budget_ms,
-                    "documents": report.total_documents,
-                },
-            )
+            return work(engine, lambda: bar.update(1), config)
     finally:
         engine.store.close()
-    written = []
-    if args.markdown is not None:
-        _write(args.markdown, lambda path: path.write_text(result.table() + "\n", encoding="utf-8"))
-        written.append(f"table: {args.markdown}")
-    if args.plot is not None:
-        _write(args.plot, lambda path: plot_precision_bins(result, path))
-        written.append(f"figure: {args.plot}")
-    if args.json:
-        json.dump(result.to_json(per_query=args.per_query), out, indent=2)
-        out.write("\n")
-    else:
-        print(result.table(), file=out)
-        for line in written:
-            print(line, file=out)
-    return 0
+
+
+def _writable_folder(path: Path) -> None:
+    """Raise InputError now, not after the run, if figures cannot go into folder `path`."""
+    if path.exists() and not path.is_dir():
+        raise InputError("is a file; expected a folder", str(path))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the folder: {exc.strerror or exc}", str(path)) from None
 
 
 def _writable(path: Path) -> None:
@@ -587,7 +721,9 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.evaluation import evaluate, load_qrels, load_queries, Dataset
+    from reranker.datasets import Dataset, load_qrels, load_queries
+    from reranker.evaluation import evaluate
+    from reranker.reports import evaluation_table
 
     sample = Path(str(resources.files("reranker").joinpath("sample")))
     engine = _engine(settings, "demo")
@@ -608,7 +744,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     finally:
         engine.store.close()
     print(f"All {result.queries} sample queries, BM25 top {result.window} reranked:", file=out)
-    print(result.table(), file=out)
+    print(evaluation_table(result), file=out)
     print(
         "\nThe general-domain GloVe vectors make a weak topic model of technical papers; word "
         "vectors trained on your own corpus (`reranker train word2vec`) are what make hidden "
@@ -733,11 +869,60 @@ def cmd_indices(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     return 0
 
 
+def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Experiments straight from the event store (no HTTP, so no admin key: whoever can
+    run this on the server can already read the store)."""
+    from reranker.store.events import open_event_store
+
+    store = open_event_store(settings)
+    try:
+        return _ab(args, store, out)
+    except (InputError, UnknownRankerError) as exc:  # a bad name or value given on the command line
+        raise ConfigError(str(exc)) from None
+    finally:
+        store.close()
+
+
+def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
+    from reranker import experiments as ex
+
+    if args.action == "create":
+        rankers = [name.strip() for name in args.rankers.split(",") if name.strip()]
+        experiment = ex.create(store, ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_queries=args.min_queries))
+        print(f"experiment {experiment.id} running: {' vs '.join(experiment.rankers)}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
+    elif args.action == "set":
+        if args.traffic is None and args.status is None:
+            raise ConfigError("nothing to change: give --traffic and/or --status")
+        experiment = ex.update(store, args.id, traffic=args.traffic, status=args.status)
+        print(f"experiment {experiment.id} {experiment.status}, {experiment.traffic:.0%} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
+    elif args.action == "report":
+        experiment = ex.find(store, args.id)
+        found = ex.report(store, experiment)
+        if args.json:
+            print(json.dumps({"experiment": experiment.to_json(), "report": found.to_json()}, indent=2), file=out)
+        else:
+            o = found.outcome
+            a, b = experiment.rankers
+            print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
+            print(f"  queries {o.queries}, with clicks {o.queries_with_clicks}, clicks {o.clicks}", file=out)
+            print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
+            print(f"  {found.message()}", file=out)
+    else:
+        listed = store.experiments()
+        if not listed:
+            print("no experiments yet: reranker ab create ID --rankers A,B", file=out)
+        for e in listed:
+            print(f"{e.id:<24} {e.status:<8} {e.rankers[0]} vs {e.rankers[1]}  {e.method:<10} traffic {e.traffic:.0%}  since {e.created}", file=out)
+    return 0
+
+
 _COMMANDS = {
+    "ab": cmd_ab,
     "demo": cmd_demo,
     "index": cmd_index,
     "search": cmd_search,
     "evaluate": cmd_evaluate,
+    "compare": cmd_compare,
     "train": cmd_train,
     "rankers": cmd_rankers,
     "config": cmd_config,

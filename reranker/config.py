@@ -65,6 +65,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_TOPIC_CACHE_MB": "per-worker cache of topics computed from request texts, in MB (default 64)",
     "RERANKER_API_KEYS": "comma-separated bearer keys accepted by /v1/rerank and /v2/rerank",
     "RERANKER_API_KEYS_FILE": "file with one accepted bearer key per line (adds to RERANKER_API_KEYS)",
+    "RERANKER_ADMIN_API_KEY": "bearer key that may create and change experiments (POST/PATCH /experiments); unset: experiments are read-only over HTTP",
     "RERANKER_PROXY_INDICES": "index patterns the search proxy may forward to, comma-separated (default: RERANKER_INDEX and its versions; * for any)",
     "RERANKER_DEFAULT_RANKER": "ranker used when a request names none (default hidden_topics)",
 }
@@ -198,6 +199,7 @@ class ServiceSettings:
     max_window: int = 1000
     topic_cache_mb: int = 64
     api_keys: frozenset[str] = field(default=frozenset(), repr=False)
+    admin_api_key: str | None = field(default=None, repr=False)
     proxy_indices: tuple[str, ...] = ()  # empty: the alias and its versions
     default_ranker: str = "hidden_topics"
 
@@ -223,6 +225,7 @@ class ServiceSettings:
             max_window=_int(env, "RERANKER_MAX_WINDOW", 1000),
             topic_cache_mb=_int(env, "RERANKER_TOPIC_CACHE_MB", 64, minimum=0),
             api_keys=frozenset(keys),
+            admin_api_key=(env.get("RERANKER_ADMIN_API_KEY") or "").strip() or None,
             proxy_indices=tuple(p.strip() for p in (env.get("RERANKER_PROXY_INDICES") or "").split(",") if p.strip()),
             default_ranker=env.get("RERANKER_DEFAULT_RANKER") or cls.default_ranker,
         )

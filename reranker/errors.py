@@ -57,3 +57,19 @@ class UnknownRankerError(RerankerError):
 class RankerUnavailableError(RerankerError):
     """A registered ranker that cannot run on this index yet (e.g. no Doc2Vec model
     was trained for it); the message says what to do."""
+
+
+class NotFoundError(RerankerError):
+    """A named thing (an experiment, an interleaved query) does not exist."""
+
+
+class DocumentNotFoundError(NotFoundError):
+    """No stored document has the id asked for."""
+
+
+class ConflictError(RerankerError):
+    """The request clashes with the current state (an id taken, an experiment running)."""
+
+
+class DuplicateEventError(ConflictError):
+    """An event stored before (the same id): a retry, safe to stop retrying."""

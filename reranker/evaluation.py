@@ -1,32 +1,29 @@
 """Offline evaluation: judged queries -> BM25 window -> each ranker -> IR metrics.
 
-A dataset folder holds `corpus.jsonl` ({"id", "title", "text"} per line),
-`queries.jsonl` ({"id", "text"}) and `qrels.tsv` (query_id, doc_id, relevance; no
-header), the layout of the data sets under ../shared/data. Every ranker reorders the
-same BM25 window of each query, so the comparison isolates the reranking.
+Every ranker reorders the same BM25 window of each query of a judged `Dataset`
+(reranker.datasets), so the comparison isolates the reranking. `run_rankers` does the
+ranking once and keeps every ranked list (what `reranker compare` measures overlap on);
+the metrics and tests below only read those lists.
 
 `evaluate` returns one `EvaluationResult`: means, the per-query table, and paired tests
 of every ranker against BM25 and against hidden_topics (randomisation test as the
-headline, t-test beside it). `EvaluationResult.table()` is the Markdown table with its
-caption; `plot_precision_bins` draws the ranking figure of Gong et al. (2018), the share
-of queries at each value of P@1, P@3 and P@6 (matplotlib, imported only there).
+headline, t-test beside it). `precision_bins` counts what the ranking figure of Gong et
+al. (2018) shows; reranker.reports renders tables and figures.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from reranker.datasets import Dataset
 from reranker.errors import InputError
 from reranker.pipeline import Engine
-from reranker.rankers import Ranker
 
 log = logging.getLogger(__name__)
 
@@ -37,84 +34,6 @@ FIGURE_CUTOFFS = (1, 3, 6)  # the ranking figure's k, as in Gong et al. (2018)
 RANDOMIZATION_ROUNDS = 10_000
 RANDOMIZATION_SEED = 7
 SIGNIFICANCE_LEVEL = 0.05
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """Judged queries over a corpus. qrels: query id -> {doc id: relevance > 0}."""
-
-    name: str
-    corpus_path: Path
-    queries: tuple[tuple[str, str], ...]
-    qrels: dict[str, dict[str, int]]
-
-
-def load_queries(path: Path) -> list[tuple[str, str]]:
-    """(id, text) pairs from a JSONL file. Raises InputError naming file and line."""
-    queries: list[tuple[str, str]] = []
-    for number, line in enumerate(_read_lines(path), start=1):
-        if not line.strip():
-            continue
-        location = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
-        if not isinstance(record, dict) or not isinstance(record.get("id"), (str, int)):
-            raise InputError("expected a JSON object with an 'id'", location)
-        text = record.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f"query {record['id']!r} has no 'text'", location)
-        queries.append((str(record["id"]), text))
-    return queries
-
-
-def load_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped."""
-    qrels: dict[str, dict[str, int]] = {}
-    for number, line in enumerate(_read_lines(path), start=1):
-        if not line.strip():
-            continue
-        parts = line.rstrip("\r\n").split("\t")
-        if len(parts) == 4:  # TREC layout: query, iteration, doc, relevance
-            parts = [parts[0], parts[2], parts[3]]
-        if len(parts) != 3:
-            raise InputError(
-                f"expected 3 tab-separated columns (query_id, doc_id, relevance), got {len(parts)}",
-                f"{path}:{number}",
-            )
-        query_id, doc_id, raw = parts
-        try:
-            relevance = int(raw)
-        except ValueError:
-            raise InputError(f"relevance must be an integer, got {raw!r}", f"{path}:{number}") from None
-        if relevance > 0:
-            qrels.setdefault(query_id, {})[doc_id] = relevance
-    return qrels
-
-
-def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError("no such file", str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", str(path)) from None
-
-
-def load_dataset(directory: Path, queries_file: str = "queries.jsonl") -> Dataset:
-    """Read a dataset folder; only queries with at least one relevant document are kept."""
-    if not directory.is_dir():
-        raise InputError("not a dataset folder (expected corpus.jsonl, queries.jsonl, qrels.tsv)", str(directory))
-    corpus = directory / "corpus.jsonl"
-    if not corpus.is_file():
-        raise InputError("no such file", str(corpus))
-    queries = load_queries(directory / queries_file)
-    qrels = load_qrels(directory / "qrels.tsv")
-    judged = tuple((qid, text) for qid, text in queries if qrels.get(qid))
-    if not judged:
-        raise InputError("no query has a relevant document in qrels.tsv", str(directory))
-    return Dataset(name=directory.resolve().name, corpus_path=corpus, queries=judged, qrels=qrels)
 
 
 # --- metrics: one ranked list of doc ids against one query's judgments --------------
@@ -208,12 +127,18 @@ def paired_t_p(a: Sequence[float], b: Sequence[float]) -> float:
     return float(2.0 * stats.t.sf(abs(t), df=diffs.size - 1))
 
 
+# ranker -> query id -> the reranked window's doc ids, best first
+Rankings = dict[str, dict[str, tuple[str, ...]]]
+# ranker -> query id -> metric -> value
+PerQuery = dict[str, dict[str, dict[str, float]]]
+
+
 # baseline -> ranker -> metric -> p-value
 PValues = dict[str, dict[str, dict[str, float]]]
 
 
 def _significance(
-    per_query: dict[str, dict[str, dict[str, float]]],
+    per_query: PerQuery,
     query_ids: Sequence[str],
     baselines: Sequence[str],
     metrics: Sequence[str],
@@ -233,17 +158,6 @@ def _significance(
 
 
 # --- one evaluation run -----------------------------------------------------------------
-
-
-_SIGNIFICANCE_MARKS = ("†", "‡", "§", "¶")
-
-
-def _metric_label(metric: str) -> str:
-    if metric.startswith("ndcg@"):
-        return "nDCG@" + metric[5:]
-    if metric.startswith("recall@"):
-        return "R@" + metric[7:]
-    return metric.upper()
 
 
 @dataclass(frozen=True)
@@ -267,7 +181,7 @@ class EvaluationResult:
     window: int
     rankers: tuple[str, ...]
     results: dict[str, dict[str, float]]
-    per_query: dict[str, dict[str, dict[str, float]]]
+    per_query: PerQuery
     baselines: tuple[str, ...]
     p_values: PValues
     t_test_p_values: PValues
@@ -276,15 +190,7 @@ class EvaluationResult:
 
     def wins_ties_losses(self, baseline: str = "bm25", metric: str = f"ndcg@{NDCG_CUTOFF}") -> dict[str, tuple[int, int, int]]:
         """ranker -> queries where its `metric` is above, equal to, below `baseline`'s."""
-        reference = self.per_query[baseline]
-        counts: dict[str, tuple[int, int, int]] = {}
-        for ranker in self.rankers:
-            if ranker == baseline:
-                continue
-            diffs = np.array([row[metric] - reference[q][metric] for q, row in self.per_query[ranker].items()])
-            tied = np.isclose(diffs, 0.0, rtol=0.0, atol=1e-12)
-            counts[ranker] = (int(np.sum(~tied & (diffs > 0))), int(tied.sum()), int(np.sum(~tied & (diffs < 0))))
-        return counts
+        return wins_ties_losses(self.per_query, baseline, metric)
 
     def to_json(self, per_query: bool = False) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -329,62 +235,57 @@ class EvaluationResult:
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"not an evaluation result ({type(exc).__name__}: {exc})") from None
 
-    def describe(self) -> str:
-        """'cisi, 76 queries, BM25 top 100 reranked, vectors glove-6b-50d (d=50), K=15'."""
-        config = self.config
-        queries_file = config.get("queries_file")
-        parts = [
-            self.dataset + (f" ({queries_file})" if queries_file and queries_file != "queries.jsonl" else ""),
-            f"{self.queries} queries",
-            f"BM25 top {self.window} reranked",
-        ]
-        if "vectors" in config:
-            parts.append(f"vectors {config['vectors']}" + (f" (d={config['dim']})" if "dim" in config else ""))
-        if "k" in config:
-            parts.append(f"K={config['k']}")
-        return ", ".join(parts)
 
-    def caption(self) -> str:
-        """One line saying what the table shows and what its marks mean."""
-        marks = "; ".join(
-            f"{mark} p < {SIGNIFICANCE_LEVEL:g} against {baseline}"
-            for mark, baseline in zip(_SIGNIFICANCE_MARKS, self.baselines)
-        )
-        approximate = ", ".join(f"{name} {n}" for name, n in self.approximate.items() if n)
-        parts = [f"{self.describe()}; means over queries."]
-        if self.baselines:
-            parts.append(
-                f"{marks} (two-sided paired randomisation test over queries, {RANDOMIZATION_ROUNDS:,} "
-                f"sign flips, seed {RANDOMIZATION_SEED}; paired t-test p-values in the JSON; not "
-                "corrected for multiple comparisons). W/T/L: queries where nDCG@"
-                f"{NDCG_CUTOFF} is above / equal to / below {self.baselines[0]}'s."
-            )
-        if approximate:
-            parts.append(f"Answered approximately (time budget ran out): {approximate} queries.")
-        return " ".join(parts)
+@dataclass(frozen=True)
+class RankerRun:
+    """Every ranker's ranking of every judged query's BM25 window.
 
-    def table(self) -> str:
-        """The caption, a blank line, and the means as a Markdown table: rankers as rows,
-        metrics as columns, each value marked where it differs significantly from a baseline."""
-        names = table_metric_names(self.window)
-        columns = ["ranker", *(_metric_label(m) for m in names)]
-        wtl = self.wins_ties_losses(self.baselines[0]) if self.baselines else None
-        if self.baselines:
-            columns.append(f"W/T/L vs {self.baselines[0]}")
-        lines = [self.caption(), "", "| " + " | ".join(columns) + " |", "|---|" + "---:|" * (len(columns) - 1)]
-        for ranker in self.rankers:
-            cells = [ranker, *(f"{self.results[ranker][m]:.3f}{self._marks(ranker, m)}" for m in names)]
-            if wtl is not None:
-                cells.append("/".join(str(n) for n in wtl[ranker]) if ranker in wtl else "–")
-            lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines)
+    window: the BM25 candidates reranked per query. rankings: as `Rankings`, rankers in
+    the order asked, queries in the dataset's order. approximate: ranker -> queries it
+    answered approximately (a time budget ran out).
+    """
 
-    def _marks(self, ranker: str, metric: str) -> str:
-        return "".join(
-            mark
-            for mark, baseline in zip(_SIGNIFICANCE_MARKS, self.baselines)
-            if self.p_values.get(baseline, {}).get(ranker, {}).get(metric, 1.0) < SIGNIFICANCE_LEVEL
-        )
+    window: int
+    rankings: Rankings
+    approximate: dict[str, int]
+
+
+def run_rankers(
+    engine: Engine,
+    dataset: Dataset,
+    ranker_names: Sequence[str],
+    *,
+    window: int = 100,
+    on_query: Callable[[], object] | None = None,
+) -> RankerRun:
+    """Rerank every judged query's BM25 window with each ranker (duplicate names run once).
+
+    Raises UnknownRankerError before any work if a name is not registered.
+    """
+    rankers = {name: engine.ranker(name) for name in dict.fromkeys(ranker_names)}
+    engine.check_index()
+    rankings: Rankings = {name: {} for name in rankers}
+    approximate = {name: 0 for name in rankers}
+    for query_id, text in dataset.queries:
+        query = engine.query(text)
+        candidates = engine.window(query, window)
+        for name, ranker in rankers.items():
+            # What one ranker fetched (word ids, Doc2Vec vectors) serves the next ones too.
+            candidates = engine.complete(candidates, ranker)
+            ranking = engine.rerank(query, candidates, ranker)
+            rankings[name][query_id] = tuple(candidates.candidates[i].doc_id for i in ranking.order)
+            approximate[name] += bool(ranking.notes)
+        if on_query is not None:
+            on_query()
+    return RankerRun(window=window, rankings=rankings, approximate=approximate)
+
+
+def score_rankings(rankings: Rankings, qrels: Mapping[str, dict[str, int]], window: int) -> PerQuery:
+    """ranker -> query id -> `ranking_metrics` of its ranked list against `qrels`."""
+    return {
+        name: {query_id: ranking_metrics(ranked, qrels[query_id], window) for query_id, ranked in by_query.items()}
+        for name, by_query in rankings.items()
+    }
 
 
 def evaluate(
@@ -403,17 +304,15 @@ def evaluate(
     first is evaluated even if not asked for. Raises UnknownRankerError before any work
     if a name is not registered.
     """
-    names = list(dict.fromkeys([*ranker_names, baselines[0]]))
-    rankers = {name: engine.ranker(name) for name in names}
-    engine.check_index()
-    per_query, approximate = _rank_queries(engine, dataset, rankers, window, on_query)
-    return summarise(dataset.name, window, per_query, baselines, approximate=approximate, config=config)
+    run = run_rankers(engine, dataset, [*ranker_names, baselines[0]], window=window, on_query=on_query)
+    per_query = score_rankings(run.rankings, dataset.qrels, window)
+    return summarise(dataset.name, window, per_query, baselines, approximate=run.approximate, config=config)
 
 
 def summarise(
     dataset: str,
     window: int,
-    per_query: dict[str, dict[str, dict[str, float]]],
+    per_query: PerQuery,
     baselines: Sequence[str] = ("bm25", "hidden_topics"),
     *,
     approximate: dict[str, int] | None = None,
@@ -449,29 +348,20 @@ def summarise(
     )
 
 
-def _rank_queries(
-    engine: Engine,
-    dataset: Dataset,
-    rankers: dict[str, Ranker],
-    window: int,
-    on_query: Callable[[], object] | None,
-) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, int]]:
-    """(ranker -> query id -> metrics, ranker -> queries answered approximately)."""
-    per_query: dict[str, dict[str, dict[str, float]]] = {name: {} for name in rankers}
-    approximate = {name: 0 for name in rankers}
-    for query_id, text in dataset.queries:
-        query = engine.query(text)
-        candidates = engine.window(query, window)
-        for name, ranker in rankers.items():
-            # What one ranker fetched (word ids, Doc2Vec vectors) serves the next ones too.
-            candidates = engine.complete(candidates, ranker)
-            ranking = engine.rerank(query, candidates, ranker)
-            ranked = [candidates.candidates[i].doc_id for i in ranking.order]
-            per_query[name][query_id] = ranking_metrics(ranked, dataset.qrels[query_id], window)
-            approximate[name] += bool(ranking.notes)
-        if on_query is not None:
-            on_query()
-    return per_query, approximate
+def wins_ties_losses(
+    per_query: PerQuery, baseline: str, metric: str = f"ndcg@{NDCG_CUTOFF}"
+) -> dict[str, tuple[int, int, int]]:
+    """ranker -> queries where its `metric` is above, equal to (within 1e-12), below
+    `baseline`'s; every ranker of `per_query` but the baseline."""
+    reference = per_query[baseline]
+    counts: dict[str, tuple[int, int, int]] = {}
+    for ranker, rows in per_query.items():
+        if ranker == baseline:
+            continue
+        diffs = np.array([row[metric] - reference[q][metric] for q, row in rows.items()])
+        tied = np.isclose(diffs, 0.0, rtol=0.0, atol=1e-12)
+        counts[ranker] = (int(np.sum(~tied & (diffs > 0))), int(tied.sum()), int(np.sum(~tied & (diffs < 0))))
+    return counts
 
 
 # --- the ranking figure: share of queries per precision@k value -------------------------
@@ -481,7 +371,17 @@ def _rank_queries(
 PrecisionBins = dict[int, dict[str, tuple[float, ...]]]
 
 
-def precision_bins(result: EvaluationResult, ks: Sequence[int] = FIGURE_CUTOFFS) -> PrecisionBins:
+class PerQueryResult(Protocol):
+    """What `precision_bins` reads: an EvaluationResult, or reranker.comparison's Comparison."""
+
+    @property
+    def rankers(self) -> tuple[str, ...]: ...
+
+    @property
+    def per_query(self) -> PerQuery: ...
+
+
+def precision_bins(result: PerQueryResult, ks: Sequence[int] = FIGURE_CUTOFFS) -> PrecisionBins:
     """For each k, the share of queries whose precision@k is j/k, per ranker and j = 0..k.
 
     P@k only takes the values j/k, so one bin per value is exact. Raises InputError when
@@ -503,57 +403,3 @@ def precision_bins(result: EvaluationResult, ks: Sequence[int] = FIGURE_CUTOFFS)
             counts = np.bincount(relevant, minlength=k + 1)
             bins[k][ranker] = tuple(float(c) for c in counts / relevant.size)
     return bins
-
-
-def plot_precision_bins(
-    results: EvaluationResult | Sequence[EvaluationResult],
-    path: Path,
-    ks: Sequence[int] = FIGURE_CUTOFFS,
-) -> Path:
-    """Write the ranking figure as a PNG: one row per result, one grouped bar chart per k
-    (x: the value of P@k, bars: rankers, y: share of queries), after Gong et al. (2018).
-
-    Several results (other vectors, other data sets) stack as rows with their own titles.
-    Raises InputError as `precision_bins`; OSError if `path` cannot be written.
-    """
-    # Imported here, and without pyplot's global state: the service never loads matplotlib.
-    from matplotlib.figure import Figure
-
-    runs = [results] if isinstance(results, EvaluationResult) else list(results)
-    if not runs:
-        raise ValueError("no evaluation result to plot")
-    rankers = list(dict.fromkeys(name for run in runs for name in run.rankers))
-    colours = {name: f"C{i % 10}" for i, name in enumerate(rankers)}
-    figure = Figure(figsize=(4.0 * len(ks) + 0.5, 3.3 * len(runs) + 0.9), layout="constrained")
-    figure.suptitle("Share of queries by precision@k (one bar per ranker)", fontweight="bold")
-    rows = figure.subfigures(len(runs), 1, squeeze=False)[:, 0]
-    for row, run in zip(rows, runs):
-        row.suptitle(run.describe(), fontsize="medium")
-        bins = precision_bins(run, ks)
-        axes = row.subplots(1, len(ks), sharey=True, squeeze=False)[0]
-        for ax, k in zip(axes, ks):
-            _bar_group(ax, bins[k], k, colours)
-        axes[0].set_ylabel("share of queries")
-    handles = [_legend_patch(colours[name]) for name in rankers]
-    figure.legend(handles, rankers, loc="outside lower center", ncols=min(len(rankers), 5), frameon=False)
-    figure.savefig(path, format="png", dpi=130)
-    return path
-
-
-def _bar_group(ax: Any, shares: dict[str, tuple[float, ...]], k: int, colours: dict[str, str]) -> None:
-    values = np.arange(k + 1)
-    width = 0.8 / len(shares)
-    for i, (ranker, share) in enumerate(shares.items()):
-        ax.bar(values + (i - (len(shares) - 1) / 2) * width, share, width, color=colours[ranker], label=ranker)
-    ax.set_xticks(values, ["0", "1"] if k == 1 else [f"{j}/{k}" for j in values])
-    ax.set_xlabel(f"P@{k}")
-    ax.set_title(f"k = {k}")
-    ax.set_ylim(0.0, 1.05)
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_axisbelow(True)
-
-
-def _legend_patch(colour: str) -> Any:
-    from matplotlib.patches import Patch
-
-    return Patch(color=colour)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 import numpy as np
 
 from reranker.embeddings import WordVectors
-from reranker.errors import RankerUnavailableError
+from reranker.errors import DocumentNotFoundError, RankerUnavailableError
 from reranker.rankers import (
     CandidateSet,
     Ranker,
@@ -30,14 +30,26 @@ from reranker.rankers import (
 from reranker.rankers.fusion import Fusion
 from reranker.store import Store
 from reranker.text import tokenize
-from reranker.topics import Variant, best_aligned, topic_contributions, topic_relevance
-from reranker.types import DocVectorBatch, Filter, Query, RankedDoc, SearchResult, TopicExplanation
+from reranker.topics import Variant, best_aligned, topic_contributions, topic_relevance, topic_similarity
+from reranker.types import (
+    DocVectorBatch,
+    Document,
+    DocumentTopic,
+    FloatArray,
+    Filter,
+    Query,
+    RankedDoc,
+    SearchResult,
+    TopicExplanation,
+)
 
 if TYPE_CHECKING:
     from reranker.config import Settings
     from reranker.doc2vec import Doc2VecModel
 
 EXPLAIN_WORDS = 5
+# "Papers like this one" look for candidates with the paper's title and opening words.
+SIMILAR_QUERY_WORDS = 200
 
 
 def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors], str] | None = None) -> "Engine":
@@ -320,14 +332,8 @@ class Engine:
         query_lookup = self.vectors.lookup(query_distinct)
         result: dict[int, tuple[TopicExplanation, ...]] = {}
         for row, position in enumerate(chosen):
-            doc = texts.get(batch.doc_ids[position])
             k = int(np.count_nonzero(importances[row]))
-            doc_words: tuple[str, ...] = ()
-            doc_vectors = np.zeros((0, self.vectors.dim), dtype=np.float32)
-            if doc is not None:
-                distinct, _, _ = self.vectors.lookup_counts(tokenize(doc.full_text, self.stopwords))
-                doc_words, doc_vectors = distinct.words, distinct.vectors
-            doc_best = best_aligned(doc_vectors, topics[row, :k], EXPLAIN_WORDS)
+            topic_words = self._topic_words(texts.get(batch.doc_ids[position]), topics[row, :k], EXPLAIN_WORDS)
             query_best = best_aligned(query_lookup.vectors, topics[row, :k], EXPLAIN_WORDS)
             result[position] = tuple(
                 TopicExplanation(
@@ -335,12 +341,73 @@ class Engine:
                     importance=float(importances[row, t]),
                     relevance=float(relevance[row, t]),
                     contribution=float(contributions[row, t]),
-                    topic_words=tuple(doc_words[i] for i in doc_best[t]),
+                    topic_words=topic_words[t],
                     query_words=tuple(query_lookup.words[i] for i in query_best[t]),
                 )
                 for t in range(k)
             )
         return result
+
+    def _topic_words(self, document: Document | None, topics: FloatArray, count: int) -> list[tuple[str, ...]]:
+        """For each of `topics` (k, d), the `count` words of `document` it reconstructs
+        best (none for a document that is not stored)."""
+        words: tuple[str, ...] = ()
+        vectors = np.zeros((0, self.vectors.dim), dtype=np.float32)
+        if document is not None:
+            distinct, _, _ = self.vectors.lookup_counts(tokenize(document.full_text, self.stopwords))
+            words, vectors = distinct.words, distinct.vectors
+        return [tuple(words[i] for i in best) for best in best_aligned(vectors, topics, count)]
+
+    def document(self, doc_id: str) -> Document:
+        """The stored document `doc_id`. Raises DocumentNotFoundError."""
+        found = self.store.documents([doc_id]).get(doc_id)
+        if found is None:
+            raise DocumentNotFoundError(f"no stored document with id {doc_id!r}")
+        return found
+
+    def document_topics(self, doc_id: str, words: int = EXPLAIN_WORDS) -> tuple[Document, tuple[DocumentTopic, ...]]:
+        """A stored document and its hidden topics, most important first, each read
+        through its `words` best-reconstructed document words. Raises DocumentNotFoundError."""
+        document = self.document(doc_id)
+        batch = self.store.topics([doc_id])
+        k = int(np.count_nonzero(batch.importances[0]))
+        topic_words = self._topic_words(document, batch.topics[0, :k], words)
+        topics = tuple(
+            DocumentTopic(rank=t + 1, importance=float(batch.importances[0, t]), words=topic_words[t]) for t in range(k)
+        )
+        return document, topics
+
+    def similar(self, doc_id: str, size: int = 10, window: int = 100) -> tuple[RankedDoc, ...]:
+        """The stored documents most like `doc_id` by their hidden topics ("papers like this one").
+
+        First stage: BM25 with the document's title and first SIMILAR_QUERY_WORDS words as
+        the query, its top `window` other documents (`bm25_rank` counts from 1 without the
+        document itself). Then ordered by `topic_similarity` of their topics to the
+        document's (`score`, in [0, 1]; ties keep the BM25 order); the first `size`.
+        Raises DocumentNotFoundError.
+        """
+        document = self.document(doc_id)
+        self.check_index()
+        opening = " ".join(document.text.split()[:SIMILAR_QUERY_WORDS])
+        query = f"{document.title}\n{opening}" if document.title else opening
+        found = [c for c in self.store.bm25(query, window + 1) if c.doc_id != doc_id][:window]
+        candidates = [replace(c, bm25_rank=rank) for rank, c in enumerate(found, start=1)]
+        batch = self.store.topics([doc_id, *(c.doc_id for c in candidates)])
+        k = int(np.count_nonzero(batch.importances[0]))
+        similarity = topic_similarity(batch.topics[0, :k], batch.importances[0, :k], batch.topics[1:], batch.importances[1:])
+        order = np.lexsort((np.arange(len(candidates)), -similarity))[:size]
+        return tuple(
+            RankedDoc(
+                doc_id=candidates[position].doc_id,
+                rank=rank,
+                score=float(similarity[position]),
+                ranker_score=float(similarity[position]),
+                bm25_score=candidates[position].bm25_score,
+                bm25_rank=candidates[position].bm25_rank,
+                title=candidates[position].title,
+            )
+            for rank, position in enumerate(order, start=1)
+        )
 
 
 def uses_word_vectors(ranker: Ranker) -> bool:

@@ -162,6 +162,15 @@ class TopicExplanation:
 
 
 @dataclass(frozen=True)
+class DocumentTopic:
+    """One hidden topic of a stored document, read through its words."""
+
+    rank: int  # 1-based, in order of importance
+    importance: float
+    words: tuple[str, ...]  # the document's words best reconstructed by this topic
+
+
+@dataclass(frozen=True)
 class RankedDoc:
     """One reranked hit. `rank` is 1-based in the new order."""
 

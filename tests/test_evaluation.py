@@ -9,18 +9,14 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+from reranker.datasets import Dataset, load_dataset, load_qrels, load_queries
 from reranker.errors import InputError
 from reranker.evaluation import (
-    Dataset,
     EvaluationResult,
     evaluate,
-    load_dataset,
-    load_qrels,
-    load_queries,
     metric_names,
     paired_randomization_p,
     paired_t_p,
-    plot_precision_bins,
     precision_bins,
     ranking_metrics,
     summarise,
@@ -28,6 +24,7 @@ from reranker.evaluation import (
 )
 from reranker.indexing import index_corpus
 from reranker.pipeline import Engine
+from reranker.reports import evaluation_table, plot_precision_bins
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -129,7 +126,7 @@ def test_the_table_has_a_row_per_ranker_marks_and_a_caption() -> None:
         {name: synthetic(BASE, shift) for name, shift in {"bm25": 0.0, "hidden_topics": -0.2, "copy": 0.0}.items()},
         config={"vectors": "glove-6b-50d", "dim": 50, "k": 15},
     )
-    caption, blank, header, rule, *rows = result.table().splitlines()
+    caption, blank, header, rule, *rows = evaluation_table(result).splitlines()
     assert blank == ""
     assert "synthetic, 12 queries, BM25 top 100 reranked, vectors glove-6b-50d (d=50), K=15" in caption
     assert "† p < 0.05 against bm25; ‡ p < 0.05 against hidden_topics" in caption

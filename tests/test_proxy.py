@@ -369,6 +369,24 @@ def test_the_native_routes_win_over_the_catch_all(app: Flask, client: FlaskClien
     assert client.post("/healthz").status_code == 405
 
 
+def test_the_library_and_the_page_win_over_the_catch_all(app: Flask, client: FlaskClient) -> None:
+    """Routes with converters (/documents/<doc_id>) and the page's files are not proxied."""
+    adapter = app.url_map.bind("localhost")
+    for path, expected in [("/documents/ships", "library.document"), ("/documents/ships/similar", "library.similar"),
+                           ("/ui", "web.page"), ("/ui/static/app.js", "web.static")]:
+        assert adapter.match(path, "GET")[0] == expected, path
+    # An index named "documents" is still searched through the proxy.
+    assert adapter.match("/documents/_search", "POST")[0] == "proxy.search"
+    assert adapter.match("/documents/_msearch", "POST")[0] == "proxy.msearch"
+    assert adapter.match("/documents/10.1145/3397271/similar", "GET") == ("library.similar", {"doc_id": "10.1145/3397271"})
+    paper = client.get("/documents/ships")  # served from the OpenSearch store
+    assert paper.status_code == 200 and paper.get_json()["title"] == "Sailing ships"
+    similar = client.get("/documents/ships/similar?size=2").get_json()["hits"]
+    assert len(similar) == 2 and "ships" not in {h["id"] for h in similar}
+    assert client.get("/documents/nowhere").get_json()["error"]["type"] == "document_missing_exception"
+    assert client.get("/ui").mimetype == "text/html"
+
+
 def test_only_the_allowed_indices_are_searched(client: FlaskClient, papers: tuple[str, Path]) -> None:
     for path in ("/other/_search", "/papers,other/_search", "/_all/_search", "/*/_search", "/other/_msearch"):
         answer = client.post(path, json=summary("ocean"))

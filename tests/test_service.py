@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -358,7 +359,7 @@ def test_openapi_describes_every_route(client: FlaskClient) -> None:
     app = client.application
     catch_alls = {"/<path:path>", "/<index>"}
     served = {
-        (rule.rule.replace("<index>", "{index}"), method)
+        (re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule), method)  # /<path:name> -> /{name}
         for rule in app.url_map.iter_rules()
         if rule.endpoint != "static" and rule.rule not in catch_alls
         for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}

@@ -5,6 +5,9 @@
     reranking.py  the per-process Runtime: Engine, deadlines (fail open), topic cache
     api.py        native API: /search, /rerank, /rankers, probes, /metrics, /openapi.json
     cohere.py     Cohere-compatible /v1/rerank and /v2/rerank (for OpenSearch / Elasticsearch)
+    library.py    the digital library: /documents/<id> (topics) and /documents/<id>/similar
+    web.py        the web page at /ui (static HTML/JS/CSS in static/)
+    experiments.py  online experiments: POST /events (UBI), /experiments and their reports
     proxy.py      the OpenSearch-compatible search proxy (/<index>/_search, /_msearch)
     search_requests.py  how the proxy reads and rewrites OpenSearch search bodies
     metrics.py    Prometheus metrics, multiprocess under gunicorn
@@ -31,7 +34,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     # Imported here, not at the top: prometheus_client picks its multiprocess mode when
     # first imported, and the gunicorn master (which imports this package to serve it)
     # sets PROMETHEUS_MULTIPROC_DIR only when it reads gunicorn.conf.py.
-    from reranker.service import api, cohere, errors, proxy
+    from reranker.service import api, cohere, errors, experiments, library, proxy, web
     from reranker.service.metrics import Metrics
     from reranker.service.reranking import Runtime
 
@@ -44,6 +47,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     errors.install(app)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(cohere.blueprint)
+    app.register_blueprint(experiments.blueprint)
+    app.register_blueprint(library.blueprint)
+    app.register_blueprint(web.blueprint)
     app.register_blueprint(proxy.blueprint)  # last: its routes include catch-alls
 
     @app.before_request

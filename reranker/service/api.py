@@ -78,17 +78,19 @@ def search() -> Any:
     limits = rt.limits
     fields = Fields(json_object())
     text = fields.text("query", required=True, max_chars=limits.max_text_chars)
-    ranker = rt.ranker(fields.text("ranker"))
+    named = fields.text("ranker")
+    ranker = rt.ranker(named) if named else None  # None: the default, or a running experiment
     size = fields.integer("size", 10, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
     offset = fields.integer("from", 0, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
     window = fields.integer("window", rt.settings.window, minimum=1, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
     wanted = filters(fields.array("filters"))
     explain = fields.boolean("explain", False)
+    client_id = fields.text("client_id", max_chars=100)
     fields.finish()
     if offset + size > limits.max_window:
         raise bad_request(f"[from] + [size] must be <= {limits.max_window} (RERANKER_MAX_WINDOW), got {offset + size}")
     assert text is not None
-    return jsonify(rt.search(text, ranker, window=max(window, offset + size), size=size, offset=offset, filters=wanted, explain=explain))
+    return jsonify(rt.search(text, ranker, window=max(window, offset + size), size=size, offset=offset, filters=wanted, explain=explain, client_id=client_id))
 
 
 @blueprint.post("/rerank")

@@ -21,7 +21,6 @@ Documents arrive as text: their topics are computed on the fly and cached (see
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 import uuid
@@ -31,7 +30,7 @@ from flask import Blueprint, Response, request
 
 from reranker.service.api import request_documents, runtime
 from reranker.service.errors import ApiError, bad_request
-from reranker.service.inputs import Fields, json_object
+from reranker.service.inputs import Fields, json_object, require_bearer
 
 blueprint = Blueprint("cohere", __name__)
 
@@ -55,18 +54,7 @@ def score_literal(value: float) -> str:
 
 
 def _require_key() -> None:
-    keys = runtime().limits.api_keys
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    challenge = {"WWW-Authenticate": 'Bearer realm="reranker"'}
-    if not keys:
-        raise ApiError(401, "security_exception", "this service accepts no API keys yet: set RERANKER_API_KEYS or RERANKER_API_KEYS_FILE", challenge)
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "security_exception", "missing API key: send 'Authorization: Bearer <key>'", challenge)
-    token = token.strip()
-    # Compare against every key in constant time, so timing says nothing about a key.
-    if not any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
-        raise ApiError(401, "security_exception", "invalid API key", challenge)
+    require_bearer(runtime().limits.api_keys, unset="this service accepts no API keys yet: set RERANKER_API_KEYS or RERANKER_API_KEYS_FILE")
 
 
 @blueprint.post("/v1/rerank")

@@ -20,9 +20,13 @@ from werkzeug.exceptions import HTTPException
 
 from reranker.errors import (
     ConfigError,
+    ConflictError,
+    DocumentNotFoundError,
+    DuplicateEventError,
     IndexMismatchError,
     IndexNotFoundError,
     InputError,
+    NotFoundError,
     RankerUnavailableError,
     RerankerError,
     StoreError,
@@ -58,6 +62,10 @@ STATUS: list[tuple[type[RerankerError], int, str]] = [
     # The ranker exists but this index lacks what it needs (no Doc2Vec model trained).
     (RankerUnavailableError, 409, "ranker_unavailable_exception"),
     (InputError, 400, "illegal_argument_exception"),
+    (DuplicateEventError, 409, "duplicate_event_exception"),
+    (ConflictError, 409, "conflict_exception"),
+    (DocumentNotFoundError, 404, "document_missing_exception"),
+    (NotFoundError, 404, "resource_not_found_exception"),
     (ConfigError, 400, "illegal_argument_exception"),
     (IndexNotFoundError, 404, "index_not_found_exception"),
     # The index was built with other vectors: nothing this service can serve until

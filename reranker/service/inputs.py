@@ -7,8 +7,9 @@ and are always a 400, never a 500.
 
 from __future__ import annotations
 
+import hmac
 import json
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from flask import request
 
@@ -159,3 +160,20 @@ def filters(value: list[Any] | None) -> list[Filter]:
         assert name is not None and op is not None
         found.append(Filter(field=name, op=op, value=raw))
     return found
+
+
+def require_bearer(keys: Collection[str], *, unset: str, unset_status: int = 401) -> None:
+    """Refuse the request unless it carries `Authorization: Bearer <one of keys>`.
+
+    unset: the reason when no key is configured at all (answered with `unset_status`).
+    Keys are compared in constant time, so timing says nothing about a key.
+    """
+    challenge = {"WWW-Authenticate": 'Bearer realm="reranker"'}
+    if not keys:
+        raise ApiError(unset_status, "security_exception", unset, challenge)
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "security_exception", "missing API key: send 'Authorization: Bearer <key>'", challenge)
+    if not any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
+        raise ApiError(401, "security_exception", "invalid API key", challenge)

@@ -7,7 +7,8 @@ there, and `/metrics` adds them up. Without that variable (tests, `flask run`) t
 live in this process, in a registry of the app's own.
 
 Labels are bounded: a route's rule (`/<index>/_search`, never the concrete path), a
-registered ranker name, a fallback reason (timeout, ranker_error, topics_unavailable).
+registered ranker name, a fallback reason (timeout, ranker_error, topics_unavailable), an
+experiment id (created by an admin, one running at a time).
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ class Metrics:
         self.topic_cache = Counter(
             "reranker_topic_cache_lookups", "Topics of request texts: found in the cache or computed",
             ["result"], registry=self.registry,
+        )
+        self.experiment_searches = Counter(
+            "reranker_experiment_searches", "Searches an experiment picked: interleaved, or left out (a ranker degraded)",
+            ["experiment", "result"], registry=self.registry,
+        )
+        self.events = Counter(
+            "reranker_events", "UBI events received: created, duplicate or rejected", ["result"], registry=self.registry,
         )
 
     def exposition(self) -> tuple[bytes, str]:

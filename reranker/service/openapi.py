@@ -48,10 +48,10 @@ def _errors(*statuses: int) -> dict[str, Schema]:
     reasons = {
         400: "malformed JSON, wrong types, unknown field or ranker, empty query",
         401: "missing or wrong API key",
-        403: "not a read-only search endpoint, or an index the proxy may not forward to",
-        404: "no such index or document",
+        404: "no such index, document, experiment or interleaved query",
         405: "method not allowed",
-        409: "the ranker cannot run on this index yet (no Doc2Vec model trained for it)",
+        403: "not a read-only search endpoint, or an index the proxy may not forward to; experiment changes with no RERANKER_ADMIN_API_KEY set",
+        409: "the ranker cannot run on this index yet (no Doc2Vec model); an event recorded before; an experiment id taken, another running, or a ranker removed",
         413: "body, document count or text longer than the configured limits",
         502: "the store failed",
         503: "the store (OpenSearch) is unavailable; see Retry-After",
@@ -89,6 +89,7 @@ _SEARCH_REQUEST: Schema = {
         "size": {"type": "integer", "minimum": 0, "default": 10},
         "from": {"type": "integer", "minimum": 0, "default": 0},
         "explain": {"type": "boolean", "default": False},
+        "client_id": {"type": "string", "maxLength": 100, "description": "who searches (a browser, an app): keeps one client in one arm of a running experiment"},
         "filters": {
             "type": "array",
             "items": {
@@ -140,7 +141,9 @@ _SEARCH_RESPONSE: Schema = {
         "status": _STATUS,
         "reason": {"type": "string"},
         "query": {"type": "string"},
-        "ranker": {"type": "string"},
+        "ranker": {"type": "string", "description": "the ranker, or \"interleaved\" when a running experiment answered"},
+        "query_id": {"type": "string", "description": "set when a running experiment answered: send it back with click events (POST /events)"},
+        "experiment": {"type": "object", "properties": {"id": {"type": "string"}, "method": {"type": "string"}, "rankers": _WORDS}},
         "window": {"type": "integer"},
         "candidates": {"type": "integer"},
         "hits": {"type": "array", "items": _HIT},
@@ -224,10 +227,102 @@ _COHERE_RESPONSE: Schema = {
     },
 }
 
+_UBI_EVENT: Schema = {
+    "type": "object",
+    "description": "A User Behavior Insights event (schema 1.0) about the query_id of an interleaved search.",
+    "required": ["action_name", "query_id"],
+    "additionalProperties": False,
+    "properties": {
+        "action_name": {"type": "string", "minLength": 1, "maxLength": 100, "description": "click and click_through count towards the experiment"},
+        "query_id": {"type": "string", "minLength": 1, "maxLength": 100},
+        "client_id": {"type": "string", "minLength": 1, "maxLength": 100, "description": "required when the search sent one"},
+        "timestamp": {"type": "string", "format": "date-time"},
+        "event_id": {"type": "string", "maxLength": 256, "description": "makes retries idempotent; default: a hash of the event"},
+        "application": {"type": "string"},
+        "session_id": {"type": "string"},
+        "user_id": {"type": "string"},
+        "message_type": {"type": "string"},
+        "message": {"type": "string", "maxLength": 1024},
+        "event_attributes": {
+            "type": "object",
+            "properties": {
+                "object": {"type": "object", "properties": {"object_id": {"type": ["string", "integer"]}}},
+                "position": {"type": "object", "properties": {"ordinal": {"type": ["integer", "object"], "description": "the hit's rank, from 1"}}},
+            },
+        },
+    },
+}
+
+_EXPERIMENT: Schema = {
+    "type": "object",
+    "required": ["id", "rankers", "method", "traffic", "status", "created", "min_queries"],
+    "properties": {
+        "id": {"type": "string"},
+        "rankers": _WORDS,
+        "method": {"type": "string", "enum": ["team_draft", "balanced"]},
+        "traffic": {"type": "number"},
+        "status": {"type": "string", "enum": ["running", "stopped"]},
+        "created": {"type": "string"},
+        "min_queries": {"type": "integer"},
+    },
+}
+
+_EXPERIMENT_PATH = [{"name": "experiment_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+
 _OPENSEARCH_SEARCH: Schema = {
     "type": "object",
     "description": "An OpenSearch search body; `ext.rerank` (query_text, ranker, window) steers the reranking.",
 }
+
+
+_DOC_ID_PARAMETER: Schema = {"name": "doc_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}, "description": "a stored document's id"}
+
+_DOCUMENT_RESPONSE: Schema = {
+    "type": "object",
+    "required": ["id", "title", "excerpt", "truncated", "topics"],
+    "properties": {
+        "id": {"type": "string"},
+        "title": {"type": "string"},
+        "excerpt": {"type": "string", "description": "the first 300 words of the text"},
+        "truncated": {"type": "boolean", "description": "whether the text goes on after the excerpt"},
+        "topics": {
+            "type": "array",
+            "description": "hidden topics, most important first",
+            "items": {
+                "type": "object",
+                "required": ["topic", "importance", "words"],
+                "properties": {"topic": {"type": "integer"}, "importance": {"type": "number"}, "words": _WORDS},
+            },
+        },
+    },
+}
+
+_SIMILAR_RESPONSE: Schema = {
+    "type": "object",
+    "required": ["id", "hits"],
+    "properties": {
+        "id": {"type": "string"},
+        "hits": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "rank", "title", "score", "bm25_rank", "snippet"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "rank": {"type": "integer"},
+                    "title": {"type": "string"},
+                    "score": {"type": "number", "description": "topic similarity to the paper, in [0, 1]"},
+                    "bm25_rank": {"type": "integer", "description": "rank by BM25 on the paper's title and opening, the paper itself left out"},
+                    "snippet": {"type": "string", "description": "the first 30 words of the text"},
+                },
+            },
+        },
+    },
+}
+
+
+def _static(content_types: list[str], description: str) -> Schema:
+    return {"description": description, "content": {t: {"schema": {"type": "string"}} for t in content_types}}
 
 
 def _proxy_operation(summary: str, with_index: bool) -> Schema:
@@ -266,7 +361,10 @@ def openapi_document() -> Schema:
         },
         "components": {
             "schemas": {"Error": _ERROR},
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "a key from RERANKER_API_KEYS"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "a key from RERANKER_API_KEYS"},
+                "admin": {"type": "http", "scheme": "bearer", "description": "RERANKER_ADMIN_API_KEY"},
+            },
         },
         "paths": {
             "/": {"get": {"summary": "what this service is", "responses": {"200": _json({"type": "object"}, "name and version")}}},
@@ -296,6 +394,73 @@ def openapi_document() -> Schema:
                     "requestBody": _body(rerank_request),
                     "responses": {"200": _json(_RERANK_RESPONSE, "the candidates in the new order"), **_errors(400, 404, 409, 413, 502, 503)},
                 }
+            },
+            "/documents/{doc_id}": {
+                "get": {
+                    "summary": "a stored paper: title, opening text and its hidden topics with their words",
+                    "parameters": [_DOC_ID_PARAMETER],
+                    "responses": {"200": _json(_DOCUMENT_RESPONSE, "the paper"), **_errors(404, 502, 503)},
+                }
+            },
+            "/documents/{doc_id}/similar": {
+                "get": {
+                    "summary": "papers like this one: BM25 on its title and opening words, ordered by hidden-topic similarity",
+                    "parameters": [
+                        _DOC_ID_PARAMETER,
+                        {"name": "size", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}},
+                    ],
+                    "responses": {"200": _json(_SIMILAR_RESPONSE, "the most similar papers first"), **_errors(400, 404, 502, 503)},
+                }
+            },
+            "/ui": {"get": {"summary": "the web page: compare rankers, browse papers, live search, experiments", "responses": {"200": _static(["text/html"], "the page")}}},
+            "/ui/static/{filename}": {
+                "get": {
+                    "summary": "the page's script and style sheet",
+                    "parameters": [{"name": "filename", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}],
+                    "responses": {"200": _static(["text/javascript", "text/css", "text/html"], "the file"), **_errors(404)},
+                }
+            },
+            "/events": {
+                "post": {
+                    "summary": "record a UBI event (a click) about an interleaved search",
+                    "requestBody": _body(_UBI_EVENT),
+                    "responses": {"201": _json({"type": "object", "required": ["result", "event_id"]}, "recorded"), **_errors(400, 404, 409, 413, 502, 503)},
+                }
+            },
+            "/experiments": {
+                "get": {"summary": "every experiment", "responses": {"200": _json({"type": "object", "required": ["experiments"], "properties": {"experiments": {"type": "array", "items": _EXPERIMENT}}}, "experiments, oldest first"), **_errors(502, 503)}},
+                "post": {
+                    "summary": "start an experiment (admin key)",
+                    "security": [{"admin": []}],
+                    "requestBody": _body({
+                        "type": "object", "required": ["id", "rankers"], "additionalProperties": False,
+                        "properties": {
+                            "id": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+                            "rankers": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+                            "method": {"type": "string", "enum": ["team_draft", "balanced"], "default": "team_draft"},
+                            "traffic": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.1},
+                            "min_queries": {"type": "integer", "minimum": 1, "default": 20},
+                        },
+                    }),
+                    "responses": {"201": _json({"type": "object", "required": ["experiment"]}, "started"), **_errors(400, 401, 403, 409, 413, 502, 503)},
+                },
+            },
+            "/experiments/{experiment_id}": {
+                "get": {
+                    "summary": "an experiment and its report: clicks, wins per ranker, winner, sign-test p-value",
+                    "parameters": _EXPERIMENT_PATH,
+                    "responses": {"200": _json({"type": "object", "required": ["experiment", "report"]}, "the report so far"), **_errors(404, 502, 503)},
+                },
+                "patch": {
+                    "summary": "change an experiment's traffic share or status (admin key)",
+                    "security": [{"admin": []}],
+                    "parameters": _EXPERIMENT_PATH,
+                    "requestBody": _body({
+                        "type": "object", "additionalProperties": False,
+                        "properties": {"traffic": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "status": {"type": "string", "enum": ["running", "stopped"]}},
+                    }),
+                    "responses": {"200": _json({"type": "object", "required": ["experiment"]}, "changed"), **_errors(400, 401, 403, 404, 409, 413, 502, 503)},
+                },
             },
             "/v1/rerank": {"post": cohere},
             "/v2/rerank": {"post": cohere},

@@ -14,6 +14,11 @@ only; a search that asks for no highlight or computed field gets its page from o
 of those hits instead (a lookup by id, not a second run of the query). The answer is (1) with its hits replaced by (2)'s in the new order, each keeping
 its BM25 `_score`, plus an `ext.rerank` block saying what ran.
 
+Online experiments: a `_search` that names no ranker and falls in a running experiment's
+traffic share (`ext.rerank.client_id` keeps a client in one arm) gets the interleaving of
+the experiment's two rankers over the same window; `ext.rerank.query_id` is the id its
+click events name (POST /events). `_msearch` searches are never interleaved.
+
 A search that cannot be reranked (no query text, another sort, search_after, scroll,
 size 0, rescore, collapse, an index without hidden topics, ...) is forwarded as it is
 and marked `ext.rerank.status = "not_reranked"` with the reason. The cluster's own
@@ -59,6 +64,7 @@ from reranker.service.search_requests import (
     unrerankable,
     window_request,
 )
+from reranker.store.events import Experiment
 from reranker.store.opensearch import OpenSearchStore, TopicLayout
 from reranker.types import Candidate, EmbeddingInfo
 
@@ -81,6 +87,7 @@ class Plan:
     window: int = 0
     layouts: dict[str, TopicLayout] = field(default_factory=dict)
     reason: str | None = None
+    experiment: Experiment | None = None  # interleave this search's window (only _search)
 
 
 def cluster(rt: Runtime) -> OpenSearchStore:
@@ -115,8 +122,12 @@ def layout_problem(layouts: dict[str, TopicLayout] | None, vectors: EmbeddingInf
     return None
 
 
-def plan(rt: Runtime, store: OpenSearchStore, search: Search) -> Plan:
-    """Rerank `search` or forward it: decided from the request, then the index's mapping."""
+def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bool = False) -> Plan:
+    """Rerank `search` or forward it: decided from the request, then the index's mapping.
+
+    experiments: let a running experiment interleave the search when it names no ranker
+    and falls in the experiment's traffic share.
+    """
     ranker = rt.ranker(search.options.ranker)  # an unknown name is a 400 either way
     reason = unrerankable(search, rt.limits.max_window)
     if reason is not None:
@@ -130,27 +141,42 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search) -> Plan:
     reason = layout_problem(layouts, rt.engine().vectors.info)
     if reason is not None or layouts is None:
         return Plan(ranker, reason=reason)
-    if ranker.needs:
-        # WMD's words and Doc2Vec's vectors are read through the alias, not from each hit's index.
-        serving = store.alias_index()
-        elsewhere = sorted(name for name in layouts if name != serving)
-        if elsewhere:
-            return Plan(ranker, reason=f"ranker {ranker.name!r} reads documents through the alias [{store.alias}], and index [{elsewhere[0]}] is not behind it")
+    reason = _behind_alias(store, ranker, layouts)
+    if reason is not None:
+        return Plan(ranker, reason=reason)
     wanted = search.options.window or rt.settings.window
     window = min(max(search.offset + search.size, wanted), rt.limits.max_window)
-    return Plan(ranker, text, window, layouts)
+    experiment = rt.experiments.pick(search.options.client_id) if experiments and search.options.ranker is None else None
+    if experiment is not None and any(_behind_alias(store, rt.ranker(name), layouts) for name in experiment.rankers):
+        experiment = None
+    return Plan(ranker, text, window, layouts, experiment=experiment)
+
+
+def _behind_alias(store: OpenSearchStore, ranker: Ranker, layouts: dict[str, TopicLayout]) -> str | None:
+    """Why `ranker` cannot rerank these indices (None: it can). WMD's words and Doc2Vec's
+    vectors are read through the alias, not from each hit's index."""
+    if not ranker.needs:
+        return None
+    serving = store.alias_index()
+    elsewhere = sorted(name for name in layouts if name != serving)
+    if elsewhere:
+        return f"ranker {ranker.name!r} reads documents through the alias [{store.alias}], and index [{elsewhere[0]}] is not behind it"
+    return None
 
 
 # --- the two cluster requests and the answer ---------------------------------------------
 
 
 def rerank_window(
-    rt: Runtime, store: OpenSearchStore, plan_: Plan, hits: list[dict[str, Any]], deadline: Deadline, page: tuple[int, int]
+    rt: Runtime, store: OpenSearchStore, plan_: Plan, hits: list[dict[str, Any]], deadline: Deadline, page: tuple[int, int],
+    client_id: str | None = None,
 ) -> tuple[list[int], dict[str, Any]]:
     """(the page's window positions in the new order, the `ext.rerank` block). Fails open.
 
     page: (from, size). Hits keep their BM25 `_score`; the block's `scores` give each
-    page hit's reranker score (and, for a fusion, its base ranker's own score).
+    page hit's reranker score (and, for a fusion, its base ranker's own score). With an
+    experiment in the plan, the page is the interleaving of its two rankers and the block
+    carries the `query_id` that click events must name.
     """
     engine = rt.engine()
     candidates = tuple(
@@ -161,7 +187,26 @@ def rerank_window(
     topics = store.topics_from_hits(hits, engine.vectors.dim, dtypes)
     offset, size = page
     window = CandidateSet(candidates, topics, exact_top=offset + size)
-    outcome, _ = rt.rerank(engine.query(plan_.text), window, plan_.ranker, deadline, "proxy", len(hits))
+    query = engine.query(plan_.text)
+    if plan_.experiment is not None:
+        interleaved, _ = rt.interleave(
+            query, window, plan_.experiment, deadline, "proxy", offset=offset, size=size, client_id=client_id, text=plan_.text
+        )
+        if interleaved is not None:
+            return interleaved.positions, {
+                "ranker": "interleaved",
+                **interleaved.status_fields(),
+                "query_id": interleaved.query_id,
+                "experiment": interleaved.block(),
+                "took_ms": round(interleaved.a.rerank_ms + interleaved.b.rerank_ms, 3),
+                "window": plan_.window,
+                "candidates": len(hits),
+                "scores": [
+                    {"_id": candidates[p].doc_id, **interleaved.outcome_of(team).hit_scores(p)}
+                    for p, team in zip(interleaved.positions, interleaved.teams)
+                ],
+            }
+    outcome, _ = rt.rerank(query, window, plan_.ranker, deadline, "proxy", len(hits))
     positions = outcome.order[offset : offset + size]
     block = {
         "ranker": plan_.ranker.name,
@@ -212,7 +257,7 @@ def search(index: str | None = None) -> Response:
     body, options = rerank_options(json_object(required=False), rt)
     offset, size = page_bounds(body, params)
     wanted = Search(expression, body, params, offset, size, options)
-    how = plan(rt, store, wanted)
+    how = plan(rt, store, wanted, experiments=True)
     path = _path(expression, "_search")
     if how.reason is not None:
         status, found = store.forward("POST", path, params, body)
@@ -221,7 +266,7 @@ def search(index: str | None = None) -> Response:
     if status != 200:
         return answer(status, first)
     hits = hits_of(first)
-    positions, block = rerank_window(rt, store, how, hits, deadline, (offset, size))
+    positions, block = rerank_window(rt, store, how, hits, deadline, (offset, size), options.client_id)
     second: dict[str, Any] = {}
     if positions and page_by_mget(wanted):
         status, found = store.forward("POST", "/_mget", *mget_request(wanted, hits, positions))

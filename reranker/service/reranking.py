@@ -18,6 +18,7 @@ import hashlib
 import logging
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
@@ -26,11 +27,14 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from reranker.errors import RankerUnavailableError, RerankerError, StoreError, StoreUnavailableError
+from reranker.experiments import Experiments, utc_now
+from reranker.interleaving import TEAM_A, interleave
 from reranker.indexing import document_topics
 from reranker.pipeline import LruCache, Ranking, uses_word_vectors
 from reranker.rankers import CandidateSet, Ranker, Scores, get_ranker
 from reranker.service.errors import ApiError, describe
-from reranker.topics import stack_topics
+from reranker.store.events import Experiment, ShownQuery
+from reranker.topics import Variant, stack_topics
 from reranker.types import Candidate, DocTopics, Document, Filter, Query, TopicBatch
 
 if TYPE_CHECKING:
@@ -100,6 +104,38 @@ class Reranked:
         return {"score": float(self.scores[position]), "ranker_score": float(self.ranker_scores[position])}
 
 
+@dataclass(frozen=True)
+class Interleaved:
+    """A window answered by an experiment: both rankers' outcomes and the list shown.
+
+    positions: window positions of the hits, best first, from `offset` on (the page).
+    teams: per hit, the experiment ranker that put it there (TEAM_A / TEAM_B).
+    """
+
+    query_id: str
+    experiment: Experiment
+    positions: list[int]
+    teams: list[str]
+    a: Reranked
+    b: Reranked
+
+    def outcome_of(self, team: str) -> Reranked:
+        return self.a if team == TEAM_A else self.b
+
+    def status_fields(self) -> dict[str, Any]:
+        """"ok" when both rankers were; else the first problem (never "degraded": a
+        degraded ranker sends the search out of the experiment)."""
+        for outcome in (self.a, self.b):
+            if outcome.status != "ok":
+                return status_fields(outcome)
+        return {"status": "ok"}
+
+    def block(self) -> dict[str, Any]:
+        """What a response says about the experiment it took part in."""
+        e = self.experiment
+        return {"id": e.id, "method": e.method, "rankers": list(e.rankers)}
+
+
 class TopicCache(LruCache[str, DocTopics]):
     """Topics of texts seen before, LRU, bounded in bytes. Thread-safe.
 
@@ -130,6 +166,7 @@ class Runtime:
         # Rerank jobs run here so that a request can stop waiting at its deadline; a job
         # that overruns finishes in the background (jobs check the deadline and stop early).
         self._pool = ThreadPoolExecutor(max_workers=max(2, settings.service.threads), thread_name_prefix="rerank")
+        self.experiments = Experiments(settings)
 
     # --- long-lived pieces ---------------------------------------------------------------
 
@@ -222,50 +259,118 @@ class Runtime:
         """The outcome when the topics of `size` candidates could not be fetched."""
         return self._degraded(endpoint, ranker, "topics_unavailable", f"topics unavailable: {exc}", time.perf_counter(), size)
 
+    def interleave(
+        self,
+        query: Query,
+        window: CandidateSet,
+        experiment: Experiment,
+        deadline: Deadline,
+        endpoint: str,
+        *,
+        offset: int,
+        size: int,
+        client_id: str | None,
+        text: str,
+    ) -> tuple[Interleaved | None, CandidateSet | None]:
+        """Both of `experiment`'s rankers over the same `window`, interleaved from rank 1
+        to `offset + size`, and recorded under a new query id.
+
+        Returns (None, ...) when this search cannot take part after all: a ranker degraded
+        or cannot run on this index, or the query could not be recorded (so its clicks
+        could never be credited). The caller then answers as without an experiment.
+        """
+        engine = self.engine()
+        outcomes: list[Reranked] = []
+        built: CandidateSet | None = None
+        for name in experiment.rankers:
+            try:
+                outcome, candidates = self.rerank(query, window, engine.ranker(name), deadline, endpoint, len(window.candidates))
+            except RerankerError as exc:  # e.g. doc2vec with no model on this index: the user did not ask for it
+                log.warning("experiment %s left out a search: %s", experiment.id, exc)
+                outcome, candidates = None, None
+            if outcome is None or outcome.status == "degraded":
+                self.metrics.experiment_searches.labels(experiment.id, "left_out").inc()
+                return None, built
+            outcomes.append(outcome)
+            built = built or candidates
+        a, b = outcomes
+        ids = [c.doc_id for c in window.candidates]
+        query_id = str(uuid.uuid4())
+        # One client paging through one query gets the same interleaving on every page.
+        seed = f"{experiment.id}\x00{client_id}\x00{text}" if client_id is not None else query_id
+        shown = interleave(experiment.method, [ids[p] for p in a.order], [ids[p] for p in b.order], offset + size, seed)
+        try:
+            self.experiments.store().record_query(ShownQuery(query_id, experiment.id, client_id, text, utc_now(), shown, offset))
+        except StoreError as exc:
+            log.warning("experiment %s: the query could not be recorded, answered without the experiment: %s", experiment.id, exc)
+            self.metrics.experiment_searches.labels(experiment.id, "left_out").inc()
+            return None, built
+        self.metrics.experiment_searches.labels(experiment.id, "interleaved").inc()
+        where = {doc_id: position for position, doc_id in enumerate(ids)}
+        positions = [where[doc_id] for doc_id in shown.ids[offset:]]
+        return Interleaved(query_id, experiment, positions, list(shown.teams[offset:]), a, b), built
+
     # --- the native routes' two jobs ----------------------------------------------------
 
     def search(
         self,
         text: str,
-        ranker: Ranker,
+        ranker: Ranker | None,
         *,
         window: int,
         size: int,
         offset: int,
         filters: Sequence[Filter],
         explain: bool,
+        client_id: str | None = None,
     ) -> dict[str, Any]:
-        """BM25 top-`window`, reranked before the deadline; hits [offset, offset + size)."""
+        """BM25 top-`window`, reranked before the deadline; hits [offset, offset + size).
+
+        ranker: None when the request named none: the default ranker, or the running
+        experiment's interleaving when this search falls in its traffic share.
+        """
         engine = self.engine()
         deadline = Deadline(self.limits.deadline_ms)
         engine.check_index()
+        experiment = self.experiments.pick(client_id) if ranker is None else None
+        chosen = ranker or self.ranker(None)
         query = engine.query(text)
         started = time.perf_counter()
         candidates = tuple(engine.store.bm25(text, window, filters))  # cluster down: 503
         retrieved = time.perf_counter()
         outcome: Reranked
+        interleaved: Interleaved | None = None
         candidate_set: CandidateSet | None = None
         try:
             topics = engine.store.topics([c.doc_id for c in candidates])
         except StoreUnavailableError as exc:
-            outcome = self.degraded_topics("search", ranker, exc, len(candidates))
+            outcome = self.degraded_topics("search", chosen, exc, len(candidates))
         else:
             window_set = CandidateSet(candidates, topics, exact_top=offset + size)
-            outcome, candidate_set = self.rerank(query, window_set, ranker, deadline, "search", len(candidates))
-        page = outcome.order[offset : offset + size]
-        explanations = {}
-        if explain and outcome.status in ("ok", "partial") and ranker.variant is not None and candidate_set is not None:
-            try:
-                explanations = engine.explain(query, candidate_set, page, ranker.variant)
-            except StoreError as exc:
-                log.warning("explanations unavailable: %s", exc)
+            if experiment is not None:
+                interleaved, candidate_set = self.interleave(
+                    query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
+                )
+            if interleaved is None:
+                outcome, candidate_set = self.rerank(query, window_set, chosen, deadline, "search", len(candidates))
+        # (window position, the outcome that scored it, the ranker that placed it) per hit
+        page: list[tuple[int, Reranked, Ranker]]
+        if interleaved is not None:
+            a, b = (engine.ranker(name) for name in interleaved.experiment.rankers)
+            page = [
+                (position, interleaved.outcome_of(team), a if team == TEAM_A else b)
+                for position, team in zip(interleaved.positions, interleaved.teams)
+            ]
+        else:
+            page = [(position, outcome, chosen) for position in outcome.order[offset : offset + size]]
+        explanations = self._explanations(query, candidate_set, page) if explain else {}
         hits = []
-        for rank, position in enumerate(page, start=offset + 1):
+        for rank, (position, scored, _) in enumerate(page, start=offset + 1):
             candidate = candidates[position]
             hit: dict[str, Any] = {
                 "id": candidate.doc_id,
                 "rank": rank,
-                **outcome.hit_scores(position),
+                **scored.hit_scores(position),
                 "bm25_score": candidate.bm25_score,
                 "bm25_rank": candidate.bm25_rank,
                 "title": candidate.title,
@@ -283,17 +388,48 @@ class Runtime:
                     for e in explanations.get(position, ())
                 ]
             hits.append(hit)
+        if interleaved is not None:
+            head: dict[str, Any] = {
+                **interleaved.status_fields(),
+                "query_id": interleaved.query_id,
+                "experiment": interleaved.block(),
+                "query": text,
+                "ranker": "interleaved",
+            }
+            rerank_ms = interleaved.a.rerank_ms + interleaved.b.rerank_ms
+        else:
+            head = {**status_fields(outcome), "query": text, "ranker": chosen.name}
+            rerank_ms = outcome.rerank_ms
         return {
-            **status_fields(outcome),
-            "query": text,
-            "ranker": ranker.name,
+            **head,
             "window": window,
             "candidates": len(candidates),
             "hits": hits,
             "query_words": list(query.words),
             "oov_words": list(dict.fromkeys(query.oov)),
-            "timings_ms": {"retrieve": round(1000 * (retrieved - started), 3), "rerank": round(outcome.rerank_ms, 3)},
+            "timings_ms": {"retrieve": round(1000 * (retrieved - started), 3), "rerank": round(rerank_ms, 3)},
         }
+
+    def _explanations(
+        self, query: Query, candidate_set: CandidateSet | None, page: list[tuple[int, Reranked, Ranker]]
+    ) -> dict[int, Any]:
+        """Topic explanations of the page's hits, each by the topic ranker that placed it
+        (none for a degraded outcome or a ranker without topics)."""
+        if candidate_set is None:
+            return {}
+        wanted: dict[str, list[int]] = {}
+        variants: dict[str, Variant] = {}
+        for position, scored, ranker in page:
+            if scored.status in ("ok", "partial") and ranker.variant is not None:
+                wanted.setdefault(ranker.name, []).append(position)
+                variants[ranker.name] = ranker.variant
+        found: dict[int, Any] = {}
+        for name, positions in wanted.items():
+            try:
+                found.update(self.engine().explain(query, candidate_set, positions, variants[name]))
+            except StoreError as exc:
+                log.warning("explanations unavailable: %s", exc)
+        return found
 
     def rerank_documents(
         self, text: str, ranker: Ranker, documents: Sequence[RequestDocument], endpoint: str, exact_top: int | None = None
@@ -364,6 +500,7 @@ class Runtime:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.experiments.close()
         if self._engine is not None:
             self._engine.store.close()
 

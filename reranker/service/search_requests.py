@@ -44,6 +44,7 @@ class RerankOptions:
     query_text: str | None = None
     ranker: str | None = None
     window: int | None = None
+    client_id: str | None = None  # keeps one client in one arm of a running experiment
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,15 @@ def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], R
         raise bad_request("[ext.rerank.query_text] must not be empty")
     ranker = fields.text("ranker")
     window = fields.integer("window", 0, minimum=1, maximum=rt.limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
+    client_id = fields.text("client_id")
+    if client_id is not None and not 0 < len(client_id) <= 100:
+        raise bad_request("[ext.rerank.client_id] must be 1 to 100 characters")
     fields.finish()
     rest = {name: value for name, value in ext.items() if name != "rerank"}
     stripped = {name: value for name, value in body.items() if name != "ext"}
     if rest:
         stripped["ext"] = rest
-    return stripped, RerankOptions(text, ranker, window or None)
+    return stripped, RerankOptions(text, ranker, window or None, client_id)
 
 
 def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]:

@@ -1,0 +1,272 @@
+"""Judged data sets: a corpus, its queries, and which documents are relevant to each.
+
+A dataset folder holds `corpus.jsonl` ({"id", "title", "text"} per line),
+`queries.jsonl` ({"id", "text"}) and `qrels.tsv` (query_id, doc_id, relevance; no
+header), the layout of the data sets under ../shared/data.
+
+The judgments may instead come from the body of an OpenSearch (or Elasticsearch)
+`_rank_eval` request, the rated-documents JSON search teams already keep:
+
+    {"requests": [{"id": "q1", "request": {"query": {"match": {"text": "..."}}},
+                   "ratings": [{"_index": "papers", "_id": "d1", "rating": 1}, ...]}, ...],
+     "metric": {...}}
+
+Every loader raises InputError naming the file (and line or request) and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reranker.errors import InputError
+
+QRELS_FILE = "qrels.tsv"
+# The full-text queries whose text `query_text` reads out of a `_rank_eval` request.
+_TEXT_QUERIES = ("match", "match_phrase", "match_bool_prefix", "multi_match", "query_string", "simple_query_string")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Judged queries over a corpus. qrels: query id -> {doc id: relevance > 0}.
+
+    judgments: where the qrels came from (`qrels.tsv`, or the `_rank_eval` file's path).
+    """
+
+    name: str
+    corpus_path: Path
+    queries: tuple[tuple[str, str], ...]
+    qrels: dict[str, dict[str, int]]
+    judgments: str = QRELS_FILE
+
+
+def load_queries(path: Path) -> list[tuple[str, str]]:
+    """(id, text) pairs from a JSONL file. Raises InputError naming file and line."""
+    queries: list[tuple[str, str]] = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        if not line.strip():
+            continue
+        location = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
+        if not isinstance(record, dict) or not isinstance(record.get("id"), (str, int)):
+            raise InputError("expected a JSON object with an 'id'", location)
+        text = record.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"query {record['id']!r} has no 'text'", location)
+        queries.append((str(record["id"]), text))
+    return queries
+
+
+def load_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped."""
+    qrels: dict[str, dict[str, int]] = {}
+    for number, line in enumerate(_read_lines(path), start=1):
+        if not line.strip():
+            continue
+        parts = line.rstrip("\r\n").split("\t")
+        if len(parts) == 4:  # TREC layout: query, iteration, doc, relevance
+            parts = [parts[0], parts[2], parts[3]]
+        if len(parts) != 3:
+            raise InputError(
+                f"expected 3 tab-separated columns (query_id, doc_id, relevance), got {len(parts)}",
+                f"{path}:{number}",
+            )
+        query_id, doc_id, raw = parts
+        try:
+            relevance = int(raw)
+        except ValueError:
+            raise InputError(f"relevance must be an integer, got {raw!r}", f"{path}:{number}") from None
+        if relevance > 0:
+            qrels.setdefault(query_id, {})[doc_id] = relevance
+    return qrels
+
+
+def _read_lines(path: Path) -> list[str]:
+    return _read_text(path).splitlines()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a folder; expected a file", str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", str(path)) from None
+
+
+# --- OpenSearch `_rank_eval` rated documents ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RatedRequest:
+    """One entry of a `_rank_eval` body's `requests`.
+
+    text: the query text found in `request.query` (None when there is none, e.g. a
+    search-template request). relevant: doc id -> rating, ratings <= 0 left out.
+    """
+
+    id: str
+    text: str | None
+    relevant: dict[str, int]
+
+
+def load_rank_eval(path: Path) -> list[RatedRequest]:
+    """The requests of a `_rank_eval` body: {"requests": [{"id", "request"?,
+    "ratings": [{"_index", "_id", "rating"}, ...]}, ...], "metric"?: ...}.
+
+    Ratings are integers (as OpenSearch's rated documents are); `_index` is not
+    checked, since the comparison runs over one corpus. Raises InputError naming the
+    file and the request for invalid JSON, a missing or duplicate id, a rating that
+    is not an integer, or a document rated twice in one request.
+    """
+    try:
+        body = json.loads(_read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", str(path)) from None
+    requests = body.get("requests") if isinstance(body, dict) else None
+    if not isinstance(requests, list) or not requests:
+        raise InputError(
+            "expected a _rank_eval body: an object with a non-empty 'requests' list", str(path)
+        )
+    parsed: list[RatedRequest] = []
+    seen: set[str] = set()
+    for position, request in enumerate(requests):
+        try:
+            rated = _rated_request(request, f"requests[{position}]")
+        except _Malformed as exc:
+            raise InputError(str(exc), str(path)) from None
+        if rated.id in seen:
+            raise InputError(f"requests[{position}]: request id {rated.id!r} appears twice", str(path))
+        seen.add(rated.id)
+        parsed.append(rated)
+    return parsed
+
+
+class _Malformed(Exception):
+    """A request the parser rejects; `load_rank_eval` adds the file name."""
+
+
+def _rated_request(request: Any, where: str) -> RatedRequest:
+    if not isinstance(request, dict):
+        raise _Malformed(f"{where}: expected an object with 'id' and 'ratings'")
+    request_id = request.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)) or str(request_id) == "":
+        raise _Malformed(f"{where}: no 'id'")
+    where = f"{where} (id {str(request_id)!r})"
+    ratings = request.get("ratings")
+    if not isinstance(ratings, list):
+        raise _Malformed(f"{where}: 'ratings' must be a list of {{'_index', '_id', 'rating'}}")
+    relevant: dict[str, int] = {}
+    rated: set[str] = set()
+    for number, rating in enumerate(ratings):
+        doc_id, value = _rating(rating, f"{where}: ratings[{number}]")
+        if doc_id in rated:
+            raise _Malformed(f"{where}: document {doc_id!r} is rated twice")
+        rated.add(doc_id)
+        if value > 0:
+            relevant[doc_id] = value
+    search = request.get("request")
+    text = query_text(search.get("query")) if isinstance(search, dict) else None
+    return RatedRequest(str(request_id), text, relevant)
+
+
+def _rating(rating: Any, where: str) -> tuple[str, int]:
+    if not isinstance(rating, dict):
+        raise _Malformed(f"{where}: expected an object with '_id' and 'rating'")
+    doc_id = rating.get("_id")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or str(doc_id) == "":
+        raise _Malformed(f"{where}: no '_id'")
+    value = rating.get("rating")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(doc_id), value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(doc_id), int(value)
+    raise _Malformed(f"{where}: 'rating' must be an integer, got {json.dumps(value)}")
+
+
+def query_text(query: Any) -> str | None:
+    """The text of a full-text query: `match` / `match_phrase` ({"field": "text"} or
+    {"field": {"query": "text"}}), `multi_match`, `query_string`, `simple_query_string`;
+    inside a `bool`, the texts of its `must` and `should` clauses joined. None if none."""
+    if not isinstance(query, dict):
+        return None
+    for kind in _TEXT_QUERIES:
+        clause = query.get(kind)
+        if not isinstance(clause, dict):
+            continue
+        if "query" in clause and kind in ("multi_match", "query_string", "simple_query_string"):
+            text = clause["query"]
+        else:
+            # {"field": "text"} or {"field": {"query": "text", ...}}; one field per clause
+            value = next((v for k, v in clause.items() if not k.startswith("_") and k != "boost"), None)
+            text = value.get("query") if isinstance(value, dict) else value
+        if isinstance(text, str) and text.strip():
+            return text
+    boolean = query.get("bool")
+    if isinstance(boolean, dict):
+        texts = []
+        for occur in ("must", "should"):
+            clauses = boolean.get(occur)
+            for clause in clauses if isinstance(clauses, list) else [clauses]:
+                text = query_text(clause)
+                if text:
+                    texts.append(text)
+        if texts:
+            return " ".join(texts)
+    return None
+
+
+# --- a dataset folder -----------------------------------------------------------------
+
+
+def load_dataset(directory: Path, queries_file: str = "queries.jsonl", judgments: Path | None = None) -> Dataset:
+    """Read a dataset folder; only queries with at least one relevant document are kept.
+
+    judgments: a `_rank_eval` body to use instead of the folder's qrels.tsv. Its
+    requests are the queries; each one's text comes from the folder's query file (by
+    request id) when that file holds it, else from the request's query (`query_text`).
+    """
+    if not directory.is_dir():
+        raise InputError("not a dataset folder (expected corpus.jsonl, queries.jsonl, qrels.tsv)", str(directory))
+    corpus = directory / "corpus.jsonl"
+    if not corpus.is_file():
+        raise InputError("no such file", str(corpus))
+    name = directory.resolve().name
+    if judgments is not None:
+        return _rank_eval_dataset(name, corpus, directory / queries_file, judgments)
+    queries = load_queries(directory / queries_file)
+    qrels = load_qrels(directory / QRELS_FILE)
+    judged = tuple((qid, text) for qid, text in queries if qrels.get(qid))
+    if not judged:
+        raise InputError(f"no query has a relevant document in {QRELS_FILE}", str(directory))
+    return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels)
+
+
+def _rank_eval_dataset(name: str, corpus: Path, queries_path: Path, judgments: Path) -> Dataset:
+    requests = load_rank_eval(judgments)
+    texts = dict(load_queries(queries_path)) if queries_path.is_file() else {}
+    queries: list[tuple[str, str]] = []
+    qrels: dict[str, dict[str, int]] = {}
+    for position, request in enumerate(requests):
+        if not request.relevant:
+            continue  # as with qrels.tsv: a query without a relevant document is not judged
+        text = texts.get(request.id) or request.text
+        if text is None:
+            raise InputError(
+                f"requests[{position}] (id {request.id!r}): no query text: {queries_path.name} has no query "
+                "with this id and the request has no match, multi_match or query_string query",
+                str(judgments),
+            )
+        queries.append((request.id, text))
+        qrels[request.id] = request.relevant
+    if not queries:
+        raise InputError("no request rates a document above 0", str(judgments))
+    return Dataset(name=name, corpus_path=corpus, queries=tuple(queries), qrels=qrels, judgments=str(judgments))

@@ -1,0 +1,345 @@
+"""Online experiments: which searches are interleaved, what an event means, who is winning.
+
+An experiment compares two registered rankers on live traffic. A share of the searches
+that name no ranker (`traffic`) is answered with the interleaving of both rankers' orders
+of the same BM25 window (`reranker.interleaving`); the list shown and which ranker put
+each hit there are recorded under a query id (`store.events.ShownQuery`). Clients send
+User Behavior Insights events for that query id; the report credits each clicked query
+to a ranker and runs a sign test over the queries with a preference.
+
+One experiment runs at a time, so a search never has to choose between two. Whether a
+search takes part is a hash of (experiment id, client id) against the share, so one
+client sees the same arm for the whole experiment; without a client id it is a coin flip.
+
+Used by the service (routes and search) and by `reranker ab` (the same store, no HTTP).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from reranker.config import Settings
+from reranker.errors import ConflictError, InputError, NotFoundError
+from reranker.interleaving import METHODS, TEAM_A, Outcome, outcome
+from reranker.rankers import RANKERS
+from reranker.store.events import CLICK_ACTIONS, Event, EventStore, Experiment, ShownQuery, open_event_store
+
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+DEFAULT_TRAFFIC = 0.1
+DEFAULT_MIN_QUERIES = 20
+STATUSES = ("running", "stopped")
+# How long a worker trusts its copy of the running experiment (changes made through
+# another worker or the CLI are seen within this time).
+RUNNING_TTL_SECONDS = 5.0
+# UBI's own limits (event.schema.json, 1.0.0).
+_MAX_ID = 100
+_MAX_OBJECT_ID = 256
+_MAX_MESSAGE = 1024
+EVENT_FIELDS = (
+    "action_name", "query_id", "client_id", "timestamp", "event_attributes", "event_id",
+    "application", "session_id", "user_id", "message_type", "message",
+)
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# --- experiments ---------------------------------------------------------------------------
+
+
+def new_experiment(
+    experiment_id: str,
+    rankers: tuple[str, str] | list[str],
+    *,
+    method: str = "team_draft",
+    traffic: float = DEFAULT_TRAFFIC,
+    min_queries: int = DEFAULT_MIN_QUERIES,
+) -> Experiment:
+    """A validated, running experiment. InputError / UnknownRankerError (400) otherwise."""
+    if not isinstance(experiment_id, str) or not ID_PATTERN.fullmatch(experiment_id):
+        raise InputError(f"[id] must be 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, got {experiment_id!r}")
+    if len(rankers) != 2 or rankers[0] == rankers[1]:
+        raise InputError(f"[rankers] must name two different rankers, got {list(rankers)}")
+    from reranker.rankers import get_ranker
+
+    for name in rankers:
+        get_ranker(name)  # UnknownRankerError lists the valid names
+    experiment = Experiment(
+        id=experiment_id, rankers=(rankers[0], rankers[1]), method=method, traffic=traffic,
+        status="running", created=utc_now(), min_queries=min_queries,
+    )
+    return _checked(experiment)
+
+
+def _checked(experiment: Experiment) -> Experiment:
+    if experiment.method not in METHODS:
+        raise InputError(f"[method] must be one of {', '.join(METHODS)}, got {experiment.method!r}")
+    if not 0.0 < experiment.traffic <= 1.0:
+        raise InputError(f"[traffic] is the share of searches interleaved: 0 < traffic <= 1, got {experiment.traffic!r}")
+    if experiment.status not in STATUSES:
+        raise InputError(f"[status] must be one of {', '.join(STATUSES)}, got {experiment.status!r}")
+    if experiment.min_queries < 1:
+        raise InputError(f"[min_queries] must be >= 1, got {experiment.min_queries}")
+    return experiment
+
+
+def removed_rankers(experiment: Experiment) -> list[str]:
+    """The experiment's rankers that are no longer registered (after an upgrade)."""
+    return [name for name in experiment.rankers if name not in RANKERS]
+
+
+def _startable(store: EventStore, experiment: Experiment) -> None:
+    """ConflictError unless `experiment` may run: its rankers exist and no other runs."""
+    gone = removed_rankers(experiment)
+    if gone:
+        raise ConflictError(
+            f"experiment {experiment.id!r} compares ranker {gone[0]!r}, which is no longer registered; "
+            "it cannot run (its report stays readable): create a new experiment"
+        )
+    for other in store.experiments():
+        if other.status == "running" and other.id != experiment.id:
+            raise ConflictError(f"experiment {other.id!r} is running; stop it first (one experiment runs at a time)")
+
+
+def create(store: EventStore, experiment: Experiment) -> Experiment:
+    if experiment.status == "running":
+        _startable(store, experiment)
+    store.create_experiment(experiment)
+    return experiment
+
+
+def find(store: EventStore, experiment_id: str) -> Experiment:
+    experiment = store.experiment(experiment_id)
+    if experiment is None:
+        known = ", ".join(repr(e.id) for e in store.experiments()) or "none yet"
+        raise NotFoundError(f"no experiment {experiment_id!r} (experiments: {known})")
+    return experiment
+
+
+def update(store: EventStore, experiment_id: str, *, traffic: float | None = None, status: str | None = None) -> Experiment:
+    """Change the traffic share and/or status. Starting again checks like creating."""
+    experiment = find(store, experiment_id)
+    changed = _checked(replace(
+        experiment,
+        traffic=experiment.traffic if traffic is None else traffic,
+        status=experiment.status if status is None else status,
+    ))
+    if changed.status == "running":
+        _startable(store, changed)
+    store.save_experiment(changed)
+    return changed
+
+
+def in_share(experiment: Experiment, client_id: str | None, rng: random.Random | None = None) -> bool:
+    """Does this search take part? Stable per (experiment, client); random without a client."""
+    if client_id is None:
+        return (rng or random).random() < experiment.traffic
+    digest = hashlib.sha256(f"{experiment.id}\x00{client_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < experiment.traffic
+
+
+class Experiments:
+    """A worker's view of the experiments: the event store (opened on first use, after
+    the fork) and the running experiment, re-read every RUNNING_TTL_SECONDS."""
+
+    def __init__(self, settings: Settings, store: EventStore | None = None) -> None:
+        self._settings = settings
+        self._store = store
+        self._lock = threading.Lock()
+        self._running: tuple[float, Experiment | None] = (-1e9, None)
+
+    def store(self) -> EventStore:
+        if self._store is None:
+            with self._lock:
+                if self._store is None:
+                    self._store = open_event_store(self._settings)
+        return self._store
+
+    def running(self) -> Experiment | None:
+        read_at, experiment = self._running
+        if time.monotonic() - read_at > RUNNING_TTL_SECONDS:
+            experiment = next((e for e in self.store().experiments() if e.status == "running"), None)
+            self._running = (time.monotonic(), experiment)
+        return experiment
+
+    def changed(self) -> None:
+        """Forget the cached running experiment (this worker just changed one)."""
+        self._running = (-1e9, None)
+
+    def pick(self, client_id: str | None) -> Experiment | None:
+        """The experiment this search takes part in, if any."""
+        experiment = self.running()
+        if experiment is None or removed_rankers(experiment) or not in_share(experiment, client_id):
+            return None
+        return experiment
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+# --- events --------------------------------------------------------------------------------
+
+
+def _text(raw: Mapping[str, Any], name: str, limit: int, *, required: bool = False, where: str = "") -> str | None:
+    value = raw.get(name)
+    if value is None:
+        if required:
+            raise InputError(f"[{where}{name}] is required")
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"[{where}{name}] must be a non-empty string")
+    if len(value) > limit:
+        raise InputError(f"[{where}{name}] is longer than {limit} characters")
+    return value
+
+
+def _position(raw: Any) -> int | None:
+    """The 1-based rank in `event_attributes.position.ordinal` (an integer, or UBI 1.0's
+    {"index": n}); None when the event gives no ordinal."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InputError("[event_attributes.position] must be an object like {\"ordinal\": 3}")
+    ordinal = raw.get("ordinal")
+    if isinstance(ordinal, dict):
+        ordinal = ordinal.get("index")
+    if ordinal is None:
+        return None
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 1:
+        raise InputError(f"[event_attributes.position.ordinal] must be the hit's rank, an integer >= 1, got {ordinal!r}")
+    return ordinal
+
+
+def read_event(raw: Any, store: EventStore) -> Event:
+    """A UBI event checked against the query it is about.
+
+    InputError (400) for a malformed event or one that contradicts its query (a doc that
+    was not shown, a wrong position, another client); NotFoundError (404) for a query id
+    that was never interleaved.
+    """
+    if not isinstance(raw, dict):
+        raise InputError("an event must be a JSON object (a User Behavior Insights event)")
+    unknown = sorted(set(raw) - set(EVENT_FIELDS))
+    if unknown:
+        raise InputError(f"unknown event field [{unknown[0]}]; accepted: {', '.join(EVENT_FIELDS)}")
+    action = _text(raw, "action_name", _MAX_ID, required=True)
+    query_id = _text(raw, "query_id", _MAX_ID, required=True)
+    client_id = _text(raw, "client_id", _MAX_ID)
+    event_id = _text(raw, "event_id", _MAX_OBJECT_ID)
+    for name in ("application", "session_id", "user_id", "message_type"):
+        _text(raw, name, _MAX_ID)
+    _text(raw, "message", _MAX_MESSAGE)
+    timestamp = _text(raw, "timestamp", _MAX_ID)
+    if timestamp is not None:
+        try:
+            _dt.datetime.fromisoformat(timestamp)
+        except ValueError:
+            raise InputError(f"[timestamp] must be an ISO 8601 date-time like 2026-11-21T10:15:00Z, got {timestamp!r}") from None
+    attributes = raw.get("event_attributes")
+    if attributes is not None and not isinstance(attributes, dict):
+        raise InputError("[event_attributes] must be an object")
+    attributes = attributes or {}
+    target = attributes.get("object")
+    if target is not None and not isinstance(target, dict):
+        raise InputError("[event_attributes.object] must be an object like {\"object_id\": \"doc-1\"}")
+    object_id: str | None = None
+    if target is not None and target.get("object_id") is not None:
+        value = target["object_id"]
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "" or len(str(value)) > _MAX_OBJECT_ID:
+            raise InputError("[event_attributes.object.object_id] must be a non-empty string or integer (the hit's id)")
+        object_id = str(value)
+    position = _position(attributes.get("position"))
+    assert action is not None and query_id is not None
+    if action in CLICK_ACTIONS and object_id is None:
+        raise InputError(f"a {action!r} event needs [event_attributes.object.object_id], the id of the hit clicked")
+
+    shown = store.shown_query(query_id)
+    if shown is None:
+        raise NotFoundError(
+            f"no interleaved query with id {query_id!r}: events are recorded for the query_id of a "
+            "search answered by a running experiment"
+        )
+    if shown.client_id is not None and client_id != shown.client_id:
+        raise InputError(f"[client_id] {client_id!r} is not the client that ran query {query_id!r}")
+    if object_id is not None:
+        hits = shown.shown
+        if object_id not in hits:
+            raise InputError(f"[event_attributes.object.object_id] {object_id!r} was not among the hits of query {query_id!r}")
+        rank = shown.offset + hits.index(object_id) + 1
+        if position is not None and position != rank:
+            raise InputError(
+                f"[event_attributes.position.ordinal] {position} does not match: {object_id!r} was shown at rank {rank} (ranks start at 1)"
+            )
+    # A retried event hashes the same, so it is stored once (send event_id or a
+    # timestamp to record two identical actions).
+    event_id = event_id or hashlib.sha256(json.dumps(raw, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return Event(
+        event_id=event_id, query_id=query_id, experiment_id=shown.experiment_id, client_id=client_id,
+        action_name=action, object_id=object_id, position=position, timestamp=timestamp or utc_now(), body=raw,
+    )
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    """Who is winning an experiment, from the clicks so far."""
+
+    experiment: Experiment
+    outcome: Outcome
+
+    @property
+    def winner(self) -> str | None:
+        if self.outcome.winner is None:
+            return None
+        a, b = self.experiment.rankers
+        return a if self.outcome.winner == TEAM_A else b
+
+    def message(self) -> str:
+        """One sentence for people: the verdict with the counts behind it."""
+        a, b = self.experiment.rankers
+        o = self.outcome
+        preferred = o.wins_a + o.wins_b
+        counts = f"{a} preferred on {o.wins_a}, {b} on {o.wins_b}, {o.ties} ties"
+        if o.verdict == "not_enough_data":
+            return f"not enough data yet: {preferred} of the {self.experiment.min_queries} queries with a preference needed ({counts})"
+        if o.verdict == "significant" and self.winner is not None:
+            wins = o.wins_a if self.winner == a else o.wins_b
+            return f"{self.winner} wins: preferred on {wins} of {preferred} queries with a preference (sign test p = {o.p_value:.3g}; {counts})"
+        return f"no significant difference (sign test p = {o.p_value:.3g}; {counts})"
+
+    def to_json(self) -> dict[str, Any]:
+        a, b = self.experiment.rankers
+        o = self.outcome
+        return {
+            "queries": o.queries,
+            "queries_with_clicks": o.queries_with_clicks,
+            "clicks": o.clicks,
+            "wins": {a: o.wins_a, b: o.wins_b},
+            "ties": o.ties,
+            "winner": self.winner,
+            "p_value": o.p_value,
+            "verdict": o.verdict,
+            "min_queries": self.experiment.min_queries,
+            "message": self.message(),
+            "removed_rankers": removed_rankers(self.experiment),
+        }
+
+
+def report(store: EventStore, experiment: Experiment) -> Report:
+    data = store.experiment_data(experiment.id)
+    found = outcome(data.clicked, min_queries=experiment.min_queries)
+    # outcome() saw only the clicked queries; the store counted every query shown, and
+    # every click event (several clicks on one hit count once towards credit).
+    return Report(experiment, replace(found, queries=data.queries, clicks=data.clicks))

@@ -1,0 +1,326 @@
+"""Tables and figures of offline results: Markdown for reranker.evaluation's
+`EvaluationResult` and reranker.comparison's `Comparison`, and PNG figures.
+
+Nothing here computes a metric or a test; it only lays out what the results hold.
+matplotlib is imported inside the plotting functions (Agg, no pyplot state), so
+importing this module stays cheap; the service never imports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, Sequence, cast
+
+import numpy as np
+
+from reranker.comparison import Comparison
+from reranker.evaluation import (
+    FIGURE_CUTOFFS,
+    NDCG_CUTOFF,
+    RANDOMIZATION_ROUNDS,
+    RANDOMIZATION_SEED,
+    SIGNIFICANCE_LEVEL,
+    EvaluationResult,
+    PerQuery,
+    precision_bins,
+    table_metric_names,
+)
+
+_SIGNIFICANCE_MARKS = ("†", "‡", "§", "¶")
+HEADLINE_METRIC = f"ndcg@{NDCG_CUTOFF}"
+DPI = 130
+
+
+class OfflineResult(Protocol):
+    """What the figures and `describe` read: an EvaluationResult or a Comparison."""
+
+    @property
+    def dataset(self) -> str: ...
+
+    @property
+    def queries(self) -> int: ...
+
+    @property
+    def window(self) -> int: ...
+
+    @property
+    def rankers(self) -> tuple[str, ...]: ...
+
+    @property
+    def per_query(self) -> PerQuery: ...
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+
+def metric_label(metric: str) -> str:
+    """'ndcg@10' -> 'nDCG@10', 'recall@100' -> 'R@100', 'p@5' -> 'P@5', 'map' -> 'MAP'."""
+    if metric.startswith("ndcg@"):
+        return "nDCG@" + metric[5:]
+    if metric.startswith("recall@"):
+        return "R@" + metric[7:]
+    return metric.upper()
+
+
+def describe(result: OfflineResult) -> str:
+    """'cisi, 76 queries, BM25 top 100 reranked, vectors glove-6b-50d (d=50), K=15'."""
+    config = result.config
+    queries_file = config.get("queries_file")
+    parts = [
+        result.dataset + (f" ({queries_file})" if queries_file and queries_file != "queries.jsonl" else ""),
+        f"{result.queries} queries",
+        f"BM25 top {result.window} reranked",
+    ]
+    if "vectors" in config:
+        parts.append(f"vectors {config['vectors']}" + (f" (d={config['dim']})" if "dim" in config else ""))
+    if "k" in config:
+        parts.append(f"K={config['k']}")
+    return ", ".join(parts)
+
+
+def _test_note() -> str:
+    return (
+        f"two-sided paired randomisation test over queries, {RANDOMIZATION_ROUNDS:,} sign flips, "
+        f"seed {RANDOMIZATION_SEED}"
+    )
+
+
+def _approximate_note(approximate: dict[str, int]) -> list[str]:
+    counts = ", ".join(f"{name} {n}" for name, n in approximate.items() if n)
+    return [f"Answered approximately (time budget ran out): {counts} queries."] if counts else []
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _rule(columns: int) -> str:
+    return "|---|" + "---:|" * (columns - 1)
+
+
+# --- `reranker evaluate` ------------------------------------------------------------------
+
+
+def evaluation_caption(result: EvaluationResult) -> str:
+    """One line saying what the evaluation table shows and what its marks mean."""
+    marks = "; ".join(
+        f"{mark} p < {SIGNIFICANCE_LEVEL:g} against {baseline}"
+        for mark, baseline in zip(_SIGNIFICANCE_MARKS, result.baselines)
+    )
+    parts = [f"{describe(result)}; means over queries."]
+    if result.baselines:
+        parts.append(
+            f"{marks} ({_test_note()}; paired t-test p-values in the JSON; not "
+            "corrected for multiple comparisons). W/T/L: queries where nDCG@"
+            f"{NDCG_CUTOFF} is above / equal to / below {result.baselines[0]}'s."
+        )
+    return " ".join([*parts, *_approximate_note(result.approximate)])
+
+
+def evaluation_table(result: EvaluationResult) -> str:
+    """The caption, a blank line, and the means as a Markdown table: rankers as rows,
+    metrics as columns, each value marked where it differs significantly from a baseline."""
+    names = table_metric_names(result.window)
+    columns = ["ranker", *(metric_label(m) for m in names)]
+    wtl = result.wins_ties_losses(result.baselines[0]) if result.baselines else None
+    if result.baselines:
+        columns.append(f"W/T/L vs {result.baselines[0]}")
+    lines = [evaluation_caption(result), "", _row(columns), _rule(len(columns))]
+    for ranker in result.rankers:
+        cells = [ranker, *(f"{result.results[ranker][m]:.3f}{_marks(result, ranker, m)}" for m in names)]
+        if wtl is not None:
+            cells.append("/".join(str(n) for n in wtl[ranker]) if ranker in wtl else "–")
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+def _marks(result: EvaluationResult, ranker: str, metric: str) -> str:
+    return "".join(
+        mark
+        for mark, baseline in zip(_SIGNIFICANCE_MARKS, result.baselines)
+        if result.p_values.get(baseline, {}).get(ranker, {}).get(metric, 1.0) < SIGNIFICANCE_LEVEL
+    )
+
+
+# --- `reranker compare` -------------------------------------------------------------------
+
+
+def format_p(p: float) -> str:
+    """'< 0.001' below a thousandth, else three decimals."""
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_phrase(p: float) -> str:
+    """'p < 0.001' or 'p = 0.168'."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def comparison_caption(comparison: Comparison) -> str:
+    """What the comparison table shows, its marks, tests and overlap measures."""
+    base = comparison.baseline
+    parts = [
+        f"{describe(comparison)}; judgments: {comparison.judgments}; baseline {base}; means over queries.",
+        f"† p < {SIGNIFICANCE_LEVEL:g} against {base} ({_test_note()}; not corrected for multiple "
+        f"comparisons). Δ nDCG@{NDCG_CUTOFF}: mean of the ranker's minus {base}'s per query; p: the "
+        "randomisation test and the paired t-test on it; W/T/L: queries where the ranker's "
+        f"nDCG@{NDCG_CUTOFF} is above / equal to / below {base}'s.",
+        f"Overlap with {base}'s ranking, mean over queries: Jaccard of the top {comparison.jaccard_depth} "
+        f"and rank-biased overlap over the whole window (RBO_ext, p = {comparison.rbo_p:g}; Webber, "
+        "Moffat & Zobel 2010).",
+    ]
+    return " ".join([*parts, *_approximate_note(comparison.approximate)])
+
+
+def comparison_table(comparison: Comparison) -> str:
+    """The caption, the means table (one row per ranker, the baseline first among
+    equals), and the overlap of every pair of rankers, as Markdown."""
+    base, metric = comparison.baseline, HEADLINE_METRIC
+    names = table_metric_names(comparison.window)
+    depth = comparison.jaccard_depth
+    columns = [
+        "ranker", *(metric_label(m) for m in names), f"Δ nDCG@{NDCG_CUTOFF}", "p (randomisation)", "p (t-test)",
+        "W/T/L", f"Jaccard@{depth}", "RBO",
+    ]
+    lines = [comparison_caption(comparison), "", _row(columns), _rule(len(columns))]
+    for ranker in comparison.rankers:
+        means = comparison.results[ranker]
+        if ranker == base:
+            versus = ["–", "–", "–", "–", "1.000", "1.000"]
+            label = f"{ranker} (baseline)"
+            marks = {m: "" for m in names}
+        else:
+            p_values = comparison.p_values[ranker]
+            pair = comparison.overlap_of(base, ranker)
+            versus = [
+                f"{means[metric] - comparison.results[base][metric]:+.3f}",
+                format_p(p_values[metric]),
+                format_p(comparison.t_test_p_values[ranker][metric]),
+                "/".join(str(n) for n in comparison.wins_ties_losses[ranker][metric]),
+                f"{pair.mean_jaccard:.3f}",
+                f"{pair.mean_rbo:.3f}",
+            ]
+            label = ranker
+            marks = {m: "†" if p_values[m] < SIGNIFICANCE_LEVEL else "" for m in names}
+        lines.append(_row([label, *(f"{means[m]:.3f}{marks[m]}" for m in names), *versus]))
+    lines += [
+        "",
+        f"Rank overlap of every pair of rankers (mean over queries; RBO_ext with p = {comparison.rbo_p:g}):",
+        "",
+        _row(["rankers", f"Jaccard@{depth}", "RBO"]),
+        _rule(3),
+    ]
+    for pair in comparison.overlap:
+        lines.append(_row([" vs ".join(pair.rankers), f"{pair.mean_jaccard:.3f}", f"{pair.mean_rbo:.3f}"]))
+    return "\n".join(lines)
+
+
+# --- figures --------------------------------------------------------------------------------
+
+
+def plot_precision_bins(
+    results: OfflineResult | Sequence[OfflineResult],
+    path: Path,
+    ks: Sequence[int] = FIGURE_CUTOFFS,
+) -> Path:
+    """Write the ranking figure as a PNG: one row per result, one grouped bar chart per k
+    (x: the value of P@k, bars: rankers, y: share of queries), after Gong et al. (2018).
+
+    Several results (other vectors, other data sets) stack as rows with their own titles.
+    Raises InputError as `precision_bins`; OSError if `path` cannot be written.
+    """
+    # Imported here, and without pyplot's global state: the service never loads matplotlib.
+    from matplotlib.figure import Figure
+
+    runs = list(results) if isinstance(results, (list, tuple)) else [cast(OfflineResult, results)]
+    if not runs:
+        raise ValueError("no evaluation result to plot")
+    rankers = list(dict.fromkeys(name for run in runs for name in run.rankers))
+    colours = {name: f"C{i % 10}" for i, name in enumerate(rankers)}
+    figure = Figure(figsize=(4.0 * len(ks) + 0.5, 3.3 * len(runs) + 0.9), layout="constrained")
+    figure.suptitle("Share of queries by precision@k (one bar per ranker)", fontweight="bold")
+    rows = figure.subfigures(len(runs), 1, squeeze=False)[:, 0]
+    for row, run in zip(rows, runs):
+        row.suptitle(describe(run), fontsize="medium")
+        bins = precision_bins(run, ks)
+        axes = row.subplots(1, len(ks), sharey=True, squeeze=False)[0]
+        for ax, k in zip(axes, ks):
+            _bar_group(ax, bins[k], k, colours)
+        axes[0].set_ylabel("share of queries")
+    handles = [_legend_patch(colours[name]) for name in rankers]
+    figure.legend(handles, rankers, loc="outside lower center", ncols=min(len(rankers), 5), frameon=False)
+    figure.savefig(path, format="png", dpi=DPI)
+    return path
+
+
+def _bar_group(ax: Any, shares: dict[str, tuple[float, ...]], k: int, colours: dict[str, str]) -> None:
+    values = np.arange(k + 1)
+    width = 0.8 / len(shares)
+    for i, (ranker, share) in enumerate(shares.items()):
+        ax.bar(values + (i - (len(shares) - 1) / 2) * width, share, width, color=colours[ranker], label=ranker)
+    ax.set_xticks(values, ["0", "1"] if k == 1 else [f"{j}/{k}" for j in values])
+    ax.set_xlabel(f"P@{k}")
+    ax.set_title(f"k = {k}")
+    ax.set_ylim(0.0, 1.05)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+def _legend_patch(colour: str) -> Any:
+    from matplotlib.patches import Patch
+
+    return Patch(color=colour)
+
+
+def plot_deltas(comparison: Comparison, path: Path, metric: str = HEADLINE_METRIC) -> Path:
+    """Write per-query differences as a PNG: one panel per ranker other than the
+    baseline, one bar per query (the ranker's `metric` minus the baseline's), sorted
+    from the largest gain to the largest loss; green above zero, red below.
+
+    Raises KeyError for a metric the comparison lacks; OSError if `path` cannot be written.
+    """
+    from matplotlib.figure import Figure
+
+    base = comparison.baseline
+    others = [name for name in comparison.rankers if name != base]
+    reference = comparison.per_query[base]
+    query_ids = list(reference)
+    label = metric_label(metric)
+    figure = Figure(figsize=(max(6.0, min(14.0, 0.12 * len(query_ids) + 3.0)), 2.6 * len(others) + 1.0), layout="constrained")
+    figure.suptitle(f"Per-query {label}: each ranker minus {base}\n{describe(comparison)}", fontsize="medium")
+    # One y scale for every panel, so the rankers' gains and losses compare at a glance.
+    axes = figure.subplots(len(others), 1, sharey=True, squeeze=False)[:, 0]
+    for ax, ranker in zip(axes, others):
+        rows = comparison.per_query[ranker]
+        deltas = np.array([rows[q][metric] - reference[q][metric] for q in query_ids])
+        order = np.argsort(-deltas, kind="stable")
+        sorted_deltas = deltas[order]
+        colours = np.where(sorted_deltas > 1e-12, "C2", np.where(sorted_deltas < -1e-12, "C3", "0.6"))
+        ax.bar(np.arange(len(query_ids)), sorted_deltas, width=0.85, color=colours)
+        ax.axhline(0.0, color="0.3", linewidth=0.8)
+        wins, ties, losses = comparison.wins_ties_losses[ranker][metric]
+        ax.set_title(
+            f"{ranker}: mean Δ {deltas.mean():+.3f}, W/T/L {wins}/{ties}/{losses}, "
+            f"{p_phrase(comparison.p_values[ranker][metric])} (randomisation)",
+            fontsize="medium",
+        )
+        ax.set_ylabel(f"Δ {label}")
+        ax.set_xlim(-0.6, len(query_ids) - 0.4)
+        if len(query_ids) <= 40:
+            ax.set_xticks(np.arange(len(query_ids)), [query_ids[i] for i in order], rotation=90, fontsize="small")
+        else:
+            ax.set_xticks([])
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    axes[-1].set_xlabel("queries, sorted by Δ")
+    figure.savefig(path, format="png", dpi=DPI)
+    return path
+
+
+def comparison_plots(comparison: Comparison, directory: Path) -> list[Path]:
+    """Write both comparison figures into `directory` (created if needed):
+    `compare-<dataset>-ndcg10-deltas.png` (`plot_deltas`) and `compare-<dataset>-precision-bins.png`
+    (`plot_precision_bins`). Returns their paths. Raises OSError if they cannot be written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    deltas = plot_deltas(comparison, directory / f"compare-{comparison.dataset}-ndcg{NDCG_CUTOFF}-deltas.png")
+    bins = plot_precision_bins(comparison, directory / f"compare-{comparison.dataset}-precision-bins.png")
+    return [deltas, bins]

@@ -1,0 +1,119 @@
+"""Online experiments over HTTP: UBI click events in, experiment reports out.
+
+    POST  /events              one User Behavior Insights event about an interleaved query
+    GET   /experiments         every experiment
+    POST  /experiments         start one (admin key)
+    GET   /experiments/<id>    the experiment and its report: clicks, wins, winner, p-value
+    PATCH /experiments/<id>    change its traffic share or stop / restart it (admin key)
+
+Reading is open (the dashboard reads it); every change needs RERANKER_ADMIN_API_KEY as a
+bearer token. The rules themselves (what a valid event is, when an experiment may run,
+how a winner is named) live in `reranker.experiments`, shared with `reranker ab`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, jsonify
+
+from reranker import experiments as ex
+from reranker.errors import DuplicateEventError, InputError, NotFoundError
+from reranker.service.api import runtime
+from reranker.service.errors import ApiError
+from reranker.service.inputs import Fields, json_object, require_bearer
+
+blueprint = Blueprint("experiments", __name__)
+
+
+def _require_admin() -> None:
+    key = runtime().limits.admin_api_key
+    require_bearer(
+        [key] if key else [],
+        unset="experiment changes are disabled: set RERANKER_ADMIN_API_KEY to allow them (or use `reranker ab` on the server)",
+        unset_status=403,
+    )
+
+
+def _number(fields: Fields, name: str) -> float | None:
+    value = fields._get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ApiError(400, "illegal_argument_exception", f"[{name}] must be a number, got {value!r}")
+    return float(value)
+
+
+@blueprint.post("/events")
+def events() -> Any:
+    """Record one UBI event: 201 created, 409 when it was recorded before (a retry)."""
+    rt = runtime()
+    body = json_object()
+    store = rt.experiments.store()
+    try:
+        event = ex.read_event(body, store)
+        store.record_event(event)
+    except DuplicateEventError:
+        rt.metrics.events.labels("duplicate").inc()
+        raise
+    except (InputError, NotFoundError):
+        rt.metrics.events.labels("rejected").inc()
+        raise
+    rt.metrics.events.labels("created").inc()
+    response = jsonify(result="created", event_id=event.event_id, query_id=event.query_id, experiment=event.experiment_id)
+    response.status_code = 201
+    return response
+
+
+@blueprint.get("/experiments")
+def experiments() -> Any:
+    return jsonify(experiments=[e.to_json() for e in runtime().experiments.store().experiments()])
+
+
+@blueprint.post("/experiments")
+def create() -> Any:
+    _require_admin()
+    rt = runtime()
+    fields = Fields(json_object())
+    experiment_id = fields.text("id", required=True)
+    rankers = fields.array("rankers", required=True) or []
+    method = fields.text("method", default="team_draft")
+    traffic = _number(fields, "traffic")
+    min_queries = fields.integer("min_queries", ex.DEFAULT_MIN_QUERIES, minimum=1)
+    fields.finish()
+    if not all(isinstance(name, str) for name in rankers):
+        raise ApiError(400, "illegal_argument_exception", "[rankers] must be an array of two ranker names")
+    assert experiment_id is not None and method is not None
+    experiment = ex.new_experiment(
+        experiment_id, rankers, method=method, traffic=ex.DEFAULT_TRAFFIC if traffic is None else traffic, min_queries=min_queries
+    )
+    ex.create(rt.experiments.store(), experiment)
+    rt.experiments.changed()
+    response = jsonify(experiment=experiment.to_json())
+    response.status_code = 201
+    return response
+
+
+@blueprint.get("/experiments/<experiment_id>")
+def show(experiment_id: str) -> Any:
+    store = runtime().experiments.store()
+    experiment = ex.find(store, experiment_id)
+    return jsonify(experiment=experiment.to_json(), report=ex.report(store, experiment).to_json())
+
+
+@blueprint.patch("/experiments/<experiment_id>")
+def change(experiment_id: str) -> Any:
+    _require_admin()
+    rt = runtime()
+    fields = Fields(json_object())
+    traffic = _number(fields, "traffic")
+    status = fields.text("status")
+    fields.finish()
+    if traffic is None and status is None:
+        raise ApiError(400, "illegal_argument_exception", 'nothing to change: send "traffic" and/or "status" ("running" or "stopped")')
+    try:
+        experiment = ex.update(rt.experiments.store(), experiment_id, traffic=traffic, status=status)
+    finally:
+        rt.experiments.changed()
+    return jsonify(experiment=experiment.to_json())
+

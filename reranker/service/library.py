@@ -1,0 +1,88 @@
+"""The digital library's API: one stored paper, its hidden topics, and papers like it.
+
+    GET /documents/<id>                 title, opening text and top topics (with their words)
+    GET /documents/<id>/similar?size=N  the N papers most like it by hidden-topic similarity
+
+An unknown id is a 404 (document_missing_exception); a bad `size` a 400. An id may hold
+slashes (a DOI); `/documents/_search` and `/documents/_msearch` stay the search proxy's,
+for an OpenSearch index named "documents".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+from flask.blueprints import BlueprintSetupState
+from werkzeug.routing import PathConverter
+
+from reranker.service.api import runtime
+from reranker.service.errors import bad_request
+
+blueprint = Blueprint("library", __name__)
+
+
+class DocIdConverter(PathConverter):
+    """A document id: any path (ids may contain "/"), except the proxy's `_search` and
+    `_msearch`, so that /<index>/_search still reaches an index named "documents"."""
+
+    regex = r"(?!_m?search(?:/|$))[^/].*?"
+
+
+@blueprint.record_once
+def _register_converter(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters["doc_id"] = DocIdConverter
+
+
+# The opening of a paper shown with its topics, in words.
+EXCERPT_WORDS = 300
+# The opening of each similar paper, for a list where titles may be empty.
+SNIPPET_WORDS = 30
+MAX_SIMILAR = 100
+
+
+def _opening(text: str, words: int) -> tuple[str, bool]:
+    """The first `words` words of `text` (whitespace collapsed), and whether it was cut."""
+    parts = text.split()
+    return " ".join(parts[:words]), len(parts) > words
+
+
+@blueprint.get("/documents/<doc_id:doc_id>")
+def document(doc_id: str) -> Any:
+    """A stored paper: title, the opening of its text, and its hidden topics."""
+    engine = runtime().engine()
+    engine.check_index()
+    found, topics = engine.document_topics(doc_id)
+    excerpt, truncated = _opening(found.text, EXCERPT_WORDS)
+    return jsonify(
+        id=found.id,
+        title=found.title,
+        excerpt=excerpt,
+        truncated=truncated,
+        topics=[{"topic": t.rank, "importance": t.importance, "words": list(t.words)} for t in topics],
+    )
+
+
+@blueprint.get("/documents/<doc_id:doc_id>/similar")
+def similar(doc_id: str) -> Any:
+    """Papers like this one: BM25 on its opening, reordered by topic similarity."""
+    size = _size(request.args.get("size"))
+    rt = runtime()
+    engine = rt.engine()
+    window = min(rt.settings.window, rt.limits.max_window)
+    hits = engine.similar(doc_id, size=size, window=max(window, size))
+    texts = engine.store.documents([h.doc_id for h in hits])
+    answer = []
+    for hit in hits:
+        stored = texts.get(hit.doc_id)
+        snippet = _opening(stored.text, SNIPPET_WORDS)[0] if stored is not None else ""
+        answer.append({"id": hit.doc_id, "rank": hit.rank, "title": hit.title, "score": hit.score, "bm25_rank": hit.bm25_rank, "snippet": snippet})
+    return jsonify(id=doc_id, hits=answer)
+
+
+def _size(raw: str | None) -> int:
+    if raw is None:
+        return 10
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_SIMILAR:
+        raise bad_request(f"[size] must be an integer from 1 to {MAX_SIMILAR}, got {raw!r}")
+    return int(raw)

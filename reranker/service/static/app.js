@@ -1,0 +1,666 @@
+// The reranker web page: four views over the JSON API, as hash routes.
+//
+//   #/compare       two rankers side by side over the same BM25 window, rank changes marked
+//   #/search        live search as users get it (an experiment may interleave it); clicks recorded
+//   #/paper/<id>    one paper: its opening, top topics and papers like it
+//   #/experiments   interleaving experiments: traffic, clicks, wins, p-value; admin changes
+//
+// Every element is built with createElement/textContent: text from the API (titles,
+// abstracts, reasons) is never parsed as HTML.
+"use strict";
+
+(function () {
+  const DEFAULT_PAIR = ["bm25", "hidden_topics"];
+  const PAGE_SIZE = 10;
+  const EXPLAIN_TOPICS = 5;
+  const CLIENT_ID_KEY = "reranker.client_id";
+  const ADMIN_KEY = "reranker.admin_key";
+
+  const state = {
+    rankers: [],
+    live: { queryId: null, clicks: 0, experiment: null },
+    previousRoute: "#/compare",
+    currentRoute: null,
+  };
+
+  // --- building the DOM from data ----------------------------------------------------
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = String(value);
+      else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    append(node, children);
+    return node;
+  }
+
+  function append(node, child) {
+    if (child === undefined || child === null || child === false) return;
+    if (Array.isArray(child)) child.forEach((c) => append(node, c));
+    else if (child instanceof Node) node.appendChild(child);
+    else node.appendChild(document.createTextNode(String(child)));
+  }
+
+  function byId(id) {
+    return document.getElementById(id);
+  }
+
+  function number(value, digits) {
+    return typeof value === "number" && Number.isFinite(value) ? value.toFixed(digits) : "—";
+  }
+
+  function percent(value) {
+    return typeof value === "number" ? `${Math.round(value * 1000) / 10}%` : "—";
+  }
+
+  function paperHref(id) {
+    return "#/paper/" + encodeURIComponent(id);
+  }
+
+  function bar(fraction) {
+    const outer = el("span", { class: "bar", "aria-hidden": "true" });
+    const inner = el("span", { class: "bar-fill" });
+    inner.style.width = `${Math.max(0, Math.min(1, fraction || 0)) * 100}%`; // CSSOM: allowed by the CSP
+    outer.appendChild(inner);
+    return outer;
+  }
+
+  // --- talking to the API ------------------------------------------------------------
+
+  class ApiFailure extends Error {
+    constructor(status, type, reason) {
+      super(reason);
+      this.status = status;
+      this.type = type;
+      this.reason = reason;
+    }
+
+    describe() {
+      return this.status ? `${this.reason} (HTTP ${this.status}, ${this.type})` : this.reason;
+    }
+  }
+
+  async function api(method, path, body, headers) {
+    const init = { method, headers: { Accept: "application/json", ...(headers || {}) } };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch (error) {
+      throw new ApiFailure(0, "network_error", `cannot reach the service (${error.message})`);
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (error) {
+      data = null;
+    }
+    if (!response.ok) {
+      const found = data && data.error;
+      const reason = (found && found.reason) || `${response.status} ${response.statusText}`;
+      throw new ApiFailure(response.status, (found && found.type) || "http_error", reason);
+    }
+    return data;
+  }
+
+  function describe(error) {
+    return error instanceof ApiFailure ? error.describe() : String(error && error.message ? error.message : error);
+  }
+
+  // --- status messages ---------------------------------------------------------------
+
+  function say(message, kind) {
+    const status = byId("status");
+    status.textContent = message;
+    status.dataset.kind = kind || "info";
+  }
+
+  function storage(kind) {
+    try {
+      return kind === "local" ? window.localStorage : window.sessionStorage;
+    } catch (error) {
+      return null; // storage disabled: keep things in memory for this page only
+    }
+  }
+
+  function randomId() {
+    if (window.crypto && typeof window.crypto.randomUUID === "function") return window.crypto.randomUUID();
+    const bytes = window.crypto.getRandomValues(new Uint8Array(16));
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  let memoryClientId = null;
+
+  function clientId() {
+    const store = storage("local");
+    let id = store ? store.getItem(CLIENT_ID_KEY) : memoryClientId;
+    if (!id) {
+      id = randomId();
+      if (store) store.setItem(CLIENT_ID_KEY, id);
+      memoryClientId = id;
+    }
+    return id;
+  }
+
+  // --- routing -----------------------------------------------------------------------
+
+  const VIEWS = ["compare", "search", "paper", "experiments"];
+  const TITLES = { compare: "Compare rankers", search: "Live search", paper: "Paper", experiments: "Experiments" };
+
+  function show(name, moveFocus) {
+    for (const view of VIEWS) byId(`view-${view}`).hidden = view !== name;
+    for (const link of document.querySelectorAll("nav a[data-view]")) {
+      if (link.dataset.view === name) link.setAttribute("aria-current", "page");
+      else link.removeAttribute("aria-current");
+    }
+    document.title = `${TITLES[name]} · reranker`;
+    if (moveFocus) {
+      const heading = byId(`view-${name}`).querySelector("h1");
+      heading.setAttribute("tabindex", "-1");
+      heading.focus();
+    }
+  }
+
+  function route(moveFocus) {
+    const hash = window.location.hash;
+    if (!hash.startsWith("#/")) {
+      if (state.currentRoute === null) show("compare", false);
+      return;
+    }
+    if (state.currentRoute !== null && state.currentRoute !== hash) state.previousRoute = state.currentRoute;
+    state.currentRoute = hash;
+    const [name, ...rest] = hash.slice(2).split("/");
+    if (name === "paper" && rest.length > 0) {
+      show("paper", moveFocus);
+      const back = byId("paper-back");
+      back.setAttribute("href", state.previousRoute.startsWith("#/paper/") ? "#/compare" : state.previousRoute);
+      loadPaper(decodeURIComponent(rest.join("/")));
+    } else if (name === "experiments") {
+      show("experiments", moveFocus);
+      loadExperiments();
+    } else {
+      show(VIEWS.includes(name) && name !== "paper" ? name : "compare", moveFocus);
+    }
+  }
+
+  // --- compare: two rankers side by side ----------------------------------------------
+
+  async function initRankers() {
+    const [listed, experiments] = await Promise.allSettled([api("GET", "/rankers"), api("GET", "/experiments")]);
+    if (listed.status !== "fulfilled") {
+      say(`Cannot list the rankers: ${describe(listed.reason)}`, "error");
+      return;
+    }
+    state.rankers = listed.value.rankers.map((r) => r.name);
+    let pair = DEFAULT_PAIR.filter((name) => state.rankers.includes(name));
+    if (experiments.status === "fulfilled") {
+      const running = (experiments.value.experiments || []).find((e) => e.status === "running");
+      if (running && running.rankers.every((name) => state.rankers.includes(name))) pair = running.rankers;
+    }
+    if (pair.length < 2) pair = [state.rankers[0], state.rankers[Math.min(1, state.rankers.length - 1)]];
+    for (const [select, chosen] of [[byId("compare-left"), pair[0]], [byId("compare-right"), pair[1]]]) {
+      select.replaceChildren(...state.rankers.map((name) => el("option", { value: name, text: name })));
+      select.value = chosen;
+    }
+  }
+
+  let comparing = false;
+
+  async function runCompare(event) {
+    event.preventDefault();
+    if (comparing) return;
+    const query = byId("compare-query").value.trim();
+    if (!query) {
+      say("Type or paste a query first.", "error");
+      byId("compare-query").focus();
+      return;
+    }
+    const rankers = [byId("compare-left").value, byId("compare-right").value];
+    const columns = [byId("column-left"), byId("column-right")];
+    comparing = true;
+    byId("compare-columns").setAttribute("aria-busy", "true");
+    say(`Searching with ${rankers[0]} and ${rankers[1]}…`, "busy");
+    try {
+      const results = await Promise.allSettled(
+        rankers.map((ranker) => api("POST", "/search", { query, ranker, size: PAGE_SIZE, explain: true }))
+      );
+      results.forEach((result, side) => {
+        const other = results[1 - side];
+        renderColumn(columns[side], rankers[side], result, other.status === "fulfilled" ? other.value : null, rankers[1 - side]);
+      });
+      const failed = results.filter((r) => r.status === "rejected");
+      if (failed.length) say(`Search failed: ${describe(failed[0].reason)}`, "error");
+      else say(`Showing ${results[0].value.hits.length} hits from ${rankers[0]} and ${results[1].value.hits.length} from ${rankers[1]}.`, "info");
+    } finally {
+      comparing = false;
+      byId("compare-columns").removeAttribute("aria-busy");
+    }
+  }
+
+  function renderColumn(column, ranker, result, other, otherRanker) {
+    const heading = column.querySelector("h2");
+    const meta = column.querySelector(".column-meta");
+    const list = column.querySelector(".hits");
+    heading.textContent = ranker;
+    meta.replaceChildren();
+    list.replaceChildren();
+    column.dataset.ranker = ranker;
+    if (result.status === "rejected") {
+      meta.append(el("span", { class: "problem", text: `Failed: ${describe(result.reason)}` }));
+      return;
+    }
+    const body = result.value;
+    meta.append(`${body.candidates} BM25 candidates reranked in ${number(body.timings_ms.rerank, 1)} ms`);
+    if (body.status !== "ok") {
+      meta.append(el("span", { class: "problem", text: ` Status: ${body.status}${body.reason ? ` — ${body.reason}` : ""}` }));
+    }
+    if (body.hits.length === 0) {
+      list.append(el("li", { class: "empty", text: "No document matches this query." }));
+      return;
+    }
+    if (!body.hits.some((hit) => hit.explanation && hit.explanation.length) && (body.status === "ok" || body.status === "partial")) {
+      meta.append(el("span", { class: "note", text: ` · ${ranker} does not score by topics: no explanations.` }));
+    }
+    const otherRanks = new Map((other ? other.hits : []).map((hit) => [hit.id, hit.rank]));
+    for (const hit of body.hits) {
+      list.append(renderHit(hit, other ? moveMarker(hit.rank, otherRanks.get(hit.id), otherRanker, other.hits.length) : null));
+    }
+  }
+
+  function moveMarker(rank, otherRank, otherRanker, otherSize) {
+    let text, label, kind;
+    if (otherRank === undefined) {
+      [text, kind, label] = ["new", "new", `not in ${otherRanker}'s top ${otherSize}`];
+    } else if (otherRank > rank) {
+      const places = otherRank - rank;
+      [text, kind, label] = [`▲${places}`, "up", `${places} place${places > 1 ? "s" : ""} higher than in ${otherRanker} (rank ${otherRank} there)`];
+    } else if (otherRank < rank) {
+      const places = rank - otherRank;
+      [text, kind, label] = [`▼${places}`, "down", `${places} place${places > 1 ? "s" : ""} lower than in ${otherRanker} (rank ${otherRank} there)`];
+    } else {
+      [text, kind, label] = ["=", "same", `same rank as in ${otherRanker}`];
+    }
+    return el("span", { class: `move move-${kind}`, role: "img", "aria-label": label, title: label, text });
+  }
+
+  function renderHit(hit, marker) {
+    const item = el(
+      "li",
+      { class: "hit", "data-id": hit.id },
+      el(
+        "div",
+        { class: "hit-head" },
+        el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }),
+        el("a", { class: "hit-title", href: paperHref(hit.id), text: hit.title || hit.id }),
+        marker
+      ),
+      el(
+        "p",
+        { class: "hit-meta" },
+        `score ${number(hit.score, 4)} · BM25 rank ${hit.bm25_rank}`,
+        hit.title ? ` · ${hit.id}` : null
+      )
+    );
+    if (hit.explanation && hit.explanation.length) item.append(renderExplanation(hit.explanation));
+    return item;
+  }
+
+  function renderExplanation(topics) {
+    const strongest = [...topics].sort((a, b) => b.contribution - a.contribution);
+    const shown = strongest.slice(0, EXPLAIN_TOPICS);
+    const rest = strongest.slice(EXPLAIN_TOPICS);
+    const list = el("ol", { class: "topic-list" });
+    for (const topic of shown) {
+      list.append(
+        el(
+          "li",
+          { class: "topic" },
+          el(
+            "p",
+            { class: "topic-head" },
+            el("strong", { text: `Topic ${topic.topic}` }),
+            ` weight ${number(topic.importance, 3)} · relevance ${number(topic.relevance, 3)} · adds ${number(topic.contribution, 4)}`
+          ),
+          bar(topic.importance),
+          el("p", { class: "words" }, el("span", { class: "label", text: "Topic words: " }), topic.topic_words.join(", ") || "—"),
+          el("p", { class: "words" }, el("span", { class: "label", text: "Aligned query words: " }), topic.query_words.join(", ") || "—")
+        )
+      );
+    }
+    const restTotal = rest.reduce((sum, t) => sum + t.contribution, 0);
+    return el(
+      "details",
+      { class: "explanation" },
+      el("summary", { text: `Why: ${topics.length} topics` }),
+      el("p", { class: "hint", text: `The ${shown.length} topics that add most to the score, strongest first.` }),
+      list,
+      rest.length ? el("p", { class: "hint", text: `${rest.length} more topics add ${number(restTotal, 4)} together.` }) : null
+    );
+  }
+
+  // --- live search, with click events when an experiment interleaves it -------------------
+
+  async function runLive(event) {
+    event.preventDefault();
+    const query = byId("search-query").value.trim();
+    if (!query) {
+      say("Type a query first.", "error");
+      return;
+    }
+    say("Searching…", "busy");
+    byId("event-status").textContent = "";
+    const list = byId("search-hits");
+    const notice = byId("search-experiment");
+    let result;
+    try {
+      result = await api("POST", "/search", { query, size: PAGE_SIZE, client_id: clientId() });
+    } catch (error) {
+      say(`Search failed: ${describe(error)}`, "error");
+      return;
+    }
+    state.live = { queryId: result.query_id || null, clicks: 0, experiment: result.experiment || null };
+    byId("click-status").textContent = "";
+    if (state.live.queryId && state.live.experiment) {
+      notice.hidden = false;
+      updateLiveNotice();
+    } else {
+      notice.hidden = true;
+      notice.textContent = "";
+    }
+    list.replaceChildren();
+    if (result.hits.length === 0) list.append(el("li", { class: "empty", text: "No document matches this query." }));
+    for (const hit of result.hits) {
+      const link = el("a", { class: "hit-title", href: paperHref(hit.id), text: hit.title || hit.id });
+      link.addEventListener("click", (clickEvent) => onLiveClick(clickEvent, hit));
+      list.append(
+        el(
+          "li",
+          { class: "hit", "data-id": hit.id },
+          el("div", { class: "hit-head" }, el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }), link),
+          el("p", { class: "hit-meta", text: hit.title ? hit.id : `BM25 rank ${hit.bm25_rank}` })
+        )
+      );
+    }
+    say(`${result.hits.length} results.`, "info");
+  }
+
+  function updateLiveNotice() {
+    const e = state.live.experiment;
+    byId("search-experiment").textContent =
+      `These results interleave ${e.rankers[0]} and ${e.rankers[1]} (experiment “${e.id}”, ${e.method}). ` +
+      `Clicks recorded on this search: ${state.live.clicks}.`;
+  }
+
+  async function onLiveClick(event, hit) {
+    const queryId = state.live.queryId;
+    if (!queryId) return; // not part of an experiment: an ordinary link
+    const newTab = event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0;
+    const ubiEvent = {
+      action_name: "click",
+      query_id: queryId,
+      client_id: clientId(),
+      timestamp: new Date().toISOString(),
+      event_attributes: { object: { object_id: hit.id, object_id_field: "_id" }, position: { ordinal: hit.rank } },
+    };
+    if (newTab) {
+      // The page stays: send without waiting (keepalive lets it finish either way).
+      fetch("/events", { method: "POST", keepalive: true, headers: { "Content-Type": "application/json" }, body: JSON.stringify(ubiEvent) });
+      return;
+    }
+    event.preventDefault();
+    let message;
+    try {
+      await api("POST", "/events", ubiEvent);
+      state.live.clicks += 1;
+      message = `Click recorded: ${hit.title || hit.id} at position ${hit.rank}.`;
+    } catch (error) {
+      if (error instanceof ApiFailure && error.status === 409) {
+        message = `Click recorded already: ${hit.title || hit.id}.`;
+      } else {
+        message = `Click not recorded: ${describe(error)}`;
+      }
+    }
+    updateLiveNotice();
+    byId("click-status").textContent = message;
+    byId("event-status").textContent = message;
+    window.location.hash = paperHref(hit.id);
+  }
+
+  // --- one paper: topics and papers like it ---------------------------------------------
+
+  let paperRequest = 0;
+
+  async function loadPaper(id) {
+    const request = ++paperRequest;
+    byId("paper-title").textContent = "Loading…";
+    byId("view-paper").querySelector(".paper-id").textContent = "";
+    byId("paper-excerpt").textContent = "";
+    byId("paper-topics").replaceChildren();
+    byId("paper-similar").replaceChildren();
+    say("Loading the paper…", "busy");
+    const path = "/documents/" + encodeURIComponent(id);
+    const [paper, similar] = await Promise.allSettled([api("GET", path), api("GET", `${path}/similar?size=${PAGE_SIZE}`)]);
+    if (request !== paperRequest) return; // another paper was asked for meanwhile
+    if (paper.status === "rejected") {
+      byId("paper-title").textContent = "Paper not available";
+      say(`Cannot show ${id}: ${describe(paper.reason)}`, "error");
+      return;
+    }
+    const doc = paper.value;
+    byId("paper-title").textContent = doc.title || doc.id;
+    document.title = `${doc.title || doc.id} · reranker`;
+    byId("view-paper").querySelector(".paper-id").textContent = doc.title ? `id ${doc.id}` : "";
+    byId("paper-excerpt").textContent = doc.excerpt + (doc.truncated ? " …" : "");
+    const topics = byId("paper-topics");
+    if (doc.topics.length === 0) topics.append(el("li", { class: "empty", text: "This paper has no topics (no word of it has a vector)." }));
+    for (const topic of doc.topics.slice(0, 8)) {
+      topics.append(
+        el(
+          "li",
+          { class: "topic" },
+          el("p", { class: "topic-head" }, el("strong", { text: `Topic ${topic.topic}` }), ` importance ${percent(topic.importance)}`),
+          bar(topic.importance),
+          el("p", { class: "words", text: topic.words.join(", ") || "—" })
+        )
+      );
+    }
+    const list = byId("paper-similar");
+    if (similar.status === "rejected") {
+      list.append(el("li", { class: "problem", text: `Cannot find similar papers: ${describe(similar.reason)}` }));
+    } else if (similar.value.hits.length === 0) {
+      list.append(el("li", { class: "empty", text: "No other paper shares its words." }));
+    } else {
+      for (const hit of similar.value.hits) {
+        list.append(
+          el(
+            "li",
+            { class: "hit", "data-id": hit.id },
+            el(
+              "div",
+              { class: "hit-head" },
+              el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }),
+              el("a", { class: "hit-title", href: paperHref(hit.id), text: hit.title || hit.id })
+            ),
+            el("p", { class: "hit-meta", text: `topic similarity ${number(hit.score, 3)} · BM25 rank ${hit.bm25_rank}${hit.title ? ` · ${hit.id}` : ""}` }),
+            hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null
+          )
+        );
+      }
+    }
+    say("", "info");
+  }
+
+  // --- experiments dashboard --------------------------------------------------------------
+
+  let experimentsRequest = 0;
+
+  async function loadExperiments(focusOn) {
+    const request = ++experimentsRequest;
+    const container = byId("experiments-list");
+    say("Loading experiments…", "busy");
+    let listed;
+    try {
+      listed = await api("GET", "/experiments");
+    } catch (error) {
+      if (request !== experimentsRequest) return;
+      container.replaceChildren(el("p", { class: "problem", text: `Cannot list experiments: ${describe(error)}` }));
+      say(`Cannot list experiments: ${describe(error)}`, "error");
+      return;
+    }
+    const experiments = listed.experiments || [];
+    const reports = await Promise.allSettled(experiments.map((e) => api("GET", "/experiments/" + encodeURIComponent(e.id))));
+    if (request !== experimentsRequest) return;
+    container.replaceChildren();
+    if (experiments.length === 0) {
+      container.append(el("p", { class: "empty", text: "No experiments yet. An administrator creates one with POST /experiments." }));
+    }
+    experiments.forEach((experiment, i) => container.append(renderExperiment(experiment, reports[i])));
+    say(`${experiments.length} experiment${experiments.length === 1 ? "" : "s"}.`, "info");
+    if (focusOn) {
+      // The cards were rebuilt: put the focus back on the one just changed, and say what happened.
+      const card = [...container.querySelectorAll(".experiment")].find((c) => c.dataset.experiment === focusOn.id);
+      if (card) {
+        card.querySelector(".form-result").textContent = focusOn.message;
+        const heading = card.querySelector("h2");
+        heading.setAttribute("tabindex", "-1");
+        heading.focus();
+      }
+    }
+  }
+
+  function field(name, label, value) {
+    return [el("dt", { text: label }), el("dd", { "data-field": name, text: value })];
+  }
+
+  function renderExperiment(listed, fetched) {
+    const experiment = fetched.status === "fulfilled" ? fetched.value.experiment || listed : listed;
+    const report = fetched.status === "fulfilled" ? fetched.value.report : null;
+    const titleId = `experiment-${experiment.id}`.replace(/[^A-Za-z0-9_-]/g, "_");
+    const [a, b] = experiment.rankers;
+    const card = el("section", { class: "experiment", "data-experiment": experiment.id, "aria-labelledby": titleId });
+    card.append(
+      el(
+        "h2",
+        { id: titleId },
+        `Experiment “${experiment.id}” `,
+        el("span", { class: `badge badge-${experiment.status}`, text: experiment.status })
+      )
+    );
+    const facts = el("dl", { class: "facts" });
+    append(facts, field("rankers", "Rankers", `${a} vs ${b} (${experiment.method})`));
+    append(facts, field("traffic", "Traffic share", percent(experiment.traffic)));
+    if (report) {
+      append(facts, field("queries", "Queries", `${report.queries} (${report.queries_with_clicks} with clicks)`));
+      append(facts, field("clicks", "Clicks", String(report.clicks)));
+      for (const name of experiment.rankers) append(facts, field(`wins-${name}`, `Wins for ${name}`, String((report.wins || {})[name] ?? 0)));
+      append(facts, field("ties", "Ties", String(report.ties)));
+      append(facts, field("winner", "Current winner", report.winner || "none yet"));
+      append(facts, field("p_value", "p-value", report.p_value === null || report.p_value === undefined ? "—" : number(report.p_value, 4)));
+      append(facts, field("verdict", "Verdict", report.message || report.verdict));
+    } else {
+      append(facts, field("report", "Report", `unavailable: ${describe(fetched.reason)}`));
+    }
+    card.append(facts);
+    card.append(renderAdminForm(experiment));
+    return card;
+  }
+
+  function renderAdminForm(experiment) {
+    const key = experiment.id.replace(/[^A-Za-z0-9_-]/g, "_");
+    const result = el("p", { class: "form-result", role: "status", "aria-live": "polite" });
+    const traffic = el("input", { id: `traffic-${key}`, type: "number", min: "0", max: "1", step: "0.05", value: experiment.traffic });
+    const running = experiment.status === "running";
+    const form = el(
+      "form",
+      { class: "experiment-form" },
+      el("label", { for: `traffic-${key}`, text: "Traffic share (0 to 1)" }),
+      el(
+        "div",
+        { class: "form-row" },
+        traffic,
+        el("button", { type: "submit", text: "Update traffic" }),
+        el("button", {
+          type: "button",
+          class: "secondary",
+          text: running ? "Stop experiment" : "Resume experiment",
+          onclick: () => changeExperiment(experiment.id, { status: running ? "stopped" : "running" }, result),
+        })
+      ),
+      result
+    );
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const share = Number(traffic.value);
+      if (traffic.value.trim() === "" || !Number.isFinite(share) || share < 0 || share > 1) {
+        result.textContent = "The traffic share is a number from 0 to 1.";
+        traffic.focus();
+        return;
+      }
+      changeExperiment(experiment.id, { traffic: share }, result);
+    });
+    return form;
+  }
+
+  async function changeExperiment(id, change, result) {
+    const keyInput = byId("admin-key");
+    const key = keyInput.value.trim();
+    if (!key) {
+      result.textContent = "Enter the admin API key first.";
+      keyInput.focus();
+      return;
+    }
+    const store = storage("session");
+    if (store) store.setItem(ADMIN_KEY, key);
+    result.textContent = "Saving…";
+    try {
+      await api("PATCH", "/experiments/" + encodeURIComponent(id), change, { Authorization: `Bearer ${key}` });
+    } catch (error) {
+      result.textContent = `Refused: ${describe(error)}`;
+      return;
+    }
+    const what = "traffic" in change ? `traffic share ${percent(change.traffic)}` : `status ${change.status}`;
+    await loadExperiments({ id, message: `Saved: ${what}.` });
+  }
+
+  // --- wiring ----------------------------------------------------------------------
+
+  function start() {
+    byId("compare-form").addEventListener("submit", runCompare);
+    byId("compare-query").addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        byId("compare-form").requestSubmit();
+      }
+    });
+    byId("search-form").addEventListener("submit", runLive);
+    byId("admin-form").addEventListener("submit", (event) => event.preventDefault());
+    const store = storage("session");
+    const keyInput = byId("admin-key");
+    if (store) keyInput.value = store.getItem(ADMIN_KEY) || "";
+    keyInput.addEventListener("change", () => {
+      if (store) store.setItem(ADMIN_KEY, keyInput.value.trim());
+    });
+    byId("admin-forget").addEventListener("click", () => {
+      keyInput.value = "";
+      if (store) store.removeItem(ADMIN_KEY);
+      say("The admin key is forgotten.", "info");
+    });
+    byId("experiments-refresh").addEventListener("click", () => loadExperiments());
+    byId("skip-link").addEventListener("click", (event) => {
+      event.preventDefault();
+      byId("main").focus();
+    });
+    window.addEventListener("hashchange", () => route(true));
+    route(false);
+    initRankers();
+  }
+
+  start();
+})();

@@ -1,0 +1,46 @@
+"""The web page: compare two rankers, browse papers by topic, run experiments.
+
+    GET /ui                        the page (one HTML file; views are hash routes)
+    GET /ui/static/<file>          its script and style sheet
+
+Plain HTML, CSS and JavaScript shipped in the package (`static/`): no build step, no
+CDN. The page talks to the JSON API only, and builds every element from data with
+`textContent`, so document text is never parsed as HTML; the Content-Security-Policy
+below allows no inline script either, as a second line of defence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, send_from_directory
+
+blueprint = Blueprint("web", __name__, static_folder="static", static_url_path="/ui/static")
+
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+
+@blueprint.get("/ui")
+def page() -> Any:
+    """The page itself; its views are #/compare, #/search, #/paper/<id>, #/experiments."""
+    assert blueprint.static_folder is not None
+    return send_from_directory(blueprint.static_folder, "index.html")
+
+
+@blueprint.after_request
+def _security_headers(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response

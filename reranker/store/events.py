@@ -1,0 +1,457 @@
+"""Where online experiments live: experiments, the interleaved queries shown, click events.
+
+Events follow OpenSearch's User Behavior Insights (UBI) schema (query_id, client_id,
+action_name, timestamp, event_attributes.object.object_id, event_attributes.position);
+the queries record what each interleaved result list held and which ranker put each
+hit there, so clicks can be credited later.
+
+Two implementations behind one protocol, chosen like the document store:
+- `EmbeddedEventStore`: one SQLite file `<data_dir>/experiments.sqlite3`, WAL with
+  `synchronous=FULL`, so an acknowledged event survives a crash or restart.
+- `OpenSearchEventStore`: three indices beside the alias, `ALIAS-experiments`,
+  `ALIAS-ubi_queries` and `ALIAS-ubi_events` (strict mappings). OpenSearch acknowledges a
+  write after its translog is fsynced (the default `index.translog.durability: request`).
+
+Idempotency: an event's id is the client's `event_id` or a hash of its content, and it is
+written with "create if absent" (SQLite primary key; OpenSearch `op_type=create`), so a
+retried event is stored once and the retry is told it was a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Protocol, Sequence
+
+from reranker.config import Settings
+from reranker.errors import ConflictError, DuplicateEventError, StoreError
+from reranker.interleaving import Interleaving
+
+# UBI action names that count as a click when experiments are credited.
+CLICK_ACTIONS = frozenset({"click", "click_through"})
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An online comparison of two rankers by interleaving.
+
+    traffic: the share of eligible searches (those naming no ranker) that are
+    interleaved, 0 < traffic <= 1. min_queries: queries with a preference needed
+    before the report names a winner.
+    """
+
+    id: str
+    rankers: tuple[str, str]
+    method: str
+    traffic: float
+    status: str  # "running" | "stopped"
+    created: str  # ISO 8601, UTC
+    min_queries: int = 20
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "rankers": list(self.rankers)}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> "Experiment":
+        return cls(
+            id=str(raw["id"]),
+            rankers=(str(raw["rankers"][0]), str(raw["rankers"][1])),
+            method=str(raw["method"]),
+            traffic=float(raw["traffic"]),
+            status=str(raw["status"]),
+            created=str(raw["created"]),
+            min_queries=int(raw.get("min_queries", 20)),
+        )
+
+
+@dataclass(frozen=True)
+class ShownQuery:
+    """One interleaved result list as it was shown (the UBI query record)."""
+
+    query_id: str
+    experiment_id: str
+    client_id: str | None
+    user_query: str
+    timestamp: str
+    interleaving: Interleaving
+    offset: int = 0  # hits before this page (shown ids are interleaving.ids[offset:])
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        return self.interleaving.ids[self.offset :]
+
+    def to_json(self) -> dict[str, Any]:
+        inter = self.interleaving
+        return {
+            "query_id": self.query_id,
+            "experiment_id": self.experiment_id,
+            "client_id": self.client_id,
+            "user_query": self.user_query,
+            "timestamp": self.timestamp,
+            "query_response_hit_ids": list(self.shown),
+            "interleaving": {
+                "method": inter.method,
+                "ids": list(inter.ids),
+                "teams": list(inter.teams),
+                "a": list(inter.a),
+                "b": list(inter.b),
+                "offset": self.offset,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> "ShownQuery":
+        inter = raw["interleaving"]
+        return cls(
+            query_id=str(raw["query_id"]),
+            experiment_id=str(raw["experiment_id"]),
+            client_id=raw.get("client_id"),
+            user_query=str(raw.get("user_query") or ""),
+            timestamp=str(raw["timestamp"]),
+            interleaving=Interleaving(
+                method=str(inter["method"]),
+                ids=tuple(inter["ids"]),
+                teams=tuple(inter["teams"]),
+                a=tuple(inter["a"]),
+                b=tuple(inter["b"]),
+            ),
+            offset=int(inter.get("offset", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """One UBI event about a shown query. `body` is the event as the client sent it."""
+
+    event_id: str
+    query_id: str
+    experiment_id: str
+    client_id: str | None
+    action_name: str
+    object_id: str | None
+    position: int | None
+    timestamp: str
+    body: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExperimentData:
+    """What a report needs: how many queries were shown, and each clicked one with the
+    set of doc ids clicked on it."""
+
+    queries: int
+    clicks: int
+    clicked: list[tuple[Interleaving, frozenset[str]]]
+
+
+class ExperimentExistsError(ConflictError):
+    """An experiment with this id exists already."""
+
+
+class EventStore(Protocol):
+    def create_experiment(self, experiment: Experiment) -> None:
+        """Store a new experiment; ExperimentExistsError when the id is taken."""
+        ...
+
+    def save_experiment(self, experiment: Experiment) -> None:
+        """Replace a stored experiment (a changed traffic share or status)."""
+        ...
+
+    def experiments(self) -> list[Experiment]:
+        """Every experiment, oldest first."""
+        ...
+
+    def experiment(self, experiment_id: str) -> Experiment | None: ...
+
+    def record_query(self, query: ShownQuery) -> None: ...
+
+    def shown_query(self, query_id: str) -> ShownQuery | None: ...
+
+    def record_event(self, event: Event) -> None:
+        """Store `event`; DuplicateEventError when its id was stored before."""
+        ...
+
+    def experiment_data(self, experiment_id: str) -> ExperimentData: ...
+
+    def close(self) -> None: ...
+
+
+def open_event_store(settings: Settings) -> EventStore:
+    """The event store `settings` select: OpenSearch when a URL is set, else SQLite."""
+    if settings.opensearch_store is not None:
+        from reranker.store.opensearch import OpenSearchStore
+
+        return OpenSearchEventStore(OpenSearchStore(settings.opensearch_store))
+    return EmbeddedEventStore(settings.data_dir / "experiments.sqlite3")
+
+
+def clicked_objects(events: Sequence[Event]) -> dict[str, set[str]]:
+    """query id -> the doc ids clicked on it (click actions only)."""
+    found: dict[str, set[str]] = {}
+    for event in events:
+        if event.action_name in CLICK_ACTIONS and event.object_id is not None:
+            found.setdefault(event.query_id, set()).add(event.object_id)
+    return found
+
+
+# --- SQLite --------------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS experiments (id TEXT PRIMARY KEY, created TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS queries (
+    query_id TEXT PRIMARY KEY, experiment_id TEXT NOT NULL, body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS queries_by_experiment ON queries (experiment_id);
+CREATE TABLE IF NOT EXISTS events (
+    event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, experiment_id TEXT NOT NULL, body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_experiment ON events (experiment_id);
+"""
+
+
+class EmbeddedEventStore:
+    """An `EventStore` in one SQLite file; one connection per thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the experiment store {path}: {exc}") from None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit is on disk before the client hears "created".
+            db.execute("PRAGMA synchronous=FULL")
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
+        return db
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, params)
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"experiment store {self.path}: {exc}") from None
+
+    def create_experiment(self, experiment: Experiment) -> None:
+        try:
+            self._run("INSERT INTO experiments (id, created, body) VALUES (?, ?, ?)", (experiment.id, experiment.created, json.dumps(experiment.to_json())))
+        except sqlite3.IntegrityError:
+            raise ExperimentExistsError(f"experiment {experiment.id!r} exists already") from None
+
+    def save_experiment(self, experiment: Experiment) -> None:
+        self._run("UPDATE experiments SET body = ? WHERE id = ?", (json.dumps(experiment.to_json()), experiment.id))
+
+    def experiments(self) -> list[Experiment]:
+        rows = self._run("SELECT body FROM experiments ORDER BY created, id").fetchall()
+        return [Experiment.from_json(json.loads(body)) for (body,) in rows]
+
+    def experiment(self, experiment_id: str) -> Experiment | None:
+        row = self._run("SELECT body FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+        return None if row is None else Experiment.from_json(json.loads(row[0]))
+
+    def record_query(self, query: ShownQuery) -> None:
+        self._run(
+            "INSERT OR REPLACE INTO queries (query_id, experiment_id, body) VALUES (?, ?, ?)",
+            (query.query_id, query.experiment_id, json.dumps(query.to_json())),
+        )
+
+    def shown_query(self, query_id: str) -> ShownQuery | None:
+        row = self._run("SELECT body FROM queries WHERE query_id = ?", (query_id,)).fetchone()
+        return None if row is None else ShownQuery.from_json(json.loads(row[0]))
+
+    def record_event(self, event: Event) -> None:
+        try:
+            self._run(
+                "INSERT INTO events (event_id, query_id, experiment_id, body) VALUES (?, ?, ?, ?)",
+                (event.event_id, event.query_id, event.experiment_id, json.dumps(event.to_json())),
+            )
+        except sqlite3.IntegrityError:
+            raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
+
+    def experiment_data(self, experiment_id: str) -> ExperimentData:
+        (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
+        rows = self._run("SELECT body FROM events WHERE experiment_id = ?", (experiment_id,)).fetchall()
+        events = [Event(**json.loads(body)) for (body,) in rows]
+        clicked = clicked_objects(events)
+        shown: list[tuple[Interleaving, frozenset[str]]] = []
+        for query_id, objects in sorted(clicked.items()):
+            found = self.shown_query(query_id)
+            if found is not None:
+                shown.append((found.interleaving, frozenset(objects)))
+        clicks = sum(1 for e in events if e.action_name in CLICK_ACTIONS)
+        return ExperimentData(queries=int(queries), clicks=clicks, clicked=shown)
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._connections:
+                db.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+
+# --- OpenSearch ----------------------------------------------------------------------------
+
+_KEYWORD = {"type": "keyword"}
+_STORED = {"type": "object", "enabled": False}
+MAPPINGS: dict[str, dict[str, Any]] = {
+    "experiments": {
+        "dynamic": "strict",
+        "properties": {
+            "id": _KEYWORD, "rankers": _KEYWORD, "method": _KEYWORD, "traffic": {"type": "float"},
+            "status": _KEYWORD, "created": {"type": "date"}, "min_queries": {"type": "integer"},
+        },
+    },
+    "ubi_queries": {
+        "dynamic": "strict",
+        "properties": {
+            "query_id": _KEYWORD, "experiment_id": _KEYWORD, "client_id": _KEYWORD,
+            "user_query": {"type": "text"}, "timestamp": {"type": "date"},
+            "query_response_hit_ids": _KEYWORD, "interleaving": _STORED,
+        },
+    },
+    "ubi_events": {
+        "dynamic": "strict",
+        "properties": {
+            "event_id": _KEYWORD, "query_id": _KEYWORD, "experiment_id": _KEYWORD, "client_id": _KEYWORD,
+            "action_name": _KEYWORD, "object_id": _KEYWORD, "position": {"type": "integer"},
+            "timestamp": {"type": "date"}, "body": _STORED,
+        },
+    },
+}
+_PAGE = 1000
+
+
+class OpenSearchEventStore:
+    """An `EventStore` in three indices beside the document alias."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store  # an OpenSearchStore: its client and its error translation
+        self.names = {kind: f"{store.alias}-{kind}" for kind in MAPPINGS}
+        self._ready: set[str] = set()
+
+    def _index(self, kind: str) -> str:
+        """The index for `kind`, created (with its strict mapping) on first use."""
+        name = self.names[kind]
+        if name not in self._ready:
+            client = self._store.client
+            exists = self._store._call(f"checking index {name}", client.indices.exists, index=name)
+            if not exists:
+                from opensearchpy.exceptions import RequestError
+
+                try:
+                    client.indices.create(index=name, body={"settings": {"number_of_shards": 1}, "mappings": MAPPINGS[kind]})
+                except RequestError as exc:
+                    if exc.error != "resource_already_exists_exception":  # another worker won the race
+                        raise StoreError(f"cannot create index {name}: {exc.error}") from None
+            self._ready.add(name)
+        return name
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        return self._store._call(what, fn, **kwargs)
+
+    def _create(self, what: str, index: str, doc_id: str, body: dict[str, Any], **kwargs: Any) -> bool:
+        """Write a document unless its id exists (op_type=create); False when it did."""
+        from opensearchpy.exceptions import ConflictError
+
+        def create() -> bool:
+            try:
+                self._store.client.index(index=index, id=doc_id, body=body, op_type="create", **kwargs)
+            except ConflictError:
+                return False
+            return True
+
+        created: bool = self._call(what, create)
+        return created
+
+    def create_experiment(self, experiment: Experiment) -> None:
+        index = self._index("experiments")
+        if not self._create("storing an experiment", index, experiment.id, experiment.to_json(), refresh="true"):
+            raise ExperimentExistsError(f"experiment {experiment.id!r} exists already")
+
+    def save_experiment(self, experiment: Experiment) -> None:
+        index = self._index("experiments")
+        self._call("storing an experiment", self._store.client.index, index=index, id=experiment.id, body=experiment.to_json(), refresh="true")
+
+    def experiments(self) -> list[Experiment]:
+        index = self._index("experiments")
+        found = self._call("listing experiments", self._store.client.search, index=index, body={"size": 1000, "query": {"match_all": {}}})
+        items = [Experiment.from_json(hit["_source"]) for hit in found["hits"]["hits"]]
+        return sorted(items, key=lambda e: (e.created, e.id))
+
+    def experiment(self, experiment_id: str) -> Experiment | None:
+        index = self._index("experiments")
+        found = self._call("reading an experiment", self._store.client.get, index=index, id=experiment_id, not_found=None)
+        return None if not found or not found.get("found") else Experiment.from_json(found["_source"])
+
+    def record_query(self, query: ShownQuery) -> None:
+        index = self._index("ubi_queries")
+        self._call("recording a query", self._store.client.index, index=index, id=query.query_id, body=query.to_json())
+
+    def shown_query(self, query_id: str) -> ShownQuery | None:
+        index = self._index("ubi_queries")
+        # A get by id is real-time: a query is found at once, before any refresh.
+        found = self._call("reading a query", self._store.client.get, index=index, id=query_id, not_found=None)
+        return None if not found or not found.get("found") else ShownQuery.from_json(found["_source"])
+
+    def record_event(self, event: Event) -> None:
+        index = self._index("ubi_events")
+        if not self._create("recording an event", index, event.event_id, event.to_json()):
+            raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
+
+    def _all(self, index: str, query: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
+        """Every matching document's source: pages sorted by the unique keyword `key`,
+        walked with search_after (no scroll context to leak)."""
+        after: list[Any] | None = None
+        while True:
+            body: dict[str, Any] = {"size": _PAGE, "query": query, "sort": [{key: "asc"}]}
+            if after is not None:
+                body["search_after"] = after
+            found = self._call("reading experiment data", self._store.client.search, index=index, body=body)
+            hits = found["hits"]["hits"]
+            yield from (hit["_source"] for hit in hits)
+            if len(hits) < _PAGE:
+                return
+            after = hits[-1]["sort"]
+
+    def experiment_data(self, experiment_id: str) -> ExperimentData:
+        client = self._store.client
+        queries_index, events_index = self._index("ubi_queries"), self._index("ubi_events")
+        # Reports are rare; make every acknowledged write visible to search first.
+        self._call("refreshing experiment data", client.indices.refresh, index=f"{queries_index},{events_index}")
+        term = {"term": {"experiment_id": experiment_id}}
+        counted = self._call("counting queries", client.count, index=queries_index, body={"query": term})
+        events = [Event(**source) for source in self._all(events_index, term, "event_id")]
+        clicked = clicked_objects(events)
+        ids = sorted(clicked)
+        shown: list[tuple[Interleaving, frozenset[str]]] = []
+        for start in range(0, len(ids), _PAGE):
+            batch = ids[start : start + _PAGE]
+            docs = self._call("reading queries", client.mget, index=queries_index, body={"ids": batch})["docs"]
+            for doc in docs:
+                if doc.get("found"):
+                    query = ShownQuery.from_json(doc["_source"])
+                    shown.append((query.interleaving, frozenset(clicked[query.query_id])))
+        clicks = sum(1 for e in events if e.action_name in CLICK_ACTIONS)
+        return ExperimentData(queries=int(counted["count"]), clicks=clicks, clicked=shown)
+
+    def close(self) -> None:
+        self._store.close()
+

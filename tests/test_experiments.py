@@ -1,0 +1,457 @@
+"""Online experiments end to end: interleaved /search, UBI events, reports, `reranker ab`.
+
+The app is the real one over a real SQLite store holding the bundled sample corpus; the
+events go to the real embedded event store. `test_events_survive_a_killed_server` runs
+`reranker serve` (gunicorn) and kills it with SIGKILL between writing and reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from flask.testing import FlaskClient
+
+from reranker import experiments as ex
+from reranker.config import Settings
+from reranker.interleaving import TEAM_A
+from reranker.service import create_app
+from reranker.store.events import EmbeddedEventStore, Experiment
+
+from conftest import SAMPLE, run
+
+ADMIN = "test-admin-key"
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+QUERIES = [json.loads(line)["text"] for line in (SAMPLE / "queries.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
+    data_dir = tmp_path_factory.mktemp("experiments") / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    code, _ = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert code == 0
+    return data_dir
+
+
+def _settings(data_dir: Path, **env: str) -> Settings:
+    return Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN, **env})
+
+
+@pytest.fixture()
+def data_dir(indexed: Path, tmp_path: Path) -> Path:
+    """The indexed store with a fresh, empty experiment store (each test starts clean)."""
+    fresh = tmp_path / "data"
+    fresh.mkdir()
+    for item in indexed.iterdir():
+        (fresh / item.name).symlink_to(item, target_is_directory=item.is_dir())
+    return fresh
+
+
+@pytest.fixture()
+def client(data_dir: Path) -> Iterator[FlaskClient]:
+    app = create_app(_settings(data_dir))
+    yield app.test_client()
+    app.extensions["reranker"].close()
+
+
+def _error(answer: Any, status: int, type_: str | None = None) -> str:
+    assert answer.status_code == status, answer.get_data(as_text=True)
+    body = answer.get_json()
+    assert body["status"] == status
+    if type_ is not None:
+        assert body["error"]["type"] == type_
+    return str(body["error"]["reason"])
+
+
+def _start(client: FlaskClient, experiment_id: str = "exp", rankers: tuple[str, str] = ("hidden_topics", "bm25"), **extra: Any) -> dict[str, Any]:
+    answer = client.post("/experiments", json={"id": experiment_id, "rankers": list(rankers), "traffic": 1.0, **extra}, headers=AUTH)
+    assert answer.status_code == 201, answer.get_data(as_text=True)
+    return dict(answer.get_json()["experiment"])
+
+
+def _click(hit: dict[str, Any], query_id: str, client_id: str | None = "c1", **extra: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "action_name": "click",
+        "query_id": query_id,
+        "timestamp": "2026-11-21T10:00:00Z",
+        "event_attributes": {"object": {"object_id": hit["id"], "object_id_field": "_id"}, "position": {"ordinal": hit["rank"]}},
+        **extra,
+    }
+    if client_id is not None:
+        event["client_id"] = client_id
+    return event
+
+
+# --- changing experiments needs the admin key ----------------------------------------------
+
+
+def test_experiment_changes_need_the_admin_key(data_dir: Path) -> None:
+    app = create_app(_settings(data_dir, RERANKER_ADMIN_API_KEY=""))
+    client = app.test_client()
+    body = {"id": "e1", "rankers": ["hidden_topics", "bm25"]}
+    assert "RERANKER_ADMIN_API_KEY" in _error(client.post("/experiments", json=body, headers=AUTH), 403, "security_exception")
+    app.extensions["reranker"].close()
+
+    app = create_app(_settings(data_dir))
+    client = app.test_client()
+    _error(client.post("/experiments", json=body), 401, "security_exception")
+    _error(client.post("/experiments", json=body, headers={"Authorization": "Bearer wrong"}), 401, "security_exception")
+    assert client.post("/experiments", json=body, headers=AUTH).status_code == 201
+    _error(client.patch("/experiments/e1", json={"status": "stopped"}), 401, "security_exception")
+    assert client.get("/experiments").get_json()["experiments"][0]["status"] == "running", "a refused change changed nothing"
+    assert client.patch("/experiments/e1", json={"status": "stopped"}, headers=AUTH).get_json()["experiment"]["status"] == "stopped"
+    app.extensions["reranker"].close()
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"id": "Bad Id", "rankers": ["hidden_topics", "bm25"]}, "[id]"),
+        ({"id": "e", "rankers": ["hidden_topics", "hidden_topics"]}, "two different rankers"),
+        ({"id": "e", "rankers": ["hidden_topics"]}, "two different rankers"),
+        ({"id": "e", "rankers": ["hidden_topics", "nope"]}, "unknown ranker 'nope'"),
+        ({"id": "e", "rankers": ["hidden_topics", "bm25"], "traffic": 0}, "[traffic]"),
+        ({"id": "e", "rankers": ["hidden_topics", "bm25"], "traffic": 1.5}, "[traffic]"),
+        ({"id": "e", "rankers": ["hidden_topics", "bm25"], "traffic": "all"}, "[traffic]"),
+        ({"id": "e", "rankers": ["hidden_topics", "bm25"], "method": "coin"}, "[method]"),
+        ({"id": "e", "rankers": ["hidden_topics", "bm25"], "colour": "red"}, "unknown field [colour]"),
+    ],
+)
+def test_a_bad_experiment_is_a_400_that_says_why(client: FlaskClient, body: dict[str, Any], fragment: str) -> None:
+    assert fragment in _error(client.post("/experiments", json=body, headers=AUTH), 400)
+    assert client.get("/experiments").get_json() == {"experiments": []}
+
+
+def test_one_experiment_runs_at_a_time_and_ids_are_unique(client: FlaskClient) -> None:
+    _start(client, "first")
+    assert "exists already" in _error(client.post("/experiments", json={"id": "first", "rankers": ["bm25", "wmd"]}, headers=AUTH), 409, "conflict_exception")
+    assert "'first' is running" in _error(client.post("/experiments", json={"id": "second", "rankers": ["bm25", "wmd"]}, headers=AUTH), 409)
+    assert client.patch("/experiments/first", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    assert client.post("/experiments", json={"id": "second", "rankers": ["bm25", "wmd"]}, headers=AUTH).status_code == 201
+    assert "'second' is running" in _error(client.patch("/experiments/first", json={"status": "running"}, headers=AUTH), 409)
+
+
+def test_unknown_experiments_are_404(client: FlaskClient) -> None:
+    _start(client, "known")
+    reason = _error(client.get("/experiments/nope"), 404, "resource_not_found_exception")
+    assert "'nope'" in reason and "'known'" in reason
+    _error(client.patch("/experiments/nope", json={"traffic": 0.5}, headers=AUTH), 404)
+
+
+def test_an_experiment_whose_ranker_was_removed(client: FlaskClient, data_dir: Path) -> None:
+    # As after an upgrade that dropped a ranker: the stored experiment still names it.
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    store.create_experiment(Experiment("old", ("hidden_topics", "retired_ranker"), "team_draft", 1.0, "stopped", ex.utc_now()))
+    store.close()
+    reason = _error(client.patch("/experiments/old", json={"status": "running"}, headers=AUTH), 409, "conflict_exception")
+    assert "'retired_ranker'" in reason and "no longer registered" in reason
+    report = client.get("/experiments/old").get_json()["report"]
+    assert report["removed_rankers"] == ["retired_ranker"] and report["verdict"] == "not_enough_data"
+    # Even if it is marked running behind the service's back, searches are not interleaved with it.
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    store.save_experiment(Experiment("old", ("hidden_topics", "retired_ranker"), "team_draft", 1.0, "running", ex.utc_now()))
+    store.close()
+    body = client.post("/search", json={"query": QUERIES[0], "client_id": "c1"}).get_json()
+    assert "query_id" not in body and body["ranker"] == "hidden_topics"
+
+
+# --- interleaved searches --------------------------------------------------------------------
+
+
+def test_a_search_in_the_experiment_is_interleaved_and_recorded(client: FlaskClient, data_dir: Path) -> None:
+    _start(client)
+    body = client.post("/search", json={"query": QUERIES[0], "size": 6, "client_id": "c1", "explain": True}).get_json()
+    assert body["ranker"] == "interleaved" and body["experiment"] == {"id": "exp", "method": "team_draft", "rankers": ["hidden_topics", "bm25"]}
+    assert body["status"] == "ok"
+    ids = [h["id"] for h in body["hits"]]
+    a = [h["id"] for h in client.post("/search", json={"query": QUERIES[0], "size": 6, "ranker": "hidden_topics"}).get_json()["hits"]]
+    b = [h["id"] for h in client.post("/search", json={"query": QUERIES[0], "size": 6, "ranker": "bm25"}).get_json()["hits"]]
+    assert len(ids) == len(set(ids)) == 6
+    assert ids[0] in (a[0], b[0]), "team draft starts with one ranker's best"
+    assert set(ids) <= set(a) | set(b)
+    shown = EmbeddedEventStore(data_dir / "experiments.sqlite3").shown_query(body["query_id"])
+    assert shown is not None and shown.shown == tuple(ids) and shown.client_id == "c1"
+    # The record keeps each ranker's order as far as the interleaving read it (for crediting).
+    read_a, read_b = list(shown.interleaving.a), list(shown.interleaving.b)
+    assert read_a == a[: len(read_a)] and read_b == b[: len(read_b)] and set(ids) <= set(read_a) | set(read_b)
+    for hit, team in zip(body["hits"], shown.interleaving.teams):
+        # Each hit carries the score of the ranker that placed it, and its explanation when that ranker has topics.
+        assert (len(hit["explanation"]) > 0) == (team == TEAM_A)
+    # The same client paging on: the same interleaving, continued.
+    page2 = client.post("/search", json={"query": QUERIES[0], "size": 3, "from": 3, "client_id": "c1"}).get_json()
+    assert [h["id"] for h in page2["hits"]] == ids[3:6] and [h["rank"] for h in page2["hits"]] == [4, 5, 6]
+    assert page2["query_id"] != body["query_id"]
+
+
+def test_searches_naming_a_ranker_or_outside_the_share_are_not_interleaved(client: FlaskClient) -> None:
+    _start(client, traffic=0.5)
+    named = client.post("/search", json={"query": QUERIES[0], "ranker": "bm25", "client_id": "c1"}).get_json()
+    assert "query_id" not in named and named["ranker"] == "bm25"
+    taking_part = [
+        "query_id" in client.post("/search", json={"query": QUERIES[1], "size": 3, "client_id": f"client-{i}"}).get_json()
+        for i in range(60)
+    ]
+    assert 15 <= sum(taking_part) <= 45, f"{sum(taking_part)} of 60 clients in a 50% share"
+    # A client stays in its arm.
+    again = ["query_id" in client.post("/search", json={"query": QUERIES[2], "size": 3, "client_id": f"client-{i}"}).get_json() for i in range(10)]
+    assert again == taking_part[:10]
+
+
+def test_traffic_share_is_stable_per_client_and_close_to_the_setting() -> None:
+    experiment = ex.new_experiment("share", ["hidden_topics", "bm25"], traffic=0.2)
+    chosen = [ex.in_share(experiment, f"client-{i}") for i in range(5000)]
+    assert 0.18 < sum(chosen) / 5000 < 0.22
+    assert chosen == [ex.in_share(experiment, f"client-{i}") for i in range(5000)]
+    rng = random.Random(3)
+    assert 0.18 < sum(ex.in_share(experiment, None, rng) for _ in range(5000)) / 5000 < 0.22
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+def test_a_click_is_recorded_once_and_counted(client: FlaskClient) -> None:
+    _start(client)
+    body = client.post("/search", json={"query": QUERIES[0], "size": 5, "client_id": "c1"}).get_json()
+    hit = body["hits"][1]
+    answer = client.post("/events", json=_click(hit, body["query_id"]))
+    assert answer.status_code == 201, answer.get_data(as_text=True)
+    assert answer.get_json()["result"] == "created" and answer.get_json()["experiment"] == "exp"
+    # A retry of the same event is refused as a duplicate: stored once, and the client can stop retrying.
+    assert "recorded before" in _error(client.post("/events", json=_click(hit, body["query_id"])), 409, "duplicate_event_exception")
+    report = client.get("/experiments/exp").get_json()["report"]
+    assert report["queries"] == 1 and report["queries_with_clicks"] == 1 and report["clicks"] == 1
+    assert sum(report["wins"].values()) + report["ties"] == 1
+    assert report["verdict"] == "not_enough_data" and report["winner"] is None and "not enough data" in report["message"]
+    # UBI 1.0's {"ordinal": {"index": n}} form is accepted too.
+    other = _click(body["hits"][2], body["query_id"])
+    other["event_attributes"]["position"] = {"ordinal": {"index": body["hits"][2]["rank"]}}
+    assert client.post("/events", json=other).status_code == 201
+    assert client.get("/experiments/exp").get_json()["report"]["clicks"] == 2
+
+
+def test_bad_events_are_4xx_that_say_why(client: FlaskClient) -> None:
+    _start(client)
+    body = client.post("/search", json={"query": QUERIES[0], "size": 5, "client_id": "c1"}).get_json()
+    hit, qid = body["hits"][0], body["query_id"]
+    not_shown = client.post("/search", json={"query": QUERIES[0], "size": 20, "ranker": "bm25"}).get_json()["hits"][-1]
+    cases: list[tuple[Any, int, str]] = [
+        ([1, 2], 400, "JSON object"),
+        ({"query_id": qid}, 400, "[action_name] is required"),
+        ({**_click(hit, qid), "query_id": None}, 400, "[query_id] is required"),
+        ({**_click(hit, qid), "query_id": 7}, 400, "[query_id] must be a non-empty string"),
+        ({**_click(hit, qid), "queryId": qid}, 400, "unknown event field [queryId]"),
+        ({**_click(hit, qid), "timestamp": "yesterday"}, 400, "[timestamp]"),
+        ({**_click(hit, qid), "event_attributes": {"position": {"ordinal": 1}}}, 400, "needs [event_attributes.object.object_id]"),
+        (_click({"id": not_shown["id"], "rank": 1}, qid), 400, "was not among the hits"),
+        (_click({"id": hit["id"], "rank": 4}, qid), 400, "shown at rank 1"),
+        (_click({"id": hit["id"], "rank": 0}, qid), 400, "integer >= 1"),
+        (_click(hit, qid, client_id="someone-else"), 400, "not the client"),
+        (_click(hit, qid, client_id=None), 400, "not the client"),
+        (_click(hit, "00000000-0000-0000-0000-000000000000"), 404, "no interleaved query"),
+    ]
+    for event, status, fragment in cases:
+        reason = _error(client.post("/events", json=event), status)
+        assert fragment in reason, (event, reason)
+    _error(client.post("/events", data=b"{not json", content_type="application/json"), 400, "parse_exception")
+    assert client.get("/experiments/exp").get_json()["report"]["clicks"] == 0, "nothing bad was stored"
+
+
+# --- the report picks the better ranker ---------------------------------------------------------
+
+
+def _simulate(client: FlaskClient, experiment_id: str, liked_by: str, searches: int, seed: int) -> dict[str, Any]:
+    """Users who like what `liked_by` ranks in its top 3 search and click (position-biased,
+    noisy); returns the experiment's report."""
+    rng = random.Random(seed)
+    for number in range(searches):
+        text = QUERIES[number % len(QUERIES)]
+        client_id = f"user-{number}"
+        truth = client.post("/search", json={"query": text, "size": 3, "ranker": liked_by}).get_json()["hits"]
+        liked = {h["id"] for h in truth}
+        body = client.post("/search", json={"query": text, "size": 8, "client_id": client_id}).get_json()
+        assert body["experiment"]["id"] == experiment_id
+        for hit in body["hits"]:
+            examined = rng.random() < 0.9 ** (hit["rank"] - 1)
+            if examined and rng.random() < (0.8 if hit["id"] in liked else 0.05):
+                event = _click(hit, body["query_id"], client_id=client_id)
+                assert client.post("/events", json=event).status_code == 201
+    return dict(client.get(f"/experiments/{experiment_id}").get_json()["report"])
+
+
+@pytest.mark.parametrize("method", ["team_draft", "balanced"])
+def test_the_report_picks_the_ranker_users_prefer(client: FlaskClient, method: str) -> None:
+    # Users judge by hidden_topics' top 3; then, in a second experiment, by BM25's.
+    _start(client, f"{method}-1", ("hidden_topics", "bm25"), method=method, min_queries=10)
+    report = _simulate(client, f"{method}-1", "hidden_topics", searches=60, seed=1)
+    assert report["winner"] == "hidden_topics" and report["verdict"] == "significant", report
+    assert report["p_value"] < 0.05 and report["wins"]["hidden_topics"] > report["wins"]["bm25"]
+    assert client.patch(f"/experiments/{method}-1", json={"status": "stopped"}, headers=AUTH).status_code == 200
+
+    _start(client, f"{method}-2", ("hidden_topics", "bm25"), method=method, min_queries=10)
+    report = _simulate(client, f"{method}-2", "bm25", searches=60, seed=2)
+    assert report["winner"] == "bm25" and report["verdict"] == "significant", report
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
+    code, out = run(data_dir, "ab", "create", "cli-exp", "--rankers", "hidden_topics,bm25", "--traffic", "1")
+    assert code == 0 and "cli-exp running" in out
+    code, out = run(data_dir, "ab", "create", "x", "--rankers", "hidden_topics,nope")
+    assert code == 2
+    body = client.post("/search", json={"query": QUERIES[0], "size": 5, "client_id": "c9"}).get_json()
+    assert body["experiment"]["id"] == "cli-exp", "the service picks up an experiment made by the CLI"
+    assert client.post("/events", json=_click(body["hits"][0], body["query_id"], client_id="c9")).status_code == 201
+    code, out = run(data_dir, "ab", "report", "cli-exp", "--json")
+    assert code == 0
+    printed = json.loads(out)
+    assert printed == client.get("/experiments/cli-exp").get_json()
+    assert printed["report"]["clicks"] == 1
+    code, out = run(data_dir, "ab", "report", "cli-exp")
+    assert code == 0 and "not enough data yet" in out and "clicks 1" in out
+    code, out = run(data_dir, "ab", "set", "cli-exp", "--status", "stopped")
+    assert code == 0 and "stopped" in out
+    code, out = run(data_dir, "ab", "list")
+    assert code == 0 and "cli-exp" in out and "stopped" in out
+    code, _ = run(data_dir, "ab", "report", "nope")
+    assert code == 1
+
+
+# --- durability ----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _call(url: str, body: Any = None, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN, "RERANKER_WORKERS": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{port}"], env=env,
+        stdout=subprocess.DEVNULL, stderr=log.open("ab"), start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if _call(f"http://127.0.0.1:{port}/readyz")[0] == 200:
+                return server
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise AssertionError("the service did not become ready")
+
+
+def test_events_survive_a_killed_server(data_dir: Path, tmp_path: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    server = _serve(data_dir, port, log)
+    try:
+        status, _ = _call(f"{base}/experiments", {"id": "durable", "rankers": ["hidden_topics", "bm25"], "traffic": 1.0}, "POST", AUTH)
+        assert status == 201
+        status, body = _call(f"{base}/search", {"query": QUERIES[0], "size": 5, "client_id": "c1"}, "POST")
+        assert status == 200 and "query_id" in body, log.read_text()[-3000:]
+        for hit in body["hits"][:3]:
+            assert _call(f"{base}/events", _click(hit, body["query_id"]), "POST")[0] == 201
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)  # no shutdown, no flush: what was acknowledged must be on disk
+        server.wait(timeout=30)
+    server = _serve(data_dir, port, log)
+    try:
+        status, found = _call(f"{base}/experiments/durable")
+        assert status == 200 and found["report"]["clicks"] == 3 and found["report"]["queries"] == 1
+        # A client retrying after the crash is told the event is already there.
+        assert _call(f"{base}/events", _click(body["hits"][0], body["query_id"]), "POST")[0] == 409
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+# --- through the OpenSearch proxy, with the events in OpenSearch ----------------------------------
+
+
+@pytest.fixture()
+def cluster_app(osmem_server: Any, glove: Any, vectors_cache: Path, tmp_path: Path) -> Iterator[tuple[Any, Path, str]]:
+    """(app factory, data dir, cluster URL): TINY_CORPUS behind the alias `papers` in a
+    cluster of its own, so the experiment's traffic never reaches other tests."""
+    from reranker.config import OpenSearchSettings
+    from reranker.indexing import index_corpus
+    from reranker.store.opensearch import OpenSearchStore
+
+    from conftest import TINY_CORPUS, write_jsonl
+
+    clone = osmem_server.clone()
+    store = OpenSearchStore(OpenSearchSettings(hosts=(clone.url,), alias="papers"))
+    index_corpus(write_jsonl(tmp_path / "papers.jsonl", TINY_CORPUS), store, glove, 5, show_progress=False)
+    store.close()
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+
+    def make() -> Any:
+        return create_app(_settings(data_dir, OPENSEARCH_URL=clone.url, RERANKER_INDEX="papers"))
+
+    yield make, data_dir, clone.url
+    clone.close()
+
+
+def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tuple[Any, Path, str]) -> None:
+    make, data_dir, url = cluster_app
+    app = make()
+    client = app.test_client()
+    _start(client, "px")
+    search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}}, "size": 3}
+    answer = client.post("/papers/_search", json={**search, "ext": {"rerank": {"client_id": "c1"}}}).get_json()
+    block = answer["ext"]["rerank"]
+    assert block["ranker"] == "interleaved" and block["experiment"]["id"] == "px" and block["status"] == "ok"
+    hits = answer["hits"]["hits"]
+    assert len(hits) == 3 and [s["_id"] for s in block["scores"]] == [h["_id"] for h in hits]
+    named = client.post("/papers/_search", json={**search, "ext": {"rerank": {"ranker": "bm25", "client_id": "c1"}}}).get_json()
+    assert named["ext"]["rerank"]["ranker"] == "bm25" and "query_id" not in named["ext"]["rerank"]
+
+    click = _click({"id": hits[1]["_id"], "rank": 2}, block["query_id"])
+    assert client.post("/events", json=click).status_code == 201
+    _error(client.post("/events", json=click), 409, "duplicate_event_exception")
+    _error(client.post("/events", json=_click({"id": hits[1]["_id"], "rank": 2}, "no-such-query")), 404)
+    app.extensions["reranker"].close()
+
+    # A new process (a restart) reads it all back from the cluster, not from local files.
+    assert not (data_dir / "experiments.sqlite3").exists()
+    client = make().test_client()
+    found = client.get("/experiments/px").get_json()
+    assert found["experiment"]["rankers"] == ["hidden_topics", "bm25"]
+    assert found["report"]["queries"] == 1 and found["report"]["clicks"] == 1 and found["report"]["queries_with_clicks"] == 1
+    # The indices are strict: nothing unplanned gets mapped (and eats memory) by accident.
+    from reranker.store.opensearch import OpenSearchStore
+    from reranker.config import OpenSearchSettings
+
+    store = OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers"))
+    mapping = store.client.indices.get_mapping(index="papers-ubi_events")
+    assert mapping["papers-ubi_events"]["mappings"]["dynamic"] == "strict"
+    store.close()

@@ -1,0 +1,118 @@
+"""The digital library's API (/documents/<id>, /documents/<id>/similar) and the page's files,
+through Flask's test client over a real embedded store holding the bundled sample corpus."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+
+from reranker.config import Settings
+from reranker.service import create_app
+from reranker.service.web import CONTENT_SECURITY_POLICY
+from reranker.topics import topic_similarity
+
+from conftest import SAMPLE, run
+
+PAPER = "P01-1027"
+QUERY = "statistical machine translation with word alignment models and phrase tables"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Iterator[FlaskClient]:
+    data_dir = tmp_path_factory.mktemp("library") / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    yield app.test_client()
+    app.extensions["reranker"].close()
+
+
+def _error(answer: Any, status: int, type_: str) -> str:
+    assert answer.status_code == status, answer.get_data(as_text=True)
+    body = answer.get_json()
+    assert body["status"] == status and body["error"]["type"] == type_
+    return str(body["error"]["reason"])
+
+
+def _sample() -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in map(json.loads, (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines())}
+
+
+def test_a_document_shows_its_opening_and_its_topics(client: FlaskClient) -> None:
+    body = client.get(f"/documents/{PAPER}").get_json()
+    words = _sample()[PAPER]["text"].split()
+    assert body["id"] == PAPER and body["title"] == ""
+    assert body["excerpt"] == " ".join(words[:300]) and body["truncated"] is True
+    topics = body["topics"]
+    assert [t["topic"] for t in topics] == list(range(1, len(topics) + 1)) and len(topics) > 3
+    importances = [t["importance"] for t in topics]
+    assert importances == sorted(importances, reverse=True) and sum(importances) == pytest.approx(1.0, abs=1e-5)
+    assert all(len(t["words"]) == 5 and all(isinstance(w, str) and w for w in t["words"]) for t in topics)
+
+
+def test_a_documents_topic_words_are_those_of_its_search_explanation(client: FlaskClient) -> None:
+    hit = client.post("/search", json={"query": QUERY, "size": 1, "explain": True}).get_json()["hits"][0]
+    topics = client.get(f"/documents/{hit['id']}").get_json()["topics"]
+    assert [t["words"] for t in topics] == [e["topic_words"] for e in hit["explanation"]]
+    assert [t["importance"] for t in topics] == pytest.approx([e["importance"] for e in hit["explanation"]])
+
+
+def test_papers_like_this_one_are_ordered_by_topic_similarity(client: FlaskClient) -> None:
+    body = client.get(f"/documents/{PAPER}/similar?size=5").get_json()
+    hits = body["hits"]
+    assert body["id"] == PAPER and [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
+    assert PAPER not in {h["id"] for h in hits}
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True) and all(0.0 < s <= 1.0 for s in scores)
+    texts = _sample()
+    assert all(h["snippet"] == " ".join(texts[h["id"]]["text"].split()[:30]) for h in hits)
+    # The scores are the topic similarity of the stored topics, and the order is not BM25's.
+    engine = client.application.extensions["reranker"].engine()
+    batch = engine.store.topics([PAPER, *(h["id"] for h in hits)])
+    k = int(np.count_nonzero(batch.importances[0]))
+    expected = topic_similarity(batch.topics[0, :k], batch.importances[0, :k], batch.topics[1:], batch.importances[1:])
+    assert scores == pytest.approx(list(expected))
+    everything = client.get(f"/documents/{PAPER}/similar?size=100").get_json()["hits"]
+    assert len(everything) == len(texts) - 1  # every other sample paper shares words with it
+    assert sorted(h["bm25_rank"] for h in everything) == list(range(1, len(texts)))
+    assert [h["bm25_rank"] for h in everything] != sorted(h["bm25_rank"] for h in everything)
+    assert len(client.get(f"/documents/{PAPER}/similar").get_json()["hits"]) == 10
+
+
+def test_an_unknown_document_is_a_404(client: FlaskClient) -> None:
+    for path, doc_id in [("/documents/nope", "nope"), ("/documents/nope/similar", "nope"), ("/documents/%3Cscript%3E", "<script>"),
+                         ("/documents/10.1145%2F3397271", "10.1145/3397271"), ("/documents/a/b/similar", "a/b")]:
+        reason = _error(client.get(path), 404, "document_missing_exception")
+        assert reason == f"no stored document with id {doc_id!r}"
+
+
+@pytest.mark.parametrize("size", ["0", "101", "-1", "1.5", "ten", "", "²"])
+def test_a_bad_size_is_a_400(client: FlaskClient, size: str) -> None:
+    reason = _error(client.get(f"/documents/{PAPER}/similar?size={size}"), 400, "illegal_argument_exception")
+    assert "[size] must be an integer from 1 to 100" in reason
+
+
+def test_the_page_and_its_files_are_served_with_a_strict_policy(client: FlaskClient) -> None:
+    page = client.get("/ui")
+    assert page.status_code == 200 and page.mimetype == "text/html"
+    assert page.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY and "script-src 'self'" in CONTENT_SECURITY_POLICY
+    html = page.get_data(as_text=True)
+    assert '<script src="/ui/static/app.js"' in html and "<script>" not in html  # no inline script
+    for name, mimetype in (("app.js", "text/javascript"), ("app.css", "text/css")):
+        answer = client.get(f"/ui/static/{name}")
+        assert answer.status_code == 200 and answer.mimetype == mimetype and answer.headers["X-Content-Type-Options"] == "nosniff"
+    assert client.get("/ui/static/missing.js").status_code == 404
+
+
+def test_the_page_never_parses_data_as_html() -> None:
+    """Text from the API goes into the page through textContent only."""
+    script = resources.files("reranker").joinpath("service/static/app.js").read_text(encoding="utf-8")
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in script, sink
