@@ -306,19 +306,6 @@ class Report:
         a, b = self.experiment.rankers
         return a if self.outcome.winner == TEAM_A else b
 
-    def message(self) -> str:
-        """One sentence for people: the verdict with the counts behind it."""
-        a, b = self.experiment.rankers
-        o = self.outcome
-        preferred = o.wins_a + o.wins_b
-        counts = f"{a} preferred on {o.wins_a}, {b} on {o.wins_b}, {o.ties} ties"
-        if o.verdict == "not_enough_data":
-            return f"not enough data yet: {preferred} of the {self.experiment.min_queries} queries with a preference needed ({counts})"
-        if o.verdict == "significant" and self.winner is not None:
-            wins = o.wins_a if self.winner == a else o.wins_b
-            return f"{self.winner} wins: preferred on {wins} of {preferred} queries with a preference (sign test p = {o.p_value:.3g}; {counts})"
-        return f"no significant difference (sign test p = {o.p_value:.3g}; {counts})"
-
     def to_json(self) -> dict[str, Any]:
         a, b = self.experiment.rankers
         o = self.outcome
@@ -332,14 +319,14 @@ class Report:
             "p_value": o.p_value,
             "verdict": o.verdict,
             "min_queries": self.experiment.min_queries,
-            "message": self.message(),
+            "message": o.message,
             "removed_rankers": removed_rankers(self.experiment),
         }
 
 
 def report(store: EventStore, experiment: Experiment) -> Report:
     data = store.experiment_data(experiment.id)
-    found = outcome(data.clicked, min_queries=experiment.min_queries)
+    found = outcome(data.clicked, min_queries=experiment.min_queries, labels=experiment.rankers)
     # outcome() saw only the clicked queries; the store counted every query shown, and
     # every click event (several clicks on one hit count once towards credit).
     return Report(experiment, replace(found, queries=data.queries, clicks=data.clicks))

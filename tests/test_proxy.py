@@ -387,6 +387,18 @@ def test_the_library_and_the_page_win_over_the_catch_all(app: Flask, client: Fla
     assert client.get("/ui").mimetype == "text/html"
 
 
+def test_the_experiment_routes_win_over_the_catch_all(app: Flask) -> None:
+    adapter = app.url_map.bind("localhost")
+    assert adapter.match("/events", "POST")[0] == "experiments.events"
+    assert adapter.match("/experiments", "GET")[0] == "experiments.experiments"
+    assert adapter.match("/experiments", "POST")[0] == "experiments.create"
+    assert adapter.match("/experiments/exp-1", "GET") == ("experiments.show", {"experiment_id": "exp-1"})
+    assert adapter.match("/experiments/exp-1", "PATCH") == ("experiments.change", {"experiment_id": "exp-1"})
+    # An index named "experiments" is still searched through the proxy.
+    assert adapter.match("/experiments/_search", "GET")[0] == "proxy.search"
+    assert adapter.match("/experiments/_msearch", "POST")[0] == "proxy.msearch"
+
+
 def test_only_the_allowed_indices_are_searched(client: FlaskClient, papers: tuple[str, Path]) -> None:
     for path in ("/other/_search", "/papers,other/_search", "/_all/_search", "/*/_search", "/other/_msearch"):
         answer = client.post(path, json=summary("ocean"))

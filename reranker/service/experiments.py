@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, jsonify
+from flask.blueprints import BlueprintSetupState
+from werkzeug.routing import BaseConverter
 
 from reranker import experiments as ex
 from reranker.errors import DuplicateEventError, InputError, NotFoundError
@@ -24,6 +26,18 @@ from reranker.service.errors import ApiError
 from reranker.service.inputs import Fields, json_object, require_bearer
 
 blueprint = Blueprint("experiments", __name__)
+
+
+class ExperimentIdConverter(BaseConverter):
+    """One path segment, except the proxy's `_search` and `_msearch`, so that
+    /experiments/_search still reaches an OpenSearch index named "experiments"."""
+
+    regex = r"(?!_m?search$)[^/]+"
+
+
+@blueprint.record_once
+def _register_converter(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters["experiment_id"] = ExperimentIdConverter
 
 
 def _require_admin() -> None:
@@ -94,14 +108,14 @@ def create() -> Any:
     return response
 
 
-@blueprint.get("/experiments/<experiment_id>")
+@blueprint.get("/experiments/<experiment_id:experiment_id>")
 def show(experiment_id: str) -> Any:
     store = runtime().experiments.store()
     experiment = ex.find(store, experiment_id)
     return jsonify(experiment=experiment.to_json(), report=ex.report(store, experiment).to_json())
 
 
-@blueprint.patch("/experiments/<experiment_id>")
+@blueprint.patch("/experiments/<experiment_id:experiment_id>")
 def change(experiment_id: str) -> Any:
     _require_admin()
     rt = runtime()
