@@ -211,7 +211,28 @@ def comparison_table(comparison: Comparison) -> str:
     ]
     for pair in comparison.overlap:
         lines.append(_row([" vs ".join(pair.rankers), f"{pair.mean_jaccard:.3f}", f"{pair.mean_rbo:.3f}"]))
-    return "\n".join(lines)
+    return "\n".join(lines + ["", *per_query_table(comparison)])
+
+
+def per_query_table(comparison: Comparison) -> list[str]:
+    """One row per query: each ranker's nDCG@10, and each other ranker's difference from
+    the baseline and overlap with it (the Markdown form of the JSON's per-query rows)."""
+    base, metric = comparison.baseline, HEADLINE_METRIC
+    others = [r for r in comparison.rankers if r != base]
+    depth = comparison.jaccard_depth
+    columns = [
+        "query", *(f"{r} {metric_label(metric)}" for r in comparison.rankers),
+        *(label for r in others for label in (f"Δ {r}", f"Jaccard@{depth} {r}", f"RBO {r}")),
+    ]
+    lines = [f"Per query ({metric_label(metric)}; Δ, Jaccard and RBO against {base}):", "", _row(columns), _rule(len(columns))]
+    for query in comparison.per_query[base]:
+        cells = [query, *(f"{comparison.per_query[r][query][metric]:.3f}" for r in comparison.rankers)]
+        for ranker in others:
+            pair = comparison.overlap_of(base, ranker)
+            delta = comparison.per_query[ranker][query][metric] - comparison.per_query[base][query][metric]
+            cells += [f"{delta:+.3f}", f"{pair.jaccard[query]:.3f}", f"{pair.rbo[query]:.3f}"]
+        lines.append(_row(cells))
+    return lines
 
 
 # --- figures --------------------------------------------------------------------------------

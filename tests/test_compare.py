@@ -267,11 +267,20 @@ def test_json_round_trip_and_markdown(tmp_path: Path) -> None:
     assert header.startswith("| ranker | nDCG@10 |") and header.endswith("| W/T/L | Jaccard@10 | RBO |")
     assert rows[0].startswith("| bm25 | 0.") and rows[1].startswith("| copy (baseline) |")
     assert rows[2].split(" | ")[-3] == "3/0/0"  # "other" puts a relevant document first on every query
-    assert rows[-3:] == [
+    pairs_end = rows.index("", rows.index("| bm25 vs copy | 1.000 | 1.000 |"))
+    assert rows[pairs_end - 3 : pairs_end] == [
         "| bm25 vs copy | 1.000 | 1.000 |",
         f"| bm25 vs other | 1.000 | {comparison.overlap_of('bm25', 'other').mean_rbo:.3f} |",
         f"| copy vs other | 1.000 | {comparison.overlap_of('copy', 'other').mean_rbo:.3f} |",
     ]
+    # The per-query table: one row per query, each ranker's nDCG@10, then Δ/Jaccard/RBO against the baseline.
+    assert rows[pairs_end + 1].startswith("Per query (nDCG@10; Δ, Jaccard and RBO against copy)")
+    per_query = rows[-3:]
+    assert [row.split(" | ")[0] for row in per_query] == ["| q1", "| q2", "| q3"]
+    q1 = per_query[0].strip("| ").split(" | ")
+    ndcg = {r: comparison.per_query[r]["q1"]["ndcg@10"] for r in ("bm25", "copy", "other")}
+    assert q1[1:4] == [f"{ndcg['bm25']:.3f}", f"{ndcg['copy']:.3f}", f"{ndcg['other']:.3f}"]
+    assert q1[4:7] == [f"{ndcg['bm25'] - ndcg['copy']:+.3f}", "1.000", f"{comparison.overlap_of('copy', 'bm25').rbo['q1']:.3f}"]
 
 
 def test_the_baseline_must_be_one_of_two_or_more_rankers() -> None:
