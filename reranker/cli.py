@@ -904,7 +904,7 @@ def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
             o = found.outcome
             a, b = experiment.rankers
             print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
-            print(f"  queries {o.queries}, with clicks {o.queries_with_clicks}, clicks {o.clicks}", file=out)
+            print(f"  queries {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
             print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
             print(f"  {o.message}", file=out)
     else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import random
+import logging
 import re
 import threading
 import time
@@ -27,22 +27,29 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from reranker.config import Settings
-from reranker.errors import ConflictError, InputError, NotFoundError
+from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
 from reranker.interleaving import METHODS, TEAM_A, Outcome, outcome
-from reranker.rankers import RANKERS
+from reranker.rankers import RANKERS, get_ranker
 from reranker.store.events import CLICK_ACTIONS, Event, EventStore, Experiment, ShownQuery, open_event_store
+
+log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_TRAFFIC = 0.1
 DEFAULT_MIN_QUERIES = 20
+MAX_MIN_QUERIES = 1_000_000
 STATUSES = ("running", "stopped")
 # How long a worker trusts its copy of the running experiment (changes made through
 # another worker or the CLI are seen within this time).
 RUNNING_TTL_SECONDS = 5.0
-# UBI's own limits (event.schema.json, 1.0.0).
+# UBI's own limits (event.schema.json, 1.0.0), and one of ours for the whole event.
 _MAX_ID = 100
 _MAX_OBJECT_ID = 256
 _MAX_MESSAGE = 1024
+MAX_EVENT_BYTES = 16_384
+# ISO 8601 as OpenSearch's `strict_date_optional_time` reads it (so both stores accept
+# the same events): a date, optionally a time, optionally a zone.
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?")
 EVENT_FIELDS = (
     "action_name", "query_id", "client_id", "timestamp", "event_attributes", "event_id",
     "application", "session_id", "user_id", "message_type", "message",
@@ -69,8 +76,6 @@ def new_experiment(
         raise InputError(f"[id] must be 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, got {experiment_id!r}")
     if len(rankers) != 2 or rankers[0] == rankers[1]:
         raise InputError(f"[rankers] must name two different rankers, got {list(rankers)}")
-    from reranker.rankers import get_ranker
-
     for name in rankers:
         get_ranker(name)  # UnknownRankerError lists the valid names
     experiment = Experiment(
@@ -87,8 +92,8 @@ def _checked(experiment: Experiment) -> Experiment:
         raise InputError(f"[traffic] is the share of searches interleaved: 0 < traffic <= 1, got {experiment.traffic!r}")
     if experiment.status not in STATUSES:
         raise InputError(f"[status] must be one of {', '.join(STATUSES)}, got {experiment.status!r}")
-    if experiment.min_queries < 1:
-        raise InputError(f"[min_queries] must be >= 1, got {experiment.min_queries}")
+    if not 1 <= experiment.min_queries <= MAX_MIN_QUERIES:
+        raise InputError(f"[min_queries] must be between 1 and {MAX_MIN_QUERIES}, got {experiment.min_queries}")
     return experiment
 
 
@@ -97,22 +102,20 @@ def removed_rankers(experiment: Experiment) -> list[str]:
     return [name for name in experiment.rankers if name not in RANKERS]
 
 
-def _startable(store: EventStore, experiment: Experiment) -> None:
-    """ConflictError unless `experiment` may run: its rankers exist and no other runs."""
+def _startable(experiment: Experiment) -> None:
+    """ConflictError when `experiment` names a ranker that is no longer registered (the
+    store refuses a second running experiment itself, atomically)."""
     gone = removed_rankers(experiment)
     if gone:
         raise ConflictError(
             f"experiment {experiment.id!r} compares ranker {gone[0]!r}, which is no longer registered; "
             "it cannot run (its report stays readable): create a new experiment"
         )
-    for other in store.experiments():
-        if other.status == "running" and other.id != experiment.id:
-            raise ConflictError(f"experiment {other.id!r} is running; stop it first (one experiment runs at a time)")
 
 
 def create(store: EventStore, experiment: Experiment) -> Experiment:
     if experiment.status == "running":
-        _startable(store, experiment)
+        _startable(experiment)
     store.create_experiment(experiment)
     return experiment
 
@@ -134,16 +137,20 @@ def update(store: EventStore, experiment_id: str, *, traffic: float | None = Non
         status=experiment.status if status is None else status,
     ))
     if changed.status == "running":
-        _startable(store, changed)
+        _startable(changed)
     store.save_experiment(changed)
     return changed
 
 
-def in_share(experiment: Experiment, client_id: str | None, rng: random.Random | None = None) -> bool:
-    """Does this search take part? Stable per (experiment, client); random without a client."""
-    if client_id is None:
-        return (rng or random).random() < experiment.traffic
-    digest = hashlib.sha256(f"{experiment.id}\x00{client_id}".encode()).digest()
+def unit_key(client_id: str | None, text: str) -> str:
+    """What a search is assigned by: its client, or without one its query text (so the
+    pages of one query stay together either way)."""
+    return f"client\x00{client_id}" if client_id is not None else f"query\x00{text}"
+
+
+def in_share(experiment: Experiment, unit: str) -> bool:
+    """Does a search of this unit (`unit_key`) take part? Stable per (experiment, unit)."""
+    digest = hashlib.sha256(f"{experiment.id}\x00{unit}".encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < experiment.traffic
 
 
@@ -175,10 +182,16 @@ class Experiments:
         """Forget the cached running experiment (this worker just changed one)."""
         self._running = (-1e9, None)
 
-    def pick(self, client_id: str | None) -> Experiment | None:
-        """The experiment this search takes part in, if any."""
-        experiment = self.running()
-        if experiment is None or removed_rankers(experiment) or not in_share(experiment, client_id):
+    def pick(self, unit: str) -> Experiment | None:
+        """The experiment this search takes part in, if any. An experiment store that
+        cannot be read leaves searches out of experiments; it never fails them."""
+        try:
+            experiment = self.running()
+        except StoreError as exc:
+            log.warning("experiments unavailable, searching without them for %g s: %s", RUNNING_TTL_SECONDS, exc)
+            self._running = (time.monotonic(), None)
+            return None
+        if experiment is None or removed_rankers(experiment) or not in_share(experiment, unit):
             return None
         return experiment
 
@@ -229,6 +242,12 @@ def read_event(raw: Any, store: EventStore) -> Event:
     """
     if not isinstance(raw, dict):
         raise InputError("an event must be a JSON object (a User Behavior Insights event)")
+    try:
+        size = len(json.dumps(raw, ensure_ascii=False).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InputError("the event holds a string that is not valid Unicode (a lone surrogate escape such as \\ud800)") from None
+    if size > MAX_EVENT_BYTES:
+        raise InputError(f"the event has {size} bytes of JSON; the limit is {MAX_EVENT_BYTES}")
     unknown = sorted(set(raw) - set(EVENT_FIELDS))
     if unknown:
         raise InputError(f"unknown event field [{unknown[0]}]; accepted: {', '.join(EVENT_FIELDS)}")
@@ -242,6 +261,8 @@ def read_event(raw: Any, store: EventStore) -> Event:
     timestamp = _text(raw, "timestamp", _MAX_ID)
     if timestamp is not None:
         try:
+            if not _TIMESTAMP.fullmatch(timestamp):
+                raise ValueError(timestamp)
             _dt.datetime.fromisoformat(timestamp)
         except ValueError:
             raise InputError(f"[timestamp] must be an ISO 8601 date-time like 2026-11-21T10:15:00Z, got {timestamp!r}") from None
@@ -280,11 +301,13 @@ def read_event(raw: Any, store: EventStore) -> Event:
             raise InputError(
                 f"[event_attributes.position.ordinal] {position} does not match: {object_id!r} was shown at rank {rank} (ranks start at 1)"
             )
-    # A retried event hashes the same, so it is stored once (send event_id or a
-    # timestamp to record two identical actions).
-    event_id = event_id or hashlib.sha256(json.dumps(raw, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    # A retried event gets the same key, so it is stored once. The key is the client's
+    # event_id within its query and client (two clients' "1" are two events), else a
+    # hash of the whole event (send event_id or a timestamp to record two identical actions).
+    source = json.dumps([query_id, client_id, event_id] if event_id is not None else raw, sort_keys=True, ensure_ascii=False)
+    key = hashlib.sha256(source.encode("utf-8")).hexdigest()
     return Event(
-        event_id=event_id, query_id=query_id, experiment_id=shown.experiment_id, client_id=client_id,
+        event_id=key, query_id=query_id, experiment_id=shown.experiment_id, client_id=client_id,
         action_name=action, object_id=object_id, position=position, timestamp=timestamp or utc_now(), body=raw,
     )
 
@@ -298,6 +321,7 @@ class Report:
 
     experiment: Experiment
     outcome: Outcome
+    click_events: int  # every click event; outcome.clicks counts each clicked hit once per query
 
     @property
     def winner(self) -> str | None:
@@ -312,7 +336,8 @@ class Report:
         return {
             "queries": o.queries,
             "queries_with_clicks": o.queries_with_clicks,
-            "clicks": o.clicks,
+            "clicks": self.click_events,
+            "clicked_hits": o.clicks,
             "wins": {a: o.wins_a, b: o.wins_b},
             "ties": o.ties,
             "winner": self.winner,
@@ -327,6 +352,5 @@ class Report:
 def report(store: EventStore, experiment: Experiment) -> Report:
     data = store.experiment_data(experiment.id)
     found = outcome(data.clicked, min_queries=experiment.min_queries, labels=experiment.rankers)
-    # outcome() saw only the clicked queries; the store counted every query shown, and
-    # every click event (several clicks on one hit count once towards credit).
-    return Report(experiment, replace(found, queries=data.queries, clicks=data.clicks))
+    # outcome() saw only the clicked queries; the store counted every query shown.
+    return Report(experiment, replace(found, queries=data.queries), data.click_events)

@@ -154,6 +154,12 @@ class Engine:
             raise RankerUnavailableError("this engine has no data directory to load a Doc2Vec model from")
         return load_for_index(self.store.index_info(), self.data_dir)
 
+    def check_ranker(self, ranker: Ranker) -> None:
+        """RankerUnavailableError when `ranker` cannot run on this index (a Doc2Vec ranker
+        before `reranker train doc2vec`), found before any query is sent to it."""
+        if "doc_vectors" in ranker.needs:
+            self._doc2vec_model()
+
     def ranker(self, name: str) -> Ranker:
         """The ranker registered as `name`, with this engine's vectors and models."""
         return get_ranker(name, self.ranker_options)

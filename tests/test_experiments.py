@@ -144,6 +144,31 @@ def test_one_experiment_runs_at_a_time_and_ids_are_unique(client: FlaskClient) -
     assert "'second' is running" in _error(client.patch("/experiments/first", json={"status": "running"}, headers=AUTH), 409)
 
 
+def test_concurrent_starts_leave_one_experiment_running(client: FlaskClient) -> None:
+    import threading
+
+    answers: list[int] = []
+
+    def start(number: int) -> None:
+        body = {"id": f"race-{number}", "rankers": ["hidden_topics", "bm25"]}
+        answers.append(client.post("/experiments", json=body, headers=AUTH).status_code)
+
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answers) == [201] + [409] * 7
+    assert [e["status"] for e in client.get("/experiments").get_json()["experiments"]] == ["running"]
+
+
+def test_an_experiment_with_a_ranker_this_index_cannot_run_is_refused(client: FlaskClient) -> None:
+    # The sample index has no Doc2Vec model: an experiment with doc2vec would collect nothing.
+    reason = _error(client.post("/experiments", json={"id": "d2v", "rankers": ["doc2vec", "bm25"]}, headers=AUTH), 409, "ranker_unavailable_exception")
+    assert "reranker train doc2vec" in reason
+    assert client.get("/experiments").get_json() == {"experiments": []}
+
+
 def test_unknown_experiments_are_404(client: FlaskClient) -> None:
     _start(client, "known")
     reason = _error(client.get("/experiments/nope"), 404, "resource_not_found_exception")
@@ -212,11 +237,38 @@ def test_searches_naming_a_ranker_or_outside_the_share_are_not_interleaved(clien
 
 def test_traffic_share_is_stable_per_client_and_close_to_the_setting() -> None:
     experiment = ex.new_experiment("share", ["hidden_topics", "bm25"], traffic=0.2)
-    chosen = [ex.in_share(experiment, f"client-{i}") for i in range(5000)]
+    chosen = [ex.in_share(experiment, ex.unit_key(f"client-{i}", "same query")) for i in range(5000)]
     assert 0.18 < sum(chosen) / 5000 < 0.22
-    assert chosen == [ex.in_share(experiment, f"client-{i}") for i in range(5000)]
-    rng = random.Random(3)
-    assert 0.18 < sum(ex.in_share(experiment, None, rng) for _ in range(5000)) / 5000 < 0.22
+    assert chosen == [ex.in_share(experiment, ex.unit_key(f"client-{i}", "another query")) for i in range(5000)]
+    # Without a client, the query text decides: a share of the distinct queries.
+    by_query = [ex.in_share(experiment, ex.unit_key(None, f"query {i}")) for i in range(5000)]
+    assert 0.18 < sum(by_query) / 5000 < 0.22
+    other = ex.new_experiment("other", ["hidden_topics", "bm25"], traffic=0.2)
+    assert by_query != [ex.in_share(other, ex.unit_key(None, f"query {i}")) for i in range(5000)], "each experiment draws its own share"
+
+
+def test_pages_without_a_client_are_pages_of_one_interleaving(client: FlaskClient, data_dir: Path) -> None:
+    _start(client)
+    for text in QUERIES:
+        whole = [h["id"] for h in client.post("/search", json={"query": text, "size": 6}).get_json()["hits"]]
+        first = client.post("/search", json={"query": text, "size": 3}).get_json()
+        second = client.post("/search", json={"query": text, "size": 3, "from": 3}).get_json()
+        assert [h["id"] for h in first["hits"]] + [h["id"] for h in second["hits"]] == whole
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    before = store.experiment_data("exp").queries
+    past_the_end = client.post("/search", json={"query": QUERIES[0], "size": 3, "from": 500}).get_json()
+    assert past_the_end["hits"] == [] and "query_id" not in past_the_end, "an empty page is not part of the experiment"
+    assert store.experiment_data("exp").queries == before
+
+
+def test_an_unreadable_experiment_store_never_fails_a_search(data_dir: Path) -> None:
+    (data_dir / "experiments.sqlite3").mkdir()  # SQLite cannot open a directory
+    app = create_app(_settings(data_dir))
+    client = app.test_client()
+    body = client.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "c1"}).get_json()
+    assert body["status"] == "ok" and body["ranker"] == "hidden_topics" and "query_id" not in body
+    assert "cannot open the experiment store" in _error(client.get("/experiments"), 502, "store_exception")
+    app.extensions["reranker"].close()
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -232,7 +284,7 @@ def test_a_click_is_recorded_once_and_counted(client: FlaskClient) -> None:
     # A retry of the same event is refused as a duplicate: stored once, and the client can stop retrying.
     assert "recorded before" in _error(client.post("/events", json=_click(hit, body["query_id"])), 409, "duplicate_event_exception")
     report = client.get("/experiments/exp").get_json()["report"]
-    assert report["queries"] == 1 and report["queries_with_clicks"] == 1 and report["clicks"] == 1
+    assert report["queries"] == 1 and report["queries_with_clicks"] == 1 and report["clicks"] == 1 and report["clicked_hits"] == 1
     assert sum(report["wins"].values()) + report["ties"] == 1
     assert report["verdict"] == "not_enough_data" and report["winner"] is None and "not enough data" in report["message"]
     # UBI 1.0's {"ordinal": {"index": n}} form is accepted too.
@@ -240,6 +292,23 @@ def test_a_click_is_recorded_once_and_counted(client: FlaskClient) -> None:
     other["event_attributes"]["position"] = {"ordinal": {"index": body["hits"][2]["rank"]}}
     assert client.post("/events", json=other).status_code == 201
     assert client.get("/experiments/exp").get_json()["report"]["clicks"] == 2
+    # A second click on the same hit is a click event, but the hit counts once towards credit.
+    again = _click(body["hits"][2], body["query_id"], timestamp="2026-11-21T10:00:05Z")
+    assert client.post("/events", json=again).status_code == 201
+    report = client.get("/experiments/exp").get_json()["report"]
+    assert report["clicks"] == 3 and report["clicked_hits"] == 2
+
+
+def test_event_ids_are_scoped_to_their_query_and_client(client: FlaskClient) -> None:
+    _start(client)
+    alice = client.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "alice"}).get_json()
+    bob = client.post("/search", json={"query": QUERIES[1], "size": 3, "client_id": "bob"}).get_json()
+    assert client.post("/events", json=_click(alice["hits"][0], alice["query_id"], client_id="alice", event_id="1")).status_code == 201
+    assert client.post("/events", json=_click(bob["hits"][0], bob["query_id"], client_id="bob", event_id="1")).status_code == 201
+    # Alice's retry, even with another timestamp, is the same event.
+    retry = _click(alice["hits"][0], alice["query_id"], client_id="alice", event_id="1", timestamp="2026-11-21T10:00:09Z")
+    _error(client.post("/events", json=retry), 409, "duplicate_event_exception")
+    assert client.get("/experiments/exp").get_json()["report"]["queries_with_clicks"] == 2
 
 
 def test_bad_events_are_4xx_that_say_why(client: FlaskClient) -> None:
@@ -262,10 +331,21 @@ def test_bad_events_are_4xx_that_say_why(client: FlaskClient) -> None:
         (_click(hit, qid, client_id=None), 400, "not the client"),
         (_click(hit, "00000000-0000-0000-0000-000000000000"), 404, "no interleaved query"),
     ]
+    too_big = _click(hit, qid)
+    too_big["event_attributes"]["object"]["description"] = "x" * 20_000
+    cases += [
+        (too_big, 400, "the limit is 16384"),
+        ({**_click(hit, qid), "timestamp": "2026-01-01 10:15:00"}, 400, "[timestamp]"),
+        ({**_click(hit, qid), "timestamp": "2026-W01-1"}, 400, "[timestamp]"),
+    ]
     for event, status, fragment in cases:
         reason = _error(client.post("/events", json=event), status)
         assert fragment in reason, (event, reason)
     _error(client.post("/events", data=b"{not json", content_type="application/json"), 400, "parse_exception")
+    # Lone surrogate escapes are valid JSON but not Unicode: a 400, not a crash.
+    surrogate = json.dumps(_click(hit, qid)).replace('"click"', '"\\ud800"')
+    assert "not valid Unicode" in _error(client.post("/events", data=surrogate, content_type="application/json"), 400)
+    assert "not valid Unicode" in _error(client.post("/search", data=json.dumps({"query": "x", "client_id": "a"}).replace('"a"', '"\\ud800"'), content_type="application/json"), 400)
     assert client.get("/experiments/exp").get_json()["report"]["clicks"] == 0, "nothing bad was stored"
 
 

@@ -85,7 +85,7 @@ def search() -> Any:
     window = fields.integer("window", rt.settings.window, minimum=1, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
     wanted = filters(fields.array("filters"))
     explain = fields.boolean("explain", False)
-    client_id = fields.text("client_id", max_chars=100)
+    client_id = fields.client_id()
     fields.finish()
     if offset + size > limits.max_window:
         raise bad_request(f"[from] + [size] must be <= {limits.max_window} (RERANKER_MAX_WINDOW), got {offset + size}")

@@ -49,13 +49,12 @@ def _require_admin() -> None:
     )
 
 
-def _number(fields: Fields, name: str) -> float | None:
-    value = fields._get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ApiError(400, "illegal_argument_exception", f"[{name}] must be a number, got {value!r}")
-    return float(value)
+def _runnable(rankers: tuple[str, str]) -> None:
+    """409 ranker_unavailable_exception when a ranker cannot run on this index (doc2vec
+    without a trained model): an experiment with it would silently collect nothing."""
+    engine = runtime().engine()
+    for name in rankers:
+        engine.check_ranker(engine.ranker(name))
 
 
 @blueprint.post("/events")
@@ -92,7 +91,7 @@ def create() -> Any:
     experiment_id = fields.text("id", required=True)
     rankers = fields.array("rankers", required=True) or []
     method = fields.text("method", default="team_draft")
-    traffic = _number(fields, "traffic")
+    traffic = fields.number("traffic")
     min_queries = fields.integer("min_queries", ex.DEFAULT_MIN_QUERIES, minimum=1)
     fields.finish()
     if not all(isinstance(name, str) for name in rankers):
@@ -101,6 +100,7 @@ def create() -> Any:
     experiment = ex.new_experiment(
         experiment_id, rankers, method=method, traffic=ex.DEFAULT_TRAFFIC if traffic is None else traffic, min_queries=min_queries
     )
+    _runnable(experiment.rankers)
     ex.create(rt.experiments.store(), experiment)
     rt.experiments.changed()
     response = jsonify(experiment=experiment.to_json())
@@ -120,11 +120,15 @@ def change(experiment_id: str) -> Any:
     _require_admin()
     rt = runtime()
     fields = Fields(json_object())
-    traffic = _number(fields, "traffic")
+    traffic = fields.number("traffic")
     status = fields.text("status")
     fields.finish()
     if traffic is None and status is None:
         raise ApiError(400, "illegal_argument_exception", 'nothing to change: send "traffic" and/or "status" ("running" or "stopped")')
+    if status == "running":
+        found = ex.find(rt.experiments.store(), experiment_id)
+        if not ex.removed_rankers(found):  # a removed ranker gets update()'s clearer 409
+            _runnable(found.rankers)
     try:
         experiment = ex.update(rt.experiments.store(), experiment_id, traffic=traffic, status=status)
     finally:

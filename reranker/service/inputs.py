@@ -111,6 +111,27 @@ class Fields:
             raise bad_request(f"[{self.where}{name}] must be <= {maximum}{hint}, got {number}")
         return number
 
+    def number(self, name: str) -> float | None:
+        value = self._get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._fail(name, "a number", value)
+        return float(value)
+
+    def client_id(self, name: str = "client_id") -> str | None:
+        """Who searches (UBI's client_id): 1-100 characters of valid Unicode, or None."""
+        value = self.text(name)
+        if value is None:
+            return None
+        if not 0 < len(value) <= 100 or not value.strip():
+            raise bad_request(f"[{self.where}{name}] must be 1 to 100 characters, got {len(value)}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad_request(f"[{self.where}{name}] is not valid Unicode (a lone surrogate escape)") from None
+        return value
+
     def boolean(self, name: str, default: bool) -> bool:
         value = self._get(name)
         if value is None:

@@ -267,7 +267,7 @@ _EXPERIMENT: Schema = {
     },
 }
 
-_EXPERIMENT_PATH = [{"name": "experiment_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+_EXPERIMENT_PATH = [{"name": "experiment_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "pattern": "^(?!_m?search$)[^/]+$"}}]
 
 _OPENSEARCH_SEARCH: Schema = {
     "type": "object",
@@ -275,7 +275,12 @@ _OPENSEARCH_SEARCH: Schema = {
 }
 
 
-_DOC_ID_PARAMETER: Schema = {"name": "doc_id", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}, "description": "a stored document's id"}
+# `_search` and `_msearch` in these places are the search proxy's (an index named
+# "documents" or "experiments"), so they are not ids here.
+_DOC_ID_PARAMETER: Schema = {
+    "name": "doc_id", "in": "path", "required": True, "description": "a stored document's id",
+    "schema": {"type": "string", "minLength": 1, "pattern": "^(?!_m?search(/|$))"},
+}
 
 _DOCUMENT_RESPONSE: Schema = {
     "type": "object",

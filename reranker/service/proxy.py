@@ -40,6 +40,7 @@ from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import MethodNotAllowed
 
 from reranker.errors import IndexMismatchError
+from reranker.experiments import unit_key
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.api import runtime
 from reranker.service.errors import ApiError, bad_request
@@ -146,7 +147,8 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
         return Plan(ranker, reason=reason)
     wanted = search.options.window or rt.settings.window
     window = min(max(search.offset + search.size, wanted), rt.limits.max_window)
-    experiment = rt.experiments.pick(search.options.client_id) if experiments and search.options.ranker is None else None
+    unit = unit_key(search.options.client_id, text)
+    experiment = rt.experiments.pick(unit) if experiments and search.options.ranker is None else None
     if experiment is not None and any(_behind_alias(store, rt.ranker(name), layouts) for name in experiment.rankers):
         experiment = None
     return Plan(ranker, text, window, layouts, experiment=experiment)

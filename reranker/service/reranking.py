@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from reranker.errors import RankerUnavailableError, RerankerError, StoreError, StoreUnavailableError
-from reranker.experiments import Experiments, utc_now
+from reranker.experiments import Experiments, unit_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
 from reranker.indexing import document_topics
 from reranker.pipeline import LruCache, Ranking, uses_word_vectors
@@ -296,9 +296,11 @@ class Runtime:
         a, b = outcomes
         ids = [c.doc_id for c in window.candidates]
         query_id = str(uuid.uuid4())
-        # One client paging through one query gets the same interleaving on every page.
-        seed = f"{experiment.id}\x00{client_id}\x00{text}" if client_id is not None else query_id
+        # The pages of one query (by one client) are pages of one interleaving.
+        seed = f"{experiment.id}\x00{unit_key(client_id, text)}"
         shown = interleave(experiment.method, [ids[p] for p in a.order], [ids[p] for p in b.order], offset + size, seed)
+        if len(shown.ids) <= offset:  # a page past the end shows nothing to click
+            return None, built
         try:
             self.experiments.store().record_query(ShownQuery(query_id, experiment.id, client_id, text, utc_now(), shown, offset))
         except StoreError as exc:
@@ -332,7 +334,7 @@ class Runtime:
         engine = self.engine()
         deadline = Deadline(self.limits.deadline_ms)
         engine.check_index()
-        experiment = self.experiments.pick(client_id) if ranker is None else None
+        experiment = self.experiments.pick(unit_key(client_id, text)) if ranker is None else None
         chosen = ranker or self.ranker(None)
         query = engine.query(text)
         started = time.perf_counter()

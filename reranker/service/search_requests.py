@@ -102,9 +102,7 @@ def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], R
         raise bad_request("[ext.rerank.query_text] must not be empty")
     ranker = fields.text("ranker")
     window = fields.integer("window", 0, minimum=1, maximum=rt.limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
-    client_id = fields.text("client_id")
-    if client_id is not None and not 0 < len(client_id) <= 100:
-        raise bad_request("[ext.rerank.client_id] must be 1 to 100 characters")
+    client_id = fields.client_id()
     fields.finish()
     rest = {name: value for name, value in ext.items() if name != "rerank"}
     stripped = {name: value for name, value in body.items() if name != "ext"}

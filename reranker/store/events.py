@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
@@ -32,6 +33,8 @@ from reranker.interleaving import Interleaving
 
 # UBI action names that count as a click when experiments are credited.
 CLICK_ACTIONS = frozenset({"click", "click_through"})
+# Ids per read when a report fetches the clicked queries.
+_PAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -142,11 +145,11 @@ class Event:
 
 @dataclass(frozen=True)
 class ExperimentData:
-    """What a report needs: how many queries were shown, and each clicked one with the
-    set of doc ids clicked on it."""
+    """What a report needs: how many queries were shown, how many click events came in,
+    and each clicked query with the set of doc ids clicked on it."""
 
     queries: int
-    clicks: int
+    click_events: int
     clicked: list[tuple[Interleaving, frozenset[str]]]
 
 
@@ -156,11 +159,13 @@ class ExperimentExistsError(ConflictError):
 
 class EventStore(Protocol):
     def create_experiment(self, experiment: Experiment) -> None:
-        """Store a new experiment; ExperimentExistsError when the id is taken."""
+        """Store a new experiment; ExperimentExistsError when the id is taken,
+        ConflictError when it is running and another one is."""
         ...
 
     def save_experiment(self, experiment: Experiment) -> None:
-        """Replace a stored experiment (a changed traffic share or status)."""
+        """Replace a stored experiment (a changed traffic share or status);
+        ConflictError when it is running and another one is."""
         ...
 
     def experiments(self) -> list[Experiment]:
@@ -191,13 +196,13 @@ def open_event_store(settings: Settings) -> EventStore:
     return EmbeddedEventStore(settings.data_dir / "experiments.sqlite3")
 
 
-def clicked_objects(events: Sequence[Event]) -> dict[str, set[str]]:
-    """query id -> the doc ids clicked on it (click actions only)."""
-    found: dict[str, set[str]] = {}
-    for event in events:
-        if event.action_name in CLICK_ACTIONS and event.object_id is not None:
-            found.setdefault(event.query_id, set()).add(event.object_id)
-    return found
+def _another_running(experiments: Sequence[Experiment], experiment: Experiment) -> None:
+    """ConflictError when `experiment` would run beside another running one."""
+    if experiment.status != "running":
+        return
+    for other in experiments:
+        if other.status == "running" and other.id != experiment.id:
+            raise ConflictError(f"experiment {other.id!r} is running; stop it first (one experiment runs at a time)")
 
 
 # --- SQLite --------------------------------------------------------------------------------
@@ -209,7 +214,8 @@ CREATE TABLE IF NOT EXISTS queries (
 );
 CREATE INDEX IF NOT EXISTS queries_by_experiment ON queries (experiment_id);
 CREATE TABLE IF NOT EXISTS events (
-    event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, experiment_id TEXT NOT NULL, body TEXT NOT NULL
+    event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, experiment_id TEXT NOT NULL,
+    action_name TEXT NOT NULL, object_id TEXT, body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_experiment ON events (experiment_id);
 """
@@ -250,14 +256,31 @@ class EmbeddedEventStore:
         except sqlite3.Error as exc:
             raise StoreError(f"experiment store {self.path}: {exc}") from None
 
-    def create_experiment(self, experiment: Experiment) -> None:
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """One writer at a time across threads and processes (BEGIN IMMEDIATE takes
+        SQLite's write lock first), so "is another experiment running?" and the write
+        that depends on the answer cannot interleave with another such pair."""
+        self._run("BEGIN IMMEDIATE")
         try:
-            self._run("INSERT INTO experiments (id, created, body) VALUES (?, ?, ?)", (experiment.id, experiment.created, json.dumps(experiment.to_json())))
-        except sqlite3.IntegrityError:
-            raise ExperimentExistsError(f"experiment {experiment.id!r} exists already") from None
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._run("COMMIT")
+
+    def create_experiment(self, experiment: Experiment) -> None:
+        with self._exclusive():
+            _another_running(self.experiments(), experiment)
+            try:
+                self._run("INSERT INTO experiments (id, created, body) VALUES (?, ?, ?)", (experiment.id, experiment.created, json.dumps(experiment.to_json())))
+            except sqlite3.IntegrityError:
+                raise ExperimentExistsError(f"experiment {experiment.id!r} exists already") from None
 
     def save_experiment(self, experiment: Experiment) -> None:
-        self._run("UPDATE experiments SET body = ? WHERE id = ?", (json.dumps(experiment.to_json()), experiment.id))
+        with self._exclusive():
+            _another_running(self.experiments(), experiment)
+            self._run("UPDATE experiments SET body = ? WHERE id = ?", (json.dumps(experiment.to_json()), experiment.id))
 
     def experiments(self) -> list[Experiment]:
         rows = self._run("SELECT body FROM experiments ORDER BY created, id").fetchall()
@@ -280,24 +303,31 @@ class EmbeddedEventStore:
     def record_event(self, event: Event) -> None:
         try:
             self._run(
-                "INSERT INTO events (event_id, query_id, experiment_id, body) VALUES (?, ?, ?, ?)",
-                (event.event_id, event.query_id, event.experiment_id, json.dumps(event.to_json())),
+                "INSERT INTO events (event_id, query_id, experiment_id, action_name, object_id, body) VALUES (?, ?, ?, ?, ?, ?)",
+                (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json())),
             )
         except sqlite3.IntegrityError:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
 
     def experiment_data(self, experiment_id: str) -> ExperimentData:
         (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
-        rows = self._run("SELECT body FROM events WHERE experiment_id = ?", (experiment_id,)).fetchall()
-        events = [Event(**json.loads(body)) for (body,) in rows]
-        clicked = clicked_objects(events)
+        actions = ",".join("?" * len(CLICK_ACTIONS))
+        rows = self._run(
+            f"SELECT query_id, object_id FROM events WHERE experiment_id = ? AND action_name IN ({actions})",
+            (experiment_id, *sorted(CLICK_ACTIONS)),
+        ).fetchall()
+        clicked: dict[str, set[str]] = {}
+        for query_id, object_id in rows:
+            clicked.setdefault(query_id, set()).add(object_id)
+        ids = sorted(clicked)
         shown: list[tuple[Interleaving, frozenset[str]]] = []
-        for query_id, objects in sorted(clicked.items()):
-            found = self.shown_query(query_id)
-            if found is not None:
-                shown.append((found.interleaving, frozenset(objects)))
-        clicks = sum(1 for e in events if e.action_name in CLICK_ACTIONS)
-        return ExperimentData(queries=int(queries), clicks=clicks, clicked=shown)
+        for start in range(0, len(ids), _PAGE):
+            batch = ids[start : start + _PAGE]
+            marks = ",".join("?" * len(batch))
+            for (body,) in self._run(f"SELECT body FROM queries WHERE query_id IN ({marks}) ORDER BY query_id", batch):
+                query = ShownQuery.from_json(json.loads(body))
+                shown.append((query.interleaving, frozenset(clicked[query.query_id])))
+        return ExperimentData(queries=int(queries), click_events=len(rows), clicked=shown)
 
     def close(self) -> None:
         with self._lock:
@@ -336,9 +366,6 @@ MAPPINGS: dict[str, dict[str, Any]] = {
         },
     },
 }
-_PAGE = 1000
-
-
 class OpenSearchEventStore:
     """An `EventStore` in three indices beside the document alias."""
 
@@ -351,16 +378,19 @@ class OpenSearchEventStore:
         """The index for `kind`, created (with its strict mapping) on first use."""
         name = self.names[kind]
         if name not in self._ready:
-            client = self._store.client
-            exists = self._store._call(f"checking index {name}", client.indices.exists, index=name)
-            if not exists:
-                from opensearchpy.exceptions import RequestError
+            from opensearchpy.exceptions import RequestError
 
+            client = self._store.client
+
+            def create() -> None:
                 try:
                     client.indices.create(index=name, body={"settings": {"number_of_shards": 1}, "mappings": MAPPINGS[kind]})
                 except RequestError as exc:
-                    if exc.error != "resource_already_exists_exception":  # another worker won the race
-                        raise StoreError(f"cannot create index {name}: {exc.error}") from None
+                    if exc.error != "resource_already_exists_exception":  # else another worker won the race
+                        raise
+
+            if not self._call(f"checking index {name}", client.indices.exists, index=name):
+                self._call(f"creating index {name}", create)
             self._ready.add(name)
         return name
 
@@ -382,11 +412,15 @@ class OpenSearchEventStore:
         return created
 
     def create_experiment(self, experiment: Experiment) -> None:
+        # Checked, then written: two admins starting two experiments in the same instant
+        # could both succeed here (the SQLite store takes a lock instead).
+        _another_running(self.experiments(), experiment)
         index = self._index("experiments")
         if not self._create("storing an experiment", index, experiment.id, experiment.to_json(), refresh="true"):
             raise ExperimentExistsError(f"experiment {experiment.id!r} exists already")
 
     def save_experiment(self, experiment: Experiment) -> None:
+        _another_running(self.experiments(), experiment)
         index = self._index("experiments")
         self._call("storing an experiment", self._store.client.index, index=index, id=experiment.id, body=experiment.to_json(), refresh="true")
 
@@ -417,11 +451,11 @@ class OpenSearchEventStore:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
 
     def _all(self, index: str, query: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
-        """Every matching document's source: pages sorted by the unique keyword `key`,
+        """query_id and object_id of every matching event: pages sorted by the unique keyword `key`,
         walked with search_after (no scroll context to leak)."""
         after: list[Any] | None = None
         while True:
-            body: dict[str, Any] = {"size": _PAGE, "query": query, "sort": [{key: "asc"}]}
+            body: dict[str, Any] = {"size": _PAGE, "query": query, "sort": [{key: "asc"}], "_source": ["query_id", "object_id"]}
             if after is not None:
                 body["search_after"] = after
             found = self._call("reading experiment data", self._store.client.search, index=index, body=body)
@@ -438,8 +472,11 @@ class OpenSearchEventStore:
         self._call("refreshing experiment data", client.indices.refresh, index=f"{queries_index},{events_index}")
         term = {"term": {"experiment_id": experiment_id}}
         counted = self._call("counting queries", client.count, index=queries_index, body={"query": term})
-        events = [Event(**source) for source in self._all(events_index, term, "event_id")]
-        clicked = clicked_objects(events)
+        clicks = {"bool": {"filter": [term, {"terms": {"action_name": sorted(CLICK_ACTIONS)}}]}}
+        rows = list(self._all(events_index, clicks, "event_id"))
+        clicked: dict[str, set[str]] = {}
+        for row in rows:
+            clicked.setdefault(row["query_id"], set()).add(row["object_id"])
         ids = sorted(clicked)
         shown: list[tuple[Interleaving, frozenset[str]]] = []
         for start in range(0, len(ids), _PAGE):
@@ -449,8 +486,7 @@ class OpenSearchEventStore:
                 if doc.get("found"):
                     query = ShownQuery.from_json(doc["_source"])
                     shown.append((query.interleaving, frozenset(clicked[query.query_id])))
-        clicks = sum(1 for e in events if e.action_name in CLICK_ACTIONS)
-        return ExperimentData(queries=int(counted["count"]), clicks=clicks, clicked=shown)
+        return ExperimentData(queries=int(counted["count"]), click_events=len(rows), clicked=shown)
 
     def close(self) -> None:
         self._store.close()
