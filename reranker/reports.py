@@ -91,7 +91,8 @@ def _approximate_note(approximate: dict[str, int]) -> list[str]:
 
 
 def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
+    # A "|" inside a cell (a query id, a ranker name) would split the column.
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 def _rule(columns: int) -> str:

@@ -304,7 +304,7 @@ def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", ser
 
         # Changes need the admin key: a wrong one is refused with the API's reason.
         page.get_by_label("Admin API key (kept in this tab only)").fill("wrong-key")
-        card.get_by_label("Traffic share (0 to 1)").fill("0.5")
+        card.get_by_label("Traffic share (above 0, at most 1)").fill("0.5")
         card.get_by_role("button", name="Update traffic").click()
         expect(card.locator(".form-result")).to_contain_text("Refused:")
         expect(card.locator(".form-result")).to_contain_text("HTTP 401")

@@ -575,12 +575,12 @@
   function renderAdminForm(experiment) {
     const key = experiment.id.replace(/[^A-Za-z0-9_-]/g, "_");
     const result = el("p", { class: "form-result", role: "status", "aria-live": "polite" });
-    const traffic = el("input", { id: `traffic-${key}`, type: "number", min: "0", max: "1", step: "0.05", value: experiment.traffic });
+    const traffic = el("input", { id: `traffic-${key}`, type: "number", min: "0.01", max: "1", step: "0.01", value: experiment.traffic });
     const running = experiment.status === "running";
     const form = el(
       "form",
       { class: "experiment-form" },
-      el("label", { for: `traffic-${key}`, text: "Traffic share (0 to 1)" }),
+      el("label", { for: `traffic-${key}`, text: "Traffic share (above 0, at most 1)" }),
       el(
         "div",
         { class: "form-row" },
@@ -598,8 +598,8 @@
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       const share = Number(traffic.value);
-      if (traffic.value.trim() === "" || !Number.isFinite(share) || share < 0 || share > 1) {
-        result.textContent = "The traffic share is a number from 0 to 1.";
+      if (traffic.value.trim() === "" || !Number.isFinite(share) || share <= 0 || share > 1) {
+        result.textContent = "The traffic share is a number above 0 and at most 1 (stop the experiment to send it no traffic).";
         traffic.focus();
         return;
       }
