@@ -911,8 +911,9 @@ def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
         listed = store.experiments()
         if not listed:
             print("no experiments yet: reranker ab create ID --rankers A,B", file=out)
+        width = max((len(e.id) for e in listed), default=0)
         for e in listed:
-            print(f"{e.id:<24} {e.status:<8} {e.rankers[0]} vs {e.rankers[1]}  {e.method:<10} traffic {e.traffic:.0%}  since {e.created}", file=out)
+            print(f"{e.id:<{width}}  {e.status:<8} {e.rankers[0]} vs {e.rankers[1]}  {e.method:<10} traffic {e.traffic:.0%}  since {e.created}", file=out)
     return 0
 
 
