@@ -196,11 +196,8 @@ def rerank_window(
         )
         if interleaved is not None:
             return interleaved.positions, {
-                "ranker": "interleaved",
-                **interleaved.status_fields(),
-                "query_id": interleaved.query_id,
-                "experiment": interleaved.block(),
-                "took_ms": round(interleaved.a.rerank_ms + interleaved.b.rerank_ms, 3),
+                **interleaved.fields(),
+                "took_ms": round(interleaved.rerank_ms, 3),
                 "window": plan_.window,
                 "candidates": len(hits),
                 "scores": [

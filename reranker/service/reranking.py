@@ -122,18 +122,23 @@ class Interleaved:
     def outcome_of(self, team: str) -> Reranked:
         return self.a if team == TEAM_A else self.b
 
-    def status_fields(self) -> dict[str, Any]:
-        """"ok" when both rankers were; else the first problem (never "degraded": a
-        degraded ranker sends the search out of the experiment)."""
-        for outcome in (self.a, self.b):
-            if outcome.status != "ok":
-                return status_fields(outcome)
-        return {"status": "ok"}
+    @property
+    def rerank_ms(self) -> float:
+        return self.a.rerank_ms + self.b.rerank_ms
 
-    def block(self) -> dict[str, Any]:
-        """What a response says about the experiment it took part in."""
+    def fields(self) -> dict[str, Any]:
+        """What a response (/search's body, the proxy's ext.rerank) says about it: ranker
+        "interleaved"; status "ok" when both rankers were, else the first problem (never
+        "degraded": a degraded ranker sends the search out of the experiment); the query
+        id that click events name; the experiment."""
+        status = next((status_fields(o) for o in (self.a, self.b) if o.status != "ok"), {"status": "ok"})
         e = self.experiment
-        return {"id": e.id, "method": e.method, "rankers": list(e.rankers)}
+        return {
+            "ranker": "interleaved",
+            **status,
+            "query_id": self.query_id,
+            "experiment": {"id": e.id, "method": e.method, "rankers": list(e.rankers)},
+        }
 
 
 class TopicCache(LruCache[str, DocTopics]):
@@ -292,7 +297,8 @@ class Runtime:
                 self.metrics.experiment_searches.labels(experiment.id, "left_out").inc()
                 return None, built
             outcomes.append(outcome)
-            built = built or candidates
+            if built is None:
+                built = candidates
         a, b = outcomes
         ids = [c.doc_id for c in window.candidates]
         query_id = str(uuid.uuid4())
@@ -391,14 +397,8 @@ class Runtime:
                 ]
             hits.append(hit)
         if interleaved is not None:
-            head: dict[str, Any] = {
-                **interleaved.status_fields(),
-                "query_id": interleaved.query_id,
-                "experiment": interleaved.block(),
-                "query": text,
-                "ranker": "interleaved",
-            }
-            rerank_ms = interleaved.a.rerank_ms + interleaved.b.rerank_ms
+            head: dict[str, Any] = {**interleaved.fields(), "query": text}
+            rerank_ms = interleaved.rerank_ms
         else:
             head = {**status_fields(outcome), "query": text, "ranker": chosen.name}
             rerank_ms = outcome.rerank_ms
