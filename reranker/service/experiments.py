@@ -22,7 +22,7 @@ from werkzeug.routing import BaseConverter
 from reranker import experiments as ex
 from reranker.errors import DuplicateEventError, InputError, NotFoundError
 from reranker.service.api import runtime
-from reranker.service.errors import ApiError
+from reranker.service.errors import bad_request
 from reranker.service.inputs import Fields, json_object, require_bearer
 
 blueprint = Blueprint("experiments", __name__)
@@ -95,7 +95,7 @@ def create() -> Any:
     min_queries = fields.integer("min_queries", ex.DEFAULT_MIN_QUERIES, minimum=1)
     fields.finish()
     if not all(isinstance(name, str) for name in rankers):
-        raise ApiError(400, "illegal_argument_exception", "[rankers] must be an array of two ranker names")
+        raise bad_request("[rankers] must be an array of two ranker names")
     assert experiment_id is not None and method is not None
     experiment = ex.new_experiment(
         experiment_id, rankers, method=method, traffic=ex.DEFAULT_TRAFFIC if traffic is None else traffic, min_queries=min_queries
@@ -124,7 +124,7 @@ def change(experiment_id: str) -> Any:
     status = fields.text("status")
     fields.finish()
     if traffic is None and status is None:
-        raise ApiError(400, "illegal_argument_exception", 'nothing to change: send "traffic" and/or "status" ("running" or "stopped")')
+        raise bad_request('nothing to change: send "traffic" and/or "status" ("running" or "stopped")')
     if status == "running":
         found = ex.find(rt.experiments.store(), experiment_id)
         if not ex.removed_rankers(found):  # a removed ranker gets update()'s clearer 409
