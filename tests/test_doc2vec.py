@@ -257,7 +257,8 @@ def test_a_changed_document_loses_its_vector_and_a_rebuild_the_model(ready: Embe
     assert batch.missing == ("a",) and batch.model == "" and batch.vectors.shape == (1, 0)
 
 
-def test_a_store_from_before_doc2vec_is_migrated(tmp_path: Path) -> None:
+def test_a_store_from_before_doc2vec_asks_for_a_rebuild(tmp_path: Path) -> None:
+    """Schema 1 (no Doc2Vec columns, BM25 in SQLite): one line naming the command."""
     directory = tmp_path / "old"
     directory.mkdir()
     db = sqlite3.connect(directory / "store.sqlite3")
@@ -276,8 +277,9 @@ def test_a_store_from_before_doc2vec_is_migrated(tmp_path: Path) -> None:
     db.close()
     old = EmbeddedStore(directory)
     try:
-        assert old.store_doc_vectors(info_of(), {"a": np.ones(3, np.float32)}) == []
-        assert np.array_equal(old.doc_vectors(["a"]).vectors, [[1, 1, 1]])
+        with pytest.raises(IndexMismatchError, match=r"older version .* reranker index --rebuild") as raised:
+            old.doc_vectors(["a"])
+        assert "\n" not in str(raised.value)
     finally:
         old.close()
 

@@ -1,14 +1,25 @@
-"""The embedded store: real SQLite FTS5 on disk."""
+"""The embedded store: real SQLite and a real tantivy index on disk.
+
+The crash and multi-process tests run real processes that write the store and die (or
+keep writing) while this one reads it.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from reranker.errors import IndexMismatchError, StoreError
-from reranker.store import IndexInfo
+from reranker.store import MAX_QUERY_TERMS, IndexInfo
 from reranker.store.embedded import EmbeddedStore
 from reranker.types import DocTopics, Document, EmbeddingInfo, StoredDocument
 
@@ -42,7 +53,7 @@ def test_bm25_ranks_matching_documents(ready: EmbeddedStore) -> None:
     assert [h.bm25_rank for h in hits] == list(range(1, len(hits) + 1))
     assert hits[0].bm25_score >= hits[1].bm25_score > 0
     assert ready.bm25("the of and", 10) == []  # only stop words: nothing to match
-    assert ready.bm25('quotes " and * stars OR NEAR(', 10) == []  # FTS5 syntax is escaped
+    assert ready.bm25('quotes " and * stars OR NEAR( title:x', 10) == []  # no query syntax
 
 
 def test_repeated_query_words_weigh_more(ready: EmbeddedStore) -> None:
@@ -112,3 +123,238 @@ def test_an_unopenable_location_is_a_store_error(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     with pytest.raises(StoreError, match="cannot open"):
         EmbeddedStore(blocker / "store")
+
+
+# --- Lucene's BM25, by hand ------------------------------------------------------------
+
+K1, B = 1.2, 0.75
+
+
+def lucene_bm25(tf: int, doc_len: int, avg_len: float, n_docs: int, doc_freq: int, boost: float = 1.0) -> float:
+    """One (field, term) clause: idf = ln(1 + (N - n + 0.5) / (n + 0.5)), tantivy's (k1 + 1) kept."""
+    idf = math.log(1 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+    return boost * idf * (K1 + 1) * tf / (tf + K1 * (1 - B + B * doc_len / avg_len))
+
+
+def test_bm25_is_lucenes_formula_summed_over_the_stemmed_and_exact_fields(ready: EmbeddedStore) -> None:
+    ready.upsert([stored("a", "ship ship cargo"), stored("b", "ships harbour"), stored("c", "bread flour yeast water")])
+    # Both fields hold 3, 2 and 4 words: avgdl = 3. Stemmed, "ship" is in a and b; exact, only in a.
+    scores = {hit.doc_id: hit.bm25_score for hit in ready.bm25("ship", 10)}
+    assert scores == pytest.approx(
+        {
+            "a": lucene_bm25(2, 3, 3.0, 3, 2) + lucene_bm25(2, 3, 3.0, 3, 1),
+            "b": lucene_bm25(1, 2, 3.0, 3, 2),
+        },
+        rel=1e-5,
+    )
+    # "ships": the stemmed field matches a and b, the exact one only b.
+    scores = {hit.doc_id: hit.bm25_score for hit in ready.bm25("ships", 10)}
+    assert scores == pytest.approx(
+        {"a": lucene_bm25(2, 3, 3.0, 3, 2), "b": lucene_bm25(1, 2, 3.0, 3, 2) + lucene_bm25(1, 2, 3.0, 3, 1)},
+        rel=1e-5,
+    )
+    # A word twice in the query counts twice; words add up.
+    twice = {hit.doc_id: hit.bm25_score for hit in ready.bm25("ship ship bread", 10)}
+    assert twice["a"] == pytest.approx(2 * scores_of(ready, "ship")["a"], rel=1e-5)
+    assert twice["c"] == pytest.approx(2 * lucene_bm25(1, 4, 3.0, 3, 1), rel=1e-5)
+
+
+def scores_of(store: EmbeddedStore, query: str) -> dict[str, float]:
+    return {hit.doc_id: hit.bm25_score for hit in store.bm25(query, 10)}
+
+
+def test_the_title_is_searched_with_the_text(ready: EmbeddedStore) -> None:
+    ready.upsert([stored("a", "bread flour", title="Sailing ships"), stored("b", "bread yeast")])
+    assert [hit.doc_id for hit in ready.bm25("sailing", 10)] == ["a"]
+
+
+def test_a_long_query_reads_only_its_first_content_words(ready: EmbeddedStore) -> None:
+    ready.upsert([stored("a", "ships and sails"), stored("b", "bread and flour")])
+    head = ["ships"] * MAX_QUERY_TERMS
+    huge = " ".join(head + ["bread"] * 200_000)  # about 1.2 MB
+    started = time.perf_counter()
+    hits = ready.bm25(huge, 10)
+    assert time.perf_counter() - started < 5
+    assert [hit.doc_id for hit in hits] == ["a"]  # "bread" lies past the limit
+    assert hits[0].bm25_score == pytest.approx(ready.bm25(" ".join(head), 10)[0].bm25_score)
+
+
+def test_filters_restrict_the_candidates_before_the_top_n(ready: EmbeddedStore) -> None:
+    docs = [stored(f"d{i}", "ships " * (10 - i) + "sea") for i in range(10)]
+    docs = [StoredDocument(Document(d.document.id, "", d.document.text, {"year": 2000 + i}), d.doc_topics, d.content_hash, 5, 0) for i, d in enumerate(docs)]
+    ready.upsert(docs)
+    assert [hit.doc_id for hit in ready.bm25("ships", 2)] == ["d0", "d1"]
+    from reranker.types import Filter
+    assert [hit.doc_id for hit in ready.bm25("ships", 2, [Filter("year", "gte", 2007)])] == ["d7", "d8"]
+    assert ready.bm25("ships", 2, [Filter("year", "gt", 2100)]) == []
+
+
+# --- older stores ----------------------------------------------------------------------
+
+
+def test_a_store_from_the_fts5_version_asks_for_a_rebuild_and_the_rebuild_works(tmp_path: Path) -> None:
+    directory = tmp_path / "old"
+    directory.mkdir()
+    db = sqlite3.connect(directory / "store.sqlite3")
+    db.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE docs (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL,
+            body TEXT NOT NULL, fields TEXT NOT NULL, content_hash TEXT NOT NULL, n_tokens INTEGER NOT NULL,
+            n_oov INTEGER NOT NULL, k INTEGER NOT NULL, topics BLOB NOT NULL, importances BLOB NOT NULL,
+            doc_vector BLOB, doc_vector_model TEXT);
+        CREATE VIRTUAL TABLE docs_fts USING fts5(title, body, content='docs', content_rowid='rowid');
+        INSERT INTO meta VALUES ('schema_version', '2');
+        """
+    )
+    db.close()
+    old = EmbeddedStore(directory)
+    try:
+        for read in (old.index_info, old.count, lambda: old.bm25("ships", 10)):
+            with pytest.raises(IndexMismatchError, match=r"older version .*; rebuild it: reranker index --rebuild CORPUS$"):
+                read()
+        with pytest.raises(IndexMismatchError, match="rebuild"):
+            old.initialise(IndexInfo(EMBEDDING, k=2))
+        old.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+        old.upsert([stored("a", "ships")])
+        assert [hit.doc_id for hit in old.bm25("ships", 10)] == ["a"]
+    finally:
+        old.close()
+
+
+# --- crashes and concurrent processes ---------------------------------------------------
+
+_WRITER = """
+import os, sys, time
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_store import EMBEDDING, stored
+from reranker.store import IndexInfo
+from reranker.store import embedded
+from reranker.store.embedded import EmbeddedStore
+{setup}
+store = EmbeddedStore(embedded.Path({directory!r}))
+store.initialise(IndexInfo(EMBEDDING, k=2))
+{body}
+"""
+
+
+def run_writer(directory: Path, body: str, setup: str = "", wait: bool = True) -> subprocess.Popen[bytes]:
+    script = _WRITER.format(tests=str(Path(__file__).parent), directory=str(directory), setup=setup, body=textwrap.dedent(body))
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if wait:
+        process.wait(timeout=60)
+    return process
+
+
+def visible(store: EmbeddedStore, query: str) -> set[str]:
+    return {hit.doc_id for hit in store.bm25(query, 100)}
+
+
+@pytest.mark.parametrize("crash_at", ["after the topics, before the text index", "after the text index, before the watermark"])
+def test_a_crash_between_the_two_writes_leaves_them_agreeing(tmp_path: Path, crash_at: str) -> None:
+    directory = tmp_path / "store"
+    run_writer(directory, """
+        store.upsert([stored("kept", "ships at sea"), stored("replaced", "old ships text")])
+        store.publish()
+    """)
+    # The second run dies: os._exit skips every clean-up, as a kill would.
+    if crash_at.startswith("after the topics"):
+        crash = "embedded.TextIndex.replace = lambda self, rows: os._exit(3)"
+    else:
+        crash = """
+            original = embedded.TextIndex.commit
+            def commit_then_die(self):
+                original(self)
+                os._exit(3)
+            embedded.TextIndex.commit = commit_then_die
+        """
+    died = run_writer(directory, textwrap.dedent(crash) + """
+store.upsert([stored("new", "new ships arrive", seed=1), stored("replaced", "fresh bread text", seed=2)])
+store.publish()
+    """)
+    assert died.returncode == 3, died.stderr.read() if died.stderr else ""
+
+    reader = EmbeddedStore(directory)
+    try:
+        # Readers see the last complete state: what BM25 finds is what has topics and text.
+        found = visible(reader, "ships") | visible(reader, "bread") | visible(reader, "text")
+        assert found == {"kept"}
+        assert reader.count() == 1
+        assert reader.topics(["kept", "new", "replaced"]).missing == ("new", "replaced")
+        assert set(reader.documents(["kept", "new", "replaced"])) == {"kept"}
+        # The next indexing run finishes the interrupted one, without duplicates.
+        reader.initialise(IndexInfo(EMBEDDING, k=2))
+        assert visible(reader, "ships") == {"kept", "new"}
+        assert visible(reader, "bread") == {"replaced"} and visible(reader, "old") == set()
+        assert reader.count() == 3 and reader._text.num_docs() == 3
+        assert reader.topics(["kept", "new", "replaced"]).missing == ()
+    finally:
+        reader.close()
+
+
+def test_a_rebuild_interrupted_between_the_two_stores_is_finished_on_the_next_run(tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    run_writer(directory, """
+        store.upsert([stored("a", "ships"), stored("b", "ships")])
+        store.publish()
+    """)
+    died = run_writer(directory, """
+        embedded.EmbeddedStore._repair_text_index = lambda self: os._exit(3)
+        store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+    """)
+    assert died.returncode == 3
+    reader = EmbeddedStore(directory)
+    try:
+        assert reader.count() == 0 and visible(reader, "ships") == set()
+        reader.initialise(IndexInfo(EMBEDDING, k=2))
+        assert reader._text.num_docs() == 0
+        reader.upsert([stored("c", "ships")])
+        assert visible(reader, "ships") == {"c"}
+    finally:
+        reader.close()
+
+
+def test_readers_in_another_process_see_a_growing_index_that_always_agrees(tmp_path: Path) -> None:
+    """`reranker index` appending (a writer process) while this process searches."""
+    directory = tmp_path / "store"
+    writer = run_writer(directory, """
+        for batch in range(40):
+            store.upsert([stored(f"d{batch}-{i}", "ships and sails " * (i + 1)) for i in range(5)])
+            time.sleep(0.02)
+        store.publish()
+    """, setup="embedded._COMMIT_DOCS = 10", wait=False)
+    reader = EmbeddedStore(directory)
+    try:
+        seen: list[int] = []
+        while True:
+            finished = writer.poll() is not None
+            ids = [hit.doc_id for hit in reader.bm25("ships", 1000)]
+            assert len(ids) == len(set(ids))
+            assert reader.topics(ids).missing == ()
+            seen.append(len(ids))
+            if finished:
+                break
+        assert writer.returncode == 0, writer.stderr.read() if writer.stderr else ""
+        assert seen == sorted(seen) and seen[-1] == 200 and len(set(seen)) > 2
+    finally:
+        reader.close()
+
+
+def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    blocker = run_writer(directory, """
+        print("writing", flush=True)
+        time.sleep(60)
+    """, wait=False)
+    try:
+        assert blocker.stdout is not None and blocker.stdout.readline() == b"writing\n"
+        second = EmbeddedStore(directory)
+        try:
+            with pytest.raises(StoreError, match="another process is writing"):
+                second.initialise(IndexInfo(EMBEDDING, k=2))
+        finally:
+            second.close()
+    finally:
+        blocker.kill()
+        blocker.wait()

@@ -1,7 +1,7 @@
 """The seam in front of storage.
 
-Everything above this package talks to a `Store`. The embedded store (SQLite FTS5 for
-BM25, topic matrices as float32 blobs) is the default; the OpenSearch store (BM25 from
+Everything above this package talks to a `Store`. The embedded store (BM25 from a tantivy
+index, topic matrices as float32 blobs in SQLite) is the default; the OpenSearch store (BM25 from
 the cluster, topic matrices as base64 `binary` fields) is selected by
 `Settings.opensearch_url`.
 """
@@ -28,6 +28,11 @@ from reranker.types import (
     TopicBatch,
     WriteFailure,
 )
+
+# The first stage reads at most this many content words of a query (stop words and
+# numbers are not counted), on every store: a summary has about 90, an abstract rarely
+# 300, and a longer query would otherwise cost time in proportion to its length.
+MAX_QUERY_TERMS = 300
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,26 @@
-"""The embedded store: one SQLite file, BM25 from SQLite's FTS5 extension.
+"""The embedded store: documents and topics in SQLite, BM25 from a tantivy index beside it.
 
-FTS5 is SQLite's maintained full-text engine; its `bm25()` ranks with k1 = 1.2 and
-b = 0.75, and the `porter unicode61` tokenizer lower-cases and stems like an English
-analyzer. Topic matrices are stored as little-endian float32 blobs next to the text,
-so reranking N candidates is one `SELECT ... WHERE id IN (...)` and N `frombuffer`s.
-A document's Doc2Vec vector (once `reranker train doc2vec` ran) is one more blob, with
-the checksum of the model that produced it.
+`<directory>/store.sqlite3` holds each document's text, metadata, topics (little-endian
+float32 blobs) and Doc2Vec vector, so reranking N candidates is one `SELECT ... WHERE
+rowid IN (...)` and N `frombuffer`s. `<directory>/text/` is the first stage
+(`text_index.py`: Lucene's BM25 in tantivy).
+
+The two are kept in agreement by one number in SQLite, the text index's watermark: the
+text index holds exactly the rows with `rowid <= watermark`, and readers see only those.
+A batch is written to SQLite first (one transaction; row ids only grow), then to the text
+index, whose commit is followed by moving the watermark. A crash in between leaves rows
+above the watermark that no reader sees and that the next `initialise` (every
+`reranker index` run) adds to the text index before anything else; a hit on a row the
+store has replaced since is dropped, since that row id no longer exists.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from contextlib import contextmanager
 from typing import Iterator, Mapping, Sequence
@@ -20,7 +28,8 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
-from reranker.store import Doc2VecInfo, IndexInfo
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
+from reranker.store.text_index import TextIndex
 from reranker.text import tokenize
 from reranker.types import (
     Candidate,
@@ -33,15 +42,23 @@ from reranker.types import (
     WriteFailure,
 )
 
-SCHEMA_VERSION = "2"  # 2: Doc2Vec vectors (doc_vector, doc_vector_model)
-_FLOAT32 = np.dtype("<f4")
-# Field weights for bm25(): title, body.
-_BM25_WEIGHTS = (2.0, 1.0)
+log = logging.getLogger(__name__)
 
+# 3: BM25 from tantivy (1 and 2 used SQLite FTS5; 2 added Doc2Vec vectors).
+SCHEMA_VERSION = "3"
+_FLOAT32 = np.dtype("<f4")
+# The text index commits after this many documents or seconds (and when the run ends):
+# a commit per 64-document batch cost 20 % of the text index's throughput.
+_COMMIT_DOCS = 2_000
+_COMMIT_SECONDS = 10.0
+_REBUILD_COMMAND = "reranker index --rebuild CORPUS"
+
+# AUTOINCREMENT: a row id is never reused, so a text-index hit on a replaced version
+# can never be taken for the new one.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS docs (
-    rowid INTEGER PRIMARY KEY,
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
     title TEXT NOT NULL,
     body TEXT NOT NULL,
@@ -55,20 +72,15 @@ CREATE TABLE IF NOT EXISTS docs (
     doc_vector BLOB,
     doc_vector_model TEXT
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
-    title, body, content='docs', content_rowid='rowid',
-    tokenize='porter unicode61 remove_diacritics 2'
-);
 """
-# Columns added after schema 1, for stores created before them: (name, type).
-_ADDED_COLUMNS = (("doc_vector", "BLOB"), ("doc_vector_model", "TEXT"))
 
 
 class EmbeddedStore:
-    """A `Store` in `<directory>/store.sqlite3`.
+    """A `Store` in `<directory>`: `store.sqlite3` and the text index `text/`.
 
     Safe to share between threads: each thread gets its own SQLite connection (a
     connection may not cross threads), and WAL mode lets readers run beside a writer.
+    Several processes may read one store while one process (`reranker index`) writes.
     """
 
     def __init__(self, directory: Path, stopwords: frozenset[str] | None = None) -> None:
@@ -79,23 +91,18 @@ class EmbeddedStore:
         self._lock = threading.Lock()
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._db.executescript(_SCHEMA)
+            # A store written before schema 3 kept BM25 in SQLite (FTS5) and reused row ids.
+            tables = dict(self._db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
+            self._legacy = "docs_fts" in tables or ("docs" in tables and "AUTOINCREMENT" not in tables["docs"])
+            if not self._legacy:
+                self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the embedded store in {directory}: {exc}") from None
-        self._migrate()
-
-    def _migrate(self) -> None:
-        """Add the columns a store created by an older version lacks (in place, once)."""
-        def missing() -> list[tuple[str, str]]:
-            present = {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}
-            return [(name, kind) for name, kind in _ADDED_COLUMNS if name not in present]
-
-        if not missing():
-            return
-        with self._transaction():
-            # Checked again under the write lock: another process may have migrated.
-            for name, kind in missing():
-                self._db.execute(f"ALTER TABLE docs ADD COLUMN {name} {kind}")
+        self._text = TextIndex(directory / "text")
+        # Writes this object made that the text index has not committed yet.
+        self._pending_rowid = 0
+        self._pending_docs = 0
+        self._last_commit = time.monotonic()
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -118,52 +125,126 @@ class EmbeddedStore:
     def _meta(self) -> dict[str, str]:
         return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
 
-    def index_info(self) -> IndexInfo | None:
-        # Every query asks for it, so it is cached per connection, and read again only
-        # when another connection (another thread, or `reranker train doc2vec` in another
-        # process) has committed since: SQLite's data_version says so. This connection's
-        # own writes clear the cache (`_forget_info`).
+    def _state(self) -> tuple[IndexInfo | None, int]:
+        """(what the index was built with, the text index's watermark).
+
+        Every query asks for it, so it is cached per connection, and read again only
+        when another connection (another thread, or `reranker index` / `reranker train
+        doc2vec` in another process) has committed since: SQLite's data_version says so.
+        This connection's own writes clear the cache (`_forget_info`).
+        """
+        if self._legacy:
+            raise IndexMismatchError(
+                f"the index in {self.directory} was built by an older version (BM25 in SQLite "
+                f"FTS5); rebuild it: {_REBUILD_COMMAND}"
+            )
         version = self._db.execute("PRAGMA data_version").fetchone()[0]
-        cached: tuple[int, IndexInfo | None] | None = getattr(self._local, "info", None)
+        cached: tuple[int, IndexInfo | None, int] | None = getattr(self._local, "info", None)
         if cached is not None and cached[0] == version:
-            return cached[1]
+            return cached[1], cached[2]
         meta = self._meta()
         info = None
         if "embedding" in meta:
             embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
             doc2vec = Doc2VecInfo.from_json(json.loads(meta["doc2vec"])) if "doc2vec" in meta else None
             info = IndexInfo(embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec)
-        self._local.info = (version, info)
-        return info
+        watermark = int(meta.get("text_rowid", "0"))
+        # The watermark moves only after a text-index commit: see that commit too.
+        self._text.reload()
+        self._local.info = (version, info, watermark)
+        return info, watermark
+
+    def index_info(self) -> IndexInfo | None:
+        return self._state()[0]
+
+    def _visible(self) -> int:
+        """The watermark readers go by: rows above it are not in the text index yet."""
+        self._commit_pending()
+        return self._state()[1]
 
     def _forget_info(self) -> None:
         self._local.info = None
 
     def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
         self._forget_info()
+        if self._legacy and rebuild:
+            self._drop_legacy_tables()
+        # Taking the text index's writer first makes this process the only writer.
+        if rebuild:
+            self._text.delete_all()
+        else:
+            self._text.open_writer()
         try:
             with self._transaction():
                 if rebuild:
                     self._db.execute("DELETE FROM docs")
-                    self._db.execute("INSERT INTO docs_fts(docs_fts) VALUES('delete-all')")
                     self._db.execute("DELETE FROM meta")
                     self._forget_info()
                 current = self.index_info()
-                if current is not None and self.count() > 0:
+                if current is not None and self._stored_count() > 0:
                     current.check(info.embedding, info.k)
-                    return
-                values = {
-                    "schema_version": SCHEMA_VERSION,
-                    "embedding": json.dumps(info.embedding.__dict__),
-                    "k": str(info.k),
-                }
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
-                )
-                # A new (empty) index has no Doc2Vec model yet.
-                self._db.execute("DELETE FROM meta WHERE key = 'doc2vec'")
+                else:
+                    values = {
+                        "schema_version": SCHEMA_VERSION,
+                        "embedding": json.dumps(info.embedding.__dict__),
+                        "k": str(info.k),
+                    }
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
+                    )
+                    # A new (empty) index has no Doc2Vec model yet.
+                    self._db.execute("DELETE FROM meta WHERE key = 'doc2vec'")
+        except BaseException:
+            self._text.rollback()
+            raise
         finally:
             self._forget_info()
+        self._repair_text_index()
+
+    def _drop_legacy_tables(self) -> None:
+        try:
+            with self._transaction():
+                self._db.execute("DROP TABLE IF EXISTS docs_fts")
+                self._db.execute("DROP TABLE IF EXISTS docs")
+                self._db.execute("DELETE FROM meta")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot rebuild the embedded store in {self.directory}: {exc}") from None
+        self._legacy = False
+
+    def _repair_text_index(self) -> None:
+        """Bring the text index in line with SQLite after an interrupted write.
+
+        Rows above the watermark (written to SQLite, not yet to the text index) are added;
+        if the counts still differ (a rebuild interrupted between the two), the text
+        index is rebuilt from SQLite.
+        """
+        watermark = int(self._meta().get("text_rowid", "0"))
+        pending = self._db.execute("SELECT count(*) FROM docs WHERE rowid > ?", (watermark,)).fetchone()[0]
+        if pending:
+            log.warning("adding %d documents of an interrupted run to the text index", pending)
+            self._add_to_text_index(watermark)
+        self._text.commit()
+        stored = self._stored_count()
+        if self._text.num_docs() != stored:
+            log.warning(
+                "the text index holds %d documents and the store %d; rebuilding the text index",
+                self._text.num_docs(), stored,
+            )
+            self._text.delete_all()
+            self._add_to_text_index(0)
+            self._commit_text()
+
+    def _add_to_text_index(self, above: int) -> None:
+        rows = self._db.execute("SELECT rowid, id, title, body FROM docs WHERE rowid > ? ORDER BY rowid", (above,))
+        for rowid, doc_id, title, body in rows:
+            self._text.replace([(rowid, doc_id, self._words(Document(doc_id, title, body)))])
+            self._pending_rowid = max(self._pending_rowid, rowid)
+            self._pending_docs += 1
+        self._commit_text()
+
+    def _words(self, document: Document) -> list[str]:
+        return tokenize(document.full_text, self._stopwords)
 
     # --- the write path -------------------------------------------------------------
 
@@ -171,6 +252,8 @@ class EmbeddedStore:
         info = self.index_info()
         if info is None:
             raise StoreError("the store is not initialised: call initialise() first")
+        self._text.open_writer()
+        rows: list[tuple[int, str, list[str]]] = []
         with self._transaction():
             for stored in documents:
                 if stored.doc_topics.topics.shape[1:] != (info.embedding.dim,):
@@ -178,26 +261,42 @@ class EmbeddedStore:
                         f"document {stored.document.id!r} has topics of shape "
                         f"{stored.doc_topics.topics.shape}, the index holds d={info.embedding.dim}"
                     )
-                self._delete(stored.document.id)
-                self._insert(stored)
+                self._db.execute("DELETE FROM docs WHERE id = ?", (stored.document.id,))
+                rowid = self._insert(stored)
+                rows.append((rowid, stored.document.id, self._words(stored.document)))
+        self._text.replace(rows)
+        self._pending_rowid = max([self._pending_rowid, *(rowid for rowid, _, _ in rows)])
+        self._pending_docs += len(rows)
+        if self._pending_docs >= _COMMIT_DOCS or time.monotonic() - self._last_commit >= _COMMIT_SECONDS:
+            self._commit_text()
         return []
 
+    def _commit_pending(self) -> None:
+        """Readers of this object see its own writes (others see them at the next commit)."""
+        if self._pending_docs:
+            self._commit_text()
+
+    def _commit_text(self) -> None:
+        """Commit the text index, then move the watermark over what it now holds."""
+        self._text.commit()
+        if self._pending_rowid:
+            try:
+                with self._transaction():
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO meta(key, value) VALUES ('text_rowid', ?)",
+                        (str(self._pending_rowid),),
+                    )
+            finally:
+                self._forget_info()
+        self._pending_docs = 0
+        self._last_commit = time.monotonic()
+
     def publish(self) -> None:
-        """Nothing to do: a committed batch is already visible."""
+        """Commit what this run wrote and release the text index's writer."""
+        self._commit_pending()
+        self._text.close_writer()
 
-    def _delete(self, doc_id: str) -> None:
-        row = self._db.execute(
-            "SELECT rowid, title, body FROM docs WHERE id = ?", (doc_id,)
-        ).fetchone()
-        if row is None:
-            return
-        # An external-content FTS5 table forgets a row only when told its old values.
-        self._db.execute(
-            "INSERT INTO docs_fts(docs_fts, rowid, title, body) VALUES('delete', ?, ?, ?)", row
-        )
-        self._db.execute("DELETE FROM docs WHERE rowid = ?", (row[0],))
-
-    def _insert(self, stored: StoredDocument) -> None:
+    def _insert(self, stored: StoredDocument) -> int:
         doc, topics = stored.document, stored.doc_topics
         cursor = self._db.execute(
             "INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, "
@@ -215,10 +314,8 @@ class EmbeddedStore:
                 np.ascontiguousarray(topics.importances, dtype=_FLOAT32).tobytes(),
             ),
         )
-        self._db.execute(
-            "INSERT INTO docs_fts(rowid, title, body) VALUES (?, ?, ?)",
-            (cursor.lastrowid, doc.title, doc.text),
-        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
 
     def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:
         if self.index_info() is None:
@@ -255,6 +352,11 @@ class EmbeddedStore:
         return found
 
     def count(self) -> int:
+        """Documents readers can find (those the text index holds)."""
+        watermark = self._visible()
+        return int(self._db.execute("SELECT count(*) FROM docs WHERE rowid <= ?", (watermark,)).fetchone()[0])
+
+    def _stored_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM docs").fetchone()[0])
 
     # --- the read path --------------------------------------------------------------
@@ -275,38 +377,59 @@ class EmbeddedStore:
                 raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(known)}")
 
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
-        # Repeated query words stay repeated: FTS5 then weighs them more, like a query
-        # term frequency (nDCG@10 0.692 -> 0.709 on CL-SciSumm's summaries, measured).
-        terms = tokenize(query, self._stopwords)
+        # Repeated query words stay repeated: the text index weighs a word by its count
+        # in the query. Only the first MAX_QUERY_TERMS count, as in the OpenSearch store.
+        terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
         if not terms or size < 1:
             return []
-        # Quoted terms: FTS5 treats them as plain tokens whatever characters they hold.
-        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
         self._check_filter_fields(filters)
-        where, params = _filter_sql(filters)
-        try:
-            rows = self._db.execute(
-                "SELECT docs.id, docs.title, bm25(docs_fts, ?, ?) AS rank "
-                "FROM docs_fts JOIN docs ON docs.rowid = docs_fts.rowid "
-                f"WHERE docs_fts MATCH ?{where} ORDER BY rank, docs.id LIMIT ?",
-                (*_BM25_WEIGHTS, match, *params, size),
-            ).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"BM25 search failed: {exc}") from None
-        # FTS5's bm25() is negated so that smaller is better.
+        watermark = self._visible()
+        allowed: list[int] | None = None
+        if filters:
+            where, params = _filter_sql(filters)
+            try:
+                allowed = [row[0] for row in self._db.execute(
+                    f"SELECT rowid FROM docs WHERE rowid <= ?{where}", (watermark, *params)
+                )]
+            except sqlite3.Error as exc:
+                raise StoreError(f"BM25 search failed: {exc}") from None
+        # A hit on a row replaced since the text index's last commit has no row any
+        # more: ask for more until `size` live hits are found or the index runs out.
+        wanted = size
+        while True:
+            hits = self._text.search(terms, wanted, allowed)
+            rows = self._rows([rowid for rowid, _ in hits], watermark)
+            live = [(score, rows[rowid]) for rowid, score in hits if rowid in rows]
+            if len(live) >= size or len(hits) < wanted:
+                break
+            wanted *= 2
+        live.sort(key=lambda hit: (-hit[0], hit[1][0]))
         return [
-            Candidate(doc_id=doc_id, bm25_score=-rank, bm25_rank=position, title=title)
-            for position, (doc_id, title, rank) in enumerate(rows, start=1)
+            Candidate(doc_id=doc_id, bm25_score=score, bm25_rank=position, title=title)
+            for position, (score, (doc_id, title)) in enumerate(live[:size], start=1)
         ]
+
+    def _rows(self, rowids: Sequence[int], watermark: int) -> dict[int, tuple[str, str]]:
+        """rowid -> (id, title) of those `rowids` readers may see."""
+        found: dict[int, tuple[str, str]] = {}
+        for start in range(0, len(rowids), 500):
+            chunk = rowids[start : start + 500]
+            rows = self._db.execute(
+                f"SELECT rowid, id, title FROM docs WHERE rowid IN ({_marks(chunk)}) AND rowid <= ?",
+                (*chunk, watermark),
+            )
+            found.update((rowid, (doc_id, title)) for rowid, doc_id, title in rows)
+        return found
 
     def topics(self, doc_ids: Sequence[str]) -> TopicBatch:
         info = self.index_info()
         dim = info.embedding.dim if info else 0
+        watermark = self._visible()
         stored: dict[str, tuple[int, bytes, bytes]] = {}
         for chunk in _chunks(doc_ids):
             rows = self._db.execute(
-                f"SELECT id, k, topics, importances FROM docs WHERE id IN ({_marks(chunk)})",
-                chunk,
+                f"SELECT id, k, topics, importances FROM docs WHERE id IN ({_marks(chunk)}) AND rowid <= ?",
+                (*chunk, watermark),
             )
             stored.update((row[0], row[1:]) for row in rows)
         k_max = max((k for k, _, _ in stored.values()), default=0)
@@ -328,14 +451,15 @@ class EmbeddedStore:
         vectors = np.zeros((len(doc_ids), dim), dtype=np.float32)
         if model is None:
             return DocVectorBatch(tuple(doc_ids), vectors, missing=tuple(doc_ids))
+        watermark = self._visible()
         stored: dict[str, bytes] = {}
         for chunk in _chunks(doc_ids):
             # Vectors of an earlier model (documents missing from the last training
             # corpus) are not comparable with this model's: they count as missing.
             rows = self._db.execute(
                 f"SELECT id, doc_vector FROM docs WHERE id IN ({_marks(chunk)}) "
-                "AND doc_vector_model = ? AND length(doc_vector) = ?",
-                (*chunk, model.checksum, dim * _FLOAT32.itemsize),
+                "AND doc_vector_model = ? AND length(doc_vector) = ? AND rowid <= ?",
+                (*chunk, model.checksum, dim * _FLOAT32.itemsize, watermark),
             )
             stored.update(rows.fetchall())
         for row, doc_id in enumerate(doc_ids):
@@ -346,16 +470,19 @@ class EmbeddedStore:
         return DocVectorBatch(tuple(doc_ids), vectors, missing=missing, model=model.checksum)
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
+        watermark = self._visible()
         found: dict[str, Document] = {}
         for chunk in _chunks(doc_ids):
             rows = self._db.execute(
-                f"SELECT id, title, body, fields FROM docs WHERE id IN ({_marks(chunk)})", chunk
+                f"SELECT id, title, body, fields FROM docs WHERE id IN ({_marks(chunk)}) AND rowid <= ?",
+                (*chunk, watermark),
             )
             for doc_id, title, body, fields in rows:
                 found[doc_id] = Document(doc_id, title, body, json.loads(fields))
         return found
 
     def close(self) -> None:
+        self.publish()
         # check_same_thread=False only so that close() may reach every thread's connection.
         with self._lock:
             for db in self._connections:

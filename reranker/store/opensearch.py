@@ -44,7 +44,7 @@ from reranker.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from reranker.store import Doc2VecInfo, IndexInfo
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
 from reranker.store.templates import Templates, load_templates
 from reranker.text import tokenize
 from reranker.types import (
@@ -714,7 +714,7 @@ class OpenSearchStore:
         fields = self.config.search_fields
         text = query
         tokens = tokenize(query, self._stopwords)
-        cap = max(1, MAX_QUERY_CLAUSES // len(fields))
+        cap = max(1, min(MAX_QUERY_TERMS, MAX_QUERY_CLAUSES // len(fields)))
         if len(tokens) > cap:
             # Keeps a very long summary under the cluster's clause limit, deterministically.
             log.info("query has %d terms; sending its first %d", len(tokens), cap)

@@ -1,0 +1,196 @@
+"""The embedded store's first stage: Lucene's BM25 over a tantivy index on disk.
+
+tantivy (a maintained Rust engine modelled on Lucene) scores every (field, term) clause
+with Lucene's BM25, k1 = 1.2 and b = 0.75:
+
+    idf(t)      = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))
+    score(t, D) = boost x idf(t) x (k1 + 1) tf / (tf + k1 (1 - b + b |D| / avgdl))
+
+N counts the index's documents, n_t those holding t, |D| the field's length in D (kept
+in one byte per document, as Lucene's norms are: exact up to about 40 tokens, within a
+few percent above) and avgdl the field's mean length. Lucene since 8.0 drops the constant
+(k1 + 1); the order is the same. A query's clauses are summed (a should-query, like
+OpenSearch's `multi_match` of type `most_fields`), and a word that occurs c times in the
+query is one clause with boost c, as c repeated clauses would be in Lucene.
+
+What is indexed: the document's title and text, as the package's tokenizer reads them
+(`reranker.text.tokenize`: the same content words the topics are built from), in one
+field twice: `stemmed` (Snowball English) and `exact` (the words as they are), scored
+with equal weight. Measured on both shared data sets (bench/README.md): the stemmed
+field alone helps CISI and hurts CL-SciSumm, the exact one the reverse, the pair beats
+either on both; a title counted once beats a title boosted (it adds its words to the
+same field, so its matches saturate with the body's, as in BM25F).
+
+This module is the only importer of tantivy. Documents carry the SQLite row id of the
+version they index (`rowid`, a fast field), so a hit is mapped back to the store with one
+read of a column, and a hit on a version the store has since replaced is recognised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import tantivy
+
+from reranker.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+# The fields every query searches, with their boosts (see the module docstring).
+SEARCH_FIELDS: tuple[tuple[str, float], ...] = (("stemmed", 1.0), ("exact", 1.0))
+# Memory for the writer's in-RAM segment before it is flushed to disk (tantivy needs at
+# least 15 MB a thread); one thread, since topic extraction has the other cores.
+WRITER_HEAP_BYTES = 128_000_000
+_STEMMED, _EXACT = "reranker_stemmed", "reranker_exact"
+
+
+def _analyzers() -> dict[str, tantivy.TextAnalyzer]:
+    # Words arrive already tokenized and lower-cased: split on white space only.
+    return {
+        _EXACT: tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build(),
+        _STEMMED: tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build(),
+    }
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_unsigned_field("rowid", indexed=True, fast=True)
+    builder.add_text_field("id", tokenizer_name="raw", index_option="basic")
+    # Frequencies without positions: BM25 needs no phrase matching.
+    builder.add_text_field("stemmed", tokenizer_name=_STEMMED, index_option="freq")
+    builder.add_text_field("exact", tokenizer_name=_EXACT, index_option="freq")
+    return builder.build()
+
+
+class TextIndex:
+    """A tantivy index in `directory`: documents as (rowid, id, words).
+
+    Readers in any number of threads and processes; one writer at a time (tantivy's lock
+    file; a second one gets a StoreError saying so). A writer's changes become visible
+    to readers at `commit`.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._analyzers = _analyzers()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._schema = _schema()
+            self._index = tantivy.Index(self._schema, path=str(directory), reuse=True)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot open the text index in {directory}: {exc}") from None
+        for name, analyzer in self._analyzers.items():
+            self._index.register_tokenizer(name, analyzer)
+        self._writer: tantivy.IndexWriter | None = None
+        self._lock = threading.Lock()
+
+    # --- reading ---------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """See what the last commit (of any process) wrote."""
+        self._index.reload()
+
+    def num_docs(self) -> int:
+        return int(self._index.searcher().num_docs)
+
+    def search(self, words: Sequence[str], size: int, rowids: Sequence[int] | None = None) -> list[tuple[int, float]]:
+        """The `size` best (rowid, score) for the content words `words`, best first.
+
+        `rowids`: only these documents may match (None: any). Raises StoreError when
+        tantivy fails.
+        """
+        query = self._query(words)
+        if query is None or size < 1:
+            return []
+        if rowids is not None:
+            if not rowids:
+                return []
+            # A filter adds nothing to the score: a constant-score clause of 0.
+            allowed = tantivy.Query.const_score_query(
+                tantivy.Query.term_set_query(self._schema, "rowid", list(rowids)), 0.0
+            )
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, allowed)])
+        try:
+            searcher = self._index.searcher()
+            hits = searcher.search(query, size, count=False).hits
+            found = searcher.fast_field_values("rowid", [address for _, address in hits])
+        except ValueError as exc:
+            raise StoreError(f"BM25 search failed: {exc}") from None
+        return [(int(rowid), float(score)) for (score, _), rowid in zip(hits, found) if rowid is not None]
+
+    def _query(self, words: Sequence[str]) -> tantivy.Query | None:
+        """One should-clause per (field, distinct analysed word), boosted by its count."""
+        clauses = []
+        text = " ".join(words)
+        for field, boost in SEARCH_FIELDS:
+            analyzer = self._analyzers[_STEMMED if field == "stemmed" else _EXACT]
+            for term, count in Counter(analyzer.analyze(text)).items():
+                clause = tantivy.Query.term_query(self._schema, field, term, index_option="freq")
+                clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, boost * count)))
+        return tantivy.Query.boolean_query(clauses) if clauses else None
+
+    # --- writing ---------------------------------------------------------------------
+
+    def open_writer(self) -> tantivy.IndexWriter:
+        """This index's writer, taking tantivy's lock on first use (StoreError if taken)."""
+        with self._lock:
+            if self._writer is None:
+                try:
+                    self._writer = self._index.writer(WRITER_HEAP_BYTES, 1)
+                except ValueError as exc:
+                    if "lock" in str(exc).lower():
+                        raise StoreError(
+                            f"another process is writing to the index in {self.directory.parent} "
+                            "(is `reranker index` running?); try again when it has finished"
+                        ) from None
+                    raise StoreError(f"cannot write to the text index: {exc}") from None
+            return self._writer
+
+    def replace(self, documents: Iterable[tuple[int, str, Sequence[str]]]) -> None:
+        """Add (rowid, id, words) documents, each replacing any document with its id.
+
+        Nothing is visible until `commit`.
+        """
+        writer = self.open_writer()
+        for rowid, doc_id, words in documents:
+            writer.delete_documents_by_term("id", doc_id)
+            document = tantivy.Document()
+            document.add_unsigned("rowid", rowid)
+            document.add_text("id", doc_id)
+            text = " ".join(words)
+            document.add_text("stemmed", text)
+            document.add_text("exact", text)
+            writer.add_document(document)
+
+    def delete_all(self) -> None:
+        """Drop every document (visible at `commit`)."""
+        self.open_writer().delete_all_documents()
+
+    def commit(self) -> None:
+        """Persist and publish what was written since the last commit."""
+        if self._writer is None:
+            return
+        try:
+            self._writer.commit()
+        except ValueError as exc:
+            raise StoreError(f"cannot write to the text index: {exc}") from None
+        self._index.reload()
+
+    def rollback(self) -> None:
+        if self._writer is not None:
+            self._writer.rollback()
+
+    def close_writer(self) -> None:
+        """Commit, let pending segment merges finish, and release the writer's lock."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.commit()
+            writer.wait_merging_threads()
+            self._index.reload()
