@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib.metadata
 import io
 import json
 import logging
@@ -76,13 +77,13 @@ QUERY_SETS = (
     QuerySet("cisi", "queries.jsonl", "CISI"),
 )
 
-# Plain BM25 nDCG@10 expected from this pipeline: within about 0.05 of the shared
-# READMEs' reference values (their BM25 is another implementation: FTS5 stems with
-# Porter and weighs repeated query words, which lifts CISI above its 0.356).
+# Plain BM25 nDCG@10 expected from this pipeline: within about 0.06 of the shared
+# READMEs' reference values (their BM25 is another implementation: ours adds a stemmed
+# field and weighs repeated query words, which lifts CISI above its 0.356).
 EXPECTED_BM25_NDCG: dict[str, tuple[float, float] | None] = {
     "clscisumm2018-train/queries.jsonl": (0.67, 0.77),
     "clscisumm2018-train/queries_abstract.jsonl": (0.62, 0.75),
-    "cisi/queries.jsonl": (0.31, 0.41),
+    "cisi/queries.jsonl": (0.31, 0.43),
 }
 REFERENCE_BM25_NDCG = {
     "clscisumm2018-train/queries.jsonl": 0.719,
@@ -324,7 +325,7 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
     blas = report["environment"]["blas_threads"]
     add(f"- BLAS threads: {', '.join(f'`{k}={v}`' for k, v in blas.items()) if blas else 'library default'}")
     add(f"- Every row is `reranker evaluate` re-ranking the BM25 top {window} of the embedded store "
-        f"(SQLite FTS5) for each judged query; main table K = {args.main_k}, "
+        f"(tantivy, Lucene's BM25) for each judged query; main table K = {args.main_k}, "
         f"K sweep K ∈ {{{', '.join(map(str, args.ks))}}}.")
     env_notes = report["environment"]["reranker_env"]
     if env_notes:
@@ -576,6 +577,7 @@ def environment() -> dict[str, Any]:
             "scipy": scipy.__version__,
             "gensim": gensim.__version__,
             "SQLite": sqlite3.sqlite_version,
+            "tantivy": importlib.metadata.version("tantivy"),
         },
         "platform": platform.platform(),
         "reranker_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("RERANKER_") or k == "OPENSEARCH_URL"},

@@ -139,10 +139,19 @@ def document_topics(
     document: Document, vectors: WordVectors, k: int, stopwords: frozenset[str] | None = None
 ) -> tuple[DocTopics, int, int]:
     """Topics of one document -> (topics, in-vocabulary tokens, out-of-vocabulary tokens)."""
-    tokens = tokenize(document.full_text, stopwords)
+    return _topics_of_tokens(tokenize(document.full_text, stopwords), vectors, k)
+
+
+def _topics_of_tokens(tokens: list[str], vectors: WordVectors, k: int) -> tuple[DocTopics, int, int]:
     lookup, counts, oov = vectors.lookup_counts(tokens)
     topics, importances = extract_topics(lookup.vectors, k, counts=counts)
     return DocTopics(topics, importances), len(tokens) - oov, oov
+
+
+# What extraction gives the writer for one document: its topics, in-vocabulary and
+# out-of-vocabulary token counts, and its content words joined by spaces (for the store's
+# text index, so that the text is tokenized once, in the worker).
+Extraction = tuple[DocTopics, int, int, str]
 
 
 class TopicExtractor:
@@ -165,7 +174,7 @@ class TopicExtractor:
                 initargs=(vectors.path, vectors.info, k, stopwords),  # type: ignore[arg-type]
             )
 
-    def submit(self, documents: list[Document]) -> Callable[[], list[tuple[DocTopics, int, int]]]:
+    def submit(self, documents: list[Document]) -> Callable[[], list[Extraction]]:
         """Start on `documents`; the returned function waits for their results, in order."""
         if self._pool is None or len(documents) < 2:
             results = _topics_of(documents, self.vectors, self.k, self.stopwords)
@@ -196,15 +205,19 @@ def _init_worker(path: Path, info: EmbeddingInfo, k: int, stopwords: frozenset[s
     _WORKER = (open_native(path, info), k, stopwords)
 
 
-def _worker_topics(documents: list[Document]) -> list[tuple[DocTopics, int, int]]:
+def _worker_topics(documents: list[Document]) -> list[Extraction]:
     assert _WORKER is not None, "worker not initialised"
     return _topics_of(documents, *_WORKER)
 
 
 def _topics_of(
     documents: list[Document], vectors: WordVectors, k: int, stopwords: frozenset[str] | None
-) -> list[tuple[DocTopics, int, int]]:
-    return [document_topics(doc, vectors, k, stopwords) for doc in documents]
+) -> list[Extraction]:
+    extracted: list[Extraction] = []
+    for doc in documents:
+        tokens = tokenize(doc.full_text, stopwords)
+        extracted.append((*_topics_of_tokens(tokens, vectors, k), " ".join(tokens)))
+    return extracted
 
 
 def index_documents(
@@ -232,7 +245,7 @@ def index_documents(
     skipped: list[Skipped] = []
     indexed = unchanged = without_doc_vector = 0
 
-    def prepare(batch: list[tuple[str, Document]]) -> tuple[list[tuple[str, Document, str]], Callable[[], list[tuple[DocTopics, int, int]]]]:
+    def prepare(batch: list[tuple[str, Document]]) -> tuple[list[tuple[str, Document, str]], Callable[[], list[Extraction]]]:
         """Drop unchanged documents, start topic extraction for the rest."""
         nonlocal unchanged
         stored_hashes = store.content_hashes([doc.id for _, doc in batch])
@@ -247,16 +260,16 @@ def index_documents(
                 todo.append((location, doc, digest))
         return todo, extractor.submit([doc for _, doc, _ in todo])
 
-    def write(todo: list[tuple[str, Document, str]], results: list[tuple[DocTopics, int, int]]) -> None:
+    def write(todo: list[tuple[str, Document, str]], results: list[Extraction]) -> None:
         nonlocal indexed, without_doc_vector
         ready: list[StoredDocument] = []
         locations: dict[str, str] = {}
-        for (location, doc, digest), (doc_topics, n_tokens, n_oov) in zip(todo, results):
+        for (location, doc, digest), (doc_topics, n_tokens, n_oov, words) in zip(todo, results):
             if doc_topics.k == 0:
                 reason = "no in-vocabulary words" + (f" ({n_oov} out-of-vocabulary)" if n_oov else "")
                 skipped.append(Skipped(location, doc.id, reason))
                 continue
-            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov))
+            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words))
             locations[doc.id] = location
         failures = store.upsert(ready) if ready else []
         for failure in failures:
@@ -268,7 +281,7 @@ def index_documents(
             without_doc_vector += len(written) - _write_doc_vectors(store, doc2vec, written, stopwords)
 
     batch: list[tuple[str, Document]] = []
-    in_flight: tuple[list[tuple[str, Document, str]], Callable[[], list[tuple[DocTopics, int, int]]]] | None = None
+    in_flight: tuple[list[tuple[str, Document, str]], Callable[[], list[Extraction]]] | None = None
     with TopicExtractor(vectors, k, stopwords, workers) as extractor:
 
         def flush() -> None:

@@ -81,6 +81,10 @@ class StoredDocument:
     content_hash: str
     n_tokens: int
     n_oov: int
+    # The document's content words (`reranker.text.tokenize` of its full text) joined by
+    # spaces, when the write path has them already: a store that indexes words takes
+    # them instead of tokenizing the text a second time. None: the store tokenizes.
+    content_words: str | None = None
 
 
 @dataclass(frozen=True)

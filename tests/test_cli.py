@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,23 @@ def test_a_query_index_mismatch_is_an_error(data_dir: Path, tmp_path: Path, caps
     assert "the index was built with word vectors 'glove-6b-50d'" in capsys.readouterr().err
 
 
+def test_a_store_built_by_the_fts5_version_names_the_rebuild_command(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (data_dir / "index").mkdir(parents=True)
+    db = sqlite3.connect(data_dir / "index" / "store.sqlite3")
+    db.executescript(
+        "CREATE TABLE docs (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT, body TEXT);"
+        "CREATE VIRTUAL TABLE docs_fts USING fts5(title, body, content='docs', content_rowid='rowid');"
+    )
+    db.close()
+    assert run(data_dir, "search", "entity recognition")[0] == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("reranker: error: the index in ")
+    assert err.strip().endswith("was built by an older version (BM25 in SQLite FTS5); rebuild it: reranker index --rebuild CORPUS")
+    assert run(data_dir, "index", "--rebuild", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    code, out = run(data_dir, "search", "entity recognition")
+    assert code == 0 and "1." in out
+
+
 def test_rankers_are_listed(data_dir: Path) -> None:
     code, out = run(data_dir, "rankers")
     assert code == 0 and out.split() == ranker_names()
@@ -128,11 +146,22 @@ def test_rankers_are_listed(data_dir: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "clscisumm2018-train").is_dir(), reason="../shared/data is not beside the repo")
-def test_bm25_on_clscisumm_matches_the_reference_figure(data_dir: Path) -> None:
+def test_bm25_on_clscisumm_reaches_the_reference_figure(data_dir: Path) -> None:
     code, out = run(data_dir, "evaluate", str(SHARED_DATA / "clscisumm2018-train"), "--json", "--rankers", "bm25", "--no-progress")
     assert code == 0
     body = json.loads(out)
     assert body["queries"] == 40 and body["config"]["documents"] == 567
-    # The data set's README: nDCG@10 0.719 and Recall@100 0.913 for a plain BM25.
-    assert 0.66 <= body["results"]["bm25"]["ndcg@10"] <= 0.76
+    # The data set's README: nDCG@10 0.719 and Recall@100 0.913 for a plain BM25 (the
+    # FTS5 store this replaced reached 0.709).
+    assert body["results"]["bm25"]["ndcg@10"] >= 0.719
     assert 0.85 <= body["results"]["bm25"]["recall@100"] <= 0.95
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "cisi").is_dir(), reason="../shared/data is not beside the repo")
+def test_bm25_on_cisi_is_no_worse_than_the_fts5_store(data_dir: Path) -> None:
+    code, out = run(data_dir, "evaluate", str(SHARED_DATA / "cisi"), "--json", "--rankers", "bm25", "--no-progress")
+    assert code == 0
+    body = json.loads(out)
+    assert body["queries"] == 76 and body["config"]["documents"] == 1460
+    assert body["results"]["bm25"]["ndcg@10"] >= 0.402  # the FTS5 store's figure

@@ -204,9 +204,8 @@ class EmbeddedStore:
     def _drop_legacy_tables(self) -> None:
         try:
             with self._transaction():
-                self._db.execute("DROP TABLE IF EXISTS docs_fts")
-                self._db.execute("DROP TABLE IF EXISTS docs")
-                self._db.execute("DELETE FROM meta")
+                for table in ("docs_fts", "docs", "meta"):
+                    self._db.execute(f"DROP TABLE IF EXISTS {table}")
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot rebuild the embedded store in {self.directory}: {exc}") from None
@@ -233,7 +232,6 @@ class EmbeddedStore:
             )
             self._text.delete_all()
             self._add_to_text_index(0)
-            self._commit_text()
 
     def _add_to_text_index(self, above: int) -> None:
         rows = self._db.execute("SELECT rowid, id, title, body FROM docs WHERE rowid > ? ORDER BY rowid", (above,))
@@ -243,8 +241,9 @@ class EmbeddedStore:
             self._pending_docs += 1
         self._commit_text()
 
-    def _words(self, document: Document) -> list[str]:
-        return tokenize(document.full_text, self._stopwords)
+    def _words(self, document: Document) -> str:
+        """The content words the text index holds for `document`, joined by spaces."""
+        return " ".join(tokenize(document.full_text, self._stopwords))
 
     # --- the write path -------------------------------------------------------------
 
@@ -253,7 +252,7 @@ class EmbeddedStore:
         if info is None:
             raise StoreError("the store is not initialised: call initialise() first")
         self._text.open_writer()
-        rows: list[tuple[int, str, list[str]]] = []
+        rows: list[tuple[int, str, str]] = []
         with self._transaction():
             for stored in documents:
                 if stored.doc_topics.topics.shape[1:] != (info.embedding.dim,):
@@ -263,7 +262,8 @@ class EmbeddedStore:
                     )
                 self._db.execute("DELETE FROM docs WHERE id = ?", (stored.document.id,))
                 rowid = self._insert(stored)
-                rows.append((rowid, stored.document.id, self._words(stored.document)))
+                words = stored.content_words
+                rows.append((rowid, stored.document.id, self._words(stored.document) if words is None else words))
         self._text.replace(rows)
         self._pending_rowid = max([self._pending_rowid, *(rowid for rowid, _, _ in rows)])
         self._pending_docs += len(rows)

@@ -152,18 +152,16 @@ class TextIndex:
                     raise StoreError(f"cannot write to the text index: {exc}") from None
             return self._writer
 
-    def replace(self, documents: Iterable[tuple[int, str, Sequence[str]]]) -> None:
-        """Add (rowid, id, words) documents, each replacing any document with its id.
-
-        Nothing is visible until `commit`.
+    def replace(self, documents: Iterable[tuple[int, str, str]]) -> None:
+        """Add (rowid, id, content words joined by spaces) documents, each replacing any
+        document with its id. Nothing is visible until `commit`.
         """
         writer = self.open_writer()
-        for rowid, doc_id, words in documents:
+        for rowid, doc_id, text in documents:
             writer.delete_documents_by_term("id", doc_id)
             document = tantivy.Document()
             document.add_unsigned("rowid", rowid)
             document.add_text("id", doc_id)
-            text = " ".join(words)
             document.add_text("stemmed", text)
             document.add_text("exact", text)
             writer.add_document(document)
