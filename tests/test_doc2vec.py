@@ -11,7 +11,6 @@ import base64
 import json
 import logging
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -255,33 +254,6 @@ def test_a_changed_document_loses_its_vector_and_a_rebuild_the_model(ready: Embe
     assert ready.index_info() == IndexInfo(EMBEDDING, k=2)
     batch = ready.doc_vectors(["a"])
     assert batch.missing == ("a",) and batch.model == "" and batch.vectors.shape == (1, 0)
-
-
-def test_a_store_from_before_doc2vec_asks_for_a_rebuild(tmp_path: Path) -> None:
-    """Schema 1 (no Doc2Vec columns, BM25 in SQLite): one line naming the command."""
-    directory = tmp_path / "old"
-    directory.mkdir()
-    db = sqlite3.connect(directory / "store.sqlite3")
-    db.executescript(
-        """
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE docs (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL,
-            body TEXT NOT NULL, fields TEXT NOT NULL, content_hash TEXT NOT NULL, n_tokens INTEGER NOT NULL,
-            n_oov INTEGER NOT NULL, k INTEGER NOT NULL, topics BLOB NOT NULL, importances BLOB NOT NULL);
-        INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances)
-            VALUES ('a', '', 'ships', '{}', 'h', 1, 0, 0, x'', x'');
-        """
-    )
-    db.executemany("INSERT INTO meta VALUES (?, ?)", [("embedding", json.dumps(EMBEDDING.__dict__)), ("k", "2")])
-    db.commit()
-    db.close()
-    old = EmbeddedStore(directory)
-    try:
-        with pytest.raises(IndexMismatchError, match=r"older version .* reranker index --rebuild") as raised:
-            old.doc_vectors(["a"])
-        assert "\n" not in str(raised.value)
-    finally:
-        old.close()
 
 
 # --- the OpenSearch store (osmem-server) ---------------------------------------------------

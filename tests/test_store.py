@@ -192,25 +192,31 @@ def test_filters_restrict_the_candidates_before_the_top_n(ready: EmbeddedStore) 
 # --- older stores ----------------------------------------------------------------------
 
 
-def test_a_store_from_the_fts5_version_asks_for_a_rebuild_and_the_rebuild_works(tmp_path: Path) -> None:
+_SCHEMA_1 = """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE docs (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL,
+        body TEXT NOT NULL, fields TEXT NOT NULL, content_hash TEXT NOT NULL, n_tokens INTEGER NOT NULL,
+        n_oov INTEGER NOT NULL, k INTEGER NOT NULL, topics BLOB NOT NULL, importances BLOB NOT NULL);
+    INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances)
+        VALUES ('a', '', 'ships', '{}', 'h', 1, 0, 0, x'', x'');
+"""
+# Schema 2 added Doc2Vec vectors; both kept BM25 in an FTS5 table beside `docs`.
+_SCHEMA_2 = _SCHEMA_1.replace("importances BLOB NOT NULL)", "importances BLOB NOT NULL, doc_vector BLOB, doc_vector_model TEXT)") + """
+    CREATE VIRTUAL TABLE docs_fts USING fts5(title, body, content='docs', content_rowid='rowid');
+    INSERT INTO meta VALUES ('schema_version', '2');
+"""
+
+
+@pytest.mark.parametrize("schema", [_SCHEMA_1, _SCHEMA_2], ids=["schema 1", "schema 2"])
+def test_a_store_from_the_fts5_version_asks_for_a_rebuild_and_the_rebuild_works(tmp_path: Path, schema: str) -> None:
     directory = tmp_path / "old"
     directory.mkdir()
     db = sqlite3.connect(directory / "store.sqlite3")
-    db.executescript(
-        """
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE docs (rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL,
-            body TEXT NOT NULL, fields TEXT NOT NULL, content_hash TEXT NOT NULL, n_tokens INTEGER NOT NULL,
-            n_oov INTEGER NOT NULL, k INTEGER NOT NULL, topics BLOB NOT NULL, importances BLOB NOT NULL,
-            doc_vector BLOB, doc_vector_model TEXT);
-        CREATE VIRTUAL TABLE docs_fts USING fts5(title, body, content='docs', content_rowid='rowid');
-        INSERT INTO meta VALUES ('schema_version', '2');
-        """
-    )
+    db.executescript(schema)
     db.close()
     old = EmbeddedStore(directory)
     try:
-        for read in (old.index_info, old.count, lambda: old.bm25("ships", 10)):
+        for read in (old.index_info, old.count, lambda: old.bm25("ships", 10), lambda: old.doc_vectors(["a"])):
             with pytest.raises(IndexMismatchError, match=r"older version .*; rebuild it: reranker index --rebuild CORPUS$"):
                 read()
         with pytest.raises(IndexMismatchError, match="rebuild"):
