@@ -212,6 +212,110 @@ def score(
     return float(totals[0]) if single else totals
 
 
+# --- the common-direction correction ---------------------------------------------------
+#
+# General-purpose word vectors share a common direction; it becomes every document's first
+# topic, and a query's words all align with it, so the paper's score mostly measures how
+# generic a document is. Two corrections remove it and keep the score a sum over topics:
+# centre the vectors on the corpus and take out their main direction (Mu & Viswanath,
+# "All-but-the-Top", ICLR 2018, weighted by the corpus's own word frequencies), and
+# subtract from each topic's relevance what a "query" drawn from the corpus itself would
+# get (its background).
+
+
+def corpus_centering(vectors: npt.ArrayLike, frequencies: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """The corpus's mean word vector and main direction around it.
+
+    vectors: (u, d), one row per distinct in-vocabulary word of the corpus.
+    frequencies: (u,) how often each occurs (any positive scale); p(w) = f(w) / sum f.
+    Returns (mu, direction), both (d,) float32: mu = sum_w p(w) v_w, and the unit top
+    eigenvector of C = sum_w p(w) (v_w - mu)(v_w - mu)^T (its sign made to put the
+    largest entry positive). Raises ValueError for mismatched shapes or no positive
+    frequency.
+    """
+    matrix = np.asarray(vectors, dtype=np.float64)
+    weights = np.asarray(frequencies, dtype=np.float64)
+    if matrix.ndim != 2 or weights.shape != matrix.shape[:1]:
+        raise ValueError(f"vectors {matrix.shape} and frequencies {weights.shape} do not match")
+    total = float(weights[weights > 0].sum())
+    if total <= 0 or not np.isfinite(total):
+        raise ValueError("frequencies must hold a positive, finite total")
+    p = np.where(weights > 0, weights, 0.0) / total
+    mu = p @ matrix
+    deviations = matrix - mu
+    covariance = (deviations * p[:, None]).T @ deviations
+    _, eigenvectors = _top_eigenpairs(covariance, 1)
+    direction = _fix_signs(eigenvectors.T)[0]
+    return mu.astype(np.float32), direction.astype(np.float32)
+
+
+def center(vectors: npt.ArrayLike, mu: npt.ArrayLike, direction: npt.ArrayLike) -> FloatArray:
+    """v' = (v - mu) - (direction . (v - mu)) direction, for every row.
+
+    vectors: (m, d); mu, direction: (d,) as `corpus_centering` returns them.
+    Returns (m, d) float32. Idempotent once centred on (mu', 0) of its own output.
+    """
+    matrix = np.asarray(vectors, dtype=np.float32) - np.asarray(mu, dtype=np.float32)
+    unit = np.asarray(direction, dtype=np.float32)
+    return matrix - np.outer(matrix @ unit, unit)
+
+
+def topic_background(
+    topics: npt.ArrayLike, word_vectors: npt.ArrayLike, frequencies: npt.ArrayLike
+) -> FloatArray:
+    """b_k = sum_w p(w) |cos(h_k, v'_w)|: the relevance (Eq. 9-10) that a summary drawn
+    from the corpus's own word distribution would give each topic.
+
+    topics: (k, d) unit rows (zero rows allowed: they get 0). word_vectors: (u, d) the
+    corpus's distinct words, centred like the topics. frequencies: (u,).
+    Returns (k,) float32 in [0, 1].
+    """
+    units = unit_rows(word_vectors)
+    matrix = np.asarray(word_vectors, dtype=np.float32)
+    weights = np.asarray(frequencies, dtype=np.float64)[np.linalg.norm(matrix, axis=1) > 0]
+    stacked = np.asarray(topics, dtype=np.float32)
+    if units.shape[0] == 0 or stacked.shape[0] == 0 or weights.sum() <= 0:
+        return np.zeros(stacked.shape[0], dtype=np.float32)
+    cosines = np.abs(stacked @ units.T).astype(np.float64)
+    background = cosines @ (weights / weights.sum())
+    return np.clip(background, 0.0, 1.0).astype(np.float32)
+
+
+def corrected_contributions(
+    query_vectors: npt.ArrayLike,
+    topics: npt.ArrayLike,
+    importances: npt.ArrayLike,
+    backgrounds: npt.ArrayLike,
+) -> npt.NDArray[np.float64]:
+    """Each topic's share of the corrected score: i_k (r(h_k, S) - b_k), (N, k) float64.
+
+    query_vectors: (m, d), centred like the topics. topics: (N, k, d); importances and
+    backgrounds: (N, k), zero for padding. Rows sum to `corrected_score`.
+    """
+    relevance = topic_relevance(query_vectors, topics, "paper").astype(np.float64)
+    weights = np.asarray(importances, dtype=np.float64)
+    background = np.asarray(backgrounds, dtype=np.float64)
+    if weights.shape != relevance.shape or background.shape != relevance.shape:
+        raise ValueError(f"importances {weights.shape} and backgrounds {background.shape} must be {relevance.shape}")
+    return weights * (relevance - background)
+
+
+def corrected_score(
+    query_vectors: npt.ArrayLike,
+    topics: npt.ArrayLike,
+    importances: npt.ArrayLike,
+    backgrounds: npt.ArrayLike,
+) -> npt.NDArray[np.float64]:
+    """r'(W, S) = sum_k i_k [ (1/m) sum_j |cos(h_k, s'_j)| - b_k ], (N,) float64.
+
+    The paper's Eq. 11 on centred vectors, less each topic's background: about 0 for a
+    summary that is just the corpus's word distribution, positive when the summary's
+    words align with a topic more than the corpus's words do. Shapes as
+    `corrected_contributions`.
+    """
+    return corrected_contributions(query_vectors, topics, importances, backgrounds).sum(axis=1)
+
+
 def stack_topics(documents: Sequence[DocTopics], d: int) -> tuple[FloatArray, FloatArray]:
     """Pad per-document topics into one batch: (N, k_max, d) and (N, k_max) float32."""
     k_max = max((doc.k for doc in documents), default=0)

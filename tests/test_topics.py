@@ -14,9 +14,14 @@ from hypothesis import strategies as st
 
 from reranker.topics import (
     best_aligned,
+    center,
+    corpus_centering,
+    corrected_contributions,
+    corrected_score,
     extract_topics,
     score,
     stack_topics,
+    topic_background,
     topic_contributions,
     topic_relevance,
     topic_similarity,
@@ -275,3 +280,89 @@ def test_topic_similarity_refuses_mismatched_shapes() -> None:
     with pytest.raises(ValueError):
         topic_similarity(np.zeros((2, 3)), np.zeros(2), np.zeros((1, 2, 4)), np.zeros((1, 2)))
     assert topic_similarity(np.zeros((0, 3)), np.zeros(0), np.zeros((0, 0, 3)), np.zeros((0, 0))).shape == (0,)
+
+
+# --- the common-direction correction -------------------------------------------------------
+
+
+def correction_corpus(seed: int = 3, vocabulary: int = 400, d: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """Word vectors with a strong common direction (as real ones have), Zipf frequencies."""
+    rng = np.random.default_rng(seed)
+    common = rng.standard_normal(d)
+    vectors = rng.standard_normal((vocabulary, d)) + 3.0 * common
+    frequencies = 1.0 / np.arange(1, vocabulary + 1)
+    return vectors.astype(np.float32), frequencies
+
+
+def test_centering_removes_the_weighted_mean_and_the_main_direction() -> None:
+    vectors, frequencies = correction_corpus()
+    mu, direction = corpus_centering(vectors, frequencies)
+    p = frequencies / frequencies.sum()
+    np.testing.assert_allclose(mu, p @ vectors.astype(np.float64), atol=1e-5)
+    assert np.linalg.norm(direction) == pytest.approx(1.0, abs=1e-6)
+    centred = center(vectors, mu, direction)
+    # Reference: the weighted covariance's top eigenvector, by numpy's eigh in float64.
+    deviations = vectors.astype(np.float64) - mu
+    top = np.linalg.eigh((deviations * p[:, None]).T @ deviations)[1][:, -1]
+    assert abs(float(top @ direction)) == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(centred @ direction, 0.0, atol=1e-4)
+    # Centring the centred corpus again changes nothing: its mean is 0 and so is its
+    # component along the removed direction.
+    np.testing.assert_allclose(p @ centred.astype(np.float64), 0.0, atol=1e-4)
+    np.testing.assert_allclose(center(centred, np.zeros_like(mu), direction), centred, atol=1e-6)
+
+
+def test_background_is_the_mean_relevance_of_the_corpus_words_and_lies_in_0_1() -> None:
+    vectors, frequencies = correction_corpus()
+    mu, direction = corpus_centering(vectors, frequencies)
+    centred = center(vectors, mu, direction)
+    topics, _ = extract_topics(centred[:50], 5)
+    background = topic_background(topics, centred, frequencies)
+    assert background.shape == (5,) and ((background >= 0) & (background <= 1)).all()
+    p = frequencies / frequencies.sum()
+    for k, h in enumerate(topics.astype(np.float64)):  # loop transcription of the definition
+        expected = sum(p[w] * abs(h @ v) / np.linalg.norm(v) for w, v in enumerate(centred.astype(np.float64)))
+        assert background[k] == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_query_drawn_from_the_corpus_scores_about_zero_and_contributions_add_up() -> None:
+    vectors, frequencies = correction_corpus(seed=5)
+    mu, direction = corpus_centering(vectors, frequencies)
+    centred = center(vectors, mu, direction)
+    rng = np.random.default_rng(9)
+    docs = [extract_topics(centred[rng.choice(400, 60, replace=False)], 6) for _ in range(8)]
+    topics, importances = stack_topics([DocTopics(t, i) for t, i in docs], centred.shape[1])
+    backgrounds = np.zeros_like(importances)
+    for n, (t, _) in enumerate(docs):
+        backgrounds[n, : len(t)] = topic_background(t, centred, frequencies)
+    # A long "summary" sampled from the corpus's own word distribution.
+    query = centred[rng.choice(400, 20_000, p=frequencies / frequencies.sum())]
+    scores = corrected_score(query, topics, importances, backgrounds)
+    np.testing.assert_allclose(scores, 0.0, atol=0.01)
+    parts = corrected_contributions(query, topics, importances, backgrounds)
+    np.testing.assert_allclose(parts.sum(axis=1), scores, rtol=1e-12)
+    # The paper's score of the same query is far from 0: the correction is what removes it.
+    assert (score(query, topics, importances) > 0.05).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_corrected_score_equals_a_loop_transcription(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    d, m = 8, 5
+    topics = np.zeros((3, 4, d), dtype=np.float32)
+    importances = np.zeros((3, 4), dtype=np.float32)
+    backgrounds = np.zeros((3, 4), dtype=np.float32)
+    for n, k in enumerate((4, 2, 3)):
+        topics[n, :k] = np.linalg.qr(rng.standard_normal((d, k)))[0].T
+        importances[n, :k] = rng.dirichlet(np.ones(k))
+        backgrounds[n, :k] = rng.uniform(0, 0.5, k)
+    query = rng.standard_normal((m, d)).astype(np.float32)
+    expected = [
+        sum(
+            importances[n, k] * (np.mean([abs(topics[n, k] @ s) / np.linalg.norm(s) for s in query]) - backgrounds[n, k])
+            for k in range(4)
+        )
+        for n in range(3)
+    ]
+    np.testing.assert_allclose(corrected_score(query, topics, importances, backgrounds), expected, atol=1e-6)
