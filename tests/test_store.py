@@ -7,7 +7,6 @@ keep writing) while this one reads it.
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
 import subprocess
 import sys

@@ -28,7 +28,6 @@ read of a column, and a hit on a version the store has since replaced is recogni
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import Counter
 from pathlib import Path
@@ -37,8 +36,6 @@ from typing import Iterable, Sequence
 import tantivy
 
 from reranker.errors import StoreError
-
-log = logging.getLogger(__name__)
 
 # The fields every query searches, with their boosts (see the module docstring).
 SEARCH_FIELDS: tuple[tuple[str, float], ...] = (("stemmed", 1.0), ("exact", 1.0))
