@@ -244,8 +244,9 @@ def corpus_centering(vectors: npt.ArrayLike, frequencies: npt.ArrayLike) -> tupl
     mu = p @ matrix
     deviations = matrix - mu
     covariance = (deviations * p[:, None]).T @ deviations
-    _, eigenvectors = _top_eigenpairs(covariance, 1)
-    direction = _fix_signs(eigenvectors.T)[0]
+    size = covariance.shape[0]
+    _, top = scipy.linalg.eigh(covariance, subset_by_index=[size - 1, size - 1], check_finite=False)
+    direction = _fix_signs(top.T.astype(np.float32))[0]
     return mu.astype(np.float32), direction.astype(np.float32)
 
 

@@ -526,5 +526,5 @@ def _chunks(items: Sequence[str], size: int = 500) -> list[list[str]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
-def _marks(chunk: Sequence[str]) -> str:
+def _marks(chunk: Sequence[object]) -> str:
     return ",".join("?" * len(chunk))
