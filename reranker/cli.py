@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO, TypeVar
 
 from reranker.config import Settings
-from reranker.errors import ConfigError, InputError, RerankerError, UnknownRankerError
+from reranker.errors import ConfigError, IndexOutdatedError, InputError, RerankerError, UnknownRankerError
 from reranker.rankers import ranker_names
 from reranker.types import Filter
 
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         return 0
     except RerankerError as exc:
         print(f"reranker: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_ERROR
+        return EXIT_USAGE if isinstance(exc, (ConfigError, IndexOutdatedError)) else EXIT_ERROR
     except KeyboardInterrupt:
         print("reranker: interrupted (already indexed batches are kept)", file=sys.stderr)
         return 130

@@ -59,6 +59,11 @@ class RankerUnavailableError(RerankerError):
     was trained for it); the message says what to do."""
 
 
+class IndexOutdatedError(RankerUnavailableError):
+    """The index was built by a version before something a ranker needs; rebuilding it
+    (`reranker index --rebuild`) adds it."""
+
+
 class NotFoundError(RerankerError):
     """A named thing (an experiment, an interleaved query) does not exist."""
 

@@ -17,20 +17,32 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import multiprocessing
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
+import numpy as np
+
 from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import WordVectors, open_native
-from reranker.errors import InputError, RankerUnavailableError
+from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError
 from reranker.store import IndexInfo, Store
 from reranker.text import tokenize
-from reranker.topics import extract_topics
-from reranker.types import DocTopics, Document, EmbeddingInfo, StoredDocument
+from reranker.topics import center, corpus_centering, extract_topics, topic_background, unit_rows
+from reranker.types import (
+    Centering,
+    CorrectedTopics,
+    DocTopics,
+    Document,
+    EmbeddingInfo,
+    FloatArray,
+    StoredDocument,
+)
 
 log = logging.getLogger(__name__)
 
@@ -139,19 +151,107 @@ def document_topics(
     document: Document, vectors: WordVectors, k: int, stopwords: frozenset[str] | None = None
 ) -> tuple[DocTopics, int, int]:
     """Topics of one document -> (topics, in-vocabulary tokens, out-of-vocabulary tokens)."""
-    return _topics_of_tokens(tokenize(document.full_text, stopwords), vectors, k)
+    topics, n_tokens, oov, _ = _topics_of_tokens(tokenize(document.full_text, stopwords), vectors, k, None)
+    return topics, n_tokens, oov
 
 
-def _topics_of_tokens(tokens: list[str], vectors: WordVectors, k: int) -> tuple[DocTopics, int, int]:
+# --- the common-direction correction at index time ------------------------------------
+
+# The corpus statistics are estimated from an even sample of about this much of the
+# corpus file (all of it when smaller): every line of a small corpus, every n-th of a
+# large one, so that a corpus sorted by subject is still sampled across subjects.
+CENTERING_SAMPLE_BYTES = 32_000_000
+# A topic's background is measured on the corpus's most frequent words: 2,000 hold 66-90%
+# of the shared data sets' tokens, and gave the same nDCG@10 as the whole vocabulary
+# (within 0.01 on both sets) for a tenth of the indexing cost.
+BACKGROUND_WORDS = 2_000
+
+
+def estimate_centering(
+    documents: Iterable[Document], vectors: WordVectors, stopwords: frozenset[str] | None = None
+) -> Centering | None:
+    """The correction an index built from `documents` uses (None: no in-vocabulary word).
+
+    p(w) is each in-vocabulary word's share of the documents' tokens (after the stop
+    list); see `reranker.topics.corpus_centering` and `Centering`.
+    """
+    counts: Counter[str] = Counter()
+    for document in documents:
+        counts.update(tokenize(document.full_text, stopwords))
+    found = vectors.lookup(list(counts))
+    if not found.words:
+        return None
+    frequencies = np.array([counts[word] for word in found.words], dtype=np.float64)
+    mu, direction = corpus_centering(found.vectors, frequencies)
+    top = np.argsort(-frequencies, kind="stable")[:BACKGROUND_WORDS]
+    weights = frequencies[top] / frequencies[top].sum()
+    return Centering(
+        mu=tuple(float(x) for x in mu),
+        direction=tuple(float(x) for x in direction),
+        background_words=tuple(found.words[i] for i in top),
+        background_weights=tuple(float(x) for x in weights),
+    )
+
+
+def sample_corpus(path: Path, budget: int = CENTERING_SAMPLE_BYTES) -> Iterator[Document]:
+    """An even sample of about `budget` bytes of the corpus's documents (bad lines skipped)."""
+    stride = max(1, math.ceil(path.stat().st_size / budget))
+    for number, (_, item, _) in enumerate(read_corpus(path)):
+        if number % stride == 0 and isinstance(item, Document):
+            yield item
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A `Centering` made ready for extraction: arrays, and the background words' centred
+    unit vectors (u, d) with their weights (u,)."""
+
+    mu: FloatArray
+    direction: FloatArray
+    background_vectors: FloatArray
+    background_weights: FloatArray
+
+    @classmethod
+    def of(cls, centering: Centering, vectors: WordVectors) -> "Correction":
+        mu = np.asarray(centering.mu, dtype=np.float32)
+        direction = np.asarray(centering.direction, dtype=np.float32)
+        if mu.shape != (vectors.dim,) or direction.shape != (vectors.dim,):
+            raise IndexMismatchError(
+                f"the index's centering has d={mu.shape[0]}, the word vectors d={vectors.dim}; "
+                "rebuild the index (reranker index --rebuild)"
+            )
+        known = vectors.lookup(list(centering.background_words))
+        weight_of = dict(zip(centering.background_words, centering.background_weights))
+        weights = np.array([weight_of[word] for word in known.words], dtype=np.float32)
+        return cls(mu, direction, unit_rows(center(known.vectors, mu, direction)), weights)
+
+    def topics(self, word_vectors: FloatArray, counts: FloatArray, k: int) -> CorrectedTopics:
+        """The corrected topics of one document's distinct words (u, d) with their counts."""
+        topics, importances = extract_topics(center(word_vectors, self.mu, self.direction), k, counts=counts)
+        return CorrectedTopics(topics, importances, topic_background(topics, self.background_vectors, self.background_weights))
+
+
+def corrected_topics(
+    document: Document, vectors: WordVectors, k: int, correction: Correction, stopwords: frozenset[str] | None = None
+) -> CorrectedTopics:
+    """The corrected topics of one document (for a text sent to the service)."""
+    lookup, counts, _ = vectors.lookup_counts(tokenize(document.full_text, stopwords))
+    return correction.topics(lookup.vectors, counts, k)
+
+
+def _topics_of_tokens(
+    tokens: list[str], vectors: WordVectors, k: int, correction: Correction | None
+) -> tuple[DocTopics, int, int, CorrectedTopics | None]:
     lookup, counts, oov = vectors.lookup_counts(tokens)
     topics, importances = extract_topics(lookup.vectors, k, counts=counts)
-    return DocTopics(topics, importances), len(tokens) - oov, oov
+    corrected = correction.topics(lookup.vectors, counts, k) if correction is not None and topics.shape[0] else None
+    return DocTopics(topics, importances), len(tokens) - oov, oov, corrected
 
 
 # What extraction gives the writer for one document: its topics, in-vocabulary and
-# out-of-vocabulary token counts, and its content words joined by spaces (for the store's
-# text index, so that the text is tokenized once, in the worker).
-Extraction = tuple[DocTopics, int, int, str]
+# out-of-vocabulary token counts, its content words joined by spaces (for the store's
+# text index, so that the text is tokenized once, in the worker), and its corrected topics.
+Extraction = tuple[DocTopics, int, int, str, CorrectedTopics | None]
 
 
 class TopicExtractor:
@@ -162,8 +262,16 @@ class TopicExtractor:
     while this one is computed.
     """
 
-    def __init__(self, vectors: WordVectors, k: int, stopwords: frozenset[str] | None, workers: int = 1) -> None:
+    def __init__(
+        self,
+        vectors: WordVectors,
+        k: int,
+        stopwords: frozenset[str] | None,
+        workers: int = 1,
+        centering: Centering | None = None,
+    ) -> None:
         self.vectors, self.k, self.stopwords = vectors, k, stopwords
+        self.correction = Correction.of(centering, vectors) if centering is not None else None
         self.workers = workers if vectors.path is not None else 1
         self._pool: ProcessPoolExecutor | None = None
         if self.workers > 1:
@@ -171,13 +279,13 @@ class TopicExtractor:
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,  # type: ignore[arg-type]  # typeshed wants no-arg
-                initargs=(vectors.path, vectors.info, k, stopwords),  # type: ignore[arg-type]
+                initargs=(vectors.path, vectors.info, k, stopwords, self.correction),  # type: ignore[arg-type]
             )
 
     def submit(self, documents: list[Document]) -> Callable[[], list[Extraction]]:
         """Start on `documents`; the returned function waits for their results, in order."""
         if self._pool is None or len(documents) < 2:
-            results = _topics_of(documents, self.vectors, self.k, self.stopwords)
+            results = _topics_of(documents, self.vectors, self.k, self.stopwords, self.correction)
             return lambda: results
         size = -(-len(documents) // (self.workers * 2))
         futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
@@ -194,15 +302,17 @@ class TopicExtractor:
         self.close()
 
 
-_WORKER: tuple[WordVectors, int, frozenset[str] | None] | None = None
+_WORKER: tuple[WordVectors, int, frozenset[str] | None, Correction | None] | None = None
 
 
-def _init_worker(path: Path, info: EmbeddingInfo, k: int, stopwords: frozenset[str] | None) -> None:
+def _init_worker(
+    path: Path, info: EmbeddingInfo, k: int, stopwords: frozenset[str] | None, correction: Correction | None
+) -> None:
     global _WORKER
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
-    _WORKER = (open_native(path, info), k, stopwords)
+    _WORKER = (open_native(path, info), k, stopwords, correction)
 
 
 def _worker_topics(documents: list[Document]) -> list[Extraction]:
@@ -211,12 +321,17 @@ def _worker_topics(documents: list[Document]) -> list[Extraction]:
 
 
 def _topics_of(
-    documents: list[Document], vectors: WordVectors, k: int, stopwords: frozenset[str] | None
+    documents: list[Document],
+    vectors: WordVectors,
+    k: int,
+    stopwords: frozenset[str] | None,
+    correction: Correction | None,
 ) -> list[Extraction]:
     extracted: list[Extraction] = []
     for doc in documents:
         tokens = tokenize(doc.full_text, stopwords)
-        extracted.append((*_topics_of_tokens(tokens, vectors, k), " ".join(tokens)))
+        topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, vectors, k, correction)
+        extracted.append((topics, n_tokens, oov, " ".join(tokens), corrected))
     return extracted
 
 
@@ -231,6 +346,7 @@ def index_documents(
     progress: ProgressLike | None = None,
     workers: int = 1,
     data_dir: Path | None = None,
+    centering: Centering | None = None,
 ) -> IndexReport:
     """Index `records` (as `read_corpus` yields them) into `store`, then publish.
 
@@ -238,9 +354,17 @@ def index_documents(
     another K and `rebuild` is False. Documents the store refuses are reported in
     `skipped` with its reason; everything else is written. `data_dir`: where the index's
     Doc2Vec model is (`<data_dir>/doc2vec/`), if it has one.
+
+    `centering`: the correction a new (or rebuilt) index records; without it, one is
+    estimated from `records` themselves. An index that holds documents keeps its own.
     """
     started = time.perf_counter()
-    store.initialise(IndexInfo(embedding=vectors.info, k=k), rebuild=rebuild)
+    if centering is None and needs_centering(store, rebuild):
+        records = list(records)
+        centering = estimate_centering((item for _, item, _ in records if isinstance(item, Document)), vectors, stopwords)
+    store.initialise(IndexInfo(embedding=vectors.info, k=k, centering=centering), rebuild=rebuild)
+    info = store.index_info()
+    centering = info.centering if info is not None else None
     doc2vec, no_doc2vec_reason = _doc2vec_model(store, data_dir)
     skipped: list[Skipped] = []
     indexed = unchanged = without_doc_vector = 0
@@ -264,12 +388,12 @@ def index_documents(
         nonlocal indexed, without_doc_vector
         ready: list[StoredDocument] = []
         locations: dict[str, str] = {}
-        for (location, doc, digest), (doc_topics, n_tokens, n_oov, words) in zip(todo, results):
+        for (location, doc, digest), (doc_topics, n_tokens, n_oov, words, corrected) in zip(todo, results):
             if doc_topics.k == 0:
                 reason = "no in-vocabulary words" + (f" ({n_oov} out-of-vocabulary)" if n_oov else "")
                 skipped.append(Skipped(location, doc.id, reason))
                 continue
-            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words))
+            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words, corrected))
             locations[doc.id] = location
         failures = store.upsert(ready) if ready else []
         for failure in failures:
@@ -282,7 +406,7 @@ def index_documents(
 
     batch: list[tuple[str, Document]] = []
     in_flight: tuple[list[tuple[str, Document, str]], Callable[[], list[Extraction]]] | None = None
-    with TopicExtractor(vectors, k, stopwords, workers) as extractor:
+    with TopicExtractor(vectors, k, stopwords, workers, centering) as extractor:
 
         def flush() -> None:
             # Extraction of this batch runs while the previous one is written.
@@ -332,6 +456,16 @@ def index_documents(
         published=published,
         without_doc_vector=without_doc_vector,
     )
+
+
+def needs_centering(store: Store, rebuild: bool) -> bool:
+    """Whether indexing into `store` sets the index's centering (a new or rebuilt index)."""
+    if rebuild:
+        return True
+    try:
+        return store.index_info() is None or store.count() == 0
+    except IndexMismatchError:
+        return False  # an index of an older version: `initialise` says what to do
 
 
 def _doc2vec_model(store: Store, data_dir: Path | None) -> tuple[Doc2VecModel | None, str | None]:
@@ -389,6 +523,7 @@ def index_corpus(
         disable=not show_progress,
         leave=False,
     ) as bar:
+        centering = estimate_centering(sample_corpus(path), vectors, stopwords) if needs_centering(store, rebuild) else None
         return index_documents(
             read_corpus(path),
             store,
@@ -399,5 +534,6 @@ def index_corpus(
             progress=bar,
             workers=workers if path.stat().st_size >= PARALLEL_MIN_BYTES else 1,
             data_dir=data_dir,
+            centering=centering,
         )
 

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 import numpy as np
 
 from reranker.embeddings import WordVectors
-from reranker.errors import DocumentNotFoundError, RankerUnavailableError
+from reranker.errors import DocumentNotFoundError, IndexOutdatedError, RankerUnavailableError
 from reranker.rankers import (
     CandidateSet,
+    Formula,
     Ranker,
     RankerOptions,
     Scores,
@@ -30,8 +31,18 @@ from reranker.rankers import (
 from reranker.rankers.fusion import Fusion
 from reranker.store import Store
 from reranker.text import tokenize
-from reranker.topics import Variant, best_aligned, topic_contributions, topic_relevance, topic_similarity
+from reranker.topics import (
+    best_aligned,
+    center,
+    corrected_contributions,
+    stack_topics,
+    topic_contributions,
+    topic_relevance,
+    topic_similarity,
+)
 from reranker.types import (
+    Centering,
+    DocTopics,
     DocVectorBatch,
     Document,
     DocumentTopic,
@@ -40,6 +51,7 @@ from reranker.types import (
     Query,
     RankedDoc,
     SearchResult,
+    TopicBatch,
     TopicExplanation,
 )
 
@@ -156,9 +168,22 @@ class Engine:
 
     def check_ranker(self, ranker: Ranker) -> None:
         """RankerUnavailableError when `ranker` cannot run on this index (a Doc2Vec ranker
-        before `reranker train doc2vec`), found before any query is sent to it."""
+        before `reranker train doc2vec`, the corrected ranker on an index built before
+        it), found before any query is sent to it."""
         if "doc_vectors" in ranker.needs:
             self._doc2vec_model()
+        if "corrected_topics" in ranker.needs:
+            self._centering()
+
+    def _centering(self) -> Centering:
+        """The index's centering. Raises IndexOutdatedError for an index built before it."""
+        info = self.store.index_info()
+        if info is None or info.centering is None:
+            raise IndexOutdatedError(
+                "the corrected ranker needs an index built with the common-direction correction; "
+                "this one was built before it: rebuild the index (reranker index --rebuild CORPUS)"
+            )
+        return info.centering
 
     def ranker(self, name: str) -> Ranker:
         """The ranker registered as `name`, with this engine's vectors and models."""
@@ -190,7 +215,46 @@ class Engine:
             window = replace(window, word_ids=self._word_ids(window))
         if "doc_vectors" in ranker.needs and window.doc_vectors is None:
             window = replace(window, doc_vectors=self._doc_vectors(window))
+        if "corrected_topics" in ranker.needs and window.corrected is None:
+            centering = self._centering()
+            window = replace(window, corrected=self._corrected_topics(window, centering), centering=centering)
         return window
+
+    def _corrected_topics(self, window: CandidateSet, centering: Centering) -> TopicBatch:
+        """Stored corrected topics; a text the caller sent is corrected here, as
+        `reranker index` would (the index's centering, its K)."""
+        ids = tuple(c.doc_id for c in window.candidates)
+        texts = window.texts
+        if texts is None or all(text is None for text in texts):
+            return self.store.topics(ids, corrected=True)
+        from reranker.indexing import Correction, corrected_topics
+
+        info = self.store.index_info()
+        k = info.k if info is not None else 15
+        correction = Correction.of(centering, self.vectors)
+        stored = self.store.topics([i for i, text in zip(ids, texts) if text is None], corrected=True)
+        rows = {doc_id: row for row, doc_id in enumerate(stored.doc_ids) if doc_id not in stored.missing}
+        per_document: list[DocTopics] = []
+        backgrounds: list[FloatArray] = []
+        for doc_id, text in zip(ids, texts):
+            if text is not None:
+                found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
+                per_document.append(DocTopics(found.topics, found.importances))
+                backgrounds.append(found.backgrounds)
+            elif doc_id in rows and stored.backgrounds is not None:
+                row = rows[doc_id]
+                kept = int(np.count_nonzero(stored.importances[row]))
+                per_document.append(DocTopics(stored.topics[row, :kept], stored.importances[row, :kept]))
+                backgrounds.append(stored.backgrounds[row, :kept])
+            else:
+                per_document.append(DocTopics(np.zeros((0, self.vectors.dim), np.float32), np.zeros(0, np.float32)))
+                backgrounds.append(np.zeros(0, np.float32))
+        topics, importances = stack_topics(per_document, self.vectors.dim)
+        padded = np.zeros_like(importances)
+        for row, values in enumerate(backgrounds):
+            padded[row, : values.shape[0]] = values
+        missing = tuple(doc_id for doc_id, doc in zip(ids, per_document) if doc.k == 0)
+        return TopicBatch(ids, topics, importances, missing, padded)
 
     def _doc_vectors(self, window: CandidateSet) -> DocVectorBatch:
         """Stored vectors; a text the caller sent is inferred with the index's model
@@ -323,24 +387,42 @@ class Engine:
         )
 
     def explain(
-        self, query: Query, window: CandidateSet, positions: Sequence[int], variant: Variant
+        self, query: Query, window: CandidateSet, positions: Sequence[int], variant: Formula
     ) -> dict[int, tuple[TopicExplanation, ...]]:
-        """Per-topic contributions, topic words and aligned query words for `positions`."""
-        batch = window.topics
+        """Per-topic contributions, topic words and aligned query words for `positions`.
+
+        For the corrected formula the topics are the corrected ones, words are compared
+        after centring, and a topic's contribution is i_k (relevance - background).
+        """
         chosen = list(positions)
-        # Computed over the whole window, exactly as the ranker scored it (a sub-batch
-        # can round differently in BLAS), so contributions add up to the score.
-        relevance = topic_relevance(query.vectors, batch.topics, variant)[chosen]
-        contributions = topic_contributions(query.vectors, batch.topics, batch.importances, variant)[chosen]
-        topics, importances = batch.topics[chosen], batch.importances[chosen]
-        texts = self.store.documents([batch.doc_ids[p] for p in chosen])
         query_distinct = list(dict.fromkeys(query.words))
         query_lookup = self.vectors.lookup(query_distinct)
+        query_vectors, query_words = query.vectors, query_lookup.vectors
+        centering: Centering | None = None
+        if variant == "corrected":
+            window = self.complete(window, get_ranker("hidden_topics_corrected"))
+            centering = window.centering
+            batch = window.corrected  # complete() filled it
+            backgrounds = batch.backgrounds if batch is not None else None
+            assert batch is not None and backgrounds is not None and centering is not None
+            if len(query_vectors):
+                query_vectors = center(query_vectors, centering.mu, centering.direction)
+                query_words = center(query_words, centering.mu, centering.direction)
+            # Over the whole window, exactly as the ranker scored it (a sub-batch can round
+            # differently in BLAS), so contributions add up to the score.
+            relevance = topic_relevance(query_vectors, batch.topics, "paper")[chosen]
+            contributions = corrected_contributions(query_vectors, batch.topics, batch.importances, backgrounds)[chosen]
+        else:
+            batch = window.topics
+            relevance = topic_relevance(query_vectors, batch.topics, variant)[chosen]
+            contributions = topic_contributions(query_vectors, batch.topics, batch.importances, variant)[chosen]
+        topics, importances = batch.topics[chosen], batch.importances[chosen]
+        texts = self.store.documents([batch.doc_ids[p] for p in chosen])
         result: dict[int, tuple[TopicExplanation, ...]] = {}
         for row, position in enumerate(chosen):
             k = int(np.count_nonzero(importances[row]))
-            topic_words = self._topic_words(texts.get(batch.doc_ids[position]), topics[row, :k], EXPLAIN_WORDS)
-            query_best = best_aligned(query_lookup.vectors, topics[row, :k], EXPLAIN_WORDS)
+            topic_words = self._topic_words(texts.get(batch.doc_ids[position]), topics[row, :k], EXPLAIN_WORDS, centering)
+            query_best = best_aligned(query_words, topics[row, :k], EXPLAIN_WORDS)
             result[position] = tuple(
                 TopicExplanation(
                     rank=t + 1,
@@ -354,14 +436,19 @@ class Engine:
             )
         return result
 
-    def _topic_words(self, document: Document | None, topics: FloatArray, count: int) -> list[tuple[str, ...]]:
+    def _topic_words(
+        self, document: Document | None, topics: FloatArray, count: int, centering: Centering | None = None
+    ) -> list[tuple[str, ...]]:
         """For each of `topics` (k, d), the `count` words of `document` it reconstructs
-        best (none for a document that is not stored)."""
+        best (none for a document that is not stored); with `centering`, of the centred
+        word vectors (the corrected topics' space)."""
         words: tuple[str, ...] = ()
         vectors = np.zeros((0, self.vectors.dim), dtype=np.float32)
         if document is not None:
             distinct, _, _ = self.vectors.lookup_counts(tokenize(document.full_text, self.stopwords))
             words, vectors = distinct.words, distinct.vectors
+            if centering is not None and len(vectors):
+                vectors = center(vectors, centering.mu, centering.direction)
         return [tuple(words[i] for i in best) for best in best_aligned(vectors, topics, count)]
 
     def document(self, doc_id: str) -> Document:

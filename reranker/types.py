@@ -85,6 +85,22 @@ class StoredDocument:
     # spaces, when the write path has them already: a store that indexes words takes
     # them instead of tokenizing the text a second time. None: the store tokenizes.
     content_words: str | None = None
+    # The topics of the document's centred word vectors and each one's background
+    # relevance (k,), for the corrected ranker; None in an index without a `Centering`.
+    corrected: "CorrectedTopics | None" = None
+
+
+@dataclass(frozen=True)
+class CorrectedTopics:
+    """A document's topics after the common-direction correction, with backgrounds.
+
+    topics (k, d) and importances (k,) as `DocTopics`, of the centred word vectors;
+    backgrounds (k,) float32 in [0, 1]: each topic's relevance to the corpus's own words.
+    """
+
+    topics: FloatArray
+    importances: FloatArray
+    backgrounds: FloatArray
 
 
 @dataclass(frozen=True)
@@ -128,12 +144,55 @@ class TopicBatch:
     importances: (N, k_max) float32, zero for padding rows.
     missing: ids the store does not hold (their rows are all zero, like a document
     without topics; a caller that must tell the two apart reads this).
+    backgrounds: (N, k_max) float32 for the corrected topics (`CorrectedTopics`), None
+    for the paper's.
     """
 
     doc_ids: tuple[str, ...]
     topics: FloatArray
     importances: FloatArray
     missing: tuple[str, ...] = ()
+    backgrounds: FloatArray | None = None
+
+
+@dataclass(frozen=True)
+class Centering:
+    """How an index corrects its word vectors for their common direction.
+
+    mu, direction: (d,) the corpus's frequency-weighted mean word vector and the unit main
+    direction around it (`reranker.topics.corpus_centering`); every word vector v becomes
+    (v - mu) - (direction . (v - mu)) direction.
+    background_words, background_weights: the corpus's most frequent words and their
+    share of its tokens: the distribution a topic's background relevance is measured on.
+    """
+
+    mu: tuple[float, ...]
+    direction: tuple[float, ...]
+    background_words: tuple[str, ...]
+    background_weights: tuple[float, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "mu": list(self.mu),
+            "direction": list(self.direction),
+            "background_words": list(self.background_words),
+            "background_weights": list(self.background_weights),
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> "Centering | None":
+        """The record as an index's metadata holds it; None when absent or unreadable."""
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return cls(
+                mu=tuple(float(x) for x in raw["mu"]),
+                direction=tuple(float(x) for x in raw["direction"]),
+                background_words=tuple(str(w) for w in raw["background_words"]),
+                background_weights=tuple(float(x) for x in raw["background_weights"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from reranker.errors import UnknownRankerError
 from reranker.topics import Variant
-from reranker.types import Candidate, DocVectorBatch, Query, TopicBatch
+from reranker.types import Candidate, Centering, DocVectorBatch, Query, TopicBatch
 
 if TYPE_CHECKING:
     from reranker.doc2vec import Doc2VecModel
@@ -28,10 +28,15 @@ Scores = npt.NDArray[np.float64]
 WordIds = npt.NDArray[np.int32]
 
 # What a ranker may need of each candidate beyond its BM25 hit and topics:
-#   "word_ids"     the document's in-vocabulary tokens (same tokenizer and stop list as
-#                  the topics), as row numbers into the word vectors, in text order
-#   "doc_vectors"  the document's stored Doc2Vec vector
-Need = Literal["word_ids", "doc_vectors"]
+#   "word_ids"          the document's in-vocabulary tokens (same tokenizer and stop list as
+#                       the topics), as row numbers into the word vectors, in text order
+#   "doc_vectors"       the document's stored Doc2Vec vector
+#   "corrected_topics"  the document's corrected topics and backgrounds, and the index's
+#                       centering (the common-direction correction)
+Need = Literal["word_ids", "doc_vectors", "corrected_topics"]
+# The topic formula a ranker's explanations follow: the paper's, the authors' code's, or
+# the corrected one (centred vectors, less each topic's background).
+Formula = Variant | Literal["corrected"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class CandidateSet:
     topics: TopicBatch
     word_ids: tuple[WordIds | None, ...] | None = None  # None per document whose text is unavailable
     doc_vectors: DocVectorBatch | None = None
+    corrected: TopicBatch | None = None  # with backgrounds
+    centering: Centering | None = None
     texts: tuple[str | None, ...] | None = None  # texts a caller sent with the candidates
     exact_top: int | None = None
     notes: list[str] = field(default_factory=list, compare=False)
@@ -77,7 +84,7 @@ class Ranker(Protocol):
     """
 
     name: str
-    variant: Variant | None
+    variant: Formula | None
     needs: frozenset[Need]
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
@@ -130,12 +137,13 @@ def _registry() -> dict[str, RankerFactory]:
     from reranker.rankers.bm25 import Bm25Ranker
     from reranker.rankers.doc2vec import Doc2VecRanker
     from reranker.rankers.fusion import METHODS, Fusion, fusion_name
-    from reranker.rankers.hidden_topics import HiddenTopicsRanker
+    from reranker.rankers.hidden_topics import CorrectedTopicsRanker, HiddenTopicsRanker
     from reranker.rankers.wmd import WmdRanker
 
     bases: dict[str, RankerFactory] = {
         "hidden_topics": lambda options: HiddenTopicsRanker("paper"),
         "hidden_topics_code": lambda options: HiddenTopicsRanker("code"),
+        "hidden_topics_corrected": lambda options: CorrectedTopicsRanker(),
         "wmd": WmdRanker,
         "doc2vec": Doc2VecRanker,
     }

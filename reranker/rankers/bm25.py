@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from reranker.rankers import CandidateSet, Need, Scores
-from reranker.topics import Variant
+from reranker.rankers import CandidateSet, Formula, Need, Scores
 from reranker.types import Query
 
 
 class Bm25Ranker:
     name = "bm25"
-    variant: Variant | None = None
+    variant: Formula | None = None
     needs: frozenset[Need] = frozenset()
 
     def score(self, query: Query, window: CandidateSet) -> Scores:

@@ -13,8 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from reranker.errors import IndexMismatchError, RankerUnavailableError
-from reranker.rankers import CandidateSet, Need, RankerOptions, Scores
-from reranker.topics import Variant
+from reranker.rankers import CandidateSet, Formula, Need, RankerOptions, Scores
 from reranker.types import Query
 
 # A candidate without a vector scores the lowest cosine there is, so it sinks to the
@@ -38,7 +37,7 @@ class Doc2VecRanker:
     """Scores candidates by cosine(inferred query vector, stored document vector)."""
 
     name = "doc2vec"
-    variant: Variant | None = None
+    variant: Formula | None = None
     needs: frozenset[Need] = frozenset({"doc_vectors"})
 
     def __init__(self, options: RankerOptions) -> None:

@@ -53,8 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from reranker.errors import RankerUnavailableError
-from reranker.rankers import CandidateSet, Need, RankerOptions, Scores, WordIds
-from reranker.topics import Variant
+from reranker.rankers import CandidateSet, Formula, Need, RankerOptions, Scores, WordIds
 from reranker.types import Query
 
 if TYPE_CHECKING:
@@ -217,7 +216,7 @@ class WmdRanker:
     """
 
     name = "wmd"
-    variant: Variant | None = None
+    variant: Formula | None = None
     needs: frozenset[Need] = frozenset({"word_ids"})
 
     def __init__(self, options: RankerOptions, *, prune: bool = True) -> None:

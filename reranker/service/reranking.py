@@ -31,10 +31,10 @@ from reranker.experiments import Experiments, unit_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
 from reranker.indexing import document_topics
 from reranker.pipeline import LruCache, Ranking, uses_word_vectors
-from reranker.rankers import CandidateSet, Ranker, Scores, get_ranker
+from reranker.rankers import CandidateSet, Formula, Ranker, Scores, get_ranker
 from reranker.service.errors import ApiError, describe
 from reranker.store.events import Experiment, ShownQuery
-from reranker.topics import Variant, stack_topics
+from reranker.topics import stack_topics
 from reranker.types import Candidate, DocTopics, Document, Filter, Query, TopicBatch
 
 if TYPE_CHECKING:
@@ -420,7 +420,7 @@ class Runtime:
         if candidate_set is None:
             return {}
         wanted: dict[str, list[int]] = {}
-        variants: dict[str, Variant] = {}
+        variants: dict[str, Formula] = {}
         for position, scored, ranker in page:
             if scored.status in ("ok", "partial") and ranker.variant is not None:
                 wanted.setdefault(ranker.name, []).append(position)

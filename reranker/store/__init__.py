@@ -20,6 +20,7 @@ from reranker.errors import IndexMismatchError
 from reranker.text import load_stopwords
 from reranker.types import (
     Candidate,
+    Centering,
     DocVectorBatch,
     Document,
     EmbeddingInfo,
@@ -84,6 +85,10 @@ class IndexInfo:
     embedding: EmbeddingInfo
     k: int
     doc2vec: Doc2VecInfo | None = None
+    # The common-direction correction of the corrected ranker (None: an index built before
+    # it, which the corrected ranker refuses). Fixed when the index is first built; more
+    # documents indexed later are corrected the same way.
+    centering: Centering | None = None
 
     def check(self, embedding: EmbeddingInfo, k: int | None = None) -> None:
         """Raise IndexMismatchError unless `embedding` (and `k`, if given) match."""
@@ -139,10 +144,12 @@ class Store(Protocol):
         best first."""
         ...
 
-    def topics(self, doc_ids: Sequence[str]) -> TopicBatch:
+    def topics(self, doc_ids: Sequence[str], corrected: bool = False) -> TopicBatch:
         """The topics of `doc_ids`, in that order, padded into one batch.
 
-        Ids that are not stored get zero topics (they score 0).
+        Ids that are not stored get zero topics (they score 0). `corrected`: the topics
+        of the centred word vectors with their backgrounds (`IndexInfo.centering`);
+        documents stored without them count as missing.
         """
         ...
 

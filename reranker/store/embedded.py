@@ -33,6 +33,7 @@ from reranker.store.text_index import TextIndex
 from reranker.text import tokenize
 from reranker.types import (
     Candidate,
+    Centering,
     DocVectorBatch,
     Document,
     EmbeddingInfo,
@@ -70,7 +71,11 @@ CREATE TABLE IF NOT EXISTS docs (
     topics BLOB NOT NULL,
     importances BLOB NOT NULL,
     doc_vector BLOB,
-    doc_vector_model TEXT
+    doc_vector_model TEXT,
+    corrected_k INTEGER,
+    corrected_topics BLOB,
+    corrected_importances BLOB,
+    backgrounds BLOB
 );
 """
 
@@ -147,7 +152,8 @@ class EmbeddedStore:
         if "embedding" in meta:
             embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
             doc2vec = Doc2VecInfo.from_json(json.loads(meta["doc2vec"])) if "doc2vec" in meta else None
-            info = IndexInfo(embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec)
+            centering = Centering.from_json(json.loads(meta["centering"])) if "centering" in meta else None
+            info = IndexInfo(embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec, centering=centering)
         watermark = int(meta.get("text_rowid", "0"))
         # The watermark moves only after a text-index commit: see that commit too.
         self._text.reload()
@@ -192,8 +198,12 @@ class EmbeddedStore:
                     self._db.executemany(
                         "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
                     )
-                    # A new (empty) index has no Doc2Vec model yet.
-                    self._db.execute("DELETE FROM meta WHERE key = 'doc2vec'")
+                    # A new (empty) index has no Doc2Vec model yet, and the centering given.
+                    self._db.execute("DELETE FROM meta WHERE key IN ('doc2vec', 'centering')")
+                    if info.centering is not None:
+                        self._db.execute(
+                            "INSERT INTO meta(key, value) VALUES ('centering', ?)", (json.dumps(info.centering.to_json()),)
+                        )
         except BaseException:
             self._text.rollback()
             raise
@@ -297,10 +307,11 @@ class EmbeddedStore:
         self._text.close_writer()
 
     def _insert(self, stored: StoredDocument) -> int:
-        doc, topics = stored.document, stored.doc_topics
+        doc, topics, corrected = stored.document, stored.doc_topics, stored.corrected
         cursor = self._db.execute(
-            "INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, "
-            "topics, importances) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances, "
+            "corrected_k, corrected_topics, corrected_importances, backgrounds) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 doc.id,
                 doc.title,
@@ -310,8 +321,12 @@ class EmbeddedStore:
                 stored.n_tokens,
                 stored.n_oov,
                 topics.k,
-                np.ascontiguousarray(topics.topics, dtype=_FLOAT32).tobytes(),
-                np.ascontiguousarray(topics.importances, dtype=_FLOAT32).tobytes(),
+                _blob(topics.topics),
+                _blob(topics.importances),
+                None if corrected is None else int(corrected.importances.shape[0]),
+                None if corrected is None else _blob(corrected.topics),
+                None if corrected is None else _blob(corrected.importances),
+                None if corrected is None else _blob(corrected.backgrounds),
             ),
         )
         assert cursor.lastrowid is not None
@@ -421,28 +436,33 @@ class EmbeddedStore:
             found.update((rowid, (doc_id, title)) for rowid, doc_id, title in rows)
         return found
 
-    def topics(self, doc_ids: Sequence[str]) -> TopicBatch:
+    def topics(self, doc_ids: Sequence[str], corrected: bool = False) -> TopicBatch:
         info = self.index_info()
         dim = info.embedding.dim if info else 0
         watermark = self._visible()
-        stored: dict[str, tuple[int, bytes, bytes]] = {}
+        columns = "corrected_k, corrected_topics, corrected_importances, backgrounds" if corrected else "k, topics, importances, NULL"
+        stored: dict[str, tuple[int, bytes, bytes, bytes | None]] = {}
         for chunk in _chunks(doc_ids):
             rows = self._db.execute(
-                f"SELECT id, k, topics, importances FROM docs WHERE id IN ({_marks(chunk)}) AND rowid <= ?",
+                f"SELECT id, {columns} FROM docs WHERE id IN ({_marks(chunk)}) AND rowid <= ? "
+                f"AND {'corrected_k' if corrected else 'k'} IS NOT NULL",
                 (*chunk, watermark),
             )
             stored.update((row[0], row[1:]) for row in rows)
-        k_max = max((k for k, _, _ in stored.values()), default=0)
+        k_max = max((k for k, _, _, _ in stored.values()), default=0)
         topics = np.zeros((len(doc_ids), k_max, dim), dtype=np.float32)
         importances = np.zeros((len(doc_ids), k_max), dtype=np.float32)
+        backgrounds = np.zeros((len(doc_ids), k_max), dtype=np.float32) if corrected else None
         for row, doc_id in enumerate(doc_ids):
             if doc_id not in stored:
                 continue
-            k, topic_bytes, importance_bytes = stored[doc_id]
+            k, topic_bytes, importance_bytes, background_bytes = stored[doc_id]
             topics[row, :k] = np.frombuffer(topic_bytes, dtype=_FLOAT32).reshape(k, dim)
             importances[row, :k] = np.frombuffer(importance_bytes, dtype=_FLOAT32)
+            if backgrounds is not None and background_bytes is not None:
+                backgrounds[row, :k] = np.frombuffer(background_bytes, dtype=_FLOAT32)
         missing = tuple(doc_id for doc_id in doc_ids if doc_id not in stored)
-        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances, missing=missing)
+        return TopicBatch(tuple(doc_ids), topics, importances, missing, backgrounds)
 
     def doc_vectors(self, doc_ids: Sequence[str]) -> DocVectorBatch:
         info = self.index_info()
@@ -520,6 +540,10 @@ def _filter_sql(filters: Sequence[Filter]) -> tuple[str, list[object]]:
         where += f" AND {column} {_SQL_OPS[item.op]} ?"
         params.append(item.value)
     return where, params
+
+
+def _blob(values: np.ndarray) -> bytes:
+    return np.ascontiguousarray(values, dtype=_FLOAT32).tobytes()
 
 
 def _chunks(items: Sequence[str], size: int = 500) -> list[list[str]]:

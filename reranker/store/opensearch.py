@@ -49,6 +49,7 @@ from reranker.store.templates import Templates, load_templates
 from reranker.text import tokenize
 from reranker.types import (
     Candidate,
+    Centering,
     DocVectorBatch,
     Document,
     EmbeddingInfo,
@@ -62,11 +63,22 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 # Top-level source fields the store itself writes; a corpus field may not reuse them.
-RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "indexed", "doc2vec"})
+RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "corrected_topics", "indexed", "doc2vec"})
 # Source fields that are the store's own numbers, never a document's text or metadata.
-_INTERNAL_FIELDS = ["hidden_topics", "indexed", "doc2vec"]
+_INTERNAL_FIELDS = ["hidden_topics", "corrected_topics", "indexed", "doc2vec"]
 # The mapping of a document's Doc2Vec vector (as in index_templates/), put into indices
 # created before it was in the templates when vectors are first written.
+# The mapping of a document's corrected topics (as in index_templates/), put into an empty
+# index created before it was in the templates when it is first indexed into.
+CORRECTED_MAPPING: dict[str, Any] = {
+    "properties": {
+        "matrix": {"type": "binary"},
+        "k": {"type": "integer", "index": False},
+        "d": {"type": "integer", "index": False},
+        "importances": {"type": "float", "index": False},
+        "backgrounds": {"type": "float", "index": False},
+    }
+}
 DOC2VEC_MAPPING: dict[str, Any] = {
     "properties": {"vector": {"type": "binary"}, "model": {"type": "keyword", "index": False}}
 }
@@ -120,6 +132,23 @@ def encode_matrix(matrix: np.ndarray, dtype: str = "float32") -> str:
     """A K x d matrix -> base64 of its row-major little-endian bytes."""
     data = np.ascontiguousarray(matrix, dtype=_DTYPES[dtype]).tobytes()
     return base64.b64encode(data).decode("ascii")
+
+
+def decode_backgrounds(sources: Sequence[dict[str, Any] | None], importances: np.ndarray) -> np.ndarray:
+    """The `backgrounds` of corrected-topic objects, padded like `decode_topics`'s importances.
+
+    A document whose topics `decode_topics` refused (zero importances) or whose backgrounds
+    do not match its K gets zeros.
+    """
+    backgrounds = np.zeros_like(importances)
+    for row, source in enumerate(sources):
+        values = (source or {}).get("backgrounds")
+        if isinstance(values, list) and importances[row].any() and len(values) <= importances.shape[1]:
+            try:
+                backgrounds[row, : len(values)] = np.asarray(values, dtype=np.float32)
+            except (TypeError, ValueError):
+                continue
+    return backgrounds
 
 
 def decode_topics(
@@ -196,6 +225,15 @@ def document_source(stored: StoredDocument, dtype: str = "float32") -> dict[str,
         "d": int(topics.topics.shape[1]),
         "importances": [float(x) for x in topics.importances],
     }
+    corrected = stored.corrected
+    if corrected is not None:
+        source["corrected_topics"] = {
+            "matrix": encode_matrix(corrected.topics, dtype),
+            "k": int(corrected.importances.shape[0]),
+            "d": int(corrected.topics.shape[1]),
+            "importances": [float(x) for x in corrected.importances],
+            "backgrounds": [float(x) for x in corrected.backgrounds],
+        }
     source["indexed"] = {
         "content_hash": stored.content_hash,
         "n_tokens": stored.n_tokens,
@@ -384,6 +422,7 @@ class OpenSearchStore:
             "embedding": {"name": info.embedding.name, "dim": info.embedding.dim, "checksum": info.embedding.checksum},
             "k": info.k,
             "topic_dtype": self.config.topic_dtype,
+            **({"centering": info.centering.to_json()} if info.centering is not None else {}),
             "state": state,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
@@ -443,6 +482,12 @@ class OpenSearchStore:
                         f"{self.config.topic_dtype}; rebuild it (reranker index --rebuild) to change"
                     )
             else:
+                if info.centering is not None and "corrected_topics" not in self._mapping_properties(current):
+                    self._call(
+                        "adding field 'corrected_topics' to the mapping", self.client.indices.put_mapping,
+                        index=current, body={"properties": {"corrected_topics": CORRECTED_MAPPING}},
+                    )
+                    self._properties_of = None
                 self._put_meta(current, {**self._new_meta(info, "ready"), "created": meta.get("created")})
             self._target, self._target_fresh = current, False
             return
@@ -772,17 +817,20 @@ class OpenSearchStore:
         found = self._call("fetching documents", self.client.mget, index=index, body={"ids": list(doc_ids)}, **params)
         return list(found["docs"])
 
-    def topics(self, doc_ids: Sequence[str]) -> TopicBatch:
+    def topics(self, doc_ids: Sequence[str], corrected: bool = False) -> TopicBatch:
         info = self.index_info()
         dim = info.embedding.dim if info else 0
         if not doc_ids or info is None:
             empty = np.zeros((len(doc_ids), 0, dim), dtype=np.float32)
-            return TopicBatch(tuple(doc_ids), empty, np.zeros((len(doc_ids), 0), dtype=np.float32))
-        docs = self._mget(self._target or self.alias, doc_ids, includes=["hidden_topics"])
-        sources = [(doc.get("_source") or {}).get("hidden_topics") if doc.get("found") else None for doc in docs]
+            zeros = np.zeros((len(doc_ids), 0), dtype=np.float32)
+            return TopicBatch(tuple(doc_ids), empty, zeros, backgrounds=zeros if corrected else None)
+        field = "corrected_topics" if corrected else "hidden_topics"
+        docs = self._mget(self._target or self.alias, doc_ids, includes=[field])
+        sources = [(doc.get("_source") or {}).get(field) if doc.get("found") else None for doc in docs]
         topics, importances = decode_topics(sources, dim, self.topic_dtype)
-        missing = tuple(doc_id for doc_id, doc in zip(doc_ids, docs) if not doc.get("found"))
-        return TopicBatch(doc_ids=tuple(doc_ids), topics=topics, importances=importances, missing=missing)
+        missing = tuple(doc_id for doc_id, source in zip(doc_ids, sources) if not source)
+        backgrounds = decode_backgrounds(sources, importances) if corrected else None
+        return TopicBatch(tuple(doc_ids), topics, importances, missing, backgrounds)
 
     def doc_vectors(self, doc_ids: Sequence[str]) -> DocVectorBatch:
         info = self.index_info()
@@ -984,6 +1032,7 @@ def _info_from_meta(meta: dict[str, Any]) -> IndexInfo | None:
             embedding=EmbeddingInfo(name=str(embedding["name"]), dim=int(embedding["dim"]), checksum=str(embedding["checksum"])),
             k=int(meta["k"]),
             doc2vec=Doc2VecInfo.from_json(meta.get("doc2vec")),
+            centering=Centering.from_json(meta.get("centering")),
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -1,0 +1,156 @@
+"""The common-direction correction end to end: what indexing records, in both stores, and
+the corrected ranker over them (the numbers themselves are tested in test_topics.py)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from reranker.config import OpenSearchSettings
+from reranker.embeddings import WordVectors
+from reranker.errors import IndexOutdatedError
+from reranker.indexing import BACKGROUND_WORDS, estimate_centering, index_corpus, read_corpus
+from reranker.pipeline import Engine
+from reranker.rankers import get_ranker
+from reranker.store.embedded import EmbeddedStore
+from reranker.store.opensearch import OpenSearchStore
+from reranker.types import Document
+
+from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
+
+QUERY = "statistical machine translation with word alignment models and phrase tables"
+
+
+def sample_documents() -> list[Document]:
+    return [item for _, item, _ in read_corpus(SAMPLE / "corpus.jsonl") if isinstance(item, Document)]
+
+
+@pytest.fixture
+def sample_engine(store: EmbeddedStore, glove: WordVectors) -> Engine:
+    index_corpus(SAMPLE / "corpus.jsonl", store, glove, 15, show_progress=False)
+    return Engine(store=store, vectors=glove)
+
+
+def test_indexing_records_the_corpus_centering_and_corrected_topics(sample_engine: Engine, glove: WordVectors) -> None:
+    info = sample_engine.store.index_info()
+    assert info is not None and info.centering is not None
+    expected = estimate_centering(sample_documents(), glove)
+    assert expected is not None
+    np.testing.assert_allclose(info.centering.mu, expected.mu, atol=1e-6)
+    np.testing.assert_allclose(info.centering.direction, expected.direction, atol=1e-6)
+    assert len(info.centering.background_words) == min(BACKGROUND_WORDS, len(expected.background_words))
+    assert sum(info.centering.background_weights) == pytest.approx(1.0)
+    ids = [doc.id for doc in sample_documents()][:5]
+    corrected = sample_engine.store.topics(ids, corrected=True)
+    paper = sample_engine.store.topics(ids)
+    assert corrected.missing == () and corrected.backgrounds is not None
+    assert corrected.topics.shape == paper.topics.shape and not np.allclose(corrected.topics, paper.topics)
+    assert ((corrected.backgrounds >= 0) & (corrected.backgrounds <= 1)).all()
+    # The paper's topics have the common direction as topic 1; the corrected ones do not.
+    mu = np.asarray(info.centering.mu)
+    mean_direction = mu / np.linalg.norm(mu)
+    assert np.abs(paper.topics[:, 0] @ mean_direction).min() > 0.9
+    assert np.abs(corrected.topics[:, 0] @ mean_direction).max() < 0.5
+
+
+def test_more_documents_keep_the_index_centering_and_a_rebuild_recomputes_it(tmp_path: Path, sample_engine: Engine, glove: WordVectors) -> None:
+    store = sample_engine.store
+    before = store.index_info()
+    more = write_jsonl(tmp_path / "more.jsonl", TINY_CORPUS)
+    index_corpus(more, store, glove, 15, show_progress=False)
+    after = store.index_info()
+    assert after is not None and before is not None and after.centering == before.centering
+    assert store.topics(["ships"], corrected=True).missing == ()
+    index_corpus(more, store, glove, 15, rebuild=True, show_progress=False)
+    rebuilt = store.index_info()
+    assert rebuilt is not None and rebuilt.centering is not None and rebuilt.centering != before.centering
+    expected = estimate_centering([Document(r["id"], r["title"], r["text"]) for r in TINY_CORPUS], glove)
+    assert expected is not None
+    np.testing.assert_allclose(rebuilt.centering.mu, expected.mu, atol=1e-6)
+
+
+def test_the_corrected_ranker_scores_and_explains_what_it_scores(sample_engine: Engine) -> None:
+    result = sample_engine.search(QUERY, "hidden_topics_corrected", window=25, size=5, explain=True)
+    assert result.status == "ok" and len(result.hits) == 5
+    assert [hit.score for hit in result.hits] == sorted((hit.score for hit in result.hits), reverse=True)
+    for hit in result.hits:
+        assert sum(topic.contribution for topic in hit.explanation) == pytest.approx(hit.score, abs=1e-6)
+        assert all(topic.query_words and topic.topic_words for topic in hit.explanation[:1])
+    paper = sample_engine.search(QUERY, "hidden_topics", window=25, size=5)
+    assert [h.doc_id for h in paper.hits] != [h.doc_id for h in result.hits]
+    fused = sample_engine.search(QUERY, "hidden_topics_corrected+bm25", window=25, size=5)
+    assert fused.status == "ok" and len(fused.hits) == 5
+
+
+def test_an_index_built_before_the_correction_is_refused_with_rebuild(
+    data_dir: Path, glove: WordVectors, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    # What an index of the previous version holds: no centering, no corrected topics.
+    db = sqlite3.connect(data_dir / "index" / "store.sqlite3")
+    db.execute("DELETE FROM meta WHERE key = 'centering'")
+    db.execute("UPDATE docs SET corrected_k = NULL, corrected_topics = NULL, corrected_importances = NULL, backgrounds = NULL")
+    db.commit()
+    db.close()
+    capsys.readouterr()
+    assert run(data_dir, "search", QUERY, "--ranker", "hidden_topics_corrected")[0] == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.strip().endswith("rebuild the index (reranker index --rebuild CORPUS)")
+    assert run(data_dir, "search", QUERY, "--ranker", "hidden_topics")[0] == 0  # the paper's formula still runs
+    old_store = EmbeddedStore(data_dir / "index")
+    try:
+        with pytest.raises(IndexOutdatedError):
+            Engine(store=old_store, vectors=glove).check_ranker(get_ranker("hidden_topics_corrected+bm25"))
+    finally:
+        old_store.close()
+
+
+def test_the_service_answers_409_for_an_index_without_the_correction(data_dir: Path) -> None:
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    db = sqlite3.connect(data_dir / "index" / "store.sqlite3")
+    db.execute("DELETE FROM meta WHERE key = 'centering'")
+    db.commit()
+    db.close()
+    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    answer = app.test_client().post("/search", json={"query": QUERY, "ranker": "hidden_topics_corrected"})
+    assert answer.status_code == 409
+    assert "rebuild the index" in answer.get_json()["error"]["reason"]
+
+
+# --- the OpenSearch store (osmem-server) ---------------------------------------------------
+
+
+@pytest.fixture
+def os_store(osmem_clone: Any) -> Iterator[OpenSearchStore]:
+    store = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="papers", timeout=10.0, retries=2))
+    yield store
+
+
+def test_the_opensearch_store_round_trips_the_centering_and_corrected_topics(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    index_corpus(corpus, os_store, glove, 5, show_progress=False)
+    fresh = OpenSearchStore(os_store.config)
+    info = fresh.index_info()
+    expected = estimate_centering([Document(r["id"], r["title"], r["text"]) for r in TINY_CORPUS], glove)
+    assert info is not None and info.centering is not None and expected is not None
+    np.testing.assert_allclose(info.centering.mu, expected.mu, atol=1e-6)
+    assert info.centering.background_words == expected.background_words
+    batch = fresh.topics(["ships", "chess", "missing"], corrected=True)
+    assert batch.missing == ("missing",) and batch.backgrounds is not None
+    assert batch.topics.shape[1] > 0 and ((batch.backgrounds[:2] > 0) & (batch.backgrounds[:2] <= 1)).any()
+    engine = Engine(store=fresh, vectors=glove)
+    result = engine.search("sailing ships on the ocean", "hidden_topics_corrected", window=3, size=3, explain=True)
+    assert result.hits[0].doc_id == "ships"
+    assert sum(t.contribution for t in result.hits[0].explanation) == pytest.approx(result.hits[0].score, abs=1e-6)
+    mapping = fresh.client.indices.get_mapping(index="papers")
+    properties = next(iter(mapping.values()))["mappings"]["properties"]
+    assert properties["corrected_topics"]["properties"]["backgrounds"] == {"type": "float", "index": False}
+    assert json.loads(json.dumps(info.centering.to_json())) == info.centering.to_json()
