@@ -185,9 +185,11 @@ class Engine:
             )
         return info.centering
 
-    def ranker(self, name: str) -> Ranker:
-        """The ranker registered as `name`, with this engine's vectors and models."""
-        return get_ranker(name, self.ranker_options)
+    def ranker(self, name: str, fusion_weight: float | None = None) -> Ranker:
+        """The ranker registered as `name`, with this engine's vectors and models; a fusion
+        with `fusion_weight` when given (else the engine's)."""
+        options = self.ranker_options if fusion_weight is None else replace(self.ranker_options, fusion_weight=fusion_weight)
+        return get_ranker(name, options)
 
     def check_index(self) -> None:
         """Raise IndexMismatchError if the store was built with other word vectors."""
@@ -412,10 +414,12 @@ class Engine:
             # differently in BLAS), so contributions add up to the score.
             relevance = topic_relevance(query_vectors, batch.topics, "paper")[chosen]
             contributions = corrected_contributions(query_vectors, batch.topics, batch.importances, backgrounds)[chosen]
+            chosen_backgrounds = backgrounds[chosen]
         else:
             batch = window.topics
             relevance = topic_relevance(query_vectors, batch.topics, variant)[chosen]
             contributions = topic_contributions(query_vectors, batch.topics, batch.importances, variant)[chosen]
+            chosen_backgrounds = np.zeros_like(relevance)
         topics, importances = batch.topics[chosen], batch.importances[chosen]
         texts = self.store.documents([batch.doc_ids[p] for p in chosen])
         result: dict[int, tuple[TopicExplanation, ...]] = {}
@@ -431,6 +435,7 @@ class Engine:
                     contribution=float(contributions[row, t]),
                     topic_words=topic_words[t],
                     query_words=tuple(query_lookup.words[i] for i in query_best[t]),
+                    background=float(chosen_backgrounds[row, t]),
                 )
                 for t in range(k)
             )

@@ -222,6 +222,9 @@ class TopicExplanation:
     contribution: float
     topic_words: tuple[str, ...]  # document words best reconstructed by this topic
     query_words: tuple[str, ...]  # query words most aligned with this topic
+    # The corrected formula's background b_k: contribution = importance x (relevance - b_k).
+    # 0 for the paper's and the code's formulas (contribution = importance x relevance).
+    background: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
     code, out = run(data_dir, "demo", "--queries", "2")
     assert code == 0
     assert "25 CL-SciSumm papers" in out and "25 indexed now" in out
-    assert out.count("BM25 order") == 2 and out.count("hidden-topic order") == 2
-    assert "topic 1: importance" in out and "query words:" in out
-    assert "| hidden_topics |" in out and "| bm25 |" in out
+    assert out.count("BM25 order") == 2 and out.count("hidden_topics_corrected+bm25 order") == 2
+    assert "topic 1: importance" in out and "- background" in out and "query words:" in out
+    assert "| hidden_topics |" in out and "| bm25 |" in out and "| hidden_topics_corrected+bm25 |" in out
     code, again = run(data_dir, "demo", "--queries", "1")
     assert code == 0 and "0 indexed now, 25 already there" in again
 
@@ -30,7 +30,7 @@ def test_index_then_search(data_dir: Path) -> None:
     query = "A maximum entropy named entity recognizer that uses global features from the whole document."
     code, out = run(data_dir, "search", query, "--size", "4", "--explain")
     assert code == 0
-    assert out.startswith("hidden_topics: 4 of the BM25 top 100")
+    assert out.startswith("hidden_topics_corrected+bm25: 4 of the BM25 top 100")  # the default ranker
     assert out.count("topic 1: importance") == 4
     code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20")
     body = json.loads(out)

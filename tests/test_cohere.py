@@ -131,7 +131,7 @@ def test_top_n_never_drops_documents_unless_asked(client: FlaskClient) -> None:
     documents = _documents(5)
     answer = client.post("/v2/rerank", json={"query": QUERY, "documents": documents, "top_n": 2, "model": "hidden_topics"}, headers=HEADERS)
     full = _conforms(answer.get_data(), 5)
-    cut = client.post("/v2/rerank", json={"query": QUERY, "documents": documents, "top_n": 2, "apply_top_n": True}, headers=HEADERS)
+    cut = client.post("/v2/rerank", json={"query": QUERY, "documents": documents, "top_n": 2, "apply_top_n": True, "model": "hidden_topics"}, headers=HEADERS)
     assert [r["index"] for r in cut.get_json()["results"]] == [i for i, _ in full[:2]]
 
 

@@ -24,7 +24,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from reranker import experiments as ex
-from reranker.config import Settings
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.interleaving import TEAM_A
 from reranker.service import create_app
 from reranker.store.events import EmbeddedEventStore, Experiment
@@ -190,7 +190,7 @@ def test_an_experiment_whose_ranker_was_removed(client: FlaskClient, data_dir: P
     store.save_experiment(Experiment("old", ("hidden_topics", "retired_ranker"), "team_draft", 1.0, "running", ex.utc_now()))
     store.close()
     body = client.post("/search", json={"query": QUERIES[0], "client_id": "c1"}).get_json()
-    assert "query_id" not in body and body["ranker"] == "hidden_topics"
+    assert "query_id" not in body and body["ranker"] == DEFAULT_RANKER
 
 
 # --- interleaved searches --------------------------------------------------------------------
@@ -266,7 +266,7 @@ def test_an_unreadable_experiment_store_never_fails_a_search(data_dir: Path) -> 
     app = create_app(_settings(data_dir))
     client = app.test_client()
     body = client.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "c1"}).get_json()
-    assert body["status"] == "ok" and body["ranker"] == "hidden_topics" and "query_id" not in body
+    assert body["status"] == "ok" and body["ranker"] == DEFAULT_RANKER and "query_id" not in body
     assert "cannot open the experiment store" in _error(client.get("/experiments"), 502, "store_exception")
     app.extensions["reranker"].close()
 

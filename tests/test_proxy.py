@@ -41,6 +41,8 @@ CORPUS = [
 FIELDS = ["title", "abstract", "body"]
 # A query whose hidden-topic order differs from its BM25 order on CORPUS.
 SEA = "ocean sea storm boats"
+# The paper's ranker, named: these tests are about how the proxy reranks, not the default.
+TOPICS = {"rerank": {"ranker": "hidden_topics"}}
 
 
 def summary(text: str, **extra: Any) -> dict[str, Any]:
@@ -98,7 +100,7 @@ def without_timing(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_window_is_reranked_as_the_engine_does_and_hits_keep_bm25_scores(app: Flask, client: FlaskClient) -> None:
-    answer = client.post("/papers/_search", json=summary(SEA)).get_json()
+    answer = client.post("/papers/_search", json=summary(SEA, ext=TOPICS)).get_json()
     expected = app.extensions["reranker"].engine().search(SEA, "hidden_topics", window=100, size=10)
     assert ids(answer) == [hit.doc_id for hit in expected.hits]
     bm25 = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "bm25"}})).get_json()
@@ -121,16 +123,16 @@ def test_the_window_is_reranked_as_the_engine_does_and_hits_keep_bm25_scores(app
 
 
 def test_pages_are_sliced_from_the_reranked_window(client: FlaskClient) -> None:
-    full = ids(client.post("/papers/_search", json=summary(SEA)).get_json())
-    page = client.post("/papers/_search", json=summary(SEA, **{"from": 1, "size": 2})).get_json()
+    full = ids(client.post("/papers/_search", json=summary(SEA, ext=TOPICS)).get_json())
+    page = client.post("/papers/_search", json=summary(SEA, ext=TOPICS, **{"from": 1, "size": 2})).get_json()
     assert ids(page) == full[1:3]
     assert page["hits"]["total"]["value"] == len(full)
     assert page["ext"]["rerank"]["window"] == 100
-    by_url = client.post("/papers/_search?from=1&size=2", json=summary(SEA, size=10)).get_json()
+    by_url = client.post("/papers/_search?from=1&size=2", json=summary(SEA, ext=TOPICS, size=10)).get_json()
     assert ids(by_url) == full[1:3]  # URL parameters override the body's
     # A window of one reorders nothing: the BM25 winner stays first.
     bm25 = ids(client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "bm25"}})).get_json())
-    small = client.post("/papers/_search", json=summary(SEA, size=1, ext={"rerank": {"window": 1}})).get_json()
+    small = client.post("/papers/_search", json=summary(SEA, size=1, ext={"rerank": {"window": 1, "ranker": "hidden_topics"}})).get_json()
     assert ids(small) == bm25[:1] != full[:1]
     assert small["ext"]["rerank"]["window"] == small["ext"]["rerank"]["candidates"] == 1
     beyond = client.post("/papers/_search", json=summary(SEA, **{"from": 10})).get_json()
@@ -258,8 +260,11 @@ def test_rankers_reading_documents_rerank_only_the_index_behind_the_alias(client
         wmd = client.post("/papers-v000002/_search", json=summary(SEA, ext={"rerank": {"ranker": "wmd"}})).get_json()
         assert wmd["ext"]["rerank"]["status"] == "not_reranked"
         assert "reads documents through the alias [papers], and index [papers-v000002] is not behind it" in wmd["ext"]["rerank"]["reason"]
-        topics = client.post("/papers-v000002/_search", json=summary(SEA)).get_json()
-        assert topics["ext"]["rerank"]["status"] == "ok"  # topics come with the hits themselves
+        topics = client.post("/papers-v000002/_search", json=summary(SEA, ext=TOPICS)).get_json()
+        assert topics["ext"]["rerank"]["status"] == "ok"  # the paper's topics come with the hits themselves
+        # The corrected topics (the default ranker's) are read through the alias, like WMD's words.
+        default = client.post("/papers-v000002/_search", json=summary(SEA)).get_json()
+        assert default["ext"]["rerank"]["status"] == "not_reranked" and "through the alias" in default["ext"]["rerank"]["reason"]
         behind = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "wmd"}})).get_json()
         assert behind["ext"]["rerank"]["status"] == "ok" and len(behind["ext"]["rerank"]["scores"]) == len(ids(behind))
     finally:
@@ -449,3 +454,17 @@ def test_a_cluster_that_is_down_is_a_503_with_retry_after(papers: tuple[str, Pat
         answer = client.post(path, data=body if isinstance(body, str) else json.dumps(body), content_type="application/json")
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
         assert answer.get_json()["error"]["type"] == "store_unavailable_exception"
+
+
+def test_the_proxy_takes_a_fusion_weight_per_request(client: FlaskClient) -> None:
+    def order(rerank: dict[str, Any]) -> list[str]:
+        answer = client.post("/papers/_search", json=summary(SEA, ext={"rerank": rerank}))
+        assert answer.status_code == 200, answer.get_json()
+        return ids(answer.get_json())
+
+    bm25, topics = order({"ranker": "bm25"}), order({"ranker": "hidden_topics"})
+    assert bm25 != topics
+    assert order({"ranker": "hidden_topics+bm25", "fusion_weight": 0}) == bm25
+    assert order({"ranker": "hidden_topics+bm25", "fusion_weight": 1}) == topics
+    refused = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "hidden_topics+bm25", "fusion_weight": 2}}))
+    assert refused.status_code == 400 and "[ext.rerank.fusion_weight] must lie in [0, 1]" in refused.get_json()["error"]["reason"]

@@ -24,7 +24,7 @@ import pytest
 from flask.testing import FlaskClient
 
 import reranker.rankers as rankers
-from reranker.config import Settings
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.service import create_app
 from reranker.service.openapi import openapi_document
 
@@ -90,7 +90,7 @@ def test_search_reranks_the_bm25_window_like_the_engine(client: FlaskClient, ind
     answer = client.post("/search", json={"query": QUERY, "size": 5})
     assert answer.status_code == 200
     body = answer.get_json()
-    assert body["status"] == "ok" and body["ranker"] == "hidden_topics" and body["window"] == 100
+    assert body["status"] == "ok" and body["ranker"] == DEFAULT_RANKER and body["window"] == 100
     code, out = run(indexed, "search", QUERY, "--size", "5", "--json")
     assert code == 0
     expected = json.loads(out)
@@ -122,7 +122,8 @@ def test_explanations_add_up_to_the_score(client: FlaskClient) -> None:
     for hit in body["hits"]:
         topics = hit["explanation"]
         assert topics and all(t["topic_words"] for t in topics)
-        assert sum(t["contribution"] for t in topics) == pytest.approx(hit["score"], rel=1e-5)
+        # They add up to the topic score: the ranker's own (before a fusion with BM25).
+        assert sum(t["contribution"] for t in topics) == pytest.approx(hit["ranker_score"], rel=1e-5)
 
 
 def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> None:
@@ -137,7 +138,7 @@ def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> 
 
 def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:
     listed = client.get("/rankers").get_json()
-    assert [r["name"] for r in listed["rankers"]] == rankers.ranker_names() and listed["default"] == "hidden_topics"
+    assert [r["name"] for r in listed["rankers"]] == rankers.ranker_names() and listed["default"] == DEFAULT_RANKER
     for name in rankers.ranker_names():
         body = client.post("/search", json={"query": QUERY, "ranker": name, "size": 3}).get_json()
         assert body["ranker"] == name and len(body["hits"]) == 3 and body["status"] == "ok", body
@@ -222,7 +223,7 @@ def test_rerank_texts_scores_like_stored_topics_and_caches_them(client: FlaskCli
 
 
 def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient) -> None:
-    body = client.post("/rerank", json={"query": QUERY, "documents": [{"id": "P01-1027"}, "bread ovens and flour", {"id": "gone", "text": "translation models"}]}).get_json()
+    body = client.post("/rerank", json={"query": QUERY, "ranker": "hidden_topics", "documents": [{"id": "P01-1027"}, "bread ovens and flour", {"id": "gone", "text": "translation models"}]}).get_json()
     assert sorted(r["index"] for r in body["results"]) == [0, 1, 2]
     assert body["results"][-1]["index"] == 1  # the bread text is least like the query
     reason = _error(client.post("/rerank", json={"query": QUERY, "documents": [{"id": "gone"}, {"id": "P01-1027"}]}), 404, "document_missing_exception")
@@ -452,3 +453,24 @@ def test_bad_service_settings_fail_at_start(indexed: Path) -> None:
     with pytest.raises(SystemExit) as refused:  # argparse refuses it
         run(indexed, "serve", "--threads", "0")
     assert refused.value.code == 2
+
+
+def test_the_fusion_weight_is_set_per_request(client: FlaskClient) -> None:
+    def ids(path: str, body: dict[str, Any]) -> list[str]:
+        answer = client.post(path, json=body)
+        assert answer.status_code == 200, answer.get_json()
+        found = answer.get_json()
+        return [hit["id"] for hit in found["hits" if path == "/search" else "results"]]
+
+    search = {"query": QUERY, "size": 8, "window": 20}
+    bm25 = ids("/search", {**search, "ranker": "bm25"})
+    topics = ids("/search", {**search, "ranker": "hidden_topics"})
+    assert bm25 != topics
+    # Weight 0: the fusion is BM25's order; weight 1: the base ranker's.
+    assert ids("/search", {**search, "ranker": "hidden_topics+bm25", "fusion_weight": 0}) == bm25
+    assert ids("/search", {**search, "ranker": "hidden_topics+bm25", "fusion_weight": 1.0}) == topics
+    documents = [{"id": doc_id} for doc_id in bm25]
+    assert ids("/rerank", {"query": QUERY, "ranker": "hidden_topics+bm25", "fusion_weight": 0, "documents": documents}) == bm25
+    for bad in (1.5, -0.1, "0.3", True):
+        answer = client.post("/search", json={**search, "ranker": "hidden_topics+bm25", "fusion_weight": bad})
+        assert answer.status_code == 400 and "fusion_weight" in answer.get_json()["error"]["reason"]

@@ -79,7 +79,9 @@ def search() -> Any:
     fields = Fields(json_object())
     text = fields.text("query", required=True, max_chars=limits.max_text_chars)
     named = fields.text("ranker")
-    ranker = rt.ranker(named) if named else None  # None: the default, or a running experiment
+    weight = fields.fraction("fusion_weight")
+    # None: the default, or a running experiment (a request that sets a weight opts out of it).
+    ranker = rt.ranker(named, weight) if named or weight is not None else None
     size = fields.integer("size", 10, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
     offset = fields.integer("from", 0, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
     window = fields.integer("window", rt.settings.window, minimum=1, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
@@ -99,7 +101,7 @@ def rerank() -> Any:
     rt = runtime()
     fields = Fields(json_object())
     text = fields.text("query", required=True, max_chars=rt.limits.max_text_chars)
-    ranker = rt.ranker(fields.text("ranker"))
+    ranker = rt.ranker(fields.text("ranker"), fields.fraction("fusion_weight"))
     documents = request_documents(fields.array("documents", required=True) or [], rt.limits.max_documents, rt.limits.max_text_chars)
     size = fields.integer("size", len(documents), maximum=rt.limits.max_documents)
     fields.finish()

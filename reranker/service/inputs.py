@@ -119,6 +119,13 @@ class Fields:
             raise self._fail(name, "a number", value)
         return float(value)
 
+    def fraction(self, name: str) -> float | None:
+        """A number in [0, 1] (a fusion weight), or None when absent."""
+        value = self.number(name)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise bad_request(f"[{self.where}{name}] must lie in [0, 1], got {value}")
+        return value
+
     def client_id(self, name: str = "client_id") -> str | None:
         """Who searches (UBI's client_id): 1-100 characters of valid Unicode, or None."""
         value = self.text(name)

@@ -85,6 +85,7 @@ _SEARCH_REQUEST: Schema = {
     "properties": {
         "query": {"type": "string", "minLength": 1, "description": "the summary: an abstract, a few sentences"},
         "ranker": None,  # filled in by openapi_document()
+        "fusion_weight": {"type": "number", "minimum": 0, "maximum": 1, "description": "weight of the ranker in a min-max or z-score fusion with BM25 (default RERANKER_FUSION_WEIGHT)"},
         "window": {"type": "integer", "minimum": 1, "description": "BM25 candidates to rerank (default RERANKER_WINDOW)"},
         "size": {"type": "integer", "minimum": 0, "default": 10},
         "from": {"type": "integer", "minimum": 0, "default": 0},
@@ -125,7 +126,8 @@ _HIT: Schema = {
                     "topic": {"type": "integer"},
                     "importance": {"type": "number"},
                     "relevance": {"type": "number"},
-                    "contribution": {"type": "number"},
+                    "contribution": {"type": "number", "description": "importance x (relevance - background); they add up to the topic score"},
+                    "background": {"type": "number", "description": "the corrected formula's background relevance of the topic (0 for the paper's and the code's)"},
                     "topic_words": _WORDS,
                     "query_words": _WORDS,
                 },
@@ -160,6 +162,7 @@ _RERANK_REQUEST: Schema = {
     "properties": {
         "query": {"type": "string", "minLength": 1},
         "ranker": None,
+        "fusion_weight": {"type": "number", "minimum": 0, "maximum": 1, "description": "weight of the ranker in a min-max or z-score fusion with BM25 (default RERANKER_FUSION_WEIGHT)"},
         "documents": {"type": "array", "items": _DOCUMENT},
         "size": {"type": "integer", "minimum": 0, "description": "results to return (default: all)"},
     },
@@ -271,7 +274,7 @@ _EXPERIMENT_PATH = [{"name": "experiment_id", "in": "path", "required": True, "s
 
 _OPENSEARCH_SEARCH: Schema = {
     "type": "object",
-    "description": "An OpenSearch search body; `ext.rerank` (query_text, ranker, window) steers the reranking.",
+    "description": "An OpenSearch search body; `ext.rerank` (query_text, ranker, fusion_weight, window) steers the reranking.",
 }
 
 

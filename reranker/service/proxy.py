@@ -129,7 +129,7 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     experiments: let a running experiment interleave the search when it names no ranker
     and falls in the experiment's traffic share.
     """
-    ranker = rt.ranker(search.options.ranker)  # an unknown name is a 400 either way
+    ranker = rt.ranker(search.options.ranker, search.options.fusion_weight)  # an unknown name is a 400 either way
     reason = unrerankable(search, rt.limits.max_window)
     if reason is not None:
         return Plan(ranker, reason=reason)
@@ -148,7 +148,8 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     wanted = search.options.window or rt.settings.window
     window = min(max(search.offset + search.size, wanted), rt.limits.max_window)
     unit = unit_key(search.options.client_id, text)
-    experiment = rt.experiments.pick(unit) if experiments and search.options.ranker is None else None
+    named = search.options.ranker is not None or search.options.fusion_weight is not None
+    experiment = rt.experiments.pick(unit) if experiments and not named else None
     if experiment is not None and any(_behind_alias(store, rt.ranker(name), layouts) for name in experiment.rankers):
         experiment = None
     return Plan(ranker, text, window, layouts, experiment=experiment)

@@ -196,11 +196,12 @@ class Runtime:
         except RerankerError as exc:
             log.warning("not ready yet: %s", exc)
 
-    def ranker(self, name: str | None) -> Ranker:
-        """The ranker a request names (or the default). UnknownRankerError lists the valid names."""
+    def ranker(self, name: str | None, fusion_weight: float | None = None) -> Ranker:
+        """The ranker a request names (or the default), with the request's fusion weight
+        (or RERANKER_FUSION_WEIGHT). UnknownRankerError lists the valid names."""
         name = name or self.limits.default_ranker
         get_ranker(name)  # a typo is the caller's error (400) even while the engine cannot be built
-        return self.engine().ranker(name)
+        return self.engine().ranker(name, fusion_weight)
 
     # --- reranking ---------------------------------------------------------------------
 
@@ -390,6 +391,7 @@ class Runtime:
                         "importance": e.importance,
                         "relevance": e.relevance,
                         "contribution": e.contribution,
+                        "background": e.background,
                         "topic_words": list(e.topic_words),
                         "query_words": list(e.query_words),
                     }

@@ -45,6 +45,7 @@ class RerankOptions:
     ranker: str | None = None
     window: int | None = None
     client_id: str | None = None  # keeps one client in one arm of a running experiment
+    fusion_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,12 +104,13 @@ def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], R
     ranker = fields.text("ranker")
     window = fields.integer("window", 0, minimum=1, maximum=rt.limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
     client_id = fields.client_id()
+    weight = fields.fraction("fusion_weight")
     fields.finish()
     rest = {name: value for name, value in ext.items() if name != "rerank"}
     stripped = {name: value for name, value in body.items() if name != "ext"}
     if rest:
         stripped["ext"] = rest
-    return stripped, RerankOptions(text, ranker, window or None, client_id)
+    return stripped, RerankOptions(text, ranker, window or None, client_id, weight)
 
 
 def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]:
