@@ -33,7 +33,7 @@ from reranker.embeddings import WordVectors, open_native
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError
 from reranker.store import IndexInfo, Store
 from reranker.text import tokenize
-from reranker.topics import center, corpus_centering, extract_topics, topic_background, unit_rows
+from reranker.topics import center, corpus_centering, extract_topic_pair, extract_topics, unit_rows
 from reranker.types import (
     Centering,
     CorrectedTopics,
@@ -228,7 +228,13 @@ class Correction:
     def topics(self, word_vectors: FloatArray, counts: FloatArray, k: int) -> CorrectedTopics:
         """The corrected topics of one document's distinct words (u, d) with their counts."""
         topics, importances = extract_topics(center(word_vectors, self.mu, self.direction), k, counts=counts)
-        return CorrectedTopics(topics, importances, topic_background(topics, self.background_vectors, self.background_weights))
+        return self.with_backgrounds(topics, importances)
+
+    def with_backgrounds(self, topics: FloatArray, importances: FloatArray) -> CorrectedTopics:
+        # The background words are unit rows already and their weights sum to 1: this is
+        # `topic_background` without redoing either per document.
+        backgrounds = np.clip(np.abs(topics @ self.background_vectors.T) @ self.background_weights, 0.0, 1.0)
+        return CorrectedTopics(topics, importances, backgrounds.astype(np.float32))
 
 
 def corrected_topics(
@@ -243,8 +249,11 @@ def _topics_of_tokens(
     tokens: list[str], vectors: WordVectors, k: int, correction: Correction | None
 ) -> tuple[DocTopics, int, int, CorrectedTopics | None]:
     lookup, counts, oov = vectors.lookup_counts(tokens)
-    topics, importances = extract_topics(lookup.vectors, k, counts=counts)
-    corrected = correction.topics(lookup.vectors, counts, k) if correction is not None and topics.shape[0] else None
+    if correction is None:
+        topics, importances = extract_topics(lookup.vectors, k, counts=counts)
+        return DocTopics(topics, importances), len(tokens) - oov, oov, None
+    (topics, importances), centred = extract_topic_pair(lookup.vectors, k, counts, correction.mu, correction.direction)
+    corrected = correction.with_backgrounds(*centred) if topics.shape[0] else None
     return DocTopics(topics, importances), len(tokens) - oov, oov, corrected
 
 

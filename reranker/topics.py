@@ -74,15 +74,22 @@ def extract_topics(
         topics = eigenvectors.T @ vectors
         norms = np.linalg.norm(topics, axis=1, keepdims=True)
         topics = np.divide(topics, norms, out=np.zeros_like(topics), where=norms > 0)
-    else:
-        gram = vectors.T @ vectors
-        eigenvalues, eigenvectors = _top_eigenpairs(gram, wanted)
-        topics = np.ascontiguousarray(eigenvectors.T)
+        return _kept_topics(eigenvalues, topics, max(n, d))
+    return _topics_of_gram(vectors.T @ vectors, wanted, max(n, d))
 
+
+def _topics_of_gram(gram: FloatArray, wanted: int, size: int) -> tuple[FloatArray, FloatArray]:
+    """Topics and importances from the d x d Gram matrix W W^T (its top eigenpairs)."""
+    eigenvalues, eigenvectors = _top_eigenpairs(gram, wanted)
+    return _kept_topics(eigenvalues, np.ascontiguousarray(eigenvectors.T), size)
+
+
+def _kept_topics(eigenvalues: FloatArray, topics: FloatArray, size: int) -> tuple[FloatArray, FloatArray]:
+    d = topics.shape[1]
     largest = float(eigenvalues[0]) if eigenvalues.size else 0.0
     # The noise floor grows with the matrix size, not with the counts: a document of a
     # million occurrences of a few thousand distinct words keeps all its topics.
-    keep = int(np.count_nonzero(eigenvalues > largest * max(n, d) * _RANK_TOLERANCE))
+    keep = int(np.count_nonzero(eigenvalues > largest * size * _RANK_TOLERANCE))
     if largest <= 0.0 or keep == 0:
         return _no_topics(d)
     topics = _fix_signs(topics[:keep])
@@ -259,6 +266,46 @@ def center(vectors: npt.ArrayLike, mu: npt.ArrayLike, direction: npt.ArrayLike) 
     matrix = np.asarray(vectors, dtype=np.float32) - np.asarray(mu, dtype=np.float32)
     unit = np.asarray(direction, dtype=np.float32)
     return matrix - np.outer(matrix @ unit, unit)
+
+
+def extract_topic_pair(
+    word_vectors: npt.ArrayLike,
+    k: int,
+    counts: npt.ArrayLike,
+    mu: npt.ArrayLike,
+    direction: npt.ArrayLike,
+) -> tuple[tuple[FloatArray, FloatArray], tuple[FloatArray, FloatArray]]:
+    """`extract_topics` of the word vectors and of the same vectors centred (`center`), at
+    the cost of about one.
+
+    word_vectors (u, d) distinct words, counts (u,), mu and direction (d,). Returns
+    ((topics, importances), (corrected topics, importances)) as `extract_topics` does.
+    For u >= d both come from one Gram matrix: with P = I - direction direction^T, s =
+    sum_j c_j v_j and C = sum_j c_j, the centred one is P (G - s mu^T - mu s^T + C mu mu^T) P.
+    """
+    vectors = np.asarray(word_vectors, dtype=np.float32)
+    weights = np.asarray(counts, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] < vectors.shape[1] or weights.shape != vectors.shape[:1] or k < 1:
+        centred = center(vectors, mu, direction) if vectors.ndim == 2 and vectors.size else vectors
+        return extract_topics(vectors, k, counts=counts), extract_topics(centred, k, counts=counts)
+    n, d = vectors.shape
+    if not np.isfinite(vectors).all() or not np.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError("word_vectors and counts must be finite, counts non-negative")
+    scaled = vectors * np.sqrt(weights)[:, None]
+    gram = scaled.T @ scaled  # exactly as extract_topics forms it
+    wanted, size = min(k, n, d), max(n, d)
+    mean = np.asarray(mu, dtype=np.float64)
+    unit = np.asarray(direction, dtype=np.float64)
+    weighted_sum = weights.astype(np.float64) @ vectors.astype(np.float64)
+    shifted = (
+        gram.astype(np.float64)
+        - np.outer(weighted_sum, mean)
+        - np.outer(mean, weighted_sum)
+        + float(weights.astype(np.float64).sum()) * np.outer(mean, mean)
+    )
+    projector = np.eye(d) - np.outer(unit, unit)
+    centred_gram = (projector @ shifted @ projector).astype(np.float32)
+    return _topics_of_gram(gram, wanted, size), _topics_of_gram(centred_gram, wanted, size)
 
 
 def topic_background(

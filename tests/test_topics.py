@@ -18,6 +18,7 @@ from reranker.topics import (
     corpus_centering,
     corrected_contributions,
     corrected_score,
+    extract_topic_pair,
     extract_topics,
     score,
     stack_topics,
@@ -366,3 +367,23 @@ def test_the_corrected_score_equals_a_loop_transcription(seed: int) -> None:
         for n in range(3)
     ]
     np.testing.assert_allclose(corrected_score(query, topics, importances, backgrounds), expected, atol=1e-6)
+
+
+def test_the_topic_pair_equals_extracting_each_on_its_own() -> None:
+    vectors, frequencies = correction_corpus(seed=11, vocabulary=300, d=12)
+    mu, direction = corpus_centering(vectors, frequencies)
+    rng = np.random.default_rng(4)
+    rows = vectors[rng.choice(300, 80, replace=False)]
+    counts = rng.integers(1, 9, 80).astype(np.float32)
+    (topics, importances), (centred, centred_importances) = extract_topic_pair(rows, 6, counts, mu, direction)
+    np.testing.assert_array_equal(topics, extract_topics(rows, 6, counts=counts)[0])
+    np.testing.assert_array_equal(importances, extract_topics(rows, 6, counts=counts)[1])
+    expected, expected_importances = extract_topics(center(rows, mu, direction), 6, counts=counts)
+    # The same subspace: scores do not depend on a topic's sign, and the pair's centred
+    # Gram matrix is formed in float64, so compare |cos| of matching topics.
+    np.testing.assert_allclose(np.abs(np.sum(centred * expected, axis=1)), 1.0, atol=1e-4)
+    np.testing.assert_allclose(centred_importances, expected_importances, atol=1e-5)
+    short = rows[:5]  # fewer words than dimensions: the two are extracted separately
+    (short_topics, _), (short_centred, _) = extract_topic_pair(short, 6, counts[:5], mu, direction)
+    np.testing.assert_array_equal(short_topics, extract_topics(short, 6, counts=counts[:5])[0])
+    np.testing.assert_allclose(short_centred, extract_topics(center(short, mu, direction), 6, counts=counts[:5])[0], atol=1e-6)
