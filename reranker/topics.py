@@ -303,8 +303,11 @@ def extract_topic_pair(
         - np.outer(mean, weighted_sum)
         + float(weights.astype(np.float64).sum()) * np.outer(mean, mean)
     )
-    projector = np.eye(d) - np.outer(unit, unit)
-    centred_gram = (projector @ shifted @ projector).astype(np.float32)
+    # P A P for P = I - u u^T, in O(d^2): A - u (A u)^T - (A u) u^T + (u^T A u) u u^T.
+    along = shifted @ unit
+    centred_gram = (
+        shifted - np.outer(unit, along) - np.outer(along, unit) + float(unit @ along) * np.outer(unit, unit)
+    ).astype(np.float32)
     return _topics_of_gram(gram, wanted, size), _topics_of_gram(centred_gram, wanted, size)
 
 

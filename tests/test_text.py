@@ -1,6 +1,9 @@
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reranker.errors import ConfigError
 from reranker.text import default_stopwords, load_stopwords, tokenize
@@ -31,3 +34,13 @@ def test_the_stop_list_is_configurable(tmp_path: Path) -> None:
 def test_an_unreadable_stop_list_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="stop-word file"):
         load_stopwords(tmp_path / "missing.txt")
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab cZé5٣²½五Ⅻ_-'x\u00ad\n")), max_size=60))
+def test_the_digit_rule_is_the_regular_expressions(text: str) -> None:
+    """A token is dropped when it holds a decimal digit (\\d), whatever shortcut tests it."""
+    expected = [
+        w for w in re.findall(r"[^\W_]+", text.replace("\u00ad", "").lower())
+        if len(w) > 1 and w not in default_stopwords() and not re.search(r"\d", w)
+    ]
+    assert tokenize(text) == expected
