@@ -194,11 +194,19 @@ def estimate_centering(
 
 
 def sample_corpus(path: Path, budget: int = CENTERING_SAMPLE_BYTES) -> Iterator[Document]:
-    """An even sample of about `budget` bytes of the corpus's documents (bad lines skipped)."""
+    """An even sample of about `budget` bytes of the corpus's documents (bad lines skipped).
+
+    Only the sampled lines are decoded and parsed: this pass runs before indexing starts.
+    """
     stride = max(1, math.ceil(path.stat().st_size / budget))
-    for number, (_, item, _) in enumerate(read_corpus(path)):
-        if number % stride == 0 and isinstance(item, Document):
-            yield item
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle):
+            if number % stride:
+                continue
+            try:
+                yield parse_document(raw.decode("utf-8"), f"{path}:{number + 1}")
+            except (UnicodeDecodeError, InputError):
+                continue  # the indexing pass reports it
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors
 from reranker.errors import IndexOutdatedError
-from reranker.indexing import BACKGROUND_WORDS, estimate_centering, index_corpus, read_corpus
+from reranker.indexing import BACKGROUND_WORDS, estimate_centering, index_corpus, read_corpus, sample_corpus
 from reranker.pipeline import Engine
 from reranker.rankers import get_ranker
 from reranker.store.embedded import EmbeddedStore
@@ -154,3 +154,14 @@ def test_the_opensearch_store_round_trips_the_centering_and_corrected_topics(tmp
     properties = next(iter(mapping.values()))["mappings"]["properties"]
     assert properties["corrected_topics"]["properties"]["backgrounds"] == {"type": "float", "index": False}
     assert json.loads(json.dumps(info.centering.to_json())) == info.centering.to_json()
+
+
+def test_the_centering_sample_is_spread_over_the_whole_corpus(tmp_path: Path) -> None:
+    records = [{"id": f"d{i}", "text": f"words of document {i}"} for i in range(40)]
+    corpus = write_jsonl(tmp_path / "c.jsonl", records)
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("not json\n")
+    budget = corpus.stat().st_size // 4 + 1  # about a quarter: every 4th line
+    sampled = [doc.id for doc in sample_corpus(corpus, budget)]
+    assert sampled == [f"d{i}" for i in range(0, 40, 4)]  # the bad last line (number 40) is skipped
+    assert [doc.id for doc in sample_corpus(corpus)] == [f"d{i}" for i in range(40)]
