@@ -229,7 +229,7 @@ class Engine:
         texts = window.texts
         if texts is None or all(text is None for text in texts):
             return self.store.topics(ids, corrected=True)
-        from reranker.indexing import Correction, corrected_topics
+        from reranker.indexing import Correction, corrected_topics  # the write path (and its Doc2Vec imports) only when needed
 
         info = self.store.index_info()
         k = info.k if info is not None else 15
