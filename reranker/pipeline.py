@@ -345,7 +345,8 @@ class Engine:
         self.check_index()
         started = time.perf_counter()
         query = self.query(text)
-        candidates = replace(self.window(query, window, filters), exact_top=size)
+        # Completed before reranking, so that `explain` reads what the ranker scored.
+        candidates = self.complete(replace(self.window(query, window, filters), exact_top=size), ranker)
         retrieved = time.perf_counter()
         ranking = self.rerank(query, candidates, ranker)
         order, scores = ranking.order[:size], ranking.scores

@@ -226,7 +226,8 @@ class Runtime:
         built: list[CandidateSet] = []
 
         def job() -> Ranking:
-            candidates = window(deadline) if callable(window) else window
+            # Completed here, once: the explanations read the same fetched topics.
+            candidates = engine.complete(window(deadline) if callable(window) else window, ranker)
             built.append(candidates)
             deadline.check()
             return engine.rerank(query, candidates, ranker)
