@@ -221,6 +221,42 @@ def test_candidates_a_ranker_cannot_score_do_not_flatten_the_fusion() -> None:
         assert rank_candidates(fused, window)[4] == 4
 
 
+def test_n_way_fusion_shares_the_weight_and_keeps_each_rankers_gaps() -> None:
+    """Two rankers and BM25: each ranker gets weight / 2, BM25 1 - weight, RRF sums all
+    three reciprocal ranks; a candidate one ranker cannot score is left out of that
+    ranker's scaling only."""
+    window = _window([10.0, 6.0, 2.0])  # BM25 min-max 1, .5, 0; ranks 1, 2, 3
+    first, second = [0.2, 0.6, 0.4], [5.0, 1.0, 3.0]  # min-max 0, 1, .5 and 1, 0, .5
+    fused, own = Fusion([_Fixed(first), _Fixed(second)], "minmax", weight=0.4).components(None, window)  # type: ignore[list-item]
+    np.testing.assert_allclose(own, first)  # the first ranker speaks for the fusion
+    np.testing.assert_allclose(fused, 0.2 * np.array([0, 1, 0.5]) + 0.2 * np.array([1, 0, 0.5]) + 0.6 * np.array([1, 0.5, 0]))
+    rrf = Fusion([_Fixed(first), _Fixed(second)], "rrf").score(None, window)  # type: ignore[list-item]
+    # first's ranks 3, 1, 2; second's 1, 3, 2
+    np.testing.assert_allclose(rrf, [1 / 63 + 1 / 61 + 1 / 61, 1 / 61 + 1 / 63 + 1 / 62, 1 / 62 + 1 / 62 + 1 / 63])
+
+    class Partial(_Fixed):
+        def score(self, query: object, window: CandidateSet) -> np.ndarray:
+            window.unscored.add(2)
+            return self.scores
+
+    window = _window([10.0, 6.0, 2.0, 1.0])
+    gappy, full = [0.2, 0.6, -9.0, 0.4], [4.0, 3.0, 2.0, 1.0]  # gappy scaled 0, 1, 0, .5
+    fused = Fusion([Partial(gappy), _Fixed(full)], "minmax", weight=1.0).score(None, window)  # type: ignore[list-item]
+    np.testing.assert_allclose(fused, 0.5 * np.array([0, 1, 0, 0.5]) + 0.5 * np.array([1, 2 / 3, 1 / 3, 0]))
+    assert window.unscored == {2}  # reported to the caller all the same
+    assert Fusion([_Fixed(first), _Fixed(second)]).name == "fixed+fixed+bm25"  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="at least one"):
+        Fusion([])
+
+
+def test_n_way_fusions_are_registered_in_the_same_grammar(indexed: Engine) -> None:
+    for name in ("hidden_topics_corrected+doc2vec+bm25", "hidden_topics_corrected+doc2vec+wmd+bm25:rrf", "doc2vec+wmd+bm25:zscore"):
+        ranker = indexed.ranker(name)
+        assert ranker.name == name and isinstance(ranker, Fusion) and len(ranker.bases) == name.count("+")
+    three = indexed.ranker("hidden_topics_corrected+doc2vec+wmd+bm25")
+    assert three.variant == "corrected" and three.needs == {"corrected_topics", "doc_vectors", "word_ids"}
+
+
 def test_every_base_ranker_has_every_fusion() -> None:
     for base in ("hidden_topics", "hidden_topics_code", "wmd", "doc2vec"):
         for name in (f"{base}+bm25", f"{base}+bm25:zscore", f"{base}+bm25:rrf"):

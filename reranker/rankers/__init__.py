@@ -9,8 +9,9 @@ from BM25 hits and topics only.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -133,6 +134,11 @@ def rank_candidates(scores: Scores, window: CandidateSet) -> list[int]:
     return [int(i) for i in np.lexsort((bm25_ranks, -scores))]
 
 
+# The rankers that join N-way fusions: one of each kind of evidence (topics, a document
+# embedding, word-level transport), so a fusion adds a view rather than a near copy.
+N_WAY_BASES = ("hidden_topics_corrected", "doc2vec", "wmd")
+
+
 def _registry() -> dict[str, RankerFactory]:
     from reranker.rankers.bm25 import Bm25Ranker
     from reranker.rankers.doc2vec import Doc2VecRanker
@@ -148,13 +154,18 @@ def _registry() -> dict[str, RankerFactory]:
         "doc2vec": Doc2VecRanker,
     }
 
-    def fused(base: RankerFactory, method: "Method") -> RankerFactory:
-        return lambda options: Fusion(base(options), method, options.fusion_weight)
+    def fused(factories: Sequence[RankerFactory], method: "Method") -> RankerFactory:
+        return lambda options: Fusion([factory(options) for factory in factories], method, options.fusion_weight)
 
     registry: dict[str, RankerFactory] = {"bm25": lambda options: Bm25Ranker(), **bases}
-    for name, factory in bases.items():
+    # Two-way fusions of every ranker with BM25, and N-way fusions of the rankers that
+    # see a document differently (corrected topics, Doc2Vec, WMD), each with BM25.
+    combinations = [(name,) for name in bases] + [
+        combo for size in (2, 3) for combo in itertools.combinations(N_WAY_BASES, size)
+    ]
+    for combo in combinations:
         for method in METHODS:
-            registry[fusion_name(name, method)] = fused(factory, method)
+            registry[fusion_name(combo, method)] = fused([bases[name] for name in combo], method)
     return registry
 
 

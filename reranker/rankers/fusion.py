@@ -1,18 +1,23 @@
-"""Fusion of any ranker with BM25.
+"""Fusion of one or more rankers with BM25.
 
 BM25 scores are unbounded and query-dependent; topic scores lie in a narrow band of
-[0, 1]; WMD scores are negative distances. Mixing them needs a common scale:
+[0, 1]; WMD scores are negative distances. Mixing them needs a common scale. With rankers
+r_1 .. r_n (n >= 1) the rankers share the weight equally, so adding a ranker never
+changes how much BM25 counts:
 
-  minmax  weight * minmax(ranker) + (1 - weight) * minmax(bm25), over the window
-  zscore  weight * z(ranker) + (1 - weight) * z(bm25), z = (s - mean) / std over the window
-  rrf     reciprocal rank fusion (Cormack et al. 2009): 1/(60 + rank_ranker) + 1/(60 + rank_bm25);
+  minmax  sum_i (weight / n) * minmax(r_i) + (1 - weight) * minmax(bm25), over the window
+  zscore  the same with z = (s - mean) / std over the window
+  rrf     reciprocal rank fusion (Cormack et al. 2009): sum_i 1/(60 + rank_i) + 1/(60 + rank_bm25);
           ranks only, so no scale at all (the weight does not apply)
+
+We keep this small piece rather than take a library: it must leave out of the scaling
+the candidates a ranker could not score (see `fuse`), which no fusion library does.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -48,53 +53,78 @@ def z_score(scores: Scores) -> Scores:
     return (scores - scores.mean()) / spread
 
 
-def fusion_name(base: str, method: Method) -> str:
-    """The registry name: `hidden_topics+bm25` (min-max), `wmd+bm25:rrf`, ..."""
-    return f"{base}+bm25" if method == "minmax" else f"{base}+bm25:{method}"
+def fusion_name(bases: str | Sequence[str], method: Method) -> str:
+    """The registry name: `hidden_topics+bm25` (min-max), `wmd+bm25:rrf`,
+    `hidden_topics_corrected+doc2vec+bm25`, ..."""
+    joined = bases if isinstance(bases, str) else "+".join(bases)
+    return f"{joined}+bm25" if method == "minmax" else f"{joined}+bm25:{method}"
 
 
 class Fusion:
-    """`base` fused with the window's BM25 scores by `method`."""
+    """The rankers `bases` fused with the window's BM25 scores by `method`.
 
-    def __init__(self, base: Ranker, method: Method = "minmax", weight: float = 0.5) -> None:
+    The first base speaks for the fusion: its formula is the one explanations follow,
+    and its scores are the `own` scores responses show beside the fused ones.
+    """
+
+    def __init__(self, bases: Ranker | Sequence[Ranker], method: Method = "minmax", weight: float = 0.5) -> None:
         if method not in METHODS:
             raise ValueError(f"fusion method must be one of {', '.join(METHODS)}, got {method!r}")
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"fusion weight must lie in [0, 1], got {weight}")
-        self.base = base
+        self.bases: tuple[Ranker, ...] = tuple(bases) if isinstance(bases, Sequence) else (bases,)
+        if not self.bases:
+            raise ValueError("a fusion needs at least one ranker besides BM25")
         self.method: Method = method
         self.weight = weight
-        self.name = fusion_name(base.name, method)
-        self.variant = base.variant
-        self.needs = base.needs
+        self.name = fusion_name([base.name for base in self.bases], method)
+        self.variant = next((base.variant for base in self.bases if base.variant is not None), None)
+        self.needs = frozenset().union(*(base.needs for base in self.bases))
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
         return self.components(query, window)[0]
 
     def components(self, query: Query, window: CandidateSet) -> tuple[Scores, Scores]:
-        """(fused scores, the base ranker's own scores): responses show both."""
-        # Any candidate can reach the fused top, and the scaling reads the whole window's
-        # spread: the base ranker must score every candidate exactly (WMD may not prune).
-        whole = replace(window, exact_top=None, notes=window.notes, unscored=window.unscored)
-        own = np.asarray(self.base.score(query, whole), dtype=np.float64)
-        return self.fuse(own, window), own
+        """(fused scores, the first base ranker's own scores): responses show both."""
+        fused = np.zeros(len(window), dtype=np.float64)
+        first: Scores | None = None
+        for base in self.bases:
+            # Any candidate can reach the fused top, and the scaling reads the whole
+            # window's spread: each ranker must score every candidate exactly (WMD may not
+            # prune). Each gets its own list of unscored candidates: one ranker's gaps
+            # (a document without a Doc2Vec vector) are not another's.
+            whole = replace(window, exact_top=None, notes=window.notes, unscored=set())
+            own = np.asarray(base.score(query, whole), dtype=np.float64)
+            fused += self._part(own, whole.unscored, window)
+            window.unscored.update(whole.unscored)
+            first = own if first is None else first
+        assert first is not None
+        return fused + self._bm25_part(window), first
 
-    def fuse(self, own: Scores, window: CandidateSet) -> Scores:
-        bm25 = window.bm25_scores
+    def _part(self, own: Scores, unscored: set[int], window: CandidateSet) -> Scores:
+        """One ranker's share of the fused score."""
         if len(window) == 0:
             return np.zeros(0, dtype=np.float64)
         if self.method == "rrf":  # (unscored candidates already rank last by their own score)
             ranks = np.empty(len(window), dtype=np.float64)
             ranks[rank_candidates(own, window)] = np.arange(1, len(window) + 1)
-            bm25_ranks = np.fromiter((c.bm25_rank for c in window.candidates), dtype=np.float64, count=len(window))
-            return 1.0 / (RRF_K + ranks) + 1.0 / (RRF_K + bm25_ranks)
+            return 1.0 / (RRF_K + ranks)
         scale = min_max if self.method == "minmax" else z_score
-        # Candidates the base ranker could not score are scaled apart: they get its lowest
+        # Candidates the ranker could not score are scaled apart: they get its lowest
         # scaled score, and the others' spread is not squeezed by their placeholder score.
         scored = np.ones(len(window), dtype=bool)
-        scored[sorted(window.unscored)] = False
+        scored[sorted(unscored)] = False
         scaled = np.zeros(len(window), dtype=np.float64)
         if scored.any():
             scaled[scored] = scale(own[scored])
             scaled[~scored] = scaled[scored].min()
-        return self.weight * scaled + (1.0 - self.weight) * scale(bm25)
+        return (self.weight / len(self.bases)) * scaled
+
+    def _bm25_part(self, window: CandidateSet) -> Scores:
+        if len(window) == 0:
+            return np.zeros(0, dtype=np.float64)
+        if self.method == "rrf":
+            bm25_ranks = np.fromiter((c.bm25_rank for c in window.candidates), dtype=np.float64, count=len(window))
+            return 1.0 / (RRF_K + bm25_ranks)
+        scale = min_max if self.method == "minmax" else z_score
+        return (1.0 - self.weight) * scale(window.bm25_scores)

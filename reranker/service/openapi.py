@@ -114,7 +114,7 @@ _HIT: Schema = {
         "id": {"type": "string"},
         "rank": {"type": "integer"},
         "score": {**_NULLABLE_NUMBER, "description": "the score the order follows (a fusion's fused score); null when degraded"},
-        "ranker_score": {**_NULLABLE_NUMBER, "description": "the ranker's own score (a fusion's base ranker; else the same as score)"},
+        "ranker_score": {**_NULLABLE_NUMBER, "description": "the ranker's own score (for a fusion, its first ranker's; else the same as score)"},
         "bm25_score": {"type": "number"},
         "bm25_rank": {"type": "integer"},
         "title": {"type": "string"},
