@@ -14,12 +14,13 @@ import math
 import re
 import sys
 import textwrap
+import time
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO, TypeVar
 
-from reranker.config import Settings
-from reranker.errors import ConfigError, IndexOutdatedError, InputError, RerankerError, UnknownRankerError
+from reranker.config import DEFAULT_VECTORS, WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
+from reranker.errors import ConfigError, IndexMismatchError, IndexOutdatedError, InputError, RerankerError, UnknownRankerError
 from reranker.rankers import ranker_names
 from reranker.types import Filter
 
@@ -92,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="build a new index (needed to change vectors or K); in OpenSearch the alias moves to it when done",
     )
     index.add_argument("--workers", type=_positive_int, help="topic-extraction processes (env RERANKER_INDEX_WORKERS)")
+    index.add_argument(
+        "--train-vectors", action="store_true",
+        help="train CBOW word2vec on CORPUS first (the paper's domain vectors) and build the index with them; "
+        "later commands use them without --vectors",
+    )
     index.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     search = commands.add_parser("search", help="BM25 top-N for a summary, reranked")
@@ -119,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
     evaluate.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    evaluate.add_argument(
+        "--train-vectors", action="store_true",
+        help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
+    )
     evaluate.add_argument(
         "--plot", type=Path, metavar="PATH.png",
         help="also write the ranking figure: per ranker, the share of queries at each value of P@1, P@3, P@6 (PNG)",
@@ -152,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
         "baseline) and DIR/compare-<dataset>-precision-bins.png",
     )
     compare.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    compare.add_argument(
+        "--train-vectors", action="store_true",
+        help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
+    )
     compare.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     train = commands.add_parser(
@@ -162,10 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("corpus", type=Path, help="JSONL corpus ({id, title, text} per line); for doc2vec, the indexed one")
     train.add_argument("--out", type=Path, help="word2vec: output file (gensim format; use it with --vectors); required")
     train.add_argument("--mode", choices=["dbow", "dm"], default="dbow", help="doc2vec: PV-DBOW (default) or PV-DM")
-    train.add_argument("--dim", type=_positive_int, default=100)
-    train.add_argument("--window", type=_positive_int, default=5)
-    train.add_argument("--min-count", type=_positive_int, default=2)
-    train.add_argument("--epochs", type=_positive_int, help="training passes (default: word2vec 5, doc2vec 20)")
+    train.add_argument("--dim", type=_positive_int, help=f"vector size (default: word2vec {WORD2VEC_DIM}, doc2vec 100)")
+    train.add_argument("--window", type=_positive_int, help="context words each side (default 5)")
+    train.add_argument("--min-count", type=_positive_int, help="ignore rarer words (default 2)")
+    train.add_argument("--epochs", type=_positive_int, help=f"training passes (default: word2vec {WORD2VEC_EPOCHS}, doc2vec 20)")
     train.add_argument("--seed", type=int, default=1, help="doc2vec: seeds training and query inference (default 1)")
     train.add_argument(
         "--infer-epochs", type=_positive_int, default=20,
@@ -329,6 +343,52 @@ def _index(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool,
     )
 
 
+def _with_trained_vectors(
+    settings: Settings, corpus: Path, *, rebuild: bool, progress: bool, out: TextIO, store_name: str | None = None
+) -> Settings:
+    """`settings` using word2vec trained on `corpus` (reused when trained before).
+
+    With an index that holds documents built with other vectors, refuses before training
+    (which takes minutes) unless `rebuild`: new vectors mean a new index.
+    """
+    from reranker.embeddings import Word2VecParams, trained_vectors
+    from reranker.indexing import train_corpus_vectors, trained_vectors_path
+    from reranker.store import open_store
+    from reranker.text import load_stopwords
+
+    if settings.vectors:
+        raise ConfigError("--train-vectors trains the index's own word vectors: drop --vectors (and RERANKER_VECTORS)")
+    if not corpus.is_file():
+        raise InputError("no such corpus file", str(corpus))
+    stopwords = load_stopwords(settings.stopwords_file)
+    params = Word2VecParams()
+    if not rebuild:
+        store = open_store(settings, store_name)
+        try:
+            built, documents = store.index_info(), store.count()
+        finally:
+            store.close()
+        done = trained_vectors(trained_vectors_path(corpus, settings.data_dir, params, stopwords))
+        if built is not None and documents > 0 and (done is None or done.checksum != built.embedding.checksum):
+            raise IndexMismatchError(
+                f"the index holds {documents} documents built with word vectors {built.embedding.name!r}; "
+                f"vectors trained on {corpus} are new ones: add --rebuild to build the index with them"
+            )
+    started = time.perf_counter()
+    trained = train_corpus_vectors(
+        corpus, settings.data_dir, stopwords, params, show_progress=progress and sys.stderr.isatty()
+    )
+    if trained.reused:
+        print(f"word vectors: trained on {corpus} before, reused from {trained.path}", file=out)
+    else:
+        print(
+            f"word vectors: trained CBOW word2vec (d={params.dim}, {params.epochs} epochs) on {trained.documents} "
+            f"documents of {corpus} in {time.perf_counter() - started:.1f} s; saved {trained.path}",
+            file=out,
+        )
+    return dataclasses.replace(settings, vectors=trained.info.source)
+
+
 def _report(report: Any, out: TextIO) -> None:
     print(
         f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
@@ -350,6 +410,8 @@ def _report(report: Any, out: TextIO) -> None:
 
 
 def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    if args.train_vectors:
+        settings = _with_trained_vectors(settings, args.corpus, rebuild=args.rebuild, progress=not args.no_progress, out=out)
     engine = _engine(settings)
     try:
         report = _index(engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress)
@@ -539,6 +601,10 @@ def _offline_run(
     work(engine, tick, config): tick once per query, config states what the run used."""
     from tqdm import tqdm
 
+    if args.train_vectors:
+        # The evaluation index is per vectors, so new vectors never meet an index built
+        # with others (hence "rebuild": nothing to refuse). Stdout may be the JSON report.
+        settings = _with_trained_vectors(settings, dataset.corpus_path, rebuild=True, progress=not args.no_progress, out=sys.stderr)
     engine = _engine(settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors))
     # Offline, the comparison must be exact: WMD computes every distance, whatever the
     # service's time budget (RERANKER_WMD_BUDGET_MS) says.
@@ -623,41 +689,34 @@ def _evaluation_store_name(settings: Settings, dataset: str, vectors: "WordVecto
 
 
 def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.embeddings import train_word2vec
-    from reranker.indexing import read_corpus, Skipped
-    from reranker.text import load_stopwords, tokenize
+    from tqdm import tqdm
+
+    from reranker.embeddings import Word2VecParams, train_word2vec
+    from reranker.indexing import corpus_sentences
+    from reranker.text import load_stopwords
 
     if args.model == "doc2vec":
         return _train_doc2vec(args, settings, out)
     if args.out is None:
         raise ConfigError("reranker train word2vec needs --out FILE (where to save the vectors)")
-    stopwords = load_stopwords(settings.stopwords_file)
-    sentences: list[list[str]] = []
-    skipped = 0
-    for _, item, _ in read_corpus(args.corpus):
-        if isinstance(item, Skipped):
-            skipped += 1
-            continue
-        # One "sentence" per line of the document keeps word windows inside a paragraph.
-        sentences.extend(
-            tokens for line in item.full_text.splitlines() if (tokens := tokenize(line, stopwords))
-        )
-    info = train_word2vec(
-        sentences,
-        args.out,
-        dim=args.dim,
-        window=args.window,
-        min_count=args.min_count,
-        epochs=args.epochs or 5,
-        workers=args.workers,
-    )
+    sentences, documents, skipped = corpus_sentences(args.corpus, load_stopwords(settings.stopwords_file))
+    params = Word2VecParams(**_given(args, "dim", "window", "min_count", "epochs"))
+    show = not args.no_progress and sys.stderr.isatty()
+    with tqdm(total=params.epochs, unit="epoch", desc="training word2vec", disable=not show, leave=False) as bar:
+        info = train_word2vec(sentences, args.out, params, workers=args.workers, on_epoch=lambda _: bar.update(1))
     print(
-        f"trained CBOW word2vec (d={info.dim}) on {len(sentences)} lines of {args.corpus}"
-        f"{f' ({skipped} lines skipped)' if skipped else ''}; saved {args.out}\n"
-        f"use it with: reranker --vectors {args.out} ...",
+        f"trained CBOW word2vec (d={info.dim}, {params.epochs} epochs) on {documents} documents "
+        f"({len(sentences)} lines with words) of {args.corpus}"
+        f"{f'; skipped {skipped} corpus lines' if skipped else ''}; saved {args.out}\n"
+        f"use it with: reranker --vectors {args.out} ... (or train and index in one step: reranker index CORPUS --train-vectors)",
         file=out,
     )
     return 0
+
+
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options among `names` the user gave (the others keep their model's default)."""
+    return {name: value for name in names if (value := getattr(args, name)) is not None}
 
 
 def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -671,8 +730,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
     from reranker.text import load_stopwords
 
     params = Doc2VecParams(
-        mode=args.mode, dim=args.dim, epochs=args.epochs or 20, min_count=args.min_count, window=args.window,
-        seed=args.seed, infer_epochs=args.infer_epochs, workers=args.workers,
+        mode=args.mode, seed=args.seed, infer_epochs=args.infer_epochs, workers=args.workers, **_given(args, "dim", "epochs", "min_count", "window"),
     )
     params.validate()
     if not args.corpus.is_file():
@@ -803,14 +861,26 @@ def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.embeddings import load_vectors
+    from reranker.errors import StoreUnavailableError
+    from reranker.pipeline import vectors_spec
     from reranker.rankers import get_ranker
     from reranker.service.server import serve
+    from reranker.store import open_store
 
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
 
     # Once, in the master: a first run converts the vectors here, and a bad vectors
     # setting fails now instead of in every worker. Workers then only memory-map them.
-    vectors = load_vectors(settings.vectors, settings.data_dir / "vectors")
+    store = open_store(settings)
+    try:
+        spec = vectors_spec(settings, store)
+    except StoreUnavailableError as exc:
+        # The workers read the index's vectors when the cluster answers; /readyz says until then.
+        log.warning("cannot read which vectors the index was built with yet: %s", exc)
+        spec = settings.vectors or DEFAULT_VECTORS
+    finally:
+        store.close()
+    vectors = load_vectors(spec, settings.data_dir / "vectors")
     cluster = settings.opensearch_store
     where = f"OpenSearch at {cluster.display_hosts} (alias {cluster.alias})" if cluster else f"the embedded store in {settings.data_dir / 'index'}"
     service = settings.service

@@ -22,6 +22,10 @@ from urllib.parse import urlsplit, urlunsplit
 from reranker.errors import ConfigError
 
 DEFAULT_VECTORS = "glove-6b-50d"
+# Defaults of `reranker train word2vec` and `reranker index --train-vectors`, chosen by
+# measurement on both shared data sets (bench/word2vec_defaults.py; README).
+WORD2VEC_DIM = 100
+WORD2VEC_EPOCHS = 5
 DEFAULT_K = 15
 DEFAULT_WINDOW = 100
 # No boosts: measured on both shared data sets with Lucene's BM25 and a stemmed field per
@@ -42,7 +46,7 @@ TOPIC_DTYPES = ("float32", "float16")
 ENVIRONMENT: dict[str, str] = {
     "RERANKER_CONFIG": "TOML file with any of these names as keys (the environment overrides it)",
     "RERANKER_DATA_DIR": "embedded store, converted word vectors, evaluation caches",
-    "RERANKER_VECTORS": "word vectors: glove-6b-50d or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH",
+    "RERANKER_VECTORS": "word vectors: glove-6b-50d or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH (default: the index's own, glove-6b-50d for a new one)",
     "RERANKER_K": "topics per document at index time (default 15)",
     "RERANKER_WINDOW": "BM25 candidates a query reranks (default 100)",
     "RERANKER_STOPWORDS": "stop-word file, one word per line",
@@ -256,7 +260,8 @@ class Settings:
     data_dir: where the embedded store, converted vectors and evaluation indexes live.
     opensearch_url: when set, the OpenSearch store replaces the embedded one.
     vectors: "glove-6b-50d" (bundled) or a path, optionally prefixed with its format
-        ("word2vec:", "word2vec-bin:", "glove:", "fasttext:", "kv:").
+        ("word2vec:", "word2vec-bin:", "glove:", "fasttext:", "kv:"); None (the default):
+        the vectors the index was built with, and glove-6b-50d for a new index.
     k: topics per document at index time (a document may get fewer).
     window: how many BM25 candidates a query reranks.
     stopwords_file: one word per line, replacing the built-in stop list.
@@ -272,7 +277,7 @@ class Settings:
 
     data_dir: Path
     opensearch_url: str | None = None
-    vectors: str = DEFAULT_VECTORS
+    vectors: str | None = None
     k: int = DEFAULT_K
     window: int = DEFAULT_WINDOW
     stopwords_file: Path | None = None
@@ -295,7 +300,7 @@ class Settings:
         settings = cls(
             data_dir=Path(env.get("RERANKER_DATA_DIR") or _default_data_dir(env)).expanduser(),
             opensearch_url=opensearch_url,
-            vectors=env.get("RERANKER_VECTORS") or DEFAULT_VECTORS,
+            vectors=env.get("RERANKER_VECTORS") or None,
             k=_int(env, "RERANKER_K", DEFAULT_K),
             window=_int(env, "RERANKER_WINDOW", DEFAULT_WINDOW),
             stopwords_file=Path(stopwords).expanduser() if stopwords else None,

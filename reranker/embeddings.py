@@ -21,14 +21,15 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 from gensim.models import KeyedVectors
 
+from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS
 from reranker.errors import VectorsError
 from reranker.types import EmbeddingInfo, FloatArray
 
@@ -146,15 +147,16 @@ def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
     Raises VectorsError when the source is missing or unreadable.
     """
     fmt, path = parse_spec(spec)
+    source = BUILTIN_GLOVE if path is None else f"{fmt}:{path.resolve()}"
     if fmt == "kv":
         assert path is not None
-        return _open_native(path, name=path.stem, checksum=_file_checksum(path))
-    source = _builtin_glove_files()[1] if path is None else path
-    if not source.exists():
-        raise VectorsError(f"word vectors not found: {source}")
-    stat = source.stat()
-    key = hashlib.sha256(f"{fmt}|{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
-    target = cache_dir / f"{source.stem}-{key.hexdigest()[:16]}.kv"
+        return _open_native(path, EmbeddingInfo(path.stem, 0, _file_checksum(path), source))
+    file = _builtin_glove_files()[1] if path is None else path
+    if not file.exists():
+        raise VectorsError(f"word vectors not found: {file}")
+    stat = file.stat()
+    key = hashlib.sha256(f"{fmt}|{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    target = cache_dir / f"{file.stem}-{key.hexdigest()[:16]}.kv"
     meta_path = target.with_suffix(".json")
     if not (target.exists() and meta_path.exists()):
         try:
@@ -168,27 +170,28 @@ def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (target.exists() and meta_path.exists()):
-                log.info("converting %s word vectors %s (once) into %s", fmt, source, target)
+                log.info("converting %s word vectors %s (once) into %s", fmt, file, target)
                 keyed = _read_source(fmt, path)
                 info = EmbeddingInfo(
-                    name=BUILTIN_GLOVE if path is None else source.name,
+                    name=BUILTIN_GLOVE if path is None else file.name,
                     dim=int(keyed.vector_size),
-                    checksum=_file_checksum(source),
+                    checksum=_file_checksum(file),
                 )
                 keyed.save(str(target))
                 partial = meta_path.with_suffix(".json.partial")
                 partial.write_text(json.dumps(info.__dict__), encoding="utf-8")
                 partial.replace(meta_path)
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    return _open_native(target, name=meta["name"], checksum=meta["checksum"])
+    return _open_native(target, EmbeddingInfo(meta["name"], 0, meta["checksum"], source))
 
 
 def open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
     """Reopen vectors another process loaded (`WordVectors.path` and `.info`)."""
-    return _open_native(path, name=info.name, checksum=info.checksum)
+    return _open_native(path, info)
 
 
-def _open_native(path: Path, name: str, checksum: str) -> WordVectors:
+def _open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
+    """The native vectors at `path`, known by `info` (whose dim is read from the file)."""
     try:
         keyed = KeyedVectors.load(str(path), mmap="r")
     except (OSError, ValueError, EOFError) as exc:
@@ -197,7 +200,7 @@ def _open_native(path: Path, name: str, checksum: str) -> WordVectors:
         keyed = getattr(keyed, "wv", None)
         if not isinstance(keyed, KeyedVectors):
             raise VectorsError(f"{path} holds no word vectors")
-    return WordVectors(keyed, EmbeddingInfo(name=name, dim=int(keyed.vector_size), checksum=checksum), path)
+    return WordVectors(keyed, replace(info, dim=int(keyed.vector_size)), path)
 
 
 def _read_source(fmt: str, path: Path | None) -> KeyedVectors:
@@ -256,35 +259,69 @@ def _file_checksum(path: Path) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class Word2VecParams:
+    """CBOW word2vec settings (the paper's model). seed fixes the vectors for one worker."""
+
+    dim: int = WORD2VEC_DIM
+    epochs: int = WORD2VEC_EPOCHS
+    window: int = 5
+    min_count: int = 2
+    seed: int = 1
+
+
 def train_word2vec(
-    sentences: Iterable[Sequence[str]],
+    sentences: Sequence[Sequence[str]],
     out_path: Path,
+    params: Word2VecParams = Word2VecParams(),
     *,
-    dim: int = 100,
-    window: int = 5,
-    min_count: int = 2,
-    epochs: int = 5,
     workers: int = 1,
-    seed: int = 1,
+    on_epoch: Callable[[int], object] | None = None,
 ) -> EmbeddingInfo:
     """Train CBOW word2vec (as the paper does) and save the vectors in native format.
 
-    `sentences` must be re-iterable (gensim makes one vocabulary pass plus `epochs`
-    training passes). With one worker the vectors are the same on every run; more
-    workers train faster but not reproducibly. Load the result with the spec "kv:<out_path>" or just the path.
+    gensim makes one vocabulary pass plus `params.epochs` training passes over
+    `sentences`; `on_epoch(n)` is called after each. With one worker the vectors are the
+    same on every run; more workers train faster but not reproducibly. The file at
+    `out_path` is complete once its `.json` record beside it exists (gensim may write the
+    array as a second file, so the pair cannot be renamed into place atomically).
     """
     from gensim.models import Word2Vec
+    from gensim.models.callbacks import CallbackAny2Vec
 
-    corpus = list(sentences) if not isinstance(sentences, (list, tuple)) else sentences
-    if not any(corpus):
+    if not any(sentences):
         raise VectorsError("cannot train word2vec: the corpus has no words")
     model = Word2Vec(
-        vector_size=dim, window=window, min_count=min_count, sg=0, workers=workers, seed=seed
+        vector_size=params.dim, window=params.window, min_count=params.min_count, sg=0, workers=workers, seed=params.seed
     )  # sg=0: CBOW
-    model.build_vocab(corpus)
+    model.build_vocab(sentences)
     if len(model.wv) == 0:
-        raise VectorsError(f"no word occurs {min_count} times; lower --min-count")
-    model.train(corpus, total_examples=model.corpus_count, epochs=epochs)
+        raise VectorsError(f"no word occurs {params.min_count} times; lower --min-count")
+
+    class Epochs(CallbackAny2Vec):  # type: ignore[misc]
+        done = 0
+
+        def on_epoch_end(self, model: object) -> None:
+            self.done += 1
+            if on_epoch is not None:
+                on_epoch(self.done)
+
+    model.train(sentences, total_examples=model.corpus_count, epochs=params.epochs, callbacks=[Epochs()])
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    record = out_path.with_suffix(out_path.suffix + ".json")
+    record.unlink(missing_ok=True)
     model.wv.save(str(out_path))
-    return EmbeddingInfo(name=out_path.stem, dim=dim, checksum=_file_checksum(out_path))
+    info = EmbeddingInfo(name=out_path.stem, dim=params.dim, checksum=_file_checksum(out_path), source=f"kv:{out_path.resolve()}")
+    record.write_text(json.dumps({**info.__dict__, "params": params.__dict__}), encoding="utf-8")
+    return info
+
+
+def trained_vectors(out_path: Path) -> EmbeddingInfo | None:
+    """The record of vectors `train_word2vec` finished writing at `out_path`, else None."""
+    if not out_path.exists():
+        return None
+    try:
+        raw = json.loads(out_path.with_suffix(out_path.suffix + ".json").read_text(encoding="utf-8"))
+        return EmbeddingInfo(str(raw["name"]), int(raw["dim"]), str(raw["checksum"]), str(raw["source"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 import numpy as np
 
 from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
-from reranker.embeddings import WordVectors, open_native
+from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError
 from reranker.store import IndexInfo, Store
 from reranker.text import tokenize
@@ -554,3 +554,69 @@ def index_corpus(
             centering=centering,
         )
 
+
+
+def corpus_sentences(corpus: Path, stopwords: frozenset[str]) -> tuple[list[list[str]], int, int]:
+    """(sentences, documents read, lines skipped) of a corpus, for word2vec: one sentence
+    per line of a document, so word windows stay inside a paragraph, tokenized as the
+    topics are."""
+    sentences: list[list[str]] = []
+    documents = skipped = 0
+    for _, item, _ in read_corpus(corpus):
+        if isinstance(item, Skipped):
+            skipped += 1
+            continue
+        documents += 1
+        sentences.extend(tokens for line in item.full_text.splitlines() if (tokens := tokenize(line, stopwords)))
+    return sentences, documents, skipped
+
+
+@dataclass(frozen=True)
+class TrainedVectors:
+    """Word vectors trained on a corpus: what they are, where, and from how much text."""
+
+    info: EmbeddingInfo
+    path: Path
+    documents: int  # 0 when an earlier run's vectors were reused
+    sentences: int
+    reused: bool
+
+
+def trained_vectors_path(corpus: Path, data_dir: Path, params: Word2VecParams, stopwords: frozenset[str]) -> Path:
+    """Where `train_corpus_vectors` keeps the vectors of this corpus and settings: the
+    name is a digest of the corpus file's bytes, the parameters and the stop list, so the
+    same command reuses them and any change trains anew."""
+    digest = hashlib.sha256()
+    try:
+        with corpus.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise InputError(f"cannot read corpus: {exc.strerror}", str(corpus)) from None
+    digest.update(json.dumps([params.__dict__, sorted(stopwords)]).encode())
+    return data_dir / "word2vec" / f"{corpus.stem}-{digest.hexdigest()[:16]}.kv"
+
+
+def train_corpus_vectors(
+    corpus: Path,
+    data_dir: Path,
+    stopwords: frozenset[str],
+    params: Word2VecParams = Word2VecParams(),
+    *,
+    workers: int = 1,
+    show_progress: bool = False,
+) -> TrainedVectors:
+    """CBOW word2vec trained on `corpus` (the paper's domain vectors), saved under
+    `<data_dir>/word2vec/`; an earlier run's vectors of the same corpus and
+    settings are reused. Raises InputError for an unreadable corpus, VectorsError when it has no words.
+    """
+    from tqdm import tqdm
+
+    path = trained_vectors_path(corpus, data_dir, params, stopwords)
+    done = trained_vectors(path)
+    if done is not None:
+        return TrainedVectors(done, path, 0, 0, reused=True)
+    sentences, documents, _ = corpus_sentences(corpus, stopwords)
+    with tqdm(total=params.epochs, unit="epoch", desc="training word2vec", disable=not show_progress, leave=False) as bar:
+        info = train_word2vec(sentences, path, params, workers=workers, on_epoch=lambda _: bar.update(1))
+    return TrainedVectors(info, path, documents, len(sentences), reused=False)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 import numpy as np
 
 from reranker.embeddings import WordVectors
-from reranker.errors import DocumentNotFoundError, IndexOutdatedError, RankerUnavailableError
+from reranker.config import DEFAULT_VECTORS
+from reranker.errors import DocumentNotFoundError, IndexMismatchError, IndexOutdatedError, RankerUnavailableError, VectorsError
 from reranker.rankers import (
     CandidateSet,
     Formula,
@@ -68,14 +69,23 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
     """Vectors, store and stop list as `settings` say.
 
     `store_name` (see `open_store`) may depend on the vectors: evaluation keeps one index
-    per data set and vectors.
+    per data set and vectors. Otherwise, with no vectors in `settings`, the engine uses
+    the ones the index was built with (see `vectors_spec`).
     """
     from reranker.embeddings import load_vectors
     from reranker.store import open_store
     from reranker.text import load_stopwords
 
-    vectors = load_vectors(settings.vectors, settings.data_dir / "vectors")
-    store = open_store(settings, store_name(vectors) if callable(store_name) else store_name)
+    if callable(store_name):
+        vectors = load_vectors(settings.vectors or DEFAULT_VECTORS, settings.data_dir / "vectors")
+        store = open_store(settings, store_name(vectors))
+    else:
+        store = open_store(settings, store_name)
+        try:
+            vectors = load_vectors(vectors_spec(settings, store), settings.data_dir / "vectors")
+        except BaseException:
+            store.close()
+            raise
     return Engine(
         store=store,
         vectors=vectors,
@@ -83,6 +93,33 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
         ranker_options=RankerOptions(fusion_weight=settings.fusion_weight, wmd_budget_ms=settings.wmd_budget_ms),
         data_dir=settings.data_dir,
     )
+
+
+def vectors_spec(settings: "Settings", store: Store) -> str:
+    """The word vectors to load for `store`: the ones `settings` name; else the ones the
+    index records it was built with (an index remembers its vectors); else, for a new
+    index or one built before indexes recorded where their vectors live, the bundled GloVe.
+
+    Raises VectorsError when the recorded vectors are no longer where they were.
+    """
+    from reranker.embeddings import parse_spec
+
+    if settings.vectors:
+        return settings.vectors
+    try:
+        info = store.index_info()
+    except IndexMismatchError:  # a store of an older layout, which recorded no source
+        return DEFAULT_VECTORS  # (using it says what to do; `index --rebuild` replaces it)
+    if info is None or not info.embedding.source:
+        return DEFAULT_VECTORS
+    source = info.embedding.source
+    _, path = parse_spec(source)
+    if path is not None and not path.exists():
+        raise VectorsError(
+            f"the index was built with word vectors {info.embedding.name!r} from {path}, which is not there now; "
+            "copy them back, pass --vectors (RERANKER_VECTORS) with the same vectors, or rebuild the index"
+        )
+    return source
 
 
 K = TypeVar("K")

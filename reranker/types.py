@@ -17,11 +17,17 @@ FloatArray = npt.NDArray[np.float32]
 
 @dataclass(frozen=True)
 class EmbeddingInfo:
-    """Which word vectors produced a set of topics: an index records it, a query checks it."""
+    """Which word vectors produced a set of topics: an index records it, a query checks it.
+
+    source: how to open the same vectors again (the bundled name, or a format-prefixed
+    absolute path), so later commands use the index's vectors without being told. Not
+    part of identity: the checksum says whether two vectors are the same.
+    """
 
     name: str
     dim: int
     checksum: str
+    source: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,60 @@ def test_train_word2vec_then_use_the_vectors(data_dir: Path, tmp_path: Path) -> 
     assert code == 0 and out_path.exists() and "CBOW" in out
     code, out = run(data_dir, "--vectors", str(out_path), "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
     assert code == 0 and "indexed 25" in out
+    # The index remembers its vectors: no --vectors needed from now on.
+    code, out = run(data_dir, "search", "named entity recognition with global features", "--json")
+    assert code == 0 and json.loads(out)["hits"]
+
+
+def test_index_train_vectors_end_to_end(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`index --train-vectors` trains word2vec on the corpus and indexes with it in one
+    command; search, train doc2vec and serve's engine then use those vectors unasked."""
+    from reranker.config import Settings
+    from reranker.pipeline import build_engine
+
+    corpus = SAMPLE / "corpus.jsonl"
+    code, out = run(data_dir, "index", str(corpus), "--train-vectors", "--no-progress")
+    assert code == 0 and "word vectors: trained CBOW word2vec (d=" in out and "on 25 documents" in out
+    assert "indexed 25, unchanged 0, skipped 0" in out
+    trained = list((data_dir / "word2vec").glob("corpus-*.kv"))
+    assert len(trained) == 1
+    engine = build_engine(Settings(data_dir=data_dir))
+    try:
+        built = engine.store.index_info()
+        assert built is not None and built.embedding.name == trained[0].stem and built.centering is not None
+        assert engine.vectors.info.checksum == built.embedding.checksum and engine.vectors.dim == built.embedding.dim
+    finally:
+        engine.store.close()
+    query = "A maximum entropy named entity recognizer that uses global features from the whole document."
+    code, out = run(data_dir, "search", query, "--json")
+    assert code == 0 and json.loads(out)["ranker"] == "hidden_topics_corrected+bm25" and json.loads(out)["hits"]
+    assert run(data_dir, "train", "doc2vec", str(corpus), "--epochs", "2", "--no-progress")[0] == 0
+    assert run(data_dir, "search", query, "--ranker", "doc2vec+bm25")[0] == 0
+    # The same command again reuses the vectors and finds every document unchanged.
+    code, out = run(data_dir, "index", str(corpus), "--train-vectors", "--no-progress")
+    assert code == 0 and "reused from" in out and "indexed 0, unchanged 25" in out
+    # Another corpus means other vectors: refused before training, unless --rebuild.
+    other = write_jsonl(tmp_path / "other.jsonl", TINY_CORPUS)
+    capsys.readouterr()
+    assert run(data_dir, "index", str(other), "--train-vectors", "--no-progress")[0] == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds 25 documents built with word vectors" in err and "add --rebuild" in err
+    assert len(list((data_dir / "word2vec").glob("*.kv"))) == 1  # nothing trained
+    assert run(data_dir, "--vectors", "glove-6b-50d", "index", str(corpus), "--train-vectors")[0] == 2
+    assert "drop --vectors" in capsys.readouterr().err
+    # Vectors that moved away: one line saying so, not a traceback.
+    trained[0].rename(tmp_path / "moved.kv")
+    assert run(data_dir, "search", query)[0] == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "which is not there now" in err
+
+
+def test_evaluate_can_train_the_datasets_own_vectors(data_dir: Path) -> None:
+    evaluate = ["evaluate", str(SAMPLE), "--json", "--rankers", "bm25,hidden_topics_corrected+bm25", "--train-vectors", "--no-progress"]
+    code, out = run(data_dir, *evaluate)
+    body = json.loads(out)
+    assert code == 0 and body["config"]["vectors"].startswith("corpus-") and body["config"]["dim"] == 100
+    assert run(data_dir, *evaluate)[1] == out  # reused vectors, the same cached index, the same figures
 
 
 def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path: Path) -> None:

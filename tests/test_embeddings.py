@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gensim.models import FastText, KeyedVectors
 
-from reranker.embeddings import WordVectors, load_vectors, parse_spec, train_word2vec
+from reranker.embeddings import Word2VecParams, WordVectors, load_vectors, parse_spec, train_word2vec, trained_vectors
 from reranker.errors import VectorsError
 
 WORDS = ["topic", "summary", "document", "vector", "matrix"]
@@ -98,9 +98,14 @@ def test_missing_or_broken_files_raise_vectors_error(tmp_path: Path) -> None:
 
 def test_train_word2vec_writes_loadable_vectors(tmp_path: Path) -> None:
     sentences = [["hidden", "topics", "summary", "document"], ["summary", "document", "topics"]] * 20
-    info = train_word2vec(sentences, tmp_path / "w2v.kv", dim=12, min_count=1, epochs=2, workers=1)
-    assert info.dim == 12
+    epochs: list[int] = []
+    info = train_word2vec(sentences, tmp_path / "w2v.kv", Word2VecParams(dim=12, min_count=1, epochs=2), on_epoch=epochs.append)
+    assert info.dim == 12 and epochs == [1, 2]
     loaded = load_vectors(str(tmp_path / "w2v.kv"), tmp_path / "cache")
     assert loaded.dim == 12 and "topics" in loaded and loaded.info.checksum == info.checksum
+    # The record beside the file says how to open them again, and that they are complete.
+    assert trained_vectors(tmp_path / "w2v.kv") == info and info.source == f"kv:{(tmp_path / 'w2v.kv').resolve()}"
+    assert loaded.info.source == info.source
+    assert trained_vectors(tmp_path / "missing.kv") is None
     with pytest.raises(VectorsError, match="min-count"):
-        train_word2vec([["once"]], tmp_path / "none.kv", min_count=5)
+        train_word2vec([["once"]], tmp_path / "none.kv", Word2VecParams(min_count=5))

@@ -419,7 +419,11 @@ class OpenSearchStore:
     def _new_meta(self, info: IndexInfo, state: str) -> dict[str, Any]:
         return {
             "schema": SCHEMA_VERSION,
-            "embedding": {"name": info.embedding.name, "dim": info.embedding.dim, "checksum": info.embedding.checksum},
+            "embedding": {
+                "name": info.embedding.name, "dim": info.embedding.dim, "checksum": info.embedding.checksum,
+                # Where the vectors were loaded from, on the host that built the index.
+                "source": info.embedding.source,
+            },
             "k": info.k,
             "topic_dtype": self.config.topic_dtype,
             **({"centering": info.centering.to_json()} if info.centering is not None else {}),
@@ -1029,7 +1033,10 @@ def _info_from_meta(meta: dict[str, Any]) -> IndexInfo | None:
         return None
     try:
         return IndexInfo(
-            embedding=EmbeddingInfo(name=str(embedding["name"]), dim=int(embedding["dim"]), checksum=str(embedding["checksum"])),
+            embedding=EmbeddingInfo(
+                name=str(embedding["name"]), dim=int(embedding["dim"]), checksum=str(embedding["checksum"]),
+                source=str(embedding["source"]) if embedding.get("source") else None,
+            ),
             k=int(meta["k"]),
             doc2vec=Doc2VecInfo.from_json(meta.get("doc2vec")),
             centering=Centering.from_json(meta.get("centering")),
