@@ -14,6 +14,9 @@ thread unless --threads says otherwise:
    asserts that `score(..., variant="code")` equals the loops' scores to 1e-5, and that the
    extracted topics give the reference's importances and scores.
 3. The issue's targets, each with PASS/FAIL.
+4. The common-direction correction (bench/bench_correction.py, run from here too): the
+   corrected scorer against the paper's (target within 1.2x) and the corrected extraction
+   with backgrounds against today's (target within 1.5x), ratios in the same run.
 
 Ratios measured in the same run are the headline: the machine is shared and noisy.
 
@@ -673,7 +676,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "targets": [asdict(t) | {"passed": t.passed} for t in targets],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    return 0 if all(t.passed for t in targets) else 1
+    # The common-direction correction's targets (issue 15), as ratios in this same run.
+    import bench_correction
+
+    print("\nThe correction (bench/bench_correction.py):")
+    corrected = bench_correction.main()
+    return 0 if all(t.passed for t in targets) and corrected == 0 else 1
 
 
 if __name__ == "__main__":

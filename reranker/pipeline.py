@@ -18,7 +18,14 @@ import numpy as np
 
 from reranker.embeddings import WordVectors
 from reranker.config import DEFAULT_VECTORS
-from reranker.errors import DocumentNotFoundError, IndexMismatchError, IndexOutdatedError, RankerUnavailableError, VectorsError
+from reranker.errors import (
+    DocumentNotFoundError,
+    IndexMismatchError,
+    IndexOutdatedError,
+    RankerUnavailableError,
+    StoreUnavailableError,
+    VectorsError,
+)
 from reranker.rankers import (
     CandidateSet,
     Formula,
@@ -76,13 +83,20 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
     from reranker.store import open_store
     from reranker.text import load_stopwords
 
+    provisional = False
     if callable(store_name):
         vectors = load_vectors(settings.vectors or DEFAULT_VECTORS, settings.data_dir / "vectors")
         store = open_store(settings, store_name(vectors))
     else:
         store = open_store(settings, store_name)
         try:
-            vectors = load_vectors(vectors_spec(settings, store), settings.data_dir / "vectors")
+            try:
+                spec, provisional = vectors_spec(settings, store), False
+            except StoreUnavailableError:
+                # Which vectors the index has is unknown until the cluster answers; texts
+                # sent with a request can still be reranked meanwhile.
+                spec, provisional = DEFAULT_VECTORS, True
+            vectors = load_vectors(spec, settings.data_dir / "vectors")
         except BaseException:
             store.close()
             raise
@@ -92,6 +106,7 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
         stopwords=load_stopwords(settings.stopwords_file),
         ranker_options=RankerOptions(fusion_weight=settings.fusion_weight, wmd_budget_ms=settings.wmd_budget_ms),
         data_dir=settings.data_dir,
+        provisional=provisional,
     )
 
 
@@ -186,6 +201,9 @@ class Engine:
     stopwords: frozenset[str] | None = None
     ranker_options: RankerOptions = field(default_factory=RankerOptions)
     data_dir: Path | None = None  # where trained Doc2Vec models live
+    # The vectors are a stand-in: the store could not say which ones the index was built
+    # with (a cluster that does not answer). A long-lived holder builds the engine again.
+    provisional: bool = False
     # Documents' word ids for WMD, by content: tokenizing a 2,000-word text costs more
     # than scoring it against the bounds, and the same documents come back query after query.
     word_id_cache: LruCache[str, WordIds] = field(

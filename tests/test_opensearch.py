@@ -118,8 +118,10 @@ def test_a_new_version_gets_the_template_mapping_and_records_what_it_was_built_w
     assert body["mappings"]["properties"]["year"] == {"type": "long"}
     assert body["mappings"]["properties"]["venue"]["fields"]["raw"]["type"] == "keyword"
     meta = body["mappings"]["_meta"]["reranker"]
-    assert meta["embedding"] == {"name": glove.info.name, "dim": 50, "checksum": glove.info.checksum}
+    assert meta["embedding"] == {"name": glove.info.name, "dim": 50, "checksum": glove.info.checksum, "source": "glove-6b-50d"}
     assert (meta["k"], meta["topic_dtype"], meta["state"]) == (5, "float32", "ready")
+    built = os_store.index_info()  # read back: where the vectors come from, so later commands need no --vectors
+    assert built is not None and built.embedding == glove.info and built.embedding.source == "glove-6b-50d"
 
 
 # --- bulk indexing, reading back -----------------------------------------------------------

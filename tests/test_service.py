@@ -268,13 +268,22 @@ def test_a_failing_or_slow_ranker_degrades_to_bm25_order(indexed: Path, monkeypa
 
 
 def test_a_cluster_that_is_down_is_a_503_with_retry_after(indexed: Path) -> None:
-    client = create_app(_settings(indexed, OPENSEARCH_URL="http://127.0.0.1:9", OPENSEARCH_RETRIES="0")).test_client()
+    from reranker.pipeline import build_engine
+
+    settings = _settings(indexed, OPENSEARCH_URL="http://127.0.0.1:9", OPENSEARCH_RETRIES="0")
+    client = create_app(settings).test_client()
     for path, body in [("/search", {"query": QUERY}), ("/rerank", {"query": QUERY, "documents": [{"id": "x"}]})]:
         answer = client.post(path, json=body)
         assert "cannot reach OpenSearch" in _error(answer, 503, "store_unavailable_exception")
         assert answer.headers["Retry-After"] == "5"
     # Texts need no store: reranking them still works with the cluster down.
     assert client.post("/rerank", json={"query": QUERY, "documents": ["ships at sea"]}).status_code == 200
+    # ... with stand-in vectors, since the index cannot say which it was built with; the
+    # service builds its engine again on the next request instead of keeping these.
+    engine = build_engine(settings)
+    assert engine.provisional and engine.vectors.info.name == "glove-6b-50d"
+    engine.store.close()
+    assert not build_engine(_settings(indexed)).provisional
 
 
 # --- bad input ---------------------------------------------------------------------------

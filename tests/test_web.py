@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import pytest
 from werkzeug.serving import make_server
 
-from reranker.config import Settings
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.service import create_app
 
 from conftest import REPO, SAMPLE, run, write_jsonl
@@ -165,13 +165,13 @@ def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: 
     page.goto("/ui")
     query_box = page.get_by_label("Query (an abstract or a few sentences)")
     expect(page.get_by_label("Left ranker")).to_have_value("bm25")
-    expect(page.get_by_label("Right ranker")).to_have_value("hidden_topics")
+    expect(page.get_by_label("Right ranker")).to_have_value(DEFAULT_RANKER)  # the service's default
     query_box.focus()
     page.keyboard.type(TYPED_QUERY)
     page.keyboard.press("Control+Enter")
     _wait_for_columns(page)
     expect(page.locator("#column-left h2")).to_have_text("bm25")
-    expect(page.locator("#column-right h2")).to_have_text("hidden_topics")
+    expect(page.locator("#column-right h2")).to_have_text(DEFAULT_RANKER)
     left = page.locator("#column-left .hit")
     right = page.locator("#column-right .hit")
     # BM25's column is in BM25 order; the topic column moved some hits, and says how.

@@ -176,13 +176,20 @@ class Runtime:
     # --- long-lived pieces ---------------------------------------------------------------
 
     def engine(self) -> "Engine":
-        """The Engine of this process, built on first use (after gunicorn's fork)."""
+        """The Engine of this process, built on first use (after gunicorn's fork).
+
+        One built while the cluster did not say which vectors its index has serves this
+        request only; the next request asks again.
+        """
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
                     from reranker.pipeline import build_engine
 
-                    self._engine = build_engine(self.settings)
+                    engine = build_engine(self.settings)
+                    if engine.provisional:
+                        return engine
+                    self._engine = engine
         return self._engine
 
     def warm(self) -> None:

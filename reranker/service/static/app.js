@@ -10,7 +10,8 @@
 "use strict";
 
 (function () {
-  const DEFAULT_PAIR = ["bm25", "hidden_topics"];
+  // The compare view opens on the first stage against the service's default ranker.
+  const BASELINE = "bm25";
   const PAGE_SIZE = 10;
   const EXPLAIN_TOPICS = 5;
   const CLIENT_ID_KEY = "reranker.client_id";
@@ -199,7 +200,7 @@
       return;
     }
     state.rankers = listed.value.rankers.map((r) => r.name);
-    let pair = DEFAULT_PAIR.filter((name) => state.rankers.includes(name));
+    let pair = [BASELINE, listed.value.default].filter((name) => state.rankers.includes(name));
     if (experiments.status === "fulfilled") {
       const running = (experiments.value.experiments || []).find((e) => e.status === "running");
       if (running && running.rankers.every((name) => state.rankers.includes(name))) pair = running.rankers;
