@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
@@ -43,6 +47,76 @@ def vectors_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def glove(vectors_cache: Path) -> WordVectors:
     """The bundled GloVe 6B 50-d vectors, converted once per test session."""
     return load_vectors("glove-6b-50d", vectors_cache)
+
+
+class ClusterProxy:
+    """A real HTTP proxy in front of the cluster that records every request it is sent
+    and misbehaves on chosen _bulk requests.
+
+    plan: one entry per _bulk request, in order: "429" (whole request rejected),
+    "items429" (200, every item rejected with 429), "drop" (connection closed without an
+    answer), "413" (request too large unless under `max_bytes`), or "ok" (forwarded).
+    requests: (method, path, body) of every request that reached the proxy.
+    """
+
+    def __init__(self, target: str, plan: list[str] | None = None, max_bytes: int = 0) -> None:
+        self.target, self.plan, self.max_bytes = target.rstrip("/"), list(plan or []), max_bytes
+        self.bulk_sizes: list[int] = []
+        self.authorization: list[str | None] = []
+        self.requests: list[tuple[str, str, bytes]] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                proxy.authorization.append(self.headers.get("Authorization"))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                proxy.requests.append((self.command, self.path, body or b""))
+                if "_bulk" in self.path:
+                    proxy.bulk_sizes.append(length)
+                    step = proxy.plan.pop(0) if proxy.plan else "ok"
+                    if step == "413" and length > proxy.max_bytes:
+                        return self._reply(413, {"error": {"type": "content_too_long", "reason": "too large"}, "status": 413})
+                    if step == "429":
+                        return self._reply(429, {"error": {"type": "rejected_execution_exception", "reason": "queue full"}, "status": 429})
+                    if step == "items429":
+                        lines = [json.loads(line) for line in (body or b"").splitlines() if line.strip()]
+                        items = [{"index": {"_id": a["index"]["_id"], "status": 429, "error": {"type": "rejected_execution_exception", "reason": "busy"}}} for a in lines[::2]]
+                        return self._reply(200, {"took": 1, "errors": True, "items": items})
+                    if step == "drop":
+                        self.close_connection = True
+                        self.connection.close()
+                        return
+                request = urllib.request.Request(proxy.target + self.path, data=body, method=self.command)
+                for name in ("Content-Type",):
+                    if self.headers.get(name):
+                        request.add_header(name, self.headers[name])
+                try:
+                    with urllib.request.urlopen(request) as answer:
+                        self._reply(answer.status, answer.read(), raw=True)
+                except urllib.error.HTTPError as error:
+                    self._reply(error.code, error.read(), raw=True)
+
+            def _reply(self, status: int, payload: Any, raw: bool = False) -> None:
+                data = payload if raw else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class InterruptAfter:

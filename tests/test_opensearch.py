@@ -10,10 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
-import urllib.request
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,7 +27,7 @@ from reranker.store.opensearch import OpenSearchStore, decode_topics, document_s
 from reranker.store.templates import load_templates
 from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
 
-from conftest import REPO, TINY_CORPUS, InterruptAfter, run, write_jsonl
+from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, write_jsonl
 
 PAPERS = [
     dict(TINY_CORPUS[0], year=1998, venue="Maritime Review", tags=[], editor=None),
@@ -310,7 +307,7 @@ def test_a_missing_alias_says_to_index_first(os_store: OpenSearchStore) -> None:
 
 def test_credentials_are_sent_but_never_logged(osmem_clone: Any, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    proxy = FlakyProxy(osmem_clone.url, [])
+    proxy = ClusterProxy(osmem_clone.url, [])
     try:
         base = OpenSearchSettings(hosts=(proxy.url,), alias="auth")
         OpenSearchStore(replace(base, username="u", password="pw-basic-123")).install_templates()
@@ -330,77 +327,11 @@ def test_the_client_is_created_lazily_and_again_after_a_fork(os_store: OpenSearc
     assert os_store.client is not first
 
 
-class FlakyProxy:
-    """A real HTTP proxy in front of the cluster that misbehaves on chosen _bulk requests.
-
-    plan: one entry per _bulk request, in order: "429" (whole request rejected),
-    "items429" (200, every item rejected with 429), "drop" (connection closed without an
-    answer), "413" (request too large unless under `max_bytes`), or "ok" (forwarded).
-    """
-
-    def __init__(self, target: str, plan: list[str], max_bytes: int = 0) -> None:
-        self.target, self.plan, self.max_bytes = target.rstrip("/"), list(plan), max_bytes
-        self.bulk_sizes: list[int] = []
-        self.authorization: list[str | None] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _handle(self) -> None:
-                proxy.authorization.append(self.headers.get("Authorization"))
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                if "_bulk" in self.path:
-                    proxy.bulk_sizes.append(length)
-                    step = proxy.plan.pop(0) if proxy.plan else "ok"
-                    if step == "413" and length > proxy.max_bytes:
-                        return self._reply(413, {"error": {"type": "content_too_long", "reason": "too large"}, "status": 413})
-                    if step == "429":
-                        return self._reply(429, {"error": {"type": "rejected_execution_exception", "reason": "queue full"}, "status": 429})
-                    if step == "items429":
-                        lines = [json.loads(line) for line in (body or b"").splitlines() if line.strip()]
-                        items = [{"index": {"_id": a["index"]["_id"], "status": 429, "error": {"type": "rejected_execution_exception", "reason": "busy"}}} for a in lines[::2]]
-                        return self._reply(200, {"took": 1, "errors": True, "items": items})
-                    if step == "drop":
-                        self.close_connection = True
-                        self.connection.close()
-                        return
-                request = urllib.request.Request(proxy.target + self.path, data=body, method=self.command)
-                for name in ("Content-Type",):
-                    if self.headers.get(name):
-                        request.add_header(name, self.headers[name])
-                try:
-                    with urllib.request.urlopen(request) as answer:
-                        self._reply(answer.status, answer.read(), raw=True)
-                except urllib.error.HTTPError as error:
-                    self._reply(error.code, error.read(), raw=True)
-
-            def _reply(self, status: int, payload: Any, raw: bool = False) -> None:
-                data = payload if raw else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.parametrize("plan", [["429", "429"], ["items429"], ["drop", "drop", "drop", "drop", "drop"]])
 def test_bulk_retries_with_back_off_on_429_and_connection_errors(
     plan: list[str], osmem_clone: Any, tmp_path: Path, glove: WordVectors
 ) -> None:
-    proxy = FlakyProxy(osmem_clone.url, plan)
+    proxy = ClusterProxy(osmem_clone.url, plan)
     sleeps: list[float] = []
     try:
         store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="flaky", retries=3), sleep=sleeps.append)
@@ -412,7 +343,7 @@ def test_bulk_retries_with_back_off_on_429_and_connection_errors(
 
 
 def test_bulk_gives_up_on_a_dead_cluster_with_a_clear_error(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
-    proxy = FlakyProxy(osmem_clone.url, ["drop"] * 100)
+    proxy = ClusterProxy(osmem_clone.url, ["drop"] * 100)
     try:
         store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="dead", retries=1), sleep=lambda s: None)
         with pytest.raises(StoreUnavailableError, match="what was written is kept, rerun to resume"):
@@ -423,7 +354,7 @@ def test_bulk_gives_up_on_a_dead_cluster_with_a_clear_error(osmem_clone: Any, tm
 
 def test_a_413_halves_the_bulk_request(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
     # One document (topics, corrected topics) is about 4 KB: the three go as one request first.
-    proxy = FlakyProxy(osmem_clone.url, ["413"] * 10, max_bytes=6_000)
+    proxy = ClusterProxy(osmem_clone.url, ["413"] * 10, max_bytes=6_000)
     try:
         store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="big", bulk_bytes=40_000), sleep=lambda s: None)
         report = index_papers(tmp_path, store, glove)

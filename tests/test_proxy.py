@@ -8,6 +8,7 @@ Tests that need other settings build their own app (cheap: the engine is lazy).
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,7 +25,7 @@ from reranker.service import create_app
 from reranker.service.search_requests import query_text
 from reranker.store.opensearch import OpenSearchStore
 
-from conftest import TINY_CORPUS, write_jsonl
+from conftest import TINY_CORPUS, ClusterProxy, write_jsonl
 
 CORPUS = [
     dict(TINY_CORPUS[0], year=1998, venue="Maritime Review"),
@@ -414,6 +415,60 @@ def test_only_the_allowed_indices_are_searched(client: FlaskClient, papers: tupl
     assert custom.post("/papers/_search", json=summary("ocean")).status_code == 200
     assert custom.post("/_search", json=summary("ocean")).status_code == 200
     assert make_app(papers, RERANKER_PROXY_INDICES="other").test_client().post("/_search", json=summary("ocean")).status_code == 403
+
+
+# Every place a search body can name another index to read from (OpenSearch query DSL).
+READS_ANOTHER_INDEX = [
+    {"query": {"terms": {"_id": {"index": "secret", "id": "2", "path": "tag"}}}},  # terms lookup
+    {"query": {"more_like_this": {"fields": ["text"], "like": [{"_index": "secret", "_id": "3"}], "min_term_freq": 1}}},
+    {"query": {"more_like_this": {"fields": ["text"], "like": "ships", "unlike": [{"_index": "secret", "_id": "3"}]}}},
+    {"query": {"more_like_this": {"fields": ["text"], "like": {"_index": "secret", "doc": {"text": "ships"}}}}},
+    {"query": {"geo_shape": {"where": {"indexed_shape": {"index": "secret", "id": "2", "path": "shape"}}}}},
+    {"query": {"shape": {"where": {"indexed_shape": {"index": "secret", "id": "2", "path": "shape"}}}}},
+    {"query": {"percolate": {"field": "query", "index": "secret", "id": "2"}}},
+    {"query": {"pinned": {"docs": [{"_index": "secret", "_id": "2"}], "organic": {"match_all": {}}}}},
+    {"query": {"bool": {"should": [{"match": {"text": "ships"}}, {"terms": {"tag": {"index": "secret", "id": "2", "path": "tag"}}}]}}},
+    {"query": {"match": {"text": "ships"}}, "aggs": {"a": {"filter": {"terms": {"_id": {"index": "sec*", "id": "2", "path": "tag"}}}}}},
+    {"query": {"more_like_this": {"fields": ["text"], "like": [{"_index": ["papers", "secret"], "_id": "3"}]}}},
+]
+
+
+@pytest.fixture
+def recorded(papers: tuple[str, Path]) -> Iterator[tuple[FlaskClient, ClusterProxy]]:
+    """A client of a proxy app whose cluster requests pass through a recording proxy,
+    with a canary index `secret` in the cluster that no search may read."""
+    url, _ = papers
+    urllib.request.urlopen(urllib.request.Request(f"{url}/secret/_doc/2?refresh=true", data=json.dumps({"tag": "canary", "text": "ships"}).encode(), method="PUT", headers={"Content-Type": "application/json"})).close()
+    recorder = ClusterProxy(url)
+    try:
+        yield make_app((recorder.url, papers[1])).test_client(), recorder
+    finally:
+        recorder.close()
+        urllib.request.urlopen(urllib.request.Request(f"{url}/secret", method="DELETE")).close()
+
+
+@pytest.mark.parametrize("body", READS_ANOTHER_INDEX)
+def test_a_search_cannot_read_an_index_that_is_not_allowed(recorded: tuple[FlaskClient, ClusterProxy], body: dict[str, Any]) -> None:
+    client, recorder = recorded
+    for path, data in [("/papers/_search", json.dumps(body)), ("/papers/_msearch", "{}\n" + json.dumps(body) + "\n")]:
+        answer = client.post(path, data=data, content_type="application/json")
+        assert answer.status_code == 403, (path, answer.get_json())
+        error = answer.get_json()["error"]
+        assert error["type"] == "security_exception" and "reads another index" in error["reason"] and "RERANKER_PROXY_INDICES" in error["reason"]
+    # Refused before any search was sent (the service may have read the alias's metadata).
+    reads = [(method, path) for method, path, sent in recorder.requests
+             if b"secret" in sent or "secret" in path or any(api in path for api in ("_search", "_msearch", "_mget"))]
+    assert reads == []
+
+
+def test_searches_naming_allowed_indices_or_fields_called_index_still_pass(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+    client, recorder = recorded
+    allowed = {"query": {"more_like_this": {"fields": ["text"], "like": [{"_index": "papers", "_id": "ships"}], "min_term_freq": 1, "min_doc_freq": 1}}}
+    assert client.post("/papers/_search", json=allowed).status_code == 200
+    a_field_called_index = {"query": {"bool": {"should": [{"match": {"index": "ships"}}, {"term": {"index": {"value": "x"}}}]}}}
+    assert client.post("/papers/_search", json=a_field_called_index).status_code == 200
+    assert recorder.requests  # these did reach the cluster
+    assert client.post("/papers/_search", json={"query": {"ids": {"values": ["ships"]}}, "x": {"_index": 3}}).status_code == 400
 
 
 @pytest.mark.parametrize(

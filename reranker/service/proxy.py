@@ -48,6 +48,7 @@ from reranker.service.inputs import json_object
 from reranker.service.reranking import Deadline, Runtime, status_fields
 from reranker.service.search_requests import (
     Search,
+    check_body_indices,
     check_indices,
     hits_from_mget,
     hits_of,
@@ -254,7 +255,9 @@ def search(index: str | None = None) -> Response:
     store = cluster(rt)
     deadline = Deadline(rt.limits.deadline_ms)
     params = url_params()
-    body, options = rerank_options(json_object(required=False), rt)
+    raw = json_object(required=False)
+    check_body_indices(raw, rt.settings)
+    body, options = rerank_options(raw, rt)
     offset, size = page_bounds(body, params)
     wanted = Search(expression, body, params, offset, size, options)
     how = plan(rt, store, wanted, experiments=True)

@@ -86,6 +86,40 @@ def check_indices(expression: str, settings: Settings) -> str:
     return expression
 
 
+def check_body_indices(body: Any, settings: Settings, where: str = "") -> None:
+    """ApiError 403 if a search body names an index that is not allowed.
+
+    Several queries read documents of another index than the one searched: a terms lookup
+    (`terms: {FIELD: {"index", "id", "path"}}`), `more_like_this` documents in `like` /
+    `unlike` (`{"_index", "_id"}`), an indexed shape (`geo_shape` / `shape`:
+    `indexed_shape: {"index", "id"}`), `percolate` with a stored document (`"index", "id"`),
+    and `pinned` documents (`docs: [{"_index", "_id"}]`). Rather than list queries (new ones
+    come with plugins and versions), every object of the body is checked by shape: an
+    `_index` string anywhere, and an `index` string beside an `id` (how each of these
+    names a stored document). A field that happens to be called `index` is refused only
+    beside a field called `id` in the same object, which no query clause has.
+    """
+    stack: list[tuple[Any, str]] = [(body, where)]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            named = [value["_index"]] if "_index" in value else []
+            if "index" in value and "id" in value:
+                named.append(value["index"])
+            for name in named:
+                names = name if isinstance(name, list) else [name]
+                for part in names:
+                    if not isinstance(part, str):
+                        raise bad_request(f"[{path}] names an index that is not a string: {part!r}")
+                    try:
+                        check_indices(part, settings)
+                    except ApiError as exc:
+                        raise ApiError(403, exc.type, f"[{path or 'body'}] reads another index: {exc.reason}") from None
+            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in value.items())
+        elif isinstance(value, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(value))
+
+
 # --- reading a search -------------------------------------------------------------------
 
 
@@ -307,6 +341,7 @@ def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict
             if not isinstance(index, str):
                 raise bad_request("[index] must be a string or an array of strings")
             check_indices(index, rt.settings)
+            check_body_indices(body, rt.settings)
             body, options = rerank_options(body, rt)
             offset, size = page_bounds(body, {})
         except ApiError as exc:
