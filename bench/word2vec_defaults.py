@@ -9,7 +9,9 @@ against BM25. Every figure comes from the CLI, so each row can be re-run by hand
 
 The choice rule is fixed before looking (the held-out data is another summary-to-paper
 set): the smallest, fastest configuration whose mean nDCG@10 of the default ranker over
-both sets is within 0.005 of the best mean, and which loses to BM25 on neither set.
+both sets is within 0.005 of the best mean. Whether it beats BM25 on each set is printed
+beside it: that decides whether domain vectors may be the product's default vectors (the
+bundled GloVe is), not which training settings are best.
 
 Usage:
   python bench/word2vec_defaults.py --data-dir /tmp/w2v-sweep          # full grid, ~1 h
@@ -94,14 +96,11 @@ def main() -> int:
     print()
     print(table([*headers, "mean default"], rows))
     best = max(means.values())
-    eligible = [
-        config for config in grid
-        if means[config] >= best - TOLERANCE
-        and all(results[name][config][DEFAULT_RANKER] >= results[name][config]["bm25"] for name in sets)
-    ]  # fmt: skip
-    choice = min(eligible, key=lambda c: c[0] * c[1]) if eligible else None
-    print(f"\nbest mean {best:.3f}; choice (smallest within {TOLERANCE} of it, never below BM25): "
-          f"{'none' if choice is None else f'd={choice[0]}, {choice[1]} epochs'}")  # fmt: skip
+    eligible = [config for config in grid if means[config] >= best - TOLERANCE]
+    choice = min(eligible, key=lambda c: c[0] * c[1])
+    beats = [name for name in sets if results[name][choice][DEFAULT_RANKER] > results[name][choice]["bm25"]]
+    print(f"\nbest mean {best:.3f}; choice (the smallest within {TOLERANCE} of it): d={choice[0]}, {choice[1]} epochs; "
+          f"its default ranker beats BM25 on: {', '.join(beats) or 'neither set'}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({name: {f"d{d}-e{e}": row for (d, e), row in rows_.items()} for name, rows_ in results.items()}, indent=1))
     return 0
