@@ -72,9 +72,10 @@ ENVIRONMENT: dict[str, str] = {
     # The HTTP service (reranker serve, gunicorn.conf.py).
     "RERANKER_BIND": "service address HOST:PORT (default 127.0.0.1:8000; the container sets 0.0.0.0:8000)",
     "RERANKER_WORKERS": "gunicorn worker processes (default: CPU count)",
-    "RERANKER_THREADS": "threads per worker (default 4)",
+    "RERANKER_THREADS": "threads per worker (default 8; one is kept for health checks)",
     "RERANKER_TIMEOUT": "seconds before gunicorn restarts a stuck worker (default 30)",
     "RERANKER_DEADLINE_MS": "time a request may spend reranking before it falls back to BM25 order (default 2000)",
+    "RERANKER_CLUSTER_BUDGET_MS": "time beyond the deadline a request may still wait on OpenSearch before a 503 (default 3000)",
     "RERANKER_MAX_BODY_BYTES": "largest request body accepted, else 413 (default 10000000)",
     "RERANKER_MAX_DOCUMENTS": "most documents one rerank request may carry (default 1000)",
     "RERANKER_MAX_TEXT_CHARS": "longest query or document text accepted, in characters (default 1000000)",
@@ -207,9 +208,12 @@ class ServiceSettings:
 
     bind: str = "127.0.0.1:8000"
     workers: int = 2
-    threads: int = 4
+    threads: int = 8
     timeout: int = 30
     deadline_ms: int = 2000
+    # Beyond the deadline, how long a request may still wait on the cluster: every cluster
+    # call a request makes must end by its start + deadline_ms + cluster_budget_ms.
+    cluster_budget_ms: int = 3000
     max_body_bytes: int = 10_000_000
     max_documents: int = 1000
     max_text_chars: int = 1_000_000
@@ -233,9 +237,10 @@ class ServiceSettings:
         return cls(
             bind=env.get("RERANKER_BIND") or cls.bind,
             workers=_int(env, "RERANKER_WORKERS", os.cpu_count() or 1),
-            threads=_int(env, "RERANKER_THREADS", 4),
+            threads=_int(env, "RERANKER_THREADS", 8),
             timeout=_int(env, "RERANKER_TIMEOUT", 30),
             deadline_ms=_int(env, "RERANKER_DEADLINE_MS", 2000),
+            cluster_budget_ms=_int(env, "RERANKER_CLUSTER_BUDGET_MS", 3000, minimum=0),
             max_body_bytes=_int(env, "RERANKER_MAX_BODY_BYTES", 10_000_000, minimum=1024),
             max_documents=_int(env, "RERANKER_MAX_DOCUMENTS", 1000),
             max_text_chars=_int(env, "RERANKER_MAX_TEXT_CHARS", 1_000_000),

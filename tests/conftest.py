@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -56,11 +57,13 @@ class ClusterProxy:
     plan: one entry per _bulk request, in order: "429" (whole request rejected),
     "items429" (200, every item rejected with 429), "drop" (connection closed without an
     answer), "413" (request too large unless under `max_bytes`), or "ok" (forwarded).
-    requests: (method, path, body) of every request that reached the proxy.
+    delay: seconds to wait before forwarding a request whose path contains the key (a
+    slow cluster). requests: (method, path, body) of every request that reached the proxy.
     """
 
-    def __init__(self, target: str, plan: list[str] | None = None, max_bytes: int = 0) -> None:
+    def __init__(self, target: str, plan: list[str] | None = None, max_bytes: int = 0, delay: dict[str, float] | None = None) -> None:
         self.target, self.plan, self.max_bytes = target.rstrip("/"), list(plan or []), max_bytes
+        self.delay = dict(delay or {})
         self.bulk_sizes: list[int] = []
         self.authorization: list[str | None] = []
         self.requests: list[tuple[str, str, bytes]] = []
@@ -75,6 +78,9 @@ class ClusterProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 proxy.requests.append((self.command, self.path, body or b""))
+                for part, seconds in proxy.delay.items():
+                    if part in self.path:
+                        time.sleep(seconds)
                 if "_bulk" in self.path:
                     proxy.bulk_sizes.append(length)
                     step = proxy.plan.pop(0) if proxy.plan else "ok"

@@ -27,6 +27,13 @@ from flask import Flask, g, request
 from flask.wrappers import Response
 
 from reranker.config import Settings
+from reranker.store import end_time_limit, start_time_limit
+
+# Routes that answer from this process alone: they never wait on the cluster or a ranker,
+# so they need no time limit and no search slot, and they answer while searches are stuck.
+LOCAL_ENDPOINTS = frozenset({"api.root", "api.healthz", "api.metrics", "api.openapi", "web.page", "web.static"})
+# /readyz asks the cluster, but a probe must get its answer within a second or two.
+READINESS_SECONDS = 1.5
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -52,9 +59,38 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(web.blueprint)
     app.register_blueprint(proxy.blueprint)  # last: its routes include catch-alls
 
+    runtime = app.extensions["reranker"]
+    limits = settings.service
+
     @app.before_request
     def _start_clock() -> None:
         g.started = time.perf_counter()
+        endpoint = request.endpoint or ""
+        if endpoint in LOCAL_ENDPOINTS:
+            return
+        if endpoint == "api.readyz":
+            seconds = READINESS_SECONDS
+        else:
+            # One thread of each worker is kept for the routes above: a request that
+            # finds every other one busy is turned away at once, not queued behind them.
+            if not runtime.slots.acquire(blocking=False):
+                raise errors.ApiError(
+                    429, "rejected_execution_exception",
+                    f"this worker is busy: all {runtime.slot_count} of its request threads are taken "
+                    "(one more is kept for health checks); retry shortly",
+                    headers={"Retry-After": "1"},
+                )
+            g.slot = True
+            seconds = (limits.deadline_ms + limits.cluster_budget_ms) / 1000
+        g.time_limit = start_time_limit(seconds)
+
+    @app.teardown_request
+    def _release(_: BaseException | None) -> None:
+        token = g.pop("time_limit", None)
+        if token is not None:
+            end_time_limit(token)
+        if g.pop("slot", False):
+            runtime.slots.release()
 
     @app.after_request
     def _count(response: Response) -> Response:

@@ -14,6 +14,7 @@ error. Only a first stage that cannot run (the cluster is down) is an error (503
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import threading
@@ -171,6 +172,10 @@ class Runtime:
         # Rerank jobs run here so that a request can stop waiting at its deadline; a job
         # that overruns finishes in the background (jobs check the deadline and stop early).
         self._pool = ThreadPoolExecutor(max_workers=max(2, settings.service.threads), thread_name_prefix="rerank")
+        # Requests that may wait on the cluster or a ranker, at once: one thread fewer
+        # than the server has, so /healthz always finds one (see create_app).
+        self.slot_count = max(1, settings.service.threads - 1)
+        self.slots = threading.BoundedSemaphore(self.slot_count)
         self.experiments = Experiments(settings)
 
     # --- long-lived pieces ---------------------------------------------------------------
@@ -239,7 +244,9 @@ class Runtime:
             deadline.check()
             return engine.rerank(query, candidates, ranker)
 
-        future = self._pool.submit(job)
+        # The job runs in a copy of this request's context: its store calls keep the
+        # request's time limit.
+        future = self._pool.submit(contextvars.copy_context().run, job)
         try:
             ranking = future.result(timeout=deadline.remaining())
         except RankerUnavailableError:

@@ -9,9 +9,12 @@ the cluster, topic matrices as base64 `binary` fields) is selected by
 from __future__ import annotations
 
 import re
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -34,6 +37,38 @@ from reranker.types import (
 # numbers are not counted), on every store: a summary has about 90, an abstract rarely
 # 300, and a longer query would otherwise cost time in proportion to its length.
 MAX_QUERY_TERMS = 300
+
+# When the store calls of the current request must have ended (time.monotonic()), or None.
+_DEADLINE: ContextVar[float | None] = ContextVar("reranker_store_deadline", default=None)
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Store calls made inside (in this thread, or in a thread that runs a copy of this
+    context) must end within `seconds` from now: a cluster call gets only the time left
+    and fails with StoreUnavailableError when none is. The embedded store needs no limit:
+    its first stage is bounded by MAX_QUERY_TERMS."""
+    token = start_time_limit(seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def start_time_limit(seconds: float) -> Token[float | None]:
+    """`time_limit` for code that starts and ends it in two places (a request's hooks);
+    pass the token to `end_time_limit`."""
+    return _DEADLINE.set(time.monotonic() + seconds)
+
+
+def end_time_limit(token: Token[float | None]) -> None:
+    _DEADLINE.reset(token)
+
+
+def time_left() -> float | None:
+    """Seconds left under the current `time_limit`, or None when there is none."""
+    deadline = _DEADLINE.get()
+    return None if deadline is None else deadline - time.monotonic()
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Callable, Iterable, Mapping, Sequence
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from reranker.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, time_left
 from reranker.store.templates import Templates, load_templates
 from reranker.text import tokenize
 from reranker.types import (
@@ -886,8 +886,11 @@ class OpenSearchStore:
         """
         from opensearchpy import exceptions as ose
 
+        # The parameters go into the URL here: given to opensearch-py, it would take
+        # `timeout`, `request_timeout` and `ignore` for itself instead of sending them.
+        url = f"{path}?{urlencode(params)}" if params else path
         try:
-            return 200, self.client.transport.perform_request(method, path, params=dict(params or {}), body=body)
+            return 200, self.client.transport.perform_request(method, url, body=body)
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
             raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} (search): {_reason(exc)}") from None
         except ose.AuthenticationException:
@@ -962,15 +965,43 @@ class OpenSearchStore:
 # --- helpers ---------------------------------------------------------------------------
 
 
+def _budgeted_transport() -> type:
+    """opensearch-py's Transport, with every request bounded by the caller's `time_limit`."""
+    from opensearchpy import Transport
+    from opensearchpy.exceptions import ConnectionTimeout
+
+    class BudgetedTransport(Transport):  # type: ignore[misc]
+        """Each request (all its attempts) gets the smaller of OPENSEARCH_TIMEOUT and the
+        time left to the request that needs it, so a cluster that hangs costs a request at
+        most its deadline plus RERANKER_CLUSTER_BUDGET_MS, never timeout x attempts."""
+
+        def perform_request(self, method: str, url: str, params: Any = None, body: Any = None, timeout: Any = None, ignore: Any = (), headers: Any = None) -> Any:
+            left = time_left()
+            if left is not None:
+                if left <= 0:
+                    raise ConnectionTimeout("TIMEOUT", "no time left for the cluster within this request's budget", None)
+                configured = timeout or self.kwargs.get("timeout")
+                timeout = left if configured is None else min(float(configured), left)
+            return super().perform_request(method, url, params=params, body=body, timeout=timeout, ignore=ignore, headers=headers)
+
+    return BudgetedTransport
+
+
 def make_client(config: OpenSearchSettings) -> Any:
-    """An opensearch-py client for `config` (TLS verified unless told otherwise)."""
+    """An opensearch-py client for `config` (TLS verified unless told otherwise).
+
+    Retries: a connection that fails is retried (up to OPENSEARCH_RETRIES, each within the
+    caller's time limit); a read that times out is not, because the cluster may still be
+    running the first copy: a slow search retried is the same search run twice.
+    """
     from opensearchpy import OpenSearch
 
     kwargs: dict[str, Any] = {
         "hosts": list(config.hosts),
         "timeout": config.timeout,
         "max_retries": config.retries,
-        "retry_on_timeout": True,
+        "retry_on_timeout": False,
+        "transport_class": _budgeted_transport(),
         "verify_certs": config.verify_certs,
         "ssl_show_warn": config.verify_certs,
         "http_compress": False,
