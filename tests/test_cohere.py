@@ -199,6 +199,7 @@ def test_keys_come_from_a_file_and_none_configured_refuses_all(indexed: Path, tm
         (b'{"query": "", "documents": ["a"]}', 400),
         (b'{"query": "x", "documents": ["a"], "top_n": 0}', 400),
         (b'{"query": "x", "documents": ["a"], "top_n": "all"}', 400),
+        (b'{"query": "x", "documents": ["a"], "top_n": 1e400}', 400),
         (b'{"query": "x", "documents": ["a"], "model": "rerank-v3.5"}', 400),
         (b'{"query": "x", "documents": [{"title": "no text"}]}', 400),
         (b'{"query": "x", "documents": ["a"], "colour": 1}', 400),

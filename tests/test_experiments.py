@@ -135,6 +135,14 @@ def test_a_bad_experiment_is_a_400_that_says_why(client: FlaskClient, body: dict
     assert client.get("/experiments").get_json() == {"experiments": []}
 
 
+def test_numbers_that_overflow_are_a_400(client: FlaskClient) -> None:
+    for raw in (b'{"id": "e", "rankers": ["hidden_topics", "bm25"], "min_queries": 1e400}',
+                b'{"id": "e", "rankers": ["hidden_topics", "bm25"], "traffic": 1e-400, "min_queries": -1e309}'):
+        answer = client.post("/experiments", data=raw, content_type="application/json", headers=AUTH)
+        assert "out of range" in _error(answer, 400, "parse_exception")
+    assert client.get("/experiments").get_json() == {"experiments": []}
+
+
 def test_one_experiment_runs_at_a_time_and_ids_are_unique(client: FlaskClient) -> None:
     _start(client, "first")
     assert "exists already" in _error(client.post("/experiments", json={"id": "first", "rankers": ["bm25", "wmd"]}, headers=AUTH), 409, "conflict_exception")

@@ -461,6 +461,17 @@ def test_a_search_cannot_read_an_index_that_is_not_allowed(recorded: tuple[Flask
     assert reads == []
 
 
+def test_url_parameters_the_client_library_would_keep_reach_the_cluster(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+    """opensearch-py takes `timeout`, `request_timeout` and `ignore` from its params for
+    itself; the proxy forwards them to the cluster as the client sent them."""
+    client, recorder = recorded
+    answer = client.post("/papers/_search?timeout=1s", json=summary("ocean"))
+    assert answer.status_code == 200
+    client.post("/papers/_search?ignore=404&request_timeout=5", json=summary("ocean"))  # the cluster's answer, whatever it is
+    sent = [path for _, path, _ in recorder.requests if "_search" in path]
+    assert any("timeout=1s" in path for path in sent) and any("ignore=404" in path and "request_timeout=5" in path for path in sent)
+
+
 def test_searches_naming_allowed_indices_or_fields_called_index_still_pass(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
     client, recorder = recorded
     allowed = {"query": {"more_like_this": {"fields": ["text"], "like": [{"_index": "papers", "_id": "ships"}], "min_term_freq": 1, "min_doc_freq": 1}}}
@@ -487,6 +498,16 @@ def test_searches_naming_allowed_indices_or_fields_called_index_still_pass(recor
         ("/papers/_search", b'{"ext": {"rerank": {"window": 5000}}}', "RERANKER_MAX_WINDOW"),
         ("/papers/_search", b'{"ext": {"rerank": {"query_text": " "}}}', "must not be empty"),
         ("/papers/_search", b'{"ext": {"rerank": {"ranker": "magic"}}}', "valid rankers: bm25, doc2vec"),
+        # Numbers that overflow, and digits that are not ASCII (they gave 500s).
+        ("/papers/_search", b'{"size": 1e400}', "out of range"),
+        ("/papers/_search", b'{"from": -1e400}', "out of range"),
+        ("/papers/_search", b'{"ext": {"rerank": {"window": 1e400}}}', "out of range"),
+        ("/papers/_msearch", b'{}\n{"size": 1e400}\n', "out of range"),
+        ("/papers/_msearch", b'{"size": 1e400}\n{}\n', "out of range"),
+        ("/papers/_search?size=%C2%B9", b"{}", "[size] URL parameter must be an integer"),
+        ("/papers/_search?from=%E2%91%A0", b"{}", "[from] URL parameter must be an integer"),
+        ("/papers/_search?size=99999999999999999999999", b"{}", "[size] URL parameter must be an integer"),
+        ("/papers/_search", b'{"query": {"match": {"text": "\\ud800"}}}', "lone surrogate"),
     ],
 )
 def test_malformed_searches_are_400(client: FlaskClient, url: str, data: bytes, expected: str) -> None:

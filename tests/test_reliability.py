@@ -198,3 +198,31 @@ def test_a_huge_query_is_answered_within_the_deadline(data_dir: Path, tmp_path: 
         assert seconds < 2.0 + 1.5, seconds
     finally:
         service.stop()
+
+
+def _raw(port: int, request: bytes, timeout: float = 10) -> bytes:
+    """Send bytes as they are; everything the server answers until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except (socket.timeout, ConnectionResetError):
+            pass
+    return answer
+
+
+def test_chunked_bodies_malformed_or_too_large_are_4xx(data_dir: Path) -> None:
+    service = Service(data_dir, {"RERANKER_MAX_BODY_BYTES": "2000"})
+    head = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    big = b'{"query": "' + b"ships " * 1000 + b'"}'
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(big[i:i + 500]), big[i:i + 500]) for i in range(0, len(big), 500)) + b"0\r\n\r\n"
+    try:
+        answer = _raw(service.port, head + b"zz\r\nabc\r\n0\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 400") and b"malformed request body" in answer and b"parse_exception" in answer
+        answer = _raw(service.port, head + chunked)
+        assert answer.startswith(b"HTTP/1.1 413") and b"RERANKER_MAX_BODY_BYTES" in answer
+    finally:
+        output = service.stop()
+    assert "Traceback" not in output, output

@@ -314,6 +314,16 @@ _BAD = [
     ("/rerank", b'{"query": "ships", "documents": [{}]}', 400, "illegal_argument_exception"),
     ("/rerank", b'{"query": "ships", "documents": [{"id": ["a"]}]}', 400, "illegal_argument_exception"),
     ("/rerank", b'{"query": "ships", "documents": [{"text": "a", "score": "high"}]}', 400, "illegal_argument_exception"),
+    # Numbers that overflow a double, anywhere (they became infinity, then a 500).
+    *[("/search", b'{"query": "ships", "%s": 1e400}' % name, 400, "parse_exception") for name in (b"size", b"from", b"window")],
+    ("/search", b'{"query": "ships", "fusion_weight": -1e400}', 400, "parse_exception"),
+    ("/rerank", b'{"query": "ships", "documents": ["a"], "size": 1e400}', 400, "parse_exception"),
+    ("/rerank", b'{"query": "ships", "documents": [{"text": "a", "score": 1e999}]}', 400, "parse_exception"),
+    ("/search", b'{"query": "ships", "size": 1%s}' % (b"0" * 5000), 400, "parse_exception"),
+    # Lone surrogates: valid JSON, not Unicode (the embedded store cannot store or match them).
+    ("/search", b'{"query": "ships", "filters": [{"field": "ye\\ud800ar", "value": 1}]}', 400, "parse_exception"),
+    ("/search", b'{"query": "ships", "filters": [{"field": "venue", "value": "\\udfff"}]}', 400, "parse_exception"),
+    ("/rerank", b'{"query": "ships", "documents": [{"id": "\\ud83d"}]}', 400, "parse_exception"),
 ]
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 from typing import Any, Collection, Iterable
 
-from flask import request
+from flask import current_app, g, request
 
 from reranker.service.errors import ApiError, bad_request
 from reranker.types import FILTER_OPS, Filter
@@ -30,22 +31,69 @@ def parse_json(raw: bytes, what: str = "request body") -> Any:
     if not text.strip():
         raise ApiError(400, "parse_exception", f"{what} is empty; expected JSON")
     try:
-        return json.loads(text, parse_constant=_no_constants)
+        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise ApiError(400, "parse_exception", f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except ValueError as exc:  # NaN / Infinity
+    except ValueError as exc:  # NaN / Infinity, numbers out of range, integers of over 4,300 digits
         raise ApiError(400, "parse_exception", f"{what}: {exc}") from None
     except RecursionError:
         raise ApiError(400, "parse_exception", f"{what} is nested too deeply") from None
+    # "\ud800" is valid JSON but not Unicode: such a string cannot be stored, logged or
+    # forwarded as UTF-8. Only a body with escapes can hold one, so only those are checked.
+    if "\\u" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "parse_exception", f"{what} has a string with a lone surrogate escape (such as \\ud800): not valid Unicode") from None
+    return value
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number that fits a double; 1e400 would become infinity."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {literal[:40]} is out of range")
+    return value
+
+
+def body_bytes() -> bytes:
+    """The request body (read once per request), whether sent with a Content-Length or
+    chunked. Raises ApiError 413 when it is longer than RERANKER_MAX_BODY_BYTES (werkzeug
+    would cut a chunked body at the limit without a word, and the JSON parser would then
+    report a truncated string), and 400 when its chunked encoding is malformed.
+    """
+    if "body" in g:
+        return g.body  # type: ignore[no-any-return]
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    length = request.content_length
+    if limit is not None and length is not None and length > limit:
+        raise _too_large(limit)
+    # A server that ends the stream itself (gunicorn: Content-Length or chunked) is read
+    # directly, so that more than the limit can be seen; otherwise werkzeug's stream,
+    # which stops at Content-Length.
+    stream = request.environ["wsgi.input"] if request.environ.get("wsgi.input_terminated") else request.stream
+    try:
+        raw = stream.read() if limit is None else stream.read(limit + 1)
+    except OSError as exc:  # the client went away or stopped sending
+        raise ApiError(400, "parse_exception", f"the request body could not be read: {exc}") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("gunicorn.http"):  # InvalidChunkSize, ChunkMissingTerminator, NoMoreData
+            raise ApiError(400, "parse_exception", f"malformed request body: {exc}") from None
+        raise
+    if limit is not None and len(raw) > limit:
+        raise _too_large(limit)
+    g.body = raw
+    return raw
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "content_too_long_exception", f"request body larger than {limit} bytes (RERANKER_MAX_BODY_BYTES)")
 
 
 def json_object(*, required: bool = True) -> dict[str, Any]:
-    """The request body as a JSON object ({} when empty and not required).
-
-    Werkzeug enforces MAX_CONTENT_LENGTH while reading, so an over-large body is a 413
-    before any parsing.
-    """
-    raw = request.get_data(cache=True)
+    """The request body as a JSON object ({} when empty and not required); an over-large
+    body is a 413 before any parsing (`body_bytes`)."""
+    raw = body_bytes()
     if not raw.strip() and not required:
         return {}
     value = parse_json(raw)

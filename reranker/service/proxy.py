@@ -44,7 +44,7 @@ from reranker.experiments import unit_key
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.api import runtime
 from reranker.service.errors import ApiError, bad_request
-from reranker.service.inputs import json_object
+from reranker.service.inputs import body_bytes, json_object
 from reranker.service.reranking import Deadline, Runtime, status_fields
 from reranker.service.search_requests import (
     Search,
@@ -293,7 +293,7 @@ def msearch(index: str | None = None) -> Response:
     store = cluster(rt)
     deadline = Deadline(rt.limits.deadline_ms)
     params = url_params()
-    items = read_msearch(request.get_data(cache=True), default_index, rt)
+    items = read_msearch(body_bytes(), default_index, rt)
     plans = [plan(rt, store, wanted) for _, wanted in items]
     windows = []
     for (header, wanted), how in zip(items, plans):

@@ -8,6 +8,7 @@ with everything else (highlight, `_source`, fields). `proxy.py` sends them and r
 from __future__ import annotations
 
 import json
+import re
 import logging
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -154,7 +155,8 @@ def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]
     for name in bounds:
         if name in params:
             value = params[name].strip()
-            if not value.lstrip("-").isdigit():
+            # ASCII digits only: str.isdigit() also takes "¹" and "①", which int() refuses.
+            if not re.fullmatch(r"-?[0-9]{1,18}", value):
                 raise bad_request(f"[{name}] URL parameter must be an integer, got {params[name]!r}")
             if int(value) < 0:
                 raise bad_request(f"[{name}] must be >= 0, got {value}")
