@@ -75,6 +75,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_THREADS": "threads per worker (default 8; one is kept for health checks)",
     "RERANKER_TIMEOUT": "seconds before gunicorn restarts a stuck worker (default 30)",
     "RERANKER_DEADLINE_MS": "time a request may spend reranking before it falls back to BM25 order (default 2000)",
+    "RERANKER_READ_TIMEOUT": "seconds a client has to send a whole request before a 408 (default 10)",
     "RERANKER_CLUSTER_BUDGET_MS": "time beyond the deadline a request may still wait on OpenSearch before a 503 (default 3000)",
     "RERANKER_MAX_BODY_BYTES": "largest request body accepted, else 413 (default 10000000)",
     "RERANKER_MAX_DOCUMENTS": "most documents one rerank request may carry (default 1000)",
@@ -214,6 +215,9 @@ class ServiceSettings:
     # Beyond the deadline, how long a request may still wait on the cluster: every cluster
     # call a request makes must end by its start + deadline_ms + cluster_budget_ms.
     cluster_budget_ms: int = 3000
+    # A request must arrive whole (headers and body) within this many seconds; see
+    # reranker/service/worker.py.
+    read_timeout: int = 10
     max_body_bytes: int = 10_000_000
     max_documents: int = 1000
     max_text_chars: int = 1_000_000
@@ -241,6 +245,7 @@ class ServiceSettings:
             timeout=_int(env, "RERANKER_TIMEOUT", 30),
             deadline_ms=_int(env, "RERANKER_DEADLINE_MS", 2000),
             cluster_budget_ms=_int(env, "RERANKER_CLUSTER_BUDGET_MS", 3000, minimum=0),
+            read_timeout=_int(env, "RERANKER_READ_TIMEOUT", 10),
             max_body_bytes=_int(env, "RERANKER_MAX_BODY_BYTES", 10_000_000, minimum=1024),
             max_documents=_int(env, "RERANKER_MAX_DOCUMENTS", 1000),
             max_text_chars=_int(env, "RERANKER_MAX_TEXT_CHARS", 1_000_000),
@@ -256,7 +261,7 @@ class ServiceSettings:
         host, _, port = self.bind.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"the service address (RERANKER_BIND, --bind) must be HOST:PORT, got {self.bind!r}")
-        for name in ("workers", "threads", "timeout", "deadline_ms", "max_documents", "max_text_chars", "max_window"):
+        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
 

@@ -226,3 +226,79 @@ def test_chunked_bodies_malformed_or_too_large_are_4xx(data_dir: Path) -> None:
     finally:
         output = service.stop()
     assert "Traceback" not in output, output
+
+
+def test_slow_clients_hold_no_thread_and_get_408(data_dir: Path, tmp_path: Path) -> None:
+    """16 clients trickling headers or bodies (one byte every 0.3 s) against 1 worker of
+    4 threads: the service keeps answering, and each slow client gets 408 after
+    RERANKER_READ_TIMEOUT."""
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", TINY_CORPUS)
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    service = Service(data_dir, {"RERANKER_READ_TIMEOUT": "3"}, workers=1, threads=4)
+    answers: list[bytes] = []
+
+    def trickle(request: bytes, number: int) -> None:
+        with socket.create_connection(("127.0.0.1", service.port), timeout=20) as sock:
+            try:
+                for byte in request:
+                    sock.send(bytes([byte]))
+                    time.sleep(0.3)
+            except OSError:  # closed by the server: what we wait for
+                pass
+            try:
+                answers.append(sock.recv(4096))
+            except OSError:
+                answers.append(b"")
+
+    body = json.dumps({"query": QUERY}).encode()
+    head = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    slow = [threading.Thread(target=trickle, args=(head if n % 2 else head + body, n)) for n in range(16)]
+    try:
+        for client in slow:
+            client.start()
+        time.sleep(1.0)  # every slow client connected and trickling
+        for _ in range(5):
+            status, seconds, answer = _call(service.url + "/healthz", timeout=5)
+            assert status == 200 and seconds < 1.0
+            status, seconds, answer = _call(service.url + "/search", {"query": QUERY, "size": 2}, timeout=5)
+            assert status == 200 and answer["hits"][0]["id"] == "ships" and seconds < 3.0
+        for client in slow:
+            client.join(timeout=30)
+        assert len(answers) == 16
+        assert all(answer.startswith(b"HTTP/1.1 408") and b"RERANKER_READ_TIMEOUT" in answer for answer in answers), answers[:2]
+        # A request sent at an ordinary pace, with curl-style Expect: 100-continue, still works.
+        expect = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+        with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+            sock.sendall(expect)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+            sock.sendall(body)
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        assert b"HTTP/1.1 200" in reply
+    finally:
+        output = service.stop()
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.parametrize(
+    ("data", "state"),
+    [
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n", "partial"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "complete"),
+        (b"POST /search HTTP/1.1\r\nContent-Length: 5\r\n\r\nabc", "partial"),
+        (b"POST /search HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde", "complete"),
+        (b"POST /search HTTP/1.1\r\ncontent-length: x\r\n\r\n", "complete"),  # malformed: the parser refuses it
+        (b"POST /search HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", "continue"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", "partial"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n", "partial"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "complete"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n", "partial"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n\r\n", "complete"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "complete"),  # malformed
+    ],
+)
+def test_a_request_is_complete_when_its_framing_says_so(data: bytes, state: str) -> None:
+    from reranker.service.worker import request_state
+
+    assert request_state(data) == state

@@ -8,7 +8,10 @@ Values come from the same environment variables as everything else (see
 Why these choices:
 - gthread workers: a request spends most of its time waiting on OpenSearch, so a few
   threads per process keep the CPUs busy; the scoring itself is numpy, which releases
-  the GIL. One process per core (default) for the CPU-bound part.
+  the GIL. One process per core (default) for the CPU-bound part. Our subclass
+  (reranker/service/worker.py) reads each request whole in the worker's main thread
+  first, so a client that trickles its request holds a socket, not a thread, and gets
+  408 after RERANKER_READ_TIMEOUT seconds.
 - No preload: each worker builds its app after the fork, so OpenSearch clients and
   SQLite connections are never shared with the master. The word vectors are
   memory-mapped read-only, so every worker maps the same pages of the page cache.
@@ -27,7 +30,8 @@ _service = ServiceSettings.from_env(os.environ)
 bind = [_service.bind]
 workers = _service.workers
 threads = _service.threads
-worker_class = "gthread"
+# gthread, reading each request whole before a thread sees it (slow clients cost no thread).
+worker_class = "reranker.service.worker.BufferingThreadWorker"
 timeout = _service.timeout
 graceful_timeout = 20
 keepalive = 5
