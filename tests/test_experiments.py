@@ -544,3 +544,27 @@ def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tu
     mapping = store.client.indices.get_mapping(index="papers-ubi_events")
     assert mapping["papers-ubi_events"]["mappings"]["dynamic"] == "strict"
     store.close()
+
+
+def test_experiment_routes_recover_when_the_cluster_loses_their_indices(cluster_app: tuple[Any, Path, str]) -> None:
+    """Each process creates the event indices once; if the cluster loses them later (a
+    restore, a wipe), the routes create them again instead of answering 404 until a restart."""
+    import urllib.request
+
+    make, _, url = cluster_app
+    app = make()
+    client = app.test_client()
+    _start(client, "before")
+    search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}},
+              "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+    assert client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]["ranker"] == "interleaved"
+    for kind in ("experiments", "ubi_queries"):  # the indices this process has created
+        urllib.request.urlopen(urllib.request.Request(f"{url}/papers-{kind}", method="DELETE")).close()
+    listed = client.get("/experiments")
+    assert listed.status_code == 200 and listed.get_json() == {"experiments": []}
+    _start(client, "after")
+    assert [e["id"] for e in client.get("/experiments").get_json()["experiments"]] == ["after"]
+    block = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
+    assert block["ranker"] == "interleaved" and block["experiment"]["id"] == "after"
+    assert client.post("/events", json=_click({"id": "ships", "rank": 1}, block["query_id"])).status_code == 201
+    app.extensions["reranker"].close()

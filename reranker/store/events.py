@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
 
 from reranker.config import Settings
-from reranker.errors import ConflictError, DuplicateEventError, StoreError
+from reranker.errors import ConflictError, DuplicateEventError, IndexNotFoundError, StoreError
 from reranker.interleaving import Interleaving
 
 # UBI action names that count as a click when experiments are credited.
@@ -389,26 +389,39 @@ class OpenSearchEventStore:
                     if exc.error != "resource_already_exists_exception":  # else another worker won the race
                         raise
 
-            if not self._call(f"checking index {name}", client.indices.exists, index=name):
-                self._call(f"creating index {name}", create)
+            if not self._store._call(f"checking index {name}", client.indices.exists, index=name):
+                self._store._call(f"creating index {name}", create)
             self._ready.add(name)
         return name
 
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
-        return self._store._call(what, fn, **kwargs)
+        """One client call on an event index (`index=` in kwargs). The indices are created
+        once per process; if the cluster has lost one since (restored, wiped, deleted by
+        hand), it is created again and the call retried once, instead of every later
+        call failing until a restart."""
+        index = kwargs.get("index")
+        try:
+            return self._store._call(what, fn, **kwargs)
+        except IndexNotFoundError:
+            if index not in self._ready:
+                raise
+            self._ready.discard(index)
+            kind = next(kind for kind, name in self.names.items() if name == index)
+            self._index(kind)
+            return self._store._call(what, fn, **kwargs)
 
     def _create(self, what: str, index: str, doc_id: str, body: dict[str, Any], **kwargs: Any) -> bool:
         """Write a document unless its id exists (op_type=create); False when it did."""
         from opensearchpy.exceptions import ConflictError
 
-        def create() -> bool:
+        def create(index: str) -> bool:
             try:
                 self._store.client.index(index=index, id=doc_id, body=body, op_type="create", **kwargs)
             except ConflictError:
                 return False
             return True
 
-        created: bool = self._call(what, create)
+        created: bool = self._call(what, create, index=index)
         return created
 
     def create_experiment(self, experiment: Experiment) -> None:
@@ -469,7 +482,8 @@ class OpenSearchEventStore:
         client = self._store.client
         queries_index, events_index = self._index("ubi_queries"), self._index("ubi_events")
         # Reports are rare; make every acknowledged write visible to search first.
-        self._call("refreshing experiment data", client.indices.refresh, index=f"{queries_index},{events_index}")
+        for index in (queries_index, events_index):
+            self._call("refreshing experiment data", client.indices.refresh, index=index)
         term = {"term": {"experiment_id": experiment_id}}
         counted = self._call("counting queries", client.count, index=queries_index, body={"query": term})
         clicks = {"bool": {"filter": [term, {"terms": {"action_name": sorted(CLICK_ACTIONS)}}]}}
