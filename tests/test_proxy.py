@@ -521,7 +521,19 @@ def test_without_a_cluster_the_proxy_routes_say_what_is_missing(tmp_path: Path, 
         answer = client.post(path, json={})
         assert answer.status_code == 404 and "OPENSEARCH_URL" in answer.get_json()["error"]["reason"], path
         assert answer.get_json()["error"]["type"] == "resource_not_found_exception"
-    assert client.delete("/reranker").status_code == 403
+    # Any other route is simply not there (README: "unknown routes are 404").
+    for method, path in (("DELETE", "/reranker"), ("GET", "/nowhere"), ("POST", "/a/b/c")):
+        answer = client.open(path, method=method)
+        assert answer.status_code == 404 and answer.get_json()["error"]["type"] == "resource_not_found_exception", path
+    # The service's own routes asked with a method they do not have: 405, and Allow lists
+    # what they do have (paths with parameters and paths with one rule per method too).
+    for method, path, allowed in (("PUT", "/search", {"POST"}), ("DELETE", "/documents/ships", {"GET"}),
+                                  ("PUT", "/experiments", {"GET", "POST"}), ("DELETE", "/experiments/e1", {"GET", "PATCH"}),
+                                  ("POST", "/healthz", {"GET"})):
+        answer = client.open(path, method=method)
+        assert answer.status_code == 405, (method, path)
+        assert set(answer.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"} == allowed, (path, answer.headers["Allow"])
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
 
 
 def test_a_cluster_that_is_down_is_a_503_with_retry_after(papers: tuple[str, Path]) -> None:

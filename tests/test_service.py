@@ -357,6 +357,13 @@ def _metric(client: FlaskClient, sample: str) -> float:
     return 0.0
 
 
+def test_made_up_methods_share_one_metrics_label(client: FlaskClient) -> None:
+    for method in ("BREW", "FOO1", "X-Y"):
+        assert client.open("/search", method=method).status_code in (404, 405)
+    scrape = client.get("/metrics").get_data(as_text=True)
+    assert 'method="other"' in scrape and "BREW" not in scrape and "FOO1" not in scrape
+
+
 def test_metrics_count_requests_and_rerank_latency(client: FlaskClient) -> None:
     before = _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}')
     client.post("/search", json={"query": QUERY, "ranker": "hidden_topics_code"})

@@ -32,6 +32,7 @@ from reranker.store import end_time_limit, start_time_limit
 # Routes that answer from this process alone: they never wait on the cluster or a ranker,
 # so they need no time limit and no search slot, and they answer while searches are stuck.
 LOCAL_ENDPOINTS = frozenset({"api.root", "api.healthz", "api.metrics", "api.openapi", "web.page", "web.static"})
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 # /readyz asks the cluster, but a probe must get its answer within a second or two.
 READINESS_SECONDS = 1.5
 
@@ -95,7 +96,11 @@ def create_app(settings: Settings | None = None) -> Flask:
     @app.after_request
     def _count(response: Response) -> Response:
         rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
-        metrics.requests.labels(rule, request.method, str(response.status_code)).inc()
+        # Methods are a label: a made-up one must not make a new series per request.
+        method = request.method if request.method in HTTP_METHODS else "other"
+        metrics.requests.labels(rule, method, str(response.status_code)).inc()
+        if response.mimetype == "application/json":
+            response.headers["X-Content-Type-Options"] = "nosniff"
         if "started" in g:
             metrics.latency.labels(rule).observe(time.perf_counter() - g.started)
         return response

@@ -63,11 +63,17 @@ def _body(schema: Schema) -> Schema:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
-_DOCUMENT: Schema = {
-    "oneOf": [
+# A string the routes accept: not empty and not only spaces.
+_NON_BLANK: Schema = {"type": "string", "minLength": 1, "pattern": "\\S"}
+
+
+def _document(extra_fields: bool) -> Schema:
+    """A candidate document; Cohere's routes accept (and ignore) fields beyond these."""
+    return {"oneOf": [
         {"type": "string", "description": "the document's text"},
         {
             "type": "object",
+            "additionalProperties": extra_fields,
             "properties": {
                 "id": {"type": "string", "description": "a stored document: its stored topics are used"},
                 "text": {"type": "string", "description": "topics are computed from it (and cached)"},
@@ -75,8 +81,8 @@ _DOCUMENT: Schema = {
             },
             "anyOf": [{"required": ["text"]}, {"required": ["id"]}],
         },
-    ]
-}
+    ]}
+
 
 _SEARCH_REQUEST: Schema = {
     "type": "object",
@@ -90,7 +96,7 @@ _SEARCH_REQUEST: Schema = {
         "size": {"type": "integer", "minimum": 0, "default": 10},
         "from": {"type": "integer", "minimum": 0, "default": 0},
         "explain": {"type": "boolean", "default": False},
-        "client_id": {"type": "string", "maxLength": 100, "description": "who searches (a browser, an app): keeps one client in one arm of a running experiment"},
+        "client_id": {**_NON_BLANK, "maxLength": 100, "description": "who searches (a browser, an app): keeps one client in one arm of a running experiment"},
         "filters": {
             "type": "array",
             "items": {
@@ -163,7 +169,7 @@ _RERANK_REQUEST: Schema = {
         "query": {"type": "string", "minLength": 1},
         "ranker": None,
         "fusion_weight": {"type": "number", "minimum": 0, "maximum": 1, "description": "weight of the ranker in a min-max or z-score fusion with BM25 (default RERANKER_FUSION_WEIGHT)"},
-        "documents": {"type": "array", "items": _DOCUMENT},
+        "documents": {"type": "array", "items": _document(extra_fields=False)},
         "size": {"type": "integer", "minimum": 0, "description": "results to return (default: all)"},
     },
 }
@@ -200,7 +206,7 @@ _COHERE_REQUEST: Schema = {
     "required": ["query", "documents"],
     "properties": {
         "query": {"type": "string", "minLength": 1},
-        "documents": {"type": "array", "items": _DOCUMENT},
+        "documents": {"type": "array", "items": _document(extra_fields=True)},
         "top_n": {"type": "integer", "minimum": 1, "description": "ignored unless apply_top_n: every document gets a result"},
         "apply_top_n": {"type": "boolean", "default": False},
         "model": None,
@@ -236,16 +242,16 @@ _UBI_EVENT: Schema = {
     "required": ["action_name", "query_id"],
     "additionalProperties": False,
     "properties": {
-        "action_name": {"type": "string", "minLength": 1, "maxLength": 100, "description": "click and click_through count towards the experiment"},
-        "query_id": {"type": "string", "minLength": 1, "maxLength": 100},
-        "client_id": {"type": "string", "minLength": 1, "maxLength": 100, "description": "required when the search sent one"},
-        "timestamp": {"type": "string", "format": "date-time"},
-        "event_id": {"type": "string", "maxLength": 256, "description": "makes retries idempotent; default: a hash of the event"},
-        "application": {"type": "string"},
-        "session_id": {"type": "string"},
-        "user_id": {"type": "string"},
-        "message_type": {"type": "string"},
-        "message": {"type": "string", "maxLength": 1024},
+        "action_name": {**_NON_BLANK, "maxLength": 100, "description": "click and click_through count towards the experiment"},
+        "query_id": {**_NON_BLANK, "maxLength": 100},
+        "client_id": {**_NON_BLANK, "maxLength": 100, "description": "required when the search sent one"},
+        "timestamp": {**_NON_BLANK, "format": "date-time"},
+        "event_id": {**_NON_BLANK, "maxLength": 256, "description": "makes retries idempotent; default: a hash of the event"},
+        "application": {**_NON_BLANK, "maxLength": 100},
+        "session_id": {**_NON_BLANK, "maxLength": 100},
+        "user_id": {**_NON_BLANK, "maxLength": 100},
+        "message_type": {**_NON_BLANK, "maxLength": 100},
+        "message": {**_NON_BLANK, "maxLength": 1024},
         "event_attributes": {
             "type": "object",
             "properties": {

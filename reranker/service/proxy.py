@@ -38,6 +38,7 @@ from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
 from werkzeug.exceptions import MethodNotAllowed
+from werkzeug.routing import Map, Rule
 
 from reranker.errors import IndexMismatchError
 from reranker.experiments import unit_key
@@ -351,9 +352,25 @@ def scroll() -> Response:
 @blueprint.route("/<path:path>", methods=ALL_METHODS)
 def refuse(path: str) -> NoReturn:
     """Everything that is not a search: writes, deletes, cluster administration, ..."""
-    for rule in current_app.url_map.iter_rules():
-        # A native route asked with another method (GET /search) is a 405, as without the proxy.
-        if not rule.endpoint.startswith("proxy.") and not rule.arguments and rule.rule == f"/{path}":
-            raise MethodNotAllowed(valid_methods=sorted(rule.methods or ()))
+    # A route of the service's own asked with another method (PUT /search, DELETE
+    # /documents/x) is a 405 listing the methods it has, as it would be without the proxy.
+    allowed = native_routes().bind("localhost").allowed_methods(f"/{path}")
+    if allowed:
+        raise MethodNotAllowed(valid_methods=sorted(allowed))
+    if not runtime().settings.opensearch_url:
+        raise ApiError(404, "resource_not_found_exception", f"no such route: {request.method} /{path} (the service's routes: GET /openapi.json)")
     raise ApiError(403, "security_exception", f"the reranker proxy forwards only searches ({PROXIED}); {request.method} /{path} is refused")
+
+
+def native_routes() -> Map:
+    """The app's routes but the proxy's catch-alls, to ask which methods a path has."""
+    routes: Map | None = current_app.extensions.get("reranker.native_routes")
+    if routes is None:
+        url_map = current_app.url_map
+        routes = Map(
+            [Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint) for rule in url_map.iter_rules() if not rule.endpoint.startswith("proxy.")],
+            converters=url_map.converters, strict_slashes=url_map.strict_slashes,
+        )  # fmt: skip
+        current_app.extensions["reranker.native_routes"] = routes
+    return routes
 
