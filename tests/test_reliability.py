@@ -302,3 +302,35 @@ def test_a_request_is_complete_when_its_framing_says_so(data: bytes, state: str)
     from reranker.service.worker import request_state
 
     assert request_state(data) == state
+
+
+def test_metrics_directories_of_dead_masters_are_cleaned_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import runpy
+    import tempfile
+
+    from conftest import REPO
+
+    config = REPO / "reranker" / "service" / "gunicorn.conf.py"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "reranker-metrics-killed").mkdir()
+    (tmp_path / "reranker-metrics-killed" / "master.pid").write_text(str(dead.pid))
+    (tmp_path / "reranker-metrics-killed" / "counter_1.db").write_bytes(b"x")
+    (tmp_path / "reranker-metrics-running").mkdir()
+    (tmp_path / "reranker-metrics-running" / "master.pid").write_text(str(os.getpid()))
+    namespace = runpy.run_path(str(config))
+    created = Path(namespace["_created_metrics_dir"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["reranker-metrics-running", created.name])
+    assert (created / "master.pid").read_text() == str(os.getpid())
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(created)
+
+    # A directory the operator chose is reused, emptied of the last run's counters.
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    (chosen / "counter_123.db").write_bytes(b"x")
+    (chosen / "notes.txt").write_text("kept")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(chosen))
+    assert runpy.run_path(str(config))["_created_metrics_dir"] is None
+    assert [p.name for p in chosen.iterdir()] == ["notes.txt"]

@@ -46,10 +46,57 @@ limit_request_fields = 100
 # and nothing here uses it. (Older gunicorns ignore unknown names in this file.)
 control_socket_disable = True
 
-_created_metrics_dir = None
-if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    _created_metrics_dir = tempfile.mkdtemp(prefix="reranker-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _created_metrics_dir
+METRICS_PREFIX = "reranker-metrics-"
+
+
+def _metrics_dir() -> str | None:
+    """Prepare PROMETHEUS_MULTIPROC_DIR; the directory this master created, if it did.
+
+    A directory the operator set is reused: the files a previous run left there (its
+    workers' counters) are removed first, as prometheus_client asks, or they would be
+    added to this run's. Otherwise a fresh one is made, with this master's pid in it, and
+    directories of masters that died without cleaning up (SIGKILL) are removed.
+    """
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.remove(os.path.join(given, name))
+        return None
+    base = tempfile.gettempdir()
+    for name in os.listdir(base):
+        path = os.path.join(base, name)
+        if name.startswith(METRICS_PREFIX) and os.path.isdir(path) and not _alive(_master_of(path)):
+            shutil.rmtree(path, ignore_errors=True)
+    created = tempfile.mkdtemp(prefix=METRICS_PREFIX)
+    with open(os.path.join(created, "master.pid"), "w", encoding="ascii") as handle:
+        handle.write(str(os.getpid()))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = created
+    return created
+
+
+def _master_of(path: str) -> int | None:
+    try:
+        with open(os.path.join(path, "master.pid"), encoding="ascii") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False  # no pid: made by a version that wrote none, or never finished
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+_created_metrics_dir = _metrics_dir()
 
 
 def post_worker_init(worker):  # type: ignore[no-untyped-def]
