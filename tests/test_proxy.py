@@ -344,8 +344,6 @@ def test_msearch_bodies_that_are_not_ndjson_searches_are_refused(client: FlaskCl
         ("POST", "/papers/_delete_by_query", {"query": {"match_all": {}}}),
         ("GET", "/_cluster/settings", None),
         ("PUT", "/_cluster/settings", {"persistent": {}}),
-        ("PUT", "/papers/_search", summary("ocean")),
-        ("DELETE", "/papers/_search", None),
         ("GET", "/papers/_doc/ships", None),
         ("POST", "/_aliases", {"actions": [{"remove": {"index": "papers-v000001", "alias": "papers"}}]}),
     ],
@@ -360,6 +358,13 @@ def test_writes_and_administration_are_refused_and_never_reach_the_cluster(
     assert error["type"] == "security_exception" and f"{method} {path} is refused" in error["reason"]
     assert direct.count() == len(CORPUS)
     assert direct.documents(["ships"])["ships"].title == "Sailing ships"
+
+
+def test_a_search_route_asked_with_another_method_is_a_405_and_never_forwarded(client: FlaskClient, direct: OpenSearchStore) -> None:
+    for method, path in (("PUT", "/papers/_search"), ("DELETE", "/papers/_search"), ("PUT", "/_msearch"), ("DELETE", "/_search/scroll")):
+        answer = client.open(path, method=method, data=json.dumps(summary("ocean")), content_type="application/json")
+        assert answer.status_code == 405 and set(answer.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"} == {"GET", "POST"}, path
+    assert direct.count() == len(CORPUS)
 
 
 def test_the_native_routes_win_over_the_catch_all(app: Flask, client: FlaskClient) -> None:

@@ -352,8 +352,8 @@ def scroll() -> Response:
 @blueprint.route("/<path:path>", methods=ALL_METHODS)
 def refuse(path: str) -> NoReturn:
     """Everything that is not a search: writes, deletes, cluster administration, ..."""
-    # A route of the service's own asked with another method (PUT /search, DELETE
-    # /documents/x) is a 405 listing the methods it has, as it would be without the proxy.
+    # A route the service has, asked with another method (PUT /search, DELETE
+    # /documents/x, PUT /papers/_search) is a 405 listing the methods it has.
     allowed = native_routes().bind("localhost").allowed_methods(f"/{path}")
     if allowed:
         raise MethodNotAllowed(valid_methods=sorted(allowed))
@@ -363,12 +363,12 @@ def refuse(path: str) -> NoReturn:
 
 
 def native_routes() -> Map:
-    """The app's routes but the proxy's catch-alls, to ask which methods a path has."""
+    """The app's routes but this catch-all, to ask which methods a path has."""
     routes: Map | None = current_app.extensions.get("reranker.native_routes")
     if routes is None:
         url_map = current_app.url_map
         routes = Map(
-            [Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint) for rule in url_map.iter_rules() if not rule.endpoint.startswith("proxy.")],
+            [Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint) for rule in url_map.iter_rules() if rule.endpoint != "proxy.refuse"],
             converters=url_map.converters, strict_slashes=url_map.strict_slashes,
         )  # fmt: skip
         current_app.extensions["reranker.native_routes"] = routes
