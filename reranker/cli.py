@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import re
 import sys
 import textwrap
@@ -279,9 +280,10 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
 
         with threadpool_limits(limits=settings.blas_threads, user_api="blas"):
             return handler(args, settings, out)
-    except BrokenPipeError:  # `reranker evaluate --json | head`
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError:  # `reranker evaluate --json | head`: the reader has what it wanted
+        # Python would report the pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(getattr(args, "exit_code", 0))  # the command's own verdict, decided before printing
     except RerankerError as exc:
         print(f"reranker: error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, (ConfigError, IndexOutdatedError)) else EXIT_ERROR
@@ -389,7 +391,7 @@ def _with_trained_vectors(
     return dataclasses.replace(settings, vectors=trained.info.source)
 
 
-def _report(report: Any, out: TextIO) -> None:
+def _report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     print(
         f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
         f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents",
@@ -399,11 +401,12 @@ def _report(report: Any, out: TextIO) -> None:
     if published is not None and getattr(published, "swapped", False):
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
         print(f"alias now points at {published.current}{kept}", file=out)
-    for item in report.skipped[:20]:
+    shown = report.skipped if every_skip else report.skipped[:20]
+    for item in shown:
         doc = f" ({item.doc_id})" if item.doc_id else ""
         print(f"  skipped {item.location}{doc}: {item.reason}", file=out)
-    if len(report.skipped) > 20:
-        print(f"  ... and {len(report.skipped) - 20} more (run with -v to log them all)", file=out)
+    if len(report.skipped) > len(shown):
+        print(f"  ... and {len(report.skipped) - len(shown)} more (run with -v to list them all)", file=out)
 
 
 # --- commands -----------------------------------------------------------------------
@@ -417,9 +420,11 @@ def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         report = _index(engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress)
     finally:
         engine.store.close()
-    _report(report, out)
     # Non-zero when a line did not make it in, so scripts notice; the rest is indexed.
-    return EXIT_ERROR if report.skipped else 0
+    # Decided before printing, so `reranker index bad.jsonl | head -2` still exits 1.
+    args.exit_code = EXIT_ERROR if report.skipped else 0
+    _report(report, out, every_skip=args.verbose)
+    return int(args.exit_code)
 
 
 def _read_query(raw: str) -> str:
@@ -851,12 +856,30 @@ def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     from reranker.config import ENVIRONMENT
 
     cluster = settings.opensearch_store
+    source = args.config or (Path(os.environ["RERANKER_CONFIG"]) if os.environ.get("RERANKER_CONFIG") else None)
     print(f"store: {'OpenSearch at ' + cluster.display_hosts if cluster else 'embedded, in ' + str(settings.data_dir / 'index')}", file=out)
-    print(repr(settings), file=out)  # secrets are excluded from repr()
-    print("\nSettings come from these environment variables (or the same keys in RERANKER_CONFIG's TOML file):", file=out)
+    print(f"config file: {source or '(none)'}; the environment overrides it\n", file=out)
+    width = max(len(name) for name in ENVIRONMENT)
+    for name, value in settings.effective().items():
+        print(f"  {name:<{width}}  {value}", file=out)
+    print("\nWhat each one means:", file=out)
     for name, meaning in ENVIRONMENT.items():
-        print(f"  {name:<24} {meaning}", file=out)
+        print(f"  {name:<{width}}  {meaning}", file=out)
     return 0
+
+
+def _check_port_free(bind: str) -> None:
+    """InputError when nothing can listen on `bind` (gunicorn would retry for 5 s and
+    print a dozen lines before giving up)."""
+    import socket
+
+    host, _, port = bind.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            probe.bind((host.strip("[]"), int(port)))
+    except OSError as exc:
+        raise InputError(f"cannot listen on {bind}: {exc.strerror or exc} (is another server running there? choose another with --bind)") from None
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -868,6 +891,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.store import open_store
 
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
+    _check_port_free(settings.service.bind)
 
     # Once, in the master: a first run converts the vectors here, and a bad vectors
     # setting fails now instead of in every worker. Workers then only memory-map them.

@@ -350,11 +350,65 @@ class Settings:
 
         return replace(self.opensearch, hosts=hosts)
 
+    def effective(self) -> dict[str, str]:
+        """Every variable of ENVIRONMENT with the value in force, as `reranker config`
+        prints it: secrets as "(set)", a default as what it resolves to."""
+        cluster, service = self.opensearch_store, self.service
+
+        def secret(value: object) -> str:
+            return "(set)" if value else "(unset)"
+
+        opensearch = self.opensearch
+        values: dict[str, str] = {
+            "RERANKER_CONFIG": "(see above)",
+            "RERANKER_DATA_DIR": str(self.data_dir),
+            "RERANKER_VECTORS": self.vectors or "the index's own (glove-6b-50d for a new index)",
+            "RERANKER_K": str(self.k),
+            "RERANKER_WINDOW": str(self.window),
+            "RERANKER_STOPWORDS": str(self.stopwords_file) if self.stopwords_file else "the built-in list",
+            "RERANKER_FUSION_WEIGHT": f"{self.fusion_weight:g}",
+            "RERANKER_WMD_BUDGET_MS": f"{self.wmd_budget_ms:g}",
+            "RERANKER_BLAS_THREADS": str(self.blas_threads),
+            "RERANKER_INDEX_WORKERS": str(self.index_workers),
+            "OPENSEARCH_URL": cluster.display_hosts if cluster else "(unset: the embedded store)",
+            "OPENSEARCH_USERNAME": opensearch.username or "(unset)",
+            "OPENSEARCH_PASSWORD": secret(opensearch.password),
+            "OPENSEARCH_API_KEY": secret(opensearch.api_key),
+            "OPENSEARCH_VERIFY_CERTS": str(opensearch.verify_certs).lower(),
+            "OPENSEARCH_CA_CERTS": str(opensearch.ca_certs) if opensearch.ca_certs else "(unset)",
+            "OPENSEARCH_TIMEOUT": f"{opensearch.timeout:g}",
+            "OPENSEARCH_RETRIES": str(opensearch.retries),
+            "RERANKER_INDEX": opensearch.alias,
+            "RERANKER_SEARCH_FIELDS": ",".join(name if boost == 1 else f"{name}^{boost:g}" for name, boost in opensearch.search_fields),
+            "RERANKER_TOPIC_DTYPE": opensearch.topic_dtype,
+            "RERANKER_BULK_BYTES": str(opensearch.bulk_bytes),
+            "RERANKER_BIND": service.bind,
+            "RERANKER_WORKERS": str(service.workers),
+            "RERANKER_THREADS": str(service.threads),
+            "RERANKER_TIMEOUT": str(service.timeout),
+            "RERANKER_DEADLINE_MS": str(service.deadline_ms),
+            "RERANKER_READ_TIMEOUT": str(service.read_timeout),
+            "RERANKER_CLUSTER_BUDGET_MS": str(service.cluster_budget_ms),
+            "RERANKER_MAX_BODY_BYTES": str(service.max_body_bytes),
+            "RERANKER_MAX_DOCUMENTS": str(service.max_documents),
+            "RERANKER_MAX_TEXT_CHARS": str(service.max_text_chars),
+            "RERANKER_MAX_WINDOW": str(service.max_window),
+            "RERANKER_TOPIC_CACHE_MB": str(service.topic_cache_mb),
+            "RERANKER_API_KEYS": f"{len(service.api_keys)} key(s)" if service.api_keys else "(unset)",
+            "RERANKER_API_KEYS_FILE": "(counted in RERANKER_API_KEYS)",
+            "RERANKER_ADMIN_API_KEY": secret(service.admin_api_key),
+            "RERANKER_PROXY_INDICES": ",".join(service.proxy_indices) or f"{opensearch.alias},{opensearch.alias}-v*",
+            "RERANKER_DEFAULT_RANKER": service.default_ranker,
+        }
+        return {name: values[name] for name in ENVIRONMENT}
+
     def validate(self) -> None:
         if self.k < 1:
             raise ConfigError(f"k must be >= 1, got {self.k}")
         if self.window < 1:
             raise ConfigError(f"window must be >= 1, got {self.window}")
+        if self.window > self.service.max_window:
+            raise ConfigError(f"window must be <= {self.service.max_window} (RERANKER_MAX_WINDOW, the service's limit too), got {self.window}")
         if not 0.0 <= self.fusion_weight <= 1.0:
             raise ConfigError(f"fusion weight must lie in [0, 1], got {self.fusion_weight}")
         if self.index_workers < 1:

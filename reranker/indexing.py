@@ -456,8 +456,9 @@ def index_documents(
         flush()
         flush()
     published = store.publish()
+    # Skipped lines are the report's to tell (the CLI prints each one once), not the log's.
     for item in skipped:
-        log.warning("skipped %s%s: %s", item.location, f" ({item.doc_id})" if item.doc_id else "", item.reason)
+        log.debug("skipped %s%s: %s", item.location, f" ({item.doc_id})" if item.doc_id else "", item.reason)
     if without_doc_vector:
         log.warning(
             "%d documents were indexed without a Doc2Vec vector (%s); the doc2vec ranker ranks "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -215,3 +216,32 @@ def test_bm25_reaches_its_quality_bar_on_the_shared_data(data_dir: Path, dataset
     body = json.loads(out)
     assert body["queries"] == queries and body["config"]["documents"] == documents
     assert body["results"]["bm25"]["ndcg@10"] >= at_least
+
+
+def test_config_prints_each_setting_in_force_readably(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENSEARCH_URL", "https://admin:hunter2@search.example:9200")
+    monkeypatch.setenv("OPENSEARCH_USERNAME", "admin")
+    monkeypatch.setenv("OPENSEARCH_PASSWORD", "hunter2")
+    monkeypatch.setenv("RERANKER_THREADS", "6")
+    code, out = run(data_dir, "config")
+    assert code == 0 and "hunter2" not in out and "hosts=(" not in out and "Settings(" not in out
+    in_force = out.split("What each one means")[0]
+    lines = {line.split()[0]: line.split(None, 1)[1] for line in in_force.splitlines() if line.startswith("  ")}
+    assert lines["OPENSEARCH_URL"].startswith("https://***@search.example:9200")
+    assert lines["OPENSEARCH_PASSWORD"].startswith("(set)") and lines["RERANKER_THREADS"].startswith("6")
+    assert out.startswith("store: OpenSearch at https://***@search.example:9200")
+
+
+def test_skipped_lines_are_reported_once_and_a_closed_pipe_keeps_exit_1(data_dir: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", [TINY_CORPUS[0], *["{broken"] * 3000])
+    env = {**os.environ, "RERANKER_DATA_DIR": str(data_dir)}
+    done = subprocess.run([sys.executable, "-m", "reranker.cli", "-v", "index", str(corpus), "--no-progress"], env=env, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout.count("not valid JSON") == 3000 and "not valid JSON" not in done.stderr
+    piped = subprocess.run(
+        f"{sys.executable} -m reranker.cli index {corpus} --no-progress | head -2; exit ${{PIPESTATUS[0]}}",
+        shell=True, executable="/bin/bash", env=env, capture_output=True, text=True,
+    )
+    assert piped.returncode == 1 and len(piped.stdout.splitlines()) == 2 and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr

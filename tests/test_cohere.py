@@ -246,3 +246,15 @@ def test_a_degraded_answer_still_conforms(indexed: Path, monkeypatch: pytest.Mon
     body = answer.get_json()
     assert body["status"] == "degraded" and "ranker 'broken' failed" in body["meta"]["warnings"][0]
     assert answer.headers["X-Reranker-Status"] == "degraded"
+
+
+def test_a_ranker_that_ties_every_document_says_so(client: FlaskClient) -> None:
+    """bm25 with no first-stage scores sent gives every document the same score: the
+    order is the caller's, and the answer must not pass it off as a ranking."""
+    answer = client.post("/v2/rerank", json={"query": QUERY, "documents": ["a ship", "a loaf", "a king"], "model": "bm25"}, headers=HEADERS)
+    body = answer.get_json()
+    assert answer.status_code == 200 and [r["index"] for r in body["results"]] == [0, 1, 2]
+    assert answer.headers["X-Reranker-Status"] == "tied"
+    assert any("same score" in warning for warning in body["meta"]["warnings"])
+    ranked = client.post("/v2/rerank", json={"query": QUERY, "documents": ["a ship", "a loaf"], "model": "hidden_topics"}, headers=HEADERS)
+    assert ranked.headers["X-Reranker-Status"] == "ok"

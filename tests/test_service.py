@@ -481,6 +481,24 @@ def test_bad_service_settings_fail_at_start(indexed: Path) -> None:
     assert refused.value.code == 2
 
 
+def test_serve_on_a_port_in_use_says_so_in_one_line(indexed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        assert run(indexed, "serve", "--bind", f"127.0.0.1:{port}")[0] == 1
+        assert time.monotonic() - started < 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
+
+
+def test_the_cli_window_has_the_services_limit(indexed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(indexed, "search", "ships", "--window", "100000000")[0] == 2
+    assert "RERANKER_MAX_WINDOW" in capsys.readouterr().err
+    assert run(indexed, "search", "ships", "--window", "1000")[0] == 0
+
+
 def test_the_fusion_weight_is_set_per_request(client: FlaskClient) -> None:
     def ids(path: str, body: dict[str, Any]) -> list[str]:
         answer = client.post(path, json=body)

@@ -31,7 +31,7 @@ _ERROR: Schema = {
     },
 }
 
-_STATUS = {"type": "string", "enum": ["ok", "degraded", "query_out_of_vocabulary", "partial"]}
+_STATUS = {"type": "string", "enum": ["ok", "degraded", "query_out_of_vocabulary", "partial", "tied"]}
 _WORDS = {"type": "array", "items": {"type": "string"}}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
 

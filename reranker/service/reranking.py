@@ -87,7 +87,7 @@ class Reranked:
     ranker_scores: (N,) the ranker's own scores (a fusion's base ranker), or None.
     status: "ok" | "degraded" | "query_out_of_vocabulary" (first-stage order, by design)
         | "partial" (the ranker ran out of its time budget and ordered some candidates
-        by a bound; see reason).
+        by a bound; see reason) | "tied" (every candidate got the same score).
     reason: why, when status is not "ok".
     """
 
@@ -269,6 +269,11 @@ class Runtime:
         if ranking.notes:
             self.metrics.degraded.labels(endpoint, ranker.name, "partial").inc()
             return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own), candidates
+        if len(scores) > 1 and float(np.ptp(scores)) == 0.0:
+            # Nothing was reordered, and a caller should not read the order as a verdict:
+            # bm25 through /rerank or /v2/rerank with no first-stage scores sent, say.
+            reason = f"every candidate got the same score from {ranker.name!r}; they keep the order they came in"
+            return Reranked(order, scores, "tied", reason, elapsed, own), candidates
         return Reranked(order, scores, "ok", None, elapsed, own), candidates
 
     def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
