@@ -193,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     commands.add_parser("rankers", help="list the registered rankers")
+    dev = commands.add_parser(
+        "dev-cluster",
+        help="run the bundled in-memory OpenSearch-compatible test server (osmem-server, from the test extra) "
+        "to try the OpenSearch store without Docker; its data lives in memory only",
+    )
+    dev.add_argument("--bind", default="127.0.0.1:9200", help="HOST:PORT (default 127.0.0.1:9200)")
     commands.add_parser("config", help="print the effective settings (secrets hidden)")
 
     templates = commands.add_parser("templates", help="OpenSearch index templates (index_templates/)")
@@ -778,6 +784,33 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
     return EXIT_ERROR if report.failures else 0
 
 
+def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Run osmem-server in the foreground until Ctrl-C: the OpenSearch walkthrough without Docker."""
+    try:
+        from osmem_server import OsmemError, OsmemServer
+    except ImportError:
+        raise ConfigError('the test server is not installed: pip install -e ".[test]" (or pip install osmem-server)') from None
+    _check_port_free(args.bind)
+    try:
+        server = OsmemServer.start(addr=args.bind, japanese=False)
+    except OsmemError as exc:
+        raise InputError(str(exc)) from None
+    print(
+        f"an in-memory OpenSearch-compatible server (osmem-server {server.version}) listens on {server.url}\n"
+        f"  reranker --opensearch-url {server.url} index corpus.jsonl\n"
+        f"  OPENSEARCH_URL={server.url} reranker serve\n"
+        "Everything it holds is lost when it stops (Ctrl-C). It is a test server: no kNN, its BM25 is not Lucene's.",
+        file=out, flush=True,
+    )
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     for name in ranker_names():
         print(name, file=out)
@@ -1026,6 +1059,7 @@ _COMMANDS = {
     "compare": cmd_compare,
     "train": cmd_train,
     "rankers": cmd_rankers,
+    "dev-cluster": cmd_dev_cluster,
     "config": cmd_config,
     "templates": cmd_templates,
     "indices": cmd_indices,

@@ -245,3 +245,32 @@ def test_skipped_lines_are_reported_once_and_a_closed_pipe_keeps_exit_1(data_dir
         shell=True, executable="/bin/bash", env=env, capture_output=True, text=True,
     )
     assert piped.returncode == 1 and len(piped.stdout.splitlines()) == 2 and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+
+
+def test_dev_cluster_runs_the_opensearch_walkthrough_without_docker(data_dir: Path, tmp_path: Path) -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "reranker.cli", "dev-cluster", "--bind", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+        assert f"listens on http://127.0.0.1:{port}" in first, first
+        url = f"http://127.0.0.1:{port}"
+        code, out = run(data_dir, "--opensearch-url", url, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+        assert code == 0 and "indexed 25" in out
+        code, out = run(data_dir, "--opensearch-url", url, "search", "named entity recognition with a maximum entropy model", "--json")
+        assert code == 0 and json.loads(out)["hits"]
+    finally:
+        server.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 15
+        while server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert server.returncode == 0
