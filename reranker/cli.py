@@ -451,23 +451,34 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
             args.ranker or settings.service.default_ranker,
             window=settings.window,
             size=args.size,
-            explain=args.explain or args.json,
+            explain=args.explain,
             filters=args.filter,
         )
     finally:
         engine.store.close()
     if args.json:
-        json.dump(_result_json(result), out, indent=2)
+        json.dump(_result_json(result, explain=args.explain), out, indent=2)
         out.write("\n")
     else:
         _print_result(result, out, explain=args.explain)
     return 0
 
 
-def _result_json(result: Any) -> dict[str, Any]:
-    body = dataclasses.asdict(result)
-    body["hits"] = [dataclasses.asdict(hit) for hit in result.hits]
-    return body
+def _result_json(result: Any, *, explain: bool) -> dict[str, Any]:
+    """The shape of POST /search's answer (one hit shape everywhere: RankedDoc.to_json)."""
+    body: dict[str, Any] = {"status": result.status}
+    if result.notes:
+        body["reason"] = " ".join(result.notes)
+    return {
+        **body,
+        "query": result.query,
+        "ranker": result.ranker,
+        "window": result.window,
+        "hits": [hit.to_json(explain=explain) for hit in result.hits],
+        "query_words": list(result.query_words),
+        "oov_words": list(result.oov_words),
+        "timings_ms": result.timings_ms,
+    }
 
 
 def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:

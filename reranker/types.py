@@ -232,6 +232,19 @@ class TopicExplanation:
     # 0 for the paper's and the code's formulas (contribution = importance x relevance).
     background: float = 0.0
 
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON shape of an explanation entry: the CLI's --json, /search and the
+        proxy all print this (its schema: /openapi.json, Hit.explanation)."""
+        return {
+            "topic": self.rank,
+            "importance": self.importance,
+            "relevance": self.relevance,
+            "contribution": self.contribution,
+            "background": self.background,
+            "topic_words": list(self.topic_words),
+            "query_words": list(self.query_words),
+        }
+
 
 @dataclass(frozen=True)
 class DocumentTopic:
@@ -253,7 +266,23 @@ class RankedDoc:
     bm25_rank: int
     title: str = ""
     explanation: tuple[TopicExplanation, ...] = ()
-    ranker_score: float = 0.0  # the ranker's own score (a fusion's base ranker; else = score)
+    ranker_score: float = 0.0  # the ranker's own score (a fusion's first ranker's; else = score)
+
+    def to_json(self, *, explain: bool = False) -> dict[str, Any]:
+        """The one JSON shape of a hit, for the CLI's --json and /search alike (its schema:
+        /openapi.json, Hit); `explanation` only when asked for."""
+        body: dict[str, Any] = {
+            "id": self.doc_id,
+            "rank": self.rank,
+            "score": self.score,
+            "ranker_score": self.ranker_score,
+            "bm25_score": self.bm25_score,
+            "bm25_rank": self.bm25_rank,
+            "title": self.title,
+        }
+        if explain:
+            body["explanation"] = [entry.to_json() for entry in self.explanation]
+        return body
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,24 @@ def test_index_then_search(data_dir: Path) -> None:
     assert code == 0
     assert out.startswith("hidden_topics_corrected+bm25: 4 of the BM25 top 100")  # the default ranker
     assert out.count("topic 1: importance") == 4
-    code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20")
+    code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20", "--explain")
     body = json.loads(out)
     assert body["ranker"] == "hidden_topics_code" and body["window"] == 20 and body["status"] == "ok"
     assert len(body["hits"]) == 10
     hit = body["hits"][0]
-    assert {"doc_id", "rank", "score", "bm25_score", "bm25_rank", "explanation"} <= hit.keys()
     assert sum(t["contribution"] for t in hit["explanation"]) == pytest.approx(hit["score"], abs=1e-9)
+    # One JSON shape for a hit: the CLI's --json and POST /search say the same things the same way.
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    served = app.test_client().post("/search", json={"query": query, "ranker": "hidden_topics_code", "window": 20, "explain": True}).get_json()
+    app.extensions["reranker"].close()
+    assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
+    assert set(served["hits"][0]) == set(hit) and set(served["hits"][0]["explanation"][0]) == set(hit["explanation"][0])
+    assert set(body) <= set(served) | {"reason"}
+    plain = json.loads(run(data_dir, "search", query, "--json")[1])
+    assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP
 
 
 def test_evaluate_json_has_the_documented_shape(data_dir: Path) -> None:

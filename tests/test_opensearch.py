@@ -417,7 +417,7 @@ def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
     assert "alias now points at reranker-v000001" in out
     code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--filter", "year>=2000", "--json")
     hits = json.loads(out)["hits"]
-    assert code == 0 and [h["doc_id"] for h in hits][0] == "chess" and "ships" not in {h["doc_id"] for h in hits}
+    assert code == 0 and [h["id"] for h in hits][0] == "chess" and "ships" not in {h["id"] for h in hits}
     code, out = run(data_dir, *url, "index", str(corpus), "--no-progress", "--rebuild")
     assert "alias now points at reranker-v000002; kept reranker-v000001" in out
     code, out = run(data_dir, *url, "indices", "list")

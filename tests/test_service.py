@@ -94,7 +94,7 @@ def test_search_reranks_the_bm25_window_like_the_engine(client: FlaskClient, ind
     code, out = run(indexed, "search", QUERY, "--size", "5", "--json")
     assert code == 0
     expected = json.loads(out)
-    assert [h["id"] for h in body["hits"]] == [h["doc_id"] for h in expected["hits"]]
+    assert [h["id"] for h in body["hits"]] == [h["id"] for h in expected["hits"]]
     assert [h["rank"] for h in body["hits"]] == [1, 2, 3, 4, 5]
     scores = [h["score"] for h in body["hits"]]
     assert scores == sorted(scores, reverse=True)

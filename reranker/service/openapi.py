@@ -113,6 +113,8 @@ _SEARCH_REQUEST: Schema = {
     },
 }
 
+# The one shape of a hit: POST /search, the proxy's ext.rerank (score and ranker_score per
+# _id) and `reranker search --json` (RankedDoc.to_json) all follow it.
 _HIT: Schema = {
     "type": "object",
     "required": ["id", "rank", "score", "bm25_score", "bm25_rank"],

@@ -405,18 +405,7 @@ class Runtime:
                 "title": candidate.title,
             }
             if explain:
-                hit["explanation"] = [
-                    {
-                        "topic": e.rank,
-                        "importance": e.importance,
-                        "relevance": e.relevance,
-                        "contribution": e.contribution,
-                        "background": e.background,
-                        "topic_words": list(e.topic_words),
-                        "query_words": list(e.query_words),
-                    }
-                    for e in explanations.get(position, ())
-                ]
+                hit["explanation"] = [entry.to_json() for entry in explanations.get(position, ())]
             hits.append(hit)
         if interleaved is not None:
             head: dict[str, Any] = {**interleaved.fields(), "query": text}
