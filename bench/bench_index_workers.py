@@ -35,7 +35,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     cache = Path(os.environ.get("RERANKER_DATA_DIR", work)) / "vectors"
     glove = load_vectors("glove-6b-50d", cache)
-    words = [w for w in glove._kv.index_to_key[100:30100] if w.isalpha()]
+    words = [w for w in glove.keyed_vectors.index_to_key[100:30100] if w.isalpha()]
     weights = 1 / np.arange(1, len(words) + 1)
     rng = np.random.default_rng(2018)
     corpus = work / "corpus.jsonl"

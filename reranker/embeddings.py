@@ -20,18 +20,21 @@ import fcntl
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
-from gensim.models import KeyedVectors
 
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS
 from reranker.errors import VectorsError
 from reranker.types import EmbeddingInfo, FloatArray
+
+if TYPE_CHECKING:
+    from gensim.models import KeyedVectors
 
 log = logging.getLogger(__name__)
 
@@ -52,28 +55,85 @@ class Lookup:
     oov: tuple[str, ...]
 
 
-class WordVectors:
-    """Read-only word vectors plus the identity an index records (`info`)."""
+class SortedVocabulary:
+    """A word -> row map as two arrays, read memory-mapped: the words (UTF-8, sorted) and
+    their rows. Opening it costs nothing, where unpickling a 400,000-word dict costs
+    about 0.2 s; a lookup is a binary search per word."""
 
-    def __init__(self, keyed_vectors: KeyedVectors, info: EmbeddingInfo, path: Path | None = None) -> None:
-        self._kv = keyed_vectors
-        self._index = keyed_vectors.key_to_index
+    def __init__(self, words: npt.NDArray[np.bytes_], rows: npt.NDArray[np.int32]) -> None:
+        self.words = words
+        self._rows = rows
+
+    def rows(self, tokens: Sequence[str]) -> list[int]:
+        """The row of each token, -1 for a word not in the vocabulary."""
+        if not tokens:
+            return []
+        width = self.words.dtype.itemsize
+        encoded = [token.encode("utf-8", "surrogatepass") for token in tokens]
+        wanted = np.array([word if len(word) <= width else b"" for word in encoded], dtype=self.words.dtype)
+        at = np.minimum(np.searchsorted(self.words, wanted), len(self.words) - 1)
+        hit = (self.words[at] == wanted) & np.array([0 < len(word) <= width for word in encoded])
+        return np.where(hit, self._rows[at], -1).tolist()
+
+    def get(self, token: str, default: int = -1) -> int:
+        return self.rows([token])[0] if token else default
+
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, str) and self.get(token) >= 0
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+class WordVectors:
+    """Read-only word vectors plus the identity an index records (`info`).
+
+    Held as a plain (n, d) float32 array and a word -> row dict; gensim's KeyedVectors
+    (which WMD uses) is loaded only when asked for, since importing gensim alone costs
+    most of a second and a search does not need it.
+    """
+
+    def __init__(
+        self,
+        vectors: npt.NDArray[np.float32],
+        key_to_index: "dict[str, int] | SortedVocabulary",
+        info: EmbeddingInfo,
+        path: Path | None = None,
+        keyed_vectors: "KeyedVectors | None" = None,
+    ) -> None:
+        self._vectors = vectors
+        self._index = key_to_index
+        self._keyed = keyed_vectors
         self.info = info
         self.path = path  # the native file, when loaded from one (worker processes reopen it)
+
+    @classmethod
+    def from_keyed(cls, keyed: "KeyedVectors", info: EmbeddingInfo, path: Path | None = None) -> "WordVectors":
+        return cls(keyed.vectors, keyed.key_to_index, replace(info, dim=int(keyed.vector_size)), path, keyed)
 
     @property
     def dim(self) -> int:
         return self.info.dim
 
     @property
-    def keyed_vectors(self) -> KeyedVectors:
-        """The gensim vectors (read-only): for gensim's own algorithms, such as WMD."""
-        return self._kv
+    def keyed_vectors(self) -> "KeyedVectors":
+        """The gensim vectors (read-only): for gensim's own algorithms, such as WMD.
+        Loaded on first use."""
+        if self._keyed is None:
+            if self.path is None:
+                raise VectorsError("these word vectors were not loaded from a file; gensim's view of them is unavailable")
+            self._keyed = _load_keyed(self.path)
+        return self._keyed
+
+    def _rows(self, tokens: Sequence[str]) -> list[int]:
+        index = self._index
+        if isinstance(index, SortedVocabulary):
+            return index.rows(tokens)
+        return [index.get(token, -1) for token in tokens]
 
     def word_ids(self, tokens: Sequence[str]) -> npt.NDArray[np.int32]:
         """Row numbers of the in-vocabulary `tokens`, in order (unknown tokens skipped)."""
-        index = self._index
-        rows = [index.get(token, -1) for token in tokens]
+        rows = self._rows(tokens)
         found = np.fromiter(rows, dtype=np.int32, count=len(rows))
         return found[found >= 0]
 
@@ -85,10 +145,9 @@ class WordVectors:
 
     def lookup(self, tokens: Sequence[str]) -> Lookup:
         """Vectors of `tokens`; out-of-vocabulary tokens are skipped and reported."""
-        index = self._index
-        rows = [index.get(token, -1) for token in tokens]
+        rows = self._rows(tokens)
         found = [i for i, row in enumerate(rows) if row >= 0]
-        vectors = np.asarray(self._kv.vectors[[rows[i] for i in found]], dtype=np.float32)
+        vectors = np.asarray(self._vectors[[rows[i] for i in found]], dtype=np.float32)
         words = tuple(tokens[i] for i in found)
         oov = tuple(t for t, row in zip(tokens, rows) if row < 0)
         return Lookup(vectors.reshape(len(found), self.dim), words, oov)
@@ -150,7 +209,9 @@ def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
     source = BUILTIN_GLOVE if path is None else f"{fmt}:{path.resolve()}"
     if fmt == "kv":
         assert path is not None
-        return _open_native(path, EmbeddingInfo(path.stem, 0, _file_checksum(path), source))
+        trained = trained_vectors(path)  # ours: the record knows the content checksum
+        checksum = trained.checksum if trained is not None else _file_checksum(path)
+        return _open_native(path, EmbeddingInfo(path.stem, 0, checksum, source))
     file = _builtin_glove_files()[1] if path is None else path
     if not file.exists():
         raise VectorsError(f"word vectors not found: {file}")
@@ -178,6 +239,7 @@ def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
                     checksum=_file_checksum(file),
                 )
                 keyed.save(str(target))
+                _write_fast_copy(target, keyed)
                 partial = meta_path.with_suffix(".json.partial")
                 partial.write_text(json.dumps(info.__dict__), encoding="utf-8")
                 partial.replace(meta_path)
@@ -191,7 +253,23 @@ def open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
 
 
 def _open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
-    """The native vectors at `path`, known by `info` (whose dim is read from the file)."""
+    """The native vectors at `path`, known by `info` (whose dim is read from the file).
+
+    Through the fast copy beside the file when there is one (numpy only); else through
+    gensim, writing the fast copy for next time.
+    """
+    fast = _read_fast_copy(path)
+    if fast is not None:
+        vectors, index = fast
+        return WordVectors(vectors, index, replace(info, dim=int(vectors.shape[1])), path)
+    keyed = _load_keyed(path)
+    _write_fast_copy(path, keyed)
+    return WordVectors.from_keyed(keyed, info, path)
+
+
+def _load_keyed(path: Path) -> "KeyedVectors":
+    from gensim.models import KeyedVectors
+
     try:
         keyed = KeyedVectors.load(str(path), mmap="r")
     except (OSError, ValueError, EOFError) as exc:
@@ -200,10 +278,56 @@ def _open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
         keyed = getattr(keyed, "wv", None)
         if not isinstance(keyed, KeyedVectors):
             raise VectorsError(f"{path} holds no word vectors")
-    return WordVectors(keyed, replace(info, dim=int(keyed.vector_size)), path)
+    return keyed
 
 
-def _read_source(fmt: str, path: Path | None) -> KeyedVectors:
+# The fast copy of a native file X.kv, all read with numpy alone: X.kv-fast.npy (the
+# vectors, memory-mapped), X.kv-fast-words.npy and X.kv-fast-rows.npy (the vocabulary,
+# sorted), and X.kv-fast.json, written last, with the size and time of the files the copy
+# was made from, so a file replaced since is never read through a stale copy. Not named
+# X.kv.*.npy: those are gensim's own parts, and they count in the file's checksum.
+def _fast_paths(path: Path) -> tuple[Path, Path, Path, Path]:
+    return tuple(path.with_name(path.name + suffix) for suffix in ("-fast.npy", "-fast-words.npy", "-fast-rows.npy", "-fast.json"))  # type: ignore[return-value]
+
+
+def _stamp(path: Path) -> list[list[Any]]:
+    parts = [path, *sorted(path.parent.glob(path.name + ".*.npy"))]
+    return [[part.name, part.stat().st_size, part.stat().st_mtime_ns] for part in parts]
+
+
+def _read_fast_copy(path: Path) -> tuple[npt.NDArray[np.float32], SortedVocabulary] | None:
+    arrays, words, rows, record = _fast_paths(path)
+    try:
+        if json.loads(record.read_text(encoding="utf-8")).get("stamp") != _stamp(path):
+            return None
+        vectors = np.load(arrays, mmap_mode="r")
+        vocabulary = SortedVocabulary(np.load(words, mmap_mode="r"), np.load(rows, mmap_mode="r"))
+    except (OSError, ValueError, EOFError):
+        return None
+    return vectors, vocabulary
+
+
+def _write_fast_copy(path: Path, keyed: "KeyedVectors") -> None:
+    """Best effort (a read-only directory just means gensim again next time)."""
+    arrays, words_path, rows_path, record = _fast_paths(path)
+    encoded = np.array([word.encode("utf-8", "surrogatepass") for word in keyed.index_to_key], dtype=np.bytes_)
+    order = np.argsort(encoded, kind="stable").astype(np.int32)
+    try:
+        for target, array in ((arrays, np.ascontiguousarray(keyed.vectors, dtype=np.float32)), (words_path, encoded[order]), (rows_path, order)):
+            partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+            with partial.open("wb") as handle:
+                np.save(handle, array)
+            partial.replace(target)
+        partial = record.with_name(f"{record.name}.{os.getpid()}.partial")
+        partial.write_text(json.dumps({"stamp": _stamp(path)}), encoding="utf-8")
+        partial.replace(record)  # last: its presence means the copy is whole
+    except OSError as exc:
+        log.debug("no fast copy of %s: %s", path, exc)
+
+
+def _read_source(fmt: str, path: Path | None) -> "KeyedVectors":
+    from gensim.models import KeyedVectors
+
     try:
         if path is None:
             return _read_builtin_glove()
@@ -233,8 +357,9 @@ def _builtin_glove_files() -> tuple[Path, Path]:
     return root / "glove_6B_index.parquet", root / "glove_6B_50d_emb.npy"
 
 
-def _read_builtin_glove() -> KeyedVectors:
+def _read_builtin_glove() -> "KeyedVectors":
     import pyarrow.parquet as pq
+    from gensim.models import KeyedVectors
 
     index_path, matrix_path = _builtin_glove_files()
     words = pq.read_table(index_path).column(0).to_pylist()
@@ -311,9 +436,20 @@ def train_word2vec(
     record = out_path.with_suffix(out_path.suffix + ".json")
     record.unlink(missing_ok=True)
     model.wv.save(str(out_path))
-    info = EmbeddingInfo(name=out_path.stem, dim=params.dim, checksum=_file_checksum(out_path), source=f"kv:{out_path.resolve()}")
-    record.write_text(json.dumps({**info.__dict__, "params": params.__dict__}), encoding="utf-8")
+    _write_fast_copy(out_path, model.wv)
+    # The checksum is of the vectors and their words, not of the file: gensim's file also
+    # pickles the time it was saved, so the same training run twice would differ.
+    info = EmbeddingInfo(name=out_path.stem, dim=params.dim, checksum=content_checksum(model.wv), source=f"kv:{out_path.resolve()}")
+    record.write_text(json.dumps({**info.__dict__, "params": params.__dict__, "stamp": _stamp(out_path)}), encoding="utf-8")
     return info
+
+
+def content_checksum(keyed: "KeyedVectors") -> str:
+    """sha256 of the words (in row order) and the float32 vectors: the same vectors give
+    the same checksum however and whenever they were saved."""
+    digest = hashlib.sha256("\n".join(keyed.index_to_key).encode("utf-8", "surrogatepass"))
+    digest.update(np.ascontiguousarray(keyed.vectors, dtype=np.float32).tobytes())
+    return digest.hexdigest()
 
 
 def trained_vectors(out_path: Path) -> EmbeddingInfo | None:
@@ -322,6 +458,8 @@ def trained_vectors(out_path: Path) -> EmbeddingInfo | None:
         return None
     try:
         raw = json.loads(out_path.with_suffix(out_path.suffix + ".json").read_text(encoding="utf-8"))
+        if raw.get("stamp") != _stamp(out_path):  # the file was replaced since: not these vectors
+            return None
         return EmbeddingInfo(str(raw["name"]), int(raw["dim"]), str(raw["checksum"]), str(raw["source"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

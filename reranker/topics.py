@@ -15,7 +15,6 @@ from typing import Literal, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import scipy.linalg
 
 from reranker.types import DocTopics, FloatArray
 
@@ -105,6 +104,8 @@ def _no_topics(d: int) -> tuple[FloatArray, FloatArray]:
 def _top_eigenpairs(gram: FloatArray, count: int) -> tuple[FloatArray, FloatArray]:
     """The `count` largest eigenpairs of a symmetric matrix, largest first."""
     size = gram.shape[0]
+    import scipy.linalg  # here, not at the top: a search scores with numpy alone, and scipy costs ~0.3 s to import
+
     eigenvalues, eigenvectors = scipy.linalg.eigh(
         gram, subset_by_index=[size - count, size - 1], check_finite=False
     )
@@ -252,6 +253,8 @@ def corpus_centering(vectors: npt.ArrayLike, frequencies: npt.ArrayLike) -> tupl
     deviations = matrix - mu
     covariance = (deviations * p[:, None]).T @ deviations
     size = covariance.shape[0]
+    import scipy.linalg
+
     _, top = scipy.linalg.eigh(covariance, subset_by_index=[size - 1, size - 1], check_finite=False)
     direction = _fix_signs(top.T.astype(np.float32))[0]
     return mu.astype(np.float32), direction.astype(np.float32)

@@ -23,8 +23,8 @@ def small_vectors() -> KeyedVectors:
 def test_the_bundled_glove_vectors(glove: WordVectors) -> None:
     assert glove.dim == 50 and len(glove) == 400_000
     assert glove.info.name == "glove-6b-50d" and len(glove.info.checksum) == 64
-    assert isinstance(glove._kv.vectors, np.memmap)  # read-only, shared between processes
-    assert not glove._kv.vectors.flags.writeable
+    assert isinstance(glove._vectors, np.memmap)  # read-only, shared between processes
+    assert not glove._vectors.flags.writeable
 
 
 def test_out_of_vocabulary_words_are_skipped_and_counted(glove: WordVectors) -> None:
@@ -107,5 +107,35 @@ def test_train_word2vec_writes_loadable_vectors(tmp_path: Path) -> None:
     assert trained_vectors(tmp_path / "w2v.kv") == info and info.source == f"kv:{(tmp_path / 'w2v.kv').resolve()}"
     assert loaded.info.source == info.source
     assert trained_vectors(tmp_path / "missing.kv") is None
+    # The same training again gives the same identity (gensim's file holds when it was
+    # saved, so its bytes differ; the checksum is of the words and vectors).
+    again = train_word2vec(sentences, tmp_path / "again.kv", Word2VecParams(dim=12, min_count=1, epochs=2))
+    assert again.checksum == info.checksum and (tmp_path / "again.kv").read_bytes() != (tmp_path / "w2v.kv").read_bytes()
     with pytest.raises(VectorsError, match="min-count"):
         train_word2vec([["once"]], tmp_path / "none.kv", Word2VecParams(min_count=5))
+
+
+def test_the_fast_copy_reads_the_same_vectors_without_gensim(tmp_path: Path, glove: WordVectors) -> None:
+    """Vectors open through numpy-only files beside the native one (a search then needs no
+    gensim import); every lookup agrees with gensim's own, and a file replaced since is
+    never read through a stale copy."""
+    import random
+
+    from reranker.embeddings import SortedVocabulary
+
+    assert isinstance(glove._index, SortedVocabulary) and glove._keyed is None
+    keyed = glove.keyed_vectors  # gensim, loaded on first use
+    words = random.Random(7).sample(keyed.index_to_key, 3000) + ["naïve", "北京", "qqzzxv", "", "x" * 300]
+    np.testing.assert_array_equal(glove.word_ids(words), [keyed.key_to_index[w] for w in words if w in keyed.key_to_index])
+    found = glove.lookup(words[:50])
+    np.testing.assert_array_equal(found.vectors, keyed.vectors[[keyed.key_to_index[w] for w in found.words]])
+    assert "ship" in glove and "qqzzxv" not in glove and len(glove) == len(keyed.key_to_index)
+
+    sentences = [["ship", "sea", "sail"], ["bread", "oven", "flour"]] * 20
+    path = tmp_path / "w2v.kv"
+    train_word2vec(sentences, path, Word2VecParams(dim=8, min_count=1, epochs=1))
+    first = load_vectors(str(path), tmp_path / "cache")
+    assert isinstance(first._index, SortedVocabulary) and len(first) == 6
+    train_word2vec([["alpha", "beta"]] * 10, path, Word2VecParams(dim=8, min_count=1, epochs=1))  # replaced in place
+    again = load_vectors(str(path), tmp_path / "cache")
+    assert "alpha" in again and "ship" not in again and len(again) == 2

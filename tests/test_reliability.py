@@ -312,7 +312,10 @@ def test_metrics_directories_of_dead_masters_are_cleaned_at_start(tmp_path: Path
 
     config = REPO / "reranker" / "service" / "gunicorn.conf.py"
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    # The config file sets the variable itself: recorded here so that it is unset again
+    # afterwards (later tests would otherwise count metrics in multiprocess mode).
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "-")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (tmp_path / "reranker-metrics-killed").mkdir()
