@@ -342,9 +342,10 @@ def setup(report: dict[str, Any], runs: Sequence[Run]) -> list[str]:
     headers = ["set — vectors", "vectors (evaluate's config)", "sha256", "d", "vocabulary", "queries", "documents", "run s"]
     return [
         *lines, "", *table(headers, [run_row(run, report["vectors"]) for run in runs], text_columns=3),
-        ("sha256: of the vector files as saved, which is what an index records; for trained vectors it "
-         "names this training's files (gensim saves more than the values), so a retrain with the same "
-         "settings may give the same vectors under another checksum."),
+        ("sha256: what the index recorded for its vectors. For the bundled GloVe, of the source file. "
+         "For trained word2vec in this run (before commit 267a4fa), of the saved files, which "
+         "gensim stamps with the time of saving; trained vectors are now identified by their words "
+         "and values, so a retrain with the same settings gives the same checksum."),
         "",
     ]  # fmt: skip
 
