@@ -61,9 +61,13 @@ class ClusterProxy:
     slow cluster). requests: (method, path, body) of every request that reached the proxy.
     """
 
-    def __init__(self, target: str, plan: list[str] | None = None, max_bytes: int = 0, delay: dict[str, float] | None = None) -> None:
+    def __init__(
+        self, target: str, plan: list[str] | None = None, max_bytes: int = 0,
+        delay: dict[str, float] | None = None, headers: dict[str, str] | None = None,
+    ) -> None:
         self.target, self.plan, self.max_bytes = target.rstrip("/"), list(plan or []), max_bytes
         self.delay = dict(delay or {})
+        self.headers = dict(headers or {})  # added to every answer (a cluster's product headers)
         self.bulk_sizes: list[int] = []
         self.authorization: list[str | None] = []
         self.requests: list[tuple[str, str, bytes]] = []
@@ -111,6 +115,8 @@ class ClusterProxy:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in proxy.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 

@@ -564,3 +564,35 @@ def test_the_proxy_takes_a_fusion_weight_per_request(client: FlaskClient) -> Non
     assert order({"ranker": "hidden_topics+bm25", "fusion_weight": 1}) == topics
     refused = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "hidden_topics+bm25", "fusion_weight": 2}}))
     assert refused.status_code == 400 and "[ext.rerank.fusion_weight] must lie in [0, 1]" in refused.get_json()["error"]["reason"]
+
+
+@pytest.mark.filterwarnings("ignore:a deprecation")  # the fake cluster's Warning header, reaching the client as it should
+def test_search_clients_see_the_cluster_through_the_proxy(papers: tuple[str, Path]) -> None:
+    """opensearch-py pointed at the proxy: `info()` is the cluster's own answer, searches are
+    reranked; the cluster's product headers reach the client (Elasticsearch clients from
+    7.14 refuse a server without X-Elastic-Product)."""
+    import threading
+
+    from opensearchpy import OpenSearch
+    from werkzeug.serving import make_server
+
+    url, data_dir = papers
+    cluster = json.loads(urllib.request.urlopen(url + "/").read())
+    recorder = ClusterProxy(url, headers={"X-Elastic-Product": "Elasticsearch", "Warning": '299 Elasticsearch "a deprecation"'})
+    server = make_server("127.0.0.1", 0, make_app((recorder.url, data_dir)), threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = f"http://127.0.0.1:{server.server_port}"
+    try:
+        client = OpenSearch(hosts=[proxy])
+        info = client.info()
+        assert info["version"]["number"] == cluster["version"]["number"] and info["cluster_name"] == cluster["cluster_name"]
+        found = client.search(index="papers", body=summary(SEA, ext=TOPICS))
+        assert found["ext"]["rerank"]["status"] == "ok" and found["hits"]["hits"]
+        with urllib.request.urlopen(proxy + "/") as answer:
+            assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and answer.headers["X-Reranker"].startswith("reranker ")
+        request = urllib.request.Request(proxy + "/papers/_search", data=json.dumps(summary(SEA)).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request) as answer:
+            assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and "a deprecation" in answer.headers["Warning"]
+    finally:
+        server.shutdown()
+        recorder.close()

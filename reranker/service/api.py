@@ -24,7 +24,15 @@ def runtime() -> Runtime:
 
 @blueprint.get("/")
 def root() -> Any:
-    """What this is and where its API is described."""
+    """What this is and where its API is described; with a cluster, the cluster's own
+    answer, as a search client pointed at the proxy expects (the reranker's own info then
+    comes as the X-Reranker header)."""
+    if runtime().settings.opensearch_url:
+        from reranker.service.proxy import cluster_info
+
+        response = cluster_info()
+        response.headers["X-Reranker"] = f"reranker {__version__}; API: /openapi.json"
+        return response
     return jsonify(name="reranker", version=__version__, tagline="hidden-topic reranking for OpenSearch", openapi="/openapi.json")
 
 

@@ -383,7 +383,8 @@ def openapi_document() -> Schema:
             },
         },
         "paths": {
-            "/": {"get": {"summary": "what this service is", "responses": {"200": _json({"type": "object"}, "name and version")}}},
+            "/": {"get": {"summary": "what this service is: its name and version, or with a cluster (OPENSEARCH_URL) the cluster's own answer to GET /",
+                          "responses": {"200": _json({"type": "object"}, "name and version"), "503": _json(_ERROR, "the cluster cannot be reached")}}},
             "/healthz": {"get": {"summary": "liveness", "responses": {"200": _json({"type": "object", "required": ["status"]}, "the process answers")}}},
             "/readyz": {
                 "get": {

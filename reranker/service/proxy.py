@@ -68,7 +68,7 @@ from reranker.service.search_requests import (
     window_request,
 )
 from reranker.store.events import Experiment
-from reranker.store.opensearch import OpenSearchStore, TopicLayout
+from reranker.store.opensearch import OpenSearchStore, TopicLayout, response_headers
 from reranker.types import Candidate, EmbeddingInfo
 
 log = logging.getLogger(__name__)
@@ -229,10 +229,30 @@ def _took(started: float) -> int:
     return int(round(1000 * (time.perf_counter() - started)))
 
 
+# The cluster's response headers a client may check, passed on as they came: Elasticsearch
+# clients (7.14 and later) refuse a server without X-Elastic-Product; Warning carries the
+# cluster's deprecation notices.
+PASSED_HEADERS = ("x-elastic-product", "x-opensearch-product", "warning")
+
+
 def answer(status: int, body: Any) -> Response:
-    """A JSON response (indented when the URL asks for `pretty`)."""
+    """A JSON response (indented when the URL asks for `pretty`), with the cluster's
+    product headers of its last answer to this request."""
     indent = 2 if "pretty" in request.args else None
-    return Response(json.dumps(body, indent=indent), status=status, mimetype="application/json")
+    response = Response(json.dumps(body, indent=indent), status=status, mimetype="application/json")
+    received = response_headers()
+    for name in PASSED_HEADERS:
+        if name in received:
+            response.headers[name] = received[name]
+    return response
+
+
+def cluster_info() -> Response:
+    """GET / through the proxy: the cluster's own answer (name, version, tagline), which
+    clients read on connect to know what they talk to."""
+    store = cluster(runtime())
+    status, found = store.forward("GET", "/", url_params())
+    return answer(status, found)
 
 
 def url_params() -> dict[str, str]:

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from itertools import chain
@@ -965,6 +966,10 @@ class OpenSearchStore:
 # --- helpers ---------------------------------------------------------------------------
 
 
+# The headers of the last cluster response this thread received (see `response_headers`).
+_LAST_HEADERS = threading.local()
+
+
 def _budgeted_transport() -> type:
     """opensearch-py's Transport, with every request bounded by the caller's `time_limit`."""
     from opensearchpy import Transport
@@ -987,6 +992,32 @@ def _budgeted_transport() -> type:
     return BudgetedTransport
 
 
+def _header_keeping_connection() -> type:
+    """opensearch-py's connection, keeping each response's headers for this thread: the
+    Transport hands back only the body, and the proxy passes some headers on."""
+    from opensearchpy import Urllib3HttpConnection
+
+    class HeaderKeepingConnection(Urllib3HttpConnection):  # type: ignore[misc]
+        def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+            _LAST_HEADERS.value = {}
+            status, headers, data = super().perform_request(*args, **kwargs)
+            _LAST_HEADERS.value = {name.lower(): value for name, value in headers.items()}
+            return status, headers, data
+
+        def get_response_headers(self, response: Any) -> Any:  # the error path's only look at them
+            headers = super().get_response_headers(response)
+            _LAST_HEADERS.value = dict(headers)
+            return headers
+
+    return HeaderKeepingConnection
+
+
+def response_headers() -> dict[str, str]:
+    """The headers of the last response from the cluster in this thread (for an error
+    answer too); {} when there was none."""
+    return dict(getattr(_LAST_HEADERS, "value", {}) or {})
+
+
 def make_client(config: OpenSearchSettings) -> Any:
     """An opensearch-py client for `config` (TLS verified unless told otherwise).
 
@@ -1002,6 +1033,7 @@ def make_client(config: OpenSearchSettings) -> Any:
         "max_retries": config.retries,
         "retry_on_timeout": False,
         "transport_class": _budgeted_transport(),
+        "connection_class": _header_keeping_connection(),
         "verify_certs": config.verify_certs,
         "ssl_show_warn": config.verify_certs,
         "http_compress": False,
