@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
     evaluate.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
     evaluate.add_argument(
+        "--run-dir", type=Path, metavar="DIR",
+        help="also write each ranker's TREC run file into DIR (DATASET.RANKER.run), for trec_eval or ir_measures",
+    )
+    evaluate.add_argument(
         "--train-vectors", action="store_true",
         help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
     )
@@ -163,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
         "baseline) and DIR/compare-<dataset>-precision-bins.png",
     )
     compare.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    compare.add_argument(
+        "--run-dir", type=Path, metavar="DIR",
+        help="also write each ranker's TREC run file into DIR (DATASET.RANKER.run), for trec_eval or ir_measures",
+    )
     compare.add_argument(
         "--train-vectors", action="store_true",
         help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
@@ -530,11 +538,13 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     for path in (args.plot, args.markdown):
         if path is not None:
             _writable(path)  # and on an unwritable output path
+    if args.run_dir is not None:
+        _writable_folder(args.run_dir)
     dataset = load_dataset(args.dataset, args.queries_file)
     result = _offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: evaluate(
-            engine, dataset, names, window=settings.window, on_query=tick, config=config
+            engine, dataset, names, window=settings.window, on_query=tick, config=config, run_dir=args.run_dir
         ),
     )
     written = []
@@ -572,11 +582,14 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
             _writable(path)
     if args.plots is not None:
         _writable_folder(args.plots)
+    if args.run_dir is not None:
+        _writable_folder(args.run_dir)
     dataset = load_dataset(args.dataset, args.queries_file, args.judgments)
     comparison = _offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: compare(
-            engine, dataset, names, baseline, window=settings.window, rbo_p=args.rbo_p, on_query=tick, config=config
+            engine, dataset, names, baseline, window=settings.window, rbo_p=args.rbo_p, on_query=tick, config=config,
+            run_dir=args.run_dir,
         ),
     )
     table, body = comparison_table(comparison), comparison.to_json()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ from reranker.evaluation import (
     RankerRun,
     metric_names,
     run_rankers,
+    write_trec_runs,
     score_rankings,
     summarise,
     wins_ties_losses,
@@ -286,8 +288,10 @@ def compare(
     rbo_p: float = RBO_P,
     on_query: Callable[[], object] | None = None,
     config: dict[str, Any] | None = None,
+    run_dir: Path | None = None,
 ) -> Comparison:
-    """Rerank every judged query's BM25 window with each ranker and compare them.
+    """Rerank every judged query's BM25 window with each ranker and compare them (and
+    write their TREC run files into `run_dir`, if given).
 
     Raises ConfigError (before any work) unless `baseline` is one of two or more
     rankers; UnknownRankerError for a name that is not registered.
@@ -296,6 +300,8 @@ def compare(
     if not 0.0 < rbo_p < 1.0:
         raise ConfigError(f"the RBO persistence p must lie in (0, 1), got {rbo_p}")
     run = run_rankers(engine, dataset, names, window=window, on_query=on_query)
+    if run_dir is not None:
+        write_trec_runs(run.rankings, run_dir, dataset.name)
     return compare_rankings(dataset, run, baseline, rbo_p=rbo_p, config=config)
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -280,6 +282,24 @@ def run_rankers(
     return RankerRun(window=window, rankings=rankings, approximate=approximate)
 
 
+def write_trec_runs(rankings: Rankings, folder: Path, dataset: str) -> list[Path]:
+    """One TREC run file per ranker, `<folder>/<dataset>.<ranker>.run`, for trec_eval,
+    ir_measures and the like: `query_id Q0 doc_id rank score tag` per line. The score is
+    the rank turned around (window size down to 1): these tools order by score, and the
+    rankers' own scores are on incomparable scales."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, by_query in rankings.items():
+        tag = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)  # one token, also where ":" is not allowed
+        path = folder / f"{dataset}.{tag}.run"
+        with path.open("w", encoding="utf-8") as handle:
+            for query_id, ranked in by_query.items():
+                for rank, doc_id in enumerate(ranked, start=1):
+                    handle.write(f"{query_id} Q0 {doc_id} {rank} {len(ranked) - rank + 1} {tag}\n")
+        written.append(path)
+    return written
+
+
 def score_rankings(rankings: Rankings, qrels: Mapping[str, dict[str, int]], window: int) -> PerQuery:
     """ranker -> query id -> `ranking_metrics` of its ranked list against `qrels`."""
     return {
@@ -297,14 +317,18 @@ def evaluate(
     baselines: Sequence[str] = ("bm25", "hidden_topics"),
     on_query: Callable[[], object] | None = None,
     config: dict[str, Any] | None = None,
+    run_dir: Path | None = None,
 ) -> EvaluationResult:
     """Rerank every judged query's BM25 window with each ranker and score the rankings.
 
     baselines: every ranker is tested against each of these that was evaluated; the
-    first is evaluated even if not asked for. Raises UnknownRankerError before any work
-    if a name is not registered.
+    first is evaluated even if not asked for. run_dir: also write each ranker's TREC run
+    file there (`write_trec_runs`). Raises UnknownRankerError before any work if a name
+    is not registered.
     """
     run = run_rankers(engine, dataset, [*ranker_names, baselines[0]], window=window, on_query=on_query)
+    if run_dir is not None:
+        write_trec_runs(run.rankings, run_dir, dataset.name)
     per_query = score_rankings(run.rankings, dataset.qrels, window)
     return summarise(dataset.name, window, per_query, baselines, approximate=run.approximate, config=config)
 

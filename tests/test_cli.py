@@ -64,8 +64,12 @@ def test_evaluate_json_has_the_documented_shape(data_dir: Path) -> None:
         assert all(0.0 <= value <= 1.0 for value in metrics.values())
     assert body["results"]["bm25"]["recall@50"] == 1.0  # every sample paper is in the window
     assert 0.0 < body["p_values"]["bm25"]["hidden_topics"]["ndcg@10"] <= 1.0
-    code, table = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25")
+    code, table = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,hidden_topics+bm25:rrf", "--run-dir", str(data_dir / "runs"))
     assert code == 0 and "| bm25 |" in table
+    runs = sorted(path.name for path in (data_dir / "runs").iterdir())
+    assert runs == ["sample.bm25.run", "sample.hidden_topics+bm25_rrf.run"]
+    lines = (data_dir / "runs" / "sample.bm25.run").read_text().splitlines()
+    assert len(lines) == 5 * 25 and lines[0].split()[1:4:2] == ["Q0", "1"] and len({line.split()[0] for line in lines}) == 5
 
 
 def test_evaluation_indexes_are_cached_per_vectors(data_dir: Path, tmp_path: Path) -> None:

@@ -273,3 +273,37 @@ def test_cli_trains_doc2vec_for_the_evaluation_index_once(data_dir: Path) -> Non
     code, again = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,doc2vec", "--no-progress")
     assert code == 0 and again == out  # the recorded model is reused: same vectors, same table
     assert sorted((data_dir / "doc2vec").glob("*.model")) == models
+
+
+def test_metrics_agree_with_trec_eval(tmp_path: Path) -> None:
+    """Our metrics against ir_measures (pytrec_eval, i.e. trec_eval's own code) on random
+    graded rankings, read back from the TREC run file `--run-dir` writes. nDCG uses gain
+    2^rel - 1 here, so trec_eval is given those gains."""
+    import random
+
+    import ir_measures
+    from ir_measures import AP, RR, R, nDCG, P
+
+    from reranker.evaluation import write_trec_runs
+
+    rng = random.Random(11)
+    window = 30
+    qrels: dict[str, dict[str, int]] = {}
+    ranked: dict[str, tuple[str, ...]] = {}
+    for q in range(25):
+        pool = [f"d{i}" for i in range(60)]
+        qrels[f"q{q}"] = {doc: rng.choice([1, 1, 2, 3]) for doc in rng.sample(pool, rng.randint(1, 12))}
+        ranked[f"q{q}"] = tuple(rng.sample(pool, window))
+    (path,) = write_trec_runs({"rank+er:rrf": ranked}, tmp_path, "toy")
+    assert path.name == "toy.rank+er_rrf.run"
+    run = list(ir_measures.read_trec_run(str(path)))
+    qrel_rows = [ir_measures.Qrel(q, d, r) for q, docs in qrels.items() for d, r in docs.items()]
+    gains = {r: 2**r - 1 for r in range(4)}
+    measures = {"ndcg@10": nDCG(gains=gains) @ 10, "p@1": P @ 1, "p@5": P @ 5, "map": AP, "mrr": RR, f"recall@{window}": R @ window}
+    theirs: dict[tuple[str, str], float] = {}
+    for metric in ir_measures.iter_calc(list(measures.values()), qrel_rows, run):
+        theirs[(metric.query_id, str(metric.measure))] = metric.value
+    for query_id in qrels:
+        ours = ranking_metrics(ranked[query_id], qrels[query_id], window)
+        for name, measure in measures.items():
+            assert ours[name] == pytest.approx(theirs[(query_id, str(measure))], abs=1e-9), (query_id, name)
