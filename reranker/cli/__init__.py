@@ -1,0 +1,110 @@
+"""The `reranker` command: demo, index, search, evaluate, compare, train, rankers, serve, ab, ...
+
+`main(argv) -> int` runs in-process (the tests call it directly). Errors the user can
+fix print one line, `reranker: error: ...`, and exit non-zero; nothing else catches.
+
+    common.py      argument types, the engine, indexing a file, reports, output paths
+    indexing.py    index, train, templates, indices
+    searching.py   demo, search, rankers, config
+    evaluating.py  evaluate, compare, ab
+    serving.py     serve, dev-cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+from reranker.cli import evaluating, indexing, searching, serving
+from reranker.cli.common import EXIT_ERROR, EXIT_USAGE
+from reranker.config import Settings
+from reranker.errors import ConfigError, IndexOutdatedError, RerankerError
+
+_GROUPS = (searching, indexing, evaluating, serving)
+_COMMANDS = {name: handler for group in _GROUPS for name, handler in group.COMMANDS.items()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reranker",
+        description="Rerank BM25 candidates for summary-style queries by hidden topics.",
+    )
+    parser.add_argument("--config", type=Path, help="TOML settings file (env RERANKER_CONFIG; see `reranker config`)")
+    parser.add_argument("--data-dir", type=Path, help="where the embedded store lives (env RERANKER_DATA_DIR)")
+    parser.add_argument("--opensearch-url", help="use the OpenSearch store at this URL (env OPENSEARCH_URL)")
+    parser.add_argument(
+        "--vectors",
+        help="word vectors: glove-6b-50d (default), or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH "
+        "(env RERANKER_VECTORS)",
+    )
+    parser.add_argument("--stopwords", type=Path, help="stop-word file, one word per line (env RERANKER_STOPWORDS)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in _GROUPS:
+        group.add_parsers(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # gensim is chatty; opensearch-py logs every failed request with a traceback,
+        # which the one-line error below already says better.
+        logging.getLogger("gensim").setLevel(logging.WARNING)
+        logging.getLogger("opensearch").setLevel(logging.CRITICAL)
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
+    try:
+        settings = _settings(args)
+        handler = _COMMANDS[args.command]
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=settings.blas_threads, user_api="blas"):
+            return handler(args, settings, out)
+    except BrokenPipeError:  # `reranker evaluate --json | head`: the reader has what it wanted
+        # Python would report the pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(getattr(args, "exit_code", 0))  # the command's own verdict, decided before printing
+    except RerankerError as exc:
+        print(f"reranker: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, (ConfigError, IndexOutdatedError)) else EXIT_ERROR
+    except KeyboardInterrupt:
+        print("reranker: interrupted (already indexed batches are kept)", file=sys.stderr)
+        return 130
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env(config_file=args.config)
+    overrides: dict[str, Any] = {}
+    for option, name in [
+        ("data_dir", "data_dir"),
+        ("opensearch_url", "opensearch_url"),
+        ("vectors", "vectors"),
+        ("stopwords", "stopwords_file"),
+        ("k", "k"),
+        ("window", "window"),
+        ("fusion_weight", "fusion_weight"),
+        ("workers", "index_workers"),
+    ]:
+        value = getattr(args, option, None)
+        if value is not None:
+            overrides[name] = value
+    service: dict[str, Any] = {}
+    for option, name in [("bind", "bind"), ("server_workers", "workers"), ("threads", "threads"), ("timeout", "timeout")]:
+        value = getattr(args, option, None)
+        if value is not None:
+            service[name] = value
+    if service:
+        overrides["service"] = dataclasses.replace(settings.service, **service)
+    settings = dataclasses.replace(settings, **overrides)
+    settings.validate()
+    return settings

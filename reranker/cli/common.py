@@ -1,0 +1,214 @@
+"""What the commands share: argument types, building the engine, indexing a file, reports and output paths."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TextIO
+
+from reranker.config import Settings
+from reranker.errors import ConfigError, IndexMismatchError, InputError
+from reranker.types import Filter
+
+if TYPE_CHECKING:
+    from reranker.embeddings import WordVectors
+    from reranker.pipeline import Engine
+
+
+
+log = logging.getLogger("reranker")
+
+EXIT_ERROR = 1
+
+EXIT_USAGE = 2
+
+def positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+def fraction(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {value}")
+    return value
+
+def persistence(raw: str) -> float:
+    value = fraction(raw)
+    if value in (0.0, 1.0):
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {value}")
+    return value
+
+_FILTER = re.compile(r"^\s*([A-Za-z0-9_.@-]+)\s*(>=|<=|>|<|=)\s*(.*?)\s*$", re.S)
+
+_FILTER_OPS = {"=": "eq", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+
+def parse_filter(raw: str) -> Filter:
+    """"year>=2010" -> Filter("year", "gte", 2010); values are JSON when they parse."""
+    match = _FILTER.match(raw)
+    if not match or match.group(3) == "":
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE or FIELD>=VALUE (also >, <=, <), got {raw!r}")
+    name, op, value = match.groups()
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    if not isinstance(parsed, (str, int, float, bool)):
+        parsed = value
+    if op != "=" and (isinstance(parsed, bool) or not isinstance(parsed, (int, float, str))):
+        raise argparse.ArgumentTypeError(f"a range filter needs a number or a date, got {value!r}")
+    return Filter(name, _FILTER_OPS[op], parsed)
+
+def add_ranking_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", type=positive_int, help="BM25 candidates to rerank (default 100)")
+    parser.add_argument("--fusion-weight", type=fraction, help="weight of the ranker in the min-max and z-score fusions with BM25, e.g. wmd+bm25:zscore (default 0.5)")
+
+def open_engine(settings: Settings, store_name: str | Callable[["WordVectors"], str] | None = None) -> "Engine":
+    from reranker.pipeline import build_engine
+
+    return build_engine(settings, store_name)
+
+def index_file(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool) -> Any:
+    from reranker.indexing import index_corpus
+
+    return index_corpus(
+        corpus,
+        engine.store,
+        engine.vectors,
+        settings.k,
+        stopwords=engine.stopwords,
+        rebuild=rebuild,
+        show_progress=progress and sys.stderr.isatty(),
+        workers=settings.index_workers,
+        data_dir=engine.data_dir,  # documents added to an index with a Doc2Vec model get vectors
+    )
+
+def with_trained_vectors(
+    settings: Settings, corpus: Path, *, rebuild: bool, progress: bool, out: TextIO, store_name: str | None = None
+) -> Settings:
+    """`settings` using word2vec trained on `corpus` (reused when trained before).
+
+    With an index that holds documents built with other vectors, refuses before training
+    (which takes minutes) unless `rebuild`: new vectors mean a new index.
+    """
+    from reranker.embeddings import Word2VecParams, trained_vectors
+    from reranker.indexing import train_corpus_vectors, trained_vectors_path
+    from reranker.store import open_store
+    from reranker.text import load_stopwords
+
+    if settings.vectors:
+        raise ConfigError("--train-vectors trains the index's own word vectors: drop --vectors (and RERANKER_VECTORS)")
+    if not corpus.is_file():
+        raise InputError("no such corpus file", str(corpus))
+    stopwords = load_stopwords(settings.stopwords_file)
+    params = Word2VecParams()
+    if not rebuild:
+        store = open_store(settings, store_name)
+        try:
+            built, documents = store.index_info(), store.count()
+        finally:
+            store.close()
+        done = trained_vectors(trained_vectors_path(corpus, settings.data_dir, params, stopwords))
+        if built is not None and documents > 0 and (done is None or done.checksum != built.embedding.checksum):
+            raise IndexMismatchError(
+                f"the index holds {documents} documents built with word vectors {built.embedding.name!r}; "
+                f"vectors trained on {corpus} are new ones: add --rebuild to build the index with them"
+            )
+    started = time.perf_counter()
+    trained = train_corpus_vectors(
+        corpus, settings.data_dir, stopwords, params, show_progress=progress and sys.stderr.isatty()
+    )
+    if trained.reused:
+        print(f"word vectors: trained on {corpus} before, reused from {trained.path}", file=out)
+    else:
+        print(
+            f"word vectors: trained CBOW word2vec (d={params.dim}, {params.epochs} epochs) on {trained.documents} "
+            f"documents of {corpus} in {time.perf_counter() - started:.1f} s; saved {trained.path}",
+            file=out,
+        )
+    return dataclasses.replace(settings, vectors=trained.info.source)
+
+def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
+    print(
+        f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
+        f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents",
+        file=out,
+    )
+    published = report.published
+    if published is not None and getattr(published, "swapped", False):
+        kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
+        print(f"alias now points at {published.current}{kept}", file=out)
+    shown = report.skipped if every_skip else report.skipped[:20]
+    for item in shown:
+        doc = f" ({item.doc_id})" if item.doc_id else ""
+        print(f"  skipped {item.location}{doc}: {item.reason}", file=out)
+    if len(report.skipped) > len(shown):
+        print(f"  ... and {len(report.skipped) - len(shown)} more (run with -v to list them all)", file=out)
+
+def ranker_list(raw: str) -> list[str]:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    if not names:
+        raise ConfigError("--rankers needs at least one ranker name")
+    return names
+
+def writable_folder(path: Path) -> None:
+    """Raise InputError now, not after the run, if figures cannot go into folder `path`."""
+    if path.exists() and not path.is_dir():
+        raise InputError("is a file; expected a folder", str(path))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the folder: {exc.strerror or exc}", str(path)) from None
+
+def writable(path: Path) -> None:
+    """Raise InputError now, not after the evaluation, if `path` cannot be written."""
+    if path.is_dir():
+        raise InputError("is a folder; expected a file name", str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create its folder: {exc.strerror or exc}", str(path)) from None
+
+def write_output(path: Path, write: Callable[[Path], object]) -> None:
+    try:
+        write(path)
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+
+def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options among `names` the user gave (the others keep their model's default)."""
+    return {name: value for name in names if (value := getattr(args, name)) is not None}
+
+def check_port_free(bind: str) -> None:
+    """InputError when nothing can listen on `bind` (gunicorn would retry for 5 s and
+    print a dozen lines before giving up)."""
+    import socket
+
+    host, _, port = bind.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            probe.bind((host.strip("[]"), int(port)))
+    except OSError as exc:
+        raise InputError(f"cannot listen on {bind}: {exc.strerror or exc} (is another server running there? choose another with --bind)") from None
+
+def cluster_store(settings: Settings) -> Any:
+    from reranker.store.opensearch import OpenSearchStore
+
+    cluster = settings.opensearch_store
+    if cluster is None:
+        raise ConfigError("this command needs OpenSearch: set OPENSEARCH_URL or --opensearch-url")
+    return OpenSearchStore(cluster)

@@ -1,0 +1,324 @@
+"""Commands that judge rankers: evaluate and compare offline, ab for online experiments."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO, TypeVar
+
+from reranker.cli.common import (
+    add_ranking_options,
+    index_file,
+    log,
+    open_engine,
+    persistence,
+    positive_int,
+    ranker_list,
+    with_trained_vectors,
+    writable,
+    writable_folder,
+    write_output,
+)
+from reranker.config import Settings
+from reranker.errors import ConfigError, InputError, UnknownRankerError
+
+if TYPE_CHECKING:
+    from reranker.datasets import Dataset
+    from reranker.embeddings import WordVectors
+    from reranker.pipeline import Engine
+    from reranker.rankers import Ranker
+    from reranker.store.events import EventStore
+
+
+def add_parsers(commands: Any) -> None:
+    """The command-line parsers of evaluate, compare, ab."""
+    evaluate = commands.add_parser("evaluate", help="IR metrics of rankers on a judged dataset folder")
+    evaluate.add_argument("dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    evaluate.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    evaluate.add_argument(
+        "--rankers",
+        default="bm25,hidden_topics,hidden_topics_code,hidden_topics+bm25",
+        help="comma-separated ranker names",
+    )
+    evaluate.add_argument("--k", type=positive_int, help="topics per document (default 15)")
+    add_ranking_options(evaluate)
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
+    evaluate.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    evaluate.add_argument(
+        "--run-dir", type=Path, metavar="DIR",
+        help="also write each ranker's TREC run file into DIR (DATASET.RANKER.run), for trec_eval or ir_measures",
+    )
+    evaluate.add_argument(
+        "--train-vectors", action="store_true",
+        help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
+    )
+    evaluate.add_argument(
+        "--plot", type=Path, metavar="PATH.png",
+        help="also write the ranking figure: per ranker, the share of queries at each value of P@1, P@3, P@6 (PNG)",
+    )
+    evaluate.add_argument("--markdown", type=Path, metavar="PATH", help="also write the table and its caption to a Markdown file")
+    evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    compare = commands.add_parser(
+        "compare",
+        help="rankers side by side against a baseline on a judged dataset: metrics, tests, rank overlap",
+    )
+    compare.add_argument("--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    compare.add_argument("--rankers", required=True, help="comma-separated ranker names (two or more)")
+    compare.add_argument("--baseline", help="the ranker the others are tested against; one of --rankers (default: the first)")
+    compare.add_argument(
+        "--judgments", type=Path, metavar="FILE",
+        help="an OpenSearch _rank_eval request body (requests[].id, ratings[]._id/rating) instead of qrels.tsv",
+    )
+    compare.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    compare.add_argument("--k", type=positive_int, help="topics per document (default 15)")
+    add_ranking_options(compare)
+    compare.add_argument(
+        "--rbo-p", type=persistence, default=0.9, help="persistence p of rank-biased overlap, in (0, 1) (default 0.9)"
+    )
+    compare.add_argument("--markdown", type=Path, metavar="FILE", help="also write the Markdown tables to FILE")
+    compare.add_argument("--json", action="store_true", help="print one JSON object (per-query rows included) instead of Markdown")
+    compare.add_argument("--json-file", type=Path, metavar="FILE", help="also write the JSON object to FILE")
+    compare.add_argument(
+        "--plots", type=Path, metavar="DIR",
+        help="also write DIR/compare-<dataset>-ndcg10-deltas.png (per-query nDCG@10 of each ranker minus the "
+        "baseline) and DIR/compare-<dataset>-precision-bins.png",
+    )
+    compare.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    compare.add_argument(
+        "--run-dir", type=Path, metavar="DIR",
+        help="also write each ranker's TREC run file into DIR (DATASET.RANKER.run), for trec_eval or ir_measures",
+    )
+    compare.add_argument(
+        "--train-vectors", action="store_true",
+        help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
+    )
+    compare.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    ab = commands.add_parser("ab", help="online experiments: interleave two rankers on live traffic, report the winner")
+    ab_action = ab.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = ab_action.add_parser("create", help="start an experiment (one runs at a time)")
+    create.add_argument("id", help="a name: a-z, 0-9, _ and -")
+    create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
+    create.add_argument("--method", choices=("team_draft", "balanced"), default="team_draft", help="interleaving method (default team_draft)")
+    create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
+    create.add_argument("--min-queries", type=positive_int, default=20, help="queries with a preference needed before a winner is named (default 20)")
+    ab_action.add_parser("list", help="every experiment")
+    report = ab_action.add_parser("report", help="clicks, wins per ranker, winner and sign-test p-value")
+    report.add_argument("id")
+    report.add_argument("--json", action="store_true", help="print one JSON object (the same as GET /experiments/ID)")
+    change = ab_action.add_parser("set", help="change an experiment's traffic share or status")
+    change.add_argument("id")
+    change.add_argument("--traffic", type=float, help="new share of traffic, 0 < x <= 1")
+    change.add_argument("--status", choices=("running", "stopped"), help="stop it, or run it again")
+
+
+def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.datasets import load_dataset
+    from reranker.evaluation import evaluate
+    from reranker.rankers import get_ranker
+    from reranker.reports import evaluation_table, plot_precision_bins
+
+    names = ranker_list(args.rankers)
+    rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
+    for path in (args.plot, args.markdown):
+        if path is not None:
+            writable(path)  # and on an unwritable output path
+    if args.run_dir is not None:
+        writable_folder(args.run_dir)
+    dataset = load_dataset(args.dataset, args.queries_file)
+    result = _offline_run(
+        args, settings, dataset, rankers,
+        lambda engine, tick, config: evaluate(
+            engine, dataset, names, window=settings.window, on_query=tick, config=config, run_dir=args.run_dir
+        ),
+    )
+    written = []
+    if args.markdown is not None:
+        write_output(args.markdown, lambda path: path.write_text(evaluation_table(result) + "\n", encoding="utf-8"))
+        written.append(f"table: {args.markdown}")
+    if args.plot is not None:
+        write_output(args.plot, lambda path: plot_precision_bins(result, path))
+        written.append(f"figure: {args.plot}")
+    if args.json:
+        json.dump(result.to_json(per_query=args.per_query), out, indent=2)
+        out.write("\n")
+    else:
+        print(evaluation_table(result), file=out)
+        for line in written:
+            print(line, file=out)
+    return 0
+
+def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.comparison import check_rankers, compare
+    from reranker.datasets import load_dataset
+    from reranker.rankers import get_ranker
+    from reranker.reports import comparison_plots, comparison_table
+
+    names = ranker_list(args.rankers)
+    baseline = args.baseline.strip() if args.baseline is not None else names[0]
+    try:
+        rankers = [get_ranker(name) for name in names]
+    except UnknownRankerError as exc:
+        raise ConfigError(str(exc)) from None  # a typo on the command line: a usage error, exit 2
+    names = check_rankers(names, baseline)
+    for path in (args.markdown, args.json_file):
+        if path is not None:
+            writable(path)
+    if args.plots is not None:
+        writable_folder(args.plots)
+    if args.run_dir is not None:
+        writable_folder(args.run_dir)
+    dataset = load_dataset(args.dataset, args.queries_file, args.judgments)
+    comparison = _offline_run(
+        args, settings, dataset, rankers,
+        lambda engine, tick, config: compare(
+            engine, dataset, names, baseline, window=settings.window, rbo_p=args.rbo_p, on_query=tick, config=config,
+            run_dir=args.run_dir,
+        ),
+    )
+    table, body = comparison_table(comparison), comparison.to_json()
+    written = []
+    if args.markdown is not None:
+        write_output(args.markdown, lambda path: path.write_text(table + "\n", encoding="utf-8"))
+        written.append(f"table: {args.markdown}")
+    if args.json_file is not None:
+        write_output(args.json_file, lambda path: path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8"))
+        written.append(f"json: {args.json_file}")
+    if args.plots is not None:
+        figures: list[Path] = []
+        write_output(args.plots, lambda folder: figures.extend(comparison_plots(comparison, folder)))
+        written += [f"figure: {path}" for path in figures]
+    if args.json:
+        json.dump(body, out, indent=2)
+        out.write("\n")
+    else:
+        print(table, file=out)
+        for line in written:
+            print(line, file=out)
+    return 0
+
+_Result = TypeVar("_Result")
+
+def _offline_run(
+    args: argparse.Namespace,
+    settings: Settings,
+    dataset: "Dataset",
+    rankers: Sequence["Ranker"],
+    work: Callable[["Engine", Callable[[], object], dict[str, Any]], _Result],
+) -> _Result:
+    """What `evaluate` and `compare` share: index the dataset's corpus into its cached
+    evaluation index (and train its Doc2Vec model if a ranker needs one), then return
+    work(engine, tick, config): tick once per query, config states what the run used."""
+    from tqdm import tqdm
+
+    if args.train_vectors:
+        # The evaluation index is per vectors, so new vectors never meet an index built
+        # with others (hence "rebuild": nothing to refuse). Stdout may be the JSON report.
+        settings = with_trained_vectors(settings, dataset.corpus_path, rebuild=True, progress=not args.no_progress, out=sys.stderr)
+    engine = open_engine(settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors))
+    # Offline, the comparison must be exact: WMD computes every distance, whatever the
+    # service's time budget (RERANKER_WMD_BUDGET_MS) says.
+    engine.ranker_options = dataclasses.replace(engine.ranker_options, wmd_budget_ms=math.inf)
+    show = not args.no_progress and sys.stderr.isatty()
+    try:
+        report = index_file(engine, dataset.corpus_path, settings, rebuild=args.rebuild, progress=show)
+        if report.skipped:
+            log.warning("%d corpus documents were skipped while indexing", len(report.skipped))
+        if any("doc_vectors" in ranker.needs for ranker in rankers):
+            _ensure_doc2vec(engine, dataset.corpus_path, settings, progress=show)
+        config = {
+            "vectors": engine.vectors.info.name,
+            "dim": engine.vectors.dim,
+            "k": settings.k,
+            "queries_file": args.queries_file,
+            "fusion_weight": settings.fusion_weight,
+            "wmd_budget_ms": settings.wmd_budget_ms,
+            "documents": report.total_documents,
+        }
+        with tqdm(total=len(dataset.queries), desc="queries", disable=not show, leave=False) as bar:
+            return work(engine, lambda: bar.update(1), config)
+    finally:
+        engine.store.close()
+
+def _ensure_doc2vec(engine: "Engine", corpus: Path, settings: Settings, *, progress: bool) -> None:
+    """Train the evaluation index's Doc2Vec model (default parameters) if it has none, so
+    that one `evaluate` command reproduces the doc2vec rankers too; re-runs reuse it."""
+    from tqdm import tqdm
+
+    from reranker.doc2vec import Doc2VecParams, train_for_store
+    from reranker.indexing import Skipped, read_corpus
+
+    info = engine.store.index_info()
+    if info is not None and info.doc2vec is not None:
+        return
+    params = Doc2VecParams()
+    documents = (item for _, item, _ in read_corpus(corpus) if not isinstance(item, Skipped))
+    log.info("training a PV-%s Doc2Vec model on %s for the doc2vec rankers", params.mode.upper(), corpus)
+    with tqdm(total=params.epochs, desc="Doc2Vec epochs", disable=not progress, leave=False) as bar:
+        _, report = train_for_store(engine.store, documents, params, settings.data_dir, engine.stopwords, progress=bar)
+    if report.without_vector:
+        log.warning("%d indexed documents have no Doc2Vec vector (no word of its vocabulary)", report.without_vector)
+
+def _evaluation_store_name(settings: Settings, dataset: str, vectors: "WordVectors") -> str:
+    """One cached index per (dataset, vectors, K, stop list): re-runs skip indexing."""
+    import hashlib
+
+    key = hashlib.sha256(
+        f"{vectors.info.checksum}|{settings.k}|{settings.stopwords_file}".encode()
+    ).hexdigest()[:12]
+    return f"eval/{dataset}-k{settings.k}-{key}"
+
+def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Experiments straight from the event store (no HTTP, so no admin key: whoever can
+    run this on the server can already read the store)."""
+    from reranker.store.events import open_event_store
+
+    store = open_event_store(settings)
+    try:
+        return _ab(args, store, out)
+    except (InputError, UnknownRankerError) as exc:  # a bad name or value given on the command line
+        raise ConfigError(str(exc)) from None
+    finally:
+        store.close()
+
+def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
+    from reranker import experiments as ex
+
+    if args.action == "create":
+        rankers = [name.strip() for name in args.rankers.split(",") if name.strip()]
+        experiment = ex.create(store, ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_queries=args.min_queries))
+        print(f"experiment {experiment.id} running: {' vs '.join(experiment.rankers)}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
+    elif args.action == "set":
+        if args.traffic is None and args.status is None:
+            raise ConfigError("nothing to change: give --traffic and/or --status")
+        experiment = ex.update(store, args.id, traffic=args.traffic, status=args.status)
+        print(f"experiment {experiment.id} {experiment.status}, {experiment.traffic:.0%} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
+    elif args.action == "report":
+        experiment = ex.find(store, args.id)
+        found = ex.report(store, experiment)
+        if args.json:
+            print(json.dumps({"experiment": experiment.to_json(), "report": found.to_json()}, indent=2), file=out)
+        else:
+            o = found.outcome
+            a, b = experiment.rankers
+            print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
+            print(f"  queries {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
+            print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
+            print(f"  {o.message}", file=out)
+    else:
+        listed = store.experiments()
+        if not listed:
+            print("no experiments yet: reranker ab create ID --rankers A,B", file=out)
+        width = max((len(e.id) for e in listed), default=0)
+        for e in listed:
+            print(f"{e.id:<{width}}  {e.status:<8} {e.rankers[0]} vs {e.rankers[1]}  {e.method:<10} traffic {e.traffic:.0%}  since {e.created}", file=out)
+    return 0
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "ab": cmd_ab}

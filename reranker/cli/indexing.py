@@ -1,0 +1,212 @@
+"""Commands that build and manage indexes: index, train, templates, indices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from reranker.cli.common import (
+    EXIT_ERROR,
+    cluster_store,
+    given,
+    index_file,
+    open_engine,
+    positive_int,
+    print_report,
+    with_trained_vectors,
+)
+from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
+from reranker.errors import ConfigError, InputError
+
+
+def add_parsers(commands: Any) -> None:
+    """The command-line parsers of index, train, templates, indices."""
+    index = commands.add_parser("index", help="index a JSONL corpus ({id, title, text} per line)")
+    index.add_argument("corpus", type=Path)
+    index.add_argument("--k", type=positive_int, help="topics per document (default 15, env RERANKER_K)")
+    index.add_argument(
+        "--rebuild", action="store_true",
+        help="build a new index (needed to change vectors or K); in OpenSearch the alias moves to it when done",
+    )
+    index.add_argument("--workers", type=positive_int, help="topic-extraction processes (env RERANKER_INDEX_WORKERS)")
+    index.add_argument(
+        "--train-vectors", action="store_true",
+        help="train CBOW word2vec on CORPUS first (the paper's domain vectors) and build the index with them; "
+        "later commands use them without --vectors",
+    )
+    index.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    train = commands.add_parser(
+        "train",
+        help="train domain word vectors (word2vec), or a Doc2Vec model of the indexed corpus (doc2vec)",
+    )
+    train.add_argument("model", choices=["word2vec", "doc2vec"])
+    train.add_argument("corpus", type=Path, help="JSONL corpus ({id, title, text} per line); for doc2vec, the indexed one")
+    train.add_argument("--out", type=Path, help="word2vec: output file (gensim format; use it with --vectors); required")
+    train.add_argument("--mode", choices=["dbow", "dm"], default="dbow", help="doc2vec: PV-DBOW (default) or PV-DM")
+    train.add_argument("--dim", type=positive_int, help=f"vector size (default: word2vec {WORD2VEC_DIM}, doc2vec 100)")
+    train.add_argument("--window", type=positive_int, help="context words each side (default 5)")
+    train.add_argument("--min-count", type=positive_int, help="ignore rarer words (default 2)")
+    train.add_argument("--epochs", type=positive_int, help=f"training passes (default: word2vec {WORD2VEC_EPOCHS}, doc2vec 20)")
+    train.add_argument("--seed", type=int, default=1, help="doc2vec: seeds training and query inference (default 1)")
+    train.add_argument(
+        "--infer-epochs", type=positive_int, default=20,
+        help="doc2vec: passes when inferring a query's vector (default 20; ~0.1 ms each for 100 words)",
+    )
+    train.add_argument(
+        "--workers", type=positive_int, default=1,
+        help="training threads (default 1: reproducible vectors; more is faster but not reproducible)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    templates = commands.add_parser("templates", help="OpenSearch index templates (index_templates/)")
+    templates_action = templates.add_subparsers(dest="action", required=True, metavar="ACTION")
+    templates_action.add_parser("install", help="install the component and index templates on the cluster")
+    templates_action.add_parser("show", help="print the templates as they would be installed")
+
+    indices = commands.add_parser("indices", help="the OpenSearch index versions behind the alias")
+    indices_action = indices.add_subparsers(dest="action", required=True, metavar="ACTION")
+    indices_action.add_parser("list", help="versions, document counts, what they were built with")
+    use = indices_action.add_parser("use", help="point the alias at another finished version (rollback)")
+    use.add_argument("name")
+    delete = indices_action.add_parser("delete", help="delete a version the alias does not point at")
+    delete.add_argument("name")
+
+
+def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    if args.train_vectors:
+        settings = with_trained_vectors(settings, args.corpus, rebuild=args.rebuild, progress=not args.no_progress, out=out)
+    engine = open_engine(settings)
+    try:
+        report = index_file(engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress)
+    finally:
+        engine.store.close()
+    # Non-zero when a line did not make it in, so scripts notice; the rest is indexed.
+    # Decided before printing, so `reranker index bad.jsonl | head -2` still exits 1.
+    args.exit_code = EXIT_ERROR if report.skipped else 0
+    print_report(report, out, every_skip=args.verbose)
+    return int(args.exit_code)
+
+def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from tqdm import tqdm
+
+    from reranker.embeddings import Word2VecParams, train_word2vec
+    from reranker.indexing import corpus_sentences
+    from reranker.text import load_stopwords
+
+    if args.model == "doc2vec":
+        return _train_doc2vec(args, settings, out)
+    if args.out is None:
+        raise ConfigError("reranker train word2vec needs --out FILE (where to save the vectors)")
+    sentences, documents, skipped = corpus_sentences(args.corpus, load_stopwords(settings.stopwords_file))
+    params = Word2VecParams(**given(args, "dim", "window", "min_count", "epochs"))
+    show = not args.no_progress and sys.stderr.isatty()
+    with tqdm(total=params.epochs, unit="epoch", desc="training word2vec", disable=not show, leave=False) as bar:
+        info = train_word2vec(sentences, args.out, params, workers=args.workers, on_epoch=lambda _: bar.update(1))
+    print(
+        f"trained CBOW word2vec (d={info.dim}, {params.epochs} epochs) on {documents} documents "
+        f"({len(sentences)} lines with words) of {args.corpus}"
+        f"{f'; skipped {skipped} corpus lines' if skipped else ''}; saved {args.out}\n"
+        f"use it with: reranker --vectors {args.out} ... (or train and index in one step: reranker index CORPUS --train-vectors)",
+        file=out,
+    )
+    return 0
+
+def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """`reranker train doc2vec CORPUS`: train on the indexed corpus, store the vectors in
+    the current index and record the model there (see reranker.doc2vec)."""
+    from tqdm import tqdm
+
+    from reranker.doc2vec import Doc2VecParams, model_path, train_for_store
+    from reranker.indexing import Skipped, read_corpus
+    from reranker.store import open_store
+    from reranker.text import load_stopwords
+
+    params = Doc2VecParams(
+        mode=args.mode, seed=args.seed, infer_epochs=args.infer_epochs, workers=args.workers, **given(args, "dim", "epochs", "min_count", "window"),
+    )
+    params.validate()
+    if not args.corpus.is_file():
+        raise InputError("no such corpus file", str(args.corpus))
+    skipped: list[Skipped] = []
+    documents = []
+    for _, item, _ in read_corpus(args.corpus):
+        if isinstance(item, Skipped):
+            skipped.append(item)
+        else:
+            documents.append(item)
+    store = open_store(settings)
+    show = not args.no_progress and sys.stderr.isatty()
+    try:
+        with tqdm(total=params.epochs, unit="epoch", desc="training doc2vec", disable=not show, leave=False) as bar:
+            _, report = train_for_store(
+                store, documents, params, settings.data_dir, load_stopwords(settings.stopwords_file), progress=bar
+            )
+    finally:
+        store.close()
+    info = report.info
+    print(
+        f"trained PV-{info.mode.upper()} Doc2Vec (dim={info.dim}, {info.epochs} epochs) on {report.documents} "
+        f"documents of {args.corpus}{f' ({len(skipped)} lines skipped)' if skipped else ''} in {report.seconds:.1f} s; "
+        f"model {info.checksum[:12]} saved as {model_path(settings.data_dir, info.checksum)}",
+        file=out,
+    )
+    print(
+        f"stored the vectors of {report.stored} documents; {report.without_vector} indexed documents have none "
+        "(the doc2vec ranker ranks them last)",
+        file=out,
+    )
+    for label, ids in [("not in the index", report.not_in_index), ("no word known to the model", report.no_known_words)]:
+        if ids:
+            more = f" ... and {len(ids) - 20} more" if len(ids) > 20 else ""
+            print(f"  {len(ids)} corpus documents {label}: {', '.join(ids[:20])}{more}", file=out)
+    for failure in report.failures[:20]:
+        print(f"  not stored {failure.doc_id}: {failure.reason}", file=out)
+    print('use it with: reranker search "..." --ranker doc2vec', file=out)
+    return EXIT_ERROR if report.failures else 0
+
+def cmd_templates(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.store.templates import load_templates
+
+    if args.action == "show":
+        templates = load_templates()
+        alias = settings.opensearch.alias
+        name, body = templates.index_template_for(alias)
+        shown = {"component_templates": templates.components, "index_template": {name: body}}
+        json.dump(shown, out, indent=2)
+        out.write("\n")
+        return 0
+    store = cluster_store(settings)
+    try:
+        names = store.install_templates()
+    finally:
+        store.close()
+    print(f"installed {', '.join(names)} on {store.config.display_hosts} (indices {store.alias}-v*)", file=out)
+    return 0
+
+def cmd_indices(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    store = cluster_store(settings)
+    try:
+        if args.action == "use":
+            result = store.use(args.name)
+            print(f"alias {store.alias} now points at {result.current}", file=out)
+        elif args.action == "delete":
+            store.delete_index(args.name)
+            print(f"deleted {args.name}", file=out)
+        else:
+            versions = store.versions()
+            if not versions:
+                print(f"no indices for alias {store.alias} on {store.config.display_hosts}", file=out)
+            for v in versions:
+                built = f"{v.info.embedding.name} d={v.info.embedding.dim} K={v.info.k} {v.topic_dtype}" if v.info else "not built by reranker"
+                mark = "*" if v.aliased else " "
+                print(f"{mark} {v.name:<28} {v.state:<9} {v.documents:>9} docs  {built}", file=out)
+    finally:
+        store.close()
+    return 0
+
+
+COMMANDS = {"index": cmd_index, "train": cmd_train, "templates": cmd_templates, "indices": cmd_indices}

@@ -1,0 +1,219 @@
+"""Commands that search and show: demo, search, rankers, config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from reranker.cli.common import (
+    add_ranking_options,
+    index_file,
+    open_engine,
+    parse_filter,
+    positive_int,
+)
+from reranker.config import Settings
+from reranker.errors import InputError
+from reranker.rankers import ranker_names
+
+if TYPE_CHECKING:
+    from reranker.pipeline import Engine
+
+
+def add_parsers(commands: Any) -> None:
+    """The command-line parsers of demo, search, rankers, config."""
+    demo = commands.add_parser("demo", help="index the bundled sample corpus and answer its sample queries")
+    demo.add_argument("--queries", type=positive_int, default=3, help="how many sample queries to show (default 3)")
+    demo.add_argument("--size", type=positive_int, default=5, help="hits shown per ranker (default 5)")
+
+    search = commands.add_parser("search", help="BM25 top-N for a summary, reranked")
+    search.add_argument("query", help="the summary text, or - to read it from standard input")
+    add_ranking_options(search)
+    search.add_argument("--ranker", help="ranker name (see `reranker rankers`; default RERANKER_DEFAULT_RANKER)")
+    search.add_argument("--size", type=positive_int, default=10, help="hits to show (default 10)")
+    search.add_argument("--explain", action="store_true", help="per-topic contributions and words")
+    search.add_argument(
+        "--filter", action="append", default=[], type=parse_filter, metavar="FIELD=VALUE",
+        help="only candidates whose FIELD equals VALUE (also FIELD>=N, >, <=, <); repeatable",
+    )
+    search.add_argument("--json", action="store_true", help="print JSON")
+
+    commands.add_parser("rankers", help="list the registered rankers")
+    commands.add_parser("config", help="print the effective settings (secrets hidden)")
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.datasets import Dataset, load_qrels, load_queries
+    from reranker.evaluation import evaluate
+    from reranker.reports import evaluation_table
+
+    sample = Path(str(resources.files("reranker").joinpath("sample")))
+    engine = open_engine(settings, "demo")
+    try:
+        report = index_file(engine, sample / "corpus.jsonl", settings, rebuild=False, progress=True)
+        print(
+            f"Sample corpus: {report.total_documents} CL-SciSumm papers (CC BY 4.0), "
+            f"word vectors {engine.vectors.info.name} (d={engine.vectors.dim}), K={settings.k} topics each "
+            f"({report.indexed} indexed now, {report.unchanged} already there).\n",
+            file=out,
+        )
+        queries = load_queries(sample / "queries.jsonl")
+        qrels = load_qrels(sample / "qrels.tsv")
+        default = settings.service.default_ranker
+        for query_id, text in queries[: args.queries]:
+            _demo_query(engine, query_id, text, qrels.get(query_id, {}), args.size, default, out)
+        dataset = Dataset("sample", sample / "corpus.jsonl", tuple(queries), qrels)
+        rankers = list(dict.fromkeys(["bm25", "hidden_topics", "hidden_topics_corrected", default]))
+        result = evaluate(engine, dataset, rankers, window=settings.window)
+    finally:
+        engine.store.close()
+    print(f"All {result.queries} sample queries, BM25 top {result.window} reranked:", file=out)
+    print(evaluation_table(result), file=out)
+    print(
+        f"\nThe default ranker, {default} (weight {settings.fusion_weight}), reorders the BM25 window by "
+        "hidden topics after removing the direction all word vectors share (hidden_topics_corrected), "
+        "fused with BM25. The paper's formula (hidden_topics) on the same vectors is mostly that "
+        "shared direction; five sample queries are too few to tell rankers apart (README, 'Measured results').",
+        file=out,
+    )
+    print(
+        "Next: `reranker evaluate DATASET_DIR` on a judged collection, or "
+        "`reranker index CORPUS.jsonl` then `reranker search \"...\" --explain`.",
+        file=out,
+    )
+    return 0
+
+def _demo_query(
+    engine: "Engine", query_id: str, text: str, relevant: dict[str, int], size: int, ranker: str, out: TextIO
+) -> None:
+    bm25 = engine.search(text, "bm25", size=size)
+    topics = engine.search(text, ranker, size=size, explain=True)
+    preview = textwrap.shorten(text, 150, placeholder=" ...")
+    print(f"Query {query_id}: {preview}", file=out)
+    print(f"  {'BM25 order':<34}  {ranker + ' order':<34}(* = cites the summarised paper)", file=out)
+    for left, right in zip(bm25.hits, topics.hits):
+        mark_l = "*" if left.doc_id in relevant else " "
+        mark_r = "*" if right.doc_id in relevant else " "
+        move = right.bm25_rank - right.rank
+        arrow = f"up {move}" if move > 0 else (f"down {-move}" if move < 0 else "")
+        print(
+            f"  {left.rank}. {mark_l}{left.doc_id:<12} bm25 {left.bm25_score:6.2f}    "
+            f"{right.rank}. {mark_r}{right.doc_id:<12} score {right.score:.4f} {arrow}",
+            file=out,
+        )
+    if topics.hits:
+        top = topics.hits[0]
+        print(f"  Why {top.doc_id} is first: its topic score {top.ranker_score:.4f} is the sum of these topic contributions:", file=out)
+        for line in _explanation_lines(top, topics=3):
+            print("    " + line, file=out)
+    print("", file=out)
+
+def _read_query(raw: str) -> str:
+    text = sys.stdin.read() if raw == "-" else raw
+    if not text.strip():
+        raise InputError("the query is empty")
+    return text
+
+def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    query = _read_query(args.query)
+    engine = open_engine(settings)
+    try:
+        if engine.store.count() == 0:
+            raise InputError("the index is empty: run `reranker index CORPUS.jsonl` first")
+        result = engine.search(
+            query,
+            args.ranker or settings.service.default_ranker,
+            window=settings.window,
+            size=args.size,
+            explain=args.explain,
+            filters=args.filter,
+        )
+    finally:
+        engine.store.close()
+    if args.json:
+        json.dump(_result_json(result, explain=args.explain), out, indent=2)
+        out.write("\n")
+    else:
+        _print_result(result, out, explain=args.explain)
+    return 0
+
+def _result_json(result: Any, *, explain: bool) -> dict[str, Any]:
+    """The shape of POST /search's answer (one hit shape everywhere: RankedDoc.to_json)."""
+    body: dict[str, Any] = {"status": result.status}
+    if result.notes:
+        body["reason"] = " ".join(result.notes)
+    return {
+        **body,
+        "query": result.query,
+        "ranker": result.ranker,
+        "window": result.window,
+        "hits": [hit.to_json(explain=explain) for hit in result.hits],
+        "query_words": list(result.query_words),
+        "oov_words": list(result.oov_words),
+        "timings_ms": result.timings_ms,
+    }
+
+def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
+    note = ""
+    if result.status == "partial":
+        note = f"  [partial: {' '.join(result.notes)}]"
+    elif result.status != "ok":
+        note = f"  [{result.status}: BM25 order kept]"
+    print(
+        f"{result.ranker}: {len(result.hits)} of the BM25 top {result.window}, "
+        f"{len(result.query_words)} query words in vocabulary, {len(result.oov_words)} not{note}",
+        file=out,
+    )
+    for hit in result.hits:
+        move = hit.bm25_rank - hit.rank
+        arrow = f"+{move}" if move > 0 else (str(move) if move < 0 else "=")
+        # A fusion orders by the fused score; show its base ranker's own score too.
+        own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
+        print(
+            f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  bm25 {hit.bm25_score:7.2f} "
+            f"(rank {hit.bm25_rank}, {arrow})  {hit.title[:50]}",
+            file=out,
+        )
+        if explain:
+            for line in _explanation_lines(hit, topics=3):
+                print("       " + line, file=out)
+
+def _explanation_lines(hit: Any, topics: int) -> list[str]:
+    lines = []
+    for topic in hit.explanation[:topics]:
+        relevance = f"(relevance {topic.relevance:.3f} - background {topic.background:.3f})" if topic.background else f"relevance {topic.relevance:.3f}"
+        lines.append(
+            f"topic {topic.rank}: importance {topic.importance:.3f} x {relevance} "
+            f"-> {topic.contribution:.4f}; words: {', '.join(topic.topic_words)}; "
+            f"query words: {', '.join(topic.query_words)}"
+        )
+    return lines
+
+def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    for name in ranker_names():
+        print(name, file=out)
+    return 0
+
+def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.config import ENVIRONMENT
+
+    cluster = settings.opensearch_store
+    source = args.config or (Path(os.environ["RERANKER_CONFIG"]) if os.environ.get("RERANKER_CONFIG") else None)
+    print(f"store: {'OpenSearch at ' + cluster.display_hosts if cluster else 'embedded, in ' + str(settings.data_dir / 'index')}", file=out)
+    print(f"config file: {source or '(none)'}; the environment overrides it\n", file=out)
+    width = max(len(name) for name in ENVIRONMENT)
+    for name, value in settings.effective().items():
+        print(f"  {name:<{width}}  {value}", file=out)
+    print("\nWhat each one means:", file=out)
+    for name, meaning in ENVIRONMENT.items():
+        print(f"  {name:<{width}}  {meaning}", file=out)
+    return 0
+
+
+COMMANDS = {"demo": cmd_demo, "search": cmd_search, "rankers": cmd_rankers, "config": cmd_config}

@@ -1,0 +1,91 @@
+"""Commands that run servers: serve (the HTTP service) and dev-cluster (the bundled test cluster)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from reranker.cli.common import check_port_free, log, positive_int
+from reranker.config import DEFAULT_VECTORS, Settings
+from reranker.errors import ConfigError, InputError
+
+
+def add_parsers(commands: Any) -> None:
+    """The command-line parsers of serve, dev-cluster."""
+    serve = commands.add_parser("serve", help="run the HTTP service (gunicorn) over the same store")
+    serve.add_argument("--bind", help="HOST:PORT to listen on (default 127.0.0.1:8000, env RERANKER_BIND)")
+    serve.add_argument("--workers", dest="server_workers", type=positive_int, help="worker processes (default: CPU count, env RERANKER_WORKERS)")
+    serve.add_argument("--threads", type=positive_int, help="threads per worker (default 8, env RERANKER_THREADS)")
+    serve.add_argument("--timeout", type=positive_int, help="seconds before a stuck worker is restarted (default 30, env RERANKER_TIMEOUT)")
+
+    dev = commands.add_parser(
+        "dev-cluster",
+        help="run the bundled in-memory OpenSearch-compatible test server (osmem-server, from the test extra) "
+        "to try the OpenSearch store without Docker; its data lives in memory only",
+    )
+    dev.add_argument("--bind", default="127.0.0.1:9200", help="HOST:PORT (default 127.0.0.1:9200)")
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.embeddings import load_vectors
+    from reranker.errors import StoreUnavailableError
+    from reranker.pipeline import vectors_spec
+    from reranker.rankers import get_ranker
+    from reranker.service.server import serve
+    from reranker.store import open_store
+
+    get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
+    check_port_free(settings.service.bind)
+
+    # Once, in the master: a first run converts the vectors here, and a bad vectors
+    # setting fails now instead of in every worker. Workers then only memory-map them.
+    store = open_store(settings)
+    try:
+        spec = vectors_spec(settings, store)
+    except StoreUnavailableError as exc:
+        # The workers read the index's vectors when the cluster answers; /readyz says until then.
+        log.warning("cannot read which vectors the index was built with yet: %s", exc)
+        spec = settings.vectors or DEFAULT_VECTORS
+    finally:
+        store.close()
+    vectors = load_vectors(spec, settings.data_dir / "vectors")
+    cluster = settings.opensearch_store
+    where = f"OpenSearch at {cluster.display_hosts} (alias {cluster.alias})" if cluster else f"the embedded store in {settings.data_dir / 'index'}"
+    service = settings.service
+    print(
+        f"serving {where} with {vectors.info.name} on http://{service.bind} "
+        f"({service.workers} workers x {service.threads} threads); API: http://{service.bind}/openapi.json",
+        file=out,
+        flush=True,
+    )
+    serve(settings)
+    return 0
+
+def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Run osmem-server in the foreground until Ctrl-C: the OpenSearch walkthrough without Docker."""
+    try:
+        from osmem_server import OsmemError, OsmemServer
+    except ImportError:
+        raise ConfigError('the test server is not installed: pip install -e ".[test]" (or pip install osmem-server)') from None
+    check_port_free(args.bind)
+    try:
+        server = OsmemServer.start(addr=args.bind, japanese=False)
+    except OsmemError as exc:
+        raise InputError(str(exc)) from None
+    print(
+        f"an in-memory OpenSearch-compatible server (osmem-server {server.version}) listens on {server.url}\n"
+        f"  reranker --opensearch-url {server.url} index corpus.jsonl\n"
+        f"  OPENSEARCH_URL={server.url} reranker serve\n"
+        "Everything it holds is lost when it stops (Ctrl-C). It is a test server: no kNN, its BM25 is not Lucene's.",
+        file=out, flush=True,
+    )
+    try:
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+COMMANDS = {"serve": cmd_serve, "dev-cluster": cmd_dev_cluster}
