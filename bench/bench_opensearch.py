@@ -62,7 +62,8 @@ from reranker.indexing import TopicExtractor, document_topics, index_documents, 
 from reranker.pipeline import Engine
 from reranker.rankers import CandidateSet, get_ranker
 from reranker.store import IndexInfo
-from reranker.store.opensearch import OpenSearchStore, decode_topics, encode_matrix
+from reranker.store.opensearch import OpenSearchStore
+from reranker.store.opensearch_encoding import decode_topics, encode_matrix
 from reranker.text import default_stopwords, tokenize
 from reranker.types import DocTopics, Document, EmbeddingInfo, Query, StoredDocument
 

@@ -23,7 +23,8 @@ from reranker.errors import IndexMismatchError, IndexNotFoundError, InputError, 
 from reranker.indexing import document_topics, index_corpus, index_documents, read_corpus
 from reranker.pipeline import Engine
 from reranker.store import IndexInfo
-from reranker.store.opensearch import OpenSearchStore, decode_topics, document_source, encode_matrix
+from reranker.store.opensearch import OpenSearchStore
+from reranker.store.opensearch_encoding import decode_topics, document_source, encode_matrix
 from reranker.store.templates import load_templates
 from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
 

@@ -68,7 +68,8 @@ from reranker.service.search_requests import (
     window_request,
 )
 from reranker.store.events import Experiment
-from reranker.store.opensearch import OpenSearchStore, TopicLayout, response_headers
+from reranker.store.opensearch import OpenSearchStore, TopicLayout
+from reranker.store.opensearch_client import response_headers
 from reranker.types import Candidate, EmbeddingInfo
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -24,8 +23,8 @@ from reranker.text import load_stopwords
 from reranker.types import (
     Candidate,
     Centering,
-    DocVectorBatch,
     Document,
+    DocVectorBatch,
     EmbeddingInfo,
     Filter,
     StoredDocument,

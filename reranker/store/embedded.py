@@ -21,8 +21,8 @@ import logging
 import sqlite3
 import threading
 import time
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -34,8 +34,8 @@ from reranker.text import tokenize
 from reranker.types import (
     Candidate,
     Centering,
-    DocVectorBatch,
     Document,
+    DocVectorBatch,
     EmbeddingInfo,
     Filter,
     StoredDocument,

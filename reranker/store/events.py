@@ -28,7 +28,12 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
 
 from reranker.config import Settings
-from reranker.errors import ConflictError, DuplicateEventError, IndexNotFoundError, StoreError
+from reranker.errors import (
+    ConflictError,
+    DuplicateEventError,
+    IndexNotFoundError,
+    StoreError,
+)
 from reranker.interleaving import Interleaving
 
 # UBI action names that count as a click when experiments are credited.

@@ -8,30 +8,24 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
   `delete_index` is asked for. An unfinished build (interrupted) is resumed, not restarted.
 - Each index's mapping `_meta.reranker` records the word vectors (name, d, sha256), K and
   the topic dtype; a query with other vectors is refused (IndexMismatchError).
-- A document's topics are one `binary` field: base64 of the row-major little-endian
-  K x d matrix (float32, or float16 on request). Decoding 100 of them is one b64decode
-  per document and one `frombuffer` for all; as JSON float arrays the same costs 12-20x
-  more (bench/bench_opensearch.py measures both).
-- A document's Doc2Vec vector (after `reranker train doc2vec`) is the object `doc2vec`:
-  `vector`, base64 of its little-endian float32 values, and `model`, the checksum of the
-  model that produced it; `_meta.reranker.doc2vec` records the index's current model.
+- A document's topics and Doc2Vec vector are base64 `binary` fields beside its text
+  (reranker/store/opensearch_encoding.py); `_meta.reranker.doc2vec` records the index's
+  current Doc2Vec model.
 
-The client is created on first use and again after a fork, so a gunicorn worker never
-shares a connection pool with its parent. Credentials never reach a log or a message.
+The client (reranker/store/opensearch_client.py) is created on first use and again after
+a fork, so a gunicorn worker never shares a connection pool with its parent. Credentials
+never reach a log or a message.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import json
 import logging
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
@@ -45,14 +39,24 @@ from reranker.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, time_left
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
+from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
+from reranker.store.opensearch_encoding import (
+    DTYPES,
+    decode_backgrounds,
+    decode_doc_vectors,
+    decode_topics,
+    document_source,
+    encode_matrix,
+    field_mapping,
+)
 from reranker.store.templates import Templates, load_templates
 from reranker.text import tokenize
 from reranker.types import (
     Candidate,
     Centering,
-    DocVectorBatch,
     Document,
+    DocVectorBatch,
     EmbeddingInfo,
     Filter,
     StoredDocument,
@@ -67,8 +71,6 @@ SCHEMA_VERSION = 1
 RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "corrected_topics", "indexed", "doc2vec"})
 # Source fields that are the store's own numbers, never a document's text or metadata.
 _INTERNAL_FIELDS = ["hidden_topics", "corrected_topics", "indexed", "doc2vec"]
-# The mapping of a document's Doc2Vec vector (as in index_templates/), put into indices
-# created before it was in the templates when vectors are first written.
 # The mapping of a document's corrected topics (as in index_templates/), put into an empty
 # index created before it was in the templates when it is first indexed into.
 CORRECTED_MAPPING: dict[str, Any] = {
@@ -80,6 +82,8 @@ CORRECTED_MAPPING: dict[str, Any] = {
         "backgrounds": {"type": "float", "index": False},
     }
 }
+# The mapping of a document's Doc2Vec vector (as in index_templates/), put into indices
+# created before it was in the templates when vectors are first written.
 DOC2VEC_MAPPING: dict[str, Any] = {
     "properties": {"vector": {"type": "binary"}, "model": {"type": "keyword", "index": False}}
 }
@@ -93,7 +97,6 @@ RETRYABLE = frozenset({429, 502, 503, 504, "N/A"})
 _RAISE = object()
 # Search parameters that change which indices an expression stands for.
 _RESOLVE_OPTIONS = frozenset({"ignore_unavailable", "allow_no_indices", "expand_wildcards"})
-_DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 
 
 @dataclass(frozen=True)
@@ -124,146 +127,6 @@ class TopicLayout:
 
     info: IndexInfo | None
     dtype: str
-
-
-# --- encoding --------------------------------------------------------------------------
-
-
-def encode_matrix(matrix: np.ndarray, dtype: str = "float32") -> str:
-    """A K x d matrix -> base64 of its row-major little-endian bytes."""
-    data = np.ascontiguousarray(matrix, dtype=_DTYPES[dtype]).tobytes()
-    return base64.b64encode(data).decode("ascii")
-
-
-def decode_backgrounds(sources: Sequence[dict[str, Any] | None], importances: np.ndarray) -> np.ndarray:
-    """The `backgrounds` of corrected-topic objects, padded like `decode_topics`'s importances.
-
-    A document whose topics `decode_topics` refused (zero importances) or whose backgrounds
-    do not match its K gets zeros.
-    """
-    backgrounds = np.zeros_like(importances)
-    for row, source in enumerate(sources):
-        values = (source or {}).get("backgrounds")
-        if isinstance(values, list) and importances[row].any() and len(values) <= importances.shape[1]:
-            try:
-                backgrounds[row, : len(values)] = np.asarray(values, dtype=np.float32)
-            except (TypeError, ValueError):
-                continue
-    return backgrounds
-
-
-def decode_topics(
-    sources: Sequence[dict[str, Any] | None], dim: int, dtype: str = "float32"
-) -> tuple[np.ndarray, np.ndarray]:
-    """`hidden_topics` objects (None: not found) -> padded (N, k_max, d) topics, (N, k_max).
-
-    One b64decode per document, then a single frombuffer and one masked assignment for
-    the whole batch. A document whose matrix does not match its K and d (or the index's
-    d) is logged and gets zero topics, so it scores 0 instead of failing the query.
-    """
-    item = _DTYPES[dtype].itemsize
-    ks = np.zeros(len(sources), dtype=np.int64)
-    blobs: list[bytes] = []
-    weights: list[list[float]] = []
-    for row, source in enumerate(sources):
-        if not source:
-            continue
-        try:
-            k, d = int(source["k"]), int(source["d"])
-            blob = base64.b64decode(source["matrix"], validate=True)
-            importances = source["importances"]
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("ignoring unreadable topics of document %d in a batch: %s", row, exc)
-            continue
-        if d != dim or len(blob) != k * d * item or len(importances) != k:
-            log.warning("ignoring topics of shape %dx%d (%d bytes) where d=%d was expected", k, d, len(blob), dim)
-            continue
-        ks[row] = k
-        blobs.append(blob)
-        weights.append(importances)
-    k_max = int(ks.max()) if len(ks) else 0
-    topics = np.zeros((len(sources), k_max, dim), dtype=np.float32)
-    importances_out = np.zeros((len(sources), k_max), dtype=np.float32)
-    if k_max:
-        mask = np.arange(k_max)[None, :] < ks[:, None]
-        topics[mask] = np.frombuffer(b"".join(blobs), dtype=_DTYPES[dtype]).reshape(-1, dim)
-        importances_out[mask] = np.fromiter(chain.from_iterable(weights), dtype=np.float32, count=int(ks.sum()))
-    return topics, importances_out
-
-
-def decode_doc_vectors(sources: Sequence[dict[str, Any] | None], dim: int, model: str) -> tuple[np.ndarray, list[bool]]:
-    """`doc2vec` objects (None: not found) -> (N, dim) float32 vectors, and which rows
-    hold one. A vector of another model, or of the wrong size, counts as absent."""
-    vectors = np.zeros((len(sources), dim), dtype=np.float32)
-    present = [False] * len(sources)
-    for row, source in enumerate(sources):
-        if not source or source.get("model") != model:
-            continue
-        try:
-            blob = base64.b64decode(source["vector"], validate=True)
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("ignoring an unreadable Doc2Vec vector in a batch: %s", exc)
-            continue
-        if len(blob) != dim * 4:
-            log.warning("ignoring a Doc2Vec vector of %d bytes where dim=%d was expected", len(blob), dim)
-            continue
-        vectors[row] = np.frombuffer(blob, dtype="<f4")
-        present[row] = True
-    return vectors, present
-
-
-def document_source(stored: StoredDocument, dtype: str = "float32") -> dict[str, Any]:
-    """The `_source` written for one document (what index_templates/ maps)."""
-    doc, topics = stored.document, stored.doc_topics
-    source: dict[str, Any] = {"title": doc.title, "body": doc.text}
-    for name, value in doc.fields.items():
-        # Nothing to map or search in a null or an empty list: leave it out.
-        if value is not None and not (isinstance(value, list) and all(v is None for v in value)):
-            source[name] = value
-    source["hidden_topics"] = {
-        "matrix": encode_matrix(topics.topics, dtype),
-        "k": topics.k,
-        "d": int(topics.topics.shape[1]),
-        "importances": [float(x) for x in topics.importances],
-    }
-    corrected = stored.corrected
-    if corrected is not None:
-        source["corrected_topics"] = {
-            "matrix": encode_matrix(corrected.topics, dtype),
-            "k": int(corrected.importances.shape[0]),
-            "d": int(corrected.topics.shape[1]),
-            "importances": [float(x) for x in corrected.importances],
-            "backgrounds": [float(x) for x in corrected.backgrounds],
-        }
-    source["indexed"] = {
-        "content_hash": stored.content_hash,
-        "n_tokens": stored.n_tokens,
-        "n_oov": stored.n_oov,
-    }
-    return source
-
-
-def field_mapping(value: Any) -> dict[str, Any] | None:
-    """The mapping of a corpus field first seen with `value` (None: cannot tell yet)."""
-    if isinstance(value, list):
-        first = next((item for item in value if item is not None), None)
-        return None if first is None else field_mapping(first)
-    if isinstance(value, bool):
-        return {"type": "boolean"}
-    if isinstance(value, int):
-        return {"type": "long"}
-    if isinstance(value, float):
-        return {"type": "double"}
-    if isinstance(value, str):
-        # Searchable as English text, filterable exactly through `NAME.raw`.
-        return {
-            "type": "text",
-            "analyzer": "english",
-            "fields": {"raw": {"type": "keyword", "ignore_above": 256}},
-        }
-    if isinstance(value, dict):
-        return {"type": "object", "enabled": False}  # kept in _source, not searched
-    return None
 
 
 # --- the store ---------------------------------------------------------------------------
@@ -319,7 +182,7 @@ class OpenSearchStore:
             return fn(*args, **kwargs)
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
             raise StoreUnavailableError(
-                f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {_reason(exc)}"
+                f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {error_reason(exc)}"
             ) from None
         except ose.AuthenticationException:
             raise StoreError(
@@ -327,7 +190,7 @@ class OpenSearchStore:
                 "check OPENSEARCH_USERNAME/OPENSEARCH_PASSWORD or OPENSEARCH_API_KEY"
             ) from None
         except ose.AuthorizationException as exc:
-            raise StoreError(f"OpenSearch denied {what}: {_reason(exc)} (the user lacks a permission)") from None
+            raise StoreError(f"OpenSearch denied {what}: {error_reason(exc)} (the user lacks a permission)") from None
         except ose.NotFoundError as exc:
             if not_found is not _RAISE:
                 return not_found
@@ -336,9 +199,9 @@ class OpenSearchStore:
                     f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
                     "run `reranker index CORPUS.jsonl` first (or set RERANKER_INDEX)"
                 ) from None
-            raise StoreError(f"OpenSearch {what} failed: {_reason(exc)}") from None
+            raise StoreError(f"OpenSearch {what} failed: {error_reason(exc)}") from None
         except ose.TransportError as exc:
-            raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {_reason(exc)}") from None
+            raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {error_reason(exc)}") from None
 
     # --- templates and versions ----------------------------------------------------------
 
@@ -453,7 +316,7 @@ class OpenSearchStore:
                     "point RERANKER_INDEX at a reranker index or rebuild it"
                 )
             dtype = meta.get("topic_dtype", "float32")
-            if dtype not in _DTYPES:
+            if dtype not in DTYPES:
                 raise StoreError(f"index {index!r} stores topics as {dtype!r}, which this version cannot read")
             self._dtype = dtype
         return self._info
@@ -670,7 +533,7 @@ class OpenSearchStore:
                     continue
                 result = next(iter(item.values()))
                 doc_id, status = str(result.get("_id")), result.get("status")
-                reason = _item_reason(result)
+                reason = bulk_item_reason(result)
                 if status == 413:
                     too_large.append(doc_id)
                 elif status in RETRYABLE:
@@ -893,7 +756,7 @@ class OpenSearchStore:
         try:
             return 200, self.client.transport.perform_request(method, url, body=body)
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
-            raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} (search): {_reason(exc)}") from None
+            raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} (search): {error_reason(exc)}") from None
         except ose.AuthenticationException:
             raise StoreError(
                 f"OpenSearch at {self.config.display_hosts} refused the credentials (search): "
@@ -964,123 +827,6 @@ class OpenSearchStore:
 
 
 # --- helpers ---------------------------------------------------------------------------
-
-
-# The headers of the last cluster response this thread received (see `response_headers`).
-_LAST_HEADERS = threading.local()
-
-
-def _budgeted_transport() -> type:
-    """opensearch-py's Transport, with every request bounded by the caller's `time_limit`."""
-    from opensearchpy import Transport
-    from opensearchpy.exceptions import ConnectionTimeout
-
-    class BudgetedTransport(Transport):  # type: ignore[misc]
-        """Each request (all its attempts) gets the smaller of OPENSEARCH_TIMEOUT and the
-        time left to the request that needs it, so a cluster that hangs costs a request at
-        most its deadline plus RERANKER_CLUSTER_BUDGET_MS, never timeout x attempts."""
-
-        def perform_request(self, method: str, url: str, params: Any = None, body: Any = None, timeout: Any = None, ignore: Any = (), headers: Any = None) -> Any:
-            left = time_left()
-            if left is not None:
-                if left <= 0:
-                    raise ConnectionTimeout("TIMEOUT", "no time left for the cluster within this request's budget", None)
-                configured = timeout or self.kwargs.get("timeout")
-                timeout = left if configured is None else min(float(configured), left)
-            return super().perform_request(method, url, params=params, body=body, timeout=timeout, ignore=ignore, headers=headers)
-
-    return BudgetedTransport
-
-
-def _header_keeping_connection() -> type:
-    """opensearch-py's connection, keeping each response's headers for this thread: the
-    Transport hands back only the body, and the proxy passes some headers on."""
-    from opensearchpy import Urllib3HttpConnection
-
-    class HeaderKeepingConnection(Urllib3HttpConnection):  # type: ignore[misc]
-        def perform_request(self, *args: Any, **kwargs: Any) -> Any:
-            _LAST_HEADERS.value = {}
-            status, headers, data = super().perform_request(*args, **kwargs)
-            _LAST_HEADERS.value = {name.lower(): value for name, value in headers.items()}
-            return status, headers, data
-
-        def get_response_headers(self, response: Any) -> Any:  # the error path's only look at them
-            headers = super().get_response_headers(response)
-            _LAST_HEADERS.value = dict(headers)
-            return headers
-
-    return HeaderKeepingConnection
-
-
-def response_headers() -> dict[str, str]:
-    """The headers of the last response from the cluster in this thread (for an error
-    answer too); {} when there was none."""
-    return dict(getattr(_LAST_HEADERS, "value", {}) or {})
-
-
-def make_client(config: OpenSearchSettings) -> Any:
-    """An opensearch-py client for `config` (TLS verified unless told otherwise).
-
-    Retries: a connection that fails is retried (up to OPENSEARCH_RETRIES, each within the
-    caller's time limit); a read that times out is not, because the cluster may still be
-    running the first copy: a slow search retried is the same search run twice.
-    """
-    from opensearchpy import OpenSearch
-
-    kwargs: dict[str, Any] = {
-        "hosts": list(config.hosts),
-        "timeout": config.timeout,
-        "max_retries": config.retries,
-        "retry_on_timeout": False,
-        "transport_class": _budgeted_transport(),
-        "connection_class": _header_keeping_connection(),
-        "verify_certs": config.verify_certs,
-        "ssl_show_warn": config.verify_certs,
-        "http_compress": False,
-    }
-    if config.ca_certs is not None:
-        kwargs["ca_certs"] = str(config.ca_certs)
-    if config.username and config.password:
-        kwargs["http_auth"] = (config.username, config.password)
-    if config.api_key:
-        kwargs["headers"] = {"Authorization": f"ApiKey {config.api_key}"}
-    return OpenSearch(**kwargs)
-
-
-def _reason(exc: Any) -> str:
-    """A short reason from an opensearch-py exception, without URLs that may carry credentials."""
-    info = getattr(exc, "info", None)
-    if isinstance(info, dict):
-        error = info.get("error")
-        if isinstance(error, dict):
-            return f"{error.get('type', 'error')}: {error.get('reason', '')}".strip()
-        if error:
-            return str(error)
-    if isinstance(info, BaseException):
-        text = str(info)
-        # urllib3 reasons end with the useful part: "... Connection refused".
-        match = re.search(r"\[Errno -?\d+\] ([^')\]]+)", text)
-        if match:
-            return match.group(1)
-        return type(info).__name__
-    error = getattr(exc, "error", None)
-    return str(error) if error else type(exc).__name__
-
-
-def _item_reason(result: dict[str, Any]) -> str:
-    """The reason a bulk item failed, as the cluster (or the transport) said it."""
-    error = result.get("error")
-    status = result.get("status")
-    if isinstance(error, dict):
-        reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
-        caused = error.get("caused_by")
-        if isinstance(caused, dict) and caused.get("reason"):
-            reason += f" ({caused['reason']})"
-        return reason
-    if status == "N/A":
-        exc = result.get("exception")
-        return f"cannot reach the cluster: {_reason(exc) if exc is not None else error}"
-    return f"HTTP {status}: {error}"
 
 
 def _only_index(response: dict[str, Any]) -> dict[str, Any]:

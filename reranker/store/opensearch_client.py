@@ -1,0 +1,129 @@
+"""The opensearch-py client as the OpenSearch store and the search proxy use it: every call
+bounded by the request's time limit, no retry of a read that timed out, the last response's
+headers kept for the proxy, and error reasons without credentials.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+from reranker.config import OpenSearchSettings
+from reranker.store import time_left
+
+# The headers of the last cluster response this thread received (see `response_headers`).
+_LAST_HEADERS = threading.local()
+
+
+def _budgeted_transport() -> type:
+    """opensearch-py's Transport, with every request bounded by the caller's `time_limit`."""
+    from opensearchpy import Transport
+    from opensearchpy.exceptions import ConnectionTimeout
+
+    class BudgetedTransport(Transport):  # type: ignore[misc]
+        """Each request (all its attempts) gets the smaller of OPENSEARCH_TIMEOUT and the
+        time left to the request that needs it, so a cluster that hangs costs a request at
+        most its deadline plus RERANKER_CLUSTER_BUDGET_MS, never timeout x attempts."""
+
+        def perform_request(self, method: str, url: str, params: Any = None, body: Any = None, timeout: Any = None, ignore: Any = (), headers: Any = None) -> Any:
+            left = time_left()
+            if left is not None:
+                if left <= 0:
+                    raise ConnectionTimeout("TIMEOUT", "no time left for the cluster within this request's budget", None)
+                configured = timeout or self.kwargs.get("timeout")
+                timeout = left if configured is None else min(float(configured), left)
+            return super().perform_request(method, url, params=params, body=body, timeout=timeout, ignore=ignore, headers=headers)
+
+    return BudgetedTransport
+
+
+def _header_keeping_connection() -> type:
+    """opensearch-py's connection, keeping each response's headers for this thread: the
+    Transport hands back only the body, and the proxy passes some headers on."""
+    from opensearchpy import Urllib3HttpConnection
+
+    class HeaderKeepingConnection(Urllib3HttpConnection):  # type: ignore[misc]
+        def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+            _LAST_HEADERS.value = {}
+            status, headers, data = super().perform_request(*args, **kwargs)
+            _LAST_HEADERS.value = {name.lower(): value for name, value in headers.items()}
+            return status, headers, data
+
+        def get_response_headers(self, response: Any) -> Any:  # the error path's only look at them
+            headers = super().get_response_headers(response)
+            _LAST_HEADERS.value = dict(headers)
+            return headers
+
+    return HeaderKeepingConnection
+
+
+def response_headers() -> dict[str, str]:
+    """The headers of the last response from the cluster in this thread (for an error
+    answer too); {} when there was none."""
+    return dict(getattr(_LAST_HEADERS, "value", {}) or {})
+
+
+def make_client(config: OpenSearchSettings) -> Any:
+    """An opensearch-py client for `config` (TLS verified unless told otherwise).
+
+    Retries: a connection that fails is retried (up to OPENSEARCH_RETRIES, each within the
+    caller's time limit); a read that times out is not, because the cluster may still be
+    running the first copy: a slow search retried is the same search run twice.
+    """
+    from opensearchpy import OpenSearch
+
+    kwargs: dict[str, Any] = {
+        "hosts": list(config.hosts),
+        "timeout": config.timeout,
+        "max_retries": config.retries,
+        "retry_on_timeout": False,
+        "transport_class": _budgeted_transport(),
+        "connection_class": _header_keeping_connection(),
+        "verify_certs": config.verify_certs,
+        "ssl_show_warn": config.verify_certs,
+        "http_compress": False,
+    }
+    if config.ca_certs is not None:
+        kwargs["ca_certs"] = str(config.ca_certs)
+    if config.username and config.password:
+        kwargs["http_auth"] = (config.username, config.password)
+    if config.api_key:
+        kwargs["headers"] = {"Authorization": f"ApiKey {config.api_key}"}
+    return OpenSearch(**kwargs)
+
+
+def error_reason(exc: Any) -> str:
+    """A short reason from an opensearch-py exception, without URLs that may carry credentials."""
+    info = getattr(exc, "info", None)
+    if isinstance(info, dict):
+        error = info.get("error")
+        if isinstance(error, dict):
+            return f"{error.get('type', 'error')}: {error.get('reason', '')}".strip()
+        if error:
+            return str(error)
+    if isinstance(info, BaseException):
+        text = str(info)
+        # urllib3 reasons end with the useful part: "... Connection refused".
+        match = re.search(r"\[Errno -?\d+\] ([^')\]]+)", text)
+        if match:
+            return match.group(1)
+        return type(info).__name__
+    error = getattr(exc, "error", None)
+    return str(error) if error else type(exc).__name__
+
+
+def bulk_item_reason(result: dict[str, Any]) -> str:
+    """The reason a bulk item failed, as the cluster (or the transport) said it."""
+    error = result.get("error")
+    status = result.get("status")
+    if isinstance(error, dict):
+        reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
+        caused = error.get("caused_by")
+        if isinstance(caused, dict) and caused.get("reason"):
+            reason += f" ({caused['reason']})"
+        return reason
+    if status == "N/A":
+        exc = result.get("exception")
+        return f"cannot reach the cluster: {error_reason(exc) if exc is not None else error}"
+    return f"HTTP {status}: {error}"
