@@ -160,7 +160,8 @@ class Doc2VecModel:
                     doctag_vectors=vector, doctags_lockf=lockf,
                 )
             alpha -= alpha_delta
-        return vector[0]
+        inferred: FloatArray = vector[0]
+        return inferred
 
 
 # --- training --------------------------------------------------------------------------

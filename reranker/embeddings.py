@@ -73,7 +73,8 @@ class SortedVocabulary:
         wanted = np.array([word if len(word) <= width else b"" for word in encoded], dtype=self.words.dtype)
         at = np.minimum(np.searchsorted(self.words, wanted), len(self.words) - 1)
         hit = (self.words[at] == wanted) & np.array([0 < len(word) <= width for word in encoded])
-        return np.where(hit, self._rows[at], -1).tolist()
+        found: list[int] = np.where(hit, self._rows[at], -1).tolist()
+        return found
 
     def get(self, token: str, default: int = -1) -> int:
         return self.rows([token])[0] if token else default

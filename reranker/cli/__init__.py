@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=settings.blas_threads, user_api="blas"):
-            return handler(args, settings, out)
+            return int(handler(args, settings, out))
     except BrokenPipeError:  # `reranker evaluate --json | head`: the reader has what it wanted
         # Python would report the pipe again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -50,7 +50,8 @@ def z_score(scores: Scores) -> Scores:
     spread = float(scores.std())
     if spread <= NOISE * max(1.0, float(np.abs(scores).max())):
         return np.zeros_like(scores)
-    return (scores - scores.mean()) / spread
+    scaled: Scores = (scores - scores.mean()) / spread
+    return scaled
 
 
 def fusion_name(bases: str | Sequence[str], method: Method) -> str:

@@ -110,7 +110,7 @@ def child_exit(server, worker):  # type: ignore[no-untyped-def]
     """Drop a dead worker's live gauges from the multiprocess metrics."""
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(worker.pid)
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
 def on_exit(server):  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ def _budgeted_transport() -> type:
     from opensearchpy import Transport
     from opensearchpy.exceptions import ConnectionTimeout
 
-    class BudgetedTransport(Transport):  # type: ignore[misc]
+    class BudgetedTransport(Transport):
         """Each request (all its attempts) gets the smaller of OPENSEARCH_TIMEOUT and the
         time left to the request that needs it, so a cluster that hangs costs a request at
         most its deadline plus RERANKER_CLUSTER_BUDGET_MS, never timeout x attempts."""
@@ -43,7 +43,7 @@ def _header_keeping_connection() -> type:
     Transport hands back only the body, and the proxy passes some headers on."""
     from opensearchpy import Urllib3HttpConnection
 
-    class HeaderKeepingConnection(Urllib3HttpConnection):  # type: ignore[misc]
+    class HeaderKeepingConnection(Urllib3HttpConnection):
         def perform_request(self, *args: Any, **kwargs: Any) -> Any:
             _LAST_HEADERS.value = {}
             status, headers, data = super().perform_request(*args, **kwargs)
