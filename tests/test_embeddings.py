@@ -123,6 +123,8 @@ def test_the_fast_copy_reads_the_same_vectors_without_gensim(tmp_path: Path, glo
 
     from reranker.embeddings import SortedVocabulary
 
+    assert glove.path is not None
+    glove = load_vectors("glove-6b-50d", glove.path.parent)  # fresh: other tests load gensim's view of the session's
     assert isinstance(glove._index, SortedVocabulary) and glove._keyed is None
     keyed = glove.keyed_vectors  # gensim, loaded on first use
     words = random.Random(7).sample(keyed.index_to_key, 3000) + ["naïve", "北京", "qqzzxv", "", "x" * 300]
