@@ -593,6 +593,14 @@ def test_search_clients_see_the_cluster_through_the_proxy(papers: tuple[str, Pat
         request = urllib.request.Request(proxy + "/papers/_search", data=json.dumps(summary(SEA)).encode(), headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request) as answer:
             assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and "a deprecation" in answer.headers["Warning"]
+        # elasticsearch-py 8 refuses a server without X-Elastic-Product; with the header
+        # passed through it connects and searches through the proxy like the cluster.
+        from elasticsearch import Elasticsearch
+
+        es = Elasticsearch(proxy)
+        assert es.info()["version"]["number"] == cluster["version"]["number"]
+        found = es.search(index="papers", body=summary(SEA, ext=TOPICS)).body
+        assert found["ext"]["rerank"]["status"] == "ok" and found["hits"]["hits"]
     finally:
         server.shutdown()
         recorder.close()
