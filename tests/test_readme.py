@@ -1,0 +1,382 @@
+"""The README and the manual under docs/ say only what works.
+
+Every command in a ```sh block of README.md and of the manual's pages (docs/*.md, not the
+generated reports) is run as written, in order, as a reader's shell would run it: from a
+working directory that holds the repository's sample (`reranker/sample/`) and what the examples
+call `corpus.jsonl`, `abstract.txt` and `path/to/dataset`, against a fresh data dir per page.
+`reranker ...` runs in-process (conftest's `run`), `curl` runs for real against the app that
+the block's `reranker serve` stands for, served by werkzeug in a thread. A command that cannot
+run here is in SKIP with the reason; any other command must run, exit 0 and print what
+EXPECTED says it prints, so a new command in the docs fails here until it runs or is listed.
+
+The links of README.md and every page under docs/ are checked too: each relative link names a
+file or folder that exists, and each #fragment a heading of the page it points at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, SAMPLE, run
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+# Written by the bench scripts as records of their runs (on ../shared, minutes each): their
+# commands are what was run, not instructions, and the scripts rewrite them.
+REPORTS = {DOCS / "rankers.md", DOCS / "evaluation.md"}
+MANUAL = [README, *sorted(page for page in DOCS.glob("*.md") if page not in REPORTS)]
+
+# Commands that cannot run here, by pattern (matched against the command's words joined by
+# spaces), with the reason.
+SKIP: dict[str, str] = {
+    r"^python3 -m venv \.venv$": "creates the virtual environment: .ci/run runs the quickstart line verbatim on a fresh clone (checked below)",
+    r"^\. \.venv/bin/activate$": "activates the virtual environment: part of .ci/run's quickstart line (checked below)",
+    r"^pip install -e \.\[test\]$": "installs the project: part of .ci/run's quickstart line (checked below)",
+    r"^python -m pytest$": "the whole suite, this file included: .ci/run runs it verbatim (checked below)",
+    r"^reranker serve\b": "serves until stopped: the same app (create_app with the same settings) is served in a thread instead, and the block's curl commands go to it",
+    r"^reranker dev-cluster\b": "serves until stopped: an osmem-server clone (the server dev-cluster runs) stands in, at the block's cluster address",
+    r"^docker compose\b": "needs Docker, which these machines do not run (tests/test_docker.py reads the compose file)",
+    r"^OPENSEARCH_TEST_URL=": "needs a real OpenSearch cluster (tests/test_cluster.py)",
+    r"\.\./shared/data/": "evaluates on a shared data set beside the repository, not in a clone: minutes each (tests/test_cli.py checks BM25's quality there)",
+    r"^reranker --vectors w2v\.kv evaluate \.\.\.$": "the evaluation on ../shared above, with corpus-trained vectors; `...` stands for its arguments",
+}
+
+# What each command must print (the first pattern matching the command wins); a curl's JSON
+# answer is matched as json.dumps prints it.
+EXPECTED: list[tuple[str, str]] = [
+    (r"^reranker demo$", r"^  BM25 order +hidden_topics_corrected\+bm25 order"),
+    (r"^reranker index\b", r"^indexed \d+, unchanged \d+, skipped 0 in "),
+    (r"^reranker search .*--json\b", r'^  "hits": \[$'),
+    (r"^reranker search\b", r"^\S+: \d+ of the BM25 top 100, \d+ query words in vocabulary"),
+    (r"^reranker rankers$", r"^hidden_topics_corrected\+bm25$"),
+    (r"^reranker train doc2vec\b", r"^trained PV-DBOW Doc2Vec .* on 25 documents"),
+    (r"^reranker evaluate\b", r"^\| bm25 \| \d\.\d{3} \|"),
+    (r"^reranker compare\b", r"^\| bm25 \(baseline\) \| \d\.\d{3} \|"),
+    (r"^reranker templates install$", r"^installed reranker-mappings, reranker-settings, reranker on "),
+    (r"^reranker indices list$", r"^\* reranker-v000002 +ready +25 docs"),
+    (r"^reranker indices use reranker-v000001$", r"^alias reranker now points at reranker-v000001$"),
+    (r"^reranker ab create (\S+)", r"^experiment topics-vs-bm25 running: "),
+    (r"^reranker ab report (\S+)$", r"^experiment topics-vs-bm25 \(running\): "),
+    (r"^reranker ab set \S+ --status stopped$", r"^experiment topics-vs-bm25 stopped"),
+    (r"^reranker ab list$", r"^topics-vs-bm25 +stopped "),
+    (r"^curl .*localhost:8000/search\b", r'^\{"status": "ok", .*"hits": \[\{"id": '),
+    (r"^curl .*localhost:8000/\w+/_search\b", r'"ext": \{"rerank": \{"ranker": "[^"]+", "status": "ok"'),
+    (r"^curl .*localhost:8000/v1/rerank\b", r'"results": \[\{"index": \d+, "relevance_score": '),
+]
+
+# The addresses the examples use: the service, and a cluster (dev-cluster's, and one that
+# stands for yours), each given a fresh osmem-server clone per block.
+SERVICE = "localhost:8000"
+CLUSTERS = ("http://127.0.0.1:9200", "https://search.example.org:9200")
+SHELL_LANGUAGES = {"bash", "shell", "console", "zsh", "shell-session"}  # write ```sh
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int  # of the opening fence, from 1
+    language: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Command:
+    where: str  # page:line
+    words: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+def fenced_blocks(page: Path) -> list[Block]:
+    lines = page.read_text(encoding="utf-8").splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        opening = re.match(r"^( *)```(\S*)\s*$", lines[i])
+        if opening:
+            indent, start, body = len(opening[1]), i, []
+            i += 1
+            while i < len(lines) and lines[i].strip() != "```":
+                body.append(lines[i][indent:])
+                i += 1
+            found.append(Block(page, start + 1, opening[2], "\n".join(body)))
+        i += 1
+    return found
+
+
+def shell_words(text: str) -> list[str]:
+    """Words and operators (`&&`, `<`, `|`, `>`...) as sh reads them; comments dropped."""
+    lexer = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+def commands(block: Block) -> Iterator[Command]:
+    """Each command of a block: lines joined across `\\` and across an open quote."""
+    pending: list[str] = []
+    first = 0
+    for number, line in enumerate(block.text.splitlines(), start=block.line + 1):
+        if not pending:
+            if not line.strip():
+                continue
+            first = number
+        pending.append(line)
+        text = "\n".join(pending)
+        if text.endswith("\\"):
+            continue
+        try:
+            words = shell_words(text)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        pending = []
+        if words:
+            yield Command(f"{block.page.relative_to(REPO)}:{first}", tuple(words))
+    assert not pending, f"{block.page.relative_to(REPO)}:{first}: a command that never ends"
+
+
+def simple_commands(command: Command) -> list[Command]:
+    """`a && b` as [a, b]; any other operator is refused (nothing here runs pipes)."""
+    parts: list[list[str]] = [[]]
+    for word in command.words:
+        if word == "&&":
+            parts.append([])
+        else:
+            parts[-1].append(word)
+    return [Command(command.where, tuple(part)) for part in parts]
+
+
+def skip_reason(command: Command) -> str | None:
+    for pattern, reason in SKIP.items():
+        if re.search(pattern, command.text):
+            return reason
+    return None
+
+
+def expected_output(command: Command) -> str:
+    for pattern, output in EXPECTED:
+        if re.search(pattern, command.text):
+            return output
+    raise AssertionError(f"{command.where}: `{command.text}` runs, but EXPECTED does not say what it must print: add it")
+
+
+def shell_commands(pages: list[Path]) -> list[Command]:
+    return [
+        simple
+        for page in pages
+        for block in fenced_blocks(page)
+        if block.language == "sh"
+        for command in commands(block)
+        for simple in simple_commands(command)
+    ]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The working directory: the repository's sample where the examples look for it, and
+    the files the examples name."""
+    directory = tmp_path_factory.mktemp("workspace")
+    (directory / "reranker").mkdir()
+    (directory / "reranker" / "sample").symlink_to(SAMPLE, target_is_directory=True)
+    (directory / "corpus.jsonl").write_bytes((SAMPLE / "corpus.jsonl").read_bytes())
+    first_query = json.loads((SAMPLE / "queries.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    (directory / "abstract.txt").write_text(first_query["text"], encoding="utf-8")
+    (directory / "path" / "to").mkdir(parents=True)
+    (directory / "path" / "to" / "dataset").symlink_to(SAMPLE, target_is_directory=True)
+    return directory
+
+
+class Shell:
+    """One page's commands, block by block: `export`s and the served app last for their
+    block, the data dir and working directory for the page."""
+
+    def __init__(self, data_dir: Path, request: pytest.FixtureRequest) -> None:
+        self.data_dir, self.request = data_dir, request
+        self.ran: list[str] = []
+
+    def run_block(self, block: Block) -> None:
+        exported: dict[str, str] = {}
+        clusters: dict[str, Any] = {}
+        served: list[Any] = []  # (server, app) of the block's `reranker serve`
+        try:
+            for command in commands(block):
+                for simple in simple_commands(command):
+                    self.run_command(simple, exported, clusters, served)
+        finally:
+            for server, app in served:
+                server.shutdown()
+                app.extensions["reranker"].close()
+            for clone in clusters.values():
+                clone.close()
+
+    def run_command(self, command: Command, exported: dict[str, str], clusters: dict[str, Any], served: list[Any]) -> None:
+        words = [self._address(word, clusters) for word in command.words]
+        if words[0] == "export":
+            exported.update(dict(word.split("=", 1) for word in words[1:]))
+            return
+        prefix: dict[str, str] = {}  # NAME=value before the command: its environment only
+        while len(words) > 1 and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+            name, value = words.pop(0).split("=", 1)
+            prefix[name] = value
+        bare = Command(command.where, command.words[len(prefix):])
+        if bare.text.startswith("reranker serve"):
+            served.append(self._serve({**exported, **prefix}))
+            self.ran.append(command.text)
+            return
+        if skip_reason(command) is not None or skip_reason(bare) is not None:
+            return
+        operators = [word for word in words if word in {"|", "||", ";", "&", ">", ">>", "<<", "(", ")"}]
+        assert not operators, f"{command.where}: `{command.text}` uses {operators}: the shell would not run it as the docs mean (quote it?)"
+        if words[0] == "reranker":
+            code, out = self._reranker(words[1:], {**exported, **prefix})
+        elif words[0] == "curl":
+            code, out = self._curl(words, served)
+        else:
+            raise AssertionError(f"{command.where}: `{command.text}` is neither runnable here nor in SKIP (with its reason)")
+        assert code == 0, f"{command.where}: `{command.text}` exited {code}:\n{out}"
+        pattern = expected_output(bare)
+        assert re.search(pattern, out, re.MULTILINE), f"{command.where}: `{command.text}` did not print /{pattern}/:\n{out[:3000]}"
+        self.ran.append(command.text)
+
+    def _address(self, word: str, clusters: dict[str, Any]) -> str:
+        for address in CLUSTERS:
+            if address in word:
+                if address not in clusters:
+                    clusters[address] = self.request.getfixturevalue("osmem_server").clone()
+                word = word.replace(address, clusters[address].url)
+        return word
+
+    def _reranker(self, argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+        stdin = None
+        if "<" in argv:
+            at = argv.index("<")
+            stdin, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
+        with pytest.MonkeyPatch.context() as patch, ExitStack() as files:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            if stdin is not None:
+                patch.setattr(sys, "stdin", files.enter_context(stdin.open(encoding="utf-8")))
+            try:
+                return run(self.data_dir, *argv)
+            except SystemExit as exit_:  # argparse refusing the command line
+                return int(exit_.code or 0), ""
+
+    def _serve(self, env: dict[str, str]) -> tuple[Any, Any]:
+        from werkzeug.serving import make_server
+
+        from reranker.config import Settings
+        from reranker.service import create_app
+
+        app = create_app(Settings.from_env({**os.environ, **env, "RERANKER_DATA_DIR": str(self.data_dir)}))
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, app
+
+    def _curl(self, words: list[str], served: list[Any]) -> tuple[int, str]:
+        assert served, f"`{' '.join(words)}`: no `reranker serve` before it in its block"
+        port = served[-1][0].server_port
+        argv = [word.replace(SERVICE, f"127.0.0.1:{port}") for word in words]
+        done = subprocess.run([*argv, "--write-out", "\n%{http_code}"], check=False, capture_output=True, text=True, timeout=60)
+        body, _, status = done.stdout.rpartition("\n")
+        if done.returncode != 0 or status != "200":
+            return done.returncode or int(status or 1), f"HTTP {status}\n{body}\n{done.stderr}"
+        return 0, json.dumps(json.loads(body))
+
+
+@pytest.mark.parametrize("page", MANUAL, ids=[str(page.relative_to(REPO)) for page in MANUAL])
+def test_every_command_runs_as_written(page: Path, data_dir: Path, workspace: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(workspace)
+    shell = Shell(data_dir, request)
+    for block in fenced_blocks(page):
+        if block.language == "sh":
+            shell.run_block(block)
+    if page == README:  # the front door shows every way in, and all of them run
+        assert any(text.startswith("reranker demo") for text in shell.ran)
+        assert sum(text.startswith("curl") for text in shell.ran) == 3
+
+
+def test_the_quickstart_is_what_ci_runs() -> None:
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    quickstart = [block.text.strip() for block in fenced_blocks(README) if block.language == "sh"][:2]
+    assert quickstart == ['python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && reranker demo', "python -m pytest"]
+    for line in quickstart:
+        assert line in ci, f".ci/run no longer runs the README's quickstart `{line}`"
+
+
+def test_every_skipped_command_is_still_in_the_docs() -> None:
+    texts = [command.text for command in shell_commands(MANUAL)]
+    for pattern, reason in SKIP.items():
+        assert any(re.search(pattern, text) for text in texts), f"SKIP {pattern!r} ({reason}) matches no command any more: remove it"
+
+
+def test_shell_blocks_say_sh_and_every_block_names_its_language() -> None:
+    for page in MANUAL:
+        for block in fenced_blocks(page):
+            where = f"{page.relative_to(REPO)}:{block.line}"
+            assert block.language, f"{where}: a code block without a language (```sh for commands, ```text, ```json ...)"
+            assert block.language not in SHELL_LANGUAGES, f"{where}: write ```sh, the blocks this test runs"
+
+
+def test_the_readme_is_a_front_door_that_links_every_page() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250, "the README is the front door: move the details to a page under docs/"
+    linked = {(README.parent / target).resolve() for target, _ in links(README)}
+    for page in sorted(DOCS.glob("*.md")):
+        assert page.resolve() in linked, f"README.md does not link {page.relative_to(REPO)}"
+    assert "LICENSE" in {target for target, _ in links(README)} and (REPO / "LICENSE").is_file()
+
+
+# --- links -------------------------------------------------------------------------------
+
+
+def links(page: Path) -> list[tuple[str, str]]:
+    """(path, fragment) of every relative link and image in the page, outside code."""
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.MULTILINE | re.DOTALL)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    found = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+            continue
+        path, _, fragment = target.partition("#")
+        found.append((path, fragment))
+    return found
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces to -."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, flags=re.MULTILINE):
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+        slug = "".join(ch for ch in heading.lower() if ch.isalnum() or ch in " -_").replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+MARKDOWN = [README, *sorted(DOCS.rglob("*.md"))]
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=[str(page.relative_to(REPO)) for page in MARKDOWN])
+def test_every_relative_link_resolves(page: Path) -> None:
+    for path, fragment in links(page):
+        target = (page.parent / path).resolve() if path else page
+        assert target.exists(), f"{page.relative_to(REPO)}: the link `{path}` names nothing"
+        assert REPO in target.parents or target == REPO, f"{page.relative_to(REPO)}: `{path}` leaves the repository"
+        if fragment:
+            assert target.suffix == ".md", f"{page.relative_to(REPO)}: `{path}#{fragment}` points into a file that is not Markdown"
+            assert fragment in anchors(target), f"{page.relative_to(REPO)}: `{path}#{fragment}`: no such heading in {target.relative_to(REPO)}"
