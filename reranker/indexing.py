@@ -212,11 +212,15 @@ def sample_corpus(path: Path, budget: int = CENTERING_SAMPLE_BYTES) -> Iterator[
 @dataclass(frozen=True)
 class Correction:
     """A `Centering` made ready for extraction: arrays, and the background words' centred
-    unit vectors (u, d) with their weights (u,)."""
+    unit vectors as the columns of a (d, u) matrix, with their weights (u,)."""
 
     mu: FloatArray
     direction: FloatArray
-    background_vectors: FloatArray
+    # (d, u), not (u, d): OpenBLAS multiplies a document's topics (k, d) by a contiguous
+    # (d, u) matrix 1.7-2.8x faster than by the transpose of a (u, d) one (15 topics, 1,000
+    # words: 15 against 42 us at d = 50, 144 against 246 us at d = 300), and that product
+    # is most of the backgrounds' cost.
+    background_columns: FloatArray
     background_weights: FloatArray
 
     @classmethod
@@ -231,7 +235,8 @@ class Correction:
         known = vectors.lookup(list(centering.background_words))
         weight_of = dict(zip(centering.background_words, centering.background_weights))
         weights = np.array([weight_of[word] for word in known.words], dtype=np.float32)
-        return cls(mu, direction, unit_rows(center(known.vectors, mu, direction)), weights)
+        columns = np.ascontiguousarray(unit_rows(center(known.vectors, mu, direction)).T)
+        return cls(mu, direction, columns, weights)
 
     def topics(self, word_vectors: FloatArray, counts: FloatArray, k: int) -> CorrectedTopics:
         """The corrected topics of one document's distinct words (u, d) with their counts."""
@@ -239,9 +244,9 @@ class Correction:
         return self.with_backgrounds(topics, importances)
 
     def with_backgrounds(self, topics: FloatArray, importances: FloatArray) -> CorrectedTopics:
-        # The background words are unit rows already and their weights sum to 1: this is
+        # The background words are unit vectors already and their weights sum to 1: this is
         # `topic_background` without redoing either per document.
-        backgrounds = np.clip(np.abs(topics @ self.background_vectors.T) @ self.background_weights, 0.0, 1.0)
+        backgrounds = np.clip(np.abs(topics @ self.background_columns) @ self.background_weights, 0.0, 1.0)
         return CorrectedTopics(topics, importances, backgrounds.astype(np.float32))
 
 

@@ -21,6 +21,7 @@ from reranker.config import DEFAULT_VECTORS
 from reranker.errors import (
     DocumentNotFoundError,
     IndexMismatchError,
+    IndexNotFoundError,
     IndexOutdatedError,
     RankerUnavailableError,
     StoreUnavailableError,
@@ -231,9 +232,15 @@ class Engine:
             self._centering()
 
     def _centering(self) -> Centering:
-        """The index's centering. Raises IndexOutdatedError for an index built before it."""
+        """The index's centering. Raises IndexNotFoundError when there is no index yet,
+        IndexOutdatedError for an index built before the correction."""
         info = self.store.index_info()
-        if info is None or info.centering is None:
+        if info is None:
+            raise IndexNotFoundError(
+                "the corrected ranker reads the word statistics of an index, and there is none yet: "
+                "run `reranker index CORPUS.jsonl` first (or name a ranker such as hidden_topics)"
+            )
+        if info.centering is None:
             raise IndexOutdatedError(
                 "the corrected ranker needs an index built with the common-direction correction; "
                 "this one was built before it: rebuild the index (reranker index --rebuild CORPUS)"

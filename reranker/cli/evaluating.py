@@ -23,7 +23,7 @@ from reranker.cli.common import (
     writable_folder,
     write_output,
 )
-from reranker.config import Settings
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.errors import ConfigError, InputError, UnknownRankerError
 
 if TYPE_CHECKING:
@@ -41,8 +41,8 @@ def add_parsers(commands: Any) -> None:
     evaluate.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
     evaluate.add_argument(
         "--rankers",
-        default="bm25,hidden_topics,hidden_topics_code,hidden_topics+bm25",
-        help="comma-separated ranker names",
+        default=f"bm25,hidden_topics,hidden_topics_code,hidden_topics+bm25,{DEFAULT_RANKER}",
+        help="comma-separated ranker names (default: BM25, the paper's formulas alone and fused, and the default ranker)",
     )
     evaluate.add_argument("--k", type=positive_int, help="topics per document (default 15)")
     add_ranking_options(evaluate)

@@ -79,7 +79,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         f"\nThe default ranker, {default} (weight {settings.fusion_weight}), reorders the BM25 window by "
         "hidden topics after removing the direction all word vectors share (hidden_topics_corrected), "
         "fused with BM25. The paper's formula (hidden_topics) on the same vectors is mostly that "
-        "shared direction; five sample queries are too few to tell rankers apart (README, 'Measured results').",
+        "shared direction; five sample queries are too few to tell rankers apart (docs/rankers-and-evaluation.md).",
         file=out,
     )
     print(

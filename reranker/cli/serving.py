@@ -84,7 +84,7 @@ def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -
     except KeyboardInterrupt:
         pass
     finally:
-        server.close()
+        server.close(grace=2.0)  # then killed: it holds nothing worth waiting for
     return 0
 
 
