@@ -59,8 +59,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-
 from benchlib import machine, require, table
+
 from reranker.topics import Variant, extract_topics, score
 
 Matrix = npt.NDArray[np.float32]

@@ -53,12 +53,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+from benchlib import machine, require, table
 from threadpoolctl import threadpool_limits
 
-from benchlib import machine, require, table
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors, load_vectors
-from reranker.indexing import TopicExtractor, document_topics, index_documents, read_corpus
+from reranker.indexing import (
+    TopicExtractor,
+    document_topics,
+    index_documents,
+    read_corpus,
+)
 from reranker.pipeline import Engine
 from reranker.rankers import CandidateSet, get_ranker
 from reranker.store import IndexInfo

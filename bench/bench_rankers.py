@@ -152,7 +152,7 @@ def run(queries: int, rounds: int, directory: Path) -> tuple[dict[str, Any], lis
     engine.complete(windows[0][1], rankers["wmd"])
     cold_ms = 1e3 * (time.perf_counter() - cold_started)
 
-    for name, ranker in rankers.items():  # load models, fill caches: time the steady state
+    for _name, ranker in rankers.items():  # load models, fill caches: time the steady state
         engine.rerank(*windows[0], ranker)
     samples: dict[str, list[float]] = {name: [] for name in rankers}
     tops: dict[str, list[list[str]]] = {"wmd": [], EXHAUSTIVE: []}

@@ -360,7 +360,7 @@ def run_phase(kind: Kind, round_: int, service_pids: Sequence[int], cluster_pid:
         service = [after - before for after, before in zip(_cpu(service_pids), service)]
     flat = [item for out in results for item in out]
     require(len(flat) == sum(len(bodies) for bodies in per_client), f"{kind.name}: a client stopped early")
-    for sent, done, status, payload in flat:
+    for _sent, _done, status, payload in flat:
         require(status == 200, f"{kind.name}: HTTP {status}: {payload[:300]!r}")
         problem = kind.check(json.loads(payload))
         require(problem is None, f"{kind.name}: {problem}")

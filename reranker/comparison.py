@@ -29,10 +29,10 @@ from reranker.evaluation import (
     RankerRun,
     metric_names,
     run_rankers,
-    write_trec_runs,
     score_rankings,
     summarise,
     wins_ties_losses,
+    write_trec_runs,
 )
 from reranker.pipeline import Engine
 

@@ -30,7 +30,13 @@ from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
 from reranker.interleaving import METHODS, TEAM_A, Outcome, outcome
 from reranker.rankers import RANKERS, get_ranker
-from reranker.store.events import CLICK_ACTIONS, Event, EventStore, Experiment, ShownQuery, open_event_store
+from reranker.store.events import (
+    CLICK_ACTIONS,
+    Event,
+    EventStore,
+    Experiment,
+    open_event_store,
+)
 
 log = logging.getLogger(__name__)
 

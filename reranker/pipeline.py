@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
 
 import numpy as np
 
-from reranker.embeddings import WordVectors
 from reranker.config import DEFAULT_VECTORS
+from reranker.embeddings import WordVectors
 from reranker.errors import (
     DocumentNotFoundError,
     IndexMismatchError,
@@ -52,11 +52,11 @@ from reranker.topics import (
 from reranker.types import (
     Centering,
     DocTopics,
-    DocVectorBatch,
     Document,
     DocumentTopic,
-    FloatArray,
+    DocVectorBatch,
     Filter,
+    FloatArray,
     Query,
     RankedDoc,
     SearchResult,
@@ -291,7 +291,10 @@ class Engine:
         texts = window.texts
         if texts is None or all(text is None for text in texts):
             return self.store.topics(ids, corrected=True)
-        from reranker.indexing import Correction, corrected_topics  # the write path (and its Doc2Vec imports) only when needed
+        from reranker.indexing import (  # the write path (and its Doc2Vec imports) only when needed
+            Correction,
+            corrected_topics,
+        )
 
         info = self.store.index_info()
         k = info.k if info is not None else 15

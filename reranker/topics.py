@@ -118,7 +118,8 @@ def _fix_signs(topics: FloatArray) -> FloatArray:
     pivots = np.abs(topics).argmax(axis=1)
     signs = np.sign(topics[np.arange(topics.shape[0]), pivots])
     signs[signs == 0] = 1.0
-    return topics * signs[:, None]
+    signed: FloatArray = topics * signs[:, None]
+    return signed
 
 
 def unit_rows(vectors: npt.ArrayLike) -> FloatArray:
@@ -131,7 +132,8 @@ def unit_rows(vectors: npt.ArrayLike) -> FloatArray:
         raise ValueError(f"expected an (m, d) array, got shape {matrix.shape}")
     norms = np.linalg.norm(matrix, axis=1)
     nonzero = norms > 0
-    return matrix[nonzero] / norms[nonzero, None]
+    unit: FloatArray = matrix[nonzero] / norms[nonzero, None]
+    return unit
 
 
 def topic_relevance(
@@ -164,7 +166,8 @@ def topic_relevance(
     if variant == "code":
         np.square(cosines, out=cosines)
     relevance = cosines.mean(axis=1).reshape(n_docs, k)
-    return np.minimum(relevance, 1.0, out=relevance)  # float32 rounding can reach 1 + 1e-7
+    bounded: FloatArray = np.minimum(relevance, 1.0, out=relevance)  # float32 rounding can reach 1 + 1e-7
+    return bounded
 
 
 def topic_contributions(
@@ -332,7 +335,8 @@ def topic_background(
         return np.zeros(stacked.shape[0], dtype=np.float32)
     cosines = np.abs(stacked @ units.T).astype(np.float64)
     background = cosines @ (weights / weights.sum())
-    return np.clip(background, 0.0, 1.0).astype(np.float32)
+    clipped: FloatArray = np.clip(background, 0.0, 1.0).astype(np.float32)
+    return clipped
 
 
 def corrected_contributions(
@@ -367,7 +371,8 @@ def corrected_score(
     words align with a topic more than the corpus's words do. Shapes as
     `corrected_contributions`.
     """
-    return corrected_contributions(query_vectors, topics, importances, backgrounds).sum(axis=1)
+    scores: npt.NDArray[np.float64] = corrected_contributions(query_vectors, topics, importances, backgrounds).sum(axis=1)
+    return scores
 
 
 def stack_topics(documents: Sequence[DocTopics], d: int) -> tuple[FloatArray, FloatArray]:
@@ -451,4 +456,5 @@ def topic_similarity(
     other_norms = np.sqrt(np.maximum(np.einsum("nj,njl,nl->n", other_weights, other_grams, other_weights), 0.0))
     norms = own_norm * other_norms
     similarity = np.divide(cross, norms, out=np.zeros(n_docs), where=norms > 0)
-    return np.clip(similarity, 0.0, 1.0)
+    clipped: npt.NDArray[np.float64] = np.clip(similarity, 0.0, 1.0)
+    return clipped

@@ -8,10 +8,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from reranker.rankers import ranker_names
 from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+
 from reranker.evaluation import metric_names
+from reranker.rankers import ranker_names
 
 
 def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:

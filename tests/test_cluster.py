@@ -19,6 +19,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from conftest import TINY_CORPUS, write_jsonl
 
 from reranker.config import OpenSearchSettings, parse_search_fields
 from reranker.embeddings import WordVectors
@@ -27,8 +28,6 @@ from reranker.store import IndexInfo
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.templates import load_templates
 from reranker.types import DocTopics, Document, EmbeddingInfo, StoredDocument
-
-from conftest import TINY_CORPUS, write_jsonl
 
 URL = os.environ.get("OPENSEARCH_TEST_URL", "")
 

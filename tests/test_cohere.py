@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from conftest import SAMPLE, run
 from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,8 +26,6 @@ from hypothesis import strategies as st
 from reranker.config import Settings
 from reranker.service import create_app
 from reranker.service.cohere import score_literal
-
-from conftest import SAMPLE, run
 
 KEY = "test-key-1"
 HEADERS = {"Authorization": f"Bearer {KEY}"}

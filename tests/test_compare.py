@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
+from conftest import TINY_CORPUS, run, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import TINY_CORPUS, run, write_jsonl
 from reranker.comparison import (
     Comparison,
     check_rankers,

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from gensim.models import FastText, KeyedVectors
 
-from reranker.embeddings import Word2VecParams, WordVectors, load_vectors, parse_spec, train_word2vec, trained_vectors
+from reranker.embeddings import (
+    Word2VecParams,
+    WordVectors,
+    load_vectors,
+    parse_spec,
+    train_word2vec,
+    trained_vectors,
+)
 from reranker.errors import VectorsError
 
 WORDS = ["topic", "summary", "document", "vector", "matrix"]

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+
 from reranker.datasets import Dataset, load_dataset, load_qrels, load_queries
 from reranker.errors import InputError
 from reranker.evaluation import (
@@ -282,7 +282,7 @@ def test_metrics_agree_with_trec_eval(tmp_path: Path) -> None:
     import random
 
     import ir_measures
-    from ir_measures import AP, RR, R, nDCG, P
+    from ir_measures import AP, RR, P, R, nDCG
 
     from reranker.evaluation import write_trec_runs
 

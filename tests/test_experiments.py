@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from conftest import SAMPLE, run
 from flask.testing import FlaskClient
 
 from reranker import experiments as ex
@@ -28,8 +29,6 @@ from reranker.config import DEFAULT_RANKER, Settings
 from reranker.interleaving import TEAM_A
 from reranker.service import create_app
 from reranker.store.events import EmbeddedEventStore, Experiment
-
-from conftest import SAMPLE, run
 
 ADMIN = "test-admin-key"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -489,11 +488,11 @@ def test_events_survive_a_killed_server(data_dir: Path, tmp_path: Path) -> None:
 def cluster_app(osmem_server: Any, glove: Any, vectors_cache: Path, tmp_path: Path) -> Iterator[tuple[Any, Path, str]]:
     """(app factory, data dir, cluster URL): TINY_CORPUS behind the alias `papers` in a
     cluster of its own, so the experiment's traffic never reaches other tests."""
+    from conftest import TINY_CORPUS, write_jsonl
+
     from reranker.config import OpenSearchSettings
     from reranker.indexing import index_corpus
     from reranker.store.opensearch import OpenSearchStore
-
-    from conftest import TINY_CORPUS, write_jsonl
 
     clone = osmem_server.clone()
     store = OpenSearchStore(OpenSearchSettings(hosts=(clone.url,), alias="papers"))
@@ -537,8 +536,8 @@ def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tu
     assert found["experiment"]["rankers"] == ["hidden_topics", "bm25"]
     assert found["report"]["queries"] == 1 and found["report"]["clicks"] == 1 and found["report"]["queries_with_clicks"] == 1
     # The indices are strict: nothing unplanned gets mapped (and eats memory) by accident.
-    from reranker.store.opensearch import OpenSearchStore
     from reranker.config import OpenSearchSettings
+    from reranker.store.opensearch import OpenSearchStore
 
     store = OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers"))
     mapping = store.client.indices.get_mapping(index="papers-ubi_events")

@@ -15,13 +15,17 @@ from typing import Any, Iterator
 
 import pytest
 import schemathesis
+from conftest import SAMPLE, run
 from hypothesis import HealthCheck, given, settings
-from schemathesis.checks import content_type_conformance, not_a_server_error, response_schema_conformance, status_code_conformance
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from reranker.config import Settings
 from reranker.service import create_app
-
-from conftest import SAMPLE, run
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 HEADERS = {"Authorization": "Bearer fuzz-key"}

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
+
 from reranker.embeddings import WordVectors
 from reranker.errors import IndexMismatchError, InputError
 from reranker.indexing import index_corpus, index_documents, read_corpus

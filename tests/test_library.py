@@ -10,14 +10,13 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+from conftest import SAMPLE, run
 from flask.testing import FlaskClient
 
 from reranker.config import Settings
 from reranker.service import create_app
 from reranker.service.web import CONTENT_SECURITY_POLICY
 from reranker.topics import topic_similarity
-
-from conftest import SAMPLE, run
 
 PAPER = "P01-1027"
 QUERY = "statistical machine translation with word alignment models and phrase tables"

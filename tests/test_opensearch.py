@@ -16,19 +16,32 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, write_jsonl
 
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors
-from reranker.errors import IndexMismatchError, IndexNotFoundError, InputError, StoreUnavailableError
-from reranker.indexing import document_topics, index_corpus, index_documents, read_corpus
+from reranker.errors import (
+    IndexMismatchError,
+    IndexNotFoundError,
+    InputError,
+    StoreUnavailableError,
+)
+from reranker.indexing import (
+    document_topics,
+    index_corpus,
+    index_documents,
+    read_corpus,
+)
 from reranker.pipeline import Engine
 from reranker.store import IndexInfo
 from reranker.store.opensearch import OpenSearchStore
-from reranker.store.opensearch_encoding import decode_topics, document_source, encode_matrix
+from reranker.store.opensearch_encoding import (
+    decode_topics,
+    document_source,
+    encode_matrix,
+)
 from reranker.store.templates import load_templates
 from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
-
-from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, write_jsonl
 
 PAPERS = [
     dict(TINY_CORPUS[0], year=1998, venue="Maritime Review", tags=[], editor=None),

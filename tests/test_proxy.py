@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+from conftest import TINY_CORPUS, ClusterProxy, write_jsonl
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -24,8 +25,6 @@ from reranker.indexing import index_corpus
 from reranker.service import create_app
 from reranker.service.search_requests import query_text
 from reranker.store.opensearch import OpenSearchStore
-
-from conftest import TINY_CORPUS, ClusterProxy, write_jsonl
 
 CORPUS = [
     dict(TINY_CORPUS[0], year=1998, venue="Maritime Review"),

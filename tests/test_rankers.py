@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import TINY_CORPUS, write_jsonl
+
 from reranker.doc2vec import Doc2VecParams, train_for_store
 from reranker.embeddings import WordVectors
 from reranker.errors import UnknownRankerError

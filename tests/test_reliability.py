@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
 from conftest import TINY_CORPUS, ClusterProxy, run, write_jsonl
 
 QUERY = "A captain and his crew sail a ship across the stormy ocean."

@@ -21,14 +21,13 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
 from flask.testing import FlaskClient
 
 import reranker.rankers as rankers
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.service import create_app
 from reranker.service.openapi import openapi_document
-
-from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
 
 QUERY = "statistical machine translation with word alignment models and phrase tables"
 # Not in GloVe's 400k words, so a query of only these has no vector.

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
+from conftest import REPO, SAMPLE, run, write_jsonl
 from werkzeug.serving import make_server
 
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.service import create_app
-
-from conftest import REPO, SAMPLE, run, write_jsonl
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page

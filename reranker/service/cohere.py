@@ -26,10 +26,10 @@ import math
 import uuid
 from typing import Any
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response
 
 from reranker.service.api import request_documents, runtime
-from reranker.service.errors import ApiError, bad_request
+from reranker.service.errors import bad_request
 from reranker.service.inputs import Fields, json_object, require_bearer
 
 blueprint = Blueprint("cohere", __name__)

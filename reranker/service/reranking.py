@@ -27,10 +27,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from reranker.errors import RankerUnavailableError, RerankerError, StoreError, StoreUnavailableError
+from reranker.errors import (
+    RankerUnavailableError,
+    RerankerError,
+    StoreError,
+    StoreUnavailableError,
+)
 from reranker.experiments import Experiments, unit_key, utc_now
-from reranker.interleaving import TEAM_A, interleave
 from reranker.indexing import document_topics
+from reranker.interleaving import TEAM_A, interleave
 from reranker.pipeline import LruCache, Ranking, uses_word_vectors
 from reranker.rankers import CandidateSet, Formula, Ranker, Scores, get_ranker
 from reranker.service.errors import ApiError, describe

@@ -8,8 +8,8 @@ with everything else (highlight, `_source`, fields). `proxy.py` sends them and r
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
