@@ -10,6 +10,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
 
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors
@@ -20,8 +21,6 @@ from reranker.rankers import get_ranker
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.opensearch import OpenSearchStore
 from reranker.types import Document
-
-from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
 
 QUERY = "statistical machine translation with word alignment models and phrase tables"
 
