@@ -67,7 +67,7 @@ def main() -> int:
     mu, direction = corpus_centering(vocabulary, frequencies)
     units = unit_rows(center(vocabulary[:BACKGROUND], mu, direction))
     weights = (frequencies[:BACKGROUND] / frequencies[:BACKGROUND].sum()).astype(np.float32)
-    correction = Correction(mu, direction, units, weights)
+    correction = Correction(mu, direction, np.ascontiguousarray(units.T), weights)
 
     # Scoring: N candidates' topics, paper and corrected, and one query.
     topics = np.stack([extract_topics(vocabulary[rng.choice(5_000, 300, replace=False)], K)[0] for _ in range(N)])

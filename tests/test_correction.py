@@ -20,6 +20,7 @@ from reranker.pipeline import Engine
 from reranker.rankers import get_ranker
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.opensearch import OpenSearchStore
+from reranker.topics import center, topic_background
 from reranker.types import Document
 
 QUERY = "statistical machine translation with word alignment models and phrase tables"
@@ -55,6 +56,22 @@ def test_indexing_records_the_corpus_centering_and_corrected_topics(sample_engin
     mean_direction = mu / np.linalg.norm(mu)
     assert np.abs(paper.topics[:, 0] @ mean_direction).min() > 0.9
     assert np.abs(corrected.topics[:, 0] @ mean_direction).max() < 0.5
+
+
+def test_indexed_backgrounds_are_topic_background_over_the_centering_words(sample_engine: Engine, glove: WordVectors) -> None:
+    # Indexing computes the backgrounds from a matrix prepared once (`Correction`); the
+    # formula is `topic_background`, which test_topics.py checks against a loop transcription.
+    info = sample_engine.store.index_info()
+    assert info is not None and info.centering is not None
+    centering = info.centering
+    known = glove.lookup(list(centering.background_words))
+    weight_of = dict(zip(centering.background_words, centering.background_weights))
+    words = center(known.vectors, np.asarray(centering.mu), np.asarray(centering.direction))
+    frequencies = np.array([weight_of[word] for word in known.words])
+    batch = sample_engine.store.topics([doc.id for doc in sample_documents()], corrected=True)
+    assert batch.missing == () and batch.backgrounds is not None
+    for topics, backgrounds in zip(batch.topics, batch.backgrounds):  # zero rows: padding, background 0
+        np.testing.assert_allclose(backgrounds, topic_background(topics, words, frequencies), atol=1e-6)
 
 
 def test_more_documents_keep_the_index_centering_and_a_rebuild_recomputes_it(tmp_path: Path, sample_engine: Engine, glove: WordVectors) -> None:
