@@ -51,6 +51,7 @@ from reranker.topics import (
 )
 from reranker.types import (
     Centering,
+    CorrectedTopics,
     DocTopics,
     Document,
     DocumentTopic,
@@ -210,6 +211,13 @@ class Engine:
     word_id_cache: LruCache[str, WordIds] = field(
         default_factory=lambda: LruCache(64 * 2**20, lambda ids: ids.nbytes + 64)  # ~8,000 documents of 2,000 words
     )
+    # Corrected topics of texts callers send (/rerank, the Cohere routes), by content and
+    # the index's centering: the same texts come back request after request.
+    corrected_cache: LruCache[str, CorrectedTopics] = field(
+        default_factory=lambda: LruCache(
+            32 * 2**20, lambda found: found.topics.nbytes + found.importances.nbytes + found.backgrounds.nbytes + 64
+        )
+    )
 
     def __post_init__(self) -> None:
         # Rankers get this engine's vectors, and the Doc2Vec model of its index on first use.
@@ -298,14 +306,20 @@ class Engine:
 
         info = self.store.index_info()
         k = info.k if info is not None else 15
-        correction = Correction.of(centering, self.vectors)
+        centred_by = hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
+        correction: Correction | None = None  # built only when a text is not cached
         stored = self.store.topics([i for i, text in zip(ids, texts) if text is None], corrected=True)
         rows = {doc_id: row for row, doc_id in enumerate(stored.doc_ids) if doc_id not in stored.missing}
         per_document: list[DocTopics] = []
         backgrounds: list[FloatArray] = []
         for doc_id, text in zip(ids, texts):
             if text is not None:
-                found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
+                key = f"{_text_key(text)}|{k}|{centred_by}"
+                found = self.corrected_cache.get(key)
+                if found is None:
+                    correction = correction or Correction.of(centering, self.vectors)
+                    found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
+                    self.corrected_cache.put(key, found)
                 per_document.append(DocTopics(found.topics, found.importances))
                 backgrounds.append(found.backgrounds)
             elif doc_id in rows and stored.backgrounds is not None:

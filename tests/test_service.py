@@ -211,7 +211,8 @@ def test_rerank_texts_with_rankers_that_read_documents(client: FlaskClient, inde
 def test_rerank_texts_scores_like_stored_topics_and_caches_them(indexed: Path) -> None:
     # Topics of six 2,000-word texts are computed within the request: no deadline, so a
     # loaded machine cannot turn this into a "degraded" answer in another order.
-    client = create_app(_settings(indexed, RERANKER_DEADLINE_MS="600000")).test_client()
+    app = create_app(_settings(indexed, RERANKER_DEADLINE_MS="600000"))
+    client = app.test_client()
     records = [json.loads(line) for line in (indexed.parent / "corpus.jsonl").read_text().splitlines()[:6]]
     texts = [r["text"] for r in records]  # no titles in the sample: full text == text
     by_id = client.post("/rerank", json={"query": QUERY, "documents": [{"id": r["id"]} for r in records]}).get_json()
@@ -219,9 +220,13 @@ def test_rerank_texts_scores_like_stored_topics_and_caches_them(indexed: Path) -
     assert [r["index"] for r in by_text["results"]] == [r["index"] for r in by_id["results"]]
     assert [r["score"] for r in by_text["results"]] == pytest.approx([r["score"] for r in by_id["results"]], rel=1e-5)
     before = _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}')
+    cached = dict(app.extensions["reranker"].engine().corrected_cache._entries)  # the default ranker's corrected topics
+    assert len(cached) == len(texts)
     again = client.post("/rerank", json={"query": QUERY, "documents": texts}).get_json()
     assert again["results"] == by_text["results"]
     assert _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}') == before + len(texts)
+    after = dict(app.extensions["reranker"].engine().corrected_cache._entries)
+    assert after.keys() == cached.keys() and all(after[key][0] is cached[key][0] for key in cached)  # reused, not recomputed
 
 
 def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient) -> None:
