@@ -34,6 +34,19 @@ if TYPE_CHECKING:
     from reranker.store.events import EventStore
 
 
+def _add_offline_options(parser: argparse.ArgumentParser) -> None:
+    """What evaluate and compare share: the cached index, the run files, the vectors."""
+    parser.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
+    parser.add_argument(
+        "--run-dir", type=Path, metavar="DIR",
+        help="also write each ranker's TREC run file into DIR (DATASET.RANKER.run), for trec_eval or ir_measures",
+    )
+    parser.add_argument(
+        "--train-vectors", action="store_true",
+        help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
+    )
+
+
 def add_parsers(commands: Any) -> None:
     """The command-line parsers of evaluate, compare, ab."""
     evaluate = commands.add_parser("evaluate", help="IR metrics of rankers on a judged dataset folder")
@@ -48,15 +61,7 @@ def add_parsers(commands: Any) -> None:
     add_ranking_options(evaluate)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
-    evaluate.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
-    evaluate.add_argument(
-        "--run-dir", type=Path, metavar="DIR",
-        help="also write each ranker's TREC run file into DIR (DATASET.RANKER.run), for trec_eval or ir_measures",
-    )
-    evaluate.add_argument(
-        "--train-vectors", action="store_true",
-        help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
-    )
+    _add_offline_options(evaluate)
     evaluate.add_argument(
         "--plot", type=Path, metavar="PATH.png",
         help="also write the ranking figure: per ranker, the share of queries at each value of P@1, P@3, P@6 (PNG)",
@@ -89,15 +94,7 @@ def add_parsers(commands: Any) -> None:
         help="also write DIR/compare-<dataset>-ndcg10-deltas.png (per-query nDCG@10 of each ranker minus the "
         "baseline) and DIR/compare-<dataset>-precision-bins.png",
     )
-    compare.add_argument("--rebuild", action="store_true", help="re-index the dataset's cached index")
-    compare.add_argument(
-        "--run-dir", type=Path, metavar="DIR",
-        help="also write each ranker's TREC run file into DIR (DATASET.RANKER.run), for trec_eval or ir_measures",
-    )
-    compare.add_argument(
-        "--train-vectors", action="store_true",
-        help="use CBOW word2vec trained on the dataset's own corpus (trained once, then reused) instead of --vectors",
-    )
+    _add_offline_options(compare)
     compare.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     ab = commands.add_parser("ab", help="online experiments: interleave two rankers on live traffic, report the winner")
