@@ -55,6 +55,10 @@ class Lookup:
     oov: tuple[str, ...]
 
 
+# Words looked up in one process before the sorted vocabulary is turned into a dict.
+DICT_AFTER_LOOKUPS = 20_000
+
+
 class SortedVocabulary:
     """A word -> row map as two arrays, read memory-mapped: the words (UTF-8, sorted) and
     their rows. Opening it costs nothing, where unpickling a 400,000-word dict costs
@@ -78,6 +82,10 @@ class SortedVocabulary:
 
     def get(self, token: str, default: int = -1) -> int:
         return self.rows([token])[0] if token else default
+
+    def as_dict(self) -> dict[str, int]:
+        """The same map as a dict (built in about 0.3 s for 400,000 words)."""
+        return dict(zip((word.decode("utf-8", "surrogatepass") for word in self.words.tolist()), self._rows.tolist()))
 
     def __contains__(self, token: object) -> bool:
         return isinstance(token, str) and self.get(token) >= 0
@@ -104,6 +112,7 @@ class WordVectors:
     ) -> None:
         self._vectors = vectors
         self._index = key_to_index
+        self._looked_up = 0
         self._keyed = keyed_vectors
         self.info = info
         self.path = path  # the native file, when loaded from one (worker processes reopen it)
@@ -129,7 +138,13 @@ class WordVectors:
     def _rows(self, tokens: Sequence[str]) -> list[int]:
         index = self._index
         if isinstance(index, SortedVocabulary):
-            return index.rows(tokens)
+            # A binary search per word suits a process that looks up a query or two; one
+            # that looks up many (an indexing worker, a busy service) builds the dict once
+            # (about 0.3 s for 400,000 words), which is ~2x faster per word after that.
+            self._looked_up += len(tokens)
+            if self._looked_up < DICT_AFTER_LOOKUPS:
+                return index.rows(tokens)
+            index = self._index = index.as_dict()
         return [index.get(token, -1) for token in tokens]
 
     def word_ids(self, tokens: Sequence[str]) -> npt.NDArray[np.int32]:

@@ -139,6 +139,11 @@ def test_the_fast_copy_reads_the_same_vectors_without_gensim(tmp_path: Path, glo
     found = glove.lookup(words[:50])
     np.testing.assert_array_equal(found.vectors, keyed.vectors[[keyed.key_to_index[w] for w in found.words]])
     assert "ship" in glove and "qqzzxv" not in glove and len(glove) == len(keyed.key_to_index)
+    # A process that looks up many words (an indexing worker) switches to a dict: same rows.
+    many = random.Random(8).sample(keyed.index_to_key, 30_000)
+    np.testing.assert_array_equal(glove.word_ids(many), [keyed.key_to_index[w] for w in many])
+    assert isinstance(glove._index, dict)
+    np.testing.assert_array_equal(glove.word_ids(words), [keyed.key_to_index[w] for w in words if w in keyed.key_to_index])
 
     sentences = [["ship", "sea", "sail"], ["bread", "oven", "flour"]] * 20
     path = tmp_path / "w2v.kv"
