@@ -93,7 +93,7 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
         store = open_store(settings, store_name)
         try:
             try:
-                spec, provisional = vectors_spec(settings, store), False
+                spec = vectors_spec(settings, store)
             except StoreUnavailableError:
                 # Which vectors the index has is unknown until the cluster answers; texts
                 # sent with a request can still be reranked meanwhile.

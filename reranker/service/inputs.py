@@ -13,6 +13,7 @@ import math
 from typing import Any, Collection, Iterable
 
 from flask import current_app, g, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from reranker.service.errors import ApiError, bad_request
 from reranker.types import FILTER_OPS, Filter
@@ -76,7 +77,7 @@ def body_bytes() -> bytes:
     limit = current_app.config.get("MAX_CONTENT_LENGTH")
     length = request.content_length
     if limit is not None and length is not None and length > limit:
-        raise _too_large(limit)
+        raise RequestEntityTooLarge()  # worded by the app's error handler, as werkzeug's own
     # A server that ends the stream itself (gunicorn: Content-Length or chunked) is read
     # directly, so that more than the limit can be seen; otherwise werkzeug's stream,
     # which stops at Content-Length.
@@ -90,13 +91,9 @@ def body_bytes() -> bytes:
             raise ApiError(400, "parse_exception", f"malformed request body: {exc}") from None
         raise
     if limit is not None and len(raw) > limit:
-        raise _too_large(limit)
+        raise RequestEntityTooLarge()  # worded by the app's error handler, as werkzeug's own
     g.body = raw
     return raw
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(413, "content_too_long_exception", f"request body larger than {limit} bytes (RERANKER_MAX_BODY_BYTES)")
 
 
 def json_object(*, required: bool = True) -> dict[str, Any]:
@@ -184,17 +181,13 @@ class Fields:
         return value
 
     def client_id(self, name: str = "client_id") -> str | None:
-        """Who searches (UBI's client_id): 1-100 characters of valid Unicode, or None."""
+        """Who searches (UBI's client_id): 1-100 characters, or None."""
         value = self.text(name)
         if value is None:
             return None
         if not 0 < len(value) <= 100 or not value.strip():
             raise bad_request(f"[{self.where}{name}] must be 1 to 100 characters, got {len(value)}")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise bad_request(f"[{self.where}{name}] is not valid Unicode (a lone surrogate escape)") from None
-        return value
+        return value  # (valid Unicode: parse_json refuses lone surrogate escapes)
 
     def boolean(self, name: str, default: bool) -> bool:
         value = self._get(name)
