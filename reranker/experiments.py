@@ -24,14 +24,13 @@ import re
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
 from reranker.interleaving import METHODS, TEAM_A, Outcome, outcome
 from reranker.rankers import RANKERS, get_ranker
 from reranker.store.events import (
-    CLICK_ACTIONS,
     Event,
     EventStore,
     Experiment,
@@ -48,18 +47,11 @@ STATUSES = ("running", "stopped")
 # How long a worker trusts its copy of the running experiment (changes made through
 # another worker or the CLI are seen within this time).
 RUNNING_TTL_SECONDS = 5.0
-# UBI's own limits (event.schema.json, 1.0.0), and one of ours for the whole event.
-_MAX_ID = 100
-_MAX_OBJECT_ID = 256
-_MAX_MESSAGE = 1024
+# The largest event stored (UBI's limits on each field are in service/schema.py).
 MAX_EVENT_BYTES = 16_384
 # ISO 8601 as OpenSearch's `strict_date_optional_time` reads it (so both stores accept
 # the same events): a date, optionally a time, optionally a zone.
-_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?")
-EVENT_FIELDS = (
-    "action_name", "query_id", "client_id", "timestamp", "event_attributes", "event_id",
-    "application", "session_id", "user_id", "message_type", "message",
-)
+TIMESTAMP_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?")
 
 
 def utc_now() -> str:
@@ -209,87 +201,34 @@ class Experiments:
 # --- events --------------------------------------------------------------------------------
 
 
-def _text(raw: Mapping[str, Any], name: str, limit: int, *, required: bool = False, where: str = "") -> str | None:
-    value = raw.get(name)
-    if value is None:
-        if required:
-            raise InputError(f"[{where}{name}] is required")
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(f"[{where}{name}] must be a non-empty string")
-    if len(value) > limit:
-        raise InputError(f"[{where}{name}] is longer than {limit} characters")
-    return value
+class EventFields(Protocol):
+    """A UBI event's fields, read and checked for shape (the service's `schema.UbiEvent`)."""
+
+    action_name: str
+    query_id: str
+    client_id: str | None
+    event_id: str | None
+    timestamp: str | None
+
+    @property
+    def object_id(self) -> str | None: ...  # event_attributes.object.object_id
+
+    @property
+    def position(self) -> int | None: ...  # event_attributes.position.ordinal, from 1
 
 
-def _position(raw: Any) -> int | None:
-    """The 1-based rank in `event_attributes.position.ordinal` (an integer, or UBI 1.0's
-    {"index": n}); None when the event gives no ordinal."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise InputError("[event_attributes.position] must be an object like {\"ordinal\": 3}")
-    ordinal = raw.get("ordinal")
-    if isinstance(ordinal, dict):
-        ordinal = ordinal.get("index")
-    if ordinal is None:
-        return None
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int) or ordinal < 1:
-        raise InputError(f"[event_attributes.position.ordinal] must be the hit's rank, an integer >= 1, got {ordinal!r}")
-    return ordinal
-
-
-def read_event(raw: Any, store: EventStore) -> Event:
+def read_event(raw: Mapping[str, Any], fields: EventFields, store: EventStore) -> Event:
     """A UBI event checked against the query it is about.
 
-    InputError (400) for a malformed event or one that contradicts its query (a doc that
-    was not shown, a wrong position, another client); NotFoundError (404) for a query id
-    that was never interleaved.
+    raw: the event as sent (stored as it is); fields: what it says, already checked for
+    shape. InputError (400) for an event too large to store or one that contradicts its
+    query (a doc that was not shown, a wrong position, another client); NotFoundError
+    (404) for a query id that was never interleaved.
     """
-    if not isinstance(raw, dict):
-        raise InputError("an event must be a JSON object (a User Behavior Insights event)")
-    try:
-        size = len(json.dumps(raw, ensure_ascii=False).encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InputError("the event holds a string that is not valid Unicode (a lone surrogate escape such as \\ud800)") from None
+    size = len(json.dumps(raw, ensure_ascii=False).encode("utf-8"))
     if size > MAX_EVENT_BYTES:
         raise InputError(f"the event has {size} bytes of JSON; the limit is {MAX_EVENT_BYTES}")
-    unknown = sorted(set(raw) - set(EVENT_FIELDS))
-    if unknown:
-        raise InputError(f"unknown event field [{unknown[0]}]; accepted: {', '.join(EVENT_FIELDS)}")
-    action = _text(raw, "action_name", _MAX_ID, required=True)
-    query_id = _text(raw, "query_id", _MAX_ID, required=True)
-    client_id = _text(raw, "client_id", _MAX_ID)
-    event_id = _text(raw, "event_id", _MAX_OBJECT_ID)
-    for name in ("application", "session_id", "user_id", "message_type"):
-        _text(raw, name, _MAX_ID)
-    _text(raw, "message", _MAX_MESSAGE)
-    timestamp = _text(raw, "timestamp", _MAX_ID)
-    if timestamp is not None:
-        try:
-            if not _TIMESTAMP.fullmatch(timestamp):
-                raise ValueError(timestamp)
-            _dt.datetime.fromisoformat(timestamp)
-        except ValueError:
-            raise InputError(f"[timestamp] must be an ISO 8601 date-time like 2026-11-21T10:15:00Z, got {timestamp!r}") from None
-    attributes = raw.get("event_attributes")
-    if attributes is not None and not isinstance(attributes, dict):
-        raise InputError("[event_attributes] must be an object")
-    attributes = attributes or {}
-    target = attributes.get("object")
-    if target is not None and not isinstance(target, dict):
-        raise InputError("[event_attributes.object] must be an object like {\"object_id\": \"doc-1\"}")
-    object_id: str | None = None
-    if target is not None and target.get("object_id") is not None:
-        value = target["object_id"]
-        if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "" or len(str(value)) > _MAX_OBJECT_ID:
-            raise InputError("[event_attributes.object.object_id] must be a non-empty string or integer (the hit's id)")
-        object_id = str(value)
-    position = _position(attributes.get("position"))
-    assert action is not None and query_id is not None
-    if action in CLICK_ACTIONS and object_id is None:
-        raise InputError(f"a {action!r} event needs [event_attributes.object.object_id], the id of the hit clicked")
-
+    query_id, client_id, object_id, position = fields.query_id, fields.client_id, fields.object_id, fields.position
     shown = store.shown_query(query_id)
     if shown is None:
         raise NotFoundError(
@@ -310,11 +249,11 @@ def read_event(raw: Any, store: EventStore) -> Event:
     # A retried event gets the same key, so it is stored once. The key is the client's
     # event_id within its query and client (two clients' "1" are two events), else a
     # hash of the whole event (send event_id or a timestamp to record two identical actions).
-    source = json.dumps([query_id, client_id, event_id] if event_id is not None else raw, sort_keys=True, ensure_ascii=False)
+    source = json.dumps([query_id, client_id, fields.event_id] if fields.event_id is not None else raw, sort_keys=True, ensure_ascii=False)
     key = hashlib.sha256(source.encode("utf-8")).hexdigest()
     return Event(
         event_id=key, query_id=query_id, experiment_id=shown.experiment_id, client_id=client_id,
-        action_name=action, object_id=object_id, position=position, timestamp=timestamp or utc_now(), body=raw,
+        action_name=fields.action_name, object_id=object_id, position=position, timestamp=fields.timestamp or utc_now(), body=dict(raw),
     )
 
 

@@ -562,7 +562,7 @@ def test_the_proxy_takes_a_fusion_weight_per_request(client: FlaskClient) -> Non
     assert order({"ranker": "hidden_topics+bm25", "fusion_weight": 0}) == bm25
     assert order({"ranker": "hidden_topics+bm25", "fusion_weight": 1}) == topics
     refused = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "hidden_topics+bm25", "fusion_weight": 2}}))
-    assert refused.status_code == 400 and "[ext.rerank.fusion_weight] must lie in [0, 1]" in refused.get_json()["error"]["reason"]
+    assert refused.status_code == 400 and "[ext.rerank.fusion_weight] must be <= 1.0, got 2" in refused.get_json()["error"]["reason"]
 
 
 @pytest.mark.filterwarnings("ignore:a deprecation")  # the fake cluster's Warning header, reaching the client as it should

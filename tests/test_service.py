@@ -27,7 +27,7 @@ from flask.testing import FlaskClient
 import reranker.rankers as rankers
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.service import create_app
-from reranker.service.openapi import openapi_document
+from reranker.service.operations import openapi_document
 
 QUERY = "statistical machine translation with word alignment models and phrase tables"
 # Not in GloVe's 400k words, so a query of only these has no vector.
@@ -388,7 +388,7 @@ def test_readiness_and_liveness(client: FlaskClient) -> None:
 
 def test_openapi_describes_every_route(client: FlaskClient) -> None:
     document = client.get("/openapi.json").get_json()
-    assert document == openapi_document()
+    assert document == openapi_document(client.application)
     described = {(path, method.upper()) for path, item in document["paths"].items() for method in item}
     app = client.application
     catch_alls = {"/<path:path>", "/<index>"}

@@ -1,7 +1,9 @@
 """The HTTP service: a Flask app factory that gunicorn serves.
 
     errors.py     every failure -> one JSON error shape, through one table
-    inputs.py     strict JSON bodies and typed fields
+    bodies.py     request bodies: their bytes (size limit), strict JSON, API keys
+    schema.py     the wire format: every request body and answer as a typed model
+    operations.py each route's @operation, and /openapi.json generated from them
     reranking.py  the per-process Runtime: Engine, deadlines (fail open), topic cache
     api.py        native API: /search, /rerank, /rankers, probes, /metrics, /openapi.json
     cohere.py     Cohere-compatible /v1/rerank and /v2/rerank (for OpenSearch / Elasticsearch)
@@ -11,7 +13,6 @@
     proxy.py      the OpenSearch-compatible search proxy (/<index>/_search, /_msearch)
     search_requests.py  how the proxy reads and rewrites OpenSearch search bodies
     metrics.py    Prometheus metrics, multiprocess under gunicorn
-    openapi.py    the OpenAPI document of every route
     gunicorn.conf.py  production server settings (`reranker serve` uses it too)
 
 Each worker process builds its own `Runtime` (so its own Engine and OpenSearch client)

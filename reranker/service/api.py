@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from flask import Blueprint, Response, current_app, jsonify
 
 from reranker import __version__
 from reranker.errors import RerankerError
 from reranker.rankers import ranker_names
-from reranker.service.errors import ApiError, api_error, bad_request
-from reranker.service.inputs import Fields, filters, json_object
-from reranker.service.openapi import openapi_document
+from reranker.service.bodies import json_object
+from reranker.service.errors import api_error
+from reranker.service.operations import Reply, openapi_document, operation
 from reranker.service.reranking import RequestDocument, Runtime, status_fields
+from reranker.service.schema import (
+    Candidate,
+    Error,
+    Live,
+    NotReady,
+    Rankers,
+    Ready,
+    RerankAnswer,
+    RerankRequest,
+    SearchAnswer,
+    SearchRequest,
+    read,
+)
+from reranker.types import Filter
 
 blueprint = Blueprint("api", __name__)
 
@@ -23,6 +37,10 @@ def runtime() -> Runtime:
 
 
 @blueprint.get("/")
+@operation(
+    "what this service is: its name and version, or with a cluster (OPENSEARCH_URL) the cluster's own answer to GET /",
+    answers={200: Reply("name and version"), 503: Reply("the cluster cannot be reached", Error)},
+)
 def root() -> Any:
     """What this is and where its API is described; with a cluster, the cluster's own
     answer, as a search client pointed at the proxy expects (the reranker's own info then
@@ -37,12 +55,17 @@ def root() -> Any:
 
 
 @blueprint.get("/healthz")
+@operation("liveness", answers={200: Reply("the process answers", Live)})
 def healthz() -> Any:
     """Liveness: the process answers. Says nothing about the store."""
     return jsonify(status="ok")
 
 
 @blueprint.get("/readyz")
+@operation(
+    "readiness: vectors loaded, store reachable and built with these vectors",
+    answers={200: Reply("ready", Ready), 503: Reply("not ready, and why", NotReady)},
+)
 def readyz() -> Any:
     """Readiness: word vectors loaded, store reachable and built with those vectors."""
     try:
@@ -59,6 +82,7 @@ def readyz() -> Any:
 
 
 @blueprint.get("/rankers")
+@operation("registered rankers", answers={200: Reply("names", Rankers)})
 def rankers() -> Any:
     """The registered rankers, and the one used when a request names none."""
     found = []
@@ -69,52 +93,54 @@ def rankers() -> Any:
 
 
 @blueprint.get("/metrics")
+@operation("Prometheus metrics", answers={200: Reply("text exposition format", media=("text/plain",))})
 def metrics() -> Response:
     body, content_type = runtime().metrics.exposition()
     return Response(body, content_type=content_type)
 
 
 @blueprint.get("/openapi.json")
+@operation("this document", answers={200: Reply("OpenAPI 3.1")})
 def openapi() -> Any:
-    return jsonify(openapi_document())
+    return jsonify(openapi_document(current_app))
 
 
 @blueprint.post("/search")
+@operation(
+    "a summary query -> BM25 top-N -> rerank -> one page",
+    body=SearchRequest,
+    answers={200: Reply("the page, reranked (or in BM25 order when degraded)", SearchAnswer)},
+    errors=(400, 404, 409, 413, 502, 503),
+)
 def search() -> Any:
     """A summary query -> BM25 top-N -> rerank -> one page of hits."""
     rt = runtime()
-    limits = rt.limits
-    fields = Fields(json_object())
-    text = fields.text("query", required=True, max_chars=limits.max_text_chars)
-    named = fields.text("ranker")
-    weight = fields.fraction("fusion_weight")
+    asked = read(SearchRequest, json_object(), limits=rt.limits)
     # None: the default, or a running experiment (a request that sets a weight opts out of it).
-    ranker = rt.ranker(named, weight) if named or weight is not None else None
-    size = fields.integer("size", 10, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
-    offset = fields.integer("from", 0, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
-    window = fields.integer("window", rt.settings.window, minimum=1, maximum=limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
-    wanted = filters(fields.array("filters"))
-    explain = fields.boolean("explain", False)
-    client_id = fields.client_id()
-    fields.finish()
-    if offset + size > limits.max_window:
-        raise bad_request(f"[from] + [size] must be <= {limits.max_window} (RERANKER_MAX_WINDOW), got {offset + size}")
-    assert text is not None
-    return jsonify(rt.search(text, ranker, window=max(window, offset + size), size=size, offset=offset, filters=wanted, explain=explain, client_id=client_id))
+    ranker = rt.ranker(asked.ranker, asked.fusion_weight) if asked.ranker or asked.fusion_weight is not None else None
+    window = asked.window or rt.settings.window
+    filters = [Filter(field=clause.field, op=clause.op, value=clause.value) for clause in asked.filters]
+    return jsonify(rt.search(
+        asked.query, ranker, window=max(window, asked.offset + asked.size), size=asked.size, offset=asked.offset,
+        filters=filters, explain=asked.explain, client_id=asked.client_id,
+    ))
 
 
 @blueprint.post("/rerank")
+@operation(
+    "reorder the caller's candidates (stored ids and/or texts)",
+    body=RerankRequest,
+    answers={200: Reply("the candidates in the new order", RerankAnswer)},
+    errors=(400, 404, 409, 413, 502, 503),
+)
 def rerank() -> Any:
     """Reorder the caller's candidates (stored ids and/or texts) for a query."""
     rt = runtime()
-    fields = Fields(json_object())
-    text = fields.text("query", required=True, max_chars=rt.limits.max_text_chars)
-    ranker = rt.ranker(fields.text("ranker"), fields.fraction("fusion_weight"))
-    documents = request_documents(fields.array("documents", required=True) or [], rt.limits.max_documents, rt.limits.max_text_chars)
-    size = fields.integer("size", len(documents), maximum=rt.limits.max_documents)
-    fields.finish()
-    assert text is not None
-    outcome, query = rt.rerank_documents(text, ranker, documents, "rerank", exact_top=size)
+    asked = read(RerankRequest, json_object(), limits=rt.limits)
+    ranker = rt.ranker(asked.ranker, asked.fusion_weight)
+    documents = request_documents(asked.documents)
+    size = len(documents) if asked.size is None else asked.size
+    outcome, query = rt.rerank_documents(asked.query, ranker, documents, "rerank", exact_top=size)
     results = []
     for rank, position in enumerate(outcome.order[:size], start=1):
         result: dict[str, Any] = {"index": position, "rank": rank, **outcome.hit_scores(position)}
@@ -131,32 +157,6 @@ def rerank() -> Any:
     )
 
 
-def request_documents(items: list[Any], max_documents: int, max_chars: int, *, extra_fields: bool = False) -> list[RequestDocument]:
-    """Candidates as sent: "text", {"text": ...}, {"id": ...} or {"id", "text", "score"}.
-
-    extra_fields: accept (and ignore) other fields in document objects, as Cohere v1 does.
-    Raises ApiError: 413 for too many documents or too long a text, 400 for anything malformed.
-    """
-    if len(items) > max_documents:
-        raise ApiError(413, "content_too_long_exception", f"[documents] has {len(items)} documents; the limit is {max_documents} (RERANKER_MAX_DOCUMENTS)")
-    documents = []
-    for position, item in enumerate(items):
-        if isinstance(item, str):
-            item = {"text": item}
-        if not isinstance(item, dict):
-            raise bad_request(f"[documents[{position}]] must be a string or an object with \"text\" and/or \"id\"")
-        fields = Fields(item, f"documents[{position}].")
-        doc_id = fields._get("id")
-        if doc_id is not None and (isinstance(doc_id, bool) or not isinstance(doc_id, (str, int))):
-            raise bad_request(f"[documents[{position}].id] must be a string")
-        text = fields.text("text", max_chars=max_chars)
-        score = fields._get("score")
-        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
-            raise bad_request(f"[documents[{position}].score] must be a number")
-        if not extra_fields:
-            fields.finish()
-        if doc_id is None and text is None:
-            raise bad_request(f"[documents[{position}]] needs a \"text\" or an \"id\"")
-        documents.append(RequestDocument(None if doc_id is None else str(doc_id), text, float(score or 0.0)))
-    return documents
-
+def request_documents(candidates: Sequence[Candidate]) -> list[RequestDocument]:
+    """The candidates of a rerank request as the runtime takes them."""
+    return [RequestDocument(candidate.id, candidate.text, candidate.score or 0.0) for candidate in candidates]

@@ -29,13 +29,20 @@ from typing import Any
 from flask import Blueprint, Response
 
 from reranker.service.api import request_documents, runtime
+from reranker.service.bodies import json_object, require_bearer
 from reranker.service.errors import bad_request
-from reranker.service.inputs import Fields, json_object, require_bearer
+from reranker.service.operations import Reply, operation
+from reranker.service.schema import CohereAnswer, CohereRequest, read
 
 blueprint = Blueprint("cohere", __name__)
 
-# Cohere request fields accepted and ignored: they tune Cohere's own models.
-_IGNORED = ("max_chunks_per_doc", "max_tokens_per_doc", "priority", "rank_fields")
+_RERANK = operation(
+    "Cohere-compatible rerank (for OpenSearch ml-commons connectors and Elasticsearch inference endpoints)",
+    security="bearer",
+    body=CohereRequest,
+    answers={200: Reply("one result per document, best first", CohereAnswer)},
+    errors=(400, 401, 404, 409, 413, 502, 503),
+)
 
 
 def score_literal(value: float) -> str:
@@ -58,11 +65,13 @@ def _require_key() -> None:
 
 
 @blueprint.post("/v1/rerank")
+@_RERANK
 def rerank_v1() -> Response:
     return _rerank("1")
 
 
 @blueprint.post("/v2/rerank")
+@_RERANK
 def rerank_v2() -> Response:
     return _rerank("2")
 
@@ -70,22 +79,15 @@ def rerank_v2() -> Response:
 def _rerank(version: str) -> Response:
     _require_key()
     rt = runtime()
-    limits = rt.limits
-    fields = Fields(json_object())
-    text = fields.text("query", required=True, max_chars=limits.max_text_chars)
-    items = fields.array("documents", required=True) or []
-    documents = request_documents(items, limits.max_documents, limits.max_text_chars, extra_fields=True)
-    top_n = fields.integer("top_n", len(documents), minimum=1 if documents else 0)
-    apply_top_n = fields.boolean("apply_top_n", False)
-    return_documents = fields.boolean("return_documents", False)
-    ranker = rt.ranker(fields.text("model"))
-    fields.ignore(_IGNORED)
-    fields.finish()
+    asked = read(CohereRequest, json_object(), limits=rt.limits)
+    documents = request_documents(asked.documents)
+    top_n = len(documents) if asked.top_n is None else asked.top_n
+    apply_top_n, return_documents = asked.apply_top_n, asked.return_documents
+    ranker = rt.ranker(asked.model)
     if return_documents and any(doc.text is None for doc in documents):
         raise bad_request("[return_documents] needs every document as text")
-    assert text is not None
     # Every document gets a score, but only the shown ones must be in exact order.
-    outcome, _ = rt.rerank_documents(text, ranker, documents, f"v{version}/rerank", exact_top=top_n if apply_top_n else None)
+    outcome, _ = rt.rerank_documents(asked.query, ranker, documents, f"v{version}/rerank", exact_top=top_n if apply_top_n else None)
     n = len(documents)
     if outcome.scores is None:
         # Degraded: keep the caller's order, with scores that say so (descending, in (0, 1]).

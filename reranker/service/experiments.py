@@ -22,8 +22,19 @@ from werkzeug.routing import BaseConverter
 from reranker import experiments as ex
 from reranker.errors import DuplicateEventError, InputError, NotFoundError
 from reranker.service.api import runtime
-from reranker.service.errors import bad_request
-from reranker.service.inputs import Fields, json_object, require_bearer
+from reranker.service.bodies import json_object, require_bearer
+from reranker.service.errors import ApiError
+from reranker.service.operations import Reply, operation
+from reranker.service.schema import (
+    EventRecorded,
+    ExperimentAnswer,
+    ExperimentChange,
+    ExperimentReport,
+    Experiments,
+    NewExperiment,
+    UbiEvent,
+    read,
+)
 
 blueprint = Blueprint("experiments", __name__)
 
@@ -33,6 +44,9 @@ class ExperimentIdConverter(BaseConverter):
     /experiments/_search still reaches an OpenSearch index named "experiments"."""
 
     regex = r"(?!_m?search$)[^/]+"
+
+
+EXPERIMENT_ID = {"experiment_id": {"type": "string", "minLength": 1, "pattern": "^(?!_m?search$)[^/]+$"}}
 
 
 @blueprint.record_once
@@ -58,18 +72,24 @@ def _runnable(rankers: tuple[str, str]) -> None:
 
 
 @blueprint.post("/events")
+@operation(
+    "record a UBI event (a click) about an interleaved search",
+    body=UbiEvent,
+    answers={201: Reply("recorded", EventRecorded)},
+    errors=(400, 404, 409, 413, 502, 503),
+)
 def events() -> Any:
     """Record one UBI event: 201 created, 409 when it was recorded before (a retry)."""
     rt = runtime()
     body = json_object()
     store = rt.experiments.store()
     try:
-        event = ex.read_event(body, store)
+        event = ex.read_event(body, read(UbiEvent, body), store)
         store.record_event(event)
     except DuplicateEventError:
         rt.metrics.events.labels("duplicate").inc()
         raise
-    except (InputError, NotFoundError):
+    except (InputError, NotFoundError, ApiError):
         rt.metrics.events.labels("rejected").inc()
         raise
     rt.metrics.events.labels("created").inc()
@@ -79,27 +99,24 @@ def events() -> Any:
 
 
 @blueprint.get("/experiments")
+@operation("every experiment", answers={200: Reply("experiments, oldest first", Experiments)}, errors=(502, 503))
 def experiments() -> Any:
     return jsonify(experiments=[e.to_json() for e in runtime().experiments.store().experiments()])
 
 
 @blueprint.post("/experiments")
+@operation(
+    "start an experiment (admin key)",
+    security="admin",
+    body=NewExperiment,
+    answers={201: Reply("started", ExperimentAnswer)},
+    errors=(400, 401, 403, 409, 413, 502, 503),
+)
 def create() -> Any:
     _require_admin()
     rt = runtime()
-    fields = Fields(json_object())
-    experiment_id = fields.text("id", required=True)
-    rankers = fields.array("rankers", required=True) or []
-    method = fields.text("method", default="team_draft")
-    traffic = fields.number("traffic")
-    min_queries = fields.integer("min_queries", ex.DEFAULT_MIN_QUERIES, minimum=1)
-    fields.finish()
-    if not all(isinstance(name, str) for name in rankers):
-        raise bad_request("[rankers] must be an array of two ranker names")
-    assert experiment_id is not None and method is not None
-    experiment = ex.new_experiment(
-        experiment_id, rankers, method=method, traffic=ex.DEFAULT_TRAFFIC if traffic is None else traffic, min_queries=min_queries
-    )
+    asked = read(NewExperiment, json_object())
+    experiment = ex.new_experiment(asked.id, asked.rankers, method=asked.method, traffic=asked.traffic, min_queries=asked.min_queries)
     _runnable(experiment.rankers)
     ex.create(rt.experiments.store(), experiment)
     rt.experiments.changed()
@@ -109,6 +126,12 @@ def create() -> Any:
 
 
 @blueprint.get("/experiments/<experiment_id:experiment_id>")
+@operation(
+    "an experiment and its report: clicks, wins per ranker, winner, sign-test p-value",
+    path=EXPERIMENT_ID,
+    answers={200: Reply("the report so far", ExperimentReport)},
+    errors=(404, 502, 503),
+)
 def show(experiment_id: str) -> Any:
     store = runtime().experiments.store()
     experiment = ex.find(store, experiment_id)
@@ -116,22 +139,24 @@ def show(experiment_id: str) -> Any:
 
 
 @blueprint.patch("/experiments/<experiment_id:experiment_id>")
+@operation(
+    "change an experiment's traffic share or status (admin key)",
+    security="admin",
+    path=EXPERIMENT_ID,
+    body=ExperimentChange,
+    answers={200: Reply("changed", ExperimentAnswer)},
+    errors=(400, 401, 403, 404, 409, 413, 502, 503),
+)
 def change(experiment_id: str) -> Any:
     _require_admin()
     rt = runtime()
-    fields = Fields(json_object())
-    traffic = fields.number("traffic")
-    status = fields.text("status")
-    fields.finish()
-    if traffic is None and status is None:
-        raise bad_request('nothing to change: send "traffic" and/or "status" ("running" or "stopped")')
-    if status == "running":
+    asked = read(ExperimentChange, json_object())
+    if asked.status == "running":
         found = ex.find(rt.experiments.store(), experiment_id)
         if not ex.removed_rankers(found):  # a removed ranker gets update()'s clearer 409
             _runnable(found.rankers)
     try:
-        experiment = ex.update(rt.experiments.store(), experiment_id, traffic=traffic, status=status)
+        experiment = ex.update(rt.experiments.store(), experiment_id, traffic=asked.traffic, status=asked.status)
     finally:
         rt.experiments.changed()
     return jsonify(experiment=experiment.to_json())
-

@@ -18,6 +18,8 @@ from werkzeug.routing import PathConverter
 
 from reranker.service.api import runtime
 from reranker.service.errors import bad_request
+from reranker.service.operations import Reply, operation
+from reranker.service.schema import DocumentAnswer, SimilarAnswer
 
 blueprint = Blueprint("library", __name__)
 
@@ -27,6 +29,9 @@ class DocIdConverter(PathConverter):
     `_msearch`, so that /<index>/_search still reaches an index named "documents"."""
 
     regex = r"(?!_m?search(?:/|$))[^/].*?"
+
+
+DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "pattern": "^(?!_m?search(/|$))", "description": "a stored document's id"}}
 
 
 @blueprint.record_once
@@ -48,6 +53,12 @@ def _opening(text: str, words: int) -> tuple[str, bool]:
 
 
 @blueprint.get("/documents/<doc_id:doc_id>")
+@operation(
+    "a stored paper: title, opening text and its hidden topics with their words",
+    path=DOC_ID,
+    answers={200: Reply("the paper", DocumentAnswer)},
+    errors=(404, 502, 503),
+)
 def document(doc_id: str) -> Any:
     """A stored paper: title, the opening of its text, and its hidden topics."""
     engine = runtime().engine()
@@ -64,6 +75,13 @@ def document(doc_id: str) -> Any:
 
 
 @blueprint.get("/documents/<doc_id:doc_id>/similar")
+@operation(
+    "papers like this one: BM25 on its title and opening words, ordered by hidden-topic similarity",
+    path=DOC_ID,
+    query={"size": {"type": "integer", "minimum": 1, "maximum": MAX_SIMILAR, "default": 10}},
+    answers={200: Reply("the most similar papers first", SimilarAnswer)},
+    errors=(400, 404, 502, 503),
+)
 def similar(doc_id: str) -> Any:
     """Papers like this one: BM25 on its opening, reordered by topic similarity."""
     size = _size(request.args.get("size"))

@@ -33,7 +33,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
@@ -44,9 +44,11 @@ from reranker.errors import IndexMismatchError
 from reranker.experiments import unit_key
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.api import runtime
+from reranker.service.bodies import body_bytes, json_object
 from reranker.service.errors import ApiError, bad_request
-from reranker.service.inputs import body_bytes, json_object
+from reranker.service.operations import Reply, View, operation, undocumented
 from reranker.service.reranking import Deadline, Runtime, status_fields
+from reranker.service.schema import OpenSearchSearch
 from reranker.service.search_requests import (
     Search,
     check_body_indices,
@@ -79,6 +81,23 @@ blueprint = Blueprint("proxy", __name__)
 SEARCH_METHODS = ["GET", "POST"]
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 PROXIED = "GET|POST [/INDEX]/_search, [/INDEX]/_msearch and /_search/scroll"
+INDEX = {"index": {"type": "string", "minLength": 1, "pattern": "^[a-z0-9][a-z0-9_.*,-]*$"}}
+
+
+def _proxied(summary: str) -> Callable[[View], View]:
+    """The operation of a proxied route: an OpenSearch body in, the cluster's answer out."""
+    return operation(
+        summary,
+        path=INDEX,
+        body=OpenSearchSearch,
+        body_required=False,
+        ndjson=True,
+        answers={
+            200: Reply("the cluster's answer, reranked; `ext.rerank` says how"),
+            "default": Reply("an error the cluster returned, passed through unchanged"),
+        },
+        errors=(400, 403, 404, 413, 502, 503),
+    )
 
 
 
@@ -269,6 +288,7 @@ def url_params() -> dict[str, str]:
 
 @blueprint.route("/_search", methods=SEARCH_METHODS)
 @blueprint.route("/<index>/_search", methods=SEARCH_METHODS)
+@_proxied("search, reranked")
 def search(index: str | None = None) -> Response:
     """One search: forwarded, reranked when it can be, one page answered."""
     started = time.perf_counter()
@@ -307,6 +327,7 @@ def search(index: str | None = None) -> Response:
 
 @blueprint.route("/_msearch", methods=SEARCH_METHODS)
 @blueprint.route("/<index>/_msearch", methods=SEARCH_METHODS)
+@_proxied("multi-search, each reranked")
 def msearch(index: str | None = None) -> Response:
     """Several searches: all windows in one _msearch, all pages in a second."""
     started = time.perf_counter()
@@ -361,6 +382,7 @@ def fetch_pages(
 
 
 @blueprint.route("/_search/scroll", methods=SEARCH_METHODS)
+@_proxied("the next page of a scroll, forwarded as it is")
 def scroll() -> Response:
     """The next page of a scroll (which the proxy forwarded as it was)."""
     store = cluster(runtime())
@@ -371,6 +393,7 @@ def scroll() -> Response:
 
 
 @blueprint.route("/<path:path>", methods=ALL_METHODS)
+@undocumented
 def refuse(path: str) -> NoReturn:
     """Everything that is not a search: writes, deletes, cluster administration, ..."""
     # A route the service has, asked with another method (PUT /search, DELETE

@@ -15,9 +15,10 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from reranker.config import Settings
+from reranker.service.bodies import json_type, parse_json
 from reranker.service.errors import ApiError, bad_request
-from reranker.service.inputs import Fields, parse_json
 from reranker.service.reranking import Runtime
+from reranker.service.schema import RerankExt, read
 
 log = logging.getLogger(__name__)
 
@@ -129,38 +130,35 @@ def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], R
     ext = body.get("ext")
     if not isinstance(ext, dict) or "rerank" not in ext:
         return body, RerankOptions()
-    spec = ext["rerank"]
-    if not isinstance(spec, dict):
-        raise bad_request('[ext.rerank] must be an object like {"query_text": "...", "ranker": "hidden_topics", "window": 100}')
-    fields = Fields(spec, "ext.rerank.")
-    text = fields.text("query_text", max_chars=rt.limits.max_text_chars)
-    if text is not None and not text.strip():
-        raise bad_request("[ext.rerank.query_text] must not be empty")
-    ranker = fields.text("ranker")
-    window = fields.integer("window", 0, minimum=1, maximum=rt.limits.max_window, limit_setting="RERANKER_MAX_WINDOW")
-    client_id = fields.client_id()
-    weight = fields.fraction("fusion_weight")
-    fields.finish()
+    asked = read(RerankExt, ext["rerank"], where="ext.rerank", limits=rt.limits)
     rest = {name: value for name, value in ext.items() if name != "rerank"}
     stripped = {name: value for name, value in body.items() if name != "ext"}
     if rest:
         stripped["ext"] = rest
-    return stripped, RerankOptions(text, ranker, window or None, client_id, weight)
+    return stripped, RerankOptions(asked.query_text, asked.ranker, asked.window, asked.client_id, asked.fusion_weight)
 
 
 def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]:
-    """(from, size): the URL's when given, else the body's, else (0, 10). ApiError 400 if malformed."""
-    fields = Fields(body)
-    bounds = {"from": fields.integer("from", 0), "size": fields.integer("size", 10)}
+    """(from, size): the URL's when given, else the body's, else (0, 10). ApiError 400 if malformed.
+
+    The body is OpenSearch's, passed on to the cluster; only its paging is read here.
+    """
+    bounds = {"from": 0, "size": 10}
     for name in bounds:
+        value = body.get(name)
         if name in params:
-            value = params[name].strip()
+            text = params[name].strip()
             # ASCII digits only: str.isdigit() also takes "¹" and "①", which int() refuses.
-            if not re.fullmatch(r"-?[0-9]{1,18}", value):
+            if not re.fullmatch(r"-?[0-9]{1,18}", text):
                 raise bad_request(f"[{name}] URL parameter must be an integer, got {params[name]!r}")
-            if int(value) < 0:
-                raise bad_request(f"[{name}] must be >= 0, got {value}")
-            bounds[name] = int(value)
+            value = int(text)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise bad_request(f"[{name}] must be an integer, got {json_type(value)}")
+        if value < 0:
+            raise bad_request(f"[{name}] must be >= 0, got {int(value)}")
+        bounds[name] = int(value)
     return bounds["from"], bounds["size"]
 
 

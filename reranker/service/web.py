@@ -15,7 +15,15 @@ from typing import Any
 
 from flask import Blueprint, Response, send_from_directory
 
+from reranker.service.operations import Operation, Reply, describe_endpoint, operation
+
 blueprint = Blueprint("web", __name__, static_folder="static", static_url_path="/ui/static")
+describe_endpoint("web.static", Operation(
+    "the page's script and style sheet",
+    path={"filename": {"type": "string", "minLength": 1}},
+    answers={200: Reply("the file", media=("text/javascript", "text/css", "text/html"))},
+    errors=(404,),
+))
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -32,6 +40,7 @@ CONTENT_SECURITY_POLICY = "; ".join(
 
 
 @blueprint.get("/ui")
+@operation("the web page: compare rankers, browse papers, live search, experiments", answers={200: Reply("the page", media=("text/html",))})
 def page() -> Any:
     """The page itself; its views are #/compare, #/search, #/paper/<id>, #/experiments."""
     assert blueprint.static_folder is not None

@@ -1,0 +1,140 @@
+"""Reading request bodies: the bytes (with their size limit), strict JSON, and API keys.
+
+Every route reads its body through `json_object()` (the proxy's _msearch through
+`body_bytes()` and `parse_json()`), so "too large", "malformed JSON", "not UTF-8" and
+"a number beyond a double" read the same everywhere and are never a 500. What the JSON
+must hold is the business of the typed models in `schema.py`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from typing import Any, Collection
+
+from flask import current_app, g, request
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from reranker.service.errors import ApiError, bad_request
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes, what: str = "request body") -> Any:
+    """`raw` as JSON. Raises ApiError 400 (parse_exception) for bytes that are not UTF-8 JSON."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "parse_exception", f"{what} is not UTF-8 (invalid byte at offset {exc.start})") from None
+    if not text.strip():
+        raise ApiError(400, "parse_exception", f"{what} is empty; expected JSON")
+    try:
+        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, parse_int=_long)
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, "parse_exception", f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # NaN / Infinity, numbers out of range, integers of over 4,300 digits
+        raise ApiError(400, "parse_exception", f"{what}: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "parse_exception", f"{what} is nested too deeply") from None
+    # "\ud800" is valid JSON but not Unicode: such a string cannot be stored, logged or
+    # forwarded as UTF-8. Only a body with escapes can hold one, so only those are checked.
+    if "\\u" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "parse_exception", f"{what} has a string with a lone surrogate escape (such as \\ud800): not valid Unicode") from None
+    return value
+
+
+def _long(literal: str) -> int:
+    """A JSON integer that fits a 64-bit long (OpenSearch's widest integer); a larger one
+    would overflow where it becomes a float or reaches the cluster."""
+    value = int(literal)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"the integer {literal[:40]}{'...' if len(literal) > 40 else ''} is out of range (more than 64 bits)")
+    return value
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number that fits a double; 1e400 would become infinity."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {literal[:40]} is out of range")
+    return value
+
+
+def body_bytes() -> bytes:
+    """The request body (read once per request), whether sent with a Content-Length or
+    chunked. Raises ApiError 413 when it is longer than RERANKER_MAX_BODY_BYTES (werkzeug
+    would cut a chunked body at the limit without a word, and the JSON parser would then
+    report a truncated string), and 400 when its chunked encoding is malformed.
+    """
+    if "body" in g:
+        return g.body  # type: ignore[no-any-return]
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    length = request.content_length
+    if limit is not None and length is not None and length > limit:
+        raise RequestEntityTooLarge()  # worded by the app's error handler, as werkzeug's own
+    # A server that ends the stream itself (gunicorn: Content-Length or chunked) is read
+    # directly, so that more than the limit can be seen; otherwise werkzeug's stream,
+    # which stops at Content-Length.
+    stream = request.environ["wsgi.input"] if request.environ.get("wsgi.input_terminated") else request.stream
+    try:
+        raw = stream.read() if limit is None else stream.read(limit + 1)
+    except OSError as exc:  # the client went away or stopped sending
+        raise ApiError(400, "parse_exception", f"the request body could not be read: {exc}") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("gunicorn.http"):  # InvalidChunkSize, ChunkMissingTerminator, NoMoreData
+            raise ApiError(400, "parse_exception", f"malformed request body: {exc}") from None
+        raise
+    if limit is not None and len(raw) > limit:
+        raise RequestEntityTooLarge()  # worded by the app's error handler, as werkzeug's own
+    g.body = raw
+    return raw
+
+
+def json_object(*, required: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object ({} when empty and not required); an over-large
+    body is a 413 before any parsing (`body_bytes`)."""
+    raw = body_bytes()
+    if not raw.strip() and not required:
+        return {}
+    value = parse_json(raw)
+    if not isinstance(value, dict):
+        raise bad_request(f"request body must be a JSON object, got {json_type(value)}")
+    return value
+
+
+def json_type(value: Any) -> str:
+    """How an error names what it got: "a string", "an array", "null", ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def require_bearer(keys: Collection[str], *, unset: str, unset_status: int = 401) -> None:
+    """Refuse the request unless it carries `Authorization: Bearer <one of keys>`.
+
+    unset: the reason when no key is configured at all (answered with `unset_status`).
+    Keys are compared in constant time, so timing says nothing about a key.
+    """
+    challenge = {"WWW-Authenticate": 'Bearer realm="reranker"'}
+    if not keys:
+        raise ApiError(unset_status, "security_exception", unset, challenge)
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "security_exception", "missing API key: send 'Authorization: Bearer <key>'", challenge)
+    if not any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
+        raise ApiError(401, "security_exception", "invalid API key", challenge)

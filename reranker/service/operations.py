@@ -1,0 +1,186 @@
+"""Each route's operation (what it does, its body, its answers) and the OpenAPI document
+built from them, served at /openapi.json.
+
+A view declares its operation where it is defined, with the typed models of `schema.py`:
+
+    @blueprint.post("/search")
+    @operation("a summary query -> BM25 top-N -> rerank -> one page", body=SearchRequest,
+               answers={200: Reply("the page", SearchAnswer)}, errors=(400, 404, 409, 413, 502, 503))
+    def search(): ...
+
+`openapi_document(app)` walks the app's routes and writes one OpenAPI 3.1 operation per
+route and method, with the models' JSON Schemas (pydantic's, as FastAPI publishes them)
+under components/schemas. A route without an operation fails the document, so nothing is
+served undocumented; schemathesis then fuzzes the app against the document (tests/test_fuzz.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, TypeVar
+
+from flask import Flask
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from reranker import __version__
+from reranker.service.schema import Error
+
+Schema = dict[str, Any]
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One documented answer: a JSON object of `model`'s shape (any object when None), or
+    for other media types a body of text."""
+
+    description: str
+    model: type[BaseModel] | None = None
+    media: tuple[str, ...] = ("application/json",)
+
+
+@dataclass(frozen=True)
+class Operation:
+    summary: str
+    answers: Mapping[int | str, Reply]
+    errors: tuple[int, ...] = ()
+    body: type[BaseModel] | None = None
+    body_required: bool = True
+    ndjson: bool = False  # the body may also be NDJSON (the proxy's _msearch)
+    security: str | None = None  # a scheme of SECURITY_SCHEMES
+    # Path parameters by the route's argument name, query parameters by theirs.
+    path: Mapping[str, Schema] = field(default_factory=dict)
+    query: Mapping[str, Schema] = field(default_factory=dict)
+
+
+SECURITY_SCHEMES: Schema = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "a key from RERANKER_API_KEYS"},
+    "admin": {"type": "http", "scheme": "bearer", "description": "RERANKER_ADMIN_API_KEY"},
+}
+
+# What each error status means on this service's routes.
+ERROR_REASONS = {
+    400: "malformed JSON, wrong types, unknown field or ranker, empty query",
+    401: "missing or wrong API key",
+    403: "not a read-only search endpoint, or an index the proxy may not forward to; experiment changes with no RERANKER_ADMIN_API_KEY set",
+    404: "no such index, document, experiment or interleaved query",
+    405: "method not allowed",
+    409: "the ranker cannot run on this index yet (no Doc2Vec model); an event recorded before; an experiment id taken, another running, or a ranker removed",
+    413: "body, document count or text longer than the configured limits",
+    502: "the store failed",
+    503: "the store (OpenSearch) is unavailable; see Retry-After",
+}
+
+_ATTRIBUTE = "__operation__"
+# Views that are not ours to decorate (a blueprint's static files), by endpoint.
+_BY_ENDPOINT: dict[str, Operation | None] = {}
+
+
+def operation(summary: str, **details: Any) -> Callable[[View], View]:
+    """Declare a view's operation (the fields of `Operation`)."""
+    described = Operation(summary, **details)
+
+    def declare(view: View) -> View:
+        setattr(view, _ATTRIBUTE, described)
+        return view
+
+    return declare
+
+
+def undocumented(view: View) -> View:
+    """A catch-all that only refuses (the proxy's answer to routes it does not forward)."""
+    setattr(view, _ATTRIBUTE, None)
+    return view
+
+
+def describe_endpoint(endpoint: str, described: Operation) -> None:
+    _BY_ENDPOINT[endpoint] = described
+
+
+def openapi_document(app: Flask) -> Schema:
+    """The OpenAPI 3.1 document of every route of `app` (built once per app).
+
+    Raises RuntimeError for a route that declares no operation.
+    """
+    document: Schema | None = app.extensions.get("reranker.openapi")
+    if document is None:
+        document = _build(app)
+        app.extensions["reranker.openapi"] = document
+    return document
+
+
+def _build(app: Flask) -> Schema:
+    found: list[tuple[str, str, Operation, set[str]]] = []
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":  # Flask's own /static, unused: the page has /ui/static
+            continue
+        view = app.view_functions[rule.endpoint]
+        if rule.endpoint in _BY_ENDPOINT:
+            described = _BY_ENDPOINT[rule.endpoint]
+        elif hasattr(view, _ATTRIBUTE):
+            described = getattr(view, _ATTRIBUTE)
+        else:
+            raise RuntimeError(f"route {rule.rule} ({rule.endpoint}) declares no operation: add @operation(...) to its view")
+        if described is None:
+            continue
+        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)  # /<doc_id:doc_id> -> /{doc_id}
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            found.append((path, method.lower(), described, set(rule.arguments)))
+
+    # Every model once, by name: request bodies as validated, answers as sent.
+    wanted: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {(Error, "serialization"): None}
+    for _, _, described, _ in found:
+        if described.body is not None:
+            wanted[(described.body, "validation")] = None
+        for reply in described.answers.values():
+            if reply.model is not None:
+                wanted[(reply.model, "serialization")] = None
+    refs, definitions = models_json_schema(list(wanted), ref_template="#/components/schemas/{model}")
+
+    paths: Schema = {}
+    for path, method, described, arguments in found:
+        paths.setdefault(path, {})[method] = _operation_object(described, arguments, refs)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "reranker",
+            "version": __version__,
+            "description": "Hidden-topic reranking for OpenSearch: a native API, an OpenSearch-compatible search proxy, and a Cohere-compatible rerank API.",
+        },
+        "components": {"schemas": definitions.get("$defs", {}), "securitySchemes": SECURITY_SCHEMES},
+        "paths": paths,
+    }
+
+
+def _operation_object(described: Operation, arguments: set[str], refs: Mapping[Any, Schema]) -> Schema:
+    missing = arguments - set(described.path)
+    if missing:
+        raise RuntimeError(f"operation {described.summary!r} does not describe its path parameter(s) {sorted(missing)}")
+    parameters = [{"name": name, "in": "path", "required": True, "schema": schema} for name, schema in described.path.items() if name in arguments]
+    parameters += [{"name": name, "in": "query", "required": False, "schema": schema} for name, schema in described.query.items()]
+    result: Schema = {"summary": described.summary}
+    if parameters:
+        result["parameters"] = parameters
+    if described.security:
+        result["security"] = [{described.security: []}]
+    if described.body is not None:
+        content: Schema = {"application/json": {"schema": refs[(described.body, "validation")]}}
+        if described.ndjson:
+            content["application/x-ndjson"] = {"schema": {"type": "string"}}
+        result["requestBody"] = {"required": described.body_required, "content": content}
+    answers: Schema = {str(status): _reply(reply, refs) for status, reply in described.answers.items()}
+    error = refs[(Error, "serialization")]
+    for status in described.errors:
+        answers[str(status)] = {"description": ERROR_REASONS[status], "content": {"application/json": {"schema": error}}}
+    # Order: statuses by number, then "default".
+    result["responses"] = dict(sorted(answers.items(), key=lambda item: (not item[0].isdigit(), item[0])))
+    return result
+
+
+def _reply(reply: Reply, refs: Mapping[Any, Schema]) -> Schema:
+    if reply.media != ("application/json",):
+        return {"description": reply.description, "content": {media: {"schema": {"type": "string"}} for media in reply.media}}
+    schema = refs[(reply.model, "serialization")] if reply.model is not None else {"type": "object"}
+    return {"description": reply.description, "content": {"application/json": {"schema": schema}}}

@@ -1,0 +1,630 @@
+"""The wire format: every request body the service reads, and every answer it documents.
+
+Each body is one typed model (pydantic v2). The routes validate with `read(Model, body)`,
+and /openapi.json is generated from the same models (`operations.py`), so what the service
+accepts and what it publishes cannot drift apart. The answer models are documentation:
+the routes build their answers elsewhere (`RankedDoc.to_json`, ...), and the schema fuzz
+test checks every answer against them.
+
+Rules every request model follows:
+- strict types: "10" is not a number, 1 is not true, and a number is not a string;
+- unknown fields are refused, naming the known ones (Cohere's documents excepted);
+- null stands for an absent field (so a client that sends `"size": null` gets the default);
+- limits that come from settings (RERANKER_MAX_TEXT_CHARS, RERANKER_MAX_WINDOW,
+  RERANKER_MAX_DOCUMENTS) are checked against the `ServiceSettings` passed as validation
+  context; a text or a document list beyond them is a 413, like an over-long body.
+
+`read` turns pydantic's errors into the service's one error shape: a 400 (or 413) whose
+reason names the field as a path (`[documents[3].id] must be a string, got a number`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Annotated, Any, Literal, TypeVar, get_args
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from reranker.config import ServiceSettings
+from reranker.experiments import DEFAULT_MIN_QUERIES, DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_QUERIES, TIMESTAMP_PATTERN
+from reranker.rankers import ranker_names
+from reranker.service.bodies import json_type
+from reranker.service.errors import ApiError
+from reranker.store.events import CLICK_ACTIONS
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class Body(BaseModel):
+    """A request body (or an object inside one): strict, closed, null = absent."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {name: value for name, value in data.items() if value is not None}
+        return data
+
+
+# --- field types --------------------------------------------------------------------------
+
+
+def _limits(info: ValidationInfo) -> ServiceSettings | None:
+    return info.context if isinstance(info.context, ServiceSettings) else None
+
+
+def _within_text_limit(value: str, info: ValidationInfo) -> str:
+    limits = _limits(info)
+    if limits is not None and len(value) > limits.max_text_chars:
+        raise PydanticCustomError(
+            "content_too_long", "has {n} characters; the limit is {limit} (RERANKER_MAX_TEXT_CHARS)",
+            {"n": len(value), "limit": limits.max_text_chars},
+        )
+    return value
+
+
+def _within_window(value: int, info: ValidationInfo) -> int:
+    limits = _limits(info)
+    if limits is not None and value > limits.max_window:
+        raise PydanticCustomError("over_limit", "must be <= {limit} (RERANKER_MAX_WINDOW), got {n}", {"n": value, "limit": limits.max_window})
+    return value
+
+
+def _ranker_enum(schema: dict[str, Any]) -> None:
+    schema["enum"] = ranker_names()
+
+
+# Not empty and not only spaces (JSON Schema's `pattern` matches anywhere in the string).
+NonBlank = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
+# A summary or a document's text, up to RERANKER_MAX_TEXT_CHARS (413 beyond).
+QueryText = Annotated[NonBlank, AfterValidator(_within_text_limit)]
+Text = Annotated[str, AfterValidator(_within_text_limit)]
+RankerName = Annotated[str, Field(json_schema_extra=_ranker_enum, description="a registered ranker (GET /rankers); default RERANKER_DEFAULT_RANKER")]
+FusionWeight = Annotated[float, Field(ge=0, le=1, description="weight of the ranker in a fusion with BM25 (default RERANKER_FUSION_WEIGHT)")]
+WindowSize = Annotated[int, Field(ge=1, description="BM25 candidates to rerank (default RERANKER_WINDOW)"), AfterValidator(_within_window)]
+# UBI's own limit (event.schema.json 1.0.0) for ids and names.
+ShortId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"\S")]
+ClientId = Annotated[ShortId, Field(description="who searches (a browser, an app): keeps one client in one arm of a running experiment")]
+
+
+# --- POST /search, /rerank, the proxy's ext.rerank ------------------------------------------
+
+
+def _no_boolean_order(clause: FilterClause) -> FilterClause:
+    if isinstance(clause.value, bool) and clause.op != "eq":
+        raise PydanticCustomError("invalid", "a boolean value can only be compared with op eq")
+    return clause
+
+
+class FilterClause(Body):
+    """One condition on a stored document's metadata field."""
+
+    field: NonBlank
+    op: Literal["eq", "gt", "gte", "lt", "lte"] = "eq"
+    value: str | int | float | bool
+
+
+class SearchRequest(Body):
+    """POST /search: a summary query -> BM25 window -> rerank -> one page."""
+
+    query: QueryText = Field(description="the summary: an abstract, a few sentences")
+    ranker: RankerName | None = None
+    fusion_weight: FusionWeight | None = None
+    window: WindowSize | None = None
+    size: Annotated[int, Field(ge=0), AfterValidator(_within_window)] = 10
+    offset: Annotated[int, Field(ge=0, alias="from"), AfterValidator(_within_window)] = 0
+    explain: bool = False
+    client_id: ClientId | None = None
+    filters: list[Annotated[FilterClause, AfterValidator(_no_boolean_order)]] = []
+
+    @model_validator(mode="after")
+    def _page_within_window(self, info: ValidationInfo) -> SearchRequest:
+        limits = _limits(info)
+        if limits is not None and self.offset + self.size > limits.max_window:
+            raise PydanticCustomError(
+                "over_limit", "[from] + [size] must be <= {limit} (RERANKER_MAX_WINDOW), got {n}",
+                {"n": self.offset + self.size, "limit": limits.max_window},
+            )
+        return self
+
+
+def _text_as_candidate(item: Any) -> Any:
+    if isinstance(item, str):
+        return {"text": item}
+    if not isinstance(item, dict):
+        raise PydanticCustomError("invalid", 'must be a string or an object with "text" and/or "id"')
+    return item
+
+
+def _id_as_text(value: Any) -> Any:
+    # Numeric ids are common in other stores; they are looked up as their decimal string.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class Candidate(Body):
+    """A document to rerank: a stored one by id, or a text (or both)."""
+
+    id: Annotated[str, BeforeValidator(_id_as_text, json_schema_input_type=str | int)] | None = Field(
+        None, description="a stored document: its stored topics are used"
+    )
+    text: Text | None = Field(None, description="topics are computed from it (and cached)")
+    score: float | None = Field(None, description="the caller's first-stage score (fusion rankers use it)")
+
+    @model_validator(mode="after")
+    def _text_or_id(self) -> Candidate:
+        if self.id is None and self.text is None:
+            raise PydanticCustomError("invalid", 'needs a "text" or an "id"')
+        return self
+
+
+class CohereCandidate(Candidate):
+    """Cohere's routes accept (and ignore) fields beyond these, as Cohere v1 does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+def _not_too_many(items: Any, info: ValidationInfo) -> Any:
+    limits = _limits(info)
+    if limits is not None and isinstance(items, list) and len(items) > limits.max_documents:
+        raise PydanticCustomError(
+            "content_too_long", "has {n} documents; the limit is {limit} (RERANKER_MAX_DOCUMENTS)",
+            {"n": len(items), "limit": limits.max_documents},
+        )
+    return items
+
+
+Documents = Annotated[
+    list[Annotated[Candidate, BeforeValidator(_text_as_candidate, json_schema_input_type=str | Candidate)]],
+    BeforeValidator(_not_too_many),
+]
+CohereDocuments = Annotated[
+    list[Annotated[CohereCandidate, BeforeValidator(_text_as_candidate, json_schema_input_type=str | CohereCandidate)]],
+    BeforeValidator(_not_too_many),
+]
+
+
+class RerankRequest(Body):
+    """POST /rerank: reorder the caller's candidates."""
+
+    query: QueryText
+    ranker: RankerName | None = None
+    fusion_weight: FusionWeight | None = None
+    documents: Documents
+    size: Annotated[int, Field(ge=0, description="results to return (default: all)")] | None = None
+
+
+class CohereRequest(Body):
+    """POST /v1/rerank and /v2/rerank, as Cohere's API and its OpenSearch / Elasticsearch callers send it."""
+
+    query: QueryText
+    documents: CohereDocuments
+    top_n: Annotated[int, Field(ge=1, description="ignored unless apply_top_n: every document gets a result")] | None = None
+    apply_top_n: bool = False
+    model: RankerName | None = None
+    return_documents: bool = False
+    # Cohere's own tuning of its models: accepted and ignored.
+    max_chunks_per_doc: Any = Field(None, description="accepted and ignored")
+    max_tokens_per_doc: Any = Field(None, description="accepted and ignored")
+    priority: Any = Field(None, description="accepted and ignored")
+    rank_fields: Any = Field(None, description="accepted and ignored")
+
+
+class RerankExt(Body):
+    """The proxy's `ext.rerank` block of an OpenSearch search body."""
+
+    query_text: QueryText | None = Field(None, description="the summary to rerank by (default: the query's match / multi_match text)")
+    ranker: RankerName | None = None
+    window: WindowSize | None = None
+    client_id: ClientId | None = None
+    fusion_weight: FusionWeight | None = None
+
+
+class _SearchExt(BaseModel):
+    rerank: RerankExt | None = None
+
+
+class OpenSearchSearch(BaseModel):
+    """An OpenSearch search body, forwarded to the cluster; `ext.rerank` steers the reranking."""
+
+    model_config = ConfigDict(title="OpenSearchSearch")
+
+    ext: _SearchExt | None = None
+
+
+# --- experiments and events -----------------------------------------------------------------
+
+
+class NewExperiment(Body):
+    """POST /experiments: interleave two rankers on a share of the searches."""
+
+    id: Annotated[str, StringConstraints(pattern=f"^{ID_PATTERN.pattern}$")]
+    rankers: Annotated[list[str], Field(min_length=2, max_length=2, description="two different registered rankers")]
+    method: Literal["team_draft", "balanced"] = "team_draft"
+    traffic: Annotated[float, Field(gt=0, le=1, description="the share of searches interleaved")] = DEFAULT_TRAFFIC
+    min_queries: Annotated[int, Field(ge=1, le=MAX_MIN_QUERIES)] = DEFAULT_MIN_QUERIES
+
+
+class ExperimentChange(Body):
+    """PATCH /experiments/<id>: its traffic share and/or its status."""
+
+    traffic: Annotated[float, Field(gt=0, le=1)] | None = None
+    status: Literal["running", "stopped"] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> ExperimentChange:
+        if self.traffic is None and self.status is None:
+            raise PydanticCustomError("invalid", 'nothing to change: send "traffic" and/or "status" ("running" or "stopped")')
+        return self
+
+
+class _OrdinalIndex(BaseModel):
+    index: int
+
+
+def _ordinal_index(value: Any) -> Any:
+    # UBI 1.0 also writes the ordinal as {"index": n}.
+    return value.get("index") if isinstance(value, dict) else value
+
+
+def _iso_timestamp(value: str) -> str:
+    try:
+        _dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise PydanticCustomError("invalid", f"must be an ISO 8601 date-time like 2026-11-21T10:15:00Z, got {value!r}") from None
+    return value
+
+
+class EventObject(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    object_id: Annotated[str, BeforeValidator(_id_as_text, json_schema_input_type=str | int), StringConstraints(min_length=1, max_length=256)] | None = Field(
+        None, description="the hit's id"
+    )
+
+
+class EventPosition(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    ordinal: Annotated[int, BeforeValidator(_ordinal_index, json_schema_input_type=int | _OrdinalIndex), Field(ge=1)] | None = Field(
+        None, description="the hit's rank, from 1"
+    )
+
+
+class EventAttributes(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    object: EventObject | None = None
+    position: EventPosition | None = None
+
+
+class UbiEvent(Body):
+    """A User Behavior Insights event (schema 1.0) about the query_id of an interleaved search."""
+
+    action_name: ShortId = Field(description="click and click_through count towards the experiment")
+    query_id: ShortId
+    client_id: ShortId | None = Field(None, description="required when the search sent one")
+    timestamp: Annotated[str, StringConstraints(pattern=f"^{TIMESTAMP_PATTERN.pattern}$"), AfterValidator(_iso_timestamp)] | None = Field(
+        None, description="ISO 8601 (OpenSearch's strict_date_optional_time)"
+    )
+    event_id: Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")] | None = Field(
+        None, description="makes retries idempotent; default: a hash of the event"
+    )
+    application: ShortId | None = None
+    session_id: ShortId | None = None
+    user_id: ShortId | None = None
+    message_type: ShortId | None = None
+    message: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"\S")] | None = None
+    event_attributes: EventAttributes | None = None
+
+    @property
+    def object_id(self) -> str | None:
+        target = self.event_attributes.object if self.event_attributes else None
+        return target.object_id if target else None
+
+    @property
+    def position(self) -> int | None:
+        position = self.event_attributes.position if self.event_attributes else None
+        return position.ordinal if position else None
+
+    @model_validator(mode="after")
+    def _clicks_name_their_hit(self) -> UbiEvent:
+        if self.action_name in CLICK_ACTIONS and self.object_id is None:
+            raise PydanticCustomError(
+                "invalid", f"a {self.action_name!r} event needs [event_attributes.object.object_id], the id of the hit clicked"
+            )
+        return self
+
+
+# --- answers (documentation: the fuzz test checks every answer against them) ----------------
+
+Status = Literal["ok", "degraded", "query_out_of_vocabulary", "partial", "tied"]
+
+
+class Answer(BaseModel):
+    """An answer object: open (more fields may come), documented fields as typed."""
+
+
+class ErrorCause(Answer):
+    type: str
+    reason: str
+
+
+class ErrorDetail(ErrorCause):
+    root_cause: list[ErrorCause]
+
+
+class Error(Answer):
+    """OpenSearch's error shape."""
+
+    error: ErrorDetail
+    status: int
+
+
+class TopicExplanation(Answer):
+    topic: int
+    importance: float
+    relevance: float
+    contribution: float = Field(description="importance x (relevance - background); they add up to the topic score")
+    background: float = Field(description="the corrected formula's background relevance of the topic (0 for the paper's and the code's)")
+    topic_words: list[str]
+    query_words: list[str]
+
+
+class Hit(Answer):
+    """The one shape of a hit: POST /search, the proxy's ext.rerank and `reranker search --json`."""
+
+    id: str
+    rank: int
+    score: float | None = Field(description="the score the order follows (a fusion's fused score); null when degraded")
+    ranker_score: float | None | SkipJsonSchema[None] = Field(None, description="the ranker's own score (for a fusion, its first ranker's; else the same as score)")
+    bm25_score: float
+    bm25_rank: int
+    title: str | SkipJsonSchema[None] = None
+    explanation: list[TopicExplanation] | SkipJsonSchema[None] = Field(None, description="with explain: true")
+
+
+class ExperimentArm(Answer):
+    id: str
+    method: str
+    rankers: list[str]
+
+
+class SearchAnswer(Answer):
+    status: Status
+    reason: str | SkipJsonSchema[None] = None
+    query: str
+    ranker: str = Field(description='the ranker, or "interleaved" when a running experiment answered')
+    query_id: str | SkipJsonSchema[None] = Field(None, description="set when a running experiment answered: send it back with click events (POST /events)")
+    experiment: ExperimentArm | SkipJsonSchema[None] = None
+    window: int
+    candidates: int | SkipJsonSchema[None] = None
+    hits: list[Hit]
+    query_words: list[str]
+    oov_words: list[str]
+    timings_ms: dict[str, float]
+
+
+class RerankResult(Answer):
+    index: int = Field(description="position in the request's documents")
+    rank: int
+    score: float | None
+    ranker_score: float | None
+    id: str | SkipJsonSchema[None] = None
+
+
+class RerankAnswer(Answer):
+    status: Status
+    reason: str | SkipJsonSchema[None] = None
+    ranker: str
+    results: list[RerankResult]
+    query_words: list[str] | SkipJsonSchema[None] = None
+    oov_words: list[str] | SkipJsonSchema[None] = None
+    timings_ms: dict[str, float] | SkipJsonSchema[None] = None
+
+
+class CohereDocument(Answer):
+    text: str | SkipJsonSchema[None] = None
+
+
+class CohereResult(Answer):
+    index: int
+    relevance_score: float
+    document: CohereDocument | SkipJsonSchema[None] = None
+
+
+class CohereAnswer(Answer):
+    id: str
+    results: list[CohereResult]
+    meta: dict[str, Any]
+    status: Status
+
+
+class DocumentTopic(Answer):
+    topic: int
+    importance: float
+    words: list[str]
+
+
+class DocumentAnswer(Answer):
+    id: str
+    title: str
+    excerpt: str = Field(description="the first 300 words of the text")
+    truncated: bool = Field(description="whether the text goes on after the excerpt")
+    topics: list[DocumentTopic] = Field(description="hidden topics, most important first")
+
+
+class SimilarHit(Answer):
+    id: str
+    rank: int
+    title: str
+    score: float = Field(description="topic similarity to the paper, in [0, 1]")
+    bm25_rank: int = Field(description="rank by BM25 on the paper's title and opening, the paper itself left out")
+    snippet: str = Field(description="the first 30 words of the text")
+
+
+class SimilarAnswer(Answer):
+    id: str
+    hits: list[SimilarHit]
+
+
+class Experiment(Answer):
+    id: str
+    rankers: list[str]
+    method: Literal["team_draft", "balanced"]
+    traffic: float
+    status: Literal["running", "stopped"]
+    created: str
+    min_queries: int
+
+
+class Experiments(Answer):
+    experiments: list[Experiment]
+
+
+class ExperimentAnswer(Answer):
+    experiment: Experiment
+
+
+class ExperimentReport(Answer):
+    experiment: Experiment
+    report: dict[str, Any] = Field(description="clicks, wins per ranker, winner, sign-test p-value")
+
+
+class EventRecorded(Answer):
+    result: str
+    event_id: str
+
+
+class RankerInfo(Answer):
+    name: str
+    uses_topics: bool
+
+
+class Rankers(Answer):
+    rankers: list[RankerInfo]
+    default: str
+
+
+class Live(Answer):
+    status: str
+
+
+class Ready(Answer):
+    status: str
+    documents: int
+    vectors: str
+
+
+class NotReady(Answer):
+    status: str
+    error: ErrorCause
+
+
+# --- reading a body ---------------------------------------------------------------------------
+
+
+def read(model: type[Model], body: Any, *, where: str = "", limits: ServiceSettings | None = None) -> Model:
+    """`body` validated as `model`; ApiError 400 (413 for a text or list beyond its limit)
+    naming the first field at fault. where: the path of `body` in the request ("ext.rerank")."""
+    try:
+        return model.model_validate(body, context=limits)
+    except ValidationError as exc:
+        raise _api_error(model, exc.errors(include_url=False)[0], where) from None
+
+
+def _api_error(model: type[BaseModel], error: Any, where: str) -> ApiError:
+    loc = tuple(error["loc"])
+    path = _path(where, loc)
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    field = f"[{path}] " if path else ""
+    if kind == "content_too_long":
+        return ApiError(413, "content_too_long_exception", f"{field}{error['msg']}")
+    if kind == "extra_forbidden":
+        known = ", ".join(_field_names(model, loc[:-1]))
+        return ApiError(400, "illegal_argument_exception", f"unknown field [{path}]; known fields: {known}")
+    return ApiError(400, "illegal_argument_exception", field + _reason(kind, ctx, value, error["msg"]))
+
+
+_EXPECTED = {
+    "string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+    "list_type": "an array", "dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
+}
+
+
+def _reason(kind: str, ctx: dict[str, Any], value: Any, message: str) -> str:
+    """The service's words for one pydantic error (its own message as the last resort)."""
+    if kind == "missing":
+        return "is required"
+    if kind in _EXPECTED:
+        return f"must be {_EXPECTED[kind]}, got {json_type(value)}"
+    if kind == "string_too_short" or (kind == "string_pattern_mismatch" and ctx.get("pattern") == r"\S"):
+        return "must not be empty"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx['pattern']}, got {_shown(value)}"
+    if kind == "string_too_long":
+        return f"must be at most {ctx['max_length']} characters, got {len(value)}"
+    if kind in ("too_short", "too_long"):
+        bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
+        return f"must have {'at least' if kind == 'too_short' else 'at most'} {bound} items, got {ctx.get('actual_length')}"
+    bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+    if kind in bounds:
+        sign, key = bounds[kind]
+        return f"must be {sign} {ctx[key]}, got {_shown(value)}"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}, got {_shown(value)}"
+    return message
+
+
+def _path(where: str, loc: tuple[Any, ...]) -> str:
+    """("documents", 3, "id") -> "documents[3].id", after `where` when given."""
+    path = where
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The fields of the model found at `loc` inside `model` (by their names on the wire)."""
+    found: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int) or found is None:
+            continue
+        fields = {info.alias or name: info for name, info in found.model_fields.items()}
+        found = _inner_model(fields[part].annotation) if part in fields else None
+    if found is None:
+        return []
+    return sorted(info.alias or name for name, info in found.model_fields.items())
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        inner = _inner_model(arg)
+        if inner is not None:
+            return inner
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+

@@ -1,0 +1,129 @@
+"""The wire format: typed request models, the errors they give, and the OpenAPI document
+generated from them (service/schema.py, service/operations.py). No HTTP here but a bare
+Flask app; tests/test_service.py and tests/test_fuzz.py send the same bodies over the app."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import pytest
+from flask import Flask
+
+from reranker.config import ServiceSettings
+from reranker.experiments import STATUSES
+from reranker.interleaving import METHODS
+from reranker.service.errors import ApiError
+from reranker.service.operations import Reply, openapi_document, operation
+from reranker.service.schema import (
+    CohereRequest,
+    ExperimentChange,
+    FilterClause,
+    NewExperiment,
+    RerankExt,
+    RerankRequest,
+    SearchRequest,
+    UbiEvent,
+    read,
+)
+from reranker.types import FILTER_OPS
+
+LIMITS = ServiceSettings(max_text_chars=50, max_window=100, max_documents=3)
+
+
+def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        read(model, body, where=where, limits=LIMITS)
+    return refused.value
+
+
+@pytest.mark.parametrize(
+    "model, body, status, reason",
+    [
+        (SearchRequest, {}, 400, "[query] is required"),
+        (SearchRequest, {"query": 3}, 400, "[query] must be a string, got a number"),
+        (SearchRequest, {"query": " \t"}, 400, "[query] must not be empty"),
+        (SearchRequest, {"query": "x" * 51}, 413, "[query] has 51 characters; the limit is 50 (RERANKER_MAX_TEXT_CHARS)"),
+        (SearchRequest, {"query": "ships", "size": "10"}, 400, "[size] must be an integer, got a string"),
+        (SearchRequest, {"query": "ships", "size": 1.5}, 400, "[size] must be an integer, got a number"),
+        (SearchRequest, {"query": "ships", "explain": 1}, 400, "[explain] must be true or false, got a number"),
+        (SearchRequest, {"query": "ships", "from": -1}, 400, "[from] must be >= 0, got -1"),
+        (SearchRequest, {"query": "ships", "window": 101}, 400, "[window] must be <= 100 (RERANKER_MAX_WINDOW), got 101"),
+        (SearchRequest, {"query": "ships", "from": 95, "size": 10}, 400, "[from] + [size] must be <= 100 (RERANKER_MAX_WINDOW), got 105"),
+        (SearchRequest, {"query": "ships", "fusion_weight": 1.5}, 400, "[fusion_weight] must be <= 1.0, got 1.5"),
+        (SearchRequest, {"query": "ships", "windw": 5}, 400, "unknown field [windw]; known fields: client_id, explain, filters, from, fusion_weight, query, ranker, size, window"),
+        (SearchRequest, {"query": "ships", "filters": {"year": 1}}, 400, "[filters] must be an array, got an object"),
+        (SearchRequest, {"query": "ships", "filters": [{"field": "year", "op": "like", "value": 1}]}, 400, "[filters[0].op] must be one of 'eq', 'gt', 'gte', 'lt' or 'lte', got 'like'"),
+        (SearchRequest, {"query": "ships", "filters": [{"field": "year"}]}, 400, "[filters[0].value] is required"),
+        (SearchRequest, {"query": "ships", "filters": [{"field": "open", "op": "gt", "value": True}]}, 400, "[filters[0]] a boolean value can only be compared with op eq"),
+        (SearchRequest, {"query": "ships", "filters": [{"field": "year", "value": 1, "colour": 2}]}, 400, "unknown field [filters[0].colour]; known fields: field, op, value"),
+        (SearchRequest, {"query": "ships", "client_id": "c" * 101}, 400, "[client_id] must be at most 100 characters, got 101"),
+        (RerankRequest, {"query": "ships"}, 400, "[documents] is required"),
+        (RerankRequest, {"query": "ships", "documents": ["a"] * 4}, 413, "[documents] has 4 documents; the limit is 3 (RERANKER_MAX_DOCUMENTS)"),
+        (RerankRequest, {"query": "ships", "documents": ["a", 3]}, 400, '[documents[1]] must be a string or an object with "text" and/or "id"'),
+        (RerankRequest, {"query": "ships", "documents": [{}]}, 400, '[documents[0]] needs a "text" or an "id"'),
+        (RerankRequest, {"query": "ships", "documents": [{"id": ["a"]}]}, 400, "[documents[0].id] must be a string, got an array"),
+        (RerankRequest, {"query": "ships", "documents": [{"text": "x" * 51}]}, 413, "[documents[0].text] has 51 characters; the limit is 50 (RERANKER_MAX_TEXT_CHARS)"),
+        (RerankRequest, {"query": "ships", "documents": [{"text": "a", "title": "b"}]}, 400, "unknown field [documents[0].title]; known fields: id, score, text"),
+        (CohereRequest, {"query": "ships", "documents": ["a"], "top_n": 0}, 400, "[top_n] must be >= 1, got 0"),
+        (NewExperiment, {"id": "Bad Id", "rankers": ["bm25", "wmd"]}, 400, "[id] must match ^[a-z0-9][a-z0-9_-]{0,63}$, got 'Bad Id'"),
+        (NewExperiment, {"id": "e", "rankers": ["bm25", "wmd"], "traffic": 0}, 400, "[traffic] must be > 0.0, got 0"),
+        (ExperimentChange, {}, 400, 'nothing to change: send "traffic" and/or "status" ("running" or "stopped")'),
+        (UbiEvent, {"action_name": "click", "query_id": "q"}, 400, "a 'click' event needs [event_attributes.object.object_id], the id of the hit clicked"),
+        (UbiEvent, {"action_name": "view", "query_id": "q", "timestamp": "2026-13-45"}, 400, "[timestamp] must be an ISO 8601 date-time like 2026-11-21T10:15:00Z, got '2026-13-45'"),
+        (RerankExt, "hidden_topics", 400, "[ext.rerank] must be an object, got a string"),
+        (RerankExt, {"rankers": "bm25"}, 400, "unknown field [ext.rerank.rankers]; known fields: client_id, fusion_weight, query_text, ranker, window"),
+    ],
+)
+def test_a_bad_body_is_refused_with_the_field_and_the_reason(model: Any, body: Any, status: int, reason: str) -> None:
+    refused = _refusal(model, body, where="ext.rerank" if model is RerankExt else "")
+    assert (refused.status, refused.reason) == (status, reason)
+    assert refused.type == ("content_too_long_exception" if status == 413 else "illegal_argument_exception")
+
+
+def test_null_stands_for_an_absent_field() -> None:
+    asked = read(SearchRequest, {"query": "ships", "size": None, "ranker": None, "filters": None}, limits=LIMITS)
+    assert (asked.size, asked.ranker, asked.filters) == (10, None, [])
+    assert _refusal(SearchRequest, {"query": None}).reason == "[query] is required"
+
+
+def test_what_a_valid_body_reads_as() -> None:
+    asked = read(RerankRequest, {"query": "ships", "documents": ["a text", {"id": 7, "score": 2}, {"id": "d", "text": "t"}]}, limits=LIMITS)
+    assert [(c.id, c.text, c.score) for c in asked.documents] == [(None, "a text", None), ("7", None, 2.0), ("d", "t", None)]
+    # Cohere's documents may carry other fields (v1 objects); the native route refuses them.
+    cohere = read(CohereRequest, {"query": "q", "documents": [{"text": "a", "title": "b"}], "max_chunks_per_doc": 10}, limits=LIMITS)
+    assert cohere.documents[0].text == "a"
+    event = read(UbiEvent, {"action_name": "click", "query_id": "q", "event_attributes": {"object": {"object_id": 12, "x": 1}, "position": {"ordinal": {"index": 3}}}})
+    assert (event.object_id, event.position) == ("12", 3)
+    # Without limits (a library caller), only the model's own constraints hold.
+    assert read(SearchRequest, {"query": "x" * 51, "window": 10_000}).window == 10_000
+
+
+def test_word_lists_the_models_spell_out_match_the_packages() -> None:
+    assert get_args(FilterClause.model_fields["op"].annotation) == FILTER_OPS
+    assert get_args(NewExperiment.model_fields["method"].annotation) == METHODS
+    assert get_args(get_args(ExperimentChange.model_fields["status"].annotation)[0]) == STATUSES
+
+
+def test_the_document_is_generated_from_the_routes_and_their_models() -> None:
+    app = Flask("t")
+
+    @app.post("/things")
+    @operation("make a thing", body=SearchRequest, answers={201: Reply("made")}, errors=(400,))
+    def things() -> str:
+        return ""
+
+    document = openapi_document(app)
+    post = document["paths"]["/things"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SearchRequest"}
+    published = document["components"]["schemas"]["SearchRequest"]
+    assert published["required"] == ["query"] and published["additionalProperties"] is False
+    assert set(published["properties"]) == {"query", "ranker", "fusion_weight", "window", "size", "from", "explain", "client_id", "filters"}
+    assert post["responses"]["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+
+    @app.get("/forgotten")
+    def forgotten() -> str:
+        return ""
+
+    app.extensions.pop("reranker.openapi")
+    with pytest.raises(RuntimeError, match=r"route /forgotten \(forgotten\) declares no operation"):
+        openapi_document(app)
