@@ -76,8 +76,8 @@ from bench_opensearch import (
 from benchlib import machine, require, table
 
 from reranker.config import DEFAULT_SEARCH_FIELDS, parse_search_fields
+from reranker.service.schema import RerankExt
 from reranker.service.search_requests import (
-    RerankOptions,
     Search,
     page_request,
     window_request,
@@ -220,7 +220,7 @@ def bm25_body(query: str) -> dict[str, Any]:
 
 def proxied(query: str) -> Search:
     """The cluster body as the proxy reads it."""
-    return Search(ALIAS, cluster_body(query), {}, 0, PAGE, RerankOptions())
+    return Search(ALIAS, cluster_body(query), {}, 0, PAGE, RerankExt())
 
 
 def window_body(query: str) -> dict[str, Any]:

@@ -204,11 +204,20 @@ class Experiments:
 class EventFields(Protocol):
     """A UBI event's fields, read and checked for shape (the service's `schema.UbiEvent`)."""
 
-    action_name: str
-    query_id: str
-    client_id: str | None
-    event_id: str | None
-    timestamp: str | None
+    @property
+    def action_name(self) -> str: ...
+
+    @property
+    def query_id(self) -> str: ...
+
+    @property
+    def client_id(self) -> str | None: ...
+
+    @property
+    def event_id(self) -> str | None: ...
+
+    @property
+    def timestamp(self) -> str | None: ...
 
     @property
     def object_id(self) -> str | None: ...  # event_attributes.object.object_id

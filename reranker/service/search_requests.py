@@ -40,17 +40,6 @@ MAX_QUERY_DEPTH = 32
 
 
 @dataclass(frozen=True)
-class RerankOptions:
-    """What a request's `ext.rerank` block asks for (None: the service's default)."""
-
-    query_text: str | None = None
-    ranker: str | None = None
-    window: int | None = None
-    client_id: str | None = None  # keeps one client in one arm of a running experiment
-    fusion_weight: float | None = None
-
-
-@dataclass(frozen=True)
 class Search:
     """One search as the client sent it.
 
@@ -63,7 +52,7 @@ class Search:
     params: dict[str, str]
     offset: int
     size: int
-    options: RerankOptions
+    options: RerankExt  # what its `ext.rerank` asked for (all None: the service's defaults)
 
 
 # --- where requests may go -------------------------------------------------------------
@@ -125,17 +114,17 @@ def check_body_indices(body: Any, settings: Settings, where: str = "") -> None:
 # --- reading a search -------------------------------------------------------------------
 
 
-def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], RerankOptions]:
+def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], RerankExt]:
     """(the body without `ext.rerank`, what that block asked for). ApiError 400 if malformed."""
     ext = body.get("ext")
     if not isinstance(ext, dict) or "rerank" not in ext:
-        return body, RerankOptions()
+        return body, RerankExt()
     asked = read(RerankExt, ext["rerank"], where="ext.rerank", limits=rt.limits)
     rest = {name: value for name, value in ext.items() if name != "rerank"}
     stripped = {name: value for name, value in body.items() if name != "ext"}
     if rest:
         stripped["ext"] = rest
-    return stripped, RerankOptions(asked.query_text, asked.ranker, asked.window, asked.client_id, asked.fusion_weight)
+    return stripped, asked
 
 
 def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]:
