@@ -68,6 +68,7 @@ from reranker.types import (
 if TYPE_CHECKING:
     from reranker.config import Settings
     from reranker.doc2vec import Doc2VecModel
+    from reranker.indexing import Correction
 
 EXPLAIN_WORDS = 5
 # "Papers like this one" look for candidates with the paper's title and opening words.
@@ -109,6 +110,8 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
         ranker_options=RankerOptions(fusion_weight=settings.fusion_weight, wmd_budget_ms=settings.wmd_budget_ms),
         data_dir=settings.data_dir,
         provisional=provisional,
+        text_topics=text_topic_cache(settings.service.topic_cache_mb * 2**20),
+        k=settings.k,
     )
 
 
@@ -211,13 +214,16 @@ class Engine:
     word_id_cache: LruCache[str, WordIds] = field(
         default_factory=lambda: LruCache(64 * 2**20, lambda ids: ids.nbytes + 64)  # ~8,000 documents of 2,000 words
     )
-    # Corrected topics of texts callers send (/rerank, the Cohere routes), by content and
-    # the index's centering: the same texts come back request after request.
-    corrected_cache: LruCache[str, CorrectedTopics] = field(
-        default_factory=lambda: LruCache(
-            32 * 2**20, lambda found: found.topics.nbytes + found.importances.nbytes + found.backgrounds.nbytes + 64
-        )
-    )
+    # Topics of texts callers send (/rerank, the Cohere routes), the paper's and the
+    # corrected ones, by content: the same texts come back request after request.
+    # `build_engine` sizes it (RERANKER_TOPIC_CACHE_MB).
+    text_topics: LruCache[str, CorrectedTopics] = field(default_factory=lambda: text_topic_cache(64 * 2**20))
+    # Told "hit" or "computed" for each text whose topics a window needs (the service counts them).
+    on_text_topics: Callable[[str], None] | None = None
+    # K for texts while the store holds no index yet (else the index's own K).
+    k: int = 15
+    # The index's centering made ready for extraction, by its digest (one per index).
+    _corrections: dict[str, "Correction"] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         # Rankers get this engine's vectors, and the Doc2Vec model of its index on first use.
@@ -273,69 +279,95 @@ class Engine:
         return Query(text=text, words=lookup.words, vectors=lookup.vectors, oov=lookup.oov, tokens=tuple(tokens))
 
     def window(self, query: Query, size: int, filters: Sequence[Filter] = ()) -> CandidateSet:
-        """The BM25 top-`size` for the query (passing `filters`) and their topics."""
-        candidates = tuple(self.store.bm25(query.text, size, filters))
-        topics = self.store.topics([c.doc_id for c in candidates])
-        return CandidateSet(candidates=candidates, topics=topics)
+        """The BM25 top-`size` for the query (passing `filters`); `complete` adds what a
+        ranker needs of them."""
+        return CandidateSet(candidates=tuple(self.store.bm25(query.text, size, filters)))
 
-    def complete(self, window: CandidateSet, ranker: Ranker) -> CandidateSet:
-        """`window` with what `ranker` needs fetched (word ids, Doc2Vec vectors).
+    def complete(self, window: CandidateSet, ranker: Ranker, check: Callable[[], None] | None = None) -> CandidateSet:
+        """`window` with what `ranker` needs and it lacks: topics (the paper's or the
+        corrected ones), word ids, Doc2Vec vectors. Nothing else is fetched or computed.
 
         Candidates with a text in `window.texts` use it; the others are read from the store.
+        check: called before computing each text's topics (a deadline's check, which raises).
         """
+        if "topics" in ranker.needs and window.topics is None:
+            window = replace(window, topics=self._window_topics(window, None, check))
         if "word_ids" in ranker.needs and window.word_ids is None:
             window = replace(window, word_ids=self._word_ids(window))
         if "doc_vectors" in ranker.needs and window.doc_vectors is None:
             window = replace(window, doc_vectors=self._doc_vectors(window))
+        if "corrected_topics" in ranker.needs and window.centering is None:
+            window = replace(window, centering=self._centering())
         if "corrected_topics" in ranker.needs and window.corrected is None:
-            centering = self._centering()
-            window = replace(window, corrected=self._corrected_topics(window, centering), centering=centering)
+            window = replace(window, corrected=self._window_topics(window, window.centering, check))
         return window
 
-    def _corrected_topics(self, window: CandidateSet, centering: Centering) -> TopicBatch:
-        """Stored corrected topics; a text the caller sent is corrected here, as
-        `reranker index` would (the index's centering, its K)."""
+    def _window_topics(self, window: CandidateSet, centering: Centering | None, check: Callable[[], None] | None) -> TopicBatch:
+        """The window's topics: the paper's, or with `centering` the corrected ones with
+        their backgrounds. Stored documents' come from the store; a text the caller sent
+        gets them here as `reranker index` would (see `_text_topics`)."""
+        corrected = centering is not None
         ids = tuple(c.doc_id for c in window.candidates)
-        texts = window.texts
-        if texts is None or all(text is None for text in texts):
-            return self.store.topics(ids, corrected=True)
+        texts = window.texts or (None,) * len(ids)
+        stored_ids = [doc_id for doc_id, text in zip(ids, texts) if text is None]
+        if len(stored_ids) == len(ids):
+            return self.store.topics(ids, corrected=corrected)
+        stored = self.store.topics(stored_ids, corrected=corrected) if stored_ids else None
+        rows = {} if stored is None else {doc_id: row for row, doc_id in enumerate(stored.doc_ids) if doc_id not in stored.missing}
+        found: list[CorrectedTopics] = []
+        for doc_id, text in zip(ids, texts):
+            if text is not None:
+                if check is not None:
+                    check()
+                found.append(self._text_topics(text, centering))
+            elif stored is not None and doc_id in rows:
+                row = rows[doc_id]
+                kept = int(np.count_nonzero(stored.importances[row]))
+                backgrounds = stored.backgrounds[row, :kept] if stored.backgrounds is not None else np.zeros(kept, np.float32)
+                found.append(CorrectedTopics(stored.topics[row, :kept], stored.importances[row, :kept], backgrounds))
+            else:
+                found.append(CorrectedTopics(np.zeros((0, self.vectors.dim), np.float32), np.zeros(0, np.float32), np.zeros(0, np.float32)))
+        topics, importances = stack_topics([DocTopics(f.topics, f.importances) for f in found], self.vectors.dim)
+        missing = tuple(doc_id for doc_id, f in zip(ids, found) if f.importances.shape[0] == 0)
+        if not corrected:
+            return TopicBatch(ids, topics, importances, missing)
+        backgrounds = np.zeros_like(importances)
+        for row, f in enumerate(found):
+            backgrounds[row, : f.backgrounds.shape[0]] = f.backgrounds
+        return TopicBatch(ids, topics, importances, missing, backgrounds)
+
+    def _text_topics(self, text: str, centering: Centering | None) -> CorrectedTopics:
+        """A text's topics as `reranker index` would store them (the index's K; with
+        `centering`, the corrected ones), cached by content, vectors, K and centering.
+        The paper's come with zero backgrounds."""
         from reranker.indexing import (  # the write path (and its Doc2Vec imports) only when needed
             Correction,
             corrected_topics,
+            document_topics,
         )
 
         info = self.store.index_info()
-        k = info.k if info is not None else 15
-        centred_by = hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
-        correction: Correction | None = None  # built only when a text is not cached
-        stored = self.store.topics([i for i, text in zip(ids, texts) if text is None], corrected=True)
-        rows = {doc_id: row for row, doc_id in enumerate(stored.doc_ids) if doc_id not in stored.missing}
-        per_document: list[DocTopics] = []
-        backgrounds: list[FloatArray] = []
-        for doc_id, text in zip(ids, texts):
-            if text is not None:
-                key = f"{_text_key(text)}|{k}|{centred_by}"
-                found = self.corrected_cache.get(key)
-                if found is None:
-                    correction = correction or Correction.of(centering, self.vectors)
-                    found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
-                    self.corrected_cache.put(key, found)
-                per_document.append(DocTopics(found.topics, found.importances))
-                backgrounds.append(found.backgrounds)
-            elif doc_id in rows and stored.backgrounds is not None:
-                row = rows[doc_id]
-                kept = int(np.count_nonzero(stored.importances[row]))
-                per_document.append(DocTopics(stored.topics[row, :kept], stored.importances[row, :kept]))
-                backgrounds.append(stored.backgrounds[row, :kept])
-            else:
-                per_document.append(DocTopics(np.zeros((0, self.vectors.dim), np.float32), np.zeros(0, np.float32)))
-                backgrounds.append(np.zeros(0, np.float32))
-        topics, importances = stack_topics(per_document, self.vectors.dim)
-        padded = np.zeros_like(importances)
-        for row, values in enumerate(backgrounds):
-            padded[row, : values.shape[0]] = values
-        missing = tuple(doc_id for doc_id, doc in zip(ids, per_document) if doc.k == 0)
-        return TopicBatch(ids, topics, importances, missing, padded)
+        k = info.k if info is not None else self.k
+        if centering is None:
+            variant = "paper"
+        else:
+            variant = hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
+        key = f"{_text_key(text)}|{self.vectors.info.checksum}|{k}|{variant}"
+        found = self.text_topics.get(key)
+        if self.on_text_topics is not None:
+            self.on_text_topics("computed" if found is None else "hit")
+        if found is not None:
+            return found
+        if centering is None:
+            paper, _, _ = document_topics(Document("", "", text), self.vectors, k, self.stopwords)
+            found = CorrectedTopics(paper.topics, paper.importances, np.zeros(paper.k, np.float32))
+        else:
+            correction = self._corrections.get(variant)
+            if correction is None:
+                correction = self._corrections[variant] = Correction.of(centering, self.vectors)
+            found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
+        self.text_topics.put(key, found)
+        return found
 
     def _doc_vectors(self, window: CandidateSet) -> DocVectorBatch:
         """Stored vectors; a text the caller sent is inferred with the index's model
@@ -496,7 +528,8 @@ class Engine:
             contributions = corrected_contributions(query_vectors, batch.topics, batch.importances, backgrounds)[chosen]
             chosen_backgrounds = backgrounds[chosen]
         else:
-            batch = window.topics
+            batch = self.complete(window, get_ranker("hidden_topics")).topics
+            assert batch is not None  # complete() filled it
             relevance = topic_relevance(query_vectors, batch.topics, variant)[chosen]
             contributions = topic_contributions(query_vectors, batch.topics, batch.importances, variant)[chosen]
             chosen_backgrounds = np.zeros_like(relevance)
@@ -592,6 +625,10 @@ def uses_word_vectors(ranker: Ranker) -> bool:
     """Whether the ranker compares query words by their word vectors (topics, WMD): a
     query none of whose words has a vector then keeps the first-stage order."""
     return ranker.variant is not None or "word_ids" in ranker.needs
+
+
+def text_topic_cache(max_bytes: int) -> LruCache[str, CorrectedTopics]:
+    return LruCache(max_bytes, lambda found: found.topics.nbytes + found.importances.nbytes + found.backgrounds.nbytes + 64)
 
 
 def _text_key(text: str) -> str:

@@ -233,7 +233,7 @@ def test_a_degraded_answer_still_conforms(indexed: Path, monkeypatch: pytest.Mon
     import reranker.rankers as rankers
 
     class Broken:
-        name, variant = "broken", "paper"
+        name, variant, needs = "broken", "paper", frozenset()
 
         def score(self, query: Any, window: Any) -> Any:
             raise RuntimeError("no")

@@ -46,6 +46,10 @@ def test_ranker_contract(name: str, indexed: Engine) -> None:
     query = indexed.query("The baker bakes bread with yeast and flour in a hot oven, fit for a king, by the sea.")
     window = indexed.complete(indexed.window(query, 10), ranker)
     assert len(window) == 3
+    # Only what the ranker reads is fetched: each topic set is read from the store when
+    # the ranker needs it, never otherwise (the default ranker decodes one set, not two).
+    assert (window.topics is not None) == ("topics" in ranker.needs)
+    assert (window.corrected is not None) == ("corrected_topics" in ranker.needs)
     scores = ranker.score(query, window)
     assert scores.shape == (3,) and scores.dtype == np.float64 and np.isfinite(scores).all()
     # Deterministic: the same input gives the same scores and order, also from a fresh ranker.

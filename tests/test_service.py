@@ -220,12 +220,14 @@ def test_rerank_texts_scores_like_stored_topics_and_caches_them(indexed: Path) -
     assert [r["index"] for r in by_text["results"]] == [r["index"] for r in by_id["results"]]
     assert [r["score"] for r in by_text["results"]] == pytest.approx([r["score"] for r in by_id["results"]], rel=1e-5)
     before = _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}')
-    cached = dict(app.extensions["reranker"].engine().corrected_cache._entries)  # the default ranker's corrected topics
-    assert len(cached) == len(texts)
+    cached = dict(app.extensions["reranker"].engine().text_topics._entries)
+    # The default ranker reads only the corrected topics: the paper's were never computed.
+    assert len(cached) == len(texts) and not any(key.endswith("|paper") for key in cached)
+    assert _metric(client, 'reranker_topic_cache_lookups_total{result="computed"}') == len(texts)
     again = client.post("/rerank", json={"query": QUERY, "documents": texts}).get_json()
     assert again["results"] == by_text["results"]
     assert _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}') == before + len(texts)
-    after = dict(app.extensions["reranker"].engine().corrected_cache._entries)
+    after = dict(app.extensions["reranker"].engine().text_topics._entries)
     assert after.keys() == cached.keys() and all(after[key][0] is cached[key][0] for key in cached)  # reused, not recomputed
 
 

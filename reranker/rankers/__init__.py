@@ -4,7 +4,7 @@ A ranker only scores: given a query and the candidate window (BM25 hits plus wha
 ranker `needs` of each document), it returns one score per candidate, higher is better.
 Ordering is shared (`rank_candidates`), so every ranker breaks ties the same way: by
 BM25 rank. `Engine.complete` fetches what a ranker needs, so callers build a window
-from BM25 hits and topics only.
+from BM25 hits (and texts a caller sent) only.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ if TYPE_CHECKING:
 Scores = npt.NDArray[np.float64]
 WordIds = npt.NDArray[np.int32]
 
-# What a ranker may need of each candidate beyond its BM25 hit and topics:
+# What a ranker may need of each candidate beyond its BM25 hit:
+#   "topics"            the document's hidden topics and importances (the paper's)
 #   "word_ids"          the document's in-vocabulary tokens (same tokenizer and stop list as
 #                       the topics), as row numbers into the word vectors, in text order
 #   "doc_vectors"       the document's stored Doc2Vec vector
 #   "corrected_topics"  the document's corrected topics and backgrounds, and the index's
 #                       centering (the common-direction correction)
-Need = Literal["word_ids", "doc_vectors", "corrected_topics"]
+Need = Literal["topics", "word_ids", "doc_vectors", "corrected_topics"]
 # The topic formula a ranker's explanations follow: the paper's, the authors' code's, or
 # the corrected one (centred vectors, less each topic's background).
 Formula = Variant | Literal["corrected"]
@@ -42,8 +43,8 @@ Formula = Variant | Literal["corrected"]
 
 @dataclass(frozen=True)
 class CandidateSet:
-    """The window a ranker reorders: N BM25 candidates, their stacked topics, and what
-    else the ranker needs (None until `Engine.complete` fills it).
+    """The window a ranker reorders: N BM25 candidates, and what the ranker needs of them
+    (None until `Engine.complete` fills it): only what it needs is fetched or computed.
 
     exact_top: how many leading positions the caller shows, so must be ordered exactly;
     None means all. A ranker with a costly exact score (WMD) may order the rest by a
@@ -58,7 +59,7 @@ class CandidateSet:
     """
 
     candidates: tuple[Candidate, ...]
-    topics: TopicBatch
+    topics: TopicBatch | None = None  # the paper's topics
     word_ids: tuple[WordIds | None, ...] | None = None  # None per document whose text is unavailable
     doc_vectors: DocVectorBatch | None = None
     corrected: TopicBatch | None = None  # with backgrounds
@@ -81,7 +82,7 @@ class Ranker(Protocol):
 
     name: the registry name. variant: the topic formula its explanations use, or None
     for rankers that do not use topics. needs: what `Engine.complete` must fetch into
-    the window before `score` (empty for rankers that use only BM25 scores and topics).
+    the window before `score` (empty for rankers that use only BM25 scores).
     """
 
     name: str

@@ -17,7 +17,7 @@ class HiddenTopicsRanker:
 
     def __init__(self, variant: Variant = "paper") -> None:
         self.variant: Formula | None = variant
-        self.needs: frozenset[Need] = frozenset()
+        self.needs: frozenset[Need] = frozenset({"topics"})
         self.name = "hidden_topics" if variant == "paper" else "hidden_topics_code"
         self._variant: Variant = variant
 
@@ -25,6 +25,8 @@ class HiddenTopicsRanker:
         if len(window) == 0:
             return np.zeros(0, dtype=np.float64)
         batch = window.topics
+        if batch is None:
+            raise RankerUnavailableError(f"{self.name} needs the topics in the window (Engine.complete)")
         return np.asarray(score(query.vectors, batch.topics, batch.importances, self._variant))
 
 

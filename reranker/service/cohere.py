@@ -15,8 +15,8 @@ Jayway JsonPath / json-smart; Elasticsearch's text_similarity_reranker):
   written with at most 9 significant digits, always with a `.` or an exponent;
 - empty-string documents (OpenSearch sends "" for a hit without the field).
 
-Documents arrive as text: their topics are computed on the fly and cached (see
-`TopicCache`); a document given as {"id": ...} uses the stored topics instead.
+Documents arrive as text: the topics the ranker reads are computed on the fly and cached
+(`Engine.text_topics`); a document given as {"id": ...} uses the stored topics instead.
 """
 
 from __future__ import annotations

@@ -111,6 +111,8 @@ class Plan:
     layouts: dict[str, TopicLayout] = field(default_factory=dict)
     reason: str | None = None
     experiment: Experiment | None = None  # interleave this search's window (only _search)
+    # The topic sets the rankers read, fetched with the window's hits (request (1)).
+    fields: tuple[str, ...] = ()
 
 
 def cluster(rt: Runtime) -> OpenSearchStore:
@@ -174,13 +176,21 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     experiment = rt.experiments.pick(unit) if experiments and not named else None
     if experiment is not None and any(_behind_alias(store, rt.ranker(name), layouts) for name in experiment.rankers):
         experiment = None
-    return Plan(ranker, text, window, layouts, experiment=experiment)
+    rankers = [ranker, *(rt.ranker(name) for name in (experiment.rankers if experiment is not None else ()))]
+    needs = set().union(*(r.needs for r in rankers))
+    fields = tuple(field for need, field in TOPIC_FIELDS.items() if need in needs)
+    return Plan(ranker, text, window, layouts, experiment=experiment, fields=fields)
+
+
+# The source field of each topic set a ranker may need.
+TOPIC_FIELDS = {"topics": "hidden_topics", "corrected_topics": "corrected_topics"}
 
 
 def _behind_alias(store: OpenSearchStore, ranker: Ranker, layouts: dict[str, TopicLayout]) -> str | None:
-    """Why `ranker` cannot rerank these indices (None: it can). WMD's words and Doc2Vec's
-    vectors are read through the alias, not from each hit's index."""
-    if not ranker.needs:
+    """Why `ranker` cannot rerank these indices (None: it can). The paper's topics come
+    with each hit; WMD's words, Doc2Vec's vectors and the corrected topics' centering are
+    read through the alias, not from each hit's index."""
+    if not ranker.needs - {"topics"}:
         return None
     serving = store.alias_index()
     elsewhere = sorted(name for name in layouts if name != serving)
@@ -209,9 +219,9 @@ def rerank_window(
         for rank, hit in enumerate(hits, start=1)
     )
     dtypes = {name: layout.dtype for name, layout in plan_.layouts.items()}
-    topics = store.topics_from_hits(hits, engine.vectors.dim, dtypes)
+    read = {field: store.topics_from_hits(hits, engine.vectors.dim, dtypes, corrected=field == "corrected_topics") for field in plan_.fields}
     offset, size = page
-    window = CandidateSet(candidates, topics, exact_top=offset + size)
+    window = CandidateSet(candidates, read.get("hidden_topics"), corrected=read.get("corrected_topics"), exact_top=offset + size)
     query = engine.query(plan_.text)
     if plan_.experiment is not None:
         interleaved, _ = rt.interleave(
@@ -307,7 +317,7 @@ def search(index: str | None = None) -> Response:
     if how.reason is not None:
         status, found = store.forward("POST", path, params, body)
         return answer(status, mark(found, not_reranked(how)))
-    status, first = store.forward("POST", path, *window_request(wanted, how.window))
+    status, first = store.forward("POST", path, *window_request(wanted, how.window, how.fields))
     if status != 200:
         return answer(status, first)
     hits = hits_of(first)
@@ -340,7 +350,7 @@ def msearch(index: str | None = None) -> Response:
     plans = [plan(rt, store, wanted) for _, wanted in items]
     windows = []
     for (header, wanted), how in zip(items, plans):
-        windows += [header, wanted.body if how.reason is not None else window_request(wanted, how.window)[1]]
+        windows += [header, wanted.body if how.reason is not None else window_request(wanted, how.window, how.fields)[1]]
     status, first = store.forward("POST", "/_msearch", params, ndjson(windows))
     if status != 200:
         return answer(status, first)

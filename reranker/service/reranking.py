@@ -15,7 +15,6 @@ error. Only a first stage that cannot run (the cluster is down) is an error (503
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import logging
 import threading
 import time
@@ -23,7 +22,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -34,14 +33,12 @@ from reranker.errors import (
     StoreUnavailableError,
 )
 from reranker.experiments import Experiments, unit_key, utc_now
-from reranker.indexing import document_topics
 from reranker.interleaving import TEAM_A, interleave
-from reranker.pipeline import LruCache, Ranking, uses_word_vectors
+from reranker.pipeline import Ranking, uses_word_vectors
 from reranker.rankers import CandidateSet, Formula, Ranker, Scores, get_ranker
 from reranker.service.errors import ApiError, describe
 from reranker.store.events import Experiment, ShownQuery
-from reranker.topics import stack_topics
-from reranker.types import Candidate, DocTopics, Document, Filter, Query, TopicBatch
+from reranker.types import Candidate, Filter, Query, TopicBatch
 
 if TYPE_CHECKING:
     from reranker.config import Settings
@@ -147,22 +144,6 @@ class Interleaved:
         }
 
 
-class TopicCache(LruCache[str, DocTopics]):
-    """Topics of texts seen before, LRU, bounded in bytes. Thread-safe.
-
-    Keyed by a hash of the text plus the embedding and K, so other vectors never reuse
-    another's topics.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(max_bytes, lambda topics: topics.topics.nbytes + topics.importances.nbytes + 128)
-
-    @staticmethod
-    def key(text: str, embedding_checksum: str, k: int) -> str:
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-        return f"{digest}:{embedding_checksum}:{k}"
-
-
 class Runtime:
     """The per-process state behind every route."""
 
@@ -170,7 +151,6 @@ class Runtime:
         self.settings = settings
         self.limits = settings.service
         self.metrics = metrics
-        self.cache = TopicCache(settings.service.topic_cache_mb * 2**20)
         get_ranker(self.limits.default_ranker)  # RERANKER_DEFAULT_RANKER must name a ranker: fail at start, not per request
         self._engine: "Engine | None" = None
         self._lock = threading.Lock()
@@ -197,10 +177,14 @@ class Runtime:
                     from reranker.pipeline import build_engine
 
                     engine = build_engine(self.settings)
+                    engine.on_text_topics = self._count_text_topics
                     if engine.provisional:
                         return engine
                     self._engine = engine
         return self._engine
+
+    def _count_text_topics(self, result: str) -> None:
+        self.metrics.topic_cache.labels(result).inc()
 
     def warm(self) -> None:
         """Build the Engine now (a worker booting), so the first request does not wait.
@@ -225,7 +209,7 @@ class Runtime:
     def rerank(
         self,
         query: Query,
-        window: Callable[[Deadline], CandidateSet] | CandidateSet,
+        window: CandidateSet,
         ranker: Ranker,
         deadline: Deadline,
         endpoint: str,
@@ -234,9 +218,8 @@ class Runtime:
         """Score `window` (of `size` candidates) with `ranker` before `deadline`; the
         first-stage order otherwise.
 
-        `window` may be a function that builds the candidate set (computing topics of
-        texts) inside the deadline; it then runs in the pool too.
-        Returns (outcome, the candidate set when it was built).
+        What the ranker needs of the candidates (their topics, computed for texts) is
+        fetched inside the deadline, in the pool. Returns (outcome, the completed set).
         """
         engine = self.engine()
         started = time.perf_counter()
@@ -244,7 +227,7 @@ class Runtime:
 
         def job() -> Ranking:
             # Completed here, once: the explanations read the same fetched topics.
-            candidates = engine.complete(window(deadline) if callable(window) else window, ranker)
+            candidates = engine.complete(window, ranker, deadline.check)
             built.append(candidates)
             deadline.check()
             return engine.rerank(query, candidates, ranker)
@@ -261,6 +244,8 @@ class Runtime:
             return self._degraded(endpoint, ranker, "timeout", f"ranker {ranker.name!r} did not finish within the {deadline.milliseconds:g} ms deadline", started, size), None
         except DeadlineExceeded:
             return self._degraded(endpoint, ranker, "timeout", f"the {deadline.milliseconds:g} ms deadline passed while computing topics", started, size), None
+        except StoreError as exc:  # the candidates' topics (or vectors) could not be fetched
+            return self.degraded_topics(endpoint, ranker, exc, size), None
         except Exception as exc:  # a failing ranker must not fail the search: fail open
             log.warning("ranker %s failed; answering in first-stage order", ranker.name, exc_info=True)
             return self._degraded(endpoint, ranker, "ranker_error", f"ranker {ranker.name!r} failed: {describe(exc)}", started, size), None
@@ -375,18 +360,13 @@ class Runtime:
         outcome: Reranked
         interleaved: Interleaved | None = None
         candidate_set: CandidateSet | None = None
-        try:
-            topics = engine.store.topics([c.doc_id for c in candidates])
-        except StoreUnavailableError as exc:
-            outcome = self.degraded_topics("search", chosen, exc, len(candidates))
-        else:
-            window_set = CandidateSet(candidates, topics, exact_top=offset + size)
-            if experiment is not None:
-                interleaved, candidate_set = self.interleave(
-                    query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
-                )
-            if interleaved is None:
-                outcome, candidate_set = self.rerank(query, window_set, chosen, deadline, "search", len(candidates))
+        window_set = CandidateSet(candidates, exact_top=offset + size)
+        if experiment is not None:
+            interleaved, candidate_set = self.interleave(
+                query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
+            )
+        if interleaved is None:
+            outcome, candidate_set = self.rerank(query, window_set, chosen, deadline, "search", len(candidates))
         # (window position, the outcome that scored it, the ranker that placed it) per hit
         page: list[tuple[int, Reranked, Ranker]]
         if interleaved is not None:
@@ -462,10 +442,14 @@ class Runtime:
         query = engine.query(text)
         ids = [doc.id for doc in documents if doc.id is not None]
         stored: TopicBatch | None = None
+        # Stored ids are looked up in the topic set the ranker reads (the paper's unless it
+        # reads only the corrected ones), which says which exist; with no text beside them,
+        # that batch is the window's, fetched once.
+        corrected = "corrected_topics" in ranker.needs and "topics" not in ranker.needs
         if ids:
             engine.check_index()
             try:
-                stored = engine.store.topics(ids)
+                stored = engine.store.topics(ids, corrected=corrected)
             except StoreUnavailableError as exc:
                 return self.degraded_topics(endpoint, ranker, exc, len(documents)), query
             unresolved = [doc.id for doc in documents if doc.id in stored.missing and doc.text is None]
@@ -473,48 +457,29 @@ class Runtime:
                 shown = ", ".join(repr(i) for i in unresolved[:10])
                 more = f" and {len(unresolved) - 10} more" if len(unresolved) > 10 else ""
                 raise ApiError(404, "document_missing_exception", f"no stored document with id {shown}{more}; send its text instead")
-
-        def build(deadline: Deadline) -> CandidateSet:
-            return replace(self._candidate_set(documents, stored, deadline), exact_top=exact_top)
-
-        outcome, _ = self.rerank(query, build, ranker, deadline, endpoint, len(documents))
+        window = replace(self._candidate_set(documents, stored, corrected), exact_top=exact_top)
+        outcome, _ = self.rerank(query, window, ranker, deadline, endpoint, len(documents))
         return outcome, query
 
-    def _candidate_set(self, documents: Sequence[RequestDocument], stored: TopicBatch | None, deadline: Deadline) -> CandidateSet:
-        """Stored topics where the store has the id, else topics of the text (cached)."""
-        engine = self.engine()
-        vectors = engine.vectors
-        rows: dict[str, int] = {}
-        if stored is not None:
-            missing = set(stored.missing)
-            rows = {doc_id: row for row, doc_id in enumerate(stored.doc_ids) if doc_id not in missing}
-        per_document: list[DocTopics] = []
-        for doc in documents:
-            if doc.id is not None and doc.id in rows and stored is not None:
-                row = rows[doc.id]
-                k = int(np.count_nonzero(stored.importances[row]))
-                per_document.append(DocTopics(stored.topics[row, :k], stored.importances[row, :k]))
-                continue
-            assert doc.text is not None
-            key = TopicCache.key(doc.text, vectors.info.checksum, self.settings.k)
-            topics = self.cache.get(key)
-            if topics is None:
-                deadline.check()
-                topics, _, _ = document_topics(Document("", "", doc.text), vectors, self.settings.k, engine.stopwords)
-                self.cache.put(key, topics)
-                self.metrics.topic_cache.labels("computed").inc()
-            else:
-                self.metrics.topic_cache.labels("hit").inc()
-            per_document.append(topics)
-        topic_matrix, importances = stack_topics(per_document, vectors.dim)
+    @staticmethod
+    def _candidate_set(documents: Sequence[RequestDocument], stored: TopicBatch | None, corrected: bool) -> CandidateSet:
+        """The caller's candidates: a stored document by its id, else by its text.
+
+        stored: the topics of the ids sent (corrected or not), used as the window's when
+        every candidate is a stored one.
+        """
+        found = set() if stored is None else set(stored.doc_ids) - set(stored.missing)
         doc_ids = tuple(doc.id if doc.id is not None else str(i) for i, doc in enumerate(documents))
         candidates = tuple(
             Candidate(doc_id=doc_ids[i], bm25_score=doc.first_stage_score, bm25_rank=i + 1)
             for i, doc in enumerate(documents)
         )
-        # Rankers reading document text (WMD) use the caller's text unless the id is stored.
-        texts = tuple(None if doc.id is not None and doc.id in rows else doc.text for doc in documents)
-        return CandidateSet(candidates, TopicBatch(doc_ids, topic_matrix, importances), texts=texts)
+        # The Engine computes (and caches) what the ranker needs of a text; rankers reading
+        # document text (WMD) use it too.
+        texts = tuple(None if doc.id is not None and doc.id in found else doc.text for doc in documents)
+        if any(text is not None for text in texts) or stored is None or stored.doc_ids != doc_ids:
+            return CandidateSet(candidates, texts=texts)
+        return CandidateSet(candidates, corrected=stored, texts=texts) if corrected else CandidateSet(candidates, stored, texts=texts)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

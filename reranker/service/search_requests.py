@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Sequence
 
 from reranker.config import Settings
 from reranker.service.bodies import json_type, parse_json
@@ -218,10 +218,11 @@ def unrerankable(search: Search, max_window: int) -> str | None:
 # --- the two cluster requests and the answer ---------------------------------------------
 
 
-def window_request(search: Search, window: int) -> tuple[dict[str, str], dict[str, Any]]:
-    """(URL parameters, body) of request (1): the top `window` hits with their topics only."""
+def window_request(search: Search, window: int, fields: Sequence[str] = ("hidden_topics",)) -> tuple[dict[str, str], dict[str, Any]]:
+    """(URL parameters, body) of request (1): the top `window` hits with only `fields`
+    of their source (the topic sets the rankers read; none: no source at all)."""
     body = {key: value for key, value in search.body.items() if key not in WINDOW_DROPS}
-    body.update({"from": 0, "size": window, "_source": {"includes": ["hidden_topics"]}})
+    body.update({"from": 0, "size": window, "_source": {"includes": list(fields)} if fields else False})
     return {key: value for key, value in search.params.items() if key not in WINDOW_PARAM_DROPS}, body
 
 

@@ -797,13 +797,15 @@ class OpenSearchStore:
         return layouts
 
     @staticmethod
-    def topics_from_hits(hits: Sequence[dict[str, Any]], dim: int, dtypes: Mapping[str, str]) -> TopicBatch:
-        """The topics in search hits' `_source.hidden_topics` -> one (N, k_max, d) batch.
+    def topics_from_hits(hits: Sequence[dict[str, Any]], dim: int, dtypes: Mapping[str, str], corrected: bool = False) -> TopicBatch:
+        """The topics in search hits' `_source.hidden_topics` (or with `corrected`,
+        `_source.corrected_topics` and their backgrounds) -> one (N, k_max, d) batch.
 
         `dtypes` maps each hit's `_index` to its matrices' dtype (float32 when unknown).
         A hit without readable topics gets zero rows (see `decode_topics`), so it scores 0.
         """
-        sources = [((hit.get("_source") or {}).get("hidden_topics")) for hit in hits]
+        field = "corrected_topics" if corrected else "hidden_topics"
+        sources = [((hit.get("_source") or {}).get(field)) for hit in hits]
         dtype_of = [dtypes.get(str(hit.get("_index")), "float32") for hit in hits]
         if dtype_of and all(d == dtype_of[0] for d in dtype_of):
             topics, importances = decode_topics(sources, dim, dtype_of[0])
@@ -818,7 +820,10 @@ class OpenSearchStore:
                 part, weights = decoded[d]
                 topics[rows, : part.shape[1]] = part
                 importances[rows, : weights.shape[1]] = weights
-        return TopicBatch(doc_ids=tuple(str(hit.get("_id")) for hit in hits), topics=topics, importances=importances)
+        doc_ids = tuple(str(hit.get("_id")) for hit in hits)
+        missing = tuple(doc_id for doc_id, source in zip(doc_ids, sources) if not source)
+        backgrounds = decode_backgrounds(sources, importances) if corrected else None
+        return TopicBatch(doc_ids, topics, importances, missing, backgrounds)
 
     def close(self) -> None:
         if self._client is not None and self._client_pid == os.getpid():
