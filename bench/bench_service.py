@@ -93,6 +93,8 @@ SERVICE_WORKERS = 2
 SERVICE_THREADS = CLIENTS + 1
 WINDOW = 100
 PAGE = 10
+# The topic set the default ranker (hidden_topics_corrected+bm25) reads, and the service fetches.
+TOPICS = "corrected_topics"
 RERANK_DOCUMENTS = 50
 # High enough that no request falls back to BM25 order: a degraded answer is refused.
 DEADLINE_MS = 30_000
@@ -225,7 +227,7 @@ def proxied(query: str) -> Search:
 
 def window_body(query: str) -> dict[str, Any]:
     """The proxy's request (1) for the cluster body: the top 100 with their topics."""
-    params, body = window_request(proxied(query), WINDOW)
+    params, body = window_request(proxied(query), WINDOW, (TOPICS,))
     require(not params, f"window request parameters {params}")
     return body
 
@@ -272,8 +274,8 @@ def check_hits(expected: int) -> Callable[[Any], str | None]:
 
 def check_window(answer: Any) -> str | None:
     hits = answer.get("hits", {}).get("hits", [])
-    if not all("hidden_topics" in (hit.get("_source") or {}) for hit in hits):
-        return "a window hit without hidden_topics"
+    if not all(TOPICS in (hit.get("_source") or {}) for hit in hits):
+        return f"a window hit without {TOPICS}"
     return check_hits(WINDOW)(answer)
 
 
@@ -545,9 +547,9 @@ def cluster_kinds(cluster_port: int, queries: Sequence[str], sizes: Sizes) -> li
         Kind("bm25", f"/search 1: BM25 top-{WINDOW}, titles (store.bm25)", cluster_port, search, {},
              per_query(queries, bm25_body), check_hits(WINDOW), count, 1),
         Kind("mget", f"/search 2: _mget of {WINDOW} topics (store.topics)", cluster_port,
-             f"/{ALIAS}/_mget?_source_includes=hidden_topics", {}, per_query(queries, mget),
-             check_mget(WINDOW, "hidden_topics"), count, 1),
-        Kind("window", f"proxy 1: the window, top-{WINDOW} with hidden_topics", cluster_port, search, {},
+             f"/{ALIAS}/_mget?_source_includes={TOPICS}", {}, per_query(queries, mget),
+             check_mget(WINDOW, TOPICS), count, 1),
+        Kind("window", f"proxy 1: the window, top-{WINDOW} with {TOPICS}", cluster_port, search, {},
              per_query(queries, window_body), check_window, count, 1),
         Kind("page", f"proxy 2 with highlights: the query on {PAGE} ids", cluster_port, search, {},
              per_query(queries, page), check_hits(PAGE), count, 1),
