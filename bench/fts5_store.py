@@ -41,6 +41,8 @@ class Fts5Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        # FTS5 stems the text itself, in SQLite (as the old store did).
+        self.word_stemmer = None
 
     def index_info(self) -> IndexInfo | None:
         meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())

@@ -24,7 +24,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -272,8 +272,11 @@ def _topics_of_tokens(
 
 # What extraction gives the writer for one document: its topics, in-vocabulary and
 # out-of-vocabulary token counts, its content words joined by spaces (for the store's
-# text index, so that the text is tokenized once, in the worker), and its corrected topics.
-Extraction = tuple[DocTopics, int, int, str, CorrectedTopics | None]
+# text index, so that the text is tokenized once, in the worker), its corrected topics,
+# and the words' stems joined by spaces when the store asks for them (`Store.word_stemmer`).
+Extraction = tuple[DocTopics, int, int, str, CorrectedTopics | None, str | None]
+# A store's `word_stemmer`.
+Stemmer = Callable[[Sequence[str]], list[str]]
 
 
 class TopicExtractor:
@@ -291,8 +294,9 @@ class TopicExtractor:
         stopwords: frozenset[str] | None,
         workers: int = 1,
         centering: Centering | None = None,
+        stemmer: Stemmer | None = None,
     ) -> None:
-        self.vectors, self.k, self.stopwords = vectors, k, stopwords
+        self.vectors, self.k, self.stopwords, self.stemmer = vectors, k, stopwords, stemmer
         self.correction = Correction.of(centering, vectors) if centering is not None else None
         self.workers = workers if vectors.path is not None else 1
         self._pool: ProcessPoolExecutor | None = None
@@ -301,13 +305,13 @@ class TopicExtractor:
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,  # type: ignore[arg-type]  # typeshed wants no-arg
-                initargs=(vectors.path, vectors.info, k, stopwords, self.correction),  # type: ignore[arg-type]
+                initargs=(vectors.path, vectors.info, k, stopwords, self.correction, stemmer),  # type: ignore[arg-type]
             )
 
     def submit(self, documents: list[Document]) -> Callable[[], list[Extraction]]:
         """Start on `documents`; the returned function waits for their results, in order."""
         if self._pool is None or len(documents) < 2:
-            results = _topics_of(documents, self.vectors, self.k, self.stopwords, self.correction)
+            results = _topics_of(documents, self.vectors, self.k, self.stopwords, self.correction, self.stemmer)
             return lambda: results
         size = -(-len(documents) // (self.workers * 2))
         futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
@@ -324,17 +328,22 @@ class TopicExtractor:
         self.close()
 
 
-_WORKER: tuple[WordVectors, int, frozenset[str] | None, Correction | None] | None = None
+_WORKER: tuple[WordVectors, int, frozenset[str] | None, Correction | None, Stemmer | None] | None = None
 
 
 def _init_worker(
-    path: Path, info: EmbeddingInfo, k: int, stopwords: frozenset[str] | None, correction: Correction | None
+    path: Path,
+    info: EmbeddingInfo,
+    k: int,
+    stopwords: frozenset[str] | None,
+    correction: Correction | None,
+    stemmer: Stemmer | None,
 ) -> None:
     global _WORKER
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
-    _WORKER = (open_native(path, info), k, stopwords, correction)
+    _WORKER = (open_native(path, info), k, stopwords, correction, stemmer)
 
 
 def _worker_topics(documents: list[Document]) -> list[Extraction]:
@@ -348,12 +357,14 @@ def _topics_of(
     k: int,
     stopwords: frozenset[str] | None,
     correction: Correction | None,
+    stemmer: Stemmer | None,
 ) -> list[Extraction]:
     extracted: list[Extraction] = []
     for doc in documents:
         tokens = tokenize(doc.full_text, stopwords)
         topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, vectors, k, correction)
-        extracted.append((topics, n_tokens, oov, " ".join(tokens), corrected))
+        stems = " ".join(stemmer(tokens)) if stemmer is not None else None
+        extracted.append((topics, n_tokens, oov, " ".join(tokens), corrected, stems))
     return extracted
 
 
@@ -410,12 +421,12 @@ def index_documents(
         nonlocal indexed, without_doc_vector
         ready: list[StoredDocument] = []
         locations: dict[str, str] = {}
-        for (location, doc, digest), (doc_topics, n_tokens, n_oov, words, corrected) in zip(todo, results):
+        for (location, doc, digest), (doc_topics, n_tokens, n_oov, words, corrected, stems) in zip(todo, results):
             if doc_topics.k == 0:
                 reason = "no in-vocabulary words" + (f" ({n_oov} out-of-vocabulary)" if n_oov else "")
                 skipped.append(Skipped(location, doc.id, reason))
                 continue
-            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words, corrected))
+            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words, corrected, stems))
             locations[doc.id] = location
         failures = store.upsert(ready) if ready else []
         for failure in failures:
@@ -428,7 +439,7 @@ def index_documents(
 
     batch: list[tuple[str, Document]] = []
     in_flight: tuple[list[tuple[str, Document, str]], Callable[[], list[Extraction]]] | None = None
-    with TopicExtractor(vectors, k, stopwords, workers, centering) as extractor:
+    with TopicExtractor(vectors, k, stopwords, workers, centering, store.word_stemmer) as extractor:
 
         def flush() -> None:
             # Extraction of this batch runs while the previous one is written.

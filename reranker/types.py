@@ -94,6 +94,9 @@ class StoredDocument:
     # The topics of the document's centred word vectors and each one's background
     # relevance (k,), for the corrected ranker; None in an index without a `Centering`.
     corrected: "CorrectedTopics | None" = None
+    # The content words' stems, joined by spaces, for a store whose text index asks the
+    # write path for them (`Store.word_stemmer`); None: the store stems them itself.
+    stemmed_words: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 
 from reranker.embeddings import WordVectors
 from reranker.errors import IndexMismatchError, InputError
-from reranker.indexing import index_corpus, index_documents, read_corpus
+from reranker.indexing import document_topics, index_corpus, index_documents, read_corpus
+from reranker.store import IndexInfo
 from reranker.store.embedded import EmbeddedStore
+from reranker.types import Document, StoredDocument
 
 
 def test_a_corpus_is_indexed_with_topics(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
@@ -93,3 +95,25 @@ def test_changing_k_requires_a_rebuild(tmp_path: Path, store: EmbeddedStore, glo
 def test_a_missing_corpus_is_an_input_error(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
     with pytest.raises(InputError, match="no such corpus file"):
         index_corpus(tmp_path / "missing.jsonl", store, glove, 5, show_progress=False)
+
+
+def test_worker_processes_stem_for_the_text_index_as_the_store_would(
+    tmp_path: Path, store: EmbeddedStore, glove: WordVectors
+) -> None:
+    # The stems are made in the workers (Store.word_stemmer); a store given no stems makes its own.
+    records = [dict(TINY_CORPUS[i % len(TINY_CORPUS)], id=f"d{i}") for i in range(6)]
+    report = index_documents(read_corpus(write_jsonl(tmp_path / "w.jsonl", records)), store, glove, 5, workers=2)
+    assert report.indexed == 6
+    itself = EmbeddedStore(tmp_path / "itself")
+    itself.initialise(IndexInfo(glove.info, k=5))
+    itself.upsert([stored_without_words(glove, doc) for _, doc, _ in read_corpus(tmp_path / "w.jsonl") if isinstance(doc, Document)])
+    for query in ("sailing ships at sea", "sailor harbour storm", "chess openings"):
+        assert [(hit.doc_id, hit.bm25_score) for hit in store.bm25(query, 10)] == [
+            (hit.doc_id, hit.bm25_score) for hit in itself.bm25(query, 10)
+        ]
+    itself.close()
+
+
+def stored_without_words(glove: WordVectors, doc: Document) -> StoredDocument:
+    topics, n_tokens, n_oov = document_topics(doc, glove, 5)
+    return StoredDocument(doc, topics, "h", n_tokens, n_oov)

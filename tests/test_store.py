@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ import pytest
 from reranker.errors import IndexMismatchError, StoreError
 from reranker.store import MAX_QUERY_TERMS, IndexInfo
 from reranker.store.embedded import EmbeddedStore
+from reranker.store.text_index import stem_words
+from reranker.text import tokenize
 from reranker.types import DocTopics, Document, EmbeddingInfo, StoredDocument
 
 EMBEDDING = EmbeddingInfo(name="test", dim=4, checksum="c" * 64)
@@ -160,6 +163,37 @@ def test_bm25_is_lucenes_formula_summed_over_the_stemmed_and_exact_fields(ready:
 
 def scores_of(store: EmbeddedStore, query: str) -> dict[str, float]:
     return {hit.doc_id: hit.bm25_score for hit in store.bm25(query, 10)}
+
+
+def test_stems_the_write_path_makes_index_what_the_store_would(tmp_path: Path) -> None:
+    texts = {"a": "Connected connections connecting", "b": "generously generous generation", "c": "running runs ran"}
+    own, given = EmbeddedStore(tmp_path / "own"), EmbeddedStore(tmp_path / "given")
+    for store in (own, given):
+        store.initialise(IndexInfo(EMBEDDING, k=2))
+    own.upsert([stored(doc_id, text) for doc_id, text in texts.items()])
+    assert given.word_stemmer is not None
+    with_stems = []
+    for doc_id, text in texts.items():
+        words = tokenize(text)
+        with_stems.append(replace(stored(doc_id, text), content_words=" ".join(words), stemmed_words=" ".join(given.word_stemmer(words))))
+    given.upsert(with_stems)
+    for query in ("connection", "connected", "generous", "run running", "generation ran"):
+        assert scores_of(given, query) == scores_of(own, query) != {}
+    own.close()
+    given.close()
+
+
+def test_stem_words_is_the_stemmer_filter_word_by_word() -> None:
+    import tantivy
+
+    analyzer = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).filter(tantivy.Filter.stemmer("english")).build()
+    words = tokenize("Generously generous connections naïve cafés running runs ran summaries summary")
+    assert stem_words(words) == [analyzer.analyze(word)[0] for word in words]
+    assert stem_words(words + words[:2]) == stem_words(words) + stem_words(words[:2])  # remembered alike
+    assert stem_words([]) == []
+    for bad in (["two words"], [""]):
+        with pytest.raises(ValueError):
+            stem_words(bad)
 
 
 def test_the_title_is_searched_with_the_text(ready: EmbeddedStore) -> None:

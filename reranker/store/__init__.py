@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -143,6 +143,14 @@ class IndexInfo:
 
 class Store(Protocol):
     """Where documents, their BM25 index and their topics live."""
+
+    @property
+    def word_stemmer(self) -> Callable[[Sequence[str]], list[str]] | None:
+        """How this store's BM25 index stems content words, when it wants the write path
+        to do it (in the topic workers, which have the words already) and to pass the
+        stems in `StoredDocument.stemmed_words`: a module-level function (workers get it
+        pickled) giving one stem per word. None: the store needs no stems."""
+        ...
 
     def index_info(self) -> IndexInfo | None:
         """What the index was built with, or None for an empty, new index."""

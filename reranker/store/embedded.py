@@ -23,13 +23,13 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
 from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
-from reranker.store.text_index import TextIndex
+from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import tokenize
 from reranker.types import (
     Candidate,
@@ -104,6 +104,8 @@ class EmbeddedStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the embedded store in {directory}: {exc}") from None
         self._text = TextIndex(directory / "text")
+        # The text index's stemmed field takes stems: the write path's workers make them.
+        self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = stem_words
         # Writes this object made that the text index has not committed yet.
         self._pending_rowid = 0
         self._pending_docs = 0
@@ -246,14 +248,16 @@ class EmbeddedStore:
     def _add_to_text_index(self, above: int) -> None:
         rows = self._db.execute("SELECT rowid, id, title, body FROM docs WHERE rowid > ? ORDER BY rowid", (above,))
         for rowid, doc_id, title, body in rows:
-            self._text.replace([(rowid, doc_id, self._words(Document(doc_id, title, body)))])
+            self._text.replace([(rowid, doc_id, *self._words(Document(doc_id, title, body)))])
             self._pending_rowid = max(self._pending_rowid, rowid)
             self._pending_docs += 1
         self._commit_text()
 
-    def _words(self, document: Document) -> str:
-        """The content words the text index holds for `document`, joined by spaces."""
-        return " ".join(tokenize(document.full_text, self._stopwords))
+    def _words(self, document: Document) -> tuple[str, str]:
+        """The content words the text index holds for `document` and their stems, each
+        joined by spaces."""
+        words = tokenize(document.full_text, self._stopwords)
+        return " ".join(words), " ".join(stem_words(words))
 
     # --- the write path -------------------------------------------------------------
 
@@ -262,7 +266,7 @@ class EmbeddedStore:
         if info is None:
             raise StoreError("the store is not initialised: call initialise() first")
         self._text.open_writer()
-        rows: list[tuple[int, str, str]] = []
+        rows: list[tuple[int, str, str, str]] = []
         with self._transaction():
             for stored in documents:
                 if stored.doc_topics.topics.shape[1:] != (info.embedding.dim,):
@@ -272,10 +276,14 @@ class EmbeddedStore:
                     )
                 self._db.execute("DELETE FROM docs WHERE id = ?", (stored.document.id,))
                 rowid = self._insert(stored)
-                words = stored.content_words
-                rows.append((rowid, stored.document.id, self._words(stored.document) if words is None else words))
+                words, stems = stored.content_words, stored.stemmed_words
+                if words is None:
+                    words, stems = self._words(stored.document)
+                elif stems is None:
+                    stems = " ".join(stem_words(words.split()))
+                rows.append((rowid, stored.document.id, words, stems))
         self._text.replace(rows)
-        self._pending_rowid = max([self._pending_rowid, *(rowid for rowid, _, _ in rows)])
+        self._pending_rowid = max([self._pending_rowid, *(rowid for rowid, _, _, _ in rows)])
         self._pending_docs += len(rows)
         if self._pending_docs >= _COMMIT_DOCS or time.monotonic() - self._last_commit >= _COMMIT_SECONDS:
             self._commit_text()

@@ -146,6 +146,8 @@ class OpenSearchStore:
         config.validate()
         self.config = config
         self.alias = config.alias
+        # The cluster's analyzers read the text itself.
+        self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = None
         self._stopwords = stopwords
         self._templates = templates
         self._sleep = sleep
