@@ -191,7 +191,7 @@ def test_stem_words_is_the_stemmer_filter_word_by_word() -> None:
     assert stem_words(words) == [analyzer.analyze(word)[0] for word in words]
     assert stem_words(words + words[:2]) == stem_words(words) + stem_words(words[:2])  # remembered alike
     assert stem_words([]) == []
-    for bad in (["two words"], [""]):
+    for bad in (["two words"], [""], ["two words", " "]):
         with pytest.raises(ValueError):
             stem_words(bad)
 

@@ -91,8 +91,9 @@ def stem_words(words: Sequence[str]) -> list[str]:
         new = list(set(words).difference(_stems))
         stems = _stemmer().analyze(" ".join(new))
         # The stemmer maps one token to one, so a count that differs means a word that
-        # is not one token: stems would be paired with the wrong words.
-        if len(stems) != len(new) or not all(new):
+        # is not one token: stems would be paired with the wrong words. (A blank word
+        # gives none, and could make up for a word of two.)
+        if len(stems) != len(new) or not all(word.strip() for word in new):
             raise ValueError("stem_words takes single words: non-empty, without white space")
         _stems.update(zip(new, stems))
         return list(map(_stems.__getitem__, words))
