@@ -314,12 +314,16 @@ class Engine:
             return self.store.topics(ids, corrected=corrected)
         stored = self.store.topics(stored_ids, corrected=corrected) if stored_ids else None
         rows = {} if stored is None else {doc_id: row for row, doc_id in enumerate(stored.doc_ids) if doc_id not in stored.missing}
+        # What a text's topics depend on besides its words, the same for the whole window.
+        info = self.store.index_info()
+        k = info.k if info is not None else self.k
+        variant = "paper" if centering is None else hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
         found: list[CorrectedTopics] = []
         for doc_id, text in zip(ids, texts):
             if text is not None:
                 if check is not None:
                     check()
-                found.append(self._text_topics(text, centering))
+                found.append(self._text_topics(text, centering, k, variant))
             elif stored is not None and doc_id in rows:
                 row = rows[doc_id]
                 kept = int(np.count_nonzero(stored.importances[row]))
@@ -336,22 +340,16 @@ class Engine:
             backgrounds[row, : f.backgrounds.shape[0]] = f.backgrounds
         return TopicBatch(ids, topics, importances, missing, backgrounds)
 
-    def _text_topics(self, text: str, centering: Centering | None) -> CorrectedTopics:
-        """A text's topics as `reranker index` would store them (the index's K; with
-        `centering`, the corrected ones), cached by content, vectors, K and centering.
-        The paper's come with zero backgrounds."""
+    def _text_topics(self, text: str, centering: Centering | None, k: int, variant: str) -> CorrectedTopics:
+        """A text's `k` topics as `reranker index` would store them (with `centering`,
+        the corrected ones), cached by content, vectors, K and `variant` ("paper", or a
+        digest of the centering). The paper's come with zero backgrounds."""
         from reranker.indexing import (  # the write path (and its Doc2Vec imports) only when needed
             Correction,
             corrected_topics,
             document_topics,
         )
 
-        info = self.store.index_info()
-        k = info.k if info is not None else self.k
-        if centering is None:
-            variant = "paper"
-        else:
-            variant = hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
         key = f"{_text_key(text)}|{self.vectors.info.checksum}|{k}|{variant}"
         found = self.text_topics.get(key)
         if self.on_text_topics is not None:
