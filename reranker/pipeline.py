@@ -7,6 +7,7 @@ the evaluation and the HTTP service share.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -29,6 +30,7 @@ from reranker.errors import (
 )
 from reranker.rankers import (
     CandidateSet,
+    FirstStage,
     Formula,
     Ranker,
     RankerOptions,
@@ -301,6 +303,31 @@ class Engine:
         if "corrected_topics" in ranker.needs and window.corrected is None:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
         return window
+
+    def first_stage(self, query: Query, window: CandidateSet) -> CandidateSet:
+        """`window` with first-stage scores for candidates a caller sent without any
+        (`first_stage == "missing"`), in the order the caller sent them, best first, as
+        OpenSearch's rerank processor and Elasticsearch's text_similarity_reranker do.
+
+        The scores are BM25 of their texts (a stored candidate's stored text) with the
+        index's statistics (`Store.text_bm25`): about the scores the first stage gave them.
+        Where the store has no statistics (no index, or a store that cannot score a text),
+        the order itself: -ln(rank). Fusions then weigh the first stage as they do on
+        `/search`; without it, a fusion of a window of equal scores is its ranker alone.
+        Windows with scores are returned as they are.
+        """
+        if window.first_stage != "missing" or len(window) == 0:
+            return window
+        texts = list(window.texts or (None,) * len(window))
+        unread = [c.doc_id for c, text in zip(window.candidates, texts) if text is None]
+        stored = self.store.documents(unread) if unread else {}
+        found = [text if text is not None else getattr(stored.get(c.doc_id), "full_text", "") for c, text in zip(window.candidates, texts)]
+        scores = self.store.text_bm25(query.text, found)
+        kind: FirstStage = "index_bm25"
+        if scores is None:
+            scores, kind = [-math.log(c.bm25_rank) for c in window.candidates], "order"
+        candidates = tuple(replace(c, bm25_score=float(score)) for c, score in zip(window.candidates, scores))
+        return replace(window, candidates=candidates, first_stage=kind)
 
     def _window_topics(self, window: CandidateSet, centering: Centering | None, check: Callable[[], None] | None) -> TopicBatch:
         """The window's topics: the paper's, or with `centering` the corrected ones with

@@ -258,7 +258,7 @@ def test_n_way_fusions_are_registered_in_the_same_grammar(indexed: Engine) -> No
         ranker = indexed.ranker(name)
         assert ranker.name == name and isinstance(ranker, Fusion) and len(ranker.bases) == name.count("+")
     three = indexed.ranker("hidden_topics_corrected+doc2vec+wmd+bm25")
-    assert three.variant == "corrected" and three.needs == {"corrected_topics", "doc_vectors", "word_ids"}
+    assert three.variant == "corrected" and three.needs == {"corrected_topics", "doc_vectors", "word_ids", "first_stage"}
 
 
 def test_every_base_ranker_has_every_fusion() -> None:

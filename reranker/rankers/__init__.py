@@ -35,7 +35,14 @@ WordIds = npt.NDArray[np.int32]
 #   "doc_vectors"       the document's stored Doc2Vec vector
 #   "corrected_topics"  the document's corrected topics and backgrounds, and the index's
 #                       centering (the common-direction correction)
-Need = Literal["topics", "word_ids", "doc_vectors", "corrected_topics"]
+#   "first_stage"       the candidates' first-stage scores (BM25 and the fusions read them);
+#                       for candidates sent without any, `Engine.first_stage` supplies them
+Need = Literal["topics", "word_ids", "doc_vectors", "corrected_topics", "first_stage"]
+# Where a window's first-stage scores came from: the first stage itself (BM25 hits, or
+# scores a caller sent), nowhere yet (a caller sent texts in its order, without scores),
+# BM25 of the texts with the index's statistics, or their order (-ln rank) where the
+# service has no index to take statistics from.
+FirstStage = Literal["scores", "missing", "index_bm25", "order"]
 # The topic formula a ranker's explanations follow: the paper's, the authors' code's, or
 # the corrected one (centred vectors, less each topic's background).
 Formula = Variant | Literal["corrected"]
@@ -65,6 +72,7 @@ class CandidateSet:
     corrected: TopicBatch | None = None  # with backgrounds
     centering: Centering | None = None
     texts: tuple[str | None, ...] | None = None  # texts a caller sent with the candidates
+    first_stage: FirstStage = "scores"  # where the candidates' bm25_score came from
     exact_top: int | None = None
     notes: list[str] = field(default_factory=list, compare=False)
     unscored: set[int] = field(default_factory=set, compare=False)

@@ -9,7 +9,7 @@ from reranker.types import Query
 class Bm25Ranker:
     name = "bm25"
     variant: Formula | None = None
-    needs: frozenset[Need] = frozenset()
+    needs: frozenset[Need] = frozenset({"first_stage"})
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
         return window.bm25_scores

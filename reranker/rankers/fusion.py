@@ -21,7 +21,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from reranker.rankers import CandidateSet, Ranker, Scores, rank_candidates
+from reranker.rankers import CandidateSet, Need, Ranker, Scores, rank_candidates
 from reranker.types import Query
 
 Method = Literal["minmax", "zscore", "rrf"]
@@ -80,7 +80,8 @@ class Fusion:
         self.weight = weight
         self.name = fusion_name([base.name for base in self.bases], method)
         self.variant = next((base.variant for base in self.bases if base.variant is not None), None)
-        self.needs = frozenset().union(*(base.needs for base in self.bases))
+        first_stage: frozenset[Need] = frozenset({"first_stage"})
+        self.needs = first_stage.union(*(base.needs for base in self.bases))
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
         return self.components(query, window)[0]

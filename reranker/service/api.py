@@ -150,6 +150,7 @@ def rerank() -> Any:
     return jsonify(
         **status_fields(outcome),
         ranker=ranker.name,
+        **({"first_stage": outcome.first_stage} if "first_stage" in ranker.needs else {}),
         results=results,
         query_words=list(query.words),
         oov_words=list(dict.fromkeys(query.oov)),
@@ -159,4 +160,4 @@ def rerank() -> Any:
 
 def request_documents(candidates: Sequence[Candidate]) -> list[RequestDocument]:
     """The candidates of a rerank request as the runtime takes them."""
-    return [RequestDocument(candidate.id, candidate.text, candidate.score or 0.0) for candidate in candidates]
+    return [RequestDocument(candidate.id, candidate.text, candidate.score) for candidate in candidates]

@@ -190,7 +190,7 @@ def _behind_alias(store: OpenSearchStore, ranker: Ranker, layouts: dict[str, Top
     """Why `ranker` cannot rerank these indices (None: it can). The paper's topics come
     with each hit; WMD's words, Doc2Vec's vectors and the corrected topics' centering are
     read through the alias, not from each hit's index."""
-    if not ranker.needs - {"topics"}:
+    if not ranker.needs - {"topics", "first_stage"}:
         return None
     serving = store.alias_index()
     elsewhere = sorted(name for name in layouts if name != serving)

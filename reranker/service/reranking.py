@@ -35,8 +35,8 @@ from reranker.errors import (
 from reranker.experiments import Experiments, unit_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
 from reranker.pipeline import Ranking, uses_word_vectors
-from reranker.rankers import CandidateSet, Formula, Ranker, Scores, get_ranker
-from reranker.service.errors import ApiError, describe
+from reranker.rankers import CandidateSet, FirstStage, Formula, Ranker, Scores, get_ranker
+from reranker.service.errors import ApiError, bad_request, describe
 from reranker.store.events import Experiment, ShownQuery
 from reranker.types import Candidate, Filter, Query, TopicBatch
 
@@ -71,12 +71,13 @@ class Deadline:
 class RequestDocument:
     """A candidate a caller sends: a stored id, a text, or both (the id wins if stored).
 
-    first_stage_score: the caller's own score (e.g. BM25), used by fusion rankers; 0 if absent.
+    first_stage_score: the caller's own score (e.g. BM25), used by fusion rankers; None if
+    absent (then `Engine.first_stage` supplies one).
     """
 
     id: str | None
     text: str | None
-    first_stage_score: float = 0.0
+    first_stage_score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Reranked:
         | "partial" (the ranker ran out of its time budget and ordered some candidates
         by a bound; see reason) | "tied" (every candidate got the same score).
     reason: why, when status is not "ok".
+    first_stage: where the first-stage scores the ranker read came from (`FirstStage`).
     """
 
     order: list[int]
@@ -99,6 +101,7 @@ class Reranked:
     reason: str | None
     rerank_ms: float
     ranker_scores: Scores | None = None
+    first_stage: FirstStage = "scores"
 
     def hit_scores(self, position: int) -> dict[str, float | None]:
         """{"score", "ranker_score"} of one candidate, for a response body."""
@@ -227,7 +230,8 @@ class Runtime:
 
         def job() -> Ranking:
             # Completed here, once: the explanations read the same fetched topics.
-            candidates = engine.complete(window, ranker, deadline.check)
+            given = engine.first_stage(query, window) if "first_stage" in ranker.needs else window
+            candidates = engine.complete(given, ranker, deadline.check)
             built.append(candidates)
             deadline.check()
             return engine.rerank(query, candidates, ranker)
@@ -255,16 +259,16 @@ class Runtime:
         order, scores, own = ranking.order, ranking.scores, ranking.ranker_scores
         if len(query.words) == 0 and uses_word_vectors(ranker) and len(candidates):
             reason = "no query word has a word vector; first-stage order kept"
-            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed, own), candidates
+            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed, own, candidates.first_stage), candidates
         if ranking.notes:
             self.metrics.degraded.labels(endpoint, ranker.name, "partial").inc()
-            return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own), candidates
+            return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own, candidates.first_stage), candidates
         if len(scores) > 1 and float(np.ptp(scores)) == 0.0:
             # Nothing was reordered, and a caller should not read the order as a verdict:
             # bm25 through /rerank or /v2/rerank with no first-stage scores sent, say.
             reason = f"every candidate got the same score from {ranker.name!r}; they keep the order they came in"
-            return Reranked(order, scores, "tied", reason, elapsed, own), candidates
-        return Reranked(order, scores, "ok", None, elapsed, own), candidates
+            return Reranked(order, scores, "tied", reason, elapsed, own, candidates.first_stage), candidates
+        return Reranked(order, scores, "ok", None, elapsed, own, candidates.first_stage), candidates
 
     def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
         """The first-stage order of `size` candidates, counted as a fallback of `kind`."""
@@ -437,6 +441,12 @@ class Runtime:
 
         Raises ApiError 404 when an id is neither stored nor accompanied by a text.
         """
+        scored = sum(doc.first_stage_score is not None for doc in documents)
+        if 0 < scored < len(documents):
+            raise bad_request(
+                f"[documents] {scored} of {len(documents)} documents have a score: send a first-stage score "
+                "with every document, or with none (then the service scores them itself)"
+            )
         engine = self.engine()
         deadline = Deadline(self.limits.deadline_ms)
         query = engine.query(text)
@@ -471,15 +481,19 @@ class Runtime:
         found = set() if stored is None else set(stored.doc_ids) - set(stored.missing)
         doc_ids = tuple(doc.id if doc.id is not None else str(i) for i, doc in enumerate(documents))
         candidates = tuple(
-            Candidate(doc_id=doc_ids[i], bm25_score=doc.first_stage_score, bm25_rank=i + 1)
+            Candidate(doc_id=doc_ids[i], bm25_score=doc.first_stage_score or 0.0, bm25_rank=i + 1)
             for i, doc in enumerate(documents)
         )
+        # Scores for all or for none: a fusion cannot scale some scores against none.
+        first_stage: FirstStage = "scores" if documents and documents[0].first_stage_score is not None else "missing"
         # The Engine computes (and caches) what the ranker needs of a text; rankers reading
         # document text (WMD) use it too.
         texts = tuple(None if doc.id is not None and doc.id in found else doc.text for doc in documents)
         if any(text is not None for text in texts) or stored is None or stored.doc_ids != doc_ids:
-            return CandidateSet(candidates, texts=texts)
-        return CandidateSet(candidates, corrected=stored, texts=texts) if corrected else CandidateSet(candidates, stored, texts=texts)
+            return CandidateSet(candidates, texts=texts, first_stage=first_stage)
+        if corrected:
+            return CandidateSet(candidates, corrected=stored, texts=texts, first_stage=first_stage)
+        return CandidateSet(candidates, stored, texts=texts, first_stage=first_stage)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

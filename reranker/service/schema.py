@@ -431,6 +431,11 @@ class RerankAnswer(Answer):
     status: Status
     reason: str | SkipJsonSchema[None] = None
     ranker: str
+    first_stage: Literal["scores", "index_bm25", "order"] | SkipJsonSchema[None] = Field(
+        None,
+        description="where the first-stage scores a fusion read came from: the documents' own `score`, "
+        "BM25 of their texts with the index's statistics, or their order (-ln rank) where there is no index",
+    )
     results: list[RerankResult]
     query_words: list[str] | SkipJsonSchema[None] = None
     oov_words: list[str] | SkipJsonSchema[None] = None

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from reranker.config import Settings
 from reranker.errors import IndexMismatchError
@@ -141,6 +142,41 @@ class IndexInfo:
             )
 
 
+# Lucene's and tantivy's BM25 constants.
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def bm25_of_texts(
+    query_counts: npt.ArrayLike,
+    doc_freqs: npt.ArrayLike,
+    documents: int,
+    average_length: float,
+    frequencies: npt.ArrayLike,
+    lengths: npt.ArrayLike,
+) -> npt.NDArray[np.float64]:
+    """BM25 of n texts for a query of q distinct terms, with an index's statistics:
+
+        sum_t c_t idf(t) (k1 + 1) f / (f + k1 (1 - b + b |text| / avgdl)),
+        idf(t) = ln(1 + (N - df_t + 0.5) / (df_t + 0.5)),
+
+    Lucene's and tantivy's formula, so a text scores about what it would if it were
+    indexed (they quantise lengths).
+
+    query_counts, doc_freqs: (q,) each term's count in the query (c_t) and how many of
+    the index's `documents` (N) hold it; average_length: their mean length in terms.
+    frequencies: (n, q) each term's count in each text (f); lengths: (n,) each text's
+    length in terms. Returns (n,) float64.
+    """
+    counts = np.asarray(query_counts, dtype=np.float64)
+    df = np.clip(np.asarray(doc_freqs, dtype=np.float64), 0, documents)
+    idf = np.log1p((documents - df + 0.5) / (df + 0.5))
+    f = np.asarray(frequencies, dtype=np.float64).reshape(-1, counts.size)
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * np.asarray(lengths, dtype=np.float64) / max(average_length, 1e-9))
+    scores: npt.NDArray[np.float64] = (f * (BM25_K1 + 1.0) / (f + norm[:, None])) @ (counts * idf)
+    return scores
+
+
 class Store(Protocol):
     """Where documents, their BM25 index and their topics live."""
 
@@ -184,6 +220,14 @@ class Store(Protocol):
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         """The `size` best BM25 matches for the free-text `query` that pass `filters`,
         best first."""
+        ...
+
+    def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
+        """BM25 of each of `texts` (which need not be stored) for `query`, with this
+        index's analysis and statistics (`bm25_of_texts`): about the score each would get
+        from `bm25` if it were indexed. None when the index holds no documents (there are
+        no statistics to read).
+        """
         ...
 
     def topics(self, doc_ids: Sequence[str], corrected: bool = False) -> TopicBatch:

@@ -16,11 +16,13 @@ store has replaced since is dropped, since that row id no longer exists.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
 import threading
 import time
+from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -28,8 +30,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
-from reranker.store.text_index import TextIndex, stem_words
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, bm25_of_texts
+from reranker.store.text_index import TextIndex, TextTerms, stem_words, term_hashes
 from reranker.text import tokenize
 from reranker.types import (
     Candidate,
@@ -80,6 +82,11 @@ CREATE TABLE IF NOT EXISTS docs (
 """
 
 
+# Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
+# so some 1,000 papers.
+TEXT_TERMS_CACHE_BYTES = 32 * 2**20
+
+
 class EmbeddedStore:
     """A `Store` in `<directory>`: `store.sqlite3` and the text index `text/`.
 
@@ -110,6 +117,10 @@ class EmbeddedStore:
         self._pending_rowid = 0
         self._pending_docs = 0
         self._last_commit = time.monotonic()
+        # Texts' terms for `text_bm25`, by content (see `_terms_of`).
+        self._text_terms: OrderedDict[bytes, TextTerms] = OrderedDict()
+        self._text_terms_bytes = 0
+        self._terms_lock = threading.Lock()
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -398,6 +409,62 @@ class EmbeddedStore:
                 rows = self._db.execute("SELECT DISTINCT key FROM docs, json_each(docs.fields)").fetchall()
                 known = sorted({"title", *(row[0] for row in rows)})
                 raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(known)}")
+
+    def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
+        documents, average = self._length_statistics()
+        if not documents:
+            return None
+        asked = self._text.analysed(tokenize(query, self._stopwords)[:MAX_QUERY_TERMS])
+        sent = [self._terms_of(text) for text in texts]
+        lengths = np.fromiter((terms.length for terms in sent), dtype=np.float64, count=len(sent))
+        # The text index searches each field and adds the scores: so do these.
+        scores = np.zeros(len(texts), dtype=np.float64)
+        for field, terms in asked.items():
+            counts = Counter(terms)
+            distinct = list(counts)
+            doc_freqs = self._text.doc_freqs(field, distinct)
+            hashes = term_hashes(distinct)
+            frequencies = np.stack([found.frequencies(field, hashes) for found in sent]) if sent else np.zeros((0, len(distinct)))
+            scores += bm25_of_texts(
+                [counts[t] for t in distinct], [doc_freqs[t] for t in distinct], documents, average, frequencies, lengths
+            )
+        return [float(score) for score in scores]
+
+    def _length_statistics(self) -> tuple[int, float]:
+        """(documents, their mean length in terms) of what readers see, read again only
+        when that changes (a sum over every row costs milliseconds at 50,000 documents)."""
+        watermark = self._visible()
+        cached = getattr(self._local, "lengths", None)
+        if cached is not None and cached[0] == watermark:
+            return cached[1], cached[2]
+        try:
+            count, total = self._db.execute(
+                "SELECT COUNT(*), TOTAL(n_tokens + n_oov) FROM docs WHERE rowid <= ?", (watermark,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read term statistics: {exc}") from None
+        average = float(total) / count if count else 0.0
+        self._local.lengths = (watermark, int(count), average)
+        return int(count), average
+
+    def _terms_of(self, text: str) -> TextTerms:
+        """A text's terms, remembered by content: callers send the same texts again and
+        again, and tokenizing a long one costs a few milliseconds."""
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        with self._terms_lock:
+            found = self._text_terms.get(key)
+            if found is not None:
+                self._text_terms.move_to_end(key)
+                return found
+        terms = TextIndex.text_terms(tokenize(text, self._stopwords))
+        with self._terms_lock:
+            if key not in self._text_terms:
+                self._text_terms[key] = terms
+                self._text_terms_bytes += terms.nbytes
+            while self._text_terms_bytes > TEXT_TERMS_CACHE_BYTES:
+                _, old = self._text_terms.popitem(last=False)
+                self._text_terms_bytes -= old.nbytes
+        return terms
 
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         # Repeated query words stay repeated: the text index weighs a word by its count

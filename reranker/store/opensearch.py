@@ -623,6 +623,13 @@ class OpenSearchStore:
             self._properties_of = index
         return self._properties
 
+    def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
+        # Scoring texts the index does not hold needs the cluster's analysis of them and
+        # its term statistics: `_termvectors` of artificial documents gives both on
+        # OpenSearch, but the in-memory test server has no artificial documents, so it
+        # could not be tested here. Callers fall back to the order the texts came in.
+        return None
+
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         if size < 1 or not query.strip():
             return []

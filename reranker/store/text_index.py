@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+import numpy.typing as npt
 import tantivy
 
 from reranker.errors import StoreError
@@ -109,6 +112,42 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+@dataclass(frozen=True)
+class TextTerms:
+    """One text's terms per searched field, as sorted term hashes and their counts: a
+    tenth of the memory of a dict of words, so a service can keep many texts' terms.
+    Hashes are Python's own (salted per process): a TextTerms never leaves its process."""
+
+    length: int
+    fields: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + 64
+
+    def frequencies(self, field: str, terms: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+        """How often each term occurs in the field, for terms given by `term_hashes`:
+        (q,) -> (q,), 0 for a term the text lacks."""
+        hashes, counts = self.fields[field]
+        if not hashes.size:
+            return np.zeros(terms.shape, dtype=np.int32)
+        positions = np.minimum(np.searchsorted(hashes, terms), hashes.size - 1)
+        found: npt.NDArray[np.int32] = np.where(hashes[positions] == terms, counts[positions], 0).astype(np.int32)
+        return found
+
+
+def term_hashes(terms: Sequence[str]) -> npt.NDArray[np.int64]:
+    """The hashes `TextTerms` keeps terms by, (q,)."""
+    return np.fromiter((hash(term) for term in terms), dtype=np.int64, count=len(terms))
+
+
+def _hashed(counts: Counter[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    hashes = term_hashes(list(counts))
+    values = np.fromiter(counts.values(), dtype=np.int32, count=len(counts))
+    order = np.argsort(hashes)
+    return hashes[order], values[order]
+
+
 class TextIndex:
     """A tantivy index in `directory`: documents as (rowid, id, words).
 
@@ -165,14 +204,39 @@ class TextIndex:
             raise StoreError(f"BM25 search failed: {exc}") from None
         return [(int(rowid), float(score)) for (score, _), rowid in zip(hits, found) if rowid is not None]
 
+    def analysed(self, words: Sequence[str]) -> dict[str, list[str]]:
+        """What each searched field holds for these content words: field -> terms."""
+        text = " ".join(words)
+        return {
+            field: (_stemmer() if field == "stemmed" else self._analyzers[_EXACT]).analyze(text)
+            for field, _ in SEARCH_FIELDS
+        }
+
+    @staticmethod
+    def text_terms(words: Sequence[str]) -> "TextTerms":
+        """A text's content words as each searched field would hold them, compactly."""
+        counts = Counter(words)
+        distinct = list(counts)
+        stems: Counter[str] = Counter()
+        for word, stem in zip(distinct, stem_words(distinct)):
+            stems[stem] += counts[word]
+        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)})
+
+    def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
+        """How many documents hold each of `terms` in `field`. Raises StoreError."""
+        try:
+            searcher = self._index.searcher()
+            return {term: int(searcher.doc_freq(field, term)) for term in set(terms)}
+        except ValueError as exc:
+            raise StoreError(f"cannot read term statistics: {exc}") from None
+
     def _query(self, words: Sequence[str]) -> tantivy.Query | None:
         """One should-clause per (field, distinct analysed word), boosted by its count."""
         clauses = []
-        text = " ".join(words)
-        for field, boost in SEARCH_FIELDS:
-            # Not `stem_words`: a service would remember every word of every query.
-            analyzer = _stemmer() if field == "stemmed" else self._analyzers[_EXACT]
-            for term, count in Counter(analyzer.analyze(text)).items():
+        # Not `stem_words`: a service would remember every word of every query.
+        for field, terms in self.analysed(words).items():
+            boost = dict(SEARCH_FIELDS)[field]
+            for term, count in Counter(terms).items():
                 clause = tantivy.Query.term_query(self._schema, field, term, index_option="freq")
                 clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, boost * count)))
         return tantivy.Query.boolean_query(clauses) if clauses else None

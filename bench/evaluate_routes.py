@@ -1,0 +1,213 @@
+"""Relevance of every way into the service, replayed the way the clusters call it.
+
+For each judged data set (../shared/data/clscisumm2018-train and ../shared/data/cisi),
+the corpus is indexed into a fresh embedded store (bundled GloVe 6B 50-d, K = 15), and
+the service's Flask app is built over it (its real routes, called through Flask's test
+client: no sockets, the same code a request runs). Then each query's BM25 window (the
+store's own top 100, or the top 10: OpenSearch's rerank processor reranks only the page
+it returns) is sent through each route, as OpenSearch's rerank processor and
+Elasticsearch's text_similarity_reranker send it: the hits' texts, in the cluster's
+order, best first, with no scores. Each route answers with the default ranker.
+
+Rows (nDCG@10 of the route's order; p: paired randomisation test against the BM25 order
+of the same window, 10,000 sign flips; W/T/L against it):
+  bm25                      the window in its BM25 order (the baseline)
+  /search                   the native search: BM25 window + rerank, the store's scores
+  /rerank, scores sent      texts with their BM25 scores (what a caller with scores gets)
+  /rerank, texts only       texts, no scores: BM25 of the texts with the index's statistics
+  /rerank, ids only         stored ids, no scores: the same, on the stored texts
+  /v1/rerank, /v2/rerank    the Cohere routes, texts only, as the clusters call them
+  order only                texts, no scores, a store without term statistics (the
+                            OpenSearch store today): the order itself, -ln(rank)
+The proxy is not replayed here: it forwards the cluster's own hits with their scores to
+the same rerank as /search (see docs/proxy.md); tests/test_proxy.py runs it on osmem-server.
+
+Run:  python bench/evaluate_routes.py [--json FILE]    (about 3 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data"
+DATASETS = ("clscisumm2018-train", "cisi")
+KEY = "bench-key"
+
+
+class _NoStatistics:
+    """A store that cannot score texts it does not hold (as the OpenSearch store today)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def text_bm25(self, query: str, texts: Sequence[str]) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _routes(client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[str, list[Any]], list[int]]]:
+    """route name -> function(query, window candidates) -> the route's order (positions)."""
+    from reranker.rankers import CandidateSet
+
+    bearer = {"Authorization": f"Bearer {KEY}"}
+
+    def post(path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        answer = client.post(path, json=body, headers=headers or {})
+        if answer.status_code != 200:
+            raise RuntimeError(f"{path} answered {answer.status_code}: {answer.get_data(as_text=True)[:300]}")
+        return answer.get_json()
+
+    def texts(candidates: list[Any]) -> list[str]:
+        found = engine.store.documents([c.doc_id for c in candidates])
+        return [found[c.doc_id].full_text for c in candidates]
+
+    def search(query: str, candidates: list[Any]) -> list[int]:
+        found = post("/search", {"query": query, "window": len(candidates), "size": len(candidates)})
+        position = {c.doc_id: i for i, c in enumerate(candidates)}
+        return [position[hit["id"]] for hit in found["hits"]]
+
+    def rerank(kind: str) -> Callable[[str, list[Any]], list[int]]:
+        def call(query: str, candidates: list[Any]) -> list[int]:
+            if kind == "ids":
+                documents: list[Any] = [{"id": c.doc_id} for c in candidates]
+            else:
+                documents = [{"text": t} for t in texts(candidates)]
+            if kind == "scores":
+                documents = [{**d, "score": c.bm25_score} for d, c in zip(documents, candidates)]
+            found = post("/rerank", {"query": query, "documents": documents})
+            return [r["index"] for r in found["results"]]
+        return call
+
+    def cohere(version: str) -> Callable[[str, list[Any]], list[int]]:
+        def call(query: str, candidates: list[Any]) -> list[int]:
+            found = post(f"/{version}/rerank", {"query": query, "documents": texts(candidates)}, bearer)
+            return [r["index"] for r in found["results"]]
+        return call
+
+    no_statistics = replace(engine, store=_NoStatistics(engine.store))
+    ranker = engine.ranker(ranker_name)
+
+    def order_only(query: str, candidates: list[Any]) -> list[int]:
+        window = CandidateSet(
+            tuple(replace(c, bm25_score=0.0, bm25_rank=i + 1) for i, c in enumerate(candidates)),
+            texts=tuple(texts(candidates)),
+            first_stage="missing",
+        )
+        parsed = no_statistics.query(query)
+        return no_statistics.rerank(parsed, no_statistics.first_stage(parsed, window), ranker).order
+
+    return {
+        "/search": search,
+        "/rerank, scores sent": rerank("scores"),
+        "/rerank, texts only": rerank("texts"),
+        "/rerank, ids only": rerank("ids"),
+        "/v1/rerank": cohere("v1"),
+        "/v2/rerank": cohere("v2"),
+        "order only": order_only,
+    }
+
+
+def evaluate_dataset(name: str, sizes: Sequence[int]) -> dict[str, Any]:
+    from reranker.config import DEFAULT_RANKER, Settings
+    from reranker.datasets import load_dataset
+    from reranker.evaluation import paired_randomization_p, ranking_metrics
+    from reranker.indexing import index_corpus
+    from reranker.pipeline import build_engine
+    from reranker.service import create_app
+
+    dataset = load_dataset(DATA / name)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["RERANKER_DATA_DIR"] = folder
+        os.environ["RERANKER_API_KEYS"] = KEY
+        settings = Settings.from_env()
+        engine = build_engine(settings)
+        started = time.perf_counter()
+        index_corpus(DATA / name / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords)
+        print(f"{name}: indexed in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        app = create_app(settings)
+        routes = _routes(app.test_client(), engine, DEFAULT_RANKER)
+        for size in sizes:
+            per_route: dict[str, list[float]] = {"bm25": []}
+            spent: dict[str, float] = {}
+            for query_id, text in dataset.queries:
+                candidates = engine.store.bm25(text, size)
+                ids = [c.doc_id for c in candidates]
+                judged = dataset.qrels[query_id]
+                per_route["bm25"].append(ranking_metrics(ids, judged, size)["ndcg@10"])
+                for route, call in routes.items():
+                    begun = time.perf_counter()
+                    order = call(text, candidates)
+                    spent[route] = spent.get(route, 0.0) + time.perf_counter() - begun
+                    if sorted(order) != list(range(len(candidates))):
+                        raise RuntimeError(f"{route} did not return every candidate once")
+                    per_route.setdefault(route, []).append(ranking_metrics([ids[i] for i in order], judged, size)["ndcg@10"])
+            base = np.array(per_route["bm25"])
+            rows = {}
+            for route, values in per_route.items():
+                scores = np.array(values)
+                rows[route] = {
+                    "ndcg@10": float(scores.mean()),
+                    "p_vs_bm25": None if route == "bm25" else paired_randomization_p(scores, base),
+                    "wins_ties_losses": [int((scores > base).sum()), int((scores == base).sum()), int((scores < base).sum())],
+                    "ms_per_query": None if route == "bm25" else 1000 * spent[route] / len(dataset.queries),
+                }
+            results[str(size)] = rows
+    return {"queries": len(dataset.queries), "windows": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    missing = [name for name in DATASETS if not (DATA / name).is_dir()]
+    if missing:
+        print(f"needs ../shared/data/{missing[0]} beside the repository", file=sys.stderr)
+        return 2
+    from reranker.config import DEFAULT_RANKER
+
+    found = {name: evaluate_dataset(name, (100, 10)) for name in DATASETS}
+    print(f"Default ranker `{DEFAULT_RANKER}`; nDCG@10 (p vs the BM25 order of the same window; W/T/L; ms per query)\n")
+    for size in ("100", "10"):
+        print(f"Window of {size} hits:\n")
+        print("| route | " + " | ".join(f"{name} ({found[name]['queries']})" for name in DATASETS) + " |")
+        print("|---|" + "---:|" * len(DATASETS))
+        for route in found[DATASETS[0]]["windows"][size]:
+            cells = []
+            for name in DATASETS:
+                row = found[name]["windows"][size][route]
+                if row["p_vs_bm25"] is None:
+                    cells.append(f"{row['ndcg@10']:.3f}")
+                else:
+                    p = row["p_vs_bm25"]
+                    shown = "< 0.001" if p < 0.001 else f"{p:.3f}"
+                    w, t, l = row["wins_ties_losses"]
+                    cells.append(f"{row['ndcg@10']:.3f} (p {shown}; {w}/{t}/{l}; {row['ms_per_query']:.0f} ms)")
+            print(f"| {route} | " + " | ".join(cells) + " |")
+        print()
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())
