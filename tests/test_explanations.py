@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
+import numpy as np
 import pytest
 from conftest import SAMPLE, run
+from pydantic import ValidationError
 
 from reranker.config import Settings
-from reranker.pipeline import EXPLAIN_TOPICS, Engine, build_engine, explained_ranker
+from reranker.pipeline import EXPLAIN_TOPICS, Engine, build_engine, explained_ranker, strongest_topics
 from reranker.rankers import RankerOptions, get_ranker, ranker_names
 from reranker.service import create_app
+from reranker.service.schema import SearchAnswer
 from reranker.types import RankedDoc
 
 QUERIES = [json.loads(line)["text"] for line in (SAMPLE / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -164,3 +167,30 @@ def test_ranker_options_do_not_change_which_topics_are_explained(engine: Engine)
         assert hit.explanation is not None and other.explanation is not None
         assert hit.explanation.topics == other.explanation.topics and hit.explanation.topic_score == other.explanation.topic_score
         assert dict(other.explanation.parts)["topics"] == pytest.approx(dict(hit.explanation.parts)["topics"] * 0.9 / WEIGHT)
+
+
+def test_topics_are_shown_largest_contribution_first_ties_by_importance() -> None:
+    assert strongest_topics(np.array([0.1, -0.2, 0.3, 0.1, 0.0])) == [2, 0, 3, 4, 1]
+    assert strongest_topics(np.zeros(0)) == []
+
+
+def test_the_published_schema_describes_the_explanations_served(indexed: Path) -> None:
+    """/openapi.json is generated from schema.py's models: they publish the explanation's
+    shape, and an answer with explanations validates against them (the former shape, a
+    list of every topic, does not)."""
+    app = create_app(_settings(indexed))
+    try:
+        client = app.test_client()
+        document: dict[str, Any] = client.get("/openapi.json").get_json()
+        published = document["components"]["schemas"]["Explanation"]
+        assert set(published["properties"]) == {"score", "parts", "topic_ranker", "topic_score", "topics", "rest"}
+        assert set(published["required"]) == set(published["properties"])
+        assert document["components"]["schemas"]["Hit"]["properties"]["explanation"]["$ref"] == "#/components/schemas/Explanation"
+        answer = client.post("/search", json={"query": QUERIES[0], "size": 3, "explain": True}).get_json()
+        assert all("explanation" in hit for hit in answer["hits"])
+        SearchAnswer.model_validate(answer, strict=True)
+        answer["hits"][0]["explanation"] = answer["hits"][0]["explanation"]["topics"]
+        with pytest.raises(ValidationError):
+            SearchAnswer.model_validate(answer)
+    finally:
+        app.extensions["reranker"].close()
