@@ -39,7 +39,7 @@ from reranker.rankers import (
     get_ranker,
     rank_candidates,
 )
-from reranker.rankers.fusion import Fusion
+from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import Store
 from reranker.text import tokenize
 from reranker.topics import (
@@ -58,6 +58,7 @@ from reranker.types import (
     Document,
     DocumentTopic,
     DocVectorBatch,
+    Explanation,
     Filter,
     FloatArray,
     Query,
@@ -73,6 +74,9 @@ if TYPE_CHECKING:
     from reranker.indexing import Correction
 
 EXPLAIN_WORDS = 5
+# Topics an explanation shows, largest contribution first: the CLI, /search and the page
+# show these (the others are summed into one "rest"). See `Engine.explain`.
+EXPLAIN_TOPICS = 5
 # "Papers like this one" look for candidates with the paper's title and opening words.
 SIMILAR_QUERY_WORDS = 200
 
@@ -191,12 +195,15 @@ class Ranking:
     scores: (N,) what the order follows (for a fusion, the fused score).
     ranker_scores: (N,) the ranker's own scores (a fusion's base ranker; else = scores).
     notes: why the ranker answered approximately, if it did (see CandidateSet.notes).
+    parts: the terms `scores` adds up (`fused_total`): a fusion's rankers' and BM25's
+    shares; for a ranker alone, one part whose share is its scores. Explanations read them.
     """
 
     order: list[int]
     scores: Scores
     ranker_scores: Scores
     notes: tuple[str, ...] = ()
+    parts: tuple[FusionPart, ...] = ()
 
 
 @dataclass
@@ -458,13 +465,15 @@ class Engine:
             return Ranking([], empty, empty)
         window = replace(self.complete(window, ranker), notes=[], unscored=set())  # this call's scratch pad
         if isinstance(ranker, Fusion):
-            scores, own = ranker.components(query, window)
+            parts = ranker.parts(query, window)
+            scores, own = fused_total(parts, len(window)), parts[0].own
         else:
             scores = own = ranker.score(query, window)
+            parts = (FusionPart(ranker.name, own, scores),)
         notes = tuple(window.notes)
         if len(query.words) == 0 and uses_word_vectors(ranker):
-            return Ranking(list(range(len(window))), scores, own, notes)
-        return Ranking(rank_candidates(scores, window), scores, own, notes)
+            return Ranking(list(range(len(window))), scores, own, notes, parts)
+        return Ranking(rank_candidates(scores, window), scores, own, notes, parts)
 
     def search(
         self,
@@ -487,11 +496,7 @@ class Engine:
         ranking = self.rerank(query, candidates, ranker)
         order, scores = ranking.order[:size], ranking.scores
         reranked = time.perf_counter()
-        explanations = (
-            self.explain(query, candidates, order, ranker.variant)
-            if explain and ranker.variant is not None
-            else {}
-        )
+        explanations = self.explain(query, candidates, order, ranker, ranking.parts) if explain else {}
         hits = tuple(
             RankedDoc(
                 doc_id=candidates.candidates[position].doc_id,
@@ -501,7 +506,7 @@ class Engine:
                 bm25_score=candidates.candidates[position].bm25_score,
                 bm25_rank=candidates.candidates[position].bm25_rank,
                 title=candidates.candidates[position].title,
-                explanation=explanations.get(position, ()),
+                explanation=explanations.get(position),
             )
             for rank, position in enumerate(order, start=1)
         )
@@ -526,58 +531,80 @@ class Engine:
         )
 
     def explain(
-        self, query: Query, window: CandidateSet, positions: Sequence[int], variant: Formula
-    ) -> dict[int, tuple[TopicExplanation, ...]]:
-        """Per-topic contributions, topic words and aligned query words for `positions`.
-
-        For the corrected formula the topics are the corrected ones, words are compared
-        after centring, and a topic's contribution is i_k (relevance - background).
+        self, query: Query, window: CandidateSet, positions: Sequence[int], ranker: Ranker, parts: Sequence[FusionPart]
+    ) -> dict[int, Explanation]:
+        """Why the candidates at `positions` got their scores from `ranker`: the parts of the
+        score (`parts`, the ranking's), and the topic ranker's per-topic contributions
+        (`topic_contributions` / `corrected_contributions`, the formulas it scores with),
+        the EXPLAIN_TOPICS largest shown with their topic words and aligned query words,
+        the others summed into one rest. Empty for a ranker that does not score by topics.
         """
+        topic_ranker = explained_ranker(ranker)
+        if topic_ranker is None or topic_ranker.variant is None or not parts:
+            return {}
         chosen = list(positions)
-        query_distinct = list(dict.fromkeys(query.words))
-        query_lookup = self.vectors.lookup(query_distinct)
-        query_vectors, query_words = query.vectors, query_lookup.vectors
-        centering: Centering | None = None
-        if variant == "corrected":
-            window = self.complete(window, get_ranker("hidden_topics_corrected"))
-            centering = window.centering
-            batch = window.corrected  # complete() filled it
-            backgrounds = batch.backgrounds if batch is not None else None
-            assert batch is not None and backgrounds is not None and centering is not None
-            if len(query_vectors):
-                query_vectors = center(query_vectors, centering.mu, centering.direction)
-                query_words = center(query_words, centering.mu, centering.direction)
-            # Over the whole window, exactly as the ranker scored it (a sub-batch can round
-            # differently in BLAS), so contributions add up to the score.
-            relevance = topic_relevance(query_vectors, batch.topics, "paper")[chosen]
-            contributions = corrected_contributions(query_vectors, batch.topics, batch.importances, backgrounds)[chosen]
-            chosen_backgrounds = backgrounds[chosen]
-        else:
-            batch = self.complete(window, get_ranker("hidden_topics")).topics
-            assert batch is not None  # complete() filled it
-            relevance = topic_relevance(query_vectors, batch.topics, variant)[chosen]
-            contributions = topic_contributions(query_vectors, batch.topics, batch.importances, variant)[chosen]
-            chosen_backgrounds = np.zeros_like(relevance)
-        topics, importances = batch.topics[chosen], batch.importances[chosen]
+        contributions, relevance, backgrounds, batch, centering = self._contributions(query, window, topic_ranker.variant)
+        own = next((part.own for part in parts if part.name == topic_ranker.name), parts[0].own)
         texts = self.store.documents([batch.doc_ids[p] for p in chosen])
-        result: dict[int, tuple[TopicExplanation, ...]] = {}
-        for row, position in enumerate(chosen):
-            k = int(np.count_nonzero(importances[row]))
-            topic_words = self._topic_words(texts.get(batch.doc_ids[position]), topics[row, :k], EXPLAIN_WORDS, centering)
-            query_best = best_aligned(query_words, topics[row, :k], EXPLAIN_WORDS)
-            result[position] = tuple(
-                TopicExplanation(
-                    rank=t + 1,
-                    importance=float(importances[row, t]),
-                    relevance=float(relevance[row, t]),
-                    contribution=float(contributions[row, t]),
-                    topic_words=topic_words[t],
-                    query_words=tuple(query_lookup.words[i] for i in query_best[t]),
-                    background=float(chosen_backgrounds[row, t]),
-                )
-                for t in range(k)
+        query_lookup = self.vectors.lookup(list(dict.fromkeys(query.words)))
+        query_words = query_lookup.vectors
+        if centering is not None and len(query_words):
+            query_words = center(query_words, centering.mu, centering.direction)
+        result: dict[int, Explanation] = {}
+        for position in chosen:
+            k = int(np.count_nonzero(batch.importances[position]))
+            order = strongest_topics(contributions[position, :k])
+            shown, others = order[:EXPLAIN_TOPICS], order[EXPLAIN_TOPICS:]
+            topics = batch.topics[position, shown]
+            topic_words = self._topic_words(texts.get(batch.doc_ids[position]), topics, EXPLAIN_WORDS, centering)
+            query_best = best_aligned(query_words, topics, EXPLAIN_WORDS)
+            shares = tuple(("topics" if part.name == topic_ranker.name else part.name, float(part.share[position])) for part in parts)
+            result[position] = Explanation(
+                score=sum(value for _, value in shares),  # the parts' order: the fused score's float
+                parts=shares,
+                topic_ranker=topic_ranker.name,
+                topic_score=float(own[position]),
+                topics=tuple(
+                    TopicExplanation(
+                        rank=int(t) + 1,
+                        importance=float(batch.importances[position, t]),
+                        relevance=float(relevance[position, t]),
+                        contribution=float(contributions[position, t]),
+                        topic_words=topic_words[row],
+                        query_words=tuple(query_lookup.words[i] for i in query_best[row]),
+                        background=float(backgrounds[position, t]),
+                    )
+                    for row, t in enumerate(shown)
+                ),
+                rest_topics=len(others),
+                rest_contribution=float(contributions[position, others].sum()),
             )
         return result
+
+    def _contributions(
+        self, query: Query, window: CandidateSet, variant: Formula
+    ) -> tuple[Scores, FloatArray, FloatArray, TopicBatch, Centering | None]:
+        """(contributions (N, k), relevance (N, k), backgrounds (N, k), the topics, the
+        centering) of the whole window under `variant`, exactly as the ranker scored it:
+        over the whole window (a sub-batch can round differently in BLAS), with the topic
+        core's own contribution functions, so that they add up to the ranker's scores.
+
+        For the corrected formula the topics are the corrected ones, the query's words are
+        centred, and a topic's contribution is i_k (relevance - background).
+        """
+        if variant == "corrected":
+            window = self.complete(window, get_ranker("hidden_topics_corrected"))
+            batch, centering = window.corrected, window.centering
+            assert batch is not None and batch.backgrounds is not None and centering is not None  # complete() filled them
+            vectors = center(query.vectors, centering.mu, centering.direction) if len(query.vectors) else query.vectors
+            relevance = topic_relevance(vectors, batch.topics, "paper")
+            contributions = corrected_contributions(vectors, batch.topics, batch.importances, batch.backgrounds)
+            return contributions, relevance, batch.backgrounds, batch, centering
+        paper = self.complete(window, get_ranker("hidden_topics")).topics
+        assert paper is not None  # complete() filled it
+        relevance = topic_relevance(query.vectors, paper.topics, variant)
+        contributions = topic_contributions(query.vectors, paper.topics, paper.importances, variant)
+        return contributions, relevance, np.zeros_like(relevance), paper, None
 
     def _topic_words(
         self, document: Document | None, topics: FloatArray, count: int, centering: Centering | None = None
@@ -644,6 +671,22 @@ class Engine:
             )
             for rank, position in enumerate(order, start=1)
         )
+
+
+def explained_ranker(ranker: Ranker) -> Ranker | None:
+    """The ranker whose topics explain `ranker`'s scores: itself, or a fusion's first base
+    that scores by topics (the one `Fusion.variant` names); None when none does."""
+    if isinstance(ranker, Fusion):
+        return next((base for base in ranker.bases if base.variant is not None), None)
+    return ranker if ranker.variant is not None else None
+
+
+def strongest_topics(contributions: Scores) -> list[int]:
+    """Topic indices by contribution, largest first; equal ones in order of importance.
+
+    The one order every explanation shows (the CLI, /search, the page): which topics
+    made the hit rank where it did."""
+    return [int(t) for t in np.lexsort((np.arange(contributions.shape[0]), -contributions))]
 
 
 def uses_word_vectors(ranker: Ranker) -> bool:

@@ -236,8 +236,8 @@ class TopicExplanation:
     background: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """The one JSON shape of an explanation entry: the CLI's --json, /search and the
-        proxy all print this (its schema: /openapi.json, Hit.explanation)."""
+        """The one JSON shape of a topic in an explanation: the CLI's --json and /search
+        print this (its schema: /openapi.json, TopicExplanation)."""
         return {
             "topic": self.rank,
             "importance": self.importance,
@@ -246,6 +246,41 @@ class TopicExplanation:
             "background": self.background,
             "topic_words": list(self.topic_words),
             "query_words": list(self.query_words),
+        }
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a hit scored what it did, in two sums that hold exactly (up to float rounding).
+
+    score = the sum of `parts`: (label, value) in the order they were added; "topics" is
+    the topic ranker's share (for a fusion, its weighted, scaled score), "bm25" BM25's,
+    any other label another fused ranker's. A ranker alone has one part, "topics".
+    topic_score = the topic ranker's own score (`topic_ranker`'s, before any fusion) = the
+    contributions of `topics` + `rest_contribution`.
+    topics: the topics shown, largest contribution first (`pipeline.EXPLAIN_TOPICS` of them
+    at most); rest_topics, rest_contribution: how many others there are, and the sum of
+    their contributions.
+    """
+
+    score: float
+    parts: tuple[tuple[str, float], ...]
+    topic_ranker: str
+    topic_score: float
+    topics: tuple[TopicExplanation, ...]
+    rest_topics: int
+    rest_contribution: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON shape of an explanation: the CLI's --json and /search print this
+        (its schema: /openapi.json, Explanation)."""
+        return {
+            "score": self.score,
+            "parts": dict(self.parts),
+            "topic_ranker": self.topic_ranker,
+            "topic_score": self.topic_score,
+            "topics": [topic.to_json() for topic in self.topics],
+            "rest": {"topics": self.rest_topics, "contribution": self.rest_contribution},
         }
 
 
@@ -268,12 +303,13 @@ class RankedDoc:
     bm25_score: float
     bm25_rank: int
     title: str = ""
-    explanation: tuple[TopicExplanation, ...] = ()
+    # Why, when asked for and the ranker scores by topics (None otherwise).
+    explanation: Explanation | None = None
     ranker_score: float = 0.0  # the ranker's own score (a fusion's first ranker's; else = score)
 
     def to_json(self, *, explain: bool = False) -> dict[str, Any]:
         """The one JSON shape of a hit, for the CLI's --json and /search alike (its schema:
-        /openapi.json, Hit); `explanation` only when asked for."""
+        /openapi.json, Hit); `explanation` only when asked for and there is one."""
         body: dict[str, Any] = {
             "id": self.doc_id,
             "rank": self.rank,
@@ -283,8 +319,8 @@ class RankedDoc:
             "bm25_rank": self.bm25_rank,
             "title": self.title,
         }
-        if explain:
-            body["explanation"] = [entry.to_json() for entry in self.explanation]
+        if explain and self.explanation is not None:
+            body["explanation"] = self.explanation.to_json()
         return body
 
 

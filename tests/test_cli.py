@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -19,7 +20,18 @@ def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
     assert code == 0
     assert "25 CL-SciSumm papers" in out and "25 indexed now" in out
     assert out.count("BM25 order") == 2 and out.count("hidden_topics_corrected+bm25 order") == 2
-    assert "topic 1: importance" in out and "- background" in out and "query words:" in out
+    assert "topic " in out and "- background" in out and "query words:" in out
+    # What the demo says is true: the score is its parts, the topic score the sum of the
+    # topics shown and the rest (to the printed digits), not of a few topics alone.
+    assert "is the sum of these" not in out
+    for block in out.split("is first:\n")[1:]:
+        lines = block.splitlines()
+        parts = re.match(r"\s+score ([0-9.]+) = topics ([0-9.]+) \+ bm25 ([0-9.]+) ", lines[0])
+        assert parts is not None and float(parts[1]) == pytest.approx(float(parts[2]) + float(parts[3]), abs=2e-4)
+        total = re.match(r"\s+hidden_topics_corrected score (-?[0-9.]+) = the sum of its 15 topics' contributions", lines[1])
+        assert total is not None and "the other 10 topics together" in lines[7]
+        shown = [float(re.findall(r"-> ([+-][0-9.]+)", line)[0]) for line in lines[2:8]]
+        assert sum(shown) == pytest.approx(float(total[1]), abs=4e-5)
     assert "| hidden_topics |" in out and "| bm25 |" in out and "| hidden_topics_corrected+bm25 |" in out
     code, again = run(data_dir, "demo", "--queries", "1")
     assert code == 0 and "0 indexed now, 25 already there" in again
@@ -32,13 +44,15 @@ def test_index_then_search(data_dir: Path) -> None:
     code, out = run(data_dir, "search", query, "--size", "4", "--explain")
     assert code == 0
     assert out.startswith("hidden_topics_corrected+bm25: 4 of the BM25 top 100")  # the default ranker
-    assert out.count("topic 1: importance") == 4
+    assert out.count("topics' contributions") == 4 and out.count("other 5 topics together") == 4  # K = 10
     code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20", "--explain")
     body = json.loads(out)
     assert body["ranker"] == "hidden_topics_code" and body["window"] == 20 and body["status"] == "ok"
     assert len(body["hits"]) == 10
     hit = body["hits"][0]
-    assert sum(t["contribution"] for t in hit["explanation"]) == pytest.approx(hit["score"], abs=1e-9)
+    explanation = hit["explanation"]
+    shown = sum(t["contribution"] for t in explanation["topics"])
+    assert shown + explanation["rest"]["contribution"] == pytest.approx(hit["score"], abs=1e-9)
     # One JSON shape for a hit: the CLI's --json and POST /search say the same things the same way.
     from reranker.config import Settings
     from reranker.service import create_app
@@ -47,7 +61,7 @@ def test_index_then_search(data_dir: Path) -> None:
     served = app.test_client().post("/search", json={"query": query, "ranker": "hidden_topics_code", "window": 20, "explain": True}).get_json()
     app.extensions["reranker"].close()
     assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
-    assert set(served["hits"][0]) == set(hit) and set(served["hits"][0]["explanation"][0]) == set(hit["explanation"][0])
+    assert set(served["hits"][0]) == set(hit) and served["hits"][0]["explanation"] == explanation
     assert set(body) <= set(served) | {"reason"}
     plain = json.loads(run(data_dir, "search", query, "--json")[1])
     assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP

@@ -95,8 +95,9 @@ def test_the_corrected_ranker_scores_and_explains_what_it_scores(sample_engine: 
     assert result.status == "ok" and len(result.hits) == 5
     assert [hit.score for hit in result.hits] == sorted((hit.score for hit in result.hits), reverse=True)
     for hit in result.hits:
-        assert sum(topic.contribution for topic in hit.explanation) == pytest.approx(hit.score, abs=1e-6)
-        assert all(topic.query_words and topic.topic_words for topic in hit.explanation[:1])
+        assert hit.explanation is not None
+        assert sum(topic.contribution for topic in hit.explanation.topics) + hit.explanation.rest_contribution == pytest.approx(hit.score, abs=1e-6)
+        assert all(topic.query_words and topic.topic_words for topic in hit.explanation.topics[:1])
     paper = sample_engine.search(QUERY, "hidden_topics", window=25, size=5)
     assert [h.doc_id for h in paper.hits] != [h.doc_id for h in result.hits]
     fused = sample_engine.search(QUERY, "hidden_topics_corrected+bm25", window=25, size=5)
@@ -165,7 +166,9 @@ def test_the_opensearch_store_round_trips_the_centering_and_corrected_topics(tmp
     engine = Engine(store=fresh, vectors=glove)
     result = engine.search("sailing ships on the ocean", "hidden_topics_corrected", window=3, size=3, explain=True)
     assert result.hits[0].doc_id == "ships"
-    assert sum(t.contribution for t in result.hits[0].explanation) == pytest.approx(result.hits[0].score, abs=1e-6)
+    explanation = result.hits[0].explanation
+    assert explanation is not None
+    assert sum(t.contribution for t in explanation.topics) + explanation.rest_contribution == pytest.approx(result.hits[0].score, abs=1e-6)
     mapping = fresh.client.indices.get_mapping(index="papers")
     properties = next(iter(mapping.values()))["mappings"]["properties"]
     assert properties["corrected_topics"]["properties"]["backgrounds"] == {"type": "float", "index": False}

@@ -287,8 +287,9 @@ def test_search_end_to_end_through_the_engine(tmp_path: Path, os_store: OpenSear
     index_papers(tmp_path, os_store, glove)
     engine = Engine(store=OpenSearchStore(os_store.config), vectors=glove)
     result = engine.search("a grandmaster moves the knight and the rook", "hidden_topics", explain=True)
-    assert result.hits[0].doc_id == "chess" and result.hits[0].explanation
-    assert sum(t.contribution for t in result.hits[0].explanation) == pytest.approx(result.hits[0].score, abs=1e-5)
+    explanation = result.hits[0].explanation
+    assert result.hits[0].doc_id == "chess" and explanation is not None and explanation.topics
+    assert sum(t.contribution for t in explanation.topics) + explanation.rest_contribution == pytest.approx(result.hits[0].score, abs=1e-5)
     filtered = engine.search("bread ships chess", "hidden_topics", filters=[Filter("year", "lte", 2005)])
     assert {h.doc_id for h in filtered.hits} == {"ships", "cooking"}
 

@@ -125,12 +125,15 @@ def test_search_reranks_and_explains(indexed: Engine) -> None:
     assert [hit.rank for hit in result.hits] == [1, 2]
     top = result.hits[0]
     assert top.doc_id == "ships"
-    assert sum(t.contribution for t in top.explanation) == pytest.approx(top.score, abs=1e-9)
-    assert [t.rank for t in top.explanation] == list(range(1, len(top.explanation) + 1))
-    assert all(len(t.topic_words) == 5 and t.query_words for t in top.explanation)
+    explanation = top.explanation
+    assert explanation is not None and explanation.parts == (("topics", top.score),)
+    assert sum(t.contribution for t in explanation.topics) + explanation.rest_contribution == pytest.approx(top.score, abs=1e-9)
+    contributions = [t.contribution for t in explanation.topics]
+    assert contributions == sorted(contributions, reverse=True)  # largest first
+    assert all(len(t.topic_words) == 5 and t.query_words for t in explanation.topics)
     document_words = set(indexed.query(TINY_CORPUS[0]["title"] + " " + TINY_CORPUS[0]["text"]).words)
     query_words = set(result.query_words)
-    for topic in top.explanation:
+    for topic in explanation.topics:
         assert set(topic.topic_words) <= document_words
         assert set(topic.query_words) <= query_words
 
@@ -138,7 +141,8 @@ def test_search_reranks_and_explains(indexed: Engine) -> None:
 def test_code_variant_explanations_also_sum_to_the_score(indexed: Engine) -> None:
     result = indexed.search(QUERY, "hidden_topics_code", window=10, size=3, explain=True)
     for hit in result.hits:
-        assert sum(t.contribution for t in hit.explanation) == pytest.approx(hit.score, abs=1e-9)
+        assert hit.explanation is not None
+        assert sum(t.contribution for t in hit.explanation.topics) + hit.explanation.rest_contribution == pytest.approx(hit.score, abs=1e-9)
 
 
 def test_an_out_of_vocabulary_query_keeps_bm25_order_and_says_so(indexed: Engine) -> None:

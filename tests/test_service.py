@@ -119,10 +119,16 @@ def test_a_small_window_reranks_fewer_candidates(client: FlaskClient) -> None:
 def test_explanations_add_up_to_the_score(client: FlaskClient) -> None:
     body = client.post("/search", json={"query": QUERY, "size": 2, "explain": True}).get_json()
     for hit in body["hits"]:
-        topics = hit["explanation"]
+        explanation = hit["explanation"]
+        topics = explanation["topics"]
         assert topics and all(t["topic_words"] for t in topics)
-        # They add up to the topic score: the ranker's own (before a fusion with BM25).
-        assert sum(t["contribution"] for t in topics) == pytest.approx(hit["ranker_score"], rel=1e-5)
+        # The default fuses: its parts add up to the fused score ...
+        assert list(explanation["parts"]) == ["topics", "bm25"] and explanation["score"] == hit["score"]
+        assert sum(explanation["parts"].values()) == pytest.approx(hit["score"], rel=1e-12)
+        # ... and the topics shown plus the rest to the topic score: the ranker's own.
+        shown = sum(t["contribution"] for t in topics)
+        assert shown + explanation["rest"]["contribution"] == pytest.approx(hit["ranker_score"], rel=1e-9)
+        assert explanation["topic_ranker"] == "hidden_topics_corrected" and explanation["topic_score"] == hit["ranker_score"]
 
 
 def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> None:

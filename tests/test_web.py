@@ -192,6 +192,32 @@ def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: 
     assert "weight" in explanation.locator(".topic-head").first.inner_text()
 
 
+def test_a_hits_explanation_shows_the_apis_topics_in_its_order_and_the_rest(page: "Page", served: str) -> None:
+    """The page shows what /search explains, as it comes: the same topics in the same order
+    (the API chose them), the parts of the fused score, and one line for the rest."""
+    from playwright.sync_api import expect
+
+    _compare(page, QUERY)
+    status, body = _api(served, "POST", "/search", {"query": QUERY, "ranker": DEFAULT_RANKER, "size": 10, "explain": True})
+    assert status == 200
+    for position in (0, 3):
+        explanation = body["hits"][position]["explanation"]
+        hit = page.locator("#column-right .hit").nth(position)
+        expect(hit).to_have_attribute("data-id", body["hits"][position]["id"])
+        hit.locator("summary").click()
+        shown = hit.locator(".topic-head strong").all_inner_texts()
+        assert shown == [f"Topic {t['topic']}" for t in explanation["topics"]]
+        total = len(explanation["topics"]) + explanation["rest"]["topics"]
+        expect(hit.locator("summary")).to_have_text(f"Why: {len(explanation['topics'])} of {total} topics")
+        parts = explanation["parts"]
+        expect(hit.locator(".score-parts")).to_contain_text(
+            f"Score {explanation['score']:.4f} = topics {parts['topics']:.4f} + bm25 {parts['bm25']:.4f}"
+        )
+        expect(hit.locator(".topic-score")).to_contain_text(f"score {explanation['topic_score']:.5f} = the sum of its {total} topics")
+        rest = f"{explanation['rest']['contribution']:+.5f}"
+        expect(hit.locator(".topic-rest")).to_have_text(f"The other {explanation['rest']['topics']} topics add {rest} together.")
+
+
 def test_the_compare_view_screenshot(page: "Page") -> None:
     _compare(page, QUERY)
     page.locator("#column-right .hit").first.locator("summary").click()

@@ -24,6 +24,7 @@ from reranker.rankers import ranker_names
 
 if TYPE_CHECKING:
     from reranker.pipeline import Engine
+    from reranker.types import Explanation
 
 
 def add_parsers(commands: Any) -> None:
@@ -107,10 +108,10 @@ def _demo_query(
             f"{right.rank}. {mark_r}{right.doc_id:<12} score {right.score:.4f} {arrow}",
             file=out,
         )
-    if topics.hits:
-        top = topics.hits[0]
-        print(f"  Why {top.doc_id} is first: its topic score {top.ranker_score:.4f} is the sum of these topic contributions:", file=out)
-        for line in _explanation_lines(top, topics=3):
+    why = topics.hits[0].explanation if topics.hits else None
+    if why is not None:
+        print(f"  Why {topics.hits[0].doc_id} is first:", file=out)
+        for line in explanation_lines(why):
             print("    " + line, file=out)
     print("", file=out)
 
@@ -180,19 +181,30 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
             f"(rank {hit.bm25_rank}, {arrow})  {hit.title[:50]}",
             file=out,
         )
-        if explain:
-            for line in _explanation_lines(hit, topics=3):
+        if explain and hit.explanation is not None:
+            for line in explanation_lines(hit.explanation):
                 print("       " + line, file=out)
 
-def _explanation_lines(hit: Any, topics: int) -> list[str]:
+def explanation_lines(explanation: "Explanation") -> list[str]:
+    """An explanation as text: the parts of the score (a fusion's), then the topic
+    ranker's score as the sum of the topics shown (in the order every explanation shows
+    them) and one line for the rest, so that the lines add up to what they explain."""
     lines = []
-    for topic in hit.explanation[:topics]:
+    if len(explanation.parts) > 1:
+        parts = " + ".join(f"{label} {value:.4f}" for label, value in explanation.parts)
+        lines.append(f"score {explanation.score:.4f} = {parts} (topics: {explanation.topic_ranker}'s score, as the fusion scales it)")
+    total = len(explanation.topics) + explanation.rest_topics
+    shown = f"the {len(explanation.topics)} largest, then the rest" if explanation.rest_topics else "largest first"
+    lines.append(f"{explanation.topic_ranker} score {explanation.topic_score:.5f} = the sum of its {total} topics' contributions, {shown}:")
+    for topic in explanation.topics:
         relevance = f"(relevance {topic.relevance:.3f} - background {topic.background:.3f})" if topic.background else f"relevance {topic.relevance:.3f}"
         lines.append(
-            f"topic {topic.rank}: importance {topic.importance:.3f} x {relevance} "
-            f"-> {topic.contribution:.4f}; words: {', '.join(topic.topic_words)}; "
+            f"  topic {topic.rank}: importance {topic.importance:.3f} x {relevance} "
+            f"-> {topic.contribution:+.5f}; words: {', '.join(topic.topic_words)}; "
             f"query words: {', '.join(topic.query_words)}"
         )
+    if explanation.rest_topics:
+        lines.append(f"  the other {explanation.rest_topics} topics together -> {explanation.rest_contribution:+.5f}")
     return lines
 
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

@@ -16,7 +16,7 @@ the candidates a ranker could not score (see `fuse`), which no fusion library do
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal, Sequence
 
 import numpy as np
@@ -54,6 +54,21 @@ def z_score(scores: Scores) -> Scores:
     return scaled
 
 
+@dataclass(frozen=True)
+class FusionPart:
+    """One term of a fused score, for explanations.
+
+    name: the ranker's name, or "bm25" for the first stage.
+    own: (N,) the ranker's own scores (BM25's: the first-stage scores).
+    share: (N,) what it adds to the fused score: the fused score is the sum of the parts'
+    shares, added in the order `Fusion.parts` lists them.
+    """
+
+    name: str
+    own: Scores
+    share: Scores
+
+
 def fusion_name(bases: str | Sequence[str], method: Method) -> str:
     """The registry name: `hidden_topics+bm25` (min-max), `wmd+bm25:rrf`,
     `hidden_topics_corrected+doc2vec+bm25`, ..."""
@@ -88,8 +103,13 @@ class Fusion:
 
     def components(self, query: Query, window: CandidateSet) -> tuple[Scores, Scores]:
         """(fused scores, the first base ranker's own scores): responses show both."""
-        fused = np.zeros(len(window), dtype=np.float64)
-        first: Scores | None = None
+        parts = self.parts(query, window)
+        return fused_total(parts, len(window)), parts[0].own
+
+    def parts(self, query: Query, window: CandidateSet) -> tuple[FusionPart, ...]:
+        """The fused score's terms: each base ranker's, in order, then BM25's (last).
+        `fused_total` adds them up to the fused score."""
+        found: list[FusionPart] = []
         for base in self.bases:
             # Any candidate can reach the fused top, and the scaling reads the whole
             # window's spread: each ranker must score every candidate exactly (WMD may not
@@ -97,11 +117,10 @@ class Fusion:
             # (a document without a Doc2Vec vector) are not another's.
             whole = replace(window, exact_top=None, notes=window.notes, unscored=set())
             own = np.asarray(base.score(query, whole), dtype=np.float64)
-            fused += self._part(own, whole.unscored, window)
+            found.append(FusionPart(base.name, own, self._part(own, whole.unscored, window)))
             window.unscored.update(whole.unscored)
-            first = own if first is None else first
-        assert first is not None
-        return fused + self._bm25_part(window), first
+        found.append(FusionPart("bm25", window.bm25_scores, self._bm25_part(window)))
+        return tuple(found)
 
     def _part(self, own: Scores, unscored: set[int], window: CandidateSet) -> Scores:
         """One ranker's share of the fused score."""
@@ -130,3 +149,12 @@ class Fusion:
             return 1.0 / (RRF_K + bm25_ranks)
         scale = min_max if self.method == "minmax" else z_score
         return (1.0 - self.weight) * scale(window.bm25_scores)
+
+
+def fused_total(parts: Sequence[FusionPart], size: int) -> Scores:
+    """(size,) the sum of the parts' shares, added in their order (so an explanation that
+    adds the same numbers in the same order gets the same float)."""
+    total = np.zeros(size, dtype=np.float64)
+    for part in parts:
+        total += part.share
+    return total

@@ -34,11 +34,12 @@ from reranker.errors import (
 )
 from reranker.experiments import Experiments, unit_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
-from reranker.pipeline import Ranking, uses_word_vectors
-from reranker.rankers import CandidateSet, FirstStage, Formula, Ranker, Scores, get_ranker
+from reranker.pipeline import Ranking, explained_ranker, uses_word_vectors
+from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker
+from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
 from reranker.store.events import Experiment, ShownQuery
-from reranker.types import Candidate, Filter, Query, TopicBatch
+from reranker.types import Candidate, Explanation, Filter, Query, TopicBatch
 
 if TYPE_CHECKING:
     from reranker.config import Settings
@@ -88,6 +89,7 @@ class Reranked:
         degraded or query_out_of_vocabulary).
     scores: (N,) what the order follows (a fusion's fused score), or None when degraded.
     ranker_scores: (N,) the ranker's own scores (a fusion's base ranker), or None.
+    parts: the terms `scores` adds up (see `Ranking.parts`); empty when degraded.
     status: "ok" | "degraded" | "query_out_of_vocabulary" (first-stage order, by design)
         | "partial" (the ranker ran out of its time budget and ordered some candidates
         by a bound; see reason) | "tied" (every candidate got the same score).
@@ -101,6 +103,7 @@ class Reranked:
     reason: str | None
     rerank_ms: float
     ranker_scores: Scores | None = None
+    parts: tuple[FusionPart, ...] = ()
     first_stage: FirstStage = "scores"
 
     def hit_scores(self, position: int) -> dict[str, float | None]:
@@ -256,19 +259,19 @@ class Runtime:
         elapsed = 1000 * (time.perf_counter() - started)
         self.metrics.rerank_latency.labels(endpoint, ranker.name).observe(elapsed / 1000)
         candidates = built[0]
-        order, scores, own = ranking.order, ranking.scores, ranking.ranker_scores
+        order, scores, own, parts = ranking.order, ranking.scores, ranking.ranker_scores, ranking.parts
         if len(query.words) == 0 and uses_word_vectors(ranker) and len(candidates):
             reason = "no query word has a word vector; first-stage order kept"
-            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed, own, candidates.first_stage), candidates
+            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed, own, parts, candidates.first_stage), candidates
         if ranking.notes:
             self.metrics.degraded.labels(endpoint, ranker.name, "partial").inc()
-            return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own, candidates.first_stage), candidates
+            return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own, parts, candidates.first_stage), candidates
         if len(scores) > 1 and float(np.ptp(scores)) == 0.0:
             # Nothing was reordered, and a caller should not read the order as a verdict:
             # bm25 through /rerank or /v2/rerank with no first-stage scores sent, say.
             reason = f"every candidate got the same score from {ranker.name!r}; they keep the order they came in"
-            return Reranked(order, scores, "tied", reason, elapsed, own, candidates.first_stage), candidates
-        return Reranked(order, scores, "ok", None, elapsed, own, candidates.first_stage), candidates
+            return Reranked(order, scores, "tied", reason, elapsed, own, parts, candidates.first_stage), candidates
+        return Reranked(order, scores, "ok", None, elapsed, own, parts, candidates.first_stage), candidates
 
     def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
         """The first-stage order of `size` candidates, counted as a fallback of `kind`."""
@@ -393,8 +396,8 @@ class Runtime:
                 "bm25_rank": candidate.bm25_rank,
                 "title": candidate.title,
             }
-            if explain:
-                hit["explanation"] = [entry.to_json() for entry in explanations.get(position, ())]
+            if position in explanations:
+                hit["explanation"] = explanations[position].to_json()
             hits.append(hit)
         if interleaved is not None:
             head: dict[str, Any] = {**interleaved.fields(), "query": text}
@@ -414,21 +417,20 @@ class Runtime:
 
     def _explanations(
         self, query: Query, candidate_set: CandidateSet | None, page: list[tuple[int, Reranked, Ranker]]
-    ) -> dict[int, Any]:
-        """Topic explanations of the page's hits, each by the topic ranker that placed it
-        (none for a degraded outcome or a ranker without topics)."""
+    ) -> dict[int, Explanation]:
+        """Explanations of the page's hits (`Engine.explain`), each by the ranker that
+        placed it and the parts of its score; none for a degraded outcome (no scores) or a
+        ranker that does not score by topics."""
         if candidate_set is None:
             return {}
-        wanted: dict[str, list[int]] = {}
-        variants: dict[str, Formula] = {}
+        wanted: dict[str, tuple[Ranker, Reranked, list[int]]] = {}
         for position, scored, ranker in page:
-            if scored.status in ("ok", "partial") and ranker.variant is not None:
-                wanted.setdefault(ranker.name, []).append(position)
-                variants[ranker.name] = ranker.variant
-        found: dict[int, Any] = {}
-        for name, positions in wanted.items():
+            if scored.parts and explained_ranker(ranker) is not None:
+                wanted.setdefault(ranker.name, (ranker, scored, []))[2].append(position)
+        found: dict[int, Explanation] = {}
+        for ranker, scored, positions in wanted.values():
             try:
-                found.update(self.engine().explain(query, candidate_set, positions, variants[name]))
+                found.update(self.engine().explain(query, candidate_set, positions, ranker, scored.parts))
             except StoreError as exc:
                 log.warning("explanations unavailable: %s", exc)
         return found

@@ -40,6 +40,7 @@ from pydantic_core import PydanticCustomError
 
 from reranker.config import ServiceSettings
 from reranker.experiments import DEFAULT_MIN_QUERIES, DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_QUERIES, TIMESTAMP_PATTERN
+from reranker.pipeline import EXPLAIN_TOPICS
 from reranker.rankers import ranker_names
 from reranker.service.bodies import json_type
 from reranker.service.errors import ApiError
@@ -376,13 +377,33 @@ class Error(Answer):
 
 
 class TopicExplanation(Answer):
-    topic: int
+    topic: int = Field(description="the topic's rank by importance in its document (1 = the most important)")
     importance: float
     relevance: float
-    contribution: float = Field(description="importance x (relevance - background); they add up to the topic score")
+    contribution: float = Field(description="the topic's share of topic_score: importance x (relevance - background); for hidden_topics_code, scaled so that they add up")
     background: float = Field(description="the corrected formula's background relevance of the topic (0 for the paper's and the code's)")
     topic_words: list[str]
     query_words: list[str]
+
+
+class RestOfTopics(Answer):
+    topics: int = Field(description="how many topics the explanation does not show")
+    contribution: float = Field(description="the sum of their contributions")
+
+
+class Explanation(Answer):
+    """Why a hit scored what it did: parts add up to score, and the topics' contributions
+    plus rest add up to topic_score (up to float rounding)."""
+
+    score: float = Field(description="the hit's score (a fusion's fused score): the sum of parts")
+    parts: dict[str, float] = Field(
+        description='what each ranker adds to score: "topics" (the topic ranker; for a fusion its weighted, '
+        'scaled score), "bm25" (in a fusion), and any other fused ranker by its name'
+    )
+    topic_ranker: str = Field(description="the ranker the topics explain (a fusion's topic ranker)")
+    topic_score: float = Field(description="that ranker's own score: the contributions of topics plus rest.contribution")
+    topics: list[TopicExplanation] = Field(description=f"the topics that add most, largest contribution first (at most {EXPLAIN_TOPICS})")
+    rest: RestOfTopics
 
 
 class Hit(Answer):
@@ -395,7 +416,7 @@ class Hit(Answer):
     bm25_score: float
     bm25_rank: int
     title: str | SkipJsonSchema[None] = None
-    explanation: list[TopicExplanation] | SkipJsonSchema[None] = Field(None, description="with explain: true")
+    explanation: Explanation | SkipJsonSchema[None] = Field(None, description="with explain: true, for a ranker that scores by topics (absent otherwise, and when degraded)")
 
 
 class ExperimentArm(Answer):

@@ -13,7 +13,6 @@
   // The compare view opens on the first stage against the service's default ranker.
   const BASELINE = "bm25";
   const PAGE_SIZE = 10;
-  const EXPLAIN_TOPICS = 5;
   const CLIENT_ID_KEY = "reranker.client_id";
   const ADMIN_KEY = "reranker.admin_key";
 
@@ -266,7 +265,7 @@
       list.append(el("li", { class: "empty", text: "No document matches this query." }));
       return;
     }
-    if (!body.hits.some((hit) => hit.explanation && hit.explanation.length) && (body.status === "ok" || body.status === "partial")) {
+    if (!body.hits.some((hit) => hit.explanation) && (body.status === "ok" || body.status === "partial")) {
       meta.append(el("span", { class: "note", text: ` · ${ranker} does not score by topics: no explanations.` }));
     }
     const otherRanks = new Map((other ? other.hits : []).map((hit) => [hit.id, hit.rank]));
@@ -309,16 +308,18 @@
         hit.title ? ` · ${hit.id}` : null
       )
     );
-    if (hit.explanation && hit.explanation.length) item.append(renderExplanation(hit.explanation));
+    if (hit.explanation) item.append(renderExplanation(hit.explanation));
     return item;
   }
 
-  function renderExplanation(topics) {
-    const strongest = [...topics].sort((a, b) => b.contribution - a.contribution);
-    const shown = strongest.slice(0, EXPLAIN_TOPICS);
-    const rest = strongest.slice(EXPLAIN_TOPICS);
+  // The API decides which topics an explanation shows and in what order (largest
+  // contribution first) and sums the others into `rest`: the page shows them as they come,
+  // as the command line does, so the lines add up to the score they explain.
+  function renderExplanation(explanation) {
+    const parts = Object.entries(explanation.parts);
+    const total = explanation.topics.length + explanation.rest.topics;
     const list = el("ol", { class: "topic-list" });
-    for (const topic of shown) {
+    for (const topic of explanation.topics) {
       list.append(
         el(
           "li",
@@ -327,7 +328,9 @@
             "p",
             { class: "topic-head" },
             el("strong", { text: `Topic ${topic.topic}` }),
-            ` weight ${number(topic.importance, 3)} · relevance ${number(topic.relevance, 3)} · adds ${number(topic.contribution, 4)}`
+            ` weight ${number(topic.importance, 3)} · relevance ${number(topic.relevance, 3)}`,
+            topic.background ? ` − background ${number(topic.background, 3)}` : null,
+            ` · adds ${signed(topic.contribution, 5)}`
           ),
           bar(topic.importance),
           el("p", { class: "words" }, el("span", { class: "label", text: "Topic words: " }), topic.topic_words.join(", ") || "—"),
@@ -335,15 +338,33 @@
         )
       );
     }
-    const restTotal = rest.reduce((sum, t) => sum + t.contribution, 0);
     return el(
       "details",
       { class: "explanation" },
-      el("summary", { text: `Why: ${topics.length} topics` }),
-      el("p", { class: "hint", text: `The ${shown.length} topics that add most to the score, strongest first.` }),
+      el("summary", { text: `Why: ${explanation.topics.length} of ${total} topics` }),
+      parts.length > 1
+        ? el(
+            "p",
+            { class: "hint score-parts" },
+            `Score ${number(explanation.score, 4)} = ${parts.map(([label, value]) => `${label} ${number(value, 4)}`).join(" + ")}` +
+              ` (topics: ${explanation.topic_ranker}'s score, as the fusion scales it).`
+          )
+        : null,
+      el(
+        "p",
+        { class: "hint topic-score" },
+        `${explanation.topic_ranker} score ${number(explanation.topic_score, 5)} = the sum of its ${total} topics' contributions` +
+          (explanation.rest.topics ? `; the ${explanation.topics.length} largest:` : ", largest first:")
+      ),
       list,
-      rest.length ? el("p", { class: "hint", text: `${rest.length} more topics add ${number(restTotal, 4)} together.` }) : null
+      explanation.rest.topics
+        ? el("p", { class: "hint topic-rest", text: `The other ${explanation.rest.topics} topics add ${signed(explanation.rest.contribution, 5)} together.` })
+        : null
     );
+  }
+
+  function signed(value, digits) {
+    return typeof value === "number" && value >= 0 ? `+${number(value, digits)}` : number(value, digits);
   }
 
   // --- live search, with click events when an experiment interleaves it -------------------
