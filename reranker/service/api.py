@@ -150,7 +150,8 @@ def rerank() -> Any:
     return jsonify(
         **status_fields(outcome),
         ranker=ranker.name,
-        **({"first_stage": outcome.first_stage} if "first_stage" in ranker.needs else {}),
+        # (An empty list of documents has nothing to score, so no source either.)
+        **({"first_stage": outcome.first_stage} if "first_stage" in ranker.needs and outcome.first_stage != "missing" else {}),
         results=results,
         query_words=list(query.words),
         oov_words=list(dict.fromkeys(query.oov)),

@@ -112,7 +112,7 @@ def _rerank(version: str) -> Response:
     )
     response = Response(body, mimetype="application/json")
     response.headers["X-Reranker-Status"] = outcome.status
-    if "first_stage" in ranker.needs:
+    if "first_stage" in ranker.needs and outcome.first_stage != "missing":
         # Where the fusion's first-stage evidence came from (the clusters send none).
         response.headers["X-Reranker-First-Stage"] = outcome.first_stage
     return response
