@@ -257,3 +257,85 @@ def test_a_ranker_that_ties_every_document_says_so(client: FlaskClient) -> None:
     assert any("same score" in warning for warning in body["meta"]["warnings"])
     ranked = client.post("/v2/rerank", json={"query": QUERY, "documents": ["a ship", "a loaf"], "model": "hidden_topics"}, headers=HEADERS)
     assert ranked.headers["X-Reranker-Status"] == "ok"
+
+
+# --- first-stage evidence when the clusters send texts only (issue 22, point 0) -----------
+
+
+def _sample_texts(client_app: Any, query: str, size: int) -> tuple[list[str], list[str], list[float]]:
+    """The store's own BM25 top `size` for `query`: ids, texts and scores, best first."""
+    engine = client_app.extensions["reranker"].engine()
+    hits = engine.store.bm25(query, size)
+    found = engine.store.documents([hit.doc_id for hit in hits])
+    return [hit.doc_id for hit in hits], [found[hit.doc_id].full_text for hit in hits], [hit.bm25_score for hit in hits]
+
+
+def test_texts_without_scores_get_bm25_with_the_index_statistics(indexed: Path) -> None:
+    """The clusters send texts only. Scored as the index would score them, the `bm25`
+    ranker must put a shuffled window back in the store's own BM25 order."""
+    app = _app(indexed)
+    try:
+        ids, texts, scores = _sample_texts(app, QUERY, 12)
+        shuffled = list(reversed(range(len(texts))))  # the worst first: the order must not be what decides
+        answer = app.test_client().post(
+            "/v1/rerank", json={"query": QUERY, "model": "bm25", "documents": [texts[i] for i in shuffled]}, headers=HEADERS
+        )
+        assert answer.status_code == 200
+        assert answer.headers["X-Reranker-First-Stage"] == "index_bm25"
+        order = [ids[shuffled[r["index"]]] for r in answer.get_json()["results"]]
+        assert order == ids
+        # And the scores are the index's (tantivy quantises lengths: within a few per cent).
+        got = {ids[shuffled[r["index"]]]: r["relevance_score"] for r in answer.get_json()["results"]}
+        for doc_id, score in zip(ids, scores):
+            assert got[doc_id] == pytest.approx(score, rel=0.03)
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_the_default_ranker_reads_the_texts_first_stage(indexed: Path) -> None:
+    """Texts only, and the same texts with the scores the first stage gave them: the
+    default fusion orders both alike (it reads BM25 of the texts, not equal scores)."""
+    app = _app(indexed)
+    try:
+        client = app.test_client()
+        _, texts, scores = _sample_texts(app, QUERY, 15)
+        bare = client.post("/rerank", json={"query": QUERY, "documents": [{"text": t} for t in texts]}).get_json()
+        given = client.post(
+            "/rerank", json={"query": QUERY, "documents": [{"text": t, "score": s} for t, s in zip(texts, scores)]}
+        ).get_json()
+        assert bare["first_stage"] == "index_bm25" and given["first_stage"] == "scores"
+        assert [r["index"] for r in bare["results"]][:5] == [r["index"] for r in given["results"]][:5]
+        # A ranker that reads no first stage says nothing about one.
+        alone = client.post("/rerank", json={"query": QUERY, "ranker": "hidden_topics_corrected", "documents": [{"text": t} for t in texts]}).get_json()
+        assert "first_stage" not in alone
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_scores_for_some_documents_only_are_refused(client: FlaskClient) -> None:
+    answer = client.post("/rerank", json={"query": QUERY, "documents": [{"text": "a beam search decoder", "score": 3.0}, {"text": "bread and yeast"}]})
+    assert answer.status_code == 400
+    assert "1 of 2 documents have a score" in answer.get_json()["error"]["reason"]
+
+
+def test_without_an_index_the_order_is_the_first_stage(tmp_path: Path, vectors_cache: Path, glove: Any) -> None:
+    """A store with no statistics (no documents yet): the texts' order, -ln(rank)."""
+    from reranker.pipeline import Engine
+    from reranker.rankers import CandidateSet
+    from reranker.store.embedded import EmbeddedStore
+    from reranker.types import Candidate
+
+    store = EmbeddedStore(tmp_path / "empty")
+    try:
+        engine = Engine(store=store, vectors=glove)
+        assert store.text_bm25(QUERY, ["statistical machine translation"]) is None
+        window = CandidateSet(
+            tuple(Candidate(str(i), 0.0, i + 1) for i in range(3)), texts=("a", "b", "c"), first_stage="missing"
+        )
+        given = engine.first_stage(engine.query(QUERY), window)
+        assert given.first_stage == "order"
+        assert [c.bm25_score for c in given.candidates] == pytest.approx([0.0, -math.log(2), -math.log(3)])
+        # A window that has scores keeps them.
+        assert engine.first_stage(engine.query(QUERY), CandidateSet(window.candidates)) == CandidateSet(window.candidates)
+    finally:
+        store.close()
