@@ -41,7 +41,7 @@ from reranker.rankers import (
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import Store
-from reranker.text import tokenize
+from reranker.text import tokenize, tokenize_both, topic_words
 from reranker.topics import (
     best_aligned,
     center,
@@ -50,6 +50,7 @@ from reranker.topics import (
     topic_contributions,
     topic_relevance,
     topic_similarity,
+    word_shares,
 )
 from reranker.types import (
     Centering,
@@ -283,8 +284,9 @@ class Engine:
             info.check(self.vectors.info)
 
     def query(self, text: str) -> Query:
-        tokens = tokenize(text, self.stopwords)
-        lookup = self.vectors.lookup(tokens)
+        # Its topic words align with topics; all its content words go to Doc2Vec.
+        tokens, topical = tokenize_both(text, self.stopwords)
+        lookup = self.vectors.lookup(topical)
         return Query(text=text, words=lookup.words, vectors=lookup.vectors, oov=lookup.oov, tokens=tuple(tokens))
 
     def window(self, query: Query, size: int, filters: Sequence[Filter] = ()) -> CandidateSet:
@@ -449,7 +451,7 @@ class Engine:
                 if document is None:
                     continue
                 text = document.full_text
-            ids = self.vectors.word_ids(tokenize(text, self.stopwords))
+            ids = self.vectors.word_ids(topic_words(text, self.stopwords))
             self.word_id_cache.put(key, ids)
             found[position] = ids
         return tuple(found)
@@ -609,17 +611,18 @@ class Engine:
     def _topic_words(
         self, document: Document | None, topics: FloatArray, count: int, centering: Centering | None = None
     ) -> list[tuple[str, ...]]:
-        """For each of `topics` (k, d), the `count` words of `document` it reconstructs
-        best (none for a document that is not stored); with `centering`, of the centred
-        word vectors (the corrected topics' space)."""
+        """For each of `topics` (k, d), the `count` words of `document` with the largest
+        share of it (`word_shares`: the words that made it; none for a document that is not
+        stored); with `centering`, of the centred word vectors (the corrected topics' space)."""
         words: tuple[str, ...] = ()
         vectors = np.zeros((0, self.vectors.dim), dtype=np.float32)
+        counts = np.zeros(0, dtype=np.float32)
         if document is not None:
-            distinct, _, _ = self.vectors.lookup_counts(tokenize(document.full_text, self.stopwords))
+            distinct, counts, _ = self.vectors.lookup_counts(topic_words(document.full_text, self.stopwords))
             words, vectors = distinct.words, distinct.vectors
             if centering is not None and len(vectors):
                 vectors = center(vectors, centering.mu, centering.direction)
-        return [tuple(words[i] for i in best) for best in best_aligned(vectors, topics, count)]
+        return [tuple(words[i] for i in best) for best in word_shares(vectors, counts, topics, count)]
 
     def document(self, doc_id: str) -> Document:
         """The stored document `doc_id`. Raises DocumentNotFoundError."""
@@ -630,11 +633,21 @@ class Engine:
 
     def document_topics(self, doc_id: str, words: int = EXPLAIN_WORDS) -> tuple[Document, tuple[DocumentTopic, ...]]:
         """A stored document and its hidden topics, most important first, each read
-        through its `words` best-reconstructed document words. Raises DocumentNotFoundError."""
+        through its `words` words with the largest share of it (`_topic_words`).
+
+        The topics are the ones the default ranker reads: the corrected ones where the
+        index has them (the paper's first topic is the common direction of all word
+        vectors, and reads as "example, particular, given" on every paper), else the
+        paper's. Raises DocumentNotFoundError.
+        """
         document = self.document(doc_id)
-        batch = self.store.topics([doc_id])
+        info = self.store.index_info()
+        centering = info.centering if info is not None else None
+        batch = self.store.topics([doc_id], corrected=centering is not None)
+        if centering is not None and doc_id in batch.missing:  # stored before the correction
+            batch, centering = self.store.topics([doc_id]), None
         k = int(np.count_nonzero(batch.importances[0]))
-        topic_words = self._topic_words(document, batch.topics[0, :k], words)
+        topic_words = self._topic_words(document, batch.topics[0, :k], words, centering)
         topics = tuple(
             DocumentTopic(rank=t + 1, importance=float(batch.importances[0, t]), words=topic_words[t]) for t in range(k)
         )

@@ -409,6 +409,31 @@ def best_aligned(vectors: npt.ArrayLike, topics: npt.ArrayLike, top_n: int) -> n
     return np.take_along_axis(top, order, axis=1)
 
 
+def word_shares(vectors: npt.ArrayLike, counts: npt.ArrayLike, topics: npt.ArrayLike, top_n: int) -> npt.NDArray[np.intp]:
+    """For each topic, the indices of the `top_n` words with the largest share of it.
+
+    vectors: (u, d) a document's distinct words, in the space its topics were extracted in
+    (centred for the corrected topics); counts: (u,) how often each occurs (the weights of
+    its Gram matrix). topics: (k, d) unit rows. Returns (k, min(top_n, u)), largest first.
+
+    A topic's eigenvalue is a sum over the document's words (Eqs. 4-5, 8):
+    sigma_k^2 = ||h_k^T W||^2 = sum_w c_w (h_k . v_w)^2, so c_w (h_k . v_w)^2 is how much
+    of the topic word w makes. These are the words that made the topic: a word seen once
+    whose vector happens to point along it (the largest |cos|, `best_aligned`) is not.
+    """
+    matrix = np.asarray(vectors, dtype=np.float32)
+    weights = np.asarray(counts, dtype=np.float64)
+    if weights.shape != matrix.shape[:1]:
+        raise ValueError(f"vectors {matrix.shape} and counts {weights.shape} do not match")
+    shares = np.square((np.asarray(topics, dtype=np.float32) @ matrix.T).astype(np.float64)) * weights
+    count = min(top_n, matrix.shape[0])
+    if count == 0:
+        return np.zeros((shares.shape[0], 0), dtype=np.intp)
+    # Stable, so equal shares keep the words' order of first appearance.
+    order: npt.NDArray[np.intp] = np.argsort(-shares, axis=1, kind="stable")[:, :count]
+    return order
+
+
 def topic_similarity(
     topics: npt.ArrayLike,
     importances: npt.ArrayLike,

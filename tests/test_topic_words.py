@@ -1,0 +1,108 @@
+"""Which words may shape topics (`reranker.text.topic_words`), and what a reader is shown.
+
+The slow test at the end is the check over both shared corpora: no document's top-5 words
+of its top-5 topics, as `/documents/<id>`, the explanations and the page show them, is a
+fragment or holds a digit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SHARED_DATA
+
+from reranker.text import is_topic_word, tokenize, tokenize_both, topic_words
+from reranker.topics import word_shares
+
+
+@pytest.mark.parametrize(
+    ("token", "kept"),
+    [
+        ("ti", False), ("tj", False), ("ek", False), ("eg", False),  # variables, pieces, fragments
+        ("NE", True), ("MT", True), ("LM", True),  # acronyms, written in capitals
+        ("ii", False), ("II", False), ("xiv", False), ("lii", False), ("XIV", False),  # numerals
+        ("mix", True), ("civil", True), ("mild", True), ("dim", True), ("lid", True),  # words of those letters
+        ("translation", True), ("Paraphrase", True),
+    ],
+)
+def test_topic_words_are_words(token: str, kept: bool) -> None:
+    assert is_topic_word(token, token.lower()) is kept
+
+
+def test_topic_words_are_a_subsequence_of_the_first_stages_words() -> None:
+    text = "The NE tagger of Section II uses t_i and tj, e.g. EK; see pages lii-liv. MT and LM translation, 2nd mix."
+    words, topical = tokenize_both(text)
+    assert words == tokenize(text)
+    assert topical == topic_words(text) == ["ne", "tagger", "section", "uses", "ek", "see", "pages", "mt", "lm", "translation", "mix"]
+    assert "tj" in words and "ii" in words and "lii" in words  # BM25 still matches them
+
+
+def test_a_topics_words_are_the_ones_that_make_it() -> None:
+    """A word seen once whose vector points along the topic has a small share of it; a
+    frequent word a little off the topic makes most of it."""
+    topic = np.array([[1.0, 0.0]])
+    vectors = np.array([[1.0, 0.0], [0.9, 0.436], [0.0, 1.0]], dtype=np.float32)
+    counts = np.array([1.0, 40.0, 5.0])
+    assert word_shares(vectors, counts, topic, 2).tolist() == [[1, 0]]
+    # The shares add up to the topic's eigenvalue (here h = e1: sum_w c_w v_w1^2).
+    assert float((counts * (vectors @ topic.T)[:, 0] ** 2).sum()) == pytest.approx(1 + 40 * 0.81, rel=1e-6)
+    with pytest.raises(ValueError):
+        word_shares(vectors, counts[:2], topic, 2)
+
+
+_DIGIT = re.compile(r"\d")
+
+
+def _fragments(words: list[str], text: str) -> list[str]:
+    """Shown words that are not words: with a digit, of one letter, a Roman numeral, or
+    of two letters that the document never writes in capitals."""
+    capitals = set(re.findall(r"\b[A-Z]{2}\b", text))
+
+    def fragment(word: str) -> bool:
+        if _DIGIT.search(word) or len(word) < 2:
+            return True
+        if len(word) == 2:
+            return word.upper() not in capitals
+        return not is_topic_word(word, word)  # a Roman numeral
+
+    return [word for word in words if fragment(word)]
+
+
+def test_the_check_finds_fragments() -> None:
+    assert _fragments(["ti", "ne", "ek", "xiv", "mt", "a1", "mix", "tagger"], "The NE tagger; MT.") == ["ti", "ek", "xiv", "a1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["clscisumm2018-train", "cisi"])
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is not beside the repo")
+def test_no_shown_topic_word_is_a_fragment(dataset: str, tmp_path: Path, vectors_cache: Path, glove: object) -> None:
+    from conftest import run
+
+    from reranker.config import Settings
+    from reranker.pipeline import build_engine
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    assert run(data_dir, "index", str(SHARED_DATA / dataset / "corpus.jsonl"), "--no-progress")[0] == 0
+    engine = build_engine(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    try:
+        lines = (SHARED_DATA / dataset / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+        ids = [json.loads(line)["id"] for line in lines if line.strip()]
+        found: dict[str, list[str]] = {}
+        shown = 0
+        for doc_id in ids:
+            document, topics = engine.document_topics(doc_id, words=5)
+            words = [w for topic in topics[:5] for w in topic.words]
+            shown += len(words)
+            bad = _fragments(words, document.full_text)
+            if bad:
+                found[doc_id] = bad
+        assert shown > 20 * len(ids)
+        assert found == {}, f"{sum(map(len, found.values()))} fragments shown in {len(found)} of {len(ids)} documents: {list(found.items())[:5]}"
+    finally:
+        engine.store.close()
