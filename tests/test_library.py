@@ -57,8 +57,8 @@ def test_a_document_shows_its_opening_and_its_topics(client: FlaskClient) -> Non
 
 
 def test_a_documents_topic_words_are_those_of_its_search_explanation(client: FlaskClient) -> None:
-    # The paper's topics, as /documents shows them (the default ranker explains corrected ones).
-    hit = client.post("/search", json={"query": QUERY, "size": 1, "explain": True, "ranker": "hidden_topics"}).get_json()["hits"][0]
+    # The default ranker's topics (the corrected ones), as /documents shows them.
+    hit = client.post("/search", json={"query": QUERY, "size": 1, "explain": True}).get_json()["hits"][0]
     topics = client.get(f"/documents/{hit['id']}").get_json()["topics"]
     explained = hit["explanation"]["topics"]  # the strongest ones, by contribution
     assert explained and [topics[e["topic"] - 1]["words"] for e in explained] == [e["topic_words"] for e in explained]
