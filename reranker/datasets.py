@@ -270,3 +270,73 @@ def _rank_eval_dataset(name: str, corpus: Path, queries_path: Path, judgments: P
     if not queries:
         raise InputError("no request rates a document above 0", str(judgments))
     return Dataset(name=name, corpus_path=corpus, queries=tuple(queries), qrels=qrels, judgments=str(judgments))
+
+
+# --- "papers like this one": co-citation judgments ------------------------------------------
+
+
+def cocitation_judgments(qrels: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Paper id -> {paper id: 1} for every paper that cites the same reference paper as
+    another: the judgments of the document-to-document task ("papers like this one").
+
+    qrels: judgments of citation data, query id `<RP>` or `<RP>_<annotator>` (the part
+    before the first "_" names the reference paper RP), relevant documents the papers
+    that cite RP (as CL-SciSumm's). Two papers are alike when both cite one RP; a paper
+    is never its own partner, and papers without a partner are left out. An RP judged
+    relevant to its own query (CL-SciSumm's `--with-reference` conversion) is a citer
+    of nothing: it is left out of its own group.
+
+    Raises InputError unless the query ids name papers: a data set whose query ids are
+    query numbers (CISI's: query "2" is not document "2", which answers other queries)
+    has no co-citation structure. The check: an RP that is itself a judged document
+    must be judged for its own query, and every RP must look like a document id
+    (letters, digits and other characters in the same places as some judged document's).
+    """
+    citers: dict[str, set[str]] = {}
+    for query_id, relevant in qrels.items():
+        reference = query_id.split("_", 1)[0]
+        citers.setdefault(reference, set()).update(doc_id for doc_id in relevant if doc_id != reference)
+    judged = {doc_id for relevant in qrels.values() for doc_id in relevant}
+    shapes = {_id_shape(doc_id) for doc_id in judged}
+    for query_id in qrels:
+        reference = query_id.split("_", 1)[0]
+        if reference in judged and reference not in qrels[query_id] or _id_shape(reference) not in shapes:
+            raise InputError(
+                f"query {query_id!r} does not name a cited paper, so the qrels give no co-citation judgments: "
+                "they need query ids <RP> or <RP>_<annotator> whose relevant documents are the papers citing RP"
+                + (f" (document {reference!r} is judged for other queries, not for its own)" if reference in judged else "")
+            )
+    partners: dict[str, dict[str, int]] = {}
+    for group in citers.values():
+        for paper in group:
+            for other in group - {paper}:
+                partners.setdefault(paper, {})[other] = 1
+    return partners
+
+
+def _id_shape(doc_id: str) -> str:
+    """An id's shape: letters as "A", digits as "9", anything else as itself ("C00-2123" -> "A99-9999")."""
+    return "".join("9" if c.isdigit() else "A" if c.isalpha() else c for c in doc_id)
+
+
+def load_cocitation_dataset(directory: Path) -> Dataset:
+    """A dataset folder's document-to-document task: every paper with a co-citing partner
+    is a query (its id is both the query id and the query's text: the query is the stored
+    paper itself), judged by `cocitation_judgments` of the folder's qrels.tsv.
+
+    Raises InputError as `load_dataset` and `cocitation_judgments`, or when no paper has a partner.
+    """
+    if not directory.is_dir():
+        raise InputError("not a dataset folder (expected corpus.jsonl and qrels.tsv)", str(directory))
+    corpus = directory / "corpus.jsonl"
+    if not corpus.is_file():
+        raise InputError("no such file", str(corpus))
+    qrels_path = directory / QRELS_FILE
+    try:
+        judgments = cocitation_judgments(load_qrels(qrels_path))
+    except InputError as exc:
+        raise InputError(str(exc), str(qrels_path)) from None
+    if not judgments:
+        raise InputError("no two papers cite the same reference paper", str(qrels_path))
+    papers = tuple((paper, paper) for paper in sorted(judgments))
+    return Dataset(name=directory.resolve().name, corpus_path=corpus, queries=papers, qrels=judgments, judgments=f"co-citation ({QRELS_FILE})")

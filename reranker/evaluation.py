@@ -333,6 +333,40 @@ def evaluate(
     return summarise(dataset.name, window, per_query, baselines, approximate=run.approximate, config=config)
 
 
+def evaluate_similar(
+    engine: Engine,
+    dataset: Dataset,
+    ranker_names: Sequence[str],
+    *,
+    window: int = 100,
+    on_query: Callable[[], object] | None = None,
+    config: dict[str, Any] | None = None,
+    run_dir: Path | None = None,
+) -> EvaluationResult:
+    """"Papers like this one" judged by co-citation (reranker.datasets.load_cocitation_dataset):
+    for every judged paper, `Engine.similar` (the service's and the CLI's code path)
+    with each ranker over the same first-stage window, scored against the paper's
+    co-citing partners and tested against `bm25` (that window's own order), which is
+    always evaluated.
+
+    Raises UnknownRankerError before any work if a name is not registered.
+    """
+    names = list(dict.fromkeys([*ranker_names, "bm25"]))
+    for name in names:
+        engine.check_ranker(engine.ranker(name))
+    rankings: Rankings = {name: {} for name in names}
+    for paper, _ in dataset.queries:
+        for name in names:
+            hits = engine.similar(paper, name, size=window, window=window)
+            rankings[name][paper] = tuple(hit.doc_id for hit in hits)
+        if on_query is not None:
+            on_query()
+    if run_dir is not None:
+        write_trec_runs(rankings, run_dir, dataset.name)
+    per_query = score_rankings(rankings, dataset.qrels, window)
+    return summarise(dataset.name, window, per_query, ("bm25", "hidden_topics"), config=config)
+
+
 def summarise(
     dataset: str,
     window: int,

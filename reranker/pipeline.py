@@ -10,7 +10,7 @@ import hashlib
 import math
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
@@ -49,7 +49,6 @@ from reranker.topics import (
     stack_topics,
     topic_contributions,
     topic_relevance,
-    topic_similarity,
     word_shares,
 )
 from reranker.types import (
@@ -78,8 +77,10 @@ EXPLAIN_WORDS = 5
 # Topics an explanation shows, largest contribution first: the CLI, /search and the page
 # show these (the others are summed into one "rest"). See `Engine.explain`.
 EXPLAIN_TOPICS = 5
-# "Papers like this one" look for candidates with the paper's title and opening words.
-SIMILAR_QUERY_WORDS = 200
+# "Papers like this one" look for candidates with the paper's most frequent words that are
+# not among the corpus's most frequent ones (see `similar_query`); measured in
+# docs/rankers-and-evaluation.md ("Papers like this one").
+SIMILAR_QUERY_TERMS = 100
 
 
 def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors], str] | None = None) -> "Engine":
@@ -653,36 +654,41 @@ class Engine:
         )
         return document, topics
 
-    def similar(self, doc_id: str, size: int = 10, window: int = 100) -> tuple[RankedDoc, ...]:
-        """The stored documents most like `doc_id` by their hidden topics ("papers like this one").
+    def similar(self, doc_id: str, ranker_name: str, *, size: int = 10, window: int = 100) -> tuple[RankedDoc, ...]:
+        """The stored documents most like `doc_id` ("papers like this one"): a search whose
+        query is the paper itself, the paper left out of its hits.
 
-        First stage: BM25 with the document's title and first SIMILAR_QUERY_WORDS words as
-        the query, its top `window` other documents (`bm25_rank` counts from 1 without the
-        document itself). Then ordered by `topic_similarity` of their topics to the
-        document's (`score`, in [0, 1]; ties keep the BM25 order); the first `size`.
-        Raises DocumentNotFoundError.
+        First stage: BM25 with `similar_query` (the paper's most frequent words, less the
+        corpus's most common ones) as the query, its top `window` other documents
+        (`bm25_rank` counts from 1 without the document itself). Then `ranker_name`
+        reorders them with the paper's whole text as the query (for the hidden-topic
+        rankers: how well all of the paper's words align with each candidate's topics);
+        the first `size`. Raises DocumentNotFoundError, UnknownRankerError, and what
+        `check_ranker` raises.
         """
+        ranker = self.ranker(ranker_name)
         document = self.document(doc_id)
         self.check_index()
-        opening = " ".join(document.text.split()[:SIMILAR_QUERY_WORDS])
-        query = f"{document.title}\n{opening}" if document.title else opening
-        found = [c for c in self.store.bm25(query, window + 1) if c.doc_id != doc_id][:window]
-        candidates = [replace(c, bm25_rank=rank) for rank, c in enumerate(found, start=1)]
-        batch = self.store.topics([doc_id, *(c.doc_id for c in candidates)])
-        k = int(np.count_nonzero(batch.importances[0]))
-        similarity = topic_similarity(batch.topics[0, :k], batch.importances[0, :k], batch.topics[1:], batch.importances[1:])
-        order = np.lexsort((np.arange(len(candidates)), -similarity))[:size]
+        self.check_ranker(ranker)
+        info = self.store.index_info()
+        common = info.centering.background_words if info is not None and info.centering is not None else ()
+        first_stage = similar_query(document, self.stopwords, frozenset(common))
+        found = [c for c in self.store.bm25(first_stage, window + 1) if c.doc_id != doc_id][:window]
+        candidates = CandidateSet(
+            candidates=tuple(replace(c, bm25_rank=rank) for rank, c in enumerate(found, start=1)), exact_top=size
+        )
+        ranking = self.rerank(self.query(document.full_text), candidates, ranker)
         return tuple(
             RankedDoc(
-                doc_id=candidates[position].doc_id,
+                doc_id=candidates.candidates[position].doc_id,
                 rank=rank,
-                score=float(similarity[position]),
-                ranker_score=float(similarity[position]),
-                bm25_score=candidates[position].bm25_score,
-                bm25_rank=candidates[position].bm25_rank,
-                title=candidates[position].title,
+                score=float(ranking.scores[position]),
+                ranker_score=float(ranking.ranker_scores[position]),
+                bm25_score=candidates.candidates[position].bm25_score,
+                bm25_rank=candidates.candidates[position].bm25_rank,
+                title=candidates.candidates[position].title,
             )
-            for rank, position in enumerate(order, start=1)
+            for rank, position in enumerate(ranking.order[:size], start=1)
         )
 
 
@@ -700,6 +706,20 @@ def strongest_topics(contributions: Scores) -> list[int]:
     The one order every explanation shows (the CLI, /search, the page): which topics
     made the hit rank where it did."""
     return [int(t) for t in np.lexsort((np.arange(contributions.shape[0]), -contributions))]
+
+
+def similar_query(
+    document: Document, stopwords: frozenset[str] | None, common: frozenset[str], terms: int = SIMILAR_QUERY_TERMS
+) -> str:
+    """The first-stage query for documents like `document`: its `terms` most frequent
+    content words (ties: first occurrence first), each once, leaving out `common` words
+    (the corpus's most frequent ones, which the index records with its centering).
+
+    A cheap stand-in for the tf-idf term selection of Lucene's MoreLikeThis: BM25 weighs
+    the chosen words by their idf, and words frequent everywhere do not get chosen.
+    """
+    counts = Counter(word for word in tokenize(document.full_text, stopwords) if word not in common)
+    return " ".join(word for word, _ in counts.most_common(terms))
 
 
 def uses_word_vectors(ranker: Ranker) -> bool:

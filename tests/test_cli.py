@@ -67,6 +67,23 @@ def test_index_then_search(data_dir: Path) -> None:
     assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP
 
 
+def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> None:
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
+    assert code == 0 and out.startswith("hidden_topics_corrected+bm25: 3 papers like P01-1027")  # the default ranker
+    body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
+    assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
+    assert [h["bm25_rank"] for h in body["hits"]] == list(range(1, 11))
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    served = app.test_client().get("/documents/P01-1027/similar?ranker=bm25").get_json()
+    app.extensions["reranker"].close()
+    assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
+    assert run(data_dir, "similar", "nope")[0] == 1
+
+
 def test_evaluate_json_has_the_documented_shape(data_dir: Path) -> None:
     code, out = run(data_dir, "evaluate", str(SAMPLE), "--json", "--rankers", "bm25,hidden_topics", "--window", "50")
     assert code == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
 
-from reranker.datasets import Dataset, load_dataset, load_qrels, load_queries
+from reranker.datasets import Dataset, cocitation_judgments, load_cocitation_dataset, load_dataset, load_qrels, load_queries
 from reranker.errors import InputError
 from reranker.evaluation import (
     EvaluationResult,
@@ -307,3 +307,59 @@ def test_metrics_agree_with_trec_eval(tmp_path: Path) -> None:
         ours = ranking_metrics(ranked[query_id], qrels[query_id], window)
         for name, measure in measures.items():
             assert ours[name] == pytest.approx(theirs[(query_id, str(measure))], abs=1e-9), (query_id, name)
+
+
+# --- "papers like this one": co-citation judgments --------------------------------------
+
+
+def test_cocitation_judgments_pair_the_papers_that_cite_one_reference() -> None:
+    qrels = {
+        "P00-1001": {"A10-1": 1, "B11-2": 1, "C12-3": 1},
+        "P00-1002_ann1": {"C12-3": 1, "D13-4": 1},
+        "P00-1002_ann2": {"C12-3": 1, "E14-5": 1},  # another annotator of the same reference paper
+        "P00-1003": {"F15-6": 1, "P00-1003": 2},  # its own text judged too; F15-6 cites it alone
+    }
+    assert cocitation_judgments(qrels) == {
+        "A10-1": {"B11-2": 1, "C12-3": 1},
+        "B11-2": {"A10-1": 1, "C12-3": 1},
+        "C12-3": {"A10-1": 1, "B11-2": 1, "D13-4": 1, "E14-5": 1},
+        "D13-4": {"C12-3": 1, "E14-5": 1},
+        "E14-5": {"C12-3": 1, "D13-4": 1},
+    }
+
+
+def test_qrels_without_citation_structure_give_no_cocitation_judgments(tmp_path: Path) -> None:
+    # CISI-like: query numbers, and document "2" answers query "1" but not query "2".
+    with pytest.raises(InputError, match="query '2' does not name a cited paper.*'2' is judged for other queries"):
+        cocitation_judgments({"1": {"2": 1, "3": 1}, "2": {"5": 1, "7": 1}})
+    # Query ids that look like no document id: not paper ids either.
+    with pytest.raises(InputError, match="query 'topic-1' does not name a cited paper"):
+        cocitation_judgments({"topic-1": {"A10-1": 1, "B11-2": 1}})
+    folder = tmp_path / "cisi-like"
+    folder.mkdir()
+    write_jsonl(folder / "corpus.jsonl", [{"id": str(n), "text": "words"} for n in range(1, 8)])
+    (folder / "qrels.tsv").write_text("1\t2\t1\n1\t3\t1\n2\t5\t1\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"qrels\.tsv: query '2' does not name a cited paper"):
+        load_cocitation_dataset(folder)
+
+
+def test_the_sample_has_cocitation_judgments() -> None:
+    dataset = load_cocitation_dataset(SAMPLE)
+    assert dataset.judgments == "co-citation (qrels.tsv)"
+    assert len(dataset.queries) == len(dataset.qrels) == 25 and all(paper == text for paper, text in dataset.queries)
+    assert all(paper not in partners and partners for paper, partners in dataset.qrels.items())
+
+
+def test_cli_evaluates_papers_like_this_one_on_the_sample(data_dir: Path, tmp_path: Path) -> None:
+    code, out = run(data_dir, "evaluate-similar", str(SAMPLE), "--json", "--rankers", "hidden_topics_corrected+bm25", "--no-progress")
+    assert code == 0
+    body = json.loads(out)
+    assert body["dataset"] == "sample" and body["queries"] == 25
+    assert body["rankers"] == ["hidden_topics_corrected+bm25", "bm25"] and body["baselines"] == ["bm25"]
+    assert body["config"]["judgments"] == "co-citation (qrels.tsv)"
+    assert 0.0 < body["results"]["hidden_topics_corrected+bm25"]["ndcg@10"] <= 1.0
+    assert 0.0 < body["p_values"]["bm25"]["hidden_topics_corrected+bm25"]["ndcg@10"] <= 1.0
+    code, table = run(data_dir, "evaluate-similar", str(SAMPLE), "--rankers", "hidden_topics", "--markdown", str(tmp_path / "t.md"))
+    assert code == 0 and "| bm25 |" in table and "| hidden_topics |" in table
+    assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() in table
+    assert run(data_dir, "evaluate-similar", str(SHARED_DATA.parent / "nowhere"))[0] == 1

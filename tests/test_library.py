@@ -8,15 +8,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import pytest
 from conftest import SAMPLE, run
 from flask.testing import FlaskClient
 
 from reranker.config import Settings
+from reranker.pipeline import similar_query
 from reranker.service import create_app
 from reranker.service.web import CONTENT_SECURITY_POLICY
-from reranker.topics import topic_similarity
+from reranker.types import Document
 
 PAPER = "P01-1027"
 QUERY = "statistical machine translation with word alignment models and phrase tables"
@@ -65,26 +65,35 @@ def test_a_documents_topic_words_are_those_of_its_search_explanation(client: Fla
     assert [topics[e["topic"] - 1]["importance"] for e in explained] == pytest.approx([e["importance"] for e in explained])
 
 
-def test_papers_like_this_one_are_ordered_by_topic_similarity(client: FlaskClient) -> None:
+def test_papers_like_this_one_are_a_search_with_the_paper_as_the_query(client: FlaskClient) -> None:
     body = client.get(f"/documents/{PAPER}/similar?size=5").get_json()
     hits = body["hits"]
     assert body["id"] == PAPER and [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
     assert PAPER not in {h["id"] for h in hits}
     scores = [h["score"] for h in hits]
-    assert scores == sorted(scores, reverse=True) and all(0.0 < s <= 1.0 for s in scores)
+    assert scores == sorted(scores, reverse=True)
     texts = _sample()
     assert all(h["snippet"] == " ".join(texts[h["id"]]["text"].split()[:30]) for h in hits)
-    # The scores are the topic similarity of the stored topics, and the order is not BM25's.
-    engine = client.application.extensions["reranker"].engine()
-    batch = engine.store.topics([PAPER, *(h["id"] for h in hits)])
-    k = int(np.count_nonzero(batch.importances[0]))
-    expected = topic_similarity(batch.topics[0, :k], batch.importances[0, :k], batch.topics[1:], batch.importances[1:])
-    assert scores == pytest.approx(list(expected))
+    # The route is Engine.similar with the default ranker (what the CLI and the evaluation run).
+    rt = client.application.extensions["reranker"]
+    expected = rt.engine().similar(PAPER, rt.limits.default_ranker, size=5)
+    assert [h["id"] for h in hits] == [e.doc_id for e in expected]
+    assert scores == pytest.approx([e.score for e in expected])
     everything = client.get(f"/documents/{PAPER}/similar?size=100").get_json()["hits"]
-    assert len(everything) == len(texts) - 1  # every other sample paper shares words with it
-    assert sorted(h["bm25_rank"] for h in everything) == list(range(1, len(texts)))
+    assert sorted(h["bm25_rank"] for h in everything) == list(range(1, len(everything) + 1))
     assert [h["bm25_rank"] for h in everything] != sorted(h["bm25_rank"] for h in everything)
     assert len(client.get(f"/documents/{PAPER}/similar").get_json()["hits"]) == 10
+    # Any ranker by name; BM25 keeps the first stage's order.
+    bm25 = client.get(f"/documents/{PAPER}/similar?size=100&ranker=bm25").get_json()["hits"]
+    assert [h["bm25_rank"] for h in bm25] == list(range(1, len(bm25) + 1))
+    reason = _error(client.get(f"/documents/{PAPER}/similar?ranker=nope"), 400, "illegal_argument_exception")
+    assert "nope" in reason
+
+
+def test_the_first_stage_query_is_the_papers_most_frequent_uncommon_words() -> None:
+    document = Document("d", "", "parsing parsing parsing grammar grammar model model model model the lexicon")
+    assert similar_query(document, None, frozenset({"model"}), terms=2) == "parsing grammar"
+    assert similar_query(document, None, frozenset(), terms=10) == "model parsing grammar lexicon"
 
 
 def test_an_unknown_document_is_a_404(client: FlaskClient) -> None:

@@ -48,7 +48,7 @@ def _add_offline_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(commands: Any) -> None:
-    """The command-line parsers of evaluate, compare, ab."""
+    """The command-line parsers of evaluate, compare, evaluate-similar, ab."""
     evaluate = commands.add_parser("evaluate", help="IR metrics of rankers on a judged dataset folder")
     evaluate.add_argument("dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
     evaluate.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
@@ -96,6 +96,26 @@ def add_parsers(commands: Any) -> None:
     )
     _add_offline_options(compare)
     compare.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    similar = commands.add_parser(
+        "evaluate-similar",
+        help="\"papers like this one\" (reranker similar, GET /documents/<id>/similar) judged by co-citation",
+    )
+    similar.add_argument(
+        "dataset", type=Path,
+        help="folder with corpus.jsonl and qrels.tsv of citation data: query ids <RP> or <RP>_<x>, relevant = papers citing RP",
+    )
+    similar.add_argument(
+        "--rankers", default=DEFAULT_RANKER,
+        help=f"comma-separated ranker names, each reordering the same first stage (default {DEFAULT_RANKER}; bm25 is always added)",
+    )
+    similar.add_argument("--k", type=positive_int, help="topics per document (default 15)")
+    add_ranking_options(similar)
+    similar.add_argument("--json", action="store_true", help="print one JSON object")
+    similar.add_argument("--per-query", action="store_true", help="include per-paper metrics in the JSON")
+    similar.add_argument("--markdown", type=Path, metavar="PATH", help="also write the table and its caption to a Markdown file")
+    _add_offline_options(similar)
+    similar.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     ab = commands.add_parser("ab", help="online experiments: interleave two rankers on live traffic, report the winner")
     ab_action = ab.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -149,6 +169,39 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         print(evaluation_table(result), file=out)
         for line in written:
             print(line, file=out)
+    return 0
+
+def cmd_evaluate_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """The document-to-document task: every paper that shares a cited paper with another
+    is a query, its co-citing papers the relevant ones (`load_cocitation_dataset`)."""
+    from reranker.datasets import load_cocitation_dataset
+    from reranker.evaluation import evaluate_similar
+    from reranker.rankers import get_ranker
+    from reranker.reports import evaluation_table
+
+    names = ranker_list(args.rankers)
+    rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
+    if args.markdown is not None:
+        writable(args.markdown)
+    if args.run_dir is not None:
+        writable_folder(args.run_dir)
+    dataset = load_cocitation_dataset(args.dataset)
+    result = _offline_run(
+        args, settings, dataset, rankers,
+        lambda engine, tick, config: evaluate_similar(
+            engine, dataset, names, window=settings.window, on_query=tick, config=config, run_dir=args.run_dir
+        ),
+    )
+    table = evaluation_table(result)
+    if args.markdown is not None:
+        write_output(args.markdown, lambda path: path.write_text(table + "\n", encoding="utf-8"))
+    if args.json:
+        json.dump(result.to_json(per_query=args.per_query), out, indent=2)
+        out.write("\n")
+    else:
+        print(table, file=out)
+        if args.markdown is not None:
+            print(f"table: {args.markdown}", file=out)
     return 0
 
 def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -233,7 +286,8 @@ def _offline_run(
             "vectors": engine.vectors.info.name,
             "dim": engine.vectors.dim,
             "k": settings.k,
-            "queries_file": args.queries_file,
+            "judgments": dataset.judgments,
+            "queries_file": getattr(args, "queries_file", None),
             "fusion_weight": settings.fusion_weight,
             "wmd_budget_ms": settings.wmd_budget_ms,
             "documents": report.total_documents,
@@ -321,4 +375,4 @@ def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
     return 0
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "ab": cmd_ab}
+COMMANDS = {"evaluate": cmd_evaluate, "evaluate-similar": cmd_evaluate_similar, "compare": cmd_compare, "ab": cmd_ab}

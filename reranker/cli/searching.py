@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def add_parsers(commands: Any) -> None:
-    """The command-line parsers of demo, search, rankers, config."""
+    """The command-line parsers of demo, search, similar, rankers, config."""
     demo = commands.add_parser("demo", help="index the bundled sample corpus and answer its sample queries")
     demo.add_argument("--queries", type=positive_int, default=3, help="how many sample queries to show (default 3)")
     demo.add_argument("--size", type=positive_int, default=5, help="hits shown per ranker (default 5)")
@@ -44,6 +44,13 @@ def add_parsers(commands: Any) -> None:
         help="only candidates whose FIELD equals VALUE (also FIELD>=N, >, <=, <); repeatable",
     )
     search.add_argument("--json", action="store_true", help="print JSON")
+
+    similar = commands.add_parser("similar", help="papers like a stored one (as GET /documents/<id>/similar)")
+    similar.add_argument("doc_id", help="a stored document's id")
+    add_ranking_options(similar)
+    similar.add_argument("--ranker", help="ranker name (see `reranker rankers`; default RERANKER_DEFAULT_RANKER)")
+    similar.add_argument("--size", type=positive_int, default=10, help="papers to show (default 10)")
+    similar.add_argument("--json", action="store_true", help="print JSON (the hits as /search gives them)")
 
     commands.add_parser("rankers", help="list the registered rankers")
     commands.add_parser("config", help="print the effective settings (secrets hidden)")
@@ -207,6 +214,24 @@ def explanation_lines(explanation: "Explanation") -> list[str]:
         lines.append(f"  the other {explanation.rest_topics} topics together -> {explanation.rest_contribution:+.5f}")
     return lines
 
+def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Engine.similar, the code path of GET /documents/<id>/similar and `evaluate-similar`."""
+    ranker = args.ranker or settings.service.default_ranker
+    engine = open_engine(settings)
+    try:
+        hits = engine.similar(args.doc_id, ranker, size=args.size, window=max(settings.window, args.size))
+    finally:
+        engine.store.close()
+    if args.json:
+        json.dump({"id": args.doc_id, "ranker": ranker, "hits": [hit.to_json() for hit in hits]}, out, indent=2)
+        out.write("\n")
+        return 0
+    print(f"{ranker}: {len(hits)} papers like {args.doc_id} of the BM25 top {settings.window} for its distinctive words", file=out)
+    for hit in hits:
+        own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
+        print(f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank})  {hit.title[:50]}", file=out)
+    return 0
+
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     for name in ranker_names():
         print(name, file=out)
@@ -228,4 +253,4 @@ def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     return 0
 
 
-COMMANDS = {"demo": cmd_demo, "search": cmd_search, "rankers": cmd_rankers, "config": cmd_config}
+COMMANDS = {"demo": cmd_demo, "search": cmd_search, "similar": cmd_similar, "rankers": cmd_rankers, "config": cmd_config}

@@ -1,7 +1,9 @@
 """The digital library's API: one stored paper, its hidden topics, and papers like it.
 
     GET /documents/<id>                 title, opening text and top topics (with their words)
-    GET /documents/<id>/similar?size=N  the N papers most like it by hidden-topic similarity
+    GET /documents/<id>/similar?size=N  the N papers most like it: a search with the paper as
+                                        the query (`Engine.similar`), by the default ranker
+                                        or `ranker=NAME`
 
 An unknown id is a 404 (document_missing_exception); a bad `size` a 400. An id may hold
 slashes (a DOI); `/documents/_search` and `/documents/_msearch` stay the search proxy's,
@@ -76,19 +78,23 @@ def document(doc_id: str) -> Any:
 
 @blueprint.get("/documents/<doc_id:doc_id>/similar")
 @operation(
-    "papers like this one: BM25 on its title and opening words, ordered by hidden-topic similarity",
+    "papers like this one: BM25 on its most distinctive words, reranked with the whole paper as the query",
     path=DOC_ID,
-    query={"size": {"type": "integer", "minimum": 1, "maximum": MAX_SIMILAR, "default": 10}},
+    query={
+        "size": {"type": "integer", "minimum": 1, "maximum": MAX_SIMILAR, "default": 10},
+        "ranker": {"type": "string", "minLength": 1, "description": "a ranker's name (default: the default ranker)"},
+    },
     answers={200: Reply("the most similar papers first", SimilarAnswer)},
-    errors=(400, 404, 502, 503),
+    errors=(400, 404, 409, 502, 503),
 )
 def similar(doc_id: str) -> Any:
-    """Papers like this one: BM25 on its opening, reordered by topic similarity."""
+    """Papers like this one: BM25 on its distinctive words, reranked with the paper as the query."""
     size = _size(request.args.get("size"))
     rt = runtime()
+    ranker = request.args.get("ranker") or rt.limits.default_ranker
     engine = rt.engine()
     window = min(rt.settings.window, rt.limits.max_window)
-    hits = engine.similar(doc_id, size=size, window=max(window, size))
+    hits = engine.similar(doc_id, ranker, size=size, window=max(window, size))
     texts = engine.store.documents([h.doc_id for h in hits])
     answer = []
     for hit in hits:

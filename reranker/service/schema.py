@@ -498,8 +498,8 @@ class SimilarHit(Answer):
     id: str
     rank: int
     title: str
-    score: float = Field(description="topic similarity to the paper, in [0, 1]")
-    bm25_rank: int = Field(description="rank by BM25 on the paper's title and opening, the paper itself left out")
+    score: float = Field(description="the ranker's score with the paper as the query (for a fusion, the fused score)")
+    bm25_rank: int = Field(description="rank by BM25 on the paper's most distinctive words, the paper itself left out")
     snippet: str = Field(description="the first 30 words of the text")
 
 

@@ -510,7 +510,7 @@
               el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }),
               el("a", { class: "hit-title", href: paperHref(hit.id), text: hit.title || hit.id })
             ),
-            el("p", { class: "hit-meta", text: `topic similarity ${number(hit.score, 3)} · BM25 rank ${hit.bm25_rank}${hit.title ? ` · ${hit.id}` : ""}` }),
+            el("p", { class: "hit-meta", text: `similarity ${number(hit.score, 3)} · BM25 rank ${hit.bm25_rank}${hit.title ? ` · ${hit.id}` : ""}` }),
             hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null
           )
         );
