@@ -713,13 +713,16 @@ def similar_query(
 ) -> str:
     """The first-stage query for documents like `document`: its `terms` most frequent
     content words (ties: first occurrence first), each once, leaving out `common` words
-    (the corpus's most frequent ones, which the index records with its centering).
+    (the corpus's most frequent ones, which the index records with its centering) unless
+    that leaves none.
 
     A cheap stand-in for the tf-idf term selection of Lucene's MoreLikeThis: BM25 weighs
     the chosen words by their idf, and words frequent everywhere do not get chosen.
     """
-    counts = Counter(word for word in tokenize(document.full_text, stopwords) if word not in common)
-    return " ".join(word for word, _ in counts.most_common(terms))
+    counts = Counter(tokenize(document.full_text, stopwords))
+    chosen = [word for word, _ in counts.most_common() if word not in common][:terms]
+    # A small corpus's most frequent words are all its words: then they are all there is.
+    return " ".join(chosen or [word for word, _ in counts.most_common(terms)])
 
 
 def uses_word_vectors(ranker: Ranker) -> bool:

@@ -356,7 +356,7 @@ def test_cli_compare_writes_markdown_json_and_figures(data_dir: Path, tmp_path: 
         "--judgments", str(judgments), "--json",
     )
     assert code == 0
-    assert json.loads(printed) == {**body, "judgments": str(judgments)}
+    assert json.loads(printed) == {**body, "judgments": str(judgments), "config": {**body["config"], "judgments": str(judgments)}}
 
 
 def test_cli_compare_refuses_bad_options(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
