@@ -32,7 +32,7 @@ from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError
 from reranker.store import IndexInfo, Store
-from reranker.text import tokenize, tokenize_both, topic_words
+from reranker.text import tokenize
 from reranker.topics import center, corpus_centering, extract_topic_pair, extract_topics, unit_rows
 from reranker.types import (
     Centering,
@@ -150,10 +150,8 @@ def content_hash(document: Document) -> str:
 def document_topics(
     document: Document, vectors: WordVectors, k: int, stopwords: frozenset[str] | None = None
 ) -> tuple[DocTopics, int, int]:
-    """Topics of one document -> (topics, the topic words with a vector, the other
-    content words: out of vocabulary, or not words; see `_topics_of_tokens`)."""
-    tokens, topical = tokenize_both(document.full_text, stopwords)
-    topics, n_tokens, oov, _ = _topics_of_tokens(tokens, topical, vectors, k, None)
+    """Topics of one document -> (topics, in-vocabulary tokens, out-of-vocabulary tokens)."""
+    topics, n_tokens, oov, _ = _topics_of_tokens(tokenize(document.full_text, stopwords), vectors, k, None)
     return topics, n_tokens, oov
 
 
@@ -174,12 +172,12 @@ def estimate_centering(
 ) -> Centering | None:
     """The correction an index built from `documents` uses (None: no in-vocabulary word).
 
-    p(w) is each in-vocabulary word's share of the documents' topic words
-    (`reranker.text.topic_words`); see `reranker.topics.corpus_centering` and `Centering`.
+    p(w) is each in-vocabulary word's share of the documents' tokens (after the stop
+    list); see `reranker.topics.corpus_centering` and `Centering`.
     """
     counts: Counter[str] = Counter()
     for document in documents:
-        counts.update(topic_words(document.full_text, stopwords))
+        counts.update(tokenize(document.full_text, stopwords))
     found = vectors.lookup(list(counts))
     if not found.words:
         return None
@@ -256,24 +254,20 @@ def corrected_topics(
     document: Document, vectors: WordVectors, k: int, correction: Correction, stopwords: frozenset[str] | None = None
 ) -> CorrectedTopics:
     """The corrected topics of one document (for a text sent to the service)."""
-    lookup, counts, _ = vectors.lookup_counts(topic_words(document.full_text, stopwords))
+    lookup, counts, _ = vectors.lookup_counts(tokenize(document.full_text, stopwords))
     return correction.topics(lookup.vectors, counts, k)
 
 
 def _topics_of_tokens(
-    tokens: list[str], topical: list[str], vectors: WordVectors, k: int, correction: Correction | None
+    tokens: list[str], vectors: WordVectors, k: int, correction: Correction | None
 ) -> tuple[DocTopics, int, int, CorrectedTopics | None]:
-    """Topics of the topic words `topical` (a subsequence of the content words `tokens`),
-    the topic words with a vector, and the other content words (out of vocabulary, or not
-    words): the two counts add up to the text's length as BM25 sees it."""
-    lookup, counts, oov = vectors.lookup_counts(topical)
-    used = len(topical) - oov
+    lookup, counts, oov = vectors.lookup_counts(tokens)
     if correction is None:
         topics, importances = extract_topics(lookup.vectors, k, counts=counts)
-        return DocTopics(topics, importances), used, len(tokens) - used, None
+        return DocTopics(topics, importances), len(tokens) - oov, oov, None
     (topics, importances), centred = extract_topic_pair(lookup.vectors, k, counts, correction.mu, correction.direction)
     corrected = correction.with_backgrounds(*centred) if topics.shape[0] else None
-    return DocTopics(topics, importances), used, len(tokens) - used, corrected
+    return DocTopics(topics, importances), len(tokens) - oov, oov, corrected
 
 
 # What extraction gives the writer for one document: its topics, in-vocabulary and
@@ -367,8 +361,8 @@ def _topics_of(
 ) -> list[Extraction]:
     extracted: list[Extraction] = []
     for doc in documents:
-        tokens, topical = tokenize_both(doc.full_text, stopwords)
-        topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, topical, vectors, k, correction)
+        tokens = tokenize(doc.full_text, stopwords)
+        topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, vectors, k, correction)
         stems = " ".join(stemmer(tokens)) if stemmer is not None else None
         extracted.append((topics, n_tokens, oov, " ".join(tokens), corrected, stems))
     return extracted
@@ -429,7 +423,7 @@ def index_documents(
         locations: dict[str, str] = {}
         for (location, doc, digest), (doc_topics, n_tokens, n_oov, words, corrected, stems) in zip(todo, results):
             if doc_topics.k == 0:
-                reason = "no in-vocabulary words" + (f" ({n_oov} out-of-vocabulary or not words)" if n_oov else "")
+                reason = "no in-vocabulary words" + (f" ({n_oov} out-of-vocabulary)" if n_oov else "")
                 skipped.append(Skipped(location, doc.id, reason))
                 continue
             ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words, corrected, stems))

@@ -41,7 +41,7 @@ from reranker.rankers import (
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import Store
-from reranker.text import tokenize, tokenize_both, topic_words
+from reranker.text import readable_words, tokenize
 from reranker.topics import (
     best_aligned,
     center,
@@ -285,9 +285,8 @@ class Engine:
             info.check(self.vectors.info)
 
     def query(self, text: str) -> Query:
-        # Its topic words align with topics; all its content words go to Doc2Vec.
-        tokens, topical = tokenize_both(text, self.stopwords)
-        lookup = self.vectors.lookup(topical)
+        tokens = tokenize(text, self.stopwords)
+        lookup = self.vectors.lookup(tokens)
         return Query(text=text, words=lookup.words, vectors=lookup.vectors, oov=lookup.oov, tokens=tuple(tokens))
 
     def window(self, query: Query, size: int, filters: Sequence[Filter] = ()) -> CandidateSet:
@@ -452,7 +451,7 @@ class Engine:
                 if document is None:
                     continue
                 text = document.full_text
-            ids = self.vectors.word_ids(topic_words(text, self.stopwords))
+            ids = self.vectors.word_ids(tokenize(text, self.stopwords))
             self.word_id_cache.put(key, ids)
             found[position] = ids
         return tuple(found)
@@ -613,13 +612,16 @@ class Engine:
         self, document: Document | None, topics: FloatArray, count: int, centering: Centering | None = None
     ) -> list[tuple[str, ...]]:
         """For each of `topics` (k, d), the `count` words of `document` with the largest
-        share of it (`word_shares`: the words that made it; none for a document that is not
-        stored); with `centering`, of the centred word vectors (the corrected topics' space)."""
+        share of it (`word_shares`: the words that made it), of those a reader can read
+        (`readable_words`: every content word shapes the topics, but a variable such as
+        "ti" or a PDF fragment such as "co" explains nothing); none for a document that is
+        not stored. With `centering`, of the centred word vectors (the corrected topics'
+        space)."""
         words: tuple[str, ...] = ()
         vectors = np.zeros((0, self.vectors.dim), dtype=np.float32)
         counts = np.zeros(0, dtype=np.float32)
         if document is not None:
-            distinct, counts, _ = self.vectors.lookup_counts(topic_words(document.full_text, self.stopwords))
+            distinct, counts, _ = self.vectors.lookup_counts(readable_words(document.full_text, self.stopwords))
             words, vectors = distinct.words, distinct.vectors
             if centering is not None and len(vectors):
                 vectors = center(vectors, centering.mu, centering.direction)

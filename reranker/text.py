@@ -3,9 +3,9 @@
 Lower-case, split into word tokens, then drop stop words and prepositions, tokens that
 contain a digit, and single characters. Pure functions: str -> list[str].
 
-`tokenize` gives the words BM25 indexes and searches. `topic_words` gives the ones that
-may shape a document's hidden topics and a query's alignment with them: the same, less
-what is not a word in a long text's topics (see `is_topic_word`).
+`tokenize` gives the content words: BM25 indexes them and they shape the hidden topics.
+`readable_words` gives those of them a reader can read as words: the words a topic is
+shown through (see `is_readable`).
 """
 
 from __future__ import annotations
@@ -61,10 +61,6 @@ def tokenize(text: str, stopwords: frozenset[str] | None = None) -> list[str]:
     return [w for w in words if len(w) > 1 and w not in stop and (w.isalpha() or not _DIGIT.search(w))]
 
 
-# Changes whenever `topic_words` keeps other words: topics built under another rule differ
-# (evaluation keys its cached indexes by it).
-TOPIC_WORDS_RULE = "2"
-
 # Roman numerals number pages, sections and lists ("ii", "xiv", "lii"); of two letters or
 # more, only "mix" is also an English word.
 _ROMAN = re.compile(r"(?=[ivxlcdm]{2,}$)m{0,3}(cm|cd|d?c{0,3})(xc|xl|l?x{0,3})(ix|iv|v?i{0,3})")
@@ -72,16 +68,15 @@ _ROMAN_LETTERS = "ivxlcdm"
 _NUMERAL_WORDS = frozenset({"mix"})
 
 
-def is_topic_word(token: str, word: str) -> bool:
-    """Whether a content word (`word`, as `tokenize` gives it; `token`, as the text
-    wrote it) may shape topics: not a two-letter token written in lower case, and not a
-    Roman numeral.
+def is_readable(token: str, word: str) -> bool:
+    """Whether a content word (`word`, as `tokenize` gives it; `token`, as the text wrote
+    it) reads as a word: not a two-letter token written in lower case, and not a Roman
+    numeral.
 
     Two-letter content words in lower case are not English words (those are stop words):
-    in papers they are variables and indices ("ti", "tj", "ek"), pieces of abbreviations
-    ("eg" of "e.g.") and PDF-extraction fragments, and as topic words they read as junk.
-    Written in capitals they are acronyms ("NE", "MT", "LM") and stay. The first stage
-    is not concerned: BM25 still matches every token `tokenize` keeps.
+    in papers they are "et al.", variables and indices ("ti", "tj", "ek"), pieces of
+    abbreviations ("eg", "cf") and PDF-extraction fragments ("co", "pr", "th"). Written
+    in capitals they are acronyms ("NE", "MT", "LM") and read as words.
     """
     if len(word) == 2 and not token.isupper():
         return False
@@ -89,21 +84,13 @@ def is_topic_word(token: str, word: str) -> bool:
     return bool(word.strip(_ROMAN_LETTERS)) or word in _NUMERAL_WORDS or not _ROMAN.fullmatch(word)
 
 
-def topic_words(text: str, stopwords: frozenset[str] | None = None) -> list[str]:
-    """The content words of `text` that may shape topics (`is_topic_word`), in order,
-    with repeats: `tokenize` less the tokens that are not words."""
-    return tokenize_both(text, stopwords)[1]
-
-
-def tokenize_both(text: str, stopwords: frozenset[str] | None = None) -> tuple[list[str], list[str]]:
-    """(`tokenize(text)`, `topic_words(text)`) in one pass over the text."""
+def readable_words(text: str, stopwords: frozenset[str] | None = None) -> list[str]:
+    """The content words of `text` (`tokenize`) that read as words (`is_readable`), in
+    order, with repeats."""
     stop = default_stopwords() if stopwords is None else stopwords
-    words: list[str] = []
-    topical: list[str] = []
+    readable: list[str] = []
     for token in _TOKEN.findall(text.replace(_SOFT_HYPHEN, "")):
         word = token.lower()
-        if len(word) > 1 and word not in stop and (word.isalpha() or not _DIGIT.search(word)):
-            words.append(word)
-            if is_topic_word(token, word):
-                topical.append(word)
-    return words, topical
+        if len(word) > 1 and word not in stop and (word.isalpha() or not _DIGIT.search(word)) and is_readable(token, word):
+            readable.append(word)
+    return readable

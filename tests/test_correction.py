@@ -51,13 +51,11 @@ def test_indexing_records_the_corpus_centering_and_corrected_topics(sample_engin
     assert corrected.missing == () and corrected.backgrounds is not None
     assert corrected.topics.shape == paper.topics.shape and not np.allclose(corrected.topics, paper.topics)
     assert ((corrected.backgrounds >= 0) & (corrected.backgrounds <= 1)).all()
-    # The paper's topics have the common direction as topic 1; the corrected ones do not
-    # (a paper's own mean still leans a little towards it: 0.21-0.55 on these five).
+    # The paper's topics have the common direction as topic 1; the corrected ones do not.
     mu = np.asarray(info.centering.mu)
     mean_direction = mu / np.linalg.norm(mu)
     assert np.abs(paper.topics[:, 0] @ mean_direction).min() > 0.9
-    assert np.abs(corrected.topics[:, 0] @ mean_direction).max() < 0.6
-    assert np.abs(corrected.topics[:, 0] @ mean_direction).mean() < 0.5
+    assert np.abs(corrected.topics[:, 0] @ mean_direction).max() < 0.5
 
 
 def test_indexed_backgrounds_are_topic_background_over_the_centering_words(sample_engine: Engine, glove: WordVectors) -> None:

@@ -1,4 +1,5 @@
-"""Which words may shape topics (`reranker.text.topic_words`), and what a reader is shown.
+"""The words a topic is shown through: those with the largest share of it
+(`reranker.topics.word_shares`) that read as words (`reranker.text.readable_words`).
 
 The slow test at the end is the check over both shared corpora: no document's top-5 words
 of its top-5 topics, as `/documents/<id>`, the explanations and the page show them, is a
@@ -15,30 +16,30 @@ import numpy as np
 import pytest
 from conftest import SHARED_DATA
 
-from reranker.text import is_topic_word, tokenize, tokenize_both, topic_words
+from reranker.text import is_readable, readable_words, tokenize
 from reranker.topics import word_shares
 
 
 @pytest.mark.parametrize(
     ("token", "kept"),
     [
-        ("ti", False), ("tj", False), ("ek", False), ("eg", False),  # variables, pieces, fragments
+        ("ti", False), ("tj", False), ("ek", False), ("eg", False), ("al", False), ("co", False),  # not words
         ("NE", True), ("MT", True), ("LM", True),  # acronyms, written in capitals
         ("ii", False), ("II", False), ("xiv", False), ("lii", False), ("XIV", False),  # numerals
         ("mix", True), ("civil", True), ("mild", True), ("dim", True), ("lid", True),  # words of those letters
         ("translation", True), ("Paraphrase", True),
     ],
 )
-def test_topic_words_are_words(token: str, kept: bool) -> None:
-    assert is_topic_word(token, token.lower()) is kept
+def test_readable_words_are_words(token: str, kept: bool) -> None:
+    assert is_readable(token, token.lower()) is kept
 
 
-def test_topic_words_are_a_subsequence_of_the_first_stages_words() -> None:
-    text = "The NE tagger of Section II uses t_i and tj, e.g. EK; see pages lii-liv. MT and LM translation, 2nd mix."
-    words, topical = tokenize_both(text)
-    assert words == tokenize(text)
-    assert topical == topic_words(text) == ["ne", "tagger", "section", "uses", "ek", "see", "pages", "mt", "lm", "translation", "mix"]
-    assert "tj" in words and "ii" in words and "lii" in words  # BM25 still matches them
+def test_readable_words_are_a_subsequence_of_the_content_words() -> None:
+    text = "The NE tagger of Section II (Och et al.) uses t_i and tj, e.g. EK; see pages lii-liv. MT and LM translation, 2nd mix."
+    words = tokenize(text)
+    assert readable_words(text) == ["ne", "tagger", "section", "och", "uses", "ek", "see", "pages", "mt", "lm", "translation", "mix"]
+    assert [w for w in words if w in set(readable_words(text))] == readable_words(text)
+    assert {"tj", "ii", "lii", "et", "al"} <= set(words)  # they still shape topics, and BM25 matches them
 
 
 def test_a_topics_words_are_the_ones_that_make_it() -> None:
@@ -60,14 +61,14 @@ _DIGIT = re.compile(r"\d")
 def _fragments(words: list[str], text: str) -> list[str]:
     """Shown words that are not words: with a digit, of one letter, a Roman numeral, or
     of two letters that the document never writes in capitals."""
-    capitals = set(re.findall(r"\b[A-Z]{2}\b", text))
+    capitals = {token for token in re.findall(r"[^\W_]+", text) if len(token) == 2 and token.isupper()}  # as tokenize splits
 
     def fragment(word: str) -> bool:
         if _DIGIT.search(word) or len(word) < 2:
             return True
         if len(word) == 2:
             return word.upper() not in capitals
-        return not is_topic_word(word, word)  # a Roman numeral
+        return not is_readable(word, word)  # a Roman numeral
 
     return [word for word in words if fragment(word)]
 

@@ -317,14 +317,11 @@ def _ensure_doc2vec(engine: "Engine", corpus: Path, settings: Settings, *, progr
         log.warning("%d indexed documents have no Doc2Vec vector (no word of its vocabulary)", report.without_vector)
 
 def _evaluation_store_name(settings: Settings, dataset: str, vectors: "WordVectors") -> str:
-    """One cached index per (dataset, vectors, K, stop list, topic-word rule): re-runs
-    skip indexing."""
+    """One cached index per (dataset, vectors, K, stop list): re-runs skip indexing."""
     import hashlib
 
-    from reranker.text import TOPIC_WORDS_RULE
-
     key = hashlib.sha256(
-        f"{vectors.info.checksum}|{settings.k}|{settings.stopwords_file}|{TOPIC_WORDS_RULE}".encode()
+        f"{vectors.info.checksum}|{settings.k}|{settings.stopwords_file}".encode()
     ).hexdigest()[:12]
     return f"eval/{dataset}-k{settings.k}-{key}"
 
