@@ -1,0 +1,84 @@
+"""Benchmark: what scoring sent texts with the index's BM25 adds to a Cohere-route rerank.
+
+The Cohere routes (and /rerank without scores) get the hits' texts and no first-stage
+scores; `Store.text_bm25` scores the texts with the embedded index's statistics before the
+default fusion runs. This measures its cost per query against the rerank it precedes, in the
+same process and run:
+
+  rerank       the default ranker on the window's stored topics (Engine.complete + rerank:
+               the rerank a /search pays)
+  text_bm25    BM25 of the window's texts with the index's statistics, texts' terms cached
+               (the same texts come back request after request)
+  text_bm25, new texts   the same with an empty terms cache (every text tokenized)
+
+Data: CL-SciSumm's 567 papers (about 5,300 words) and its 40 summaries, BM25 top 100 (from
+../shared/data; else the bundled sample's 25 papers and 5 queries). GloVe 6B 50-d, K = 15.
+
+Run:  python bench/bench_text_bm25.py      (about 1 minute)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data" / "clscisumm2018-train"
+
+
+def main() -> int:
+    from reranker.config import DEFAULT_RANKER, Settings
+    from reranker.datasets import load_dataset
+    from reranker.indexing import index_corpus
+    from reranker.pipeline import build_engine
+
+    folder = SHARED if SHARED.is_dir() else ROOT / "reranker" / "sample"
+    dataset = load_dataset(folder)
+    with tempfile.TemporaryDirectory() as data_dir:
+        os.environ["RERANKER_DATA_DIR"] = data_dir
+        settings = Settings.from_env()
+        engine = build_engine(settings)
+        index_corpus(folder / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords)
+        ranker = engine.ranker(DEFAULT_RANKER)
+        timings: dict[str, list[float]] = {"rerank": [], "text_bm25": [], "text_bm25, new texts": []}
+        for _, text in dataset.queries:
+            query = engine.query(text)
+            window = engine.window(query, 100)
+            found = engine.store.documents([c.doc_id for c in window.candidates])
+            texts = [found[c.doc_id].full_text for c in window.candidates]
+            store = engine.store
+            store._text_terms.clear()  # type: ignore[attr-defined]  # a cold cache: every text is new
+            store._text_terms_bytes = 0  # type: ignore[attr-defined]
+            started = time.perf_counter()
+            store.text_bm25(text, texts)
+            timings["text_bm25, new texts"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            store.text_bm25(text, texts)
+            timings["text_bm25"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            engine.rerank(query, engine.complete(replace(window, exact_top=10), ranker), ranker)
+            timings["rerank"].append(time.perf_counter() - started)
+        engine.store.close()
+    base = float(np.median(timings["rerank"]))
+    print(f"{folder.name}: {len(dataset.queries)} queries, windows of 100 documents, default ranker {DEFAULT_RANKER}")
+    print(f"{'per query':<24} {'p50 ms':>8} {'p90 ms':>8} {'x rerank':>9}")
+    for name, values in timings.items():
+        p50, p90 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 90))
+        print(f"{name:<24} {p50:8.2f} {p90:8.2f} {p50 / 1000 / base:8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())
