@@ -146,3 +146,20 @@ def test_a_document_over_the_clusters_request_limit_is_reported_not_fatal(cluste
     store.publish()
     assert [h.doc_id for h in store.bm25("ocean", 10)] == ["small"]
 
+
+
+def test_sent_texts_score_as_the_cluster_scores_them(cluster_store: OpenSearchStore) -> None:
+    """BM25 of texts the index does not hold, from the cluster's own analysis and term
+    statistics (`_mtermvectors` of artificial documents): the stored documents' texts score
+    what the cluster's search gives them."""
+    cluster_store.initialise(IndexInfo(EMBEDDING, 2))
+    bodies = {"a": "ocean ship sails", "b": "ocean ocean bread", "c": "bread cheese wine butter", "d": "ships at sea"}
+    assert cluster_store.upsert([stored(doc_id, body) for doc_id, body in bodies.items()]) == []
+    cluster_store.publish()
+    hits = cluster_store.bm25("ocean ships", 10)
+    scores = cluster_store.text_bm25("ocean ships", [bodies[h.doc_id] for h in hits])
+    assert scores is not None
+    # The cluster leaves out the constant factor k1 + 1 (Lucene 8+); bm25_of_texts keeps it.
+    # (Lucene stores lengths in one byte: exact for these short texts, close for long ones.)
+    assert scores == pytest.approx([2.2 * h.bm25_score for h in hits], rel=0.02)
+    assert cluster_store.text_bm25("ocean ships", []) == []

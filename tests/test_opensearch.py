@@ -476,3 +476,23 @@ def test_a_reader_notices_when_the_alias_moves_to_other_vectors(
     clock[0] += 2
     with pytest.raises(IndexMismatchError, match="built with word vectors 'other'"):
         reader.search("ships")
+
+
+def test_sent_texts_keep_their_order_where_the_cluster_cannot_score_them(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, caplog: pytest.LogCaptureFixture
+) -> None:
+    """osmem-server has no artificial documents in `_mtermvectors`: the store says it
+    cannot score texts (once), and the engine falls back to their order."""
+    from reranker.pipeline import Engine
+    from reranker.rankers import CandidateSet
+    from reranker.types import Candidate
+
+    index_papers(tmp_path, os_store, glove)
+    texts = ["statistical machine translation with a beam search", "bread is baked from flour"]
+    with caplog.at_level("WARNING"):
+        assert os_store.text_bm25("machine translation", texts) is None
+        assert os_store.text_bm25("machine translation", texts) is None
+    assert sum("no term statistics for sent texts" in r.getMessage() for r in caplog.records) == 1
+    engine = Engine(store=os_store, vectors=glove)
+    window = CandidateSet(tuple(Candidate(str(i), 0.0, i + 1) for i in range(2)), texts=tuple(texts), first_stage="missing")
+    assert engine.first_stage(engine.query("machine translation"), window).first_stage == "order"

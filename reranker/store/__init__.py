@@ -160,8 +160,8 @@ def bm25_of_texts(
         sum_t c_t idf(t) (k1 + 1) f / (f + k1 (1 - b + b |text| / avgdl)),
         idf(t) = ln(1 + (N - df_t + 0.5) / (df_t + 0.5)),
 
-    Lucene's and tantivy's formula, so a text scores about what it would if it were
-    indexed (they quantise lengths).
+    tantivy's formula (Lucene's since version 8 leaves out the constant factor k1 + 1),
+    so a text scores about what it would if it were indexed (both quantise lengths).
 
     query_counts, doc_freqs: (q,) each term's count in the query (c_t) and how many of
     the index's `documents` (N) hold it; average_length: their mean length in terms.

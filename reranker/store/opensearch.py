@@ -39,7 +39,7 @@ from reranker.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
 from reranker.store.opensearch_encoding import (
     DTYPES,
@@ -146,6 +146,7 @@ class OpenSearchStore:
         config.validate()
         self.config = config
         self.alias = config.alias
+        self._said_unscorable = False  # see text_bm25
         # The cluster's analyzers read the text itself.
         self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = None
         self._stopwords = stopwords
@@ -624,11 +625,49 @@ class OpenSearchStore:
         return self._properties
 
     def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
-        # Scoring texts the index does not hold needs the cluster's analysis of them and
-        # its term statistics: `_termvectors` of artificial documents gives both on
-        # OpenSearch, but the in-memory test server has no artificial documents, so it
-        # could not be tested here. Callers fall back to the order the texts came in.
-        return None
+        # The cluster analyses the query and the texts as artificial documents of its main
+        # text field and reports each term's document frequency and the field's statistics
+        # (`_mtermvectors`), in one request: BM25 as the cluster would score the texts if
+        # they were indexed in that field. A cluster that cannot (the in-memory test server
+        # has no artificial documents) or fails leaves the caller to use the texts' order.
+        if not texts:
+            return []
+        field = self._text_field()
+        spec = {"fields": [field], "term_statistics": True, "field_statistics": True, "positions": False, "offsets": False, "payloads": False}
+        docs = [{"doc": {field: text}, **spec} for text in [" ".join(tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]), *texts]]
+        try:
+            found = self._call("scoring texts", self.client.mtermvectors, index=self.alias, body={"docs": docs})
+            vectors = [doc["term_vectors"][field] if doc.get("term_vectors") else {} for doc in found["docs"]]
+        except (StoreError, KeyError, TypeError) as exc:
+            log.warning("the cluster cannot score sent texts (%s); they keep their order as first-stage evidence", exc)
+            return None
+        asked, statistics = vectors[0].get("terms", {}), vectors[0].get("field_statistics", {})
+        documents, total = int(statistics.get("doc_count", 0)), float(statistics.get("sum_ttf", 0))
+        if len(vectors) != len(docs) or not documents or total <= 0:
+            if not self._said_unscorable:  # once per store: it says the same for every request
+                self._said_unscorable = True
+                refused = next((doc.get("error") for doc in found["docs"] if doc.get("error")), None)
+                reason = f"{refused.get('type')}: {refused.get('reason')}" if isinstance(refused, dict) else "an empty index"
+                log.warning("the cluster gave no term statistics for sent texts (%s); they keep their order as first-stage evidence", reason)
+            return None
+        terms = list(asked)
+        frequencies = [[int(v.get("terms", {}).get(t, {}).get("term_freq", 0)) for t in terms] for v in vectors[1:]]
+        lengths = [sum(int(info.get("term_freq", 0)) for info in v.get("terms", {}).values()) for v in vectors[1:]]
+        scores = bm25_of_texts(
+            [int(asked[t].get("term_freq", 1)) for t in terms],
+            [int(asked[t].get("doc_freq", 0)) for t in terms],
+            documents,
+            total / documents,
+            np.asarray(frequencies, dtype=np.float64).reshape(len(texts), len(terms)),
+            lengths,
+        )
+        return [float(score) for score in scores]
+
+    def _text_field(self) -> str:
+        """The searched field that holds a document's text ("body", unless the search
+        fields say otherwise): the one a cluster's rerank processor sends."""
+        names = [name for name, _ in self.config.search_fields]
+        return "body" if "body" in names else names[-1]
 
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         if size < 1 or not query.strip():
