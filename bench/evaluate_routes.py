@@ -17,8 +17,9 @@ of the same window, 10,000 sign flips; W/T/L against it):
   /rerank, texts only       texts, no scores: BM25 of the texts with the index's statistics
   /rerank, ids only         stored ids, no scores: the same, on the stored texts
   /v1/rerank, /v2/rerank    the Cohere routes, texts only, as the clusters call them
-  order only                texts, no scores, a store without term statistics (the
-                            OpenSearch store today): the order itself, -ln(rank)
+  order only                texts, no scores, a store without term statistics (no index,
+                            or a cluster that cannot score artificial documents, as
+                            osmem-server): the order itself, -ln(rank)
 The proxy is not replayed here: it forwards the cluster's own hits with their scores to
 the same rerank as /search (see docs/proxy.md); tests/test_proxy.py runs it on osmem-server.
 
