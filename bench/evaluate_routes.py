@@ -52,7 +52,8 @@ KEY = "bench-key"
 
 
 class _NoStatistics:
-    """A store that cannot score texts it does not hold (as the OpenSearch store today)."""
+    """A store that cannot score texts it does not hold (no index, or a cluster that cannot
+    score artificial documents)."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
