@@ -20,10 +20,14 @@ of the same window, 10,000 sign flips; W/T/L against it):
   order only                texts, no scores, a store without term statistics (no index,
                             or a cluster that cannot score artificial documents, as
                             osmem-server): the order itself, -ln(rank)
-The proxy is not replayed here: it forwards the cluster's own hits with their scores to
-the same rerank as /search (see docs/proxy.md); tests/test_proxy.py runs it on osmem-server.
+  proxy                     POST /reranker/_search {"query": {"match": {"body": QUERY}}}
+                            through the service's OpenSearch-compatible proxy, with
+                            osmem-server (the in-memory OpenSearch-compatible server) as the
+                            cluster: its own BM25 window, reranked; its baseline is the same
+                            search sent to the cluster directly (osmem's BM25 is not Lucene's,
+                            so that row has its own BM25 figure)
 
-Run:  python bench/evaluate_routes.py [--json FILE]    (about 3 minutes on 2 cores)
+Run:  python bench/evaluate_routes.py [--json FILE]    (about 2 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ if __name__ == "__main__":
         os.environ.setdefault(_variable, "1")
 
 import argparse
+import io
 import json
 import tempfile
 import time
@@ -176,6 +181,63 @@ def evaluate_dataset(name: str, sizes: Sequence[int]) -> dict[str, Any]:
     return {"queries": len(dataset.queries), "windows": results}
 
 
+def evaluate_proxy(name: str, sizes: Sequence[int]) -> dict[str, Any]:
+    """The proxy over osmem-server: nDCG@10 of the cluster's own BM25 order and of the
+    proxy's (the default ranker over a window of `size` hits), per window size."""
+    from osmem_server import OsmemServer
+
+    from reranker.cli import main as cli
+    from reranker.config import Settings
+    from reranker.datasets import load_dataset
+    from reranker.evaluation import paired_randomization_p, ranking_metrics
+    from reranker.service import create_app
+
+    dataset = load_dataset(DATA / name)
+    results: dict[str, Any] = {}
+    server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            os.environ["RERANKER_DATA_DIR"] = folder
+            os.environ["OPENSEARCH_URL"] = server.url
+            started = time.perf_counter()
+            if cli(["index", str(DATA / name / "corpus.jsonl"), "--no-progress"], stdout=io.StringIO()) != 0:
+                raise RuntimeError(f"indexing {name} into osmem-server failed")
+            print(f"{name}: indexed into osmem-server in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            app = create_app(Settings.from_env())
+            client = app.test_client()
+            for size in sizes:
+                direct, proxied, spent = [], [], 0.0
+                for query_id, text in dataset.queries:
+                    body = {"query": {"match": {"body": text}}, "size": 10, "_source": False}
+                    hits = server.request("POST", "/reranker/_search", body)["hits"]["hits"]
+                    judged = dataset.qrels[query_id]
+                    direct.append(ranking_metrics([h["_id"] for h in hits], judged, 10)["ndcg@10"])
+                    begun = time.perf_counter()
+                    answer = client.post("/reranker/_search", json={**body, "ext": {"rerank": {"window": size}}})
+                    spent += time.perf_counter() - begun
+                    if answer.status_code != 200:
+                        raise RuntimeError(f"the proxy answered {answer.status_code}: {answer.get_data(as_text=True)[:300]}")
+                    reranked = answer.get_json()
+                    if reranked.get("ext", {}).get("rerank", {}).get("status") not in ("ok", "tied"):
+                        raise RuntimeError(f"the proxy did not rerank: {reranked.get('ext')}")
+                    proxied.append(ranking_metrics([h["_id"] for h in reranked["hits"]["hits"]], judged, 10)["ndcg@10"])
+                base, scores = np.array(direct), np.array(proxied)
+                results[str(size)] = {
+                    "cluster bm25": {"ndcg@10": float(base.mean()), "p_vs_bm25": None, "wins_ties_losses": [0, len(base), 0], "ms_per_query": None},
+                    "proxy": {
+                        "ndcg@10": float(scores.mean()),
+                        "p_vs_bm25": paired_randomization_p(scores, base),
+                        "wins_ties_losses": [int((scores > base).sum()), int((scores == base).sum()), int((scores < base).sum())],
+                        "ms_per_query": 1000 * spent / len(dataset.queries),
+                    },
+                }
+            app.extensions["reranker"].close()
+    finally:
+        os.environ.pop("OPENSEARCH_URL", None)
+        server.close()
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -187,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     from reranker.config import DEFAULT_RANKER
 
     found = {name: evaluate_dataset(name, (100, 10)) for name in DATASETS}
+    for name in DATASETS:  # the proxy's rows, against the cluster's own BM25 order
+        for size, rows in evaluate_proxy(name, (100, 10)).items():
+            found[name]["windows"][size].update(rows)
     print(f"Default ranker `{DEFAULT_RANKER}`; nDCG@10 (p vs the BM25 order of the same window; W/T/L; ms per query)\n")
     for size in ("100", "10"):
         print(f"Window of {size} hits:\n")
