@@ -76,11 +76,18 @@ def _routes(client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[s
 
     bearer = {"Authorization": f"Bearer {KEY}"}
 
-    def post(path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+    def post(path: str, body: dict[str, Any], headers: dict[str, str] | None = None, first_stage: str | None = None) -> Any:
+        """The route's answer; raises unless it reranked (ok or tied) with the first stage
+        expected, so that a degraded answer is never scored as the route's quality."""
         answer = client.post(path, json=body, headers=headers or {})
         if answer.status_code != 200:
             raise RuntimeError(f"{path} answered {answer.status_code}: {answer.get_data(as_text=True)[:300]}")
-        return answer.get_json()
+        found = answer.get_json()
+        status = answer.headers.get("X-Reranker-Status") or found.get("status")
+        source = answer.headers.get("X-Reranker-First-Stage") or found.get("first_stage")
+        if status not in ("ok", "tied") or (first_stage is not None and source != first_stage):
+            raise RuntimeError(f"{path} answered status {status!r}, first stage {source!r}: {found.get('reason') or found.get('meta')}")
+        return found
 
     def texts(candidates: list[Any]) -> list[str]:
         found = engine.store.documents([c.doc_id for c in candidates])
@@ -99,13 +106,13 @@ def _routes(client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[s
                 documents = [{"text": t} for t in texts(candidates)]
             if kind == "scores":
                 documents = [{**d, "score": c.bm25_score} for d, c in zip(documents, candidates)]
-            found = post("/rerank", {"query": query, "documents": documents})
+            found = post("/rerank", {"query": query, "documents": documents}, first_stage="scores" if kind == "scores" else "index_bm25")
             return [r["index"] for r in found["results"]]
         return call
 
     def cohere(version: str) -> Callable[[str, list[Any]], list[int]]:
         def call(query: str, candidates: list[Any]) -> list[int]:
-            found = post(f"/{version}/rerank", {"query": query, "documents": texts(candidates)}, bearer)
+            found = post(f"/{version}/rerank", {"query": query, "documents": texts(candidates)}, bearer, first_stage="index_bm25")
             return [r["index"] for r in found["results"]]
         return call
 
@@ -119,7 +126,10 @@ def _routes(client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[s
             first_stage="missing",
         )
         parsed = no_statistics.query(query)
-        return no_statistics.rerank(parsed, no_statistics.first_stage(parsed, window), ranker).order
+        given = no_statistics.first_stage(parsed, window)
+        if given.first_stage != "order":
+            raise RuntimeError(f"expected the order as first stage, got {given.first_stage!r}")
+        return no_statistics.rerank(parsed, given, ranker).order
 
     return {
         "/search": search,

@@ -321,7 +321,7 @@ class Engine:
         The scores are BM25 of their texts (a stored candidate's stored text) with the
         index's statistics (`Store.text_bm25`): about the scores the first stage gave them.
         Where the store has no statistics (no index, or a store that cannot score a text),
-        the order itself: -ln(rank). Fusions then weigh the first stage as they do on
+        or no text holds a query word, the order itself: -ln(rank). Fusions then weigh the first stage as they do on
         `/search`; without it, a fusion of a window of equal scores is its ranker alone.
         Windows with scores are returned as they are.
         """
@@ -330,10 +330,11 @@ class Engine:
         texts = list(window.texts or (None,) * len(window))
         unread = [c.doc_id for c, text in zip(window.candidates, texts) if text is None]
         stored = self.store.documents(unread) if unread else {}
-        found = [text if text is not None else getattr(stored.get(c.doc_id), "full_text", "") for c, text in zip(window.candidates, texts)]
+        found = [text if text is not None else _text_of(stored.get(c.doc_id)) for c, text in zip(window.candidates, texts)]
         scores = self.store.text_bm25(query.text, found)
         kind: FirstStage = "index_bm25"
-        if scores is None:
+        # No text holding a query word says nothing about them: the order still does.
+        if scores is None or (len(scores) > 1 and float(np.ptp(scores)) == 0.0):
             scores, kind = [-math.log(c.bm25_rank) for c in window.candidates], "order"
         candidates = tuple(replace(c, bm25_score=float(score)) for c, score in zip(window.candidates, scores))
         return replace(window, candidates=candidates, first_stage=kind)
@@ -735,6 +736,11 @@ def uses_word_vectors(ranker: Ranker) -> bool:
 
 def text_topic_cache(max_bytes: int) -> LruCache[str, CorrectedTopics]:
     return LruCache(max_bytes, lambda found: found.topics.nbytes + found.importances.nbytes + found.backgrounds.nbytes + 64)
+
+
+def _text_of(document: Document | None) -> str:
+    """A stored document's text, or nothing for one that is not stored (it scores 0)."""
+    return document.full_text if document is not None else ""
 
 
 def _text_key(text: str) -> str:

@@ -62,7 +62,8 @@ def tokenize(text: str, stopwords: frozenset[str] | None = None) -> list[str]:
 
 
 # Roman numerals number pages, sections and lists ("ii", "xiv", "lii"); of two letters or
-# more, only "mix" is also an English word.
+# more, only "mix" is also an English word. A few acronyms are numerals in form ("CD", "MD",
+# "CM") and are not shown either.
 _ROMAN = re.compile(r"(?=[ivxlcdm]{2,}$)m{0,3}(cm|cd|d?c{0,3})(xc|xl|l?x{0,3})(ix|iv|v?i{0,3})")
 _ROMAN_LETTERS = "ivxlcdm"
 _NUMERAL_WORDS = frozenset({"mix"})

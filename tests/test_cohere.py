@@ -248,9 +248,9 @@ def test_a_degraded_answer_still_conforms(indexed: Path, monkeypatch: pytest.Mon
 
 
 def test_a_ranker_that_ties_every_document_says_so(client: FlaskClient) -> None:
-    """bm25 with no first-stage scores sent gives every document the same score: the
-    order is the caller's, and the answer must not pass it off as a ranking."""
-    answer = client.post("/v2/rerank", json={"query": QUERY, "documents": ["a ship", "a loaf", "a king"], "model": "bm25"}, headers=HEADERS)
+    """Identical texts get the same score: the order is the caller's, and the answer must
+    not pass it off as a ranking."""
+    answer = client.post("/v2/rerank", json={"query": QUERY, "documents": ["a ship"] * 3, "model": "hidden_topics"}, headers=HEADERS)
     body = answer.get_json()
     assert answer.status_code == 200 and [r["index"] for r in body["results"]] == [0, 1, 2]
     assert answer.headers["X-Reranker-Status"] == "tied"
@@ -339,3 +339,20 @@ def test_without_an_index_the_order_is_the_first_stage(tmp_path: Path, vectors_c
         assert engine.first_stage(engine.query(QUERY), CandidateSet(window.candidates)) == CandidateSet(window.candidates)
     finally:
         store.close()
+
+
+def test_a_query_of_stop_words_is_out_of_vocabulary_not_degraded(client: FlaskClient) -> None:
+    """No content word: nothing to score the texts with, nor to align with topics."""
+    for model, status in (("bm25", "ok"), (None, "query_out_of_vocabulary")):
+        body = {"query": "the of and", "documents": ["a beam search decoder", "bread and yeast"], **({"model": model} if model else {})}
+        answer = client.post("/v2/rerank", json=body, headers=HEADERS)
+        assert answer.status_code == 200
+        assert answer.headers["X-Reranker-Status"] == status, answer.get_data(as_text=True)
+        assert answer.headers["X-Reranker-First-Stage"] == "order"  # the order, not a crash
+        assert [r["index"] for r in answer.get_json()["results"]] == [0, 1]
+
+
+def test_texts_without_a_query_word_keep_their_order_as_first_stage(client: FlaskClient) -> None:
+    answer = client.post("/rerank", json={"query": "statistical machine translation", "ranker": "bm25", "documents": [{"text": "bread and yeast"}, {"text": "cheese and wine"}]})
+    assert answer.get_json()["first_stage"] == "order"
+    assert [r["index"] for r in answer.get_json()["results"]] == [0, 1]

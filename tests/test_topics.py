@@ -25,7 +25,6 @@ from reranker.topics import (
     topic_background,
     topic_contributions,
     topic_relevance,
-    topic_similarity,
 )
 from reranker.types import DocTopics
 
@@ -218,72 +217,6 @@ def test_best_aligned_picks_the_words_along_a_topic() -> None:
 
 
 # --- topic similarity between documents ("papers like this one") -------------------------
-
-
-def test_topic_similarity_on_a_hand_example() -> None:
-    e1, e2, e3 = np.eye(3)
-    own, weights = np.stack([e1, e2]), np.array([0.75, 0.25])
-    others = np.zeros((7, 2, 3))
-    other_weights = np.zeros((7, 2))
-    others[0], other_weights[0] = [e1, e2], [0.75, 0.25]  # the same document
-    others[1], other_weights[1] = [-e1, e2], [3.0, 1.0]  # signs flipped, weights scaled
-    others[2, 0], other_weights[2, 0] = e1, 1.0  # only the main topic (padded)
-    others[3, 0], other_weights[3, 0] = (e1 + e2) / np.sqrt(2), 1.0  # between the two topics
-    others[4, 0], other_weights[4, 0] = e3, 1.0  # orthogonal to both
-    others[5], other_weights[5] = [e2, e1], [0.75, 0.25]  # the same topics, weights swapped
-    # others[6]: no topics at all
-    similarity = topic_similarity(own, weights, others, other_weights)
-    own_norm = np.sqrt(0.75**2 + 0.25**2)
-    expected = [1.0, 1.0, 0.75 / own_norm, 0.5 / own_norm, 0.0, 2 * 0.75 * 0.25 / own_norm**2, 0.0]
-    assert similarity.shape == (7,) and similarity.dtype == np.float64
-    assert similarity == pytest.approx(expected)
-
-
-def _reference_similarity(own: np.ndarray, weights: np.ndarray, other: np.ndarray, other_weights: np.ndarray) -> float:
-    """The formula pair by pair: cosine of sum_i w_i p_i p_i^T and sum_j v_j q_j q_j^T."""
-    m_own = sum(w * np.outer(p, p) for p, w in zip(own, weights))
-    m_other = sum(v * np.outer(q, q) for q, v in zip(other, other_weights))
-    norms = np.linalg.norm(m_own) * np.linalg.norm(m_other)
-    return float(np.sum(m_own * m_other) / norms) if norms > 0 else 0.0
-
-
-@settings(max_examples=30)
-@given(seed=st.integers(0, 2**32 - 1), n_docs=st.integers(1, 6))
-def test_topic_similarity_matches_the_formula_and_prefers_the_document_itself(seed: int, n_docs: int) -> None:
-    rng = np.random.default_rng(seed)
-    documents = [extract_topics(rng.normal(size=(int(rng.integers(3, 30)), 8)), 5) for _ in range(n_docs)]
-    topics, importances = stack_topics([DocTopics(t, i) for t, i in documents], 8)
-    for row, (own, weights) in enumerate(documents):
-        similarity = topic_similarity(own, weights, topics, importances)
-        expected = [_reference_similarity(own, weights, t, i) for t, i in documents]
-        assert similarity == pytest.approx(expected, abs=1e-5)
-        assert similarity[row] == pytest.approx(1.0, abs=1e-5)
-        assert similarity.max() <= 1.0 and similarity[row] >= similarity.max() - 1e-9
-
-
-def test_the_plain_sum_of_absolute_cosines_would_prefer_another_document() -> None:
-    """Why the similarity is normalised and squared: sum_i sum_j w_i v_j |cos(p_i, q_j)|
-    scores a document with one topic between P's two above P itself."""
-    e1, e2 = np.eye(2)
-    own, weights = np.stack([e1, e2]), np.array([0.5, 0.5])
-    between = ((e1 + e2) / np.sqrt(2))[None]
-    plain_self = np.sum(weights[:, None] * weights[None, :] * np.abs(own @ own.T))
-    plain_between = np.sum(weights[:, None] * np.abs(own @ between.T))
-    assert plain_between > plain_self
-    others = np.stack([own, np.vstack([between, np.zeros((1, 2))])])
-    similarity = topic_similarity(own, weights, others, np.array([[0.5, 0.5], [1.0, 0.0]]))
-    assert similarity[0] == pytest.approx(1.0) and similarity[1] < similarity[0]
-
-
-def test_topic_similarity_refuses_mismatched_shapes() -> None:
-    with pytest.raises(ValueError):
-        topic_similarity(np.zeros((2, 3)), np.zeros(3), np.zeros((1, 2, 3)), np.zeros((1, 2)))
-    with pytest.raises(ValueError):
-        topic_similarity(np.zeros((2, 3)), np.zeros(2), np.zeros((1, 2, 4)), np.zeros((1, 2)))
-    assert topic_similarity(np.zeros((0, 3)), np.zeros(0), np.zeros((0, 0, 3)), np.zeros((0, 0))).shape == (0,)
-
-
-# --- the common-direction correction -------------------------------------------------------
 
 
 def correction_corpus(seed: int = 3, vocabulary: int = 400, d: int = 12) -> tuple[np.ndarray, np.ndarray]:

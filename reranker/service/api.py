@@ -12,7 +12,7 @@ from reranker.rankers import ranker_names
 from reranker.service.bodies import json_object
 from reranker.service.errors import api_error
 from reranker.service.operations import Reply, openapi_document, operation
-from reranker.service.reranking import RequestDocument, Runtime, status_fields
+from reranker.service.reranking import RequestDocument, Runtime, reports_first_stage, status_fields
 from reranker.service.schema import (
     Candidate,
     Error,
@@ -151,7 +151,7 @@ def rerank() -> Any:
         **status_fields(outcome),
         ranker=ranker.name,
         # (An empty list of documents has nothing to score, so no source either.)
-        **({"first_stage": outcome.first_stage} if "first_stage" in ranker.needs and outcome.first_stage != "missing" else {}),
+        **({"first_stage": outcome.first_stage} if reports_first_stage(ranker, outcome) else {}),
         results=results,
         query_words=list(query.words),
         oov_words=list(dict.fromkeys(query.oov)),

@@ -32,6 +32,7 @@ from reranker.service.api import request_documents, runtime
 from reranker.service.bodies import json_object, require_bearer
 from reranker.service.errors import bad_request
 from reranker.service.operations import Reply, operation
+from reranker.service.reranking import reports_first_stage
 from reranker.service.schema import CohereAnswer, CohereRequest, read
 
 blueprint = Blueprint("cohere", __name__)
@@ -112,7 +113,7 @@ def _rerank(version: str) -> Response:
     )
     response = Response(body, mimetype="application/json")
     response.headers["X-Reranker-Status"] = outcome.status
-    if "first_stage" in ranker.needs and outcome.first_stage != "missing":
+    if reports_first_stage(ranker, outcome):
         # Where the fusion's first-stage evidence came from (the clusters send none).
         response.headers["X-Reranker-First-Stage"] = outcome.first_stage
     return response

@@ -268,7 +268,7 @@ class Runtime:
             return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own, parts, candidates.first_stage), candidates
         if len(scores) > 1 and float(np.ptp(scores)) == 0.0:
             # Nothing was reordered, and a caller should not read the order as a verdict:
-            # bm25 through /rerank or /v2/rerank with no first-stage scores sent, say.
+            # identical texts, say.
             reason = f"every candidate got the same score from {ranker.name!r}; they keep the order they came in"
             return Reranked(order, scores, "tied", reason, elapsed, own, parts, candidates.first_stage), candidates
         return Reranked(order, scores, "ok", None, elapsed, own, parts, candidates.first_stage), candidates
@@ -502,6 +502,13 @@ class Runtime:
         self.experiments.close()
         if self._engine is not None:
             self._engine.store.close()
+
+
+def reports_first_stage(ranker: Ranker, outcome: Reranked) -> bool:
+    """Whether an answer says where its first-stage scores came from: when the ranker read
+    them and they were read (not an empty list of documents, not a degraded answer, which
+    keeps the caller's order without scoring)."""
+    return "first_stage" in ranker.needs and outcome.status != "degraded" and outcome.first_stage != "missing"
 
 
 def status_fields(outcome: Reranked) -> dict[str, Any]:

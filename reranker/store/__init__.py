@@ -171,8 +171,9 @@ def bm25_of_texts(
     counts = np.asarray(query_counts, dtype=np.float64)
     df = np.clip(np.asarray(doc_freqs, dtype=np.float64), 0, documents)
     idf = np.log1p((documents - df + 0.5) / (df + 0.5))
-    f = np.asarray(frequencies, dtype=np.float64).reshape(-1, counts.size)
-    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * np.asarray(lengths, dtype=np.float64) / max(average_length, 1e-9))
+    length = np.asarray(lengths, dtype=np.float64)
+    f = np.asarray(frequencies, dtype=np.float64).reshape(length.size, counts.size)
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / max(average_length, 1e-9))
     scores: npt.NDArray[np.float64] = (f * (BM25_K1 + 1.0) / (f + norm[:, None])) @ (counts * idf)
     return scores
 
@@ -225,8 +226,9 @@ class Store(Protocol):
     def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
         """BM25 of each of `texts` (which need not be stored) for `query`, with this
         index's analysis and statistics (`bm25_of_texts`): about the score each would get
-        from `bm25` if it were indexed. None when the index holds no documents (there are
-        no statistics to read).
+        from `bm25` if it were indexed. None when there is nothing to score them by: the
+        index holds no documents (no statistics), the store cannot read its statistics, or
+        the query has no content word.
         """
         ...
 

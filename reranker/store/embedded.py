@@ -411,10 +411,11 @@ class EmbeddedStore:
                 raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(known)}")
 
     def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
+        terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
         documents, average = self._length_statistics()
-        if not documents:
+        if not documents or not terms:
             return None
-        asked = self._text.analysed(tokenize(query, self._stopwords)[:MAX_QUERY_TERMS])
+        asked = self._text.analysed(terms)
         sent = [self._terms_of(text) for text in texts]
         lengths = np.fromiter((terms.length for terms in sent), dtype=np.float64, count=len(sent))
         # The text index searches each field and adds the scores: so do these.

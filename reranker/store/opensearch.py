@@ -630,18 +630,19 @@ class OpenSearchStore:
         # (`_mtermvectors`), in one request: BM25 as the cluster would score the texts if
         # they were indexed in that field. A cluster that cannot (the in-memory test server
         # has no artificial documents) or fails leaves the caller to use the texts' order.
-        if not texts:
-            return []
+        terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
+        if not texts or not terms:
+            return [] if not texts else None
         field = self._text_field()
         spec = {"fields": [field], "term_statistics": True, "field_statistics": True, "positions": False, "offsets": False, "payloads": False}
-        docs = [{"doc": {field: text}, **spec} for text in [" ".join(tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]), *texts]]
+        docs = [{"doc": {field: text}, **spec} for text in [" ".join(terms), *texts]]
         try:
             found = self._call("scoring texts", self.client.mtermvectors, index=self.alias, body={"docs": docs})
             vectors = [doc["term_vectors"][field] if doc.get("term_vectors") else {} for doc in found["docs"]]
-        except (StoreError, KeyError, TypeError) as exc:
+            asked, statistics = vectors[0].get("terms", {}), vectors[0].get("field_statistics", {})
+        except (StoreError, KeyError, TypeError, IndexError, AttributeError) as exc:
             log.warning("the cluster cannot score sent texts (%s); they keep their order as first-stage evidence", exc)
             return None
-        asked, statistics = vectors[0].get("terms", {}), vectors[0].get("field_statistics", {})
         documents, total = int(statistics.get("doc_count", 0)), float(statistics.get("sum_ttf", 0))
         if len(vectors) != len(docs) or not documents or total <= 0:
             if not self._said_unscorable:  # once per store: it says the same for every request
