@@ -661,8 +661,8 @@ class Engine:
         """The stored documents most like `doc_id` ("papers like this one"): a search whose
         query is the paper itself, the paper left out of its hits.
 
-        First stage: BM25 with `similar_query` (the paper's most frequent words, less the
-        corpus's most common ones) as the query, its top `window` other documents
+        First stage: BM25 with `similar_query` (the paper's words of the largest tf-idf) as
+        the query, its top `window` other documents
         (`bm25_rank` counts from 1 without the document itself). Then `ranker_name`
         reorders them with the paper's whole text as the query (for the hidden-topic
         rankers: how well all of the paper's words align with each candidate's topics);
@@ -675,7 +675,7 @@ class Engine:
         self.check_ranker(ranker)
         info = self.store.index_info()
         common = info.centering.background_words if info is not None and info.centering is not None else ()
-        first_stage = similar_query(document, self.stopwords, frozenset(common))
+        first_stage = similar_query(document, self.stopwords, frozenset(common), doc_freqs=self.store.doc_freqs)
         found = [c for c in self.store.bm25(first_stage, window + 1) if c.doc_id != doc_id][:window]
         candidates = CandidateSet(
             candidates=tuple(replace(c, bm25_rank=rank) for rank, c in enumerate(found, start=1)), exact_top=size
@@ -712,17 +712,27 @@ def strongest_topics(contributions: Scores) -> list[int]:
 
 
 def similar_query(
-    document: Document, stopwords: frozenset[str] | None, common: frozenset[str], terms: int = SIMILAR_QUERY_TERMS
+    document: Document,
+    stopwords: frozenset[str] | None,
+    common: frozenset[str],
+    terms: int = SIMILAR_QUERY_TERMS,
+    doc_freqs: Callable[[Sequence[str]], tuple[int, dict[str, int]] | None] | None = None,
 ) -> str:
-    """The first-stage query for documents like `document`: its `terms` most frequent
-    content words (ties: first occurrence first), each once, leaving out `common` words
-    (the corpus's most frequent ones, which the index records with its centering) unless
-    that leaves none.
+    """The first-stage query for documents like `document`: its `terms` content words of
+    the largest tf-idf, each once, as Lucene's MoreLikeThis chooses them (tf the word's
+    count in the document, idf BM25's ln(1 + (N - df + 0.5) / (df + 0.5)) from
+    `doc_freqs`, a store's `Store.doc_freqs`).
 
-    A cheap stand-in for the tf-idf term selection of Lucene's MoreLikeThis: BM25 weighs
-    the chosen words by their idf, and words frequent everywhere do not get chosen.
+    Where the store has no document frequencies: its most frequent content words, leaving
+    out `common` words (the corpus's most frequent ones, which the index records with its
+    centering) unless that leaves none. Ties: first occurrence first.
     """
     counts = Counter(tokenize(document.full_text, stopwords))
+    statistics = doc_freqs(list(counts)) if doc_freqs is not None and counts else None
+    if statistics is not None:
+        n, found = statistics
+        weight = {word: count * math.log(1.0 + (n - found.get(word, 0) + 0.5) / (found.get(word, 0) + 0.5)) for word, count in counts.items()}
+        return " ".join(sorted(counts, key=lambda word: -weight[word])[:terms])
     chosen = [word for word, _ in counts.most_common() if word not in common][:terms]
     # A small corpus's most frequent words are all its words: then they are all there is.
     return " ".join(chosen or [word for word, _ in counts.most_common(terms)])

@@ -4,6 +4,7 @@ through Flask's test client over a real embedded store holding the bundled sampl
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
@@ -90,10 +91,19 @@ def test_papers_like_this_one_are_a_search_with_the_paper_as_the_query(client: F
     assert "nope" in reason
 
 
-def test_the_first_stage_query_is_the_papers_most_frequent_uncommon_words() -> None:
+def test_the_first_stage_query_is_the_papers_words_of_the_largest_tf_idf() -> None:
     document = Document("d", "", "parsing parsing parsing grammar grammar model model model model the lexicon")
+    # 100 documents: "model" is in 90 of them, "lexicon" in 1, "grammar" in 10, "parsing" in 30.
+    freqs = {"model": 90, "lexicon": 1, "grammar": 10, "parsing": 30}
+    stats = lambda words: (100, {w: freqs[w] for w in words})  # noqa: E731
+    idf = {w: math.log(1 + (100 - df + 0.5) / (df + 0.5)) for w, df in freqs.items()}
+    tf_idf = {w: count * idf[w] for w, count in {"parsing": 3, "grammar": 2, "model": 4, "lexicon": 1}.items()}
+    assert similar_query(document, None, frozenset(), terms=2, doc_freqs=stats) == " ".join(sorted(tf_idf, key=lambda w: -tf_idf[w])[:2])
+    assert similar_query(document, None, frozenset(), terms=2, doc_freqs=stats) == "grammar lexicon"  # "model" is everywhere
+    # Without document frequencies: the most frequent words, less the corpus's most common.
     assert similar_query(document, None, frozenset({"model"}), terms=2) == "parsing grammar"
     assert similar_query(document, None, frozenset(), terms=10) == "model parsing grammar lexicon"
+    assert similar_query(document, None, frozenset(), terms=10, doc_freqs=lambda words: None) == "model parsing grammar lexicon"
 
 
 def test_an_unknown_document_is_a_404(client: FlaskClient) -> None:

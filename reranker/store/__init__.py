@@ -223,6 +223,12 @@ class Store(Protocol):
         best first."""
         ...
 
+    def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
+        """How many documents the index holds, and how many of them hold each of `words`
+        (content words as `tokenize` gives them, unstemmed). None when the store cannot
+        tell (no documents, or a store without the statistics)."""
+        ...
+
     def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
         """BM25 of each of `texts` (which need not be stored) for `query`, with this
         index's analysis and statistics (`bm25_of_texts`): about the score each would get

@@ -410,6 +410,10 @@ class EmbeddedStore:
                 known = sorted({"title", *(row[0] for row in rows)})
                 raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(known)}")
 
+    def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
+        documents, _ = self._length_statistics()
+        return (documents, self._text.doc_freqs("exact", words)) if documents else None
+
     def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
         documents, average = self._length_statistics()

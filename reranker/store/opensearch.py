@@ -624,6 +624,11 @@ class OpenSearchStore:
             self._properties_of = index
         return self._properties
 
+    def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
+        # The cluster's terms are its analyser's (stemmed), not these words; "papers like
+        # this one" then chooses its words without them (see `similar_query`).
+        return None
+
     def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
         # The cluster analyses the query and the texts as artificial documents of its main
         # text field and reports each term's document frequency and the field's statistics
