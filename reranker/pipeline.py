@@ -77,9 +77,9 @@ EXPLAIN_WORDS = 5
 # Topics an explanation shows, largest contribution first: the CLI, /search and the page
 # show these (the others are summed into one "rest"). See `Engine.explain`.
 EXPLAIN_TOPICS = 5
-# "Papers like this one" look for candidates with the paper's most frequent words that are
-# not among the corpus's most frequent ones (see `similar_query`); measured in
-# docs/rankers-and-evaluation.md ("Papers like this one").
+# "Papers like this one" look for candidates with this many of the paper's words (those of the
+# largest tf-idf, see `similar_query`); measured in docs/rankers-and-evaluation.md ("Papers
+# like this one").
 SIMILAR_QUERY_TERMS = 100
 
 
@@ -321,8 +321,9 @@ class Engine:
         The scores are BM25 of their texts (a stored candidate's stored text) with the
         index's statistics (`Store.text_bm25`): about the scores the first stage gave them.
         Where the store has no statistics (no index, or a store that cannot score a text),
-        or no text holds a query word, the order itself: -ln(rank). Fusions then weigh the first stage as they do on
-        `/search`; without it, a fusion of a window of equal scores is its ranker alone.
+        or no text holds a query word, the order itself: -ln(rank). Fusions then weigh the
+        first stage as they do on `/search`; without it, a fusion of a window of equal
+        scores is its ranker alone.
         Windows with scores are returned as they are.
         """
         if window.first_stage != "missing" or len(window) == 0:
