@@ -81,6 +81,8 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_MAX_DOCUMENTS": "most documents one rerank request may carry (default 1000)",
     "RERANKER_MAX_TEXT_CHARS": "longest query or document text accepted, in characters (default 1000000)",
     "RERANKER_MAX_WINDOW": "largest BM25 window a request may ask for (default 1000)",
+    "RERANKER_MAX_SEARCHES": "most searches one proxied _msearch may hold (default 50)",
+    "RERANKER_MAX_TOTAL_WINDOW": "most BM25 candidates one proxied _msearch may ask the service to rerank, all its searches' windows together (default 2000)",
     "RERANKER_TOPIC_CACHE_MB": "per-worker cache of topics computed from request texts, in MB (default 64)",
     "RERANKER_API_KEYS": "comma-separated bearer keys accepted by /v1/rerank and /v2/rerank",
     "RERANKER_API_KEYS_FILE": "file with one accepted bearer key per line (adds to RERANKER_API_KEYS)",
@@ -222,6 +224,10 @@ class ServiceSettings:
     max_documents: int = 1000
     max_text_chars: int = 1_000_000
     max_window: int = 1000
+    # One _msearch is many searches: without these, 400 searches of window 1,000 kept a
+    # worker busy for 15 s and took 600 MB.
+    max_searches: int = 50
+    max_total_window: int = 2000
     topic_cache_mb: int = 64
     api_keys: frozenset[str] = field(default=frozenset(), repr=False)
     admin_api_key: str | None = field(default=None, repr=False)
@@ -250,6 +256,8 @@ class ServiceSettings:
             max_documents=_int(env, "RERANKER_MAX_DOCUMENTS", 1000),
             max_text_chars=_int(env, "RERANKER_MAX_TEXT_CHARS", 1_000_000),
             max_window=_int(env, "RERANKER_MAX_WINDOW", 1000),
+            max_searches=_int(env, "RERANKER_MAX_SEARCHES", 50),
+            max_total_window=_int(env, "RERANKER_MAX_TOTAL_WINDOW", 2000),
             topic_cache_mb=_int(env, "RERANKER_TOPIC_CACHE_MB", 64, minimum=0),
             api_keys=frozenset(keys),
             admin_api_key=(env.get("RERANKER_ADMIN_API_KEY") or "").strip() or None,
@@ -261,7 +269,7 @@ class ServiceSettings:
         host, _, port = self.bind.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"the service address (RERANKER_BIND, --bind) must be HOST:PORT, got {self.bind!r}")
-        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window"):
+        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
 
@@ -393,6 +401,8 @@ class Settings:
             "RERANKER_MAX_DOCUMENTS": str(service.max_documents),
             "RERANKER_MAX_TEXT_CHARS": str(service.max_text_chars),
             "RERANKER_MAX_WINDOW": str(service.max_window),
+            "RERANKER_MAX_SEARCHES": str(service.max_searches),
+            "RERANKER_MAX_TOTAL_WINDOW": str(service.max_total_window),
             "RERANKER_TOPIC_CACHE_MB": str(service.topic_cache_mb),
             "RERANKER_API_KEYS": f"{len(service.api_keys)} key(s)" if service.api_keys else "(unset)",
             "RERANKER_API_KEYS_FILE": "(counted in RERANKER_API_KEYS)",

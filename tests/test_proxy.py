@@ -603,3 +603,45 @@ def test_search_clients_see_the_cluster_through_the_proxy(papers: tuple[str, Pat
     finally:
         server.shutdown()
         recorder.close()
+
+
+# --- escapes found by an attack on the proxy (issue 23) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "data", "status", "reason"),
+    [
+        # OpenSearch's multi-search parser reads `indices` as well as `index`.
+        ("/_msearch", '{"indices": "secret"}\n{"query": {"match_all": {}}}\n', 400, "header key [indices] is not one the proxy forwards"),
+        ("/papers/_msearch", '{"index": "papers", "size": 3}\n{}\n', 400, "header key [size]"),
+        # A cross-cluster name that the pattern `papers*` would match.
+        ("/papers:secret/_search", json.dumps({"query": {"match_all": {}}}), 403, "cross-cluster names [papers:secret]"),
+        ("/_msearch", '{"index": "papers:secret"}\n{}\n', 403, "cross-cluster names"),
+    ],
+)
+def test_msearch_headers_and_cross_cluster_names_are_allow_listed(
+    recorded: tuple[FlaskClient, ClusterProxy], path: str, data: str, status: int, reason: str
+) -> None:
+    client, recorder = recorded
+    answer = client.post(path, data=data, content_type="application/json")
+    assert answer.status_code == status, answer.get_json()
+    assert reason in answer.get_json()["error"]["reason"]
+    assert b"canary" not in answer.get_data()
+    # Refused before any search was sent.
+    assert [(m, p) for m, p, sent in recorder.requests if b"secret" in sent or "secret" in p or "_search" in p or "_msearch" in p] == []
+
+
+def test_an_msearch_has_bounded_work(papers: tuple[str, Path]) -> None:
+    """At most RERANKER_MAX_SEARCHES searches, and RERANKER_MAX_TOTAL_WINDOW candidates to
+    rerank across them: a 413 that names the setting, before any search is sent."""
+    client = make_app(papers, RERANKER_MAX_SEARCHES="3", RERANKER_MAX_TOTAL_WINDOW="150").test_client()
+    line = json.dumps(summary("ocean"))
+    four = "".join("{}\n" + line + "\n" for _ in range(4))
+    answer = client.post("/papers/_msearch", data=four, content_type="application/x-ndjson")
+    assert answer.status_code == 413 and "RERANKER_MAX_SEARCHES" in answer.get_json()["error"]["reason"]
+    wide = json.dumps({**summary("ocean"), "ext": {"rerank": {"window": 100}}})
+    answer = client.post("/papers/_msearch", data="{}\n" + wide + "\n{}\n" + wide + "\n", content_type="application/x-ndjson")
+    assert answer.status_code == 413 and "200 candidates" in answer.get_json()["error"]["reason"]
+    assert "RERANKER_MAX_TOTAL_WINDOW" in answer.get_json()["error"]["reason"]
+    answer = client.post("/papers/_msearch", data="{}\n" + wide + "\n", content_type="application/x-ndjson")
+    assert answer.status_code == 200 and len(answer.get_json()["responses"]) == 1

@@ -348,6 +348,13 @@ def msearch(index: str | None = None) -> Response:
     params = url_params()
     items = read_msearch(body_bytes(), default_index, rt)
     plans = [plan(rt, store, wanted) for _, wanted in items]
+    total = sum(how.window for how in plans if how.reason is None)
+    if total > rt.limits.max_total_window:
+        raise ApiError(
+            413, "content_too_long_exception",
+            f"_msearch asks to rerank {total} candidates in all (its searches' windows together); at most "
+            f"{rt.limits.max_total_window} (RERANKER_MAX_TOTAL_WINDOW): ask for smaller windows (ext.rerank.window) or send fewer searches",
+        )
     windows = []
     for (header, wanted), how in zip(items, plans):
         windows += [header, wanted.body if how.reason is not None else window_request(wanted, how.window, how.fields)[1]]

@@ -65,9 +65,18 @@ def allowed_patterns(settings: Settings) -> tuple[str, ...]:
 
 
 def check_indices(expression: str, settings: Settings) -> str:
-    """`expression` if every comma-separated part is allowed; ApiError 403 otherwise."""
+    """`expression` if every comma-separated part is allowed; ApiError 403 otherwise.
+
+    A cross-cluster name (`cluster:index`) is refused whatever the patterns say: the
+    proxy searches its own cluster, and a pattern such as `reranker-v*` would otherwise
+    match `reranker-vx:secret` on a remote one."""
     patterns = allowed_patterns(settings)
     for part in expression.split(","):
+        if ":" in part:
+            raise ApiError(
+                403, "security_exception",
+                f"the reranker proxy does not forward cross-cluster names [{part}]: it searches its own cluster only",
+            )
         if part in ("", ".", "..") or not any(fnmatchcase(part, pattern) for pattern in patterns):
             raise ApiError(
                 403, "security_exception",
@@ -312,6 +321,15 @@ def mark(response: Any, block: dict[str, Any]) -> Any:
     return {**response, "ext": {**(ext if isinstance(ext, dict) else {}), "rerank": block}}
 
 
+# What an `_msearch` header line may hold: the index and the per-search options OpenSearch's
+# multi-search documents for a metadata line. Anything else is refused, not forwarded: the
+# cluster's parser accepts more than it documents (`indices` names indices too).
+MSEARCH_HEADER_KEYS = (
+    "index", "allow_no_indices", "allow_partial_search_results", "cancel_after_time_interval", "expand_wildcards",
+    "ignore_throttled", "ignore_unavailable", "preference", "request_cache", "routing", "search_type",
+)
+
+
 def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict[str, Any], Search]]:
     """NDJSON header/body pairs -> (header with its index set, the search). ApiError 400/403."""
     lines = raw.split(b"\n")
@@ -321,10 +339,20 @@ def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict
         raise ApiError(400, "parse_exception", "_msearch body is empty; expected NDJSON: a header line and a body line per search")
     if len(lines) % 2:
         raise ApiError(400, "parse_exception", f"_msearch body has {len(lines)} lines; expected a header line and a body line per search (the last header has no body)")
+    if len(lines) // 2 > rt.limits.max_searches:
+        raise ApiError(
+            413, "content_too_long_exception",
+            f"_msearch holds {len(lines) // 2} searches; at most {rt.limits.max_searches} (RERANKER_MAX_SEARCHES): send them in several requests",
+        )
     items = []
     for start in range(0, len(lines), 2):
         header, body = (_ndjson_object(lines[start + i], start + i + 1) for i in (0, 1))
         try:
+            unknown = sorted(set(header).difference(MSEARCH_HEADER_KEYS))
+            if unknown:
+                raise bad_request(
+                    f"header key [{unknown[0]}] is not one the proxy forwards; a header may hold {', '.join(MSEARCH_HEADER_KEYS)}"
+                )
             index = header.get("index", default_index)
             if isinstance(index, list) and all(isinstance(name, str) for name in index):
                 index = ",".join(index)
