@@ -82,6 +82,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_MAX_TEXT_CHARS": "longest query or document text accepted, in characters (default 1000000)",
     "RERANKER_MAX_WINDOW": "largest BM25 window a request may ask for (default 1000)",
     "RERANKER_MAX_SEARCHES": "most searches one proxied _msearch may hold (default 50)",
+    "RERANKER_PROXY_ALLOW": "comma-separated guarded parts of a search body the proxy forwards anyway: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll (default: none)",
     "RERANKER_MAX_TOTAL_WINDOW": "most BM25 candidates one proxied _msearch may ask the service to rerank, all its searches' windows together (default 2000)",
     "RERANKER_TOPIC_CACHE_MB": "per-worker cache of topics computed from request texts, in MB (default 64)",
     "RERANKER_API_KEYS": "comma-separated bearer keys accepted by /v1/rerank and /v2/rerank",
@@ -205,6 +206,14 @@ class OpenSearchSettings:
             raise ConfigError(f"RERANKER_INDEX must be a lower-case index name without spaces or \\/*?\"<>|,#:, got {alias!r}")
 
 
+# The guarded parts of a search body (and scroll) that RERANKER_PROXY_ALLOW may name: see
+# reranker/service/query_dsl.py.
+PROXY_GUARDS = (
+    "script", "script_score", "wrapper", "template", "more_like_this", "percolate", "pinned", "terms_lookup",
+    "collate", "script_fields", "runtime_mappings", "scroll",
+)
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """The HTTP service: server, limits and credentials. Keys never appear in repr()."""
@@ -232,6 +241,7 @@ class ServiceSettings:
     api_keys: frozenset[str] = field(default=frozenset(), repr=False)
     admin_api_key: str | None = field(default=None, repr=False)
     proxy_indices: tuple[str, ...] = ()  # empty: the alias and its versions
+    proxy_allow: tuple[str, ...] = ()  # guarded parts of a search body forwarded anyway (service/query_dsl.py)
     default_ranker: str = DEFAULT_RANKER
 
     @classmethod
@@ -262,6 +272,7 @@ class ServiceSettings:
             api_keys=frozenset(keys),
             admin_api_key=(env.get("RERANKER_ADMIN_API_KEY") or "").strip() or None,
             proxy_indices=tuple(p.strip() for p in (env.get("RERANKER_PROXY_INDICES") or "").split(",") if p.strip()),
+            proxy_allow=tuple(p.strip() for p in (env.get("RERANKER_PROXY_ALLOW") or "").split(",") if p.strip()),
             default_ranker=env.get("RERANKER_DEFAULT_RANKER") or cls.default_ranker,
         )
 
@@ -272,6 +283,9 @@ class ServiceSettings:
         for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
+        unknown = sorted(set(self.proxy_allow).difference(PROXY_GUARDS))
+        if unknown:
+            raise ConfigError(f"RERANKER_PROXY_ALLOW names {unknown[0]!r}; it may name {', '.join(PROXY_GUARDS)}")
 
 
 @dataclass(frozen=True)
@@ -408,6 +422,7 @@ class Settings:
             "RERANKER_API_KEYS_FILE": "(counted in RERANKER_API_KEYS)",
             "RERANKER_ADMIN_API_KEY": secret(service.admin_api_key),
             "RERANKER_PROXY_INDICES": ",".join(service.proxy_indices) or f"{opensearch.alias},{opensearch.alias}-v*",
+            "RERANKER_PROXY_ALLOW": ",".join(service.proxy_allow) or "(none)",
             "RERANKER_DEFAULT_RANKER": service.default_ranker,
         }
         return {name: values[name] for name in ENVIRONMENT}

@@ -232,7 +232,20 @@ def test_searches_that_cannot_be_reranked_are_forwarded_as_they_are(
     assert rerank["status"] == "not_reranked" and reason in rerank["reason"]
 
 
-def test_a_scroll_is_forwarded_and_continues(client: FlaskClient) -> None:
+def test_a_scroll_is_refused_unless_an_operator_allows_it(client: FlaskClient, papers: tuple[str, Path]) -> None:
+    """A scroll id is not bound to the index it was opened on: refused by default, and
+    with RERANKER_PROXY_ALLOW=scroll its keep-alive is capped."""
+    for answer in (client.post("/papers/_search?scroll=1m", json=summary("ocean", size=1)),
+                   client.post("/_search/scroll", json={"scroll": "1m", "scroll_id": "forged"})):
+        assert answer.status_code == 400 and "RERANKER_PROXY_ALLOW=scroll" in answer.get_json()["error"]["reason"]
+    allowing = make_app(papers, RERANKER_PROXY_ALLOW="scroll").test_client()
+    for keep_alive in ("1d", "11m", "forever"):
+        answer = allowing.post(f"/papers/_search?scroll={keep_alive}", json=summary("ocean", size=1))
+        assert answer.status_code == 400 and "[scroll]" in answer.get_json()["error"]["reason"], keep_alive
+
+
+def test_an_allowed_scroll_is_forwarded_and_continues(papers: tuple[str, Path]) -> None:
+    client = make_app(papers, RERANKER_PROXY_ALLOW="scroll").test_client()
     first = client.post("/papers/_search?scroll=1m", json=summary("ocean", size=1)).get_json()
     assert first["ext"]["rerank"]["status"] == "not_reranked" and len(ids(first)) == 1
     more = client.post("/_search/scroll", json={"scroll": "1m", "scroll_id": first["_scroll_id"]})
@@ -277,8 +290,7 @@ def test_rankers_reading_documents_rerank_only_the_index_behind_the_alias(papers
 def test_the_clusters_errors_come_back_unchanged(client: FlaskClient, direct: OpenSearchStore) -> None:
     for url, body in [
         ("/papers-v000009/_search", summary("ocean")),  # allowed pattern, no such index
-        ("/papers/_search", {"query": {"bogus": {}}}),  # forwarded as it is
-        ("/papers/_search", summary("ocean", aggs={"x": {"bogus": {}}})),  # fails in the window request
+        ("/papers/_search", {"query": {"match": {}}}),  # a clause the proxy knows, malformed: forwarded
     ]:
         answer = client.post(url, json=body)
         status, own = direct.forward("POST", url, {}, body)
@@ -479,10 +491,14 @@ def test_url_parameters_the_client_library_would_keep_reach_the_cluster(recorded
     assert any("timeout=1s" in path for path in sent) and any("ignore=404" in path and "request_timeout=5" in path for path in sent)
 
 
-def test_searches_naming_allowed_indices_or_fields_called_index_still_pass(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+def test_searches_naming_allowed_indices_or_fields_called_index_still_pass(
+    recorded: tuple[FlaskClient, ClusterProxy], papers: tuple[str, Path]
+) -> None:
     client, recorder = recorded
     allowed = {"query": {"more_like_this": {"fields": ["text"], "like": [{"_index": "papers", "_id": "ships"}], "min_term_freq": 1, "min_doc_freq": 1}}}
-    assert client.post("/papers/_search", json=allowed).status_code == 200
+    assert client.post("/papers/_search", json=allowed).status_code == 400  # reads documents: guarded
+    operator = make_app((recorder.url, papers[1]), RERANKER_PROXY_ALLOW="more_like_this").test_client()
+    assert operator.post("/papers/_search", json=allowed).status_code == 200
     a_field_called_index = {"query": {"bool": {"should": [{"match": {"index": "ships"}}, {"term": {"index": {"value": "x"}}}]}}}
     assert client.post("/papers/_search", json=a_field_called_index).status_code == 200
     assert recorder.requests  # these did reach the cluster
@@ -645,3 +661,72 @@ def test_an_msearch_has_bounded_work(papers: tuple[str, Path]) -> None:
     assert "RERANKER_MAX_TOTAL_WINDOW" in answer.get_json()["error"]["reason"]
     answer = client.post("/papers/_msearch", data="{}\n" + wide + "\n", content_type="application/x-ndjson")
     assert answer.status_code == 200 and len(answer.get_json()["responses"]) == 1
+
+
+REFUSED_BODIES = [
+    ({"query": {"wrapper": {"query": "eyJtYXRjaF9hbGwiOnt9fQ=="}}}, "query.wrapper] is refused"),
+    ({"query": {"bool": {"must": [{"terms": {"_id": {"index": "secret", "path": "ids", "query": {"match_all": {}}}}}]}}}, "terms lookup"),
+    ({"query": {"script": {"script": "true"}}}, "runs a script"),
+    ({"query": {"function_score": {"query": {"match_all": {}}, "functions": [{"script_score": {"script": "1"}}]}}}, "runs a script"),
+    ({"query": {"bogus": {}}}, "[query.bogus] is not a query clause the proxy knows"),
+    ({"query": {"match_all": {}}, "aggs": {"x": {"scripted_metric": {}}}}, "[aggs.x.scripted_metric] is not an aggregation"),
+    ({"query": {"match_all": {}}, "aggs": {"x": {"terms": {"script": "doc['a']"}}}}, "runs a script"),
+    ({"query": {"match_all": {}}, "sort": [{"_script": {"type": "number", "script": "1"}}]}, "runs a script"),
+    ({"query": {"match_all": {}}, "suggest": {"s": {"text": "x", "phrase": {"field": "body", "collate": {"query": {"source": {}}}}}}}, "collate"),
+    ({"query": {"match_all": {}}, "script_fields": {"a": {"script": "1"}}}, "runs scripts"),
+    ({"query": {"match_all": {}}, "pit": {"id": "x"}}, "[pit] is not a search body key"),
+    ({"query": {"match_all": {}}, "ext": {"search_pipeline": {}}}, "[ext.search_pipeline]"),
+]
+
+
+@pytest.mark.parametrize(("body", "reason"), REFUSED_BODIES)
+def test_only_the_search_subset_the_proxy_knows_is_forwarded(recorded: tuple[FlaskClient, ClusterProxy], body: dict[str, Any], reason: str) -> None:
+    client, recorder = recorded
+    for path, data in [("/papers/_search", json.dumps(body)), ("/papers/_msearch", "{}\n" + json.dumps(body) + "\n")]:
+        answer = client.post(path, data=data, content_type="application/json")
+        assert answer.status_code == 400, (path, answer.get_json())
+        assert reason in answer.get_json()["error"]["reason"], answer.get_json()
+    assert [p for _, p, _ in recorder.requests if "_search" in p or "_msearch" in p or "_mget" in p] == []
+
+
+def test_what_a_search_application_sends_still_passes(client: FlaskClient) -> None:
+    body = {
+        "query": {"bool": {
+            "must": [{"multi_match": {"query": "ocean ships", "fields": ["body", "title^2"]}}],
+            "filter": [{"range": {"year": {"gte": 1990}}}, {"terms": {"tag": ["a", "b"]}}],
+            "should": [{"function_score": {"query": {"match": {"body": "sea"}}, "functions": [{"weight": 2, "filter": {"exists": {"field": "body"}}}]}}],
+            "must_not": [{"dis_max": {"queries": [{"term": {"tag": "z"}}, {"prefix": {"tag": "q"}}]}}],
+        }},
+        "aggs": {"tags": {"terms": {"field": "tag"}, "aggs": {"years": {"avg": {"field": "year"}}}}, "f": {"filter": {"match_all": {}}}},
+        "highlight": {"fields": {"body": {}}}, "sort": ["_score"], "_source": ["title"], "size": 3, "from": 0,
+        "track_total_hits": True, "ext": {"rerank": {"window": 20}},
+    }
+    answer = client.post("/papers/_search", json=body)
+    assert answer.status_code == 200, answer.get_json()
+    assert answer.get_json()["ext"]["rerank"]["status"] == "ok"
+
+
+def test_the_allow_list_reads_every_place_a_query_can_hide() -> None:
+    """Unit test of the walker: nested, has_child, boosting, constant_score, filters
+    aggregations, highlight and rescore queries are read, and what they hide is found."""
+    from reranker.service.errors import ApiError
+    from reranker.service.query_dsl import check_search_body
+
+    hidden = {"wrapper": {"query": "e30="}}
+    places = [
+        {"query": {"nested": {"path": "a", "query": hidden}}},
+        {"query": {"has_child": {"type": "c", "query": hidden}}},
+        {"query": {"boosting": {"positive": {"match_all": {}}, "negative": hidden, "negative_boost": 0.5}}},
+        {"query": {"constant_score": {"filter": hidden}}},
+        {"aggs": {"f": {"filters": {"filters": {"a": hidden}}}}},
+        {"aggs": {"t": {"terms": {"field": "x"}, "aggs": {"f": {"filter": hidden}}}}},
+        {"highlight": {"highlight_query": hidden, "fields": {"body": {}}}},
+        {"highlight": {"fields": {"body": {"highlight_query": hidden}}}},
+        {"rescore": {"window_size": 10, "query": {"rescore_query": hidden}}},
+        {"post_filter": hidden},
+    ]
+    for body in places:
+        with pytest.raises(ApiError, match="wrapper"):
+            check_search_body(body)
+        check_search_body(json.loads(json.dumps(body).replace('"wrapper": {"query": "e30="}', '"match_all": {}')))
+    check_search_body({"query": {"wrapper": {"query": "e30="}}}, allowed=["wrapper"])  # an operator's choice

@@ -47,6 +47,7 @@ from reranker.service.api import runtime
 from reranker.service.bodies import body_bytes, json_object
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
+from reranker.service.query_dsl import check_scroll, check_search_body
 from reranker.service.reranking import Deadline, Runtime, status_fields
 from reranker.service.schema import OpenSearchSearch
 from reranker.service.search_requests import (
@@ -309,6 +310,8 @@ def search(index: str | None = None) -> Response:
     params = url_params()
     raw = json_object(required=False)
     check_body_indices(raw, rt.settings)
+    check_search_body(raw, rt.limits.proxy_allow)
+    check_scroll(params.get("scroll"), rt.limits.proxy_allow)
     body, options = rerank_options(raw, rt)
     offset, size = page_bounds(body, params)
     wanted = Search(expression, body, params, offset, size, options)
@@ -402,9 +405,12 @@ def fetch_pages(
 @_proxied("the next page of a scroll, forwarded as it is")
 def scroll() -> Response:
     """The next page of a scroll (which the proxy forwarded as it was)."""
-    store = cluster(runtime())
+    rt = runtime()
+    store = cluster(rt)
     params = url_params()
     body = json_object(required=False)
+    keep_alive = body.get("scroll") if isinstance(body, dict) else None
+    check_scroll(str(keep_alive if keep_alive is not None else params.get("scroll", "")), rt.limits.proxy_allow)
     status, found = store.forward("POST", "/_search/scroll", params, body or None)
     return answer(status, found)
 

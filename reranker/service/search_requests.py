@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from reranker.config import Settings
 from reranker.service.bodies import json_type, parse_json
 from reranker.service.errors import ApiError, bad_request
+from reranker.service.query_dsl import check_search_body
 from reranker.service.reranking import Runtime
 from reranker.service.schema import RerankExt, read
 
@@ -360,6 +361,7 @@ def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict
                 raise bad_request("[index] must be a string or an array of strings")
             check_indices(index, rt.settings)
             check_body_indices(body, rt.settings)
+            check_search_body(body, rt.limits.proxy_allow)
             body, options = rerank_options(body, rt)
             offset, size = page_bounds(body, {})
         except ApiError as exc:

@@ -1,0 +1,284 @@
+"""The subset of OpenSearch's search body the proxy forwards: an allow-list, not a deny-list.
+
+A search body is walked once before anything reaches the cluster. Every key of the body,
+every query clause (at any depth: in `bool`, `nested`, `function_score`, aggregations'
+filters, highlight and rescore queries, `post_filter`) and every aggregation type must be
+one the proxy knows: the full-text, term, range, compound and nested clauses a search
+application sends, aggregations, highlight, sort, paging and `_source` filtering. Anything
+else is refused with a 400 that names it by its path and says how to allow it, so a clause
+the proxy does not understand (a new one, a plugin's, or one that hides another query) never
+passes unread. Refused whatever the allow-list, unless an operator names them in
+RERANKER_PROXY_ALLOW: clauses that run a script, carry an opaque query (`wrapper`, search
+templates), read documents (`more_like_this`, `percolate`, `pinned`, a terms lookup), and
+suggesters' `collate` templates.
+
+Which indices a body reads is checked apart (`search_requests.check_body_indices`): this
+module decides which shapes may be forwarded at all.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from reranker.config import PROXY_GUARDS
+from reranker.service.errors import ApiError
+
+# Top-level keys of a search body. `ext` may hold only `rerank` (the proxy's own block).
+BODY_KEYS = frozenset({
+    "query", "size", "from", "sort", "_source", "highlight", "aggs", "aggregations", "track_total_hits",
+    "track_scores", "search_after", "timeout", "min_score", "post_filter", "fields", "docvalue_fields",
+    "stored_fields", "ext", "version", "seq_no_primary_term", "explain", "terminate_after", "collapse",
+    "rescore", "suggest", "profile", "indices_boost",
+})
+
+# Query clauses whose parameters hold no other query: field -> value or field -> options.
+LEAF_CLAUSES = frozenset({
+    "match", "match_phrase", "match_phrase_prefix", "match_bool_prefix", "multi_match", "combined_fields",
+    "query_string", "simple_query_string", "term", "terms", "range", "exists", "prefix", "wildcard", "regexp",
+    "fuzzy", "ids", "match_all", "match_none", "intervals", "rank_feature", "distance_feature",
+    "geo_distance", "geo_bounding_box", "geo_polygon", "span_term",
+})
+# Compound clauses: the parameters that hold queries (one query, or a list of them).
+COMPOUND_CLAUSES: dict[str, tuple[str, ...]] = {
+    "bool": ("must", "should", "filter", "must_not"),
+    "boosting": ("positive", "negative"),
+    "constant_score": ("filter",),
+    "dis_max": ("queries",),
+    "nested": ("query",),
+    "has_child": ("query",),
+    "has_parent": ("query",),
+    "function_score": ("query",),  # and each function's `filter`, below
+}
+# Refused unless RERANKER_PROXY_ALLOW names them, with why.
+GUARDED: dict[str, str] = {
+    "script": "it runs a script",
+    "script_score": "it runs a script",
+    "wrapper": "it carries an opaque (base64) query the proxy cannot read",
+    "template": "it carries a search template the proxy cannot read",
+    "more_like_this": "it can read other documents (`like` / `unlike`)",
+    "percolate": "it can read a stored document",
+    "pinned": "it names stored documents",
+    "terms_lookup": "a terms lookup reads another document",
+    "collate": "a suggester's collate template runs a query the proxy cannot read",
+    "script_fields": "it runs scripts",
+    "runtime_mappings": "it defines fields by scripts",
+}
+
+assert set(GUARDED) | {"scroll"} == set(PROXY_GUARDS), "config.PROXY_GUARDS lists what RERANKER_PROXY_ALLOW may name"
+
+# Aggregation types. Bucket aggregations may hold sub-aggregations; `filter` and `filters`
+# hold queries. Pipeline aggregations that run a script (bucket_script, bucket_selector,
+# moving_fn, scripted_metric) are not here.
+AGGREGATIONS = frozenset({
+    "terms", "significant_terms", "rare_terms", "multi_terms", "histogram", "date_histogram", "auto_date_histogram",
+    "variable_width_histogram", "range", "date_range", "ip_range", "filter", "filters", "missing", "nested",
+    "reverse_nested", "global", "sampler", "diversified_sampler", "composite", "adjacency_matrix",
+    "geohash_grid", "geotile_grid", "geo_distance", "avg", "sum", "min", "max", "stats", "extended_stats",
+    "value_count", "cardinality", "percentiles", "percentile_ranks", "top_hits", "weighted_avg", "geo_bounds",
+    "geo_centroid", "median_absolute_deviation", "matrix_stats", "avg_bucket", "sum_bucket", "min_bucket",
+    "max_bucket", "stats_bucket", "extended_stats_bucket", "percentiles_bucket", "derivative",
+    "cumulative_sum", "serial_diff", "bucket_sort",
+})
+SUGGESTERS = frozenset({"term", "phrase", "completion"})
+
+
+# With RERANKER_PROXY_ALLOW=scroll, the longest keep-alive a scroll may ask for: a cluster
+# keeps at most 500 scroll contexts open in all by default, and each holds resources.
+MAX_SCROLL_SECONDS = 600
+_TIME = re.compile(r"(\d+)(d|h|m|s|ms|micros|nanos)")
+_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "micros": 1e-6, "nanos": 1e-9}
+
+
+def check_scroll(keep_alive: str | None, allowed: Iterable[str] = ()) -> None:
+    """ApiError 400 for a scroll (`keep_alive`: its `scroll` parameter; None: no scroll)
+    unless RERANKER_PROXY_ALLOW names `scroll`, and then for a keep-alive longer than
+    MAX_SCROLL_SECONDS. A scroll id is not bound to the index it was opened on: a client
+    that forges or guesses one would continue another client's scroll."""
+    if keep_alive is None:
+        return
+    if "scroll" not in set(allowed):
+        raise ApiError(
+            400, "illegal_argument_exception",
+            "[scroll] is refused: the proxy cannot tell which index a scroll id reads; page with search_after "
+            "instead, or an operator can allow it with RERANKER_PROXY_ALLOW=scroll",
+        )
+    if not keep_alive:
+        return
+    found = _TIME.fullmatch(keep_alive.strip())
+    if found is None:
+        raise ApiError(400, "illegal_argument_exception", f"[scroll] must be a time such as 1m, got {keep_alive!r}")
+    if int(found.group(1)) * _SECONDS[found.group(2)] > MAX_SCROLL_SECONDS:
+        raise ApiError(400, "illegal_argument_exception", f"[scroll] keeps a scroll open at most {MAX_SCROLL_SECONDS // 60}m, got {keep_alive}")
+
+
+def check_search_body(body: dict[str, Any], allowed: Iterable[str] = ()) -> None:
+    """ApiError 400 unless every part of `body` is in the forwarded subset.
+
+    allowed: the GUARDED names an operator allows (RERANKER_PROXY_ALLOW)."""
+    walker = _Walker(frozenset(allowed))
+    walker.body(body)
+
+
+class _Walker:
+    def __init__(self, allowed: frozenset[str]) -> None:
+        self.allowed = allowed
+
+    def refuse(self, path: str, what: str) -> ApiError:
+        return ApiError(
+            400, "illegal_argument_exception",
+            f"[{path}] {what}: the reranker proxy forwards only the search subset listed in docs/proxy.md",
+        )
+
+    def guard(self, name: str, path: str) -> None:
+        if name not in self.allowed:
+            raise ApiError(
+                400, "illegal_argument_exception",
+                f"[{path}] is refused: {GUARDED[name]}; an operator can allow it with RERANKER_PROXY_ALLOW={name}",
+            )
+
+    def body(self, body: dict[str, Any]) -> None:
+        for key in body:
+            if key in GUARDED:
+                self.guard(key, key)
+            elif key not in BODY_KEYS:
+                raise self.refuse(key, "is not a search body key the proxy knows")
+        for key in ("query", "post_filter"):
+            if key in body:
+                self.query(body[key], key)
+        for key in ("aggs", "aggregations"):
+            if key in body:
+                self.aggregations(body[key], key)
+        if "highlight" in body:
+            self.highlight(body["highlight"], "highlight")
+        if "rescore" in body:
+            for i, rescore in enumerate(body["rescore"] if isinstance(body["rescore"], list) else [body["rescore"]]):
+                query = rescore.get("query") if isinstance(rescore, dict) else None
+                if isinstance(query, dict) and "rescore_query" in query:
+                    self.query(query["rescore_query"], f"rescore[{i}].query.rescore_query")
+        if "suggest" in body:
+            self.suggest(body["suggest"], "suggest")
+        if "sort" in body:
+            self.scripts(body["sort"], "sort")
+        if "ext" in body and isinstance(body["ext"], dict):
+            for key in body["ext"]:
+                if key != "rerank":
+                    raise self.refuse(f"ext.{key}", "is not an extension the proxy knows (only ext.rerank)")
+        for key in ("collapse", "fields", "docvalue_fields", "_source", "indices_boost"):
+            if key in body:
+                self.scripts(body[key], key)
+
+    def query(self, query: Any, path: str) -> None:
+        if isinstance(query, list):
+            for i, item in enumerate(query):
+                self.query(item, f"{path}[{i}]")
+            return
+        if not isinstance(query, dict) or len(query) != 1:
+            raise self.refuse(path, "must be an object with exactly one query clause")
+        (name, params), = query.items()
+        where = f"{path}.{name}"
+        if name in GUARDED:
+            self.guard(name, where)
+            return
+        if name == "terms" and isinstance(params, dict):
+            if any(isinstance(value, dict) for key, value in params.items() if key not in ("boost", "_name", "value_type")):
+                self.guard("terms_lookup", where)
+        if name in LEAF_CLAUSES:
+            self.scripts(params, where)
+            return
+        if name in COMPOUND_CLAUSES:
+            if not isinstance(params, dict):
+                raise self.refuse(where, "must be an object")
+            for key, value in params.items():
+                if key in COMPOUND_CLAUSES[name]:
+                    self.query(value, f"{where}.{key}")
+                elif name == "function_score" and key == "functions":
+                    self.functions(value, f"{where}.functions")
+                elif isinstance(value, (dict, list)):
+                    self.scripts(value, f"{where}.{key}")
+            return
+        raise self.refuse(where, "is not a query clause the proxy knows")
+
+    def functions(self, functions: Any, path: str) -> None:
+        if not isinstance(functions, list):
+            raise self.refuse(path, "must be a list")
+        for i, function in enumerate(functions):
+            if not isinstance(function, dict):
+                raise self.refuse(f"{path}[{i}]", "must be an object")
+            for key, value in function.items():
+                if key in GUARDED:
+                    self.guard(key, f"{path}[{i}].{key}")
+                elif key == "filter":
+                    self.query(value, f"{path}[{i}].filter")
+                elif key in ("weight", "field_value_factor", "gauss", "linear", "exp", "random_score"):
+                    self.scripts(value, f"{path}[{i}].{key}")
+                else:
+                    raise self.refuse(f"{path}[{i}].{key}", "is not a score function the proxy knows")
+
+    def aggregations(self, aggregations: Any, path: str) -> None:
+        if not isinstance(aggregations, dict):
+            raise self.refuse(path, "must be an object of named aggregations")
+        for name, definition in aggregations.items():
+            where = f"{path}.{name}"
+            if not isinstance(definition, dict):
+                raise self.refuse(where, "must be an object")
+            for key, value in definition.items():
+                if key in ("aggs", "aggregations"):
+                    self.aggregations(value, f"{where}.{key}")
+                elif key == "meta":
+                    continue
+                elif key in AGGREGATIONS:
+                    if key == "filter":
+                        self.query(value, f"{where}.filter")
+                    elif key == "filters" and isinstance(value, dict):
+                        named = value.get("filters")
+                        items = named.items() if isinstance(named, dict) else enumerate(named or [])
+                        for label, query in items:
+                            self.query(query, f"{where}.filters.filters.{label}")
+                    elif key == "top_hits" and isinstance(value, dict) and "script_fields" in value:
+                        self.guard("script_fields", f"{where}.top_hits.script_fields")
+                    else:
+                        self.scripts(value, f"{where}.{key}")
+                else:
+                    raise self.refuse(f"{where}.{key}", "is not an aggregation the proxy knows")
+
+    def highlight(self, highlight: Any, path: str) -> None:
+        if isinstance(highlight, dict):
+            if "highlight_query" in highlight:
+                self.query(highlight["highlight_query"], f"{path}.highlight_query")
+            fields = highlight.get("fields")
+            items = fields.items() if isinstance(fields, dict) else (
+                (k, v) for item in (fields or []) if isinstance(item, dict) for k, v in item.items()
+            )
+            for field, options in items:
+                if isinstance(options, dict) and "highlight_query" in options:
+                    self.query(options["highlight_query"], f"{path}.fields.{field}.highlight_query")
+
+    def suggest(self, suggest: Any, path: str) -> None:
+        if not isinstance(suggest, dict):
+            raise self.refuse(path, "must be an object")
+        for name, definition in suggest.items():
+            if name == "text" or not isinstance(definition, dict):
+                continue
+            for key, value in definition.items():
+                if key in SUGGESTERS:
+                    if isinstance(value, dict) and "collate" in value:
+                        self.guard("collate", f"{path}.{name}.{key}.collate")
+                    self.scripts(value, f"{path}.{name}.{key}")
+                elif key not in ("text", "prefix", "regex"):
+                    raise self.refuse(f"{path}.{name}.{key}", "is not a suggester the proxy knows")
+
+    def scripts(self, value: Any, path: str) -> None:
+        """A script anywhere under `value` (an option named `script`, or a `_script` sort) is
+        guarded. (Keys of a clause's parameters are mostly field names, so nothing else is
+        read into them; a field named `script` is refused too.)"""
+        stack = [(value, path)]
+        while stack:
+            item, where = stack.pop()
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if key in ("script", "_script"):
+                        self.guard("script", f"{where}.{key}")
+                    stack.append((child, f"{where}.{key}"))
+            elif isinstance(item, list):
+                stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
