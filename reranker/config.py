@@ -13,6 +13,7 @@ one table (`ENVIRONMENT`) documents both:
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +83,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_MAX_TEXT_CHARS": "longest query or document text accepted, in characters (default 1000000)",
     "RERANKER_MAX_WINDOW": "largest BM25 window a request may ask for (default 1000)",
     "RERANKER_MAX_SEARCHES": "most searches one proxied _msearch may hold (default 50)",
-    "RERANKER_PROXY_ALLOW": "comma-separated guarded parts of a search body the proxy forwards anyway: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll (default: none)",
+    "RERANKER_PROXY_ALLOW": "comma-separated parts of a search body the proxy forwards although it refuses them by default: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll, or a clause it does not know (default: none)",
     "RERANKER_MAX_TOTAL_WINDOW": "most BM25 candidates one proxied _msearch may ask the service to rerank, all its searches' windows together (default 2000)",
     "RERANKER_TOPIC_CACHE_MB": "per-worker cache of topics computed from request texts, in MB (default 64)",
     "RERANKER_API_KEYS": "comma-separated bearer keys accepted by /v1/rerank and /v2/rerank",
@@ -283,9 +284,11 @@ class ServiceSettings:
         for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
-        unknown = sorted(set(self.proxy_allow).difference(PROXY_GUARDS))
-        if unknown:
-            raise ConfigError(f"RERANKER_PROXY_ALLOW names {unknown[0]!r}; it may name {', '.join(PROXY_GUARDS)}")
+        for name in self.proxy_allow:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ConfigError(
+                    f"RERANKER_PROXY_ALLOW names {name!r}: give names of search-body parts, such as {', '.join(PROXY_GUARDS[:4])}"
+                )
 
 
 @dataclass(frozen=True)

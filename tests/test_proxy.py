@@ -730,3 +730,14 @@ def test_the_allow_list_reads_every_place_a_query_can_hide() -> None:
             check_search_body(body)
         check_search_body(json.loads(json.dumps(body).replace('"wrapper": {"query": "e30="}', '"match_all": {}')))
     check_search_body({"query": {"wrapper": {"query": "e30="}}}, allowed=["wrapper"])  # an operator's choice
+
+
+def test_an_operator_can_forward_a_clause_the_proxy_does_not_know(papers: tuple[str, Path], direct: OpenSearchStore) -> None:
+    body = {"query": {"bogus": {}}}
+    refused = make_app(papers).test_client().post("/papers/_search", json=body)
+    assert refused.status_code == 400 and "RERANKER_PROXY_ALLOW=bogus" in refused.get_json()["error"]["reason"]
+    forwarded = make_app(papers, RERANKER_PROXY_ALLOW="bogus").test_client().post("/papers/_search", json=body)
+    status, own = direct.forward("POST", "/papers/_search", {}, body)
+    assert forwarded.status_code == status == 400 and forwarded.get_json() == own  # the cluster's own answer
+    with pytest.raises(Exception, match="RERANKER_PROXY_ALLOW"):
+        make_app(papers, RERANKER_PROXY_ALLOW="bad name")

@@ -125,9 +125,11 @@ class _Walker:
         self.allowed = allowed
 
     def refuse(self, path: str, what: str) -> ApiError:
+        name = path.rsplit(".", 1)[-1]
         return ApiError(
             400, "illegal_argument_exception",
-            f"[{path}] {what}: the reranker proxy forwards only the search subset listed in docs/proxy.md",
+            f"[{path}] {what}: the reranker proxy forwards only the search subset listed in docs/proxy.md; "
+            f"an operator can forward [{name}] unread with RERANKER_PROXY_ALLOW={name}",
         )
 
     def guard(self, name: str, path: str) -> None:
@@ -141,7 +143,7 @@ class _Walker:
         for key in body:
             if key in GUARDED:
                 self.guard(key, key)
-            elif key not in BODY_KEYS:
+            elif key not in BODY_KEYS and key not in self.allowed:
                 raise self.refuse(key, "is not a search body key the proxy knows")
         for key in ("query", "post_filter"):
             if key in body:
@@ -162,7 +164,7 @@ class _Walker:
             self.scripts(body["sort"], "sort")
         if "ext" in body and isinstance(body["ext"], dict):
             for key in body["ext"]:
-                if key != "rerank":
+                if key != "rerank" and key not in self.allowed:
                     raise self.refuse(f"ext.{key}", "is not an extension the proxy knows (only ext.rerank)")
         for key in ("collapse", "fields", "docvalue_fields", "_source", "indices_boost"):
             if key in body:
@@ -186,6 +188,8 @@ class _Walker:
         if name in LEAF_CLAUSES:
             self.scripts(params, where)
             return
+        if name in self.allowed and name not in COMPOUND_CLAUSES:
+            return  # an operator's choice: forwarded unread
         if name in COMPOUND_CLAUSES:
             if not isinstance(params, dict):
                 raise self.refuse(where, "must be an object")
@@ -212,6 +216,8 @@ class _Walker:
                     self.query(value, f"{path}[{i}].filter")
                 elif key in ("weight", "field_value_factor", "gauss", "linear", "exp", "random_score"):
                     self.scripts(value, f"{path}[{i}].{key}")
+                elif key in self.allowed:
+                    continue
                 else:
                     raise self.refuse(f"{path}[{i}].{key}", "is not a score function the proxy knows")
 
@@ -226,6 +232,8 @@ class _Walker:
                 if key in ("aggs", "aggregations"):
                     self.aggregations(value, f"{where}.{key}")
                 elif key == "meta":
+                    continue
+                elif key in self.allowed and key not in AGGREGATIONS:
                     continue
                 elif key in AGGREGATIONS:
                     if key == "filter":
@@ -265,7 +273,7 @@ class _Walker:
                     if isinstance(value, dict) and "collate" in value:
                         self.guard("collate", f"{path}.{name}.{key}.collate")
                     self.scripts(value, f"{path}.{name}.{key}")
-                elif key not in ("text", "prefix", "regex"):
+                elif key not in ("text", "prefix", "regex") and key not in self.allowed:
                     raise self.refuse(f"{path}.{name}.{key}", "is not a suggester the proxy knows")
 
     def scripts(self, value: Any, path: str) -> None:
