@@ -83,6 +83,8 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_MAX_TEXT_CHARS": "longest query or document text accepted, in characters (default 1000000)",
     "RERANKER_MAX_WINDOW": "largest BM25 window a request may ask for (default 1000)",
     "RERANKER_MAX_SEARCHES": "most searches one proxied _msearch may hold (default 50)",
+    "RERANKER_EVENTS_PER_QUERY": "most UBI events stored for one interleaved query (default 100; then 429)",
+    "RERANKER_MAX_EVENTS": "most UBI events the event store holds in all (default 1000000; then 429)",
     "RERANKER_PROXY_ALLOW": "comma-separated parts of a search body the proxy forwards although it refuses them by default: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll, or a clause it does not know (default: none)",
     "RERANKER_MAX_TOTAL_WINDOW": "most BM25 candidates one proxied _msearch may ask the service to rerank, all its searches' windows together (default 2000)",
     "RERANKER_TOPIC_CACHE_MB": "per-worker cache of topics computed from request texts, in MB (default 64)",
@@ -238,6 +240,9 @@ class ServiceSettings:
     # worker busy for 15 s and took 600 MB.
     max_searches: int = 50
     max_total_window: int = 2000
+    # POST /events needs no key (a page sends clicks): these bound what anyone can store.
+    events_per_query: int = 100
+    max_events: int = 1_000_000
     topic_cache_mb: int = 64
     api_keys: frozenset[str] = field(default=frozenset(), repr=False)
     admin_api_key: str | None = field(default=None, repr=False)
@@ -268,6 +273,8 @@ class ServiceSettings:
             max_text_chars=_int(env, "RERANKER_MAX_TEXT_CHARS", 1_000_000),
             max_window=_int(env, "RERANKER_MAX_WINDOW", 1000),
             max_searches=_int(env, "RERANKER_MAX_SEARCHES", 50),
+            events_per_query=_int(env, "RERANKER_EVENTS_PER_QUERY", 100),
+            max_events=_int(env, "RERANKER_MAX_EVENTS", 1_000_000),
             max_total_window=_int(env, "RERANKER_MAX_TOTAL_WINDOW", 2000),
             topic_cache_mb=_int(env, "RERANKER_TOPIC_CACHE_MB", 64, minimum=0),
             api_keys=frozenset(keys),
@@ -281,7 +288,7 @@ class ServiceSettings:
         host, _, port = self.bind.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"the service address (RERANKER_BIND, --bind) must be HOST:PORT, got {self.bind!r}")
-        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window"):
+        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window", "events_per_query", "max_events"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
         for name in self.proxy_allow:
@@ -419,6 +426,8 @@ class Settings:
             "RERANKER_MAX_TEXT_CHARS": str(service.max_text_chars),
             "RERANKER_MAX_WINDOW": str(service.max_window),
             "RERANKER_MAX_SEARCHES": str(service.max_searches),
+            "RERANKER_EVENTS_PER_QUERY": str(service.events_per_query),
+            "RERANKER_MAX_EVENTS": str(service.max_events),
             "RERANKER_MAX_TOTAL_WINDOW": str(service.max_total_window),
             "RERANKER_TOPIC_CACHE_MB": str(service.topic_cache_mb),
             "RERANKER_API_KEYS": f"{len(service.api_keys)} key(s)" if service.api_keys else "(unset)",

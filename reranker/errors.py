@@ -37,6 +37,14 @@ class StoreUnavailableError(StoreError):
     """The store cannot be reached (cluster down, refused connection, timeout)."""
 
 
+class StoreFullError(StoreError):
+    """The store has no room left (a full disk): writes are refused until space returns."""
+
+
+class QuotaExceededError(RerankerError):
+    """A caller asked for more than a quota allows (events per query, events in all)."""
+
+
 class IndexNotFoundError(StoreError):
     """The index or alias the settings name does not exist (nothing indexed yet)."""
 

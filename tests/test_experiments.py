@@ -567,3 +567,48 @@ def test_experiment_routes_recover_when_the_cluster_loses_their_indices(cluster_
     assert block["ranker"] == "interleaved" and block["experiment"]["id"] == "after"
     assert client.post("/events", json=_click({"id": "ships", "rank": 1}, block["query_id"])).status_code == 201
     app.extensions["reranker"].close()
+
+
+# --- bounded events (issue 23, point 4) --------------------------------------------------------
+
+
+def test_events_have_quotas_per_query_and_in_all(data_dir: Path) -> None:
+    """POST /events needs no key: RERANKER_EVENTS_PER_QUERY events per interleaved query and
+    RERANKER_MAX_EVENTS in all, then a 429 that names the setting."""
+    app = create_app(_settings(data_dir, RERANKER_EVENTS_PER_QUERY="2", RERANKER_MAX_EVENTS="3"))
+    client = app.test_client()
+    try:
+        _start(client)
+        body = client.post("/search", json={"query": QUERIES[0], "size": 6, "client_id": "c1"}).get_json()
+        for n in (1, 2):
+            assert client.post("/events", json=_click(body["hits"][0], body["query_id"], event_id=str(n))).status_code == 201
+        reason = _error(client.post("/events", json=_click(body["hits"][0], body["query_id"], event_id="3")), 429, "too_many_requests_exception")
+        assert "RERANKER_EVENTS_PER_QUERY" in reason
+        other = client.post("/search", json={"query": QUERIES[1], "size": 6, "client_id": "c1"}).get_json()
+        assert client.post("/events", json=_click(other["hits"][0], other["query_id"], event_id="1")).status_code == 201
+        reason = _error(client.post("/events", json=_click(other["hits"][1], other["query_id"], event_id="2")), 429, "too_many_requests_exception")
+        assert "RERANKER_MAX_EVENTS" in reason
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_a_full_disk_is_a_507_that_says_so_and_the_store_recovers(data_dir: Path) -> None:
+    """SQLite says "database or disk is full": a 507 with the reason, never a bare 502; once
+    there is room again, events are stored. (The disk is full for real, as SQLite sees it:
+    the store's file may not grow past max_page_count.)"""
+    app = create_app(_settings(data_dir))
+    client = app.test_client()
+    try:
+        _start(client)
+        body = client.post("/search", json={"query": QUERIES[0], "size": 6, "client_id": "c1"}).get_json()
+        db = app.extensions["reranker"].experiments.store()._db  # the test client's requests run in this thread
+        (pages,) = db.execute("PRAGMA page_count").fetchone()
+        db.execute(f"PRAGMA max_page_count = {pages}")
+        statuses = [client.post("/events", json=_click(body["hits"][0], body["query_id"], event_id=str(n))) for n in range(60)]
+        full = [answer for answer in statuses if answer.status_code != 201]
+        assert full, "the store never filled up"
+        assert "disk is full" in _error(full[0], 507, "insufficient_storage_exception")
+        db.execute("PRAGMA max_page_count = 1073741823")
+        assert client.post("/events", json=_click(body["hits"][0], body["query_id"], event_id="after")).status_code == 201
+    finally:
+        app.extensions["reranker"].close()

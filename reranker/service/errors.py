@@ -27,9 +27,11 @@ from reranker.errors import (
     IndexNotFoundError,
     InputError,
     NotFoundError,
+    QuotaExceededError,
     RankerUnavailableError,
     RerankerError,
     StoreError,
+    StoreFullError,
     StoreUnavailableError,
     UnknownRankerError,
     VectorsError,
@@ -71,6 +73,8 @@ STATUS: list[tuple[type[RerankerError], int, str]] = [
     # The index was built with other vectors: nothing this service can serve until
     # someone reindexes or reconfigures, so "unavailable", not the client's fault.
     (IndexMismatchError, 503, "index_mismatch_exception"),
+    (QuotaExceededError, 429, "too_many_requests_exception"),
+    (StoreFullError, 507, "insufficient_storage_exception"),
     (StoreUnavailableError, 503, "store_unavailable_exception"),
     (StoreError, 502, "store_exception"),
     (VectorsError, 503, "vectors_unavailable_exception"),

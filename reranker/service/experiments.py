@@ -20,7 +20,8 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import BaseConverter
 
 from reranker import experiments as ex
-from reranker.errors import DuplicateEventError, InputError, NotFoundError
+from reranker.config import ServiceSettings
+from reranker.errors import DuplicateEventError, InputError, NotFoundError, QuotaExceededError, StoreFullError
 from reranker.service.api import runtime
 from reranker.service.bodies import json_object, require_bearer
 from reranker.service.errors import ApiError
@@ -35,6 +36,7 @@ from reranker.service.schema import (
     UbiEvent,
     read,
 )
+from reranker.store.events import EventStore
 
 blueprint = Blueprint("experiments", __name__)
 
@@ -76,7 +78,7 @@ def _runnable(rankers: tuple[str, str]) -> None:
     "record a UBI event (a click) about an interleaved search",
     body=UbiEvent,
     answers={201: Reply("recorded", EventRecorded)},
-    errors=(400, 404, 409, 413, 502, 503),
+    errors=(400, 404, 409, 413, 429, 502, 503, 507),
 )
 def events() -> Any:
     """Record one UBI event: 201 created, 409 when it was recorded before (a retry)."""
@@ -85,17 +87,34 @@ def events() -> Any:
     store = rt.experiments.store()
     try:
         event = ex.read_event(body, read(UbiEvent, body), store)
+        check_event_quota(store, event.query_id, rt.limits)
         store.record_event(event)
     except DuplicateEventError:
         rt.metrics.events.labels("duplicate").inc()
         raise
-    except (InputError, NotFoundError, ApiError):
+    except (InputError, NotFoundError, ApiError, QuotaExceededError, StoreFullError):
         rt.metrics.events.labels("rejected").inc()
         raise
     rt.metrics.events.labels("created").inc()
     response = jsonify(result="created", event_id=event.event_id, query_id=event.query_id, experiment=event.experiment_id)
     response.status_code = 201
     return response
+
+
+def check_event_quota(store: EventStore, query_id: str, limits: ServiceSettings) -> None:
+    """QuotaExceededError (429) once a query holds RERANKER_EVENTS_PER_QUERY events, or the
+    store RERANKER_MAX_EVENTS in all: events need no key, so these bound what anyone can
+    make the service write."""
+    for_query, total = store.count_events(query_id)
+    if for_query >= limits.events_per_query:
+        raise QuotaExceededError(
+            f"query {query_id!r} has {for_query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
+        )
+    if total >= limits.max_events:
+        raise QuotaExceededError(
+            f"the event store holds {total} events, the most it may (RERANKER_MAX_EVENTS): an operator must archive "
+            "or end experiments before more are recorded"
+        )
 
 
 @blueprint.get("/experiments")

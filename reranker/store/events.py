@@ -33,6 +33,7 @@ from reranker.errors import (
     DuplicateEventError,
     IndexNotFoundError,
     StoreError,
+    StoreFullError,
 )
 from reranker.interleaving import Interleaving
 
@@ -184,7 +185,13 @@ class EventStore(Protocol):
     def shown_query(self, query_id: str) -> ShownQuery | None: ...
 
     def record_event(self, event: Event) -> None:
-        """Store `event`; DuplicateEventError when its id was stored before."""
+        """Store `event`; DuplicateEventError when its id was stored before, StoreFullError
+        when the store has no room left."""
+        ...
+
+    def count_events(self, query_id: str) -> tuple[int, int]:
+        """(events stored for `query_id`, events stored in all; the second may count a
+        few deleted ones): what the quotas on events read."""
         ...
 
     def experiment_data(self, experiment_id: str) -> ExperimentData: ...
@@ -223,6 +230,7 @@ CREATE TABLE IF NOT EXISTS events (
     action_name TEXT NOT NULL, object_id TEXT, body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_experiment ON events (experiment_id);
+CREATE INDEX IF NOT EXISTS events_by_query ON events (query_id);
 """
 
 
@@ -259,6 +267,10 @@ class EmbeddedEventStore:
         except sqlite3.IntegrityError:
             raise
         except sqlite3.Error as exc:
+            if "full" in str(exc).lower():  # SQLITE_FULL: the disk (or its quota) is full
+                raise StoreFullError(
+                    f"experiment store {self.path}: the disk is full ({exc}); events are refused until space is freed"
+                ) from None
             raise StoreError(f"experiment store {self.path}: {exc}") from None
 
     @contextmanager
@@ -313,6 +325,13 @@ class EmbeddedEventStore:
             )
         except sqlite3.IntegrityError:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
+
+    def count_events(self, query_id: str) -> tuple[int, int]:
+        (for_query,) = self._run("SELECT COUNT(*) FROM events WHERE query_id = ?", (query_id,)).fetchone()
+        # The largest rowid: events are never deleted one by one, and COUNT(*) of a large
+        # table reads all of it.
+        (total,) = self._run("SELECT COALESCE(MAX(rowid), 0) FROM events").fetchone()
+        return int(for_query), int(total)
 
     def experiment_data(self, experiment_id: str) -> ExperimentData:
         (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
@@ -467,6 +486,14 @@ class OpenSearchEventStore:
         index = self._index("ubi_events")
         if not self._create("recording an event", index, event.event_id, event.to_json()):
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
+
+    def count_events(self, query_id: str) -> tuple[int, int]:
+        index = self._index("ubi_events")
+        client = self._store.client
+        body = {"query": {"term": {"query_id": query_id}}}
+        for_query = self._call("counting events", client.count, index=index, body=body, not_found={"count": 0})
+        total = self._call("counting events", client.count, index=index, not_found={"count": 0})
+        return int(for_query["count"]), int(total["count"])
 
     def _all(self, index: str, query: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
         """query_id and object_id of every matching event: pages sorted by the unique keyword `key`,
