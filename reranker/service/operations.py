@@ -68,9 +68,11 @@ ERROR_REASONS = {
     404: "no such index, document, experiment or interleaved query",
     405: "method not allowed",
     409: "the ranker cannot run on this index yet (no Doc2Vec model); an event recorded before; an experiment id taken, another running, or a ranker removed",
-    413: "body, document count or text longer than the configured limits",
+    413: "body, document count or text longer than the configured limits; an _msearch over its bounds",
+    429: "an event past its quota (RERANKER_EVENTS_PER_QUERY, RERANKER_MAX_EVENTS)",
     502: "the store failed",
     503: "the store (OpenSearch) is unavailable; see Retry-After",
+    507: "the event store's disk is full",
 }
 
 _ATTRIBUTE = "__operation__"
