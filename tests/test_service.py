@@ -533,3 +533,17 @@ def test_the_fusion_weight_is_set_per_request(client: FlaskClient) -> None:
     for bad in (1.5, -0.1, "0.3", True):
         answer = client.post("/search", json={**search, "ranker": "hidden_topics+bm25", "fusion_weight": bad})
         assert answer.status_code == 400 and "fusion_weight" in answer.get_json()["error"]["reason"]
+
+
+def test_a_body_not_declared_json_is_a_415(client: FlaskClient) -> None:
+    """A browser posts text/plain and form bodies cross-site without a preflight: the JSON
+    routes refuse them instead of parsing them as JSON (issue 23, point 5)."""
+    body = json.dumps({"query": "machine translation"})
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+        for path in ("/search", "/rerank", "/events"):
+            answer = client.post(path, data=body, content_type=content_type)
+            assert answer.status_code == 415, (path, content_type, answer.get_data(as_text=True))
+            error = answer.get_json()["error"]
+            assert error["type"] == "media_type_header_exception" and "application/json" in error["reason"]
+    assert client.post("/search", data=body, content_type="application/json; charset=utf-8").status_code == 200
+    assert client.post("/search", data=body, content_type="application/vnd.elasticsearch+json; compatible-with=8").status_code == 200

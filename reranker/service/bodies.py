@@ -96,12 +96,29 @@ def body_bytes() -> bytes:
     return raw
 
 
+def require_json_type(*accepted: str) -> None:
+    """ApiError 415 unless the request declares its body as JSON (`application/json`, or a
+    `+json` type such as Elasticsearch clients' `application/vnd.elasticsearch+json`), or
+    one of `accepted`. A browser sends `text/plain` and form bodies cross-site without asking
+    first (no CORS preflight): parsing those as JSON would let any page post to the service."""
+    mimetype = request.mimetype
+    if mimetype == "application/json" or mimetype.endswith("+json") or mimetype in accepted:
+        return
+    shown = mimetype or "none"
+    raise ApiError(
+        415, "media_type_header_exception",
+        f"the body must be sent as Content-Type: application/json{''.join(f' or {a}' for a in accepted)}, got {shown}",
+    )
+
+
 def json_object(*, required: bool = True) -> dict[str, Any]:
     """The request body as a JSON object ({} when empty and not required); an over-large
-    body is a 413 before any parsing (`body_bytes`)."""
+    body is a 413 before any parsing (`body_bytes`), a body not declared as JSON a 415
+    (`require_json_type`)."""
     raw = body_bytes()
     if not raw.strip() and not required:
         return {}
+    require_json_type()
     value = parse_json(raw)
     if not isinstance(value, dict):
         raise bad_request(f"request body must be a JSON object, got {json_type(value)}")

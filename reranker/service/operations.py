@@ -69,6 +69,7 @@ ERROR_REASONS = {
     405: "method not allowed",
     409: "the ranker cannot run on this index yet (no Doc2Vec model); an event recorded before; an experiment id taken, another running, or a ranker removed",
     413: "body, document count or text longer than the configured limits; an _msearch over its bounds",
+    415: "a body not declared as JSON (Content-Type: application/json; NDJSON too for _msearch)",
     429: "an event past its quota (RERANKER_EVENTS_PER_QUERY, RERANKER_MAX_EVENTS)",
     502: "the store failed",
     503: "the store (OpenSearch) is unavailable; see Retry-After",
@@ -174,7 +175,9 @@ def _operation_object(described: Operation, arguments: set[str], refs: Mapping[A
         result["requestBody"] = {"required": described.body_required, "content": content}
     answers: Schema = {str(status): _reply(reply, refs) for status, reply in described.answers.items()}
     error = refs[(Error, "serialization")]
-    for status in described.errors:
+    # Every route that reads a body refuses one not declared as JSON (bodies.require_json_type).
+    statuses = (*described.errors, 415) if described.body is not None and 415 not in described.errors else described.errors
+    for status in statuses:
         answers[str(status)] = {"description": ERROR_REASONS[status], "content": {"application/json": {"schema": error}}}
     # Order: statuses by number, then "default".
     result["responses"] = dict(sorted(answers.items(), key=lambda item: (not item[0].isdigit(), item[0])))

@@ -44,7 +44,7 @@ from reranker.errors import IndexMismatchError
 from reranker.experiments import unit_key
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.api import runtime
-from reranker.service.bodies import body_bytes, json_object
+from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
 from reranker.service.query_dsl import check_scroll, check_search_body
@@ -349,7 +349,9 @@ def msearch(index: str | None = None) -> Response:
     store = cluster(rt)
     deadline = Deadline(rt.limits.deadline_ms)
     params = url_params()
-    items = read_msearch(body_bytes(), default_index, rt)
+    raw = body_bytes()
+    require_json_type("application/x-ndjson")
+    items = read_msearch(raw, default_index, rt)
     plans = [plan(rt, store, wanted) for _, wanted in items]
     total = sum(how.window for how in plans if how.reason is None)
     if total > rt.limits.max_total_window:
