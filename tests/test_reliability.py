@@ -222,6 +222,19 @@ def test_chunked_bodies_malformed_or_too_large_are_4xx(data_dir: Path) -> None:
         assert answer.startswith(b"HTTP/1.1 400") and b"malformed request body" in answer and b"parse_exception" in answer
         answer = _raw(service.port, head + chunked)
         assert answer.startswith(b"HTTP/1.1 413") and b"RERANKER_MAX_BODY_BYTES" in answer
+        # Framing gunicorn would answer with an HTML page, or a 408 after the read timeout:
+        # a JSON 400 (414, 431) at once.
+        for request, status in [
+            (b"POST /search HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabc", b"400"),
+            (b"POST /search HTTP/1.1\r\nTransfer-Encoding: CHUNKED, identity\r\n\r\n", b"400"),
+            (b"GET /healthz HTTP/1.1\nHost: x\n\n", b"400"),
+            (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"414"),
+            (b"GET /healthz HTTP/1.1\r\n" + b"X-A: 1\r\n" * 120 + b"\r\n", b"431"),
+        ]:
+            started = time.monotonic()
+            answer = _raw(service.port, request, timeout=5)
+            assert answer.startswith(b"HTTP/1.1 " + status) and b"application/json" in answer, answer[:200]
+            assert time.monotonic() - started < 2.0
     finally:
         output = service.stop()
     assert "Traceback" not in output, output
@@ -287,20 +300,57 @@ def test_slow_clients_hold_no_thread_and_get_408(data_dir: Path, tmp_path: Path)
         (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "complete"),
         (b"POST /search HTTP/1.1\r\nContent-Length: 5\r\n\r\nabc", "partial"),
         (b"POST /search HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde", "complete"),
-        (b"POST /search HTTP/1.1\r\ncontent-length: x\r\n\r\n", "complete"),  # malformed: the parser refuses it
+        (b"POST /search HTTP/1.1\r\ncontent-length: x\r\n\r\n", "malformed"),
         (b"POST /search HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", "continue"),
         (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", "partial"),
         (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n", "partial"),
         (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "complete"),
         (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n", "partial"),
         (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n\r\n", "complete"),
-        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "complete"),  # malformed
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed"),
+        # Framing no parser should be handed: answered at once, in JSON.
+        (b"POST /s HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabc", "malformed"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: CHUNKED, identity\r\n\r\n", "malformed"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc", "malformed"),
+        (b"GET /healthz HTTP/1.1\nHost: x\n", "malformed"),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n", "malformed"),
+        (b"GET / HTTP/1.1\r\n" + b"X: 1\r\n" * 101 + b"\r\n", "malformed"),
+        (b"POST /s HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n0\r\n\r\n", "complete"),
     ],
 )
 def test_a_request_is_complete_when_its_framing_says_so(data: bytes, state: str) -> None:
-    from reranker.service.worker import request_state
+    from reranker.service.worker import RequestProgress, request_state
 
     assert request_state(data) == state
+    # Fed a byte at a time, as a slow client sends it, the answer is the same.
+    progress, seen = RequestProgress(), "partial"
+    try:
+        for end in range(1, len(data) + 1):
+            seen = progress.feed(data[:end])
+            if seen == "complete":
+                break
+    except Exception:
+        seen = "malformed"
+    assert seen == state or (state == "continue" and seen == "continue")
+
+
+def test_a_body_sent_a_byte_at_a_time_costs_linear_time() -> None:
+    """Each byte only reads what is new: 200 KB one byte at a time against 20 KB."""
+    import time as clock
+
+    from reranker.service.worker import RequestProgress
+
+    def cost(size: int) -> float:
+        head = b"POST /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        data = head + b"".join(b"1\r\nx\r\n" for _ in range(size // 6)) + b"0\r\n\r\n"
+        progress, received, started = RequestProgress(), bytearray(), clock.perf_counter()
+        for start in range(0, len(data), 7):  # as the worker does: one buffer, grown
+            received += data[start : start + 7]
+            progress.feed(received)
+        assert progress.feed(received) == "complete"
+        return clock.perf_counter() - started
+
+    assert cost(200_000) < 25 * cost(20_000)  # quadratic would be 100x
 
 
 def test_metrics_directories_of_dead_masters_are_cleaned_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

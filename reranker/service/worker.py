@@ -56,6 +56,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             return
         conn.sock.setblocking(False)
         conn.pending_bytes = bytearray()
+        conn.progress = RequestProgress()
         conn.sent_continue = False
         self.reading[conn] = time.monotonic() + self.read_timeout
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
@@ -76,7 +77,11 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             self._drop(conn)
             return
         conn.pending_bytes += data
-        state = request_state(conn.pending_bytes)
+        try:
+            state = conn.progress.feed(conn.pending_bytes)
+        except Framing as refused:
+            self._refuse(conn, refused.status, refused.reason)
+            return
         if state == "continue" and not conn.sent_continue:
             # The client waits for this before sending its body (curl does, for bodies
             # over 1 kB). gunicorn may send it again later; clients accept several.
@@ -108,6 +113,22 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.nr_conns -= 1
         conn.close()
 
+    def _refuse(self, conn: Any, status: int, reason: str) -> None:
+        """Answer a request whose framing is wrong at once, in JSON, and close: gunicorn's
+        own answer would be an HTML page, or a 408 once the read timeout ran out."""
+        kinds = {400: ("Bad Request", "parse_exception"), 414: ("URI Too Long", "too_long_frame_exception"),
+                 431: ("Request Header Fields Too Large", "too_long_frame_exception")}  # fmt: skip
+        phrase, kind = kinds.get(status, ("Bad Request", "parse_exception"))
+        body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
+        answer = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
+            status, phrase.encode(), len(body), body,
+        )
+        try:
+            conn.sock.send(answer)  # best effort: the socket is non-blocking
+        except OSError:
+            pass
+        self._drop(conn)
+
     def murder_pending(self) -> None:
         super().murder_pending()
         now = time.monotonic()
@@ -125,48 +146,136 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             self._drop(conn)
 
 
-def request_state(data: bytes | bytearray) -> str:
-    """"complete" when `data` holds a whole HTTP/1.x request (or one malformed enough that
-    the parser will refuse it anyway), "continue" when its headers are in, ask for
-    `Expect: 100-continue` and its body is still to come, else "partial"."""
-    head_end = data.find(b"\r\n\r\n")
-    if head_end < 0:
-        return "partial"
-    lines = bytes(data[:head_end]).decode("latin-1").lower().split("\r\n")[1:]
-    fields: dict[str, str] = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        fields[name.strip()] = value.strip()
-    body = data[head_end + 4:]
-    if "chunked" in fields.get("transfer-encoding", ""):
-        done = chunked_complete(body)
-    elif "content-length" in fields:
-        length = fields["content-length"]
-        done = not length.isdigit() or len(body) >= int(length)
-    else:
-        done = True
-    if done:
-        return "complete"
-    return "continue" if fields.get("expect") == "100-continue" and not body else "partial"
+# What gunicorn.conf.py lets through: a request line this long at most, and this many header
+# fields. Past them gunicorn answers with an HTML page; this worker answers JSON first.
+REQUEST_LINE_BYTES = 8190
+REQUEST_FIELDS = 100
 
 
-def chunked_complete(body: bytes | bytearray) -> bool:
-    """Whether a chunked body has arrived up to its last chunk and the blank line after
-    it (or is malformed, which the parser will refuse)."""
-    position = 0
-    while True:
-        line_end = body.find(b"\r\n", position)
-        if line_end < 0:
-            return False
-        size_text = bytes(body[position:line_end]).split(b";")[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            return True
-        if size == 0:  # then trailer lines, if any, and a blank line
-            rest = body[line_end + 2:]
+class Framing(Exception):
+    """A request whose framing is wrong: (status, reason) for an immediate JSON answer."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class RequestProgress:
+    """How much of an HTTP/1.x request has arrived, read incrementally.
+
+    `feed(data)` takes everything received so far (the same buffer, grown) and says
+    "partial", "continue" (headers in, `Expect: 100-continue`, no body yet) or "complete".
+    Each call reads only what is new since the last one: a body sent a byte at a time costs
+    linear time, not quadratic. Raises Framing for what no parser should be handed: a bare-LF
+    head, conflicting Content-Length headers, a Transfer-Encoding other than `chunked`, a
+    request line or header fields beyond gunicorn's limits.
+    """
+
+    def __init__(self) -> None:
+        self.body_start: int | None = None
+        self.head_scanned = 0  # the head's end is not before this offset
+        self.expect_continue = False
+        self.length: int | None = None  # Content-Length, when the body is framed by it
+        self.chunked = False
+        self.scanned = 0  # for chunked bodies: where the next chunk-size line starts, in the body
+        self.last_chunk = False
+
+    def feed(self, data: bytes | bytearray) -> str:
+        if self.body_start is None:
+            head_end = data.find(b"\r\n\r\n", self.head_scanned)
+            if head_end < 0:
+                self._check_partial_head(data)
+                self.head_scanned = max(0, len(data) - 3)
+                return "partial"
+            self._read_head(bytes(data[:head_end]))
+            self.body_start = head_end + 4
+        body_length = len(data) - self.body_start
+        if self.chunked:
+            done = self._chunked_done(data)
+        elif self.length is not None:
+            done = body_length >= self.length
+        else:
+            done = True
+        if done:
+            return "complete"
+        return "continue" if self.expect_continue and body_length == 0 else "partial"
+
+    def _check_partial_head(self, data: bytes | bytearray) -> None:
+        """Only the bytes new since the last look are searched (from a little before them)."""
+        start = max(0, self.head_scanned - 1)
+        if self.head_scanned <= REQUEST_LINE_BYTES + 2:
+            line_end = data.find(b"\r\n")
+            if (line_end < 0 and len(data) > REQUEST_LINE_BYTES) or line_end > REQUEST_LINE_BYTES:
+                raise Framing(414, f"the request line is longer than {REQUEST_LINE_BYTES} bytes")
+        bare = data.find(b"\n", start)
+        while bare >= 0:
+            if bare == 0 or data[bare - 1] != 13:  # 13: CR
+                raise Framing(400, "the request's lines must end with CRLF")
+            bare = data.find(b"\n", bare + 1)
+
+    def _read_head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        if len(lines[0]) > REQUEST_LINE_BYTES:
+            raise Framing(414, f"the request line is longer than {REQUEST_LINE_BYTES} bytes")
+        if len(lines) - 1 > REQUEST_FIELDS:
+            raise Framing(431, f"the request has {len(lines) - 1} header fields; at most {REQUEST_FIELDS}")
+        lengths: set[str] = set()
+        codings: list[str] = []
+        for line in lines[1:]:
+            if "\n" in line or "\r" in line:
+                raise Framing(400, "the request's lines must end with CRLF")
+            name, _, value = line.partition(":")
+            name, value = name.strip().lower(), value.strip()
+            if name == "content-length":
+                lengths.add(value)
+            elif name == "transfer-encoding":
+                codings.extend(part.strip().lower() for part in value.split(","))
+            elif name == "expect":
+                self.expect_continue = value.lower() == "100-continue"
+        if codings:
+            if codings != ["chunked"]:
+                raise Framing(400, f"Transfer-Encoding {', '.join(codings)!r} is not supported: send chunked, or a Content-Length")
+            if lengths:
+                raise Framing(400, "a request may not have both Transfer-Encoding and Content-Length")
+            self.chunked = True
+        elif lengths:
+            if len(lengths) > 1:
+                raise Framing(400, "the request has conflicting Content-Length headers")
+            (length,) = lengths
+            if not length.isdigit():
+                raise Framing(400, f"Content-Length must be a number of bytes, got {length!r}")
+            self.length = int(length)
+
+    def _chunked_done(self, data: bytes | bytearray) -> bool:
+        assert self.body_start is not None
+        if self.last_chunk:
+            rest = data[self.body_start + self.scanned:]
             return rest.startswith(b"\r\n") or b"\r\n\r\n" in rest
-        position = line_end + 2 + size + 2
-        if position > len(body):
-            return False
+        while True:
+            position = self.body_start + self.scanned
+            line_end = data.find(b"\r\n", position)
+            if line_end < 0:
+                return False
+            size_text = bytes(data[position:line_end]).split(b";")[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise Framing(400, f"malformed request body: a chunk size must be hexadecimal, got {size_text[:20].decode('latin-1')!r}") from None
+            if size == 0:  # then trailer lines, if any, and a blank line
+                self.last_chunk = True
+                self.scanned = line_end + 2 - self.body_start
+                return self._chunked_done(data)
+            following = line_end + 2 + size + 2
+            if following > len(data):
+                return False
+            self.scanned = following - self.body_start
 
+
+def request_state(data: bytes | bytearray) -> str:
+    """"complete" when `data` holds a whole HTTP/1.x request, "continue" when its headers
+    are in, ask for `Expect: 100-continue` and its body is still to come, else "partial";
+    "malformed" for framing no parser should be handed (see `RequestProgress`)."""
+    try:
+        return RequestProgress().feed(data)
+    except Framing:
+        return "malformed"
