@@ -61,6 +61,15 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(web.blueprint)
     app.register_blueprint(proxy.blueprint)  # last: its routes include catch-alls
 
+    def options_response() -> Response:
+        """OPTIONS lists the methods the path really has: Flask would add the proxy's
+        catch-all's (PUT, DELETE, PATCH, ...), which only ever answer 403 or 405."""
+        found = app.response_class()
+        found.allow.update({*proxy.native_routes().bind_to_environ(request.environ).allowed_methods(), "OPTIONS"})
+        return found
+
+    app.make_default_options_response = options_response  # type: ignore[method-assign]
+
     runtime = app.extensions["reranker"]
     limits = settings.service
 
