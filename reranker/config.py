@@ -83,6 +83,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_MAX_TEXT_CHARS": "longest query or document text accepted, in characters (default 1000000)",
     "RERANKER_MAX_WINDOW": "largest BM25 window a request may ask for (default 1000)",
     "RERANKER_MAX_SEARCHES": "most searches one proxied _msearch may hold (default 50)",
+    "RERANKER_MAX_PENDING": "most connections a worker reads a request from at once (default 256; then 503)",
     "RERANKER_EVENTS_PER_QUERY": "most UBI events stored for one interleaved query (default 100; then 429)",
     "RERANKER_MAX_EVENTS": "most UBI events the event store holds in all (default 1000000; then 429)",
     "RERANKER_PROXY_ALLOW": "comma-separated parts of a search body the proxy forwards although it refuses them by default: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll, or a clause it does not know (default: none)",
@@ -241,6 +242,9 @@ class ServiceSettings:
     max_searches: int = 50
     max_total_window: int = 2000
     # POST /events needs no key (a page sends clicks): these bound what anyone can store.
+    # Connections a worker is still reading a request from (slow clients): each holds a
+    # buffer, so their number is bounded.
+    max_pending: int = 256
     events_per_query: int = 100
     max_events: int = 1_000_000
     topic_cache_mb: int = 64
@@ -273,6 +277,7 @@ class ServiceSettings:
             max_text_chars=_int(env, "RERANKER_MAX_TEXT_CHARS", 1_000_000),
             max_window=_int(env, "RERANKER_MAX_WINDOW", 1000),
             max_searches=_int(env, "RERANKER_MAX_SEARCHES", 50),
+            max_pending=_int(env, "RERANKER_MAX_PENDING", 256),
             events_per_query=_int(env, "RERANKER_EVENTS_PER_QUERY", 100),
             max_events=_int(env, "RERANKER_MAX_EVENTS", 1_000_000),
             max_total_window=_int(env, "RERANKER_MAX_TOTAL_WINDOW", 2000),
@@ -288,7 +293,7 @@ class ServiceSettings:
         host, _, port = self.bind.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"the service address (RERANKER_BIND, --bind) must be HOST:PORT, got {self.bind!r}")
-        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window", "events_per_query", "max_events"):
+        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window", "events_per_query", "max_events", "max_pending"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
         for name in self.proxy_allow:
@@ -426,6 +431,7 @@ class Settings:
             "RERANKER_MAX_TEXT_CHARS": str(service.max_text_chars),
             "RERANKER_MAX_WINDOW": str(service.max_window),
             "RERANKER_MAX_SEARCHES": str(service.max_searches),
+            "RERANKER_MAX_PENDING": str(service.max_pending),
             "RERANKER_EVENTS_PER_QUERY": str(service.events_per_query),
             "RERANKER_MAX_EVENTS": str(service.max_events),
             "RERANKER_MAX_TOTAL_WINDOW": str(service.max_total_window),

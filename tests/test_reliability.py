@@ -386,3 +386,30 @@ def test_metrics_directories_of_dead_masters_are_cleaned_at_start(tmp_path: Path
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(chosen))
     assert runpy.run_path(str(config))["_created_metrics_dir"] is None
     assert [p.name for p in chosen.iterdir()] == ["notes.txt"]
+
+
+def test_a_worker_reads_a_bounded_number_of_requests_at_once(data_dir: Path) -> None:
+    """Past RERANKER_MAX_PENDING connections still sending their request, a new one gets a
+    JSON 503 at once instead of another buffer (issue 23, point 5)."""
+    service = Service(data_dir, {"RERANKER_MAX_PENDING": "3", "RERANKER_READ_TIMEOUT": "5"}, workers=1, threads=4)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(3):  # three clients that send part of their headers, then wait
+            sock = socket.create_connection(("127.0.0.1", service.port), timeout=5)
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\n")
+            held.append(sock)
+        time.sleep(0.5)
+        started = time.monotonic()
+        answer = _raw(service.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=5)
+        assert answer.startswith(b"HTTP/1.1 503") and b"RERANKER_MAX_PENDING" in answer and b"application/json" in answer
+        assert time.monotonic() - started < 2.0
+        for sock in held:
+            sock.close()
+        time.sleep(0.5)
+        status, _, _ = _call(service.url + "/healthz", timeout=5)
+        assert status == 200  # the slots free up as the slow clients leave
+    finally:
+        for sock in held:
+            sock.close()
+        output = service.stop()
+    assert "Traceback" not in output, output

@@ -46,6 +46,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         # reads at most RERANKER_MAX_BODY_BYTES + 1 bytes, all buffered, and answers 413.
         self.max_buffer = service.max_body_bytes + HEAD_BYTES
         self.reading: dict[Any, float] = {}  # connection -> when its request must be complete
+        self.max_reading = service.max_pending
 
     def enqueue_req(self, conn: Any) -> None:
         if getattr(conn, "buffered", False) or self.cfg.is_ssl or self._has_read_ahead(conn):
@@ -53,6 +54,16 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             # bytes a previous request already read ahead): to a thread.
             conn.buffered = False
             super().enqueue_req(conn)
+            return
+        if len(self.reading) >= self.max_reading:
+            # Each connection still sending its request holds a buffer (up to the body
+            # limit): past this many, new ones are turned away at once rather than let a
+            # few thousand trickling clients take the worker's memory.
+            conn.sock.setblocking(False)
+            conn.pending_bytes = bytearray()
+            self._answer(conn, 503, "Service Unavailable", "too_many_requests_exception",
+                         f"this worker is already reading {len(self.reading)} requests (RERANKER_MAX_PENDING); try again",
+                         close=True, registered=False)  # fmt: skip
             return
         conn.sock.setblocking(False)
         conn.pending_bytes = bytearray()
@@ -119,15 +130,23 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         kinds = {400: ("Bad Request", "parse_exception"), 414: ("URI Too Long", "too_long_frame_exception"),
                  431: ("Request Header Fields Too Large", "too_long_frame_exception")}  # fmt: skip
         phrase, kind = kinds.get(status, ("Bad Request", "parse_exception"))
+        self._answer(conn, status, phrase, kind, reason)
+
+    def _answer(self, conn: Any, status: int, phrase: str, kind: str, reason: str, *, close: bool = True, registered: bool = True) -> None:
+        """A JSON error answer, sent best effort (the socket is non-blocking), then close."""
         body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
         answer = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
             status, phrase.encode(), len(body), body,
         )
         try:
-            conn.sock.send(answer)  # best effort: the socket is non-blocking
+            conn.sock.send(answer)
         except OSError:
             pass
-        self._drop(conn)
+        if registered:
+            self._drop(conn)
+        else:
+            self.nr_conns -= 1
+            conn.close()
 
     def murder_pending(self) -> None:
         super().murder_pending()
