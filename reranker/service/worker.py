@@ -63,7 +63,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             conn.pending_bytes = bytearray()
             self._answer(conn, 503, "Service Unavailable", "too_many_requests_exception",
                          f"this worker is already reading {len(self.reading)} requests (RERANKER_MAX_PENDING); try again",
-                         close=True, registered=False)  # fmt: skip
+                         registered=False)  # fmt: skip
             return
         conn.sock.setblocking(False)
         conn.pending_bytes = bytearray()
@@ -132,8 +132,9 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         phrase, kind = kinds.get(status, ("Bad Request", "parse_exception"))
         self._answer(conn, status, phrase, kind, reason)
 
-    def _answer(self, conn: Any, status: int, phrase: str, kind: str, reason: str, *, close: bool = True, registered: bool = True) -> None:
-        """A JSON error answer, sent best effort (the socket is non-blocking), then close."""
+    def _answer(self, conn: Any, status: int, phrase: str, kind: str, reason: str, *, registered: bool = True) -> None:
+        """A JSON error answer, sent best effort (the socket is non-blocking), then close
+        (`registered`: the connection is in the poller and `reading`, as `_drop` expects)."""
         body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
         answer = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
             status, phrase.encode(), len(body), body,
@@ -153,15 +154,9 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         now = time.monotonic()
         for conn in [c for c, deadline in self.reading.items() if deadline <= now]:
             if conn.pending_bytes:  # a request begun but not finished in time
-                body = json.dumps({
-                    "error": {"type": "request_timeout_exception", "reason": f"the request was not sent whole within {self.read_timeout:g} s (RERANKER_READ_TIMEOUT)"},
-                    "status": 408,
-                }).encode()  # fmt: skip
-                answer = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-                try:
-                    conn.sock.send(answer)  # best effort: the socket is non-blocking
-                except OSError:
-                    pass
+                reason = f"the request was not sent whole within {self.read_timeout:g} s (RERANKER_READ_TIMEOUT)"
+                self._answer(conn, 408, "Request Timeout", "request_timeout_exception", reason)
+                continue
             self._drop(conn)
 
 
