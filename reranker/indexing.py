@@ -24,7 +24,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -71,6 +71,10 @@ class Skipped:
     reason: str
 
 
+# What a line does whose id an earlier line of the same run used (see `index_documents`).
+DuplicatePolicy = Literal["last", "error"]
+
+
 @dataclass(frozen=True)
 class IndexReport:
     """What one `index_corpus` run did."""
@@ -80,6 +84,9 @@ class IndexReport:
     skipped: tuple[Skipped, ...]
     total_documents: int  # in the store afterwards
     seconds: float
+    replaced: int = 0  # of `indexed`, those that replaced a stored version with other content
+    # Lines whose id a later line of the same run used again: (the earlier line, the later).
+    duplicates: tuple[tuple[str, str], ...] = ()
     published: object = None  # what Store.publish() reported (an alias swap, for OpenSearch)
     # Documents written into an index with a Doc2Vec model that got no vector (the model
     # could not be loaded, or knows none of their words).
@@ -114,6 +121,16 @@ def parse_document(line: str, location: str) -> Document:
     return Document(id=str(doc_id), title=title, text=text, fields=fields)
 
 
+def check_corpus(path: Path) -> None:
+    """InputError unless `path` is a corpus file with something in it."""
+    if path.is_dir():
+        raise InputError("is a directory, not a corpus file (JSONL: one {id, title, text} object per line)", str(path))
+    if not path.is_file():
+        raise InputError("no such corpus file", str(path))
+    if path.stat().st_size == 0:
+        raise InputError("the corpus file is empty: no document to index", str(path))
+
+
 def read_corpus(path: Path) -> Iterator[tuple[str, Document | Skipped, int]]:
     """Yield (location, document or the reason it is skipped, bytes read) per line.
 
@@ -131,6 +148,8 @@ def read_corpus(path: Path) -> Iterator[tuple[str, Document | Skipped, int]]:
             except UnicodeDecodeError:
                 yield location, Skipped(location, None, "not UTF-8 text"), len(raw)
                 continue
+            if number == 1:
+                line = line.removeprefix("\ufeff")  # a byte-order mark, as Windows tools write
             if not line.strip():
                 yield location, Skipped(location, None, "empty line"), len(raw)
                 continue
@@ -380,8 +399,13 @@ def index_documents(
     workers: int = 1,
     data_dir: Path | None = None,
     centering: Centering | None = None,
+    on_duplicate: DuplicatePolicy = "last",
 ) -> IndexReport:
     """Index `records` (as `read_corpus` yields them) into `store`, then publish.
+
+    on_duplicate: what a line whose id an earlier line of the run used does: "last" (it
+    wins; the pair is reported) or "error" (InputError naming both lines: the run stops
+    there, and what it wrote before stays).
 
     Raises IndexMismatchError when the store holds documents built with other vectors or
     another K and `rebuild` is False. Documents the store refuses are reported in
@@ -400,11 +424,13 @@ def index_documents(
     centering = info.centering if info is not None else None
     doc2vec, no_doc2vec_reason = _doc2vec_model(store, data_dir)
     skipped: list[Skipped] = []
-    indexed = unchanged = without_doc_vector = 0
+    indexed = unchanged = replaced = without_doc_vector = 0
+    first_seen: dict[str, str] = {}  # id -> the line it was last read on
+    duplicates: list[tuple[str, str]] = []
 
     def prepare(batch: list[tuple[str, Document]]) -> tuple[list[tuple[str, Document, str]], Callable[[], list[Extraction]]]:
         """Drop unchanged documents, start topic extraction for the rest."""
-        nonlocal unchanged
+        nonlocal unchanged, replaced
         stored_hashes = store.content_hashes([doc.id for _, doc in batch])
         # A later line with the same id replaces an earlier one, as in the store.
         latest = {doc.id: (location, doc) for location, doc in batch}
@@ -414,6 +440,7 @@ def index_documents(
             if stored_hashes.get(doc.id) == digest:
                 unchanged += 1
             else:
+                replaced += doc.id in stored_hashes
                 todo.append((location, doc, digest))
         return todo, extractor.submit([doc for _, doc, _ in todo])
 
@@ -457,6 +484,12 @@ def index_documents(
                 if isinstance(item, Skipped):
                     skipped.append(item)
                 else:
+                    earlier = first_seen.get(item.id)
+                    if earlier is not None:
+                        if on_duplicate == "error":
+                            raise InputError(f"document {item.id!r} was already read on line {earlier.rsplit(':', 1)[-1]} (--on-duplicate error)", location)
+                        duplicates.append((earlier, location))
+                    first_seen[item.id] = location
                     batch.append((location, item))
                     batch_bytes += size
                     if len(batch) >= BATCH_SIZE or batch_bytes >= BATCH_BYTES:
@@ -484,6 +517,8 @@ def index_documents(
     return IndexReport(
         indexed=indexed,
         unchanged=unchanged,
+        replaced=replaced,
+        duplicates=tuple(duplicates),
         skipped=tuple(skipped),
         total_documents=store.count(),
         seconds=time.perf_counter() - started,
@@ -540,15 +575,16 @@ def index_corpus(
     show_progress: bool = True,
     workers: int = 1,
     data_dir: Path | None = None,
+    on_duplicate: DuplicatePolicy = "last",
 ) -> IndexReport:
     """Index a JSONL corpus file, with a progress bar over its bytes on stderr.
 
     `workers` topic-extraction processes are used for corpora of PARALLEL_MIN_BYTES and up.
+    Raises InputError for a path that is not a corpus file, or one without any document.
     """
     from tqdm import tqdm
 
-    if not path.is_file():
-        raise InputError("no such corpus file", str(path))
+    check_corpus(path)
     with tqdm(
         total=path.stat().st_size,
         unit="B",
@@ -569,6 +605,7 @@ def index_corpus(
             workers=workers if path.stat().st_size >= PARALLEL_MIN_BYTES else 1,
             data_dir=data_dir,
             centering=centering,
+            on_duplicate=on_duplicate,
         )
 
 

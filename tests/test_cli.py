@@ -320,3 +320,39 @@ def test_dev_cluster_runs_the_opensearch_walkthrough_without_docker(data_dir: Pa
         while server.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
     assert server.returncode == 0
+
+
+def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24, point 3: duplicate ids are reported with their lines (the later wins, or
+    --on-duplicate error stops the run); a directory and an empty file are one-line errors;
+    a byte-order mark is accepted; the summary says how many documents replaced a version."""
+    ships, cooking, chess = TINY_CORPUS
+    corpus = write_jsonl(tmp_path / "c.jsonl", [ships, cooking, {**ships, "text": ships["text"] + " Later version."}])
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and "indexed 2, unchanged 0, skipped 0" in out
+    assert f"duplicate id: {corpus}:3 replaced {corpus}:1" in out
+    from reranker.config import Settings
+    from reranker.pipeline import build_engine
+
+    engine = build_engine(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    try:
+        assert engine.document("ships").text.endswith("Later version.")  # the later line won
+    finally:
+        engine.store.close()
+    code, out = run(data_dir, "index", str(corpus), "--no-progress", "--on-duplicate", "error")
+    assert code == 1 and f"{corpus}:3: document 'ships' was already read on line 1" in capsys.readouterr().err
+    # A changed document replaces its stored version, and the summary says so.
+    changed = write_jsonl(tmp_path / "d.jsonl", [{**cooking, "text": cooking["text"] + " And rye."}, chess])
+    code, out = run(data_dir, "index", str(changed), "--no-progress")
+    assert code == 0 and "(1 replaced an earlier version)" in out
+    # One-line errors for what is not a corpus; a BOM is accepted.
+    assert run(data_dir, "index", str(tmp_path))[0] == 1
+    assert capsys.readouterr().err.strip() == f"reranker: error: {tmp_path}: is a directory, not a corpus file (JSONL: one {{id, title, text}} object per line)"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert run(data_dir, "index", str(empty))[0] == 1
+    assert "the corpus file is empty" in capsys.readouterr().err
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(chess).encode() + b"\n")
+    code, out = run(data_dir, "index", str(bom), "--no-progress")
+    assert code == 0 and "skipped 0" in out

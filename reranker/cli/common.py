@@ -81,7 +81,9 @@ def open_engine(settings: Settings, store_name: str | Callable[["WordVectors"], 
 
     return build_engine(settings, store_name)
 
-def index_file(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool) -> Any:
+def index_file(
+    engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool, on_duplicate: str = "last"
+) -> Any:
     from reranker.indexing import index_corpus
 
     return index_corpus(
@@ -94,6 +96,7 @@ def index_file(engine: "Engine", corpus: Path, settings: Settings, *, rebuild: b
         show_progress=progress and sys.stderr.isatty(),
         workers=settings.index_workers,
         data_dir=engine.data_dir,  # documents added to an index with a Doc2Vec model get vectors
+        on_duplicate="error" if on_duplicate == "error" else "last",
     )
 
 def with_trained_vectors(
@@ -105,14 +108,13 @@ def with_trained_vectors(
     (which takes minutes) unless `rebuild`: new vectors mean a new index.
     """
     from reranker.embeddings import Word2VecParams, trained_vectors
-    from reranker.indexing import train_corpus_vectors, trained_vectors_path
+    from reranker.indexing import check_corpus, train_corpus_vectors, trained_vectors_path
     from reranker.store import open_store
     from reranker.text import load_stopwords
 
     if settings.vectors:
         raise ConfigError("--train-vectors trains the index's own word vectors: drop --vectors (and RERANKER_VECTORS)")
-    if not corpus.is_file():
-        raise InputError("no such corpus file", str(corpus))
+    check_corpus(corpus)
     stopwords = load_stopwords(settings.stopwords_file)
     params = Word2VecParams()
     if not rebuild:
@@ -144,9 +146,15 @@ def with_trained_vectors(
 def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     print(
         f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
-        f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents",
+        f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents"
+        f"{f' ({report.replaced} replaced an earlier version)' if report.replaced else ''}",
         file=out,
     )
+    pairs = report.duplicates if every_skip else report.duplicates[:20]
+    for earlier, later in pairs:
+        print(f"  duplicate id: {later} replaced {earlier} (the later line wins; --on-duplicate error refuses)", file=out)
+    if len(report.duplicates) > len(pairs):
+        print(f"  ... and {len(report.duplicates) - len(pairs)} more duplicate ids (run with -v to list them all)", file=out)
     published = report.published
     if published is not None and getattr(published, "swapped", False):
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""

@@ -19,7 +19,7 @@ from reranker.cli.common import (
     with_trained_vectors,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
-from reranker.errors import ConfigError, InputError
+from reranker.errors import ConfigError
 
 
 def add_parsers(commands: Any) -> None:
@@ -36,6 +36,11 @@ def add_parsers(commands: Any) -> None:
         "--train-vectors", action="store_true",
         help="train CBOW word2vec on CORPUS first (the paper's domain vectors) and build the index with them; "
         "later commands use them without --vectors",
+    )
+    index.add_argument(
+        "--on-duplicate", choices=["last", "error"], default="last",
+        help="a line whose id an earlier line of the corpus used: the later line wins and the pair is "
+        "reported (last, the default), or the run stops there with exit 1 (error)",
     )
     index.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -81,12 +86,14 @@ def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         settings = with_trained_vectors(settings, args.corpus, rebuild=args.rebuild, progress=not args.no_progress, out=out)
     engine = open_engine(settings)
     try:
-        report = index_file(engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress)
+        report = index_file(
+            engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress, on_duplicate=args.on_duplicate
+        )
     finally:
         engine.store.close()
     # Non-zero when a line did not make it in, so scripts notice; the rest is indexed.
     # Decided before printing, so `reranker index bad.jsonl | head -2` still exits 1.
-    args.exit_code = EXIT_ERROR if report.skipped else 0
+    args.exit_code = EXIT_ERROR if report.skipped or report.duplicates else 0
     print_report(report, out, every_skip=args.verbose)
     return int(args.exit_code)
 
@@ -121,7 +128,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
     from tqdm import tqdm
 
     from reranker.doc2vec import Doc2VecParams, model_path, train_for_store
-    from reranker.indexing import Skipped, read_corpus
+    from reranker.indexing import Skipped, check_corpus, read_corpus
     from reranker.store import open_store
     from reranker.text import load_stopwords
 
@@ -129,8 +136,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
         mode=args.mode, seed=args.seed, infer_epochs=args.infer_epochs, workers=args.workers, **given(args, "dim", "epochs", "min_count", "window"),
     )
     params.validate()
-    if not args.corpus.is_file():
-        raise InputError("no such corpus file", str(args.corpus))
+    check_corpus(args.corpus)
     skipped: list[Skipped] = []
     documents = []
     for _, item, _ in read_corpus(args.corpus):
