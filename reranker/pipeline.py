@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Generic, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -40,7 +39,7 @@ from reranker.rankers import (
     rank_candidates,
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
-from reranker.store import Store
+from reranker.store import LruCache, Store
 from reranker.text import readable_words, tokenize
 from reranker.topics import (
     best_aligned,
@@ -148,45 +147,6 @@ def vectors_spec(settings: "Settings", store: Store) -> str:
             "copy them back, pass --vectors (RERANKER_VECTORS) with the same vectors, or rebuild the index"
         )
     return source
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class LruCache(Generic[K, V]):
-    """A thread-safe LRU map bounded in bytes (`size_of` tells an entry's size)."""
-
-    def __init__(self, max_bytes: int, size_of: Callable[[V], int]) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._size_of = size_of
-        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return None
-            self._entries.move_to_end(key)
-            return found[0]
-
-    def put(self, key: K, value: V) -> None:
-        size = self._size_of(value)
-        if size > self.max_bytes:
-            return
-        with self._lock:
-            if key in self._entries:
-                return
-            self._entries[key] = (value, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, (_, old_size) = self._entries.popitem(last=False)
-                self.bytes -= old_size
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 @dataclass(frozen=True)

@@ -143,13 +143,17 @@ class InterruptAfter:
             raise KeyboardInterrupt
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
-    """A fresh data dir that reuses the session's converted GloVe vectors."""
-    directory = tmp_path / "data"
+def new_data_dir(directory: Path, vectors_cache: Path) -> Path:
+    """`directory`, created, as a data dir that reuses the session's converted vectors."""
     directory.mkdir()
     (directory / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     return directory
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
+    """A fresh data dir that reuses the session's converted GloVe vectors."""
+    return new_data_dir(tmp_path / "data", vectors_cache)
 
 
 def run(data_dir: Path, *argv: str) -> tuple[int, str]:

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, run
+from conftest import SAMPLE, new_data_dir, run
 from pydantic import ValidationError
 
 from reranker.config import Settings
@@ -38,9 +38,7 @@ def _settings(data_dir: Path) -> Settings:
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
-    data_dir = tmp_path_factory.mktemp("explanations") / "data"
-    data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    data_dir = new_data_dir(tmp_path_factory.mktemp("explanations") / "data", vectors_cache)
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     assert run(data_dir, "train", "doc2vec", str(SAMPLE / "corpus.jsonl"), "--dim", "32", "--epochs", "10", "--no-progress")[0] == 0
     return data_dir

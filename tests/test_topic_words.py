@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, new_data_dir
 
 from reranker.text import is_readable, readable_words, tokenize
 from reranker.topics import word_shares
@@ -86,9 +86,7 @@ def test_no_shown_topic_word_is_a_fragment(dataset: str, tmp_path: Path, vectors
     from reranker.config import Settings
     from reranker.pipeline import build_engine
 
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    data_dir = new_data_dir(tmp_path / "data", vectors_cache)
     assert run(data_dir, "index", str(SHARED_DATA / dataset / "corpus.jsonl"), "--no-progress")[0] == 0
     engine = build_engine(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
     try:

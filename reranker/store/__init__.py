@@ -9,11 +9,13 @@ the cluster, topic matrices as base64 `binary` fields) is selected by
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -140,6 +142,45 @@ class IndexInfo:
                 f"the index was built with K={self.k} topics per document, not K={k}; "
                 "rebuild it (reranker index --rebuild) to change K"
             )
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LruCache(Generic[K, V]):
+    """A thread-safe LRU map bounded in bytes (`size_of` tells an entry's size)."""
+
+    def __init__(self, max_bytes: int, size_of: Callable[[V], int]) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._size_of = size_of
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: K, value: V) -> None:
+        size = self._size_of(value)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, old_size) = self._entries.popitem(last=False)
+                self.bytes -= old_size
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 # Lucene's and tantivy's BM25 constants.

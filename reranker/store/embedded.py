@@ -22,7 +22,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, bm25_of_texts
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, LruCache, bm25_of_texts
 from reranker.store.text_index import TextIndex, TextTerms, stem_words, term_hashes
 from reranker.text import tokenize
 from reranker.types import (
@@ -118,9 +118,7 @@ class EmbeddedStore:
         self._pending_docs = 0
         self._last_commit = time.monotonic()
         # Texts' terms for `text_bm25`, by content (see `_terms_of`).
-        self._text_terms: OrderedDict[bytes, TextTerms] = OrderedDict()
-        self._text_terms_bytes = 0
-        self._terms_lock = threading.Lock()
+        self._text_terms: LruCache[bytes, TextTerms] = LruCache(TEXT_TERMS_CACHE_BYTES, lambda terms: terms.nbytes)
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -456,20 +454,11 @@ class EmbeddedStore:
         """A text's terms, remembered by content: callers send the same texts again and
         again, and tokenizing a long one costs a few milliseconds."""
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-        with self._terms_lock:
-            found = self._text_terms.get(key)
-            if found is not None:
-                self._text_terms.move_to_end(key)
-                return found
-        terms = TextIndex.text_terms(tokenize(text, self._stopwords))
-        with self._terms_lock:
-            if key not in self._text_terms:
-                self._text_terms[key] = terms
-                self._text_terms_bytes += terms.nbytes
-            while self._text_terms_bytes > TEXT_TERMS_CACHE_BYTES:
-                _, old = self._text_terms.popitem(last=False)
-                self._text_terms_bytes -= old.nbytes
-        return terms
+        found = self._text_terms.get(key)
+        if found is None:
+            found = TextIndex.text_terms(tokenize(text, self._stopwords))
+            self._text_terms.put(key, found)
+        return found
 
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         # Repeated query words stay repeated: the text index weighs a word by its count
