@@ -146,7 +146,7 @@ class OpenSearchStore:
         config.validate()
         self.config = config
         self.alias = config.alias
-        self._said_unscorable = False  # see text_bm25
+        self._cannot_score_texts = False  # the cluster refused artificial documents (see text_bm25)
         # The cluster's analyzers read the text itself.
         self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = None
         self._stopwords = stopwords
@@ -636,8 +636,10 @@ class OpenSearchStore:
         # they were indexed in that field. A cluster that cannot (the in-memory test server
         # has no artificial documents) or fails leaves the caller to use the texts' order.
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
-        if not texts or not terms:
-            return [] if not texts else None
+        if not texts:
+            return []
+        if not terms or self._cannot_score_texts:
+            return None
         field = self._text_field()
         spec = {"fields": [field], "term_statistics": True, "field_statistics": True, "positions": False, "offsets": False, "payloads": False}
         docs = [{"doc": {field: text}, **spec} for text in [" ".join(terms), *texts]]
@@ -650,11 +652,15 @@ class OpenSearchStore:
             return None
         documents, total = int(statistics.get("doc_count", 0)), float(statistics.get("sum_ttf", 0))
         if len(vectors) != len(docs) or not documents or total <= 0:
-            if not self._said_unscorable:  # once per store: it says the same for every request
-                self._said_unscorable = True
-                refused = next((doc.get("error") for doc in found["docs"] if doc.get("error")), None)
-                reason = f"{refused.get('type')}: {refused.get('reason')}" if isinstance(refused, dict) else "an empty index"
-                log.warning("the cluster gave no term statistics for sent texts (%s); they keep their order as first-stage evidence", reason)
+            refused = next((doc.get("error") for doc in found["docs"] if doc.get("error")), None)
+            if isinstance(refused, dict):
+                # The cluster refuses artificial documents (the in-memory test server does):
+                # it will for every request, so it is not asked again, and says so once.
+                self._cannot_score_texts = True
+                log.warning(
+                    "the cluster gave no term statistics for sent texts (%s: %s); they keep their order as first-stage evidence",
+                    refused.get("type"), refused.get("reason"),
+                )
             return None
         terms = list(asked)
         frequencies = [[int(v.get("terms", {}).get(t, {}).get("term_freq", 0)) for t in terms] for v in vectors[1:]]
