@@ -84,5 +84,10 @@ class ConflictError(RerankerError):
     """The request clashes with the current state (an id taken, an experiment running)."""
 
 
+class UnknownFieldError(ConflictError):
+    """A filter on a field the index does not hold (or cannot filter on): the request is
+    well formed, and a later index may hold the field; the message lists the ones it has."""
+
+
 class DuplicateEventError(ConflictError):
     """An event stored before (the same id): a retry, safe to stop retrying."""

@@ -50,8 +50,15 @@ RUNNING_TTL_SECONDS = 5.0
 # The largest event stored (UBI's limits on each field are in service/schema.py).
 MAX_EVENT_BYTES = 16_384
 # ISO 8601 as OpenSearch's `strict_date_optional_time` reads it (so both stores accept
-# the same events): a date, optionally a time, optionally a zone.
-TIMESTAMP_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?")
+# the same events): a date, optionally a time, optionally a zone. Only real dates (no
+# 0000-00-00, no 31 June; 29 February of leap years): the pattern is published in the
+# OpenAPI schema, and a client that matches it must not then be refused.
+_MONTH_DAY = r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # 0001-9999 (no look-ahead in Rust's regex)
+_DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+_TIME = r"T(?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:\.[0-9]{1,9})?)?(?:Z|[+-](?:[01][0-9]|2[0-3]):?[0-5][0-9])?"
+TIMESTAMP_PATTERN = re.compile(rf"{_DATE}(?:{_TIME})?")
 
 
 def utc_now() -> str:

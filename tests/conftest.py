@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -129,6 +134,61 @@ class ClusterProxy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_json(url: str, body: Any = None, timeout: float = 30) -> tuple[int, float, Any]:
+    """(status, seconds, parsed JSON body or None)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            status, raw = answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    return status, time.monotonic() - started, parsed
+
+
+class Service:
+    """`reranker serve` in a child process, until `stop`."""
+
+    def __init__(self, data_dir: Path, env: dict[str, str], workers: int = 1, threads: int = 4) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full = {**os.environ, "RERANKER_DATA_DIR": str(data_dir), "HOME": str(data_dir), **env}
+        full.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{self.port}",
+             "--workers", str(workers), "--threads", str(threads)],
+            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if http_json(self.url + "/readyz", timeout=5)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("the service did not become ready")
+            time.sleep(0.2)
+
+    def stop(self) -> str:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        output, _ = self.process.communicate(timeout=60)
+        return output
 
 
 class InterruptAfter:

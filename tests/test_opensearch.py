@@ -25,6 +25,7 @@ from reranker.errors import (
     IndexNotFoundError,
     InputError,
     StoreUnavailableError,
+    UnknownFieldError,
 )
 from reranker.indexing import (
     document_topics,
@@ -161,7 +162,7 @@ def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenS
     assert os_store.bm25("bread ships chess", 10, [Filter("venue", "eq", "food letters")]) == []  # exact match
     both = [Filter("year", "lt", 2010), Filter("year", "gt", 1998)]
     assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, both)] == ["cooking"]
-    with pytest.raises(InputError, match="cannot filter on 'colour'; filterable fields: .*venue.*year"):
+    with pytest.raises(UnknownFieldError, match="cannot filter on 'colour'; filterable fields: .*venue.*year"):
         os_store.bm25("bread", 10, [Filter("colour", "eq", "red")])
 
 

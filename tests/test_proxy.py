@@ -237,7 +237,7 @@ def test_a_scroll_is_refused_unless_an_operator_allows_it(client: FlaskClient, p
     with RERANKER_PROXY_ALLOW=scroll its keep-alive is capped."""
     for answer in (client.post("/papers/_search?scroll=1m", json=summary("ocean", size=1)),
                    client.post("/_search/scroll", json={"scroll": "1m", "scroll_id": "forged"})):
-        assert answer.status_code == 400 and "RERANKER_PROXY_ALLOW=scroll" in answer.get_json()["error"]["reason"]
+        assert answer.status_code == 403 and "RERANKER_PROXY_ALLOW=scroll" in answer.get_json()["error"]["reason"]
     allowing = make_app(papers, RERANKER_PROXY_ALLOW="scroll").test_client()
     for keep_alive in ("1d", "11m", "forever"):
         answer = allowing.post(f"/papers/_search?scroll={keep_alive}", json=summary("ocean", size=1))
@@ -496,13 +496,13 @@ def test_searches_naming_allowed_indices_or_fields_called_index_still_pass(
 ) -> None:
     client, recorder = recorded
     allowed = {"query": {"more_like_this": {"fields": ["text"], "like": [{"_index": "papers", "_id": "ships"}], "min_term_freq": 1, "min_doc_freq": 1}}}
-    assert client.post("/papers/_search", json=allowed).status_code == 400  # reads documents: guarded
+    assert client.post("/papers/_search", json=allowed).status_code == 403  # reads documents: guarded
     operator = make_app((recorder.url, papers[1]), RERANKER_PROXY_ALLOW="more_like_this").test_client()
     assert operator.post("/papers/_search", json=allowed).status_code == 200
     a_field_called_index = {"query": {"bool": {"should": [{"match": {"index": "ships"}}, {"term": {"index": {"value": "x"}}}]}}}
     assert client.post("/papers/_search", json=a_field_called_index).status_code == 200
     assert recorder.requests  # these did reach the cluster
-    assert client.post("/papers/_search", json={"query": {"ids": {"values": ["ships"]}}, "x": {"_index": 3}}).status_code == 400
+    assert client.post("/papers/_search", json={"query": {"ids": {"values": ["ships"]}}, "x": {"_index": 3}}).status_code in (400, 403)
 
 
 @pytest.mark.parametrize(
@@ -628,8 +628,8 @@ def test_search_clients_see_the_cluster_through_the_proxy(papers: tuple[str, Pat
     ("path", "data", "status", "reason"),
     [
         # OpenSearch's multi-search parser reads `indices` as well as `index`.
-        ("/_msearch", '{"indices": "secret"}\n{"query": {"match_all": {}}}\n', 400, "header key [indices] is not one the proxy forwards"),
-        ("/papers/_msearch", '{"index": "papers", "size": 3}\n{}\n', 400, "header key [size]"),
+        ("/_msearch", '{"indices": "secret"}\n{"query": {"match_all": {}}}\n', 403, "header key [indices] is not one the proxy forwards"),
+        ("/papers/_msearch", '{"index": "papers", "size": 3}\n{}\n', 403, "header key [size]"),
         # A cross-cluster name that the pattern `papers*` would match.
         ("/papers:secret/_search", json.dumps({"query": {"match_all": {}}}), 403, "cross-cluster names [papers:secret]"),
         ("/_msearch", '{"index": "papers:secret"}\n{}\n', 403, "cross-cluster names"),
@@ -684,9 +684,27 @@ def test_only_the_search_subset_the_proxy_knows_is_forwarded(recorded: tuple[Fla
     client, recorder = recorded
     for path, data in [("/papers/_search", json.dumps(body)), ("/papers/_msearch", "{}\n" + json.dumps(body) + "\n")]:
         answer = client.post(path, data=data, content_type="application/json")
-        assert answer.status_code == 400, (path, answer.get_json())
+        # A refusal by policy, as for every request the proxy does not forward.
+        assert answer.status_code == 403 and answer.get_json()["error"]["type"] == "security_exception", (path, answer.get_json())
         assert reason in answer.get_json()["error"]["reason"], answer.get_json()
     assert [p for _, p, _ in recorder.requests if "_search" in p or "_msearch" in p or "_mget" in p] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"query": {"match_all": {}, "term": {"a": 1}}}, "[query] must be an object with exactly one query clause"),
+        ({"query": {"bool": []}}, "[query.bool] must be an object"),
+        ({"query": {"function_score": {"functions": {}}}}, "[query.function_score.functions] must be a list"),
+        ({"aggs": []}, "[aggs] must be an object of named aggregations"),
+    ],
+)
+def test_a_search_part_of_the_wrong_shape_is_a_400(recorded: tuple[FlaskClient, ClusterProxy], body: dict[str, Any], reason: str) -> None:
+    client, recorder = recorded
+    answer = client.post("/papers/_search", json=body)
+    assert answer.status_code == 400 and answer.get_json()["error"]["type"] == "parsing_exception", answer.get_json()
+    assert reason in answer.get_json()["error"]["reason"]
+    assert [p for _, p, _ in recorder.requests if "_search" in p] == []
 
 
 def test_what_a_search_application_sends_still_passes(client: FlaskClient) -> None:
@@ -735,7 +753,7 @@ def test_the_allow_list_reads_every_place_a_query_can_hide() -> None:
 def test_an_operator_can_forward_a_clause_the_proxy_does_not_know(papers: tuple[str, Path], direct: OpenSearchStore) -> None:
     body = {"query": {"bogus": {}}}
     refused = make_app(papers).test_client().post("/papers/_search", json=body)
-    assert refused.status_code == 400 and "RERANKER_PROXY_ALLOW=bogus" in refused.get_json()["error"]["reason"]
+    assert refused.status_code == 403 and "RERANKER_PROXY_ALLOW=bogus" in refused.get_json()["error"]["reason"]
     forwarded = make_app(papers, RERANKER_PROXY_ALLOW="bogus").test_client().post("/papers/_search", json=body)
     status, own = direct.forward("POST", "/papers/_search", {}, body)
     assert forwarded.status_code == status == 400 and forwarded.get_json() == own  # the cluster's own answer

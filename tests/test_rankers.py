@@ -179,6 +179,11 @@ def test_min_max_and_z_score_fusion_by_hand() -> None:
     assert z_score(np.array([1.0, 2.0, 3.0])).std() == pytest.approx(1.0)
     # Constant inputs scale to zeros, not NaN.
     assert not min_max(np.full(3, 7.0)).any() and not z_score(np.full(3, 7.0)).any()
+    # Scores as large as a double holds (a caller's first-stage scores) scale as small ones
+    # do; their spread would overflow to infinity (NaN scores were a 500 on /v1/rerank).
+    huge = np.array([1.7976931348623157e308, -1.7976931348623157e308, 0.0])
+    np.testing.assert_allclose(min_max(huge), [1.0, 0.0, 0.5])
+    np.testing.assert_allclose(z_score(huge), z_score(np.array([1.0, -1.0, 0.0])))
 
 
 def test_reciprocal_rank_fusion_by_hand() -> None:

@@ -49,6 +49,7 @@ SKIP: dict[str, str] = {
     r"^reranker dev-cluster\b": "serves until stopped: an osmem-server clone (the server dev-cluster runs) stands in, at the block's cluster address",
     r"^docker compose\b": "needs Docker, which these machines do not run (tests/test_docker.py reads the compose file)",
     r"^OPENSEARCH_TEST_URL=": "needs a real OpenSearch cluster (tests/test_cluster.py)",
+    r"^st run http://127\.0\.0\.1:8000/openapi\.json\b": "schemathesis against a running service: tests/test_fuzz.py runs the same command against reranker serve",
     r"\.\./shared/data/": "evaluates on a shared data set beside the repository, not in a clone: minutes each (tests/test_cli.py checks BM25's quality there)",
     r"^reranker --vectors w2v\.kv evaluate \.\.\.$": "the evaluation on ../shared above, with corpus-trained vectors; `...` stands for its arguments",
 }

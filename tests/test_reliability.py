@@ -18,74 +18,17 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import TINY_CORPUS, ClusterProxy, run, write_jsonl
+from conftest import TINY_CORPUS, ClusterProxy, Service, http_json, run, write_jsonl
 
 QUERY = "A captain and his crew sail a ship across the stormy ocean."
 DEADLINE_MS, BUDGET_MS = 400, 800
 # What a request may take when the cluster hangs: its deadline, its cluster budget, and
 # slack for a loaded 2-core machine running the client, the server and the cluster.
 WORST_SECONDS = (DEADLINE_MS + BUDGET_MS) / 1000 + 1.5
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _call(url: str, body: Any = None, timeout: float = 30) -> tuple[int, float, Any]:
-    """(status, seconds, parsed JSON body or None)."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            status, raw = answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read()
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        parsed = None
-    return status, time.monotonic() - started, parsed
-
-
-class Service:
-    """`reranker serve` in a child process, until `stop`."""
-
-    def __init__(self, data_dir: Path, env: dict[str, str], workers: int = 1, threads: int = 4) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        full = {**os.environ, "RERANKER_DATA_DIR": str(data_dir), "HOME": str(data_dir), **env}
-        full.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", str(workers), "--threads", str(threads)],
-            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if _call(self.url + "/readyz", timeout=5)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("the service did not become ready")
-            time.sleep(0.2)
-
-    def stop(self) -> str:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        output, _ = self.process.communicate(timeout=60)
-        return output
 
 
 @pytest.fixture
@@ -110,14 +53,14 @@ def test_a_hung_cluster_costs_a_request_its_budget_and_health_checks_nothing(own
         "RERANKER_CLUSTER_BUDGET_MS": str(BUDGET_MS), "OPENSEARCH_TIMEOUT": "10", "OPENSEARCH_RETRIES": "3",
     })  # fmt: skip
     try:
-        assert _call(service.url + "/search", {"query": QUERY})[0] == 200
+        assert http_json(service.url + "/search", {"query": QUERY})[0] == 200
         os.kill(own_cluster.pid, signal.SIGSTOP)
         results: list[tuple[str, int, float]] = []
         stop = threading.Event()
 
         def load(path: str, body: Any) -> None:
             while not stop.is_set():
-                status, seconds, answer = _call(service.url + path, body)
+                status, seconds, answer = http_json(service.url + path, body)
                 if status == 200 and path == "/rerank" and answer["status"] == "degraded":
                     status = 299  # fails open: the caller's own order, said so (README)
                 results.append((path, status, seconds))
@@ -133,7 +76,7 @@ def test_a_hung_cluster_costs_a_request_its_budget_and_health_checks_nothing(own
         started = time.monotonic()
         while time.monotonic() - started < 4:
             for path in ("/healthz", "/readyz"):
-                status, seconds, body = _call(service.url + path)
+                status, seconds, body = http_json(service.url + path)
                 probes.append((path, status, seconds))
             time.sleep(0.2)
         stop.set()
@@ -153,12 +96,12 @@ def test_a_hung_cluster_costs_a_request_its_budget_and_health_checks_nothing(own
         # The cluster comes back: so does the service, without a restart.
         os.kill(own_cluster.pid, signal.SIGCONT)
         deadline = time.monotonic() + 20
-        while _call(service.url + "/readyz")[0] != 200:
+        while http_json(service.url + "/readyz")[0] != 200:
             assert time.monotonic() < deadline, "not ready again after the cluster came back"
             time.sleep(0.2)
-        status, _, body = _call(service.url + "/search", {"query": QUERY})
+        status, _, body = http_json(service.url + "/search", {"query": QUERY})
         assert status == 200 and body["hits"][0]["id"] == "ships"
-        status, _, body = _call(service.url + "/reranker/_search", {"query": {"match": {"text": QUERY}}})
+        status, _, body = http_json(service.url + "/reranker/_search", {"query": {"match": {"text": QUERY}}})
         assert status == 200 and body["ext"]["rerank"]["status"] == "ok"
     finally:
         output = service.stop()
@@ -172,7 +115,7 @@ def test_a_slow_search_is_sent_to_the_cluster_once(own_cluster: Any, data_dir: P
     try:
         searches = lambda: len([r for r in recorder.requests if r[1].startswith("/reranker/_search")])  # noqa: E731
         before = searches()
-        status, seconds, body = _call(service.url + "/reranker/_search", {"query": {"match": {"text": QUERY}}})
+        status, seconds, body = http_json(service.url + "/reranker/_search", {"query": {"match": {"text": QUERY}}})
         assert status == 503 and body["error"]["type"] == "store_unavailable_exception"
         assert seconds < 2 * 0.5 + 1.5  # (the running experiments are looked up first, also in 0.5 s at most)
         time.sleep(2.0)  # anything retried would have arrived by now
@@ -192,7 +135,7 @@ def test_a_huge_query_is_answered_within_the_deadline(data_dir: Path, tmp_path: 
     assert len(huge) > 900_000
     service = Service(data_dir, {"RERANKER_DEADLINE_MS": "2000"})
     try:
-        status, seconds, body = _call(service.url + "/search", {"query": huge, "size": 3})
+        status, seconds, body = http_json(service.url + "/search", {"query": huge, "size": 3})
         assert status == 200 and body["status"] in ("ok", "degraded") and len(body["hits"]) == 3
         assert seconds < 2.0 + 1.5, seconds
     finally:
@@ -270,9 +213,9 @@ def test_slow_clients_hold_no_thread_and_get_408(data_dir: Path, tmp_path: Path)
             client.start()
         time.sleep(1.0)  # every slow client connected and trickling
         for _ in range(5):
-            status, seconds, answer = _call(service.url + "/healthz", timeout=5)
+            status, seconds, answer = http_json(service.url + "/healthz", timeout=5)
             assert status == 200 and seconds < 1.0
-            status, seconds, answer = _call(service.url + "/search", {"query": QUERY, "size": 2}, timeout=5)
+            status, seconds, answer = http_json(service.url + "/search", {"query": QUERY, "size": 2}, timeout=5)
             assert status == 200 and answer["hits"][0]["id"] == "ships" and seconds < 3.0
         for client in slow:
             client.join(timeout=30)
@@ -406,7 +349,7 @@ def test_a_worker_reads_a_bounded_number_of_requests_at_once(data_dir: Path) -> 
         for sock in held:
             sock.close()
         time.sleep(0.5)
-        status, _, _ = _call(service.url + "/healthz", timeout=5)
+        status, _, _ = http_json(service.url + "/healthz", timeout=5)
         assert status == 200  # the slots free up as the slow clients leave
     finally:
         for sock in held:

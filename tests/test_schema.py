@@ -4,6 +4,7 @@ Flask app; tests/test_service.py and tests/test_fuzz.py send the same bodies ove
 
 from __future__ import annotations
 
+import json
 from typing import Any, get_args
 
 import pytest
@@ -48,7 +49,8 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (SearchRequest, {"query": "ships", "explain": 1}, 400, "[explain] must be true or false, got a number"),
         (SearchRequest, {"query": "ships", "from": -1}, 400, "[from] must be >= 0, got -1"),
         (SearchRequest, {"query": "ships", "window": 101}, 400, "[window] must be <= 100 (RERANKER_MAX_WINDOW), got 101"),
-        (SearchRequest, {"query": "ships", "from": 95, "size": 10}, 400, "[from] + [size] must be <= 100 (RERANKER_MAX_WINDOW), got 105"),
+        (SearchRequest, {"query": "ships", "from": 101, "size": 10}, 400, "[from] must be <= 100 (RERANKER_MAX_WINDOW), got 101"),
+        (SearchRequest, {"query": "ships", "size": 10.5}, 400, "[size] must be an integer, got a number"),
         (SearchRequest, {"query": "ships", "fusion_weight": 1.5}, 400, "[fusion_weight] must be <= 1.0, got 1.5"),
         (SearchRequest, {"query": "ships", "windw": 5}, 400, "unknown field [windw]; known fields: client_id, explain, filters, from, fusion_weight, query, ranker, size, window"),
         (SearchRequest, {"query": "ships", "filters": {"year": 1}}, 400, "[filters] must be an array, got an object"),
@@ -78,6 +80,64 @@ def test_a_bad_body_is_refused_with_the_field_and_the_reason(model: Any, body: A
     refused = _refusal(model, body, where="ext.rerank" if model is RerankExt else "")
     assert (refused.status, refused.reason) == (status, reason)
     assert refused.type == ("content_too_long_exception" if status == 413 else "illegal_argument_exception")
+
+
+def test_an_integer_may_be_written_with_a_point_zero() -> None:
+    """JSON Schema's `integer` is a mathematical integer: 10.0 is one, 10.5 is not."""
+    asked = read(SearchRequest, {"query": "ships", "size": 5.0, "from": 2.0, "window": 20.0}, limits=LIMITS)
+    assert (asked.size, asked.offset, asked.window) == (5, 2, 20) and isinstance(asked.size, int)
+    assert read(UbiEvent, {"action_name": "click", "query_id": "q", "event_attributes": {"object": {"object_id": "a"}, "position": {"ordinal": 3.0}}}).position == 3
+    assert _refusal(CohereRequest, {"query": "q", "documents": [], "top_n": 2.5}).reason == "[top_n] must be an integer, got a number"
+
+
+def test_the_published_schema_states_what_the_validators_check() -> None:
+    """What the service refuses, its schema says: limits from the running settings, null
+    for absent fields, and the rules across fields (tests/test_fuzz.py checks it all with
+    schemathesis; these are the shapes, read directly)."""
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    app = create_app(Settings.from_env({"RERANKER_MAX_TEXT_CHARS": "50", "RERANKER_MAX_WINDOW": "100", "RERANKER_MAX_DOCUMENTS": "3", "HOME": "/nonexistent"}))
+    document = app.test_client().get("/openapi.json").get_json()
+    schemas = document["components"]["schemas"]
+    assert "x-reranker-limit" not in str(document)
+    search = schemas["SearchRequest"]["properties"]
+    assert search["query"]["maxLength"] == 50 and search["window"]["anyOf"][0]["maximum"] == 100
+    assert schemas["RerankRequest"]["properties"]["documents"]["maxItems"] == 3
+    # (model, body, valid?, checked by the model itself rather than by its route)
+    cases = [
+        ("SearchRequest", {"query": "q", "filters": None, "size": None}, True, True),
+        ("SearchRequest", {"query": "q", "filters": [{"field": "year", "op": "gt", "value": True}]}, False, True),
+        ("RerankRequest", {"query": "q", "documents": [{"id": None, "text": None}]}, False, True),
+        ("RerankRequest", {"query": "q", "documents": [{"text": "a", "score": 1}, "b"]}, False, False),
+        ("RerankRequest", {"query": "q", "documents": [{"text": "a", "score": 1}, {"id": "b", "score": 2}]}, True, True),
+        ("ExperimentChange", {"traffic": None, "status": None}, False, True),
+        ("CohereRequest", {"query": "q", "documents": [{"id": "a"}], "return_documents": True}, False, False),
+        ("UbiEvent", {"action_name": "view", "query_id": "q", "timestamp": "2026-02-29"}, False, True),
+        ("UbiEvent", {"action_name": "view", "query_id": "q", "timestamp": "2028-02-29T10:15:00Z"}, True, True),
+    ]
+    for model, body, expected, by_model in cases:
+        assert _validator(schemas, model).is_valid(body) is expected, (model, body)
+        if by_model:
+            assert _accepted(model, body) is expected, (model, body)
+
+
+def _validator(schemas: dict[str, Any], model: str) -> Any:
+    """A JSON Schema validator (schemathesis's own, jsonschema-rs) for one published model."""
+    import jsonschema_rs
+
+    text = json.dumps({**schemas[model], "$defs": schemas}).replace("#/components/schemas/", "#/$defs/")
+    return jsonschema_rs.Draft202012Validator(json.loads(text))
+
+
+def _accepted(model: str, body: Any) -> bool:
+    import reranker.service.schema as wire
+
+    try:
+        read(getattr(wire, model), body, limits=LIMITS)
+    except ApiError:
+        return False
+    return True
 
 
 def test_null_stands_for_an_absent_field() -> None:

@@ -222,6 +222,23 @@ def test_filters_restrict_the_candidates_before_the_top_n(ready: EmbeddedStore) 
     assert ready.bm25("ships", 2, [Filter("year", "gt", 2100)]) == []
 
 
+def test_a_filter_finds_any_field_name(ready: EmbeddedStore) -> None:
+    """A field name with a quote, a dot or a letter beyond ASCII (which the store's JSON
+    holds \\u-escaped): a JSON path could not name them (schemathesis found a 500)."""
+    from reranker.errors import UnknownFieldError
+    from reranker.types import Filter
+
+    names = ['année', 'say "hi"', "a.b", "x\\y"]
+    ready.upsert([
+        StoredDocument(Document(f"d{i}", "", "ships sea", {name: i}), stored(f"d{i}", "ships").doc_topics, f"h{i}", 5, 0)
+        for i, name in enumerate(names)
+    ])  # fmt: skip
+    for i, name in enumerate(names):
+        assert [hit.doc_id for hit in ready.bm25("ships", 10, [Filter(name, "eq", i)])] == [f"d{i}"], name
+    with pytest.raises(UnknownFieldError, match="cannot filter on 'colour'; filterable fields: a.b, année"):
+        ready.bm25("ships", 10, [Filter("colour", "eq", 1)])
+
+
 # --- older stores ----------------------------------------------------------------------
 
 

@@ -33,10 +33,27 @@ RRF_K = 60  # the constant of Cormack et al.; it damps the weight of the very fi
 NOISE = 1e-7
 
 
+# Scores beyond this magnitude are scaled down first: their spread (or their squares)
+# would overflow to infinity and the scaled scores become NaN (a caller's first-stage
+# scores of +-1.8e308, as schemathesis sent them).
+_HUGE = 2.0**500
+
+
+def _tamed(scores: Scores) -> Scores:
+    """`scores` times an exact power of two that brings the largest magnitude below 1 when
+    it is huge (min-max and z-scores do not change with the scale); else as they are."""
+    peak = float(np.abs(scores).max())
+    if peak <= _HUGE:
+        return scores
+    scaled: Scores = np.ldexp(scores, -int(np.frexp(peak)[1]))
+    return scaled
+
+
 def min_max(scores: Scores) -> Scores:
     """Scale to [0, 1] over the window; a constant window (up to float noise) maps to zeros."""
     if scores.size == 0:
         return scores
+    scores = _tamed(scores)
     low, high = float(scores.min()), float(scores.max())
     if high - low <= NOISE * max(1.0, abs(low), abs(high)):
         return np.zeros_like(scores)
@@ -47,6 +64,7 @@ def z_score(scores: Scores) -> Scores:
     """(s - mean) / std over the window; a constant window (up to float noise) maps to zeros."""
     if scores.size == 0:
         return scores
+    scores = _tamed(scores)
     spread = float(scores.std())
     if spread <= NOISE * max(1.0, float(np.abs(scores).max())):
         return np.zeros_like(scores)

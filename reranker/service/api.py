@@ -121,7 +121,7 @@ def search() -> Any:
     window = asked.window or rt.settings.window
     filters = [Filter(field=clause.field, op=clause.op, value=clause.value) for clause in asked.filters]
     return jsonify(rt.search(
-        asked.query, ranker, window=max(window, asked.offset + asked.size), size=asked.size, offset=asked.offset,
+        asked.query, ranker, window=min(max(window, asked.offset + asked.size), rt.limits.max_window), size=asked.size, offset=asked.offset,
         filters=filters, explain=asked.explain, client_id=asked.client_id,
     ))
 

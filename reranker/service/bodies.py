@@ -32,10 +32,13 @@ def parse_json(raw: bytes, what: str = "request body") -> Any:
     if not text.strip():
         raise ApiError(400, "parse_exception", f"{what} is empty; expected JSON")
     try:
-        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, parse_int=_long)
+        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise ApiError(400, "parse_exception", f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except ValueError as exc:  # NaN / Infinity, numbers out of range, integers of over 4,300 digits
+    # NaN / Infinity, numbers beyond a double, integers of over 4,300 digits. Integers of
+    # any other size are read exactly: each field the service reads has its bounds (and the
+    # proxy passes the rest to the cluster as sent, for it to judge).
+    except ValueError as exc:
         raise ApiError(400, "parse_exception", f"{what}: {exc}") from None
     except RecursionError:
         raise ApiError(400, "parse_exception", f"{what} is nested too deeply") from None
@@ -46,15 +49,6 @@ def parse_json(raw: bytes, what: str = "request body") -> Any:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise ApiError(400, "parse_exception", f"{what} has a string with a lone surrogate escape (such as \\ud800): not valid Unicode") from None
-    return value
-
-
-def _long(literal: str) -> int:
-    """A JSON integer that fits a 64-bit long (OpenSearch's widest integer); a larger one
-    would overflow where it becomes a float or reaches the cluster."""
-    value = int(literal)
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(f"the integer {literal[:40]}{'...' if len(literal) > 40 else ''} is out of range (more than 64 bits)")
     return value
 
 

@@ -33,6 +33,7 @@ from reranker.errors import (
     StoreError,
     StoreFullError,
     StoreUnavailableError,
+    UnknownFieldError,
     UnknownRankerError,
     VectorsError,
 )
@@ -65,6 +66,8 @@ STATUS: list[tuple[type[RerankerError], int, str]] = [
     (RankerUnavailableError, 409, "ranker_unavailable_exception"),
     (InputError, 400, "illegal_argument_exception"),
     (DuplicateEventError, 409, "duplicate_event_exception"),
+    # A filter on a field no document of the index has: the index's state, not a malformed request.
+    (UnknownFieldError, 409, "unknown_field_exception"),
     (ConflictError, 409, "conflict_exception"),
     (DocumentNotFoundError, 404, "document_missing_exception"),
     (NotFoundError, 404, "resource_not_found_exception"),

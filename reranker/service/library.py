@@ -18,6 +18,7 @@ from flask import Blueprint, jsonify, request
 from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import PathConverter
 
+from reranker.rankers import ranker_names
 from reranker.service.api import runtime
 from reranker.service.errors import bad_request
 from reranker.service.operations import Reply, operation
@@ -82,7 +83,7 @@ def document(doc_id: str) -> Any:
     path=DOC_ID,
     query={
         "size": {"type": "integer", "minimum": 1, "maximum": MAX_SIMILAR, "default": 10},
-        "ranker": {"type": "string", "minLength": 1, "description": "a ranker's name (default: the default ranker)"},
+        "ranker": {"type": "string", "enum": ranker_names(), "description": "a ranker's name (default: the default ranker)"},
     },
     answers={200: Reply("the most similar papers first", SimilarAnswer)},
     errors=(400, 404, 409, 502, 503),
@@ -91,7 +92,7 @@ def similar(doc_id: str) -> Any:
     """Papers like this one: BM25 on its distinctive words, reranked with the paper as the query."""
     size = _size(request.args.get("size"))
     rt = runtime()
-    ranker = request.args.get("ranker") or rt.limits.default_ranker
+    ranker = request.args.get("ranker", rt.limits.default_ranker)  # "ranker=" names no ranker: a 400
     engine = rt.engine()
     window = min(rt.settings.window, rt.limits.max_window)
     hits = engine.similar(doc_id, ranker, size=size, window=max(window, size))

@@ -25,7 +25,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from reranker import __version__
-from reranker.service.schema import Error
+from reranker.config import ServiceSettings
+from reranker.service.schema import LIMIT_KEY, Error
 
 Schema = dict[str, Any]
 View = TypeVar("View", bound=Callable[..., Any])
@@ -48,7 +49,7 @@ class Operation:
     errors: tuple[int, ...] = ()
     body: type[BaseModel] | None = None
     body_required: bool = True
-    ndjson: bool = False  # the body may also be NDJSON (the proxy's _msearch)
+    ndjson: bool = False  # the body is NDJSON text (the proxy's _msearch), not `body`
     security: str | None = None  # a scheme of SECURITY_SCHEMES
     # Path parameters by the route's argument name, query parameters by theirs.
     path: Mapping[str, Schema] = field(default_factory=dict)
@@ -64,10 +65,10 @@ SECURITY_SCHEMES: Schema = {
 ERROR_REASONS = {
     400: "malformed JSON, wrong types, unknown field or ranker, empty query",
     401: "missing or wrong API key",
-    403: "not a read-only search endpoint, or an index the proxy may not forward to; experiment changes with no RERANKER_ADMIN_API_KEY set",
+    403: "not a read-only search endpoint, an index the proxy may not forward to, or a part of a search the proxy does not forward (RERANKER_PROXY_ALLOW); experiment changes with no RERANKER_ADMIN_API_KEY set",
     404: "no such index, document, experiment or interleaved query",
     405: "method not allowed",
-    409: "the ranker cannot run on this index yet (no Doc2Vec model); an event recorded before; an experiment id taken, another running, or a ranker removed",
+    409: "the ranker cannot run on this index yet (no Doc2Vec model); a filter on a field no document of the index has (the reason lists the filterable ones); an event recorded before; an experiment id taken, another running, or a ranker removed",
     413: "body, document count or text longer than the configured limits; an _msearch over its bounds",
     415: "a body not declared as JSON (Content-Type: application/json; NDJSON too for _msearch)",
     429: "an event past its quota (RERANKER_EVENTS_PER_QUERY, RERANKER_MAX_EVENTS)",
@@ -145,6 +146,8 @@ def _build(app: Flask) -> Schema:
     paths: Schema = {}
     for path, method, described, arguments in found:
         paths.setdefault(path, {})[method] = _operation_object(described, arguments, refs)
+    runtime = app.extensions.get("reranker")  # None: an app of the tests' own, with no settings
+    publish_limits(definitions, runtime.limits if runtime is not None else None)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -168,10 +171,13 @@ def _operation_object(described: Operation, arguments: set[str], refs: Mapping[A
         result["parameters"] = parameters
     if described.security:
         result["security"] = [{described.security: []}]
-    if described.body is not None:
+    if described.ndjson:
+        # Lines of JSON, which JSON Schema cannot describe: a header line and a body line
+        # per search (sent as application/json by some clients, as the service accepts).
+        ndjson = {"schema": {"type": "string", "contentMediaType": "application/x-ndjson", "description": NDJSON}}
+        result["requestBody"] = {"required": described.body_required, "content": {"application/x-ndjson": ndjson}}
+    elif described.body is not None:
         content: Schema = {"application/json": {"schema": refs[(described.body, "validation")]}}
-        if described.ndjson:
-            content["application/x-ndjson"] = {"schema": {"type": "string"}}
         result["requestBody"] = {"required": described.body_required, "content": content}
     answers: Schema = {str(status): _reply(reply, refs) for status, reply in described.answers.items()}
     error = refs[(Error, "serialization")]
@@ -182,6 +188,31 @@ def _operation_object(described: Operation, arguments: set[str], refs: Mapping[A
     # Order: statuses by number, then "default".
     result["responses"] = dict(sorted(answers.items(), key=lambda item: (not item[0].isdigit(), item[0])))
     return result
+
+
+NDJSON = (
+    "NDJSON: per search, a header line (an object with `index` and the per-search options "
+    "OpenSearch documents for _msearch) and a body line (a search body, see OpenSearchSearch)"
+)
+
+
+def publish_limits(schema: Any, limits: ServiceSettings | None) -> None:
+    """Replace each field's `LIMIT_KEY` mark (a setting's name) by the bound it sets in
+    this service: maxLength of a string, maximum of an integer, maxItems of an array
+    (None: no settings; the marks are only removed)."""
+    if isinstance(schema, list):
+        for item in schema:
+            publish_limits(item, limits)
+        return
+    if not isinstance(schema, dict):
+        return
+    setting = schema.pop(LIMIT_KEY, None)
+    if setting is not None and limits is not None:
+        keyword = {"string": "maxLength", "integer": "maximum", "array": "maxItems"}[schema["type"]]
+        value = int(getattr(limits, setting))
+        schema[keyword] = min(value, schema.get(keyword, value))
+    for child in schema.values():
+        publish_limits(child, limits)
 
 
 def _reply(reply: Reply, refs: Mapping[Any, Schema]) -> Schema:

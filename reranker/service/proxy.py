@@ -37,6 +37,7 @@ from typing import Any, Callable, NoReturn
 from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
+from pydantic import BaseModel
 from werkzeug.exceptions import MethodNotAllowed
 from werkzeug.routing import Map, Rule
 
@@ -49,7 +50,7 @@ from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
 from reranker.service.query_dsl import check_scroll, check_search_body
 from reranker.service.reranking import Deadline, Runtime, status_fields
-from reranker.service.schema import OpenSearchSearch
+from reranker.service.schema import OpenSearchSearch, ScrollRequest, read
 from reranker.service.search_requests import (
     Search,
     check_body_indices,
@@ -85,14 +86,14 @@ PROXIED = "GET|POST [/INDEX]/_search, [/INDEX]/_msearch and /_search/scroll"
 INDEX = {"index": {"type": "string", "minLength": 1, "pattern": "^[a-z0-9][a-z0-9_.*,-]*$"}}
 
 
-def _proxied(summary: str) -> Callable[[View], View]:
+def _proxied(summary: str, body: type[BaseModel] = OpenSearchSearch, ndjson: bool = False) -> Callable[[View], View]:
     """The operation of a proxied route: an OpenSearch body in, the cluster's answer out."""
     return operation(
         summary,
         path=INDEX,
-        body=OpenSearchSearch,
+        body=body,
         body_required=False,
-        ndjson=True,
+        ndjson=ndjson,
         answers={
             200: Reply("the cluster's answer, reranked; `ext.rerank` says how"),
             "default": Reply("an error the cluster returned, passed through unchanged"),
@@ -340,7 +341,7 @@ def search(index: str | None = None) -> Response:
 
 @blueprint.route("/_msearch", methods=SEARCH_METHODS)
 @blueprint.route("/<index>/_msearch", methods=SEARCH_METHODS)
-@_proxied("multi-search, each reranked")
+@_proxied("multi-search, each reranked", ndjson=True)
 def msearch(index: str | None = None) -> Response:
     """Several searches: all windows in one _msearch, all pages in a second."""
     started = time.perf_counter()
@@ -404,16 +405,18 @@ def fetch_pages(
 
 
 @blueprint.route("/_search/scroll", methods=SEARCH_METHODS)
-@_proxied("the next page of a scroll, forwarded as it is")
+@_proxied("the next page of a scroll, forwarded as it is (403 unless RERANKER_PROXY_ALLOW names scroll)", body=ScrollRequest)
 def scroll() -> Response:
     """The next page of a scroll (which the proxy forwarded as it was)."""
     rt = runtime()
     store = cluster(rt)
     params = url_params()
-    body = json_object(required=False)
-    keep_alive = body.get("scroll") if isinstance(body, dict) else None
-    check_scroll(str(keep_alive if keep_alive is not None else params.get("scroll", "")), rt.limits.proxy_allow)
-    status, found = store.forward("POST", "/_search/scroll", params, body or None)
+    raw = json_object(required=False)
+    check_scroll(params.get("scroll", ""), rt.limits.proxy_allow)
+    asked = read(ScrollRequest, raw) if raw else None
+    if asked is not None and asked.scroll is not None:
+        check_scroll(asked.scroll, rt.limits.proxy_allow)
+    status, found = store.forward("POST", "/_search/scroll", params, asked.model_dump(exclude_none=True) if asked else None)
     return answer(status, found)
 
 

@@ -5,7 +5,8 @@ every query clause (at any depth: in `bool`, `nested`, `function_score`, aggrega
 filters, highlight and rescore queries, `post_filter`) and every aggregation type must be
 one the proxy knows: the full-text, term, range, compound and nested clauses a search
 application sends, aggregations, highlight, sort, paging and `_source` filtering. Anything
-else is refused with a 400 that names it by its path and says how to allow it, so a clause
+else is refused with a 403 (a refusal by policy, as for every request the proxy does not
+forward; a part of the wrong shape is a 400) that names it by its path and says how to allow it, so a clause
 the proxy does not understand (a new one, a plugin's, or one that hides another query) never
 passes unread. Refused whatever the allow-list, unless an operator names them in
 RERANKER_PROXY_ALLOW: clauses that run a script, carry an opaque query (`wrapper`, search
@@ -91,15 +92,16 @@ _SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "micros"
 
 
 def check_scroll(keep_alive: str | None, allowed: Iterable[str] = ()) -> None:
-    """ApiError 400 for a scroll (`keep_alive`: its `scroll` parameter; None: no scroll)
-    unless RERANKER_PROXY_ALLOW names `scroll`, and then for a keep-alive longer than
-    MAX_SCROLL_SECONDS. A scroll id is not bound to the index it was opened on: a client
-    that forges or guesses one would continue another client's scroll."""
+    """ApiError 403 for a scroll (`keep_alive`: its `scroll` parameter; None: no scroll)
+    unless RERANKER_PROXY_ALLOW names `scroll` (a refusal by policy, like every request the
+    proxy does not forward), and then 400 for a keep-alive longer than MAX_SCROLL_SECONDS.
+    A scroll id is not bound to the index it was opened on: a client that forges or
+    guesses one would continue another client's scroll."""
     if keep_alive is None:
         return
     if "scroll" not in set(allowed):
         raise ApiError(
-            400, "illegal_argument_exception",
+            403, "security_exception",
             "[scroll] is refused: the proxy cannot tell which index a scroll id reads; page with search_after "
             "instead, or an operator can allow it with RERANKER_PROXY_ALLOW=scroll",
         )
@@ -113,7 +115,8 @@ def check_scroll(keep_alive: str | None, allowed: Iterable[str] = ()) -> None:
 
 
 def check_search_body(body: dict[str, Any], allowed: Iterable[str] = ()) -> None:
-    """ApiError 400 unless every part of `body` is in the forwarded subset.
+    """ApiError 403 unless every part of `body` is in the forwarded subset (400 for a part
+    of the wrong shape).
 
     allowed: the GUARDED names an operator allows (RERANKER_PROXY_ALLOW)."""
     walker = _Walker(frozenset(allowed))
@@ -127,15 +130,18 @@ class _Walker:
     def refuse(self, path: str, what: str) -> ApiError:
         name = path.rsplit(".", 1)[-1]
         return ApiError(
-            400, "illegal_argument_exception",
+            403, "security_exception",
             f"[{path}] {what}: the reranker proxy forwards only the search subset listed in docs/proxy.md; "
             f"an operator can forward [{name}] unread with RERANKER_PROXY_ALLOW={name}",
         )
 
+    def malformed(self, path: str, what: str) -> ApiError:
+        return ApiError(400, "parsing_exception", f"[{path}] {what}")
+
     def guard(self, name: str, path: str) -> None:
         if name not in self.allowed:
             raise ApiError(
-                400, "illegal_argument_exception",
+                403, "security_exception",
                 f"[{path}] is refused: {GUARDED[name]}; an operator can allow it with RERANKER_PROXY_ALLOW={name}",
             )
 
@@ -176,7 +182,7 @@ class _Walker:
                 self.query(item, f"{path}[{i}]")
             return
         if not isinstance(query, dict) or len(query) != 1:
-            raise self.refuse(path, "must be an object with exactly one query clause")
+            raise self.malformed(path, "must be an object with exactly one query clause")
         (name, params), = query.items()
         where = f"{path}.{name}"
         if name in GUARDED:
@@ -192,7 +198,7 @@ class _Walker:
             return  # an operator's choice: forwarded unread
         if name in COMPOUND_CLAUSES:
             if not isinstance(params, dict):
-                raise self.refuse(where, "must be an object")
+                raise self.malformed(where, "must be an object")
             for key, value in params.items():
                 if key in COMPOUND_CLAUSES[name]:
                     self.query(value, f"{where}.{key}")
@@ -205,10 +211,10 @@ class _Walker:
 
     def functions(self, functions: Any, path: str) -> None:
         if not isinstance(functions, list):
-            raise self.refuse(path, "must be a list")
+            raise self.malformed(path, "must be a list")
         for i, function in enumerate(functions):
             if not isinstance(function, dict):
-                raise self.refuse(f"{path}[{i}]", "must be an object")
+                raise self.malformed(f"{path}[{i}]", "must be an object")
             for key, value in function.items():
                 if key in GUARDED:
                     self.guard(key, f"{path}[{i}].{key}")
@@ -223,11 +229,11 @@ class _Walker:
 
     def aggregations(self, aggregations: Any, path: str) -> None:
         if not isinstance(aggregations, dict):
-            raise self.refuse(path, "must be an object of named aggregations")
+            raise self.malformed(path, "must be an object of named aggregations")
         for name, definition in aggregations.items():
             where = f"{path}.{name}"
             if not isinstance(definition, dict):
-                raise self.refuse(where, "must be an object")
+                raise self.malformed(where, "must be an object")
             for key, value in definition.items():
                 if key in ("aggs", "aggregations"):
                     self.aggregations(value, f"{where}.{key}")
@@ -264,7 +270,7 @@ class _Walker:
 
     def suggest(self, suggest: Any, path: str) -> None:
         if not isinstance(suggest, dict):
-            raise self.refuse(path, "must be an object")
+            raise self.malformed(path, "must be an object")
         for name, definition in suggest.items():
             if name == "text" or not isinstance(definition, dict):
                 continue

@@ -7,12 +7,17 @@ the routes build their answers elsewhere (`RankedDoc.to_json`, ...), and the sch
 test checks every answer against them.
 
 Rules every request model follows:
-- strict types: "10" is not a number, 1 is not true, and a number is not a string;
+- strict types: "10" is not a number, 1 is not true, and a number is not a string; an
+  integer may be written 10.0 (JSON Schema's `integer` is a mathematical integer, and the
+  published schema says `integer`), but 10.5 is not one;
 - unknown fields are refused, naming the known ones (Cohere's documents excepted);
-- null stands for an absent field (so a client that sends `"size": null` gets the default);
+- null stands for an absent field (so a client that sends `"size": null` gets the default),
+  and the published schema says so: every optional field also takes null;
 - limits that come from settings (RERANKER_MAX_TEXT_CHARS, RERANKER_MAX_WINDOW,
   RERANKER_MAX_DOCUMENTS) are checked against the `ServiceSettings` passed as validation
-  context; a text or a document list beyond them is a 413, like an over-long body.
+  context; a text or a document list beyond them is a 413, like an over-long body. The
+  schema marks them (`LIMIT_KEY`), and /openapi.json publishes the running service's values
+  (`publish_limits`), so a client (or schemathesis) reads the bounds it will be held to.
 
 `read` turns pydantic's errors into the service's one error shape: a 400 (or 413) whose
 reason names the field as a path (`[documents[3].id] must be a string, got a number`).
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -49,10 +54,34 @@ from reranker.store.events import CLICK_ACTIONS
 Model = TypeVar("Model", bound=BaseModel)
 
 
+# A field's limit that comes from a setting: the name of a `ServiceSettings` attribute.
+LIMIT_KEY = "x-reranker-limit"
+
+
+def _published(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """What a Body's JSON Schema says beyond pydantic's: optional fields take null (null is
+    absent), and the model's `schema_rules`: what its validators check across fields."""
+    required = set(schema.get("required", ()))
+    for name, prop in list(schema.get("properties", {}).items()):
+        if name not in required and not _takes_null(prop):
+            kept = {key: prop.pop(key) for key in ("title", "description", "default") if key in prop}
+            schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **kept}
+    schema.update(getattr(cls, "schema_rules", {}))
+
+
+def _one_of_present(*names: str) -> dict[str, Any]:
+    """JSON Schema for "at least one of these fields, not null"."""
+    return {"anyOf": [{"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in names]}
+
+
+def _takes_null(prop: dict[str, Any]) -> bool:
+    return prop.get("type") == "null" or any(option.get("type") == "null" for option in prop.get("anyOf", ()))
+
+
 class Body(BaseModel):
     """A request body (or an object inside one): strict, closed, null = absent."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, json_schema_extra=_published)
 
     @model_validator(mode="before")
     @classmethod
@@ -90,14 +119,31 @@ def _ranker_enum(schema: dict[str, Any]) -> None:
     schema["enum"] = ranker_names()
 
 
+def _integral(value: Any) -> Any:
+    """10.0 as 10 (an integer in JSON Schema's sense); anything else as sent."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _limit(setting: str) -> Any:
+    return Field(json_schema_extra={LIMIT_KEY: setting})
+
+
+# After an int's constraints (so that they stay JSON Schema's minimum / maximum): 10.0 is 10.
+INTEGRAL = BeforeValidator(_integral)
 # Not empty and not only spaces (JSON Schema's `pattern` matches anywhere in the string).
 NonBlank = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 # A summary or a document's text, up to RERANKER_MAX_TEXT_CHARS (413 beyond).
-QueryText = Annotated[NonBlank, AfterValidator(_within_text_limit)]
-Text = Annotated[str, AfterValidator(_within_text_limit)]
+QueryText = Annotated[NonBlank, AfterValidator(_within_text_limit), _limit("max_text_chars")]
+Text = Annotated[str, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 RankerName = Annotated[str, Field(json_schema_extra=_ranker_enum, description="a registered ranker (GET /rankers); default RERANKER_DEFAULT_RANKER")]
 FusionWeight = Annotated[float, Field(ge=0, le=1, description="weight of the ranker in a fusion with BM25 (default RERANKER_FUSION_WEIGHT)")]
-WindowSize = Annotated[int, Field(ge=1, description="BM25 candidates to rerank (default RERANKER_WINDOW)"), AfterValidator(_within_window)]
+# At most RERANKER_MAX_WINDOW: a window, a page's size or its start.
+WindowSize = Annotated[
+    int, Field(ge=1, description="BM25 candidates to rerank (default RERANKER_WINDOW)"), INTEGRAL,
+    AfterValidator(_within_window), _limit("max_window"),
+]
 # UBI's own limit (event.schema.json 1.0.0) for ids and names.
 ShortId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"\S")]
 ClientId = Annotated[ShortId, Field(description="who searches (a browser, an app): keeps one client in one arm of a running experiment")]
@@ -117,7 +163,13 @@ class FilterClause(Body):
 
     field: NonBlank
     op: Literal["eq", "gt", "gte", "lt", "lte"] = "eq"
-    value: str | int | float | bool
+    # An integer beyond 64 bits is compared as a number (a double), as the stores hold it.
+    value: str | Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | float | bool
+
+    # _no_boolean_order: a boolean value only with op eq (or no op).
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "anyOf": [{"properties": {"value": {"not": {"type": "boolean"}}}}, {"properties": {"op": {"enum": ["eq", None]}}}]
+    }
 
 
 class SearchRequest(Body):
@@ -127,21 +179,14 @@ class SearchRequest(Body):
     ranker: RankerName | None = None
     fusion_weight: FusionWeight | None = None
     window: WindowSize | None = None
-    size: Annotated[int, Field(ge=0), AfterValidator(_within_window)] = 10
-    offset: Annotated[int, Field(ge=0, alias="from"), AfterValidator(_within_window)] = 0
+    # Hits [from, from + size) of a window of at most RERANKER_MAX_WINDOW: a page that
+    # reaches past it holds the hits that are in it (none beyond), as a search past the
+    # last hit does.
+    size: Annotated[int, Field(ge=0), INTEGRAL, AfterValidator(_within_window), _limit("max_window")] = 10
+    offset: Annotated[int, Field(ge=0, alias="from"), INTEGRAL, AfterValidator(_within_window), _limit("max_window")] = 0
     explain: bool = False
     client_id: ClientId | None = None
     filters: list[Annotated[FilterClause, AfterValidator(_no_boolean_order)]] = []
-
-    @model_validator(mode="after")
-    def _page_within_window(self, info: ValidationInfo) -> SearchRequest:
-        limits = _limits(info)
-        if limits is not None and self.offset + self.size > limits.max_window:
-            raise PydanticCustomError(
-                "over_limit", "[from] + [size] must be <= {limit} (RERANKER_MAX_WINDOW), got {n}",
-                {"n": self.offset + self.size, "limit": limits.max_window},
-            )
-        return self
 
 
 def _text_as_candidate(item: Any) -> Any:
@@ -166,6 +211,8 @@ class Candidate(Body):
     text: Text | None = Field(None, description="topics are computed from it (and cached)")
     score: float | None = Field(None, description="the caller's first-stage score (fusion rankers use it)")
 
+    schema_rules: ClassVar[dict[str, Any]] = _one_of_present("text", "id")
+
     @model_validator(mode="after")
     def _text_or_id(self) -> Candidate:
         if self.id is None and self.text is None:
@@ -189,13 +236,20 @@ def _not_too_many(items: Any, info: ValidationInfo) -> Any:
     return items
 
 
+# First-stage scores come with every document or with none (a mix is a 400): in JSON
+# Schema, every item is an object with a numeric score, or none is.
+_SCORED = {"type": "object", "required": ["score"], "properties": {"score": {"type": "number"}}}
+_ALL_OR_NONE_SCORED = {
+    LIMIT_KEY: "max_documents",
+    "anyOf": [{"items": {"not": _SCORED}}, {"items": _SCORED}],
+}
 Documents = Annotated[
-    list[Annotated[Candidate, BeforeValidator(_text_as_candidate, json_schema_input_type=str | Candidate)]],
-    BeforeValidator(_not_too_many),
+    list[Annotated[Candidate, BeforeValidator(_text_as_candidate, json_schema_input_type=Text | Candidate)]],
+    BeforeValidator(_not_too_many), Field(json_schema_extra=_ALL_OR_NONE_SCORED),
 ]
 CohereDocuments = Annotated[
-    list[Annotated[CohereCandidate, BeforeValidator(_text_as_candidate, json_schema_input_type=str | CohereCandidate)]],
-    BeforeValidator(_not_too_many),
+    list[Annotated[CohereCandidate, BeforeValidator(_text_as_candidate, json_schema_input_type=Text | CohereCandidate)]],
+    BeforeValidator(_not_too_many), Field(json_schema_extra=_ALL_OR_NONE_SCORED),
 ]
 
 
@@ -206,7 +260,7 @@ class RerankRequest(Body):
     ranker: RankerName | None = None
     fusion_weight: FusionWeight | None = None
     documents: Documents
-    size: Annotated[int, Field(ge=0, description="results to return (default: all)")] | None = None
+    size: Annotated[int, Field(ge=0, description="results to return (default: all)"), INTEGRAL] | None = None
 
 
 class CohereRequest(Body):
@@ -214,10 +268,19 @@ class CohereRequest(Body):
 
     query: QueryText
     documents: CohereDocuments
-    top_n: Annotated[int, Field(ge=1, description="ignored unless apply_top_n: every document gets a result")] | None = None
+    top_n: Annotated[int, Field(ge=1, description="ignored unless apply_top_n: every document gets a result"), INTEGRAL] | None = None
     apply_top_n: bool = False
     model: RankerName | None = None
     return_documents: bool = False
+    # The route's rule: documents are given back only as they were sent, as texts.
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "anyOf": [
+            {"properties": {"return_documents": {"enum": [False, None]}}},
+            {"properties": {"documents": {"items": {"anyOf": [
+                {"type": "string"}, {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
+            ]}}}},
+        ]
+    }
     # Cohere's own tuning of its models: accepted and ignored.
     max_chunks_per_doc: Any = Field(None, description="accepted and ignored")
     max_tokens_per_doc: Any = Field(None, description="accepted and ignored")
@@ -247,6 +310,13 @@ class OpenSearchSearch(BaseModel):
     ext: _SearchExt | None = None
 
 
+class ScrollRequest(Body):
+    """The next page of a scroll (forwarded only when RERANKER_PROXY_ALLOW names `scroll`)."""
+
+    scroll_id: NonBlank
+    scroll: NonBlank | None = Field(None, description="keep-alive, such as 1m (at most 10m)")
+
+
 # --- experiments and events -----------------------------------------------------------------
 
 
@@ -254,10 +324,10 @@ class NewExperiment(Body):
     """POST /experiments: interleave two rankers on a share of the searches."""
 
     id: Annotated[str, StringConstraints(pattern=f"^{ID_PATTERN.pattern}$")]
-    rankers: Annotated[list[str], Field(min_length=2, max_length=2, description="two different registered rankers")]
+    rankers: Annotated[list[RankerName], Field(min_length=2, max_length=2, description="two different registered rankers", json_schema_extra={"uniqueItems": True})]
     method: Literal["team_draft", "balanced"] = "team_draft"
     traffic: Annotated[float, Field(gt=0, le=1, description="the share of searches interleaved")] = DEFAULT_TRAFFIC
-    min_queries: Annotated[int, Field(ge=1, le=MAX_MIN_QUERIES)] = DEFAULT_MIN_QUERIES
+    min_queries: Annotated[int, Field(ge=1, le=MAX_MIN_QUERIES), INTEGRAL] = DEFAULT_MIN_QUERIES
 
 
 class ExperimentChange(Body):
@@ -266,6 +336,8 @@ class ExperimentChange(Body):
     traffic: Annotated[float, Field(gt=0, le=1)] | None = None
     status: Literal["running", "stopped"] | None = None
 
+    schema_rules: ClassVar[dict[str, Any]] = _one_of_present("traffic", "status")
+
     @model_validator(mode="after")
     def _something(self) -> ExperimentChange:
         if self.traffic is None and self.status is None:
@@ -273,20 +345,30 @@ class ExperimentChange(Body):
         return self
 
 
+Ordinal = Annotated[int, Field(ge=1), INTEGRAL]
+
+
 class _OrdinalIndex(BaseModel):
-    index: int
+    model_config = ConfigDict(strict=True)
+
+    index: Ordinal
 
 
 def _ordinal_index(value: Any) -> Any:
-    # UBI 1.0 also writes the ordinal as {"index": n}.
-    return value.get("index") if isinstance(value, dict) else value
+    # UBI 1.0 also writes the ordinal as {"index": n}; an object without it stays an
+    # object, and is refused as one.
+    return _integral(value["index"]) if isinstance(value, dict) and "index" in value else _integral(value)
 
 
 def _iso_timestamp(value: str) -> str:
+    # The pattern is published (so a client knows which dates are real), and checked here
+    # with a message a person can read instead of the pattern's.
     try:
+        if TIMESTAMP_PATTERN.fullmatch(value) is None:
+            raise ValueError(value)
         _dt.datetime.fromisoformat(value)
     except ValueError:
-        raise PydanticCustomError("invalid", f"must be an ISO 8601 date-time like 2026-11-21T10:15:00Z, got {value!r}") from None
+        raise PydanticCustomError("invalid", f"must be an ISO 8601 date-time like 2026-11-21T10:15:00Z, got {_shown(value)}") from None
     return value
 
 
@@ -301,7 +383,7 @@ class EventObject(BaseModel):
 class EventPosition(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
-    ordinal: Annotated[int, BeforeValidator(_ordinal_index, json_schema_input_type=int | _OrdinalIndex), Field(ge=1)] | None = Field(
+    ordinal: Annotated[int, Field(ge=1), BeforeValidator(_ordinal_index, json_schema_input_type=Ordinal | _OrdinalIndex)] | None = Field(
         None, description="the hit's rank, from 1"
     )
 
@@ -319,7 +401,7 @@ class UbiEvent(Body):
     action_name: ShortId = Field(description="click and click_through count towards the experiment")
     query_id: ShortId
     client_id: ShortId | None = Field(None, description="required when the search sent one")
-    timestamp: Annotated[str, StringConstraints(pattern=f"^{TIMESTAMP_PATTERN.pattern}$"), AfterValidator(_iso_timestamp)] | None = Field(
+    timestamp: Annotated[str, Field(json_schema_extra={"pattern": f"^{TIMESTAMP_PATTERN.pattern}$"}), AfterValidator(_iso_timestamp)] | None = Field(
         None, description="ISO 8601 (OpenSearch's strict_date_optional_time)"
     )
     event_id: Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"\S")] | None = Field(

@@ -125,11 +125,16 @@ def check_body_indices(body: Any, settings: Settings, where: str = "") -> None:
 
 
 def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], RerankExt]:
-    """(the body without `ext.rerank`, what that block asked for). ApiError 400 if malformed."""
+    """(the body without `ext.rerank`, what that block asked for). ApiError 400 if malformed.
+
+    A null `ext` or `ext.rerank` is an absent one (as null is in every body the service
+    reads), and is not forwarded."""
     ext = body.get("ext")
+    if ext is None and "ext" in body:
+        return {name: value for name, value in body.items() if name != "ext"}, RerankExt()
     if not isinstance(ext, dict) or "rerank" not in ext:
         return body, RerankExt()
-    asked = read(RerankExt, ext["rerank"], where="ext.rerank", limits=rt.limits)
+    asked = RerankExt() if ext["rerank"] is None else read(RerankExt, ext["rerank"], where="ext.rerank", limits=rt.limits)
     rest = {name: value for name, value in ext.items() if name != "rerank"}
     stripped = {name: value for name, value in body.items() if name != "ext"}
     if rest:
@@ -351,8 +356,9 @@ def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict
         try:
             unknown = sorted(set(header).difference(MSEARCH_HEADER_KEYS))
             if unknown:
-                raise bad_request(
-                    f"header key [{unknown[0]}] is not one the proxy forwards; a header may hold {', '.join(MSEARCH_HEADER_KEYS)}"
+                raise ApiError(
+                    403, "security_exception",
+                    f"header key [{unknown[0]}] is not one the proxy forwards; a header may hold {', '.join(MSEARCH_HEADER_KEYS)}",
                 )
             index = header.get("index", default_index)
             if isinstance(index, list) and all(isinstance(name, str) for name in index):

@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from reranker.errors import IndexMismatchError, InputError, StoreError
+from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
 from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, LruCache, bm25_of_texts
 from reranker.store.text_index import TextIndex, TextTerms, stem_words, term_hashes
 from reranker.text import tokenize
@@ -394,7 +394,7 @@ class EmbeddedStore:
     # --- the read path --------------------------------------------------------------
 
     def _check_filter_fields(self, filters: Sequence[Filter]) -> None:
-        """InputError naming the filterable fields when no document has a filtered field.
+        """UnknownFieldError naming the filterable fields when no document has a filtered field.
 
         Without this a typo would quietly filter out everything. The field list is read
         only on that error path (it scans the corpus).
@@ -402,11 +402,10 @@ class EmbeddedStore:
         for item in filters:
             if item.field == "title":
                 continue
-            path = '$."' + item.field.replace('"', '""') + '"'
-            if self._db.execute("SELECT 1 FROM docs WHERE json_type(fields, ?) IS NOT NULL LIMIT 1", (path,)).fetchone() is None:
+            if self._db.execute("SELECT 1 FROM docs, json_each(docs.fields) WHERE json_each.key = ? LIMIT 1", (item.field,)).fetchone() is None:
                 rows = self._db.execute("SELECT DISTINCT key FROM docs, json_each(docs.fields)").fetchall()
                 known = sorted({"title", *(row[0] for row in rows)})
-                raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(known)}")
+                raise UnknownFieldError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(known)}")
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
         documents, _ = self._length_statistics()
@@ -603,9 +602,11 @@ def _filter_sql(filters: Sequence[Filter]) -> tuple[str, list[object]]:
     """" AND ..." conditions on the title or a metadata field (from the JSON `fields`)."""
     where, params = "", list[object]()
     for item in filters:
-        column = "docs.title" if item.field == "title" else "json_extract(docs.fields, ?)"
+        # By key, not by a JSON path: a path cannot name every key (one with a quote, or
+        # one stored \u-escaped, as every non-ASCII key is).
+        column = "docs.title" if item.field == "title" else "(SELECT value FROM json_each(docs.fields) WHERE key = ?)"
         if item.field != "title":
-            params.append('$."' + item.field.replace('"', '""') + '"')
+            params.append(item.field)
         where += f" AND {column} {_SQL_OPS[item.op]} ?"
         params.append(item.value)
     return where, params

@@ -38,6 +38,7 @@ from reranker.errors import (
     InputError,
     StoreError,
     StoreUnavailableError,
+    UnknownFieldError,
 )
 from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
@@ -727,7 +728,7 @@ class OpenSearchStore:
         mapping = _lookup_field(properties, item.field)
         if mapping is None or mapping.get("index") is False or mapping.get("type") in ("binary", "object", None):
             filterable = sorted(_filterable(properties))
-            raise InputError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(filterable)}")
+            raise UnknownFieldError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(filterable)}")
         if item.op == "eq":
             if mapping.get("type") == "text":
                 if "raw" in mapping.get("fields", {}):
