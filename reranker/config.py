@@ -12,6 +12,7 @@ one table (`ENVIRONMENT`) documents both:
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -21,6 +22,8 @@ from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from reranker.errors import ConfigError
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_VECTORS = "glove-6b-50d"
 # Defaults of `reranker train word2vec` and `reranker index --train-vectors`, chosen by
@@ -85,6 +88,8 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_MAX_SEARCHES": "most searches one proxied _msearch may hold (default 50)",
     "RERANKER_MAX_PENDING": "most connections a worker reads a request from at once (default 256; then 503)",
     "RERANKER_EVENTS_PER_QUERY": "most UBI events stored for one interleaved query (default 100; then 429)",
+    "RERANKER_EVENTS_PER_CLIENT": "most UBI events one client (network address; an IPv6 /64) may store per experiment (default 10000; then 429)",
+    "RERANKER_TRUSTED_PROXIES": "comma-separated addresses or networks (CIDR) of reverse proxies whose X-Forwarded-For names the client (default: none; the peer address is the client)",
     "RERANKER_MAX_EVENTS": "most UBI events the event store holds in all (default 1000000; then 429)",
     "RERANKER_PROXY_ALLOW": "comma-separated parts of a search body the proxy forwards although it refuses them by default: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll, or a clause it does not know (default: none)",
     "RERANKER_MAX_TOTAL_WINDOW": "most BM25 candidates one proxied _msearch may ask the service to rerank, all its searches' windows together (default 2000)",
@@ -113,6 +118,18 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def _networks(env: Mapping[str, str], name: str) -> tuple[IPNetwork, ...]:
+    """Comma-separated addresses or CIDR networks (an address is a network of one)."""
+    networks = []
+    for part in (env.get(name) or "").split(","):
+        if part.strip():
+            try:
+                networks.append(ipaddress.ip_network(part.strip(), strict=False))
+            except ValueError:
+                raise ConfigError(f"{name}: {part.strip()!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/8)") from None
+    return tuple(networks)
 
 
 def _float(env: Mapping[str, str], name: str, default: float, minimum: float | None = None) -> float:
@@ -246,7 +263,11 @@ class ServiceSettings:
     # buffer, so their number is bounded.
     max_pending: int = 256
     events_per_query: int = 100
+    # Per experiment and client address: one address cannot use up RERANKER_MAX_EVENTS.
+    events_per_client: int = 10_000
     max_events: int = 1_000_000
+    # Reverse proxies whose X-Forwarded-For is believed (service/bodies.py client_address).
+    trusted_proxies: tuple[IPNetwork, ...] = ()
     topic_cache_mb: int = 64
     api_keys: frozenset[str] = field(default=frozenset(), repr=False)
     admin_api_key: str | None = field(default=None, repr=False)
@@ -279,6 +300,8 @@ class ServiceSettings:
             max_searches=_int(env, "RERANKER_MAX_SEARCHES", 50),
             max_pending=_int(env, "RERANKER_MAX_PENDING", 256),
             events_per_query=_int(env, "RERANKER_EVENTS_PER_QUERY", 100),
+            events_per_client=_int(env, "RERANKER_EVENTS_PER_CLIENT", 10_000),
+            trusted_proxies=_networks(env, "RERANKER_TRUSTED_PROXIES"),
             max_events=_int(env, "RERANKER_MAX_EVENTS", 1_000_000),
             max_total_window=_int(env, "RERANKER_MAX_TOTAL_WINDOW", 2000),
             topic_cache_mb=_int(env, "RERANKER_TOPIC_CACHE_MB", 64, minimum=0),
@@ -293,7 +316,7 @@ class ServiceSettings:
         host, _, port = self.bind.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"the service address (RERANKER_BIND, --bind) must be HOST:PORT, got {self.bind!r}")
-        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window", "events_per_query", "max_events", "max_pending"):
+        for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window", "events_per_query", "events_per_client", "max_events", "max_pending"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
         for name in self.proxy_allow:
@@ -433,6 +456,8 @@ class Settings:
             "RERANKER_MAX_SEARCHES": str(service.max_searches),
             "RERANKER_MAX_PENDING": str(service.max_pending),
             "RERANKER_EVENTS_PER_QUERY": str(service.events_per_query),
+            "RERANKER_EVENTS_PER_CLIENT": str(service.events_per_client),
+            "RERANKER_TRUSTED_PROXIES": ",".join(str(network) for network in service.trusted_proxies) or "(none)",
             "RERANKER_MAX_EVENTS": str(service.max_events),
             "RERANKER_MAX_TOTAL_WINDOW": str(service.max_total_window),
             "RERANKER_TOPIC_CACHE_MB": str(service.topic_cache_mb),

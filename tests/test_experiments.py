@@ -502,8 +502,8 @@ def cluster_app(osmem_server: Any, glove: Any, vectors_cache: Path, tmp_path: Pa
     data_dir.mkdir()
     (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
 
-    def make() -> Any:
-        return create_app(_settings(data_dir, OPENSEARCH_URL=clone.url, RERANKER_INDEX="papers"))
+    def make(**env: str) -> Any:
+        return create_app(_settings(data_dir, OPENSEARCH_URL=clone.url, RERANKER_INDEX="papers", **env))
 
     yield make, data_dir, clone.url
     clone.close()
@@ -569,6 +569,72 @@ def test_experiment_routes_recover_when_the_cluster_loses_their_indices(cluster_
     app.extensions["reranker"].close()
 
 
+def test_a_cluster_out_of_disk_is_a_507_and_events_resume_by_themselves(cluster_app: tuple[Any, Path, str]) -> None:
+    """The cluster's flood-stage block (what OpenSearch puts on every index of a node whose
+    disk is nearly full: a 429 `cluster_block_exception`, index read-only-allow-delete) is a
+    507 that says so, never a bare 502; the cluster lifts the block by itself when space
+    returns, and the next event is stored without a restart. An operator's write block is a
+    503 with Retry-After. (osmem-server answers blocks with OpenSearch's status and reason.)"""
+    import urllib.request
+
+    make, _, url = cluster_app
+    app = make()
+    client = app.test_client()
+
+    def settings(target: str, body: dict[str, Any]) -> None:
+        request = urllib.request.Request(f"{url}/{target}", data=json.dumps(body).encode(), method="PUT", headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request).close()
+
+    try:
+        _start(client, "full")
+        search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}},
+                  "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+        block = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
+        clicks = [_click({"id": hit["_id"], "rank": rank}, block["query_id"]) for rank, hit in enumerate(block["scores"], start=1)]
+        assert client.post("/events", json=clicks[0]).status_code == 201
+        settings("papers-ubi_events/_settings", {"index.blocks.read_only_allow_delete": True})
+        reason = _error(client.post("/events", json=clicks[1]), 507, "insufficient_storage_exception")
+        assert "flood-stage watermark" in reason and "resume by themselves" in reason
+        settings("papers-ubi_events/_settings", {"index.blocks.read_only_allow_delete": None})  # space is back
+        assert client.post("/events", json=clicks[1]).status_code == 201
+        # The same block set on the whole cluster (cluster.blocks.read_only_allow_delete).
+        settings("_cluster/settings", {"persistent": {"cluster.blocks.read_only_allow_delete": True}})
+        try:
+            _error(client.post("/events", json=clicks[2]), 507, "insufficient_storage_exception")
+            # Reading goes on: a new process (which brings the indices' mappings up to date
+            # first, a write the block refuses too) still lists and reports experiments.
+            fresh = make()
+            assert [e["id"] for e in fresh.test_client().get("/experiments").get_json()["experiments"]] == ["full"]
+            fresh.extensions["reranker"].close()
+        finally:
+            settings("_cluster/settings", {"persistent": {"cluster.blocks.read_only_allow_delete": None}})
+        settings("papers-ubi_events/_settings", {"index.blocks.write": True})
+        answer = client.post("/events", json=clicks[2])
+        assert "blocked" in _error(answer, 503, "store_unavailable_exception") and answer.headers["Retry-After"]
+        settings("papers-ubi_events/_settings", {"index.blocks.write": None})
+        assert client.post("/events", json=clicks[2]).status_code == 201
+        assert client.get("/experiments/full").get_json()["report"]["clicks"] == 3
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_the_client_quota_holds_on_the_cluster_event_store(cluster_app: tuple[Any, Path, str]) -> None:
+    make, _, _ = cluster_app
+    app = make(RERANKER_EVENTS_PER_CLIENT="1")
+    client = app.test_client()
+    try:
+        _start(client, "quota")
+        search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}},
+                  "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+        block = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
+        clicks = [_click({"id": hit["_id"], "rank": rank}, block["query_id"]) for rank, hit in enumerate(block["scores"], start=1)]
+        assert client.post("/events", json=clicks[0], environ_base={"REMOTE_ADDR": "198.51.100.7"}).status_code == 201
+        _error(client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "198.51.100.7"}), 429, "too_many_requests_exception")
+        assert client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "203.0.113.9"}).status_code == 201
+    finally:
+        app.extensions["reranker"].close()
+
+
 # --- bounded events (issue 23, point 4) --------------------------------------------------------
 
 
@@ -590,6 +656,88 @@ def test_events_have_quotas_per_query_and_in_all(data_dir: Path) -> None:
         assert "RERANKER_MAX_EVENTS" in reason
     finally:
         app.extensions["reranker"].close()
+
+
+def test_events_have_a_quota_per_experiment_and_client(data_dir: Path) -> None:
+    """RERANKER_EVENTS_PER_CLIENT events per experiment from one network address, whatever
+    query ids and client_ids it names (both are the client's to choose); another address
+    has its own quota. X-Forwarded-For is read only from RERANKER_TRUSTED_PROXIES."""
+    alice, bob, proxy = {"REMOTE_ADDR": "198.51.100.7"}, {"REMOTE_ADDR": "203.0.113.9"}, {"REMOTE_ADDR": "10.0.0.2"}
+    app = create_app(_settings(data_dir, RERANKER_EVENTS_PER_CLIENT="2"))
+    client = app.test_client()
+    try:
+        _start(client)
+        searches = [client.post("/search", json={"query": QUERIES[n], "size": 3, "client_id": f"c{n}"}).get_json() for n in range(3)]
+        clicks = [_click(body["hits"][0], body["query_id"], client_id=f"c{n}") for n, body in enumerate(searches)]
+        assert [client.post("/events", json=c, environ_base=alice).status_code for c in clicks[:2]] == [201, 201]
+        reason = _error(client.post("/events", json=clicks[2], environ_base=alice), 429, "too_many_requests_exception")
+        assert "RERANKER_EVENTS_PER_CLIENT" in reason and "'exp'" in reason
+        # A forged X-Forwarded-For does not make a new client when no proxy is trusted.
+        forged = client.post("/events", json=clicks[2], environ_base=alice, headers={"X-Forwarded-For": "192.0.2.1"})
+        _error(forged, 429, "too_many_requests_exception")
+        assert client.post("/events", json=clicks[2], environ_base=bob).status_code == 201
+        # A new experiment is a new quota.
+        client.patch("/experiments/exp", json={"status": "stopped"}, headers=AUTH)
+        _start(client, "exp2")
+        body = client.post("/search", json={"query": QUERIES[3], "size": 3, "client_id": "c9"}).get_json()
+        assert client.post("/events", json=_click(body["hits"][0], body["query_id"], client_id="c9"), environ_base=alice).status_code == 201
+    finally:
+        app.extensions["reranker"].close()
+
+    # Behind a trusted reverse proxy, the address it forwards is the client.
+    app = create_app(_settings(data_dir, RERANKER_EVENTS_PER_CLIENT="1", RERANKER_TRUSTED_PROXIES="10.0.0.0/8"))
+    client = app.test_client()
+    try:
+        searches = [client.post("/search", json={"query": QUERIES[n], "size": 3, "client_id": f"d{n}"}).get_json() for n in range(2)]
+        clicks = [_click(body["hits"][0], body["query_id"], client_id=f"d{n}") for n, body in enumerate(searches)]
+        assert client.post("/events", json=clicks[0], environ_base=proxy, headers={"X-Forwarded-For": "192.0.2.1"}).status_code == 201
+        assert client.post("/events", json=clicks[1], environ_base=proxy, headers={"X-Forwarded-For": "192.0.2.2"}).status_code == 201
+        _error(client.post("/events", json=_click(searches[0]["hits"][1], searches[0]["query_id"], client_id="d0"),
+                           environ_base=proxy, headers={"X-Forwarded-For": "192.0.2.1"}), 429, "too_many_requests_exception")
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_the_client_is_the_first_address_no_trusted_proxy_wrote() -> None:
+    import ipaddress
+
+    from reranker.service.bodies import client_address
+
+    trusted = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("2001:db8:ffff::/48"))
+    cases = [
+        ("198.51.100.7", ["192.0.2.1"], (), "198.51.100.7"),  # no trusted proxy: the header is the client's own words
+        ("10.0.0.2", ["192.0.2.1, 198.51.100.7"], trusted, "198.51.100.7"),  # read from the right
+        ("10.0.0.2", ["192.0.2.1", "10.0.0.9"], trusted, "192.0.2.1"),  # two trusted hops, two headers
+        ("10.0.0.2", ["10.1.1.1, 10.0.0.9"], trusted, "10.1.1.1"),  # every hop trusted: the leftmost
+        ("10.0.0.2", [], trusted, "10.0.0.2"),
+        ("10.0.0.2", ["junk"], trusted, "10.0.0.2"),  # unreadable: the proxy that wrote it
+        ("2001:db8:1:2:3:4:5:6", [], (), "2001:db8:1:2::/64"),  # an IPv6 client is its /64
+        ("::ffff:192.0.2.1", [], (), "192.0.2.1"),
+        ("2001:db8:ffff::1", ["[2001:db8:1:2::9]"], trusted, "2001:db8:1:2::/64"),
+    ]
+    for peer, forwarded, trust, expected in cases:
+        assert client_address(peer, forwarded, trust) == expected, (peer, forwarded)
+
+
+def test_an_event_store_from_before_the_client_quota_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    from reranker.store.events import Event
+
+    path = tmp_path / "experiments.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE events (event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, experiment_id TEXT NOT NULL,"
+        " action_name TEXT NOT NULL, object_id TEXT, body TEXT NOT NULL);"
+        "INSERT INTO events VALUES ('e0', 'q', 'x', 'click', 'a', '{}');"
+    )
+    old.close()
+    store = EmbeddedEventStore(path)
+    store.record_event(Event("e1", "q", "x", None, "click", "a", 1, "2026-11-21T10:00:00Z", source="s1"))
+    counts = store.count_events("q", "x", "s1")
+    assert (counts.query, counts.client, counts.total) == (2, 1, 2)
+    assert store.count_events("q", "x", None).client == 1  # the event from before has no source
+    store.close()
 
 
 def test_a_full_disk_is_a_507_that_says_so_and_the_store_recovers(data_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""Reading request bodies: the bytes (with their size limit), strict JSON, and API keys.
+"""Reading requests: the body's bytes (with their size limit), strict JSON, API keys, and
+who the client is (its network address, for quotas).
 
 Every route reads its body through `json_object()` (the proxy's _msearch through
 `body_bytes()` and `parse_json()`), so "too large", "malformed JSON", "not UTF-8" and
@@ -8,14 +9,17 @@ must hold is the business of the typed models in `schema.py`.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import ipaddress
 import json
 import math
-from typing import Any, Collection
+from typing import Any, Collection, Sequence
 
 from flask import current_app, g, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from reranker.config import IPNetwork
 from reranker.service.errors import ApiError, bad_request
 
 
@@ -149,3 +153,54 @@ def require_bearer(keys: Collection[str], *, unset: str, unset_status: int = 401
         raise ApiError(401, "security_exception", "missing API key: send 'Authorization: Bearer <key>'", challenge)
     if not any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
         raise ApiError(401, "security_exception", "invalid API key", challenge)
+
+
+# --- who the client is ---------------------------------------------------------------------
+
+
+def client_address(peer: str | None, forwarded_for: Sequence[str], trusted: Sequence[IPNetwork]) -> str:
+    """The network address a request came from, as a quota key.
+
+    peer: the TCP peer (REMOTE_ADDR). forwarded_for: the X-Forwarded-For headers' entries,
+    in order. Each reverse proxy appends the address it was sent from, so the list is read
+    from the right, starting at the peer, and only while the address read is one of
+    `trusted` (RERANKER_TRUSTED_PROXIES): the first address that is not a trusted proxy's is
+    the client. Entries left of it were written by the client and are never read. Without
+    trusted proxies the peer is the client, whatever the header says.
+
+    An IPv6 client counts as its /64 network (what one subscriber is usually given: a
+    single address would be a quota anyone can step around); an IPv4-mapped address as
+    its IPv4 address. Something unreadable where a trusted proxy wrote the client's
+    address counts as that proxy.
+    """
+    hops = [peer or "", *reversed([entry.strip() for header in forwarded_for for entry in header.split(",")])]
+    current = _address(hops[0])
+    for hop in hops[1:]:
+        if current is None or not any(current in network for network in trusted):
+            break
+        following = _address(hop)
+        if following is None:
+            break
+        current = following
+    if current is None:
+        return peer or "unknown"
+    if isinstance(current, ipaddress.IPv6Address):
+        if current.ipv4_mapped is not None:
+            return str(current.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{current}/64", strict=False))
+    return str(current)
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip().strip("[]").split("%")[0])
+    except ValueError:
+        return None
+
+
+def client_source(trusted: Sequence[IPNetwork]) -> str:
+    """This request's client address, pseudonymised: what an event stores to count it
+    against its client's quota (a hash, so that no address is kept as it is; an IPv4
+    address can still be found again by trying all of them: pseudonymous, not anonymous)."""
+    address = client_address(request.remote_addr, request.headers.getlist("X-Forwarded-For"), trusted)
+    return hashlib.sha256(address.encode("utf-8")).hexdigest()[:16]

@@ -13,6 +13,7 @@ how a winner is named) live in `reranker.experiments`, shared with `reranker ab`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint, jsonify
@@ -23,7 +24,7 @@ from reranker import experiments as ex
 from reranker.config import ServiceSettings
 from reranker.errors import DuplicateEventError, InputError, NotFoundError, QuotaExceededError, StoreFullError
 from reranker.service.api import runtime
-from reranker.service.bodies import json_object, require_bearer
+from reranker.service.bodies import client_source, json_object, require_bearer
 from reranker.service.errors import ApiError
 from reranker.service.operations import Reply, operation
 from reranker.service.schema import (
@@ -36,7 +37,7 @@ from reranker.service.schema import (
     UbiEvent,
     read,
 )
-from reranker.store.events import EventStore
+from reranker.store.events import Event, EventStore
 
 blueprint = Blueprint("experiments", __name__)
 
@@ -86,8 +87,8 @@ def events() -> Any:
     body = json_object()
     store = rt.experiments.store()
     try:
-        event = ex.read_event(body, read(UbiEvent, body), store)
-        check_event_quota(store, event.query_id, rt.limits)
+        event = replace(ex.read_event(body, read(UbiEvent, body), store), source=client_source(rt.limits.trusted_proxies))
+        check_event_quota(store, event, rt.limits)
         store.record_event(event)
     except DuplicateEventError:
         rt.metrics.events.labels("duplicate").inc()
@@ -101,18 +102,25 @@ def events() -> Any:
     return response
 
 
-def check_event_quota(store: EventStore, query_id: str, limits: ServiceSettings) -> None:
-    """QuotaExceededError (429) once a query holds RERANKER_EVENTS_PER_QUERY events, or the
-    store RERANKER_MAX_EVENTS in all: events need no key, so these bound what anyone can
-    make the service write."""
-    for_query, total = store.count_events(query_id)
-    if for_query >= limits.events_per_query:
+def check_event_quota(store: EventStore, event: Event, limits: ServiceSettings) -> None:
+    """QuotaExceededError (429) once a query holds RERANKER_EVENTS_PER_QUERY events, its
+    client (by network address) RERANKER_EVENTS_PER_CLIENT in this experiment, or the store
+    RERANKER_MAX_EVENTS in all: events need no key (a page sends them), so these bound what
+    anyone can make the service write, and what one client can take of the whole."""
+    counts = store.count_events(event.query_id, event.experiment_id, event.source)
+    if counts.query >= limits.events_per_query:
         raise QuotaExceededError(
-            f"query {query_id!r} has {for_query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
+            f"query {event.query_id!r} has {counts.query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
         )
-    if total >= limits.max_events:
+    if counts.client >= limits.events_per_client:
         raise QuotaExceededError(
-            f"the event store holds {total} events, the most it may (RERANKER_MAX_EVENTS): an operator must archive "
+            f"this client (its network address) has sent {counts.client} events to experiment {event.experiment_id!r}, "
+            "the most one client may (RERANKER_EVENTS_PER_CLIENT); behind a reverse proxy, set RERANKER_TRUSTED_PROXIES "
+            "so that clients are told apart by the address it forwards"
+        )
+    if counts.total >= limits.max_events:
+        raise QuotaExceededError(
+            f"the event store holds {counts.total} events, the most it may (RERANKER_MAX_EVENTS): an operator must archive "
             "or end experiments before more are recorded"
         )
 

@@ -71,10 +71,10 @@ ERROR_REASONS = {
     409: "the ranker cannot run on this index yet (no Doc2Vec model); a filter on a field no document of the index has (the reason lists the filterable ones); an event recorded before; an experiment id taken, another running, or a ranker removed",
     413: "body, document count or text longer than the configured limits; an _msearch over its bounds",
     415: "a body not declared as JSON (Content-Type: application/json; NDJSON too for _msearch)",
-    429: "an event past its quota (RERANKER_EVENTS_PER_QUERY, RERANKER_MAX_EVENTS)",
+    429: "an event past its quota (RERANKER_EVENTS_PER_QUERY, RERANKER_EVENTS_PER_CLIENT, RERANKER_MAX_EVENTS)",
     502: "the store failed",
     503: "the store (OpenSearch) is unavailable; see Retry-After",
-    507: "the event store's disk is full",
+    507: "the event store's disk is full (SQLite's, or the cluster's flood-stage block); events resume once there is room",
 }
 
 _ATTRIBUTE = "__operation__"

@@ -20,6 +20,7 @@ retried event is stored once and the retry is told it was a duplicate.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -34,8 +35,11 @@ from reranker.errors import (
     IndexNotFoundError,
     StoreError,
     StoreFullError,
+    StoreUnavailableError,
 )
 from reranker.interleaving import Interleaving
+
+log = logging.getLogger(__name__)
 
 # UBI action names that count as a click when experiments are credited.
 CLICK_ACTIONS = frozenset({"click", "click_through"})
@@ -144,9 +148,21 @@ class Event:
     position: int | None
     timestamp: str
     body: dict[str, Any] = field(default_factory=dict)
+    # Who sent it: a pseudonymous key of the client's network address (the per-client quota).
+    source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class EventCounts:
+    """What the quotas on events read: events stored for one query, for one client in one
+    experiment, and in all (the last may count a few deleted ones)."""
+
+    query: int
+    client: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -189,9 +205,8 @@ class EventStore(Protocol):
         when the store has no room left."""
         ...
 
-    def count_events(self, query_id: str) -> tuple[int, int]:
-        """(events stored for `query_id`, events stored in all; the second may count a
-        few deleted ones): what the quotas on events read."""
+    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
+        """Events stored for `query_id`, for `source` in `experiment_id`, and in all."""
         ...
 
     def experiment_data(self, experiment_id: str) -> ExperimentData: ...
@@ -227,11 +242,14 @@ CREATE TABLE IF NOT EXISTS queries (
 CREATE INDEX IF NOT EXISTS queries_by_experiment ON queries (experiment_id);
 CREATE TABLE IF NOT EXISTS events (
     event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, experiment_id TEXT NOT NULL,
-    action_name TEXT NOT NULL, object_id TEXT, body TEXT NOT NULL
+    action_name TEXT NOT NULL, object_id TEXT, body TEXT NOT NULL, source TEXT
 );
 CREATE INDEX IF NOT EXISTS events_by_experiment ON events (experiment_id);
 CREATE INDEX IF NOT EXISTS events_by_query ON events (query_id);
 """
+# Added after the first version: a store made before gets the column, then its index.
+_SOURCE_COLUMN = "ALTER TABLE events ADD COLUMN source TEXT"
+_SOURCE_INDEX = "CREATE INDEX IF NOT EXISTS events_by_source ON events (experiment_id, source)"
 
 
 class EmbeddedEventStore:
@@ -245,6 +263,10 @@ class EmbeddedEventStore:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(events)")}
+            if "source" not in columns:
+                self._db.execute(_SOURCE_COLUMN)
+            self._db.execute(_SOURCE_INDEX)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the experiment store {path}: {exc}") from None
 
@@ -320,18 +342,21 @@ class EmbeddedEventStore:
     def record_event(self, event: Event) -> None:
         try:
             self._run(
-                "INSERT INTO events (event_id, query_id, experiment_id, action_name, object_id, body) VALUES (?, ?, ?, ?, ?, ?)",
-                (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json())),
+                "INSERT INTO events (event_id, query_id, experiment_id, action_name, object_id, body, source) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json()), event.source),
             )
         except sqlite3.IntegrityError:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
 
-    def count_events(self, query_id: str) -> tuple[int, int]:
+    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
         (for_query,) = self._run("SELECT COUNT(*) FROM events WHERE query_id = ?", (query_id,)).fetchone()
+        (for_client,) = self._run(
+            "SELECT COUNT(*) FROM events WHERE experiment_id = ? AND source IS ?", (experiment_id, source)
+        ).fetchone()
         # The largest rowid: events are never deleted one by one, and COUNT(*) of a large
         # table reads all of it.
         (total,) = self._run("SELECT COALESCE(MAX(rowid), 0) FROM events").fetchone()
-        return int(for_query), int(total)
+        return EventCounts(int(for_query), int(for_client), int(total))
 
     def experiment_data(self, experiment_id: str) -> ExperimentData:
         (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
@@ -386,7 +411,7 @@ MAPPINGS: dict[str, dict[str, Any]] = {
         "properties": {
             "event_id": _KEYWORD, "query_id": _KEYWORD, "experiment_id": _KEYWORD, "client_id": _KEYWORD,
             "action_name": _KEYWORD, "object_id": _KEYWORD, "position": {"type": "integer"},
-            "timestamp": {"type": "date"}, "body": _STORED,
+            "timestamp": {"type": "date"}, "body": _STORED, "source": _KEYWORD,
         },
     },
 }
@@ -415,6 +440,18 @@ class OpenSearchEventStore:
 
             if not self._store._call(f"checking index {name}", client.indices.exists, index=name):
                 self._store._call(f"creating index {name}", create)
+            else:
+                # An index made by an earlier version lacks the fields added since (its
+                # mapping is strict): adding fields to a mapping is allowed, and idempotent.
+                # A cluster that blocks writes (a full disk) blocks this too: reads go on,
+                # and the next call tries again.
+                try:
+                    self._store._call(
+                        f"updating the mapping of {name}", client.indices.put_mapping, index=name, body={"properties": MAPPINGS[kind]["properties"]}
+                    )
+                except (StoreFullError, StoreUnavailableError) as exc:
+                    log.warning("%s", exc)
+                    return name
             self._ready.add(name)
         return name
 
@@ -487,13 +524,21 @@ class OpenSearchEventStore:
         if not self._create("recording an event", index, event.event_id, event.to_json()):
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
 
-    def count_events(self, query_id: str) -> tuple[int, int]:
+    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
+        """Counted by search, so as of the last refresh (1 s by default): a burst within
+        that second can pass a quota by what it sends in that second."""
         index = self._index("ubi_events")
         client = self._store.client
-        body = {"query": {"term": {"query_id": query_id}}}
-        for_query = self._call("counting events", client.count, index=index, body=body, not_found={"count": 0})
+        by_query = {"query": {"term": {"query_id": query_id}}}
+        for_query = self._call("counting events", client.count, index=index, body=by_query, not_found={"count": 0})
+        by_client: dict[str, Any] = {"bool": {"filter": [{"term": {"experiment_id": experiment_id}}]}}
+        if source is None:
+            by_client["bool"]["must_not"] = [{"exists": {"field": "source"}}]
+        else:
+            by_client["bool"]["filter"].append({"term": {"source": source}})
+        for_client = self._call("counting events", client.count, index=index, body={"query": by_client}, not_found={"count": 0})
         total = self._call("counting events", client.count, index=index, not_found={"count": 0})
-        return int(for_query["count"]), int(total["count"])
+        return EventCounts(int(for_query["count"]), int(for_client["count"]), int(total["count"]))
 
     def _all(self, index: str, query: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
         """query_id and object_id of every matching event: pages sorted by the unique keyword `key`,

@@ -37,6 +37,7 @@ from reranker.errors import (
     IndexNotFoundError,
     InputError,
     StoreError,
+    StoreFullError,
     StoreUnavailableError,
     UnknownFieldError,
 )
@@ -130,6 +131,30 @@ class TopicLayout:
     dtype: str
 
 
+# What a cluster's disk-full block says: OpenSearch's flood-stage block (index.blocks.
+# read_only_allow_delete, `TOO_MANY_REQUESTS/12/disk usage exceeded flood-stage watermark,
+# index has read-only-allow-delete block`; 403 `FORBIDDEN/12/index read-only / allow delete
+# (api)` before Elasticsearch 7.4), and the cluster-wide `cluster.blocks.read_only_allow_delete`.
+_DISK_FULL = re.compile(r"flood-stage watermark|read-only-allow-delete|read-only / allow delete")
+
+
+def blocked(what: str, reason: str) -> StoreError:
+    """The error for a write the cluster refused with a block (`cluster_block_exception`).
+
+    A disk-full block is a StoreFullError (507): the cluster lifts it by itself once the
+    node's disk use falls below the high watermark, and nothing here remembers it, so the
+    next write after that succeeds. Any other block (an operator's `index.blocks.write`,
+    `cluster.blocks.read_only`, `cluster.blocks.create_index`) is a StoreUnavailableError
+    (503, with Retry-After): it lasts until someone lifts it.
+    """
+    if _DISK_FULL.search(reason):
+        return StoreFullError(
+            f"OpenSearch refused {what}: a node's disk is full past its flood-stage watermark ({reason}); "
+            "writes are refused until disk use falls below the high watermark, and then resume by themselves"
+        )
+    return StoreUnavailableError(f"OpenSearch refused {what}: the index or cluster is blocked ({reason}); writes resume when the block is lifted")
+
+
 # --- the store ---------------------------------------------------------------------------
 
 
@@ -183,7 +208,14 @@ class OpenSearchStore:
         from opensearchpy import exceptions as ose
 
         try:
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except ose.TransportError as exc:
+                # A block is no fault of the credentials (an old cluster's is a 403) nor an
+                # overload to retry (a new one's is a 429): it says what to do.
+                if exc.error == "cluster_block_exception":
+                    raise blocked(what, error_reason(exc)) from None
+                raise
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
             raise StoreUnavailableError(
                 f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {error_reason(exc)}"
