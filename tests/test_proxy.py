@@ -326,6 +326,29 @@ def test_msearch_reranks_each_search_and_keeps_the_errors(client: FlaskClient) -
     assert ids(bm25) == ids(client.post("/papers/_search", json=summary("ocean bread", ext={"rerank": {"ranker": "bm25"}})).get_json())
 
 
+def test_msearch_pages_of_stored_documents_come_from_one_mget(recorded: tuple[FlaskClient, ClusterProxy], client: FlaskClient) -> None:
+    """Pages that are plain stored documents come from one `_mget` for every search (a
+    lookup by id), the others (with highlight) from a second _msearch: both give what each
+    search gives through _search."""
+    proxied, recorder = recorded
+    lines = [
+        {"index": "papers"}, summary(SEA, size=3, _source=["title"]),
+        {"index": "papers", "routing": "x"}, summary("ocean bread", size=2),
+        {"index": "papers"}, summary(SEA, size=2, highlight={"fields": {"body": {}}}),
+    ]
+    recorder.requests.clear()
+    answer = proxied.post("/_msearch", data="".join(json.dumps(line) + "\n" for line in lines), content_type="application/x-ndjson")
+    assert answer.status_code == 200
+    sent = [(path.split("?")[0], body) for _, path, body in recorder.requests if path.split("?")[0] in ("/_msearch", "/_mget")]
+    assert [path for path, _ in sent] == ["/_msearch", "/_mget", "/_msearch"]  # (and the indices' mappings, once)
+    docs = json.loads(sent[1][1])["docs"]
+    assert len(docs) == 5 and [doc.get("routing") for doc in docs] == [None, None, None, "x", "x"]
+    assert all(doc["_source"] == ["title"] for doc in docs[:3]) and all("_source" not in doc for doc in docs[3:])
+    for response, (header, body) in zip(answer.get_json()["responses"], zip(lines[::2], lines[1::2])):
+        alone = client.post("/papers/_search" + ("?routing=x" if "routing" in header else ""), json=body).get_json()
+        assert response["hits"]["hits"] == alone["hits"]["hits"] and response["ext"]["rerank"]["status"] == "ok"
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [

@@ -1,7 +1,8 @@
 """The OpenSearch-compatible search proxy: point a search client at the service, not the cluster.
 
     GET|POST [/INDEX]/_search     forwarded; the top window reranked; one page answered
-    GET|POST [/INDEX]/_msearch    the same for every search in it, in two _msearch calls
+    GET|POST [/INDEX]/_msearch    the same for every search in it: one _msearch for the windows,
+                                  one _mget and/or one _msearch for the pages
     GET|POST /_search/scroll      forwarded as it is (a scroll is never reranked)
     anything else                 403 security_exception, never forwarded
 
@@ -59,6 +60,7 @@ from reranker.service.search_requests import (
     hits_of,
     mark,
     merge,
+    mget_docs,
     mget_request,
     ndjson,
     page_bounds,
@@ -389,19 +391,35 @@ def fetch_pages(
     store: OpenSearchStore, params: dict[str, str], items: list[tuple[dict[str, Any], Search]], plans: list[Plan],
     responses: list[dict[str, Any]], pages: dict[int, tuple[list[int], dict[str, Any]]],
 ) -> dict[int, dict[str, Any]] | Response:
-    """The page responses of the reranked searches, by item number (one _msearch)."""
+    """The page responses of the reranked searches, by item number: the pages of plain
+    stored documents from one `_mget` (a lookup by id: at the _msearch limits, a second run
+    of 50 queries cost the cluster as much as the first, bench/bench_bounds.py), the others
+    from one _msearch that runs their queries again on the page's ids."""
     wanted = [number for number, (positions, _) in pages.items() if positions]
-    if not wanted:
-        return {}
-    lines: list[dict[str, Any]] = []
-    for number in wanted:
-        header, search_ = items[number]
-        ids = page_ids(hits_of(responses[number]), pages[number][0])
-        lines += [header, page_request(search_, ids, len(pages[number][0]) * len(plans[number].layouts))[1]]
-    status, second = store.forward("POST", "/_msearch", params, ndjson(lines))
-    if status != 200:
-        return answer(status, second)
-    return dict(zip(wanted, list(second.get("responses") or [])))
+    by_id = [number for number in wanted if page_by_mget(items[number][1])]
+    by_query = [number for number in wanted if number not in by_id]
+    fetched: dict[int, dict[str, Any]] = {}
+    if by_id:
+        docs = [mget_docs(items[number][1], hits_of(responses[number]), pages[number][0]) for number in by_id]
+        status, found = store.forward("POST", "/_mget", {}, {"docs": [doc for group in docs for doc in group]})
+        if status != 200:
+            return answer(status, found)
+        every = list(found.get("docs") or [])
+        start = 0
+        for number, group in zip(by_id, docs):
+            fetched[number] = hits_from_mget({"docs": every[start : start + len(group)]})
+            start += len(group)
+    if by_query:
+        lines: list[dict[str, Any]] = []
+        for number in by_query:
+            header, search_ = items[number]
+            ids = page_ids(hits_of(responses[number]), pages[number][0])
+            lines += [header, page_request(search_, ids, len(pages[number][0]) * len(plans[number].layouts))[1]]
+        status, second = store.forward("POST", "/_msearch", params, ndjson(lines))
+        if status != 200:
+            return answer(status, second)
+        fetched.update(zip(by_query, list(second.get("responses") or [])))
+    return fetched
 
 
 @blueprint.route("/_search/scroll", methods=SEARCH_METHODS)

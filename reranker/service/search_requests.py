@@ -271,13 +271,21 @@ def page_by_mget(search: Search) -> bool:
 
 def mget_request(search: Search, hits: list[dict[str, Any]], positions: list[int]) -> tuple[dict[str, str], dict[str, Any]]:
     """(URL parameters, body) of a `_mget` of the page's hits, with the search's `_source`."""
+    return {key: value for key, value in search.params.items() if key in MGET_PARAMS}, {"docs": mget_docs(search, hits, positions)}
+
+
+def mget_docs(search: Search, hits: list[dict[str, Any]], positions: list[int]) -> list[dict[str, Any]]:
+    """The `_mget` docs of the page's hits, each with the search's `_source` filter, and its
+    routing when the search has one (an _msearch header's: several searches share one _mget)."""
     docs = []
     for position in positions:
         doc: dict[str, Any] = {"_index": hits[position].get("_index"), "_id": hits[position].get("_id")}
         if "_source" in search.body:
             doc["_source"] = search.body["_source"]
+        if "routing" in search.params:
+            doc["routing"] = search.params["routing"]
         docs.append(doc)
-    return {key: value for key, value in search.params.items() if key in MGET_PARAMS}, {"docs": docs}
+    return docs
 
 
 def hits_from_mget(response: dict[str, Any]) -> dict[str, Any]:

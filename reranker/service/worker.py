@@ -149,6 +149,19 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             self.nr_conns -= 1
             conn.close()
 
+    def init_process(self) -> None:
+        keep_large_blocks_apart()  # in the worker, after the fork
+        super().init_process()
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        """gthread's, and afterwards the heap a request grew freed back to the system."""
+        before = heap_bytes()
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            if before is not None:
+                return_freed_memory(before)
+
     def murder_pending(self) -> None:
         super().murder_pending()
         now = time.monotonic()
@@ -158,6 +171,68 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
                 self._answer(conn, 408, "Request Timeout", "request_timeout_exception", reason)
                 continue
             self._drop(conn)
+
+
+# --- memory a request freed -------------------------------------------------------------------
+#
+# A proxied _msearch at its limits parses tens of MB of cluster answers (2,000 hits with
+# their topics) in buffers of several MB each. glibc's malloc serves the first such buffer
+# with mmap and returns it on free, but then raises its mmap threshold to that size, so the
+# next ones come from its heaps (one per thread), where what they free stays with the
+# process: a worker stayed 1.5x above its baseline memory after two such requests, for good
+# (bench/bench_bounds.py). Two remedies: the thresholds fixed at glibc's defaults (fixing
+# them turns the raising off: a block over 128 KB is always its own mapping, given back when
+# freed, and a heap's free top over 128 KB is given back too), and after a request that
+# still grew the process by RETURN_AFTER_BYTES, malloc_trim (free pages inside the heaps).
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+GIVE_BACK_BYTES = 128 * 1024
+RETURN_AFTER_BYTES = 16 << 20
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _glibc() -> Any:
+    """glibc, or None under another C library (musl, macOS: nothing to tune then)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc()
+
+
+def keep_large_blocks_apart() -> bool:
+    """Fix malloc's mmap and trim thresholds at 128 KB (see above); whether it could."""
+    if _LIBC is None:
+        return False
+    return bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, GIVE_BACK_BYTES)) and bool(_LIBC.mallopt(_M_TRIM_THRESHOLD, GIVE_BACK_BYTES))
+
+
+def heap_bytes() -> int | None:
+    """The process's own resident memory (resident pages but those of mapped files, such
+    as the word vectors'), or None where /proc cannot say."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def return_freed_memory(before: int) -> bool:
+    """Give the heaps' free pages back to the system (glibc's malloc_trim, every arena) if
+    the process grew by RETURN_AFTER_BYTES since `before` (a `heap_bytes()` reading);
+    whether it did."""
+    now = heap_bytes()
+    if _LIBC is None or now is None or now - before < RETURN_AFTER_BYTES:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
 
 
 # What gunicorn.conf.py lets through: a request line this long at most, and this many header
