@@ -1,5 +1,7 @@
 """What only a real OpenSearch cluster can settle: Lucene's BM25 scores, refresh semantics,
-the cluster's own validation of the templates, and its 413 on an over-large bulk request.
+the cluster's own validation of the templates, its 413 on an over-large bulk request, and
+(with the security plugin, as the admin) that the service's user reads its indices and no
+other.
 
 Runs when OPENSEARCH_TEST_URL is set, e.g. against the compose cluster:
 
@@ -11,11 +13,15 @@ Each test works under its own alias (`rrtest-<random>`) and deletes its indices 
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import os
+import ssl
 import uuid
+from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -163,3 +169,105 @@ def test_sent_texts_score_as_the_cluster_scores_them(cluster_store: OpenSearchSt
     # (Lucene stores lengths in one byte: exact for these short texts, close for long ones.)
     assert scores == pytest.approx([2.2 * h.bm25_score for h in hits], rel=0.02)
     assert cluster_store.text_bm25("ocean ships", []) == []
+
+
+# --- least privilege: the service's cluster user reads only its own indices ------------------
+
+
+def _setup_users() -> Any:
+    """docker/opensearch-security/setup_users.py, what the secure compose stack runs."""
+    path = Path(__file__).resolve().parent.parent / "docker" / "opensearch-security" / "setup_users.py"
+    spec = importlib.util.spec_from_file_location("setup_users", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _security(store: OpenSearchStore, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    return store.forward(method, f"/_plugins/_security/api/{path}", None, body)
+
+
+@pytest.fixture
+def restricted(cluster_store: OpenSearchStore) -> Iterator[tuple[OpenSearchStore, str, str]]:
+    """(the admin's store over a tiny index, the restricted user's password, a secret index):
+    the roles and users of docker/opensearch-security/ for this test's alias, created with
+    the fixture's (admin) credentials and deleted after; the secret index holds a canary."""
+    status, _ = _security(cluster_store, "GET", "account")
+    if status != 200:
+        pytest.skip(f"the cluster answers GET _plugins/_security/api/account with {status}: no security plugin, or not the admin")
+    setup = _setup_users()
+    alias = cluster_store.alias
+    # Strong enough for the plugin's password rules (upper, lower, digit, symbol, length).
+    passwords = {user: f"Rr-{uuid.uuid4().hex[:12]}-x9!Q" for user in setup.USERS}
+    admin = (cluster_store.config.username, cluster_store.config.password)
+    context = ssl._create_unverified_context() if not cluster_store.config.verify_certs else None
+    assert set(setup.USERS.values()) == set(setup.roles(alias))
+    secret = f"rrsecret-{uuid.uuid4().hex[:8]}"
+    try:
+        setup.apply(URL.split(",")[0], admin, alias, passwords, context)
+        cluster_store.install_templates()
+        cluster_store.initialise(IndexInfo(EMBEDDING, 2))
+        assert cluster_store.upsert([stored("ships", "ocean ship sails"), stored("bread", "bread oven")]) == []
+        cluster_store.publish()
+        cluster_store.client.index(index=secret, id="canary", body={"body": "ocean ship canary"}, refresh="true")
+        yield cluster_store, passwords["reranker-service"], secret
+    finally:
+        for user, role in setup.USERS.items():
+            _security(cluster_store, "DELETE", f"rolesmapping/{role}")
+            _security(cluster_store, "DELETE", f"roles/{role}")
+            _security(cluster_store, "DELETE", f"internalusers/{user}")
+        cluster_store.client.indices.delete(index=f"{secret},{alias}-experiments,{alias}-ubi_queries,{alias}-ubi_events", ignore_unavailable=True)
+
+
+def test_the_service_user_reads_its_indices_and_no_other(restricted: tuple[OpenSearchStore, str, str], tmp_path: Path, vectors_cache: Path) -> None:
+    """Defence in depth: as reranker-service (the role the secure compose stack gives the
+    service), the store and the service work on their own indices, and the cluster itself
+    refuses a search of another one: directly, and through a proxy told to forward any
+    index (RERANKER_PROXY_INDICES=*, standing in for a proxy bug)."""
+    from opensearchpy.exceptions import AuthorizationException
+
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    admin_store, password, secret = restricted
+    alias = admin_store.alias
+    service_config = replace(admin_store.config, username="reranker-service", password=password)
+    reader = OpenSearchStore(service_config)
+    try:
+        assert [hit.doc_id for hit in reader.bm25("ocean ship", 10)] == ["ships"]
+        assert reader.index_info() is not None
+        with pytest.raises(AuthorizationException):
+            reader.client.search(index=secret, body={"query": {"match_all": {}}})
+    finally:
+        reader.close()
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
+    env = {
+        "HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "OPENSEARCH_URL": URL, "RERANKER_INDEX": alias,
+        "OPENSEARCH_USERNAME": "reranker-service", "OPENSEARCH_PASSWORD": password,
+        "OPENSEARCH_VERIFY_CERTS": "true" if admin_store.config.verify_certs else "false",
+        "RERANKER_PROXY_INDICES": "*", "RERANKER_ADMIN_API_KEY": "admin-key",
+    }  # fmt: skip
+    app = create_app(Settings.from_env(env))
+    client = app.test_client()
+    try:
+        assert client.get("/readyz").status_code == 200
+        answer = client.post(f"/{alias}/_search", json={"query": {"match": {"body": "ocean ship"}}, "size": 1})
+        assert answer.status_code == 200 and answer.get_json()["hits"]["hits"][0]["_id"] == "ships"
+        for path, data, kind in [
+            (f"/{secret}/_search", json.dumps({"query": {"match_all": {}}}), "application/json"),
+            ("/_search", json.dumps({"query": {"match_all": {}}}), "application/json"),  # the alias only
+            ("/_msearch", json.dumps({"index": secret}) + "\n" + json.dumps({"query": {"match_all": {}}}) + "\n", "application/x-ndjson"),
+        ]:
+            refused = client.post(path, data=data, content_type=kind)
+            assert b"canary" not in refused.get_data(), (path, refused.get_json())
+        assert client.post(f"/{secret}/_search", json={"query": {"match_all": {}}}).status_code == 403
+        # The service's own writes, the experiments and their events, are within its role.
+        started = client.post("/experiments", json={"id": "lp", "rankers": ["hidden_topics", "bm25"], "traffic": 1.0},
+                              headers={"Authorization": "Bearer admin-key"})
+        assert started.status_code == 201, started.get_json()
+    finally:
+        app.extensions["reranker"].close()

@@ -8,9 +8,11 @@ parser and the repository's files.
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import fnmatch
 import importlib
+import importlib.util
 import io
 import json
 import re
@@ -30,6 +32,8 @@ from reranker.service import create_app
 REPO = Path(__file__).resolve().parent.parent
 DOCKER = REPO / "docker"
 COMPOSE_FILE = DOCKER / "compose.yaml"
+SECURE_FILE = DOCKER / "compose.security.yaml"
+SECURITY_DIR = DOCKER / "opensearch-security"
 DOCKERFILE = DOCKER / "Dockerfile"
 DOCKER_README = DOCKER / "README.md"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -38,7 +42,7 @@ APP_SERVICES = ("reranker", "indexer")  # the services that run this package
 REQUIRED_APP_ENV = ("OPENSEARCH_URL", "RERANKER_DATA_DIR")
 # Variables the docs may name that the package does not read: the OpenSearch image's own
 # and the cluster test suite's.
-FOREIGN_ENV = {"OPENSEARCH_INITIAL_ADMIN_PASSWORD", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_TEST_URL", "OPENSEARCH_HOME"}
+FOREIGN_ENV = {"OPENSEARCH_INITIAL_ADMIN_PASSWORD", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_TEST_URL", "OPENSEARCH_HOME", "OPENSEARCH_ADMIN_USERNAME"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,7 +370,7 @@ def test_security_choice_is_explicit_and_the_secure_setup_documented() -> None:
 
 def test_docs_name_only_real_variables() -> None:
     """A typo in an env name in the README or compose comments would be silently ignored."""
-    text = DOCKER_README.read_text(encoding="utf-8") + COMPOSE_FILE.read_text(encoding="utf-8")
+    text = "".join(path.read_text(encoding="utf-8") for path in (DOCKER_README, COMPOSE_FILE, SECURE_FILE))
     named = set(re.findall(r"\b(?:OPENSEARCH|RERANKER)_[A-Z_]+\b", text))
     unknown = sorted(named - set(ENVIRONMENT) - FOREIGN_ENV)
     assert not unknown, f"docker docs name variables nothing reads: {unknown}"
@@ -594,3 +598,154 @@ def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
     assert not dockerignored("reranker/sample/corpus.jsonl"), "the indexer needs the sample corpus in the image"
     leaked = [path for path in (".venv", ".git", ".reranker-data", "tests") if not dockerignored(path)]
     assert not leaked, f".dockerignore lets {leaked} into the build context"
+
+
+
+# ---------------------------------------------------------------------------------------------
+# compose.security.yaml: the stack with the security plugin on and least-privilege users.
+# Docker does not run here: the files are parsed, merged as compose merges them, and checked
+# against the code; setup_users.py is run against a recording HTTP server.
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """compose's merge of an override file: mappings key by key, anything else replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{key: _merged(base.get(key), value) for key, value in over.items()}}
+    return over
+
+
+PASSWORD = "Strong-Pass-1!"
+
+
+def secure_stack() -> dict[str, Any]:
+    """compose.yaml with compose.security.yaml over it, ${VAR:?...} filled with a password."""
+    over = yaml.safe_load(SECURE_FILE.read_text(encoding="utf-8"))
+    assert isinstance(over, dict) and isinstance(over.get("services"), dict), f"{SECURE_FILE}: no services mapping"
+    text = yaml.safe_dump(_merged(load_compose(), over))
+    return dict(yaml.safe_load(re.sub(r"\$\{(\w+):\?[^}]*\}", lambda m: f"{m.group(1)}={PASSWORD}", text)))
+
+
+def setup_users() -> Any:
+    spec = importlib.util.spec_from_file_location("setup_users", SECURITY_DIR / "setup_users.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _variable(value: str) -> str:
+    """The variable a filled-in `${VAR:?...}` came from."""
+    assert value.endswith(f"={PASSWORD}"), f"{value!r} is not taken from the environment"
+    return value.split("=")[0]
+
+
+def test_the_secure_stack_turns_the_security_plugin_on_with_an_admin_password() -> None:
+    services = secure_stack()["services"]
+    env = env_of(services["opensearch"])
+    assert env["DISABLE_SECURITY_PLUGIN"] == "false" and env["DISABLE_INSTALL_DEMO_CONFIG"] == "false"
+    assert _variable(env["OPENSEARCH_INITIAL_ADMIN_PASSWORD"]) == "OPENSEARCH_INITIAL_ADMIN_PASSWORD"
+    command = healthcheck_command(services["opensearch"])
+    assert urlsplit(urls_in(command)[0]).scheme == "https" and '-u "admin:$$OPENSEARCH_INITIAL_ADMIN_PASSWORD"' in command
+    assert yaml.safe_load(SECURE_FILE.read_text(encoding="utf-8")).get("name") in (None, load_compose()["name"])
+
+
+@pytest.mark.parametrize(("name", "user"), [("reranker", "reranker-service"), ("indexer", "reranker-indexer")])
+def test_in_the_secure_stack_the_reranker_connects_as_its_own_user(name: str, user: str) -> None:
+    services = secure_stack()["services"]
+    env = env_of(services[name])
+    assert env["OPENSEARCH_USERNAME"] == user and user in setup_users().USERS, f"{name} connects as {env['OPENSEARCH_USERNAME']!r}"
+    assert urlsplit(env["OPENSEARCH_URL"]).scheme == "https"
+    jobs = env_of(services["cluster-users"])
+    # The password the app sends is the one cluster-users gave that user.
+    assert _variable(env["OPENSEARCH_PASSWORD"]) == setup_users().PASSWORD_VARIABLES[user]
+    assert _variable(jobs[setup_users().PASSWORD_VARIABLES[user]]) == setup_users().PASSWORD_VARIABLES[user]
+    assert jobs["RERANKER_INDEX"] == env["RERANKER_INDEX"], "the roles are made for another alias than the app uses"
+    assert depends_on(services[name]).get("cluster-users") == "service_completed_successfully"
+    unknown = sorted(set(env) - set(ENVIRONMENT))
+    assert not unknown, f"{name}: environment sets {unknown}, which reranker.config.ENVIRONMENT does not list"
+    Settings.from_env(env)
+
+
+def test_cluster_users_runs_the_setup_script_as_a_one_shot_job_after_the_cluster() -> None:
+    job = secure_stack()["services"]["cluster-users"]
+    assert depends_on(job).get("opensearch") == "service_healthy" and str(job.get("restart")) == "no"
+    mounts = volume_mounts(job)
+    assert mounts, "cluster-users mounts nothing"
+    for target, source in mounts.items():
+        assert (DOCKER / source).resolve() == SECURITY_DIR, f"cluster-users mounts {source}, not docker/opensearch-security"
+        argv = job_commands(job)[0]
+        assert argv[0] == "python" and PurePosixPath(argv[1]).parent == PurePosixPath(target)
+        assert (SECURITY_DIR / PurePosixPath(argv[1]).name).is_file(), f"{argv[1]} is not in docker/opensearch-security"
+    assert (DOCKER / job["build"]["context"]).resolve() == REPO and job["build"]["dockerfile"] == "docker/Dockerfile"
+    env = env_of(job)
+    assert urlsplit(env["OPENSEARCH_URL"]).hostname == "opensearch" and urlsplit(env["OPENSEARCH_URL"]).scheme == "https"
+
+
+def test_the_service_role_reads_only_the_indices_the_proxy_forwards() -> None:
+    """The service's role: read (no write, no index administration) on exactly the indices
+    the proxy forwards by default (RERANKER_PROXY_INDICES: the alias and its versions), and
+    its own experiment indices; the indexer's: its indices only, all of them."""
+    from reranker.service.search_requests import allowed_patterns
+    from reranker.store.events import MAPPINGS
+
+    alias = "papers"
+    roles = setup_users().roles(alias)
+    service, indexer = roles["reranker_service"], roles["reranker_indexer"]
+    data = [p for p in service["index_permissions"] if f"{alias}-v*" in p["index_patterns"]]
+    assert len(data) == 1 and tuple(data[0]["index_patterns"]) == allowed_patterns(Settings.from_env({"RERANKER_INDEX": alias, "HOME": "/nonexistent"}))
+    writes = {"crud", "write", "manage", "index", "delete", "indices_all", "unlimited", "data_access", "create_index"}
+    assert not writes & set(data[0]["allowed_actions"]) and not any(a.startswith(("indices:data/write", "indices:admin/create")) or a == "*" for a in data[0]["allowed_actions"])
+    events = {f"{alias}-{kind}" for kind in MAPPINGS}
+    every = {pattern for p in service["index_permissions"] for pattern in p["index_patterns"]}
+    assert every == {alias, f"{alias}-v*"} | events, f"the service's role reaches {sorted(every)}"
+    assert all(not a.startswith("cluster:admin") and a not in ("cluster_all", "cluster_composite_ops") for a in service["cluster_permissions"])
+    assert {pattern for p in indexer["index_permissions"] for pattern in p["index_patterns"]} == {alias, f"{alias}-v*"} | events
+    with pytest.raises(ValueError):
+        setup_users().roles("reranker*")  # an alias that is a pattern would widen every role
+
+
+def test_setup_users_sends_roles_users_and_mappings_to_the_security_api(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[tuple[str, str, Any, str | None]] = []
+    refuse: list[int] = []
+
+    class Security(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_PUT(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append((self.command, self.path, body, self.headers.get("Authorization")))
+            status = refuse.pop(0) if refuse else 200
+            data = json.dumps({"status": "OK" if status == 200 else "BAD_REQUEST", "message": "x"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Security)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    module = setup_users()
+    env = {
+        "OPENSEARCH_URL": f"http://127.0.0.1:{server.server_address[1]}", "OPENSEARCH_INITIAL_ADMIN_PASSWORD": "Admin-Pass-1!",
+        "RERANKER_INDEX": "papers", "SERVICE_USER_PASSWORD": "Service-Pass-1!", "INDEXER_USER_PASSWORD": "Indexer-Pass-1!",
+    }  # fmt: skip
+    try:
+        assert module.main(env) == 0
+        paths = [path for _, path, _, _ in received]
+        api = "/_plugins/_security/api/"
+        assert paths == [api + p for p in ("roles/reranker_service", "roles/reranker_indexer", "internalusers/reranker-service",
+                                           "internalusers/reranker-indexer", "rolesmapping/reranker_service", "rolesmapping/reranker_indexer")]
+        assert {auth for *_, auth in received} == {"Basic " + base64.b64encode(b"admin:Admin-Pass-1!").decode()}
+        bodies = {path.removeprefix(api): body for _, path, body, _ in received}
+        assert bodies["roles/reranker_service"] == module.roles("papers")["reranker_service"]
+        assert bodies["internalusers/reranker-service"]["password"] == "Service-Pass-1!"
+        assert bodies["rolesmapping/reranker_indexer"] == {"users": ["reranker-indexer"]}
+        refuse.append(400)  # a weak password, say: said at once, no retrying
+        assert module.main(env) == 1
+        assert module.main({key: value for key, value in env.items() if key != "SERVICE_USER_PASSWORD"}) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
