@@ -7,6 +7,7 @@ Tests that need other settings build their own app (cheap: the engine is lazy).
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.request
 from pathlib import Path
@@ -782,3 +783,105 @@ def test_an_operator_can_forward_a_clause_the_proxy_does_not_know(papers: tuple[
     assert forwarded.status_code == status == 400 and forwarded.get_json() == own  # the cluster's own answer
     with pytest.raises(Exception, match="RERANKER_PROXY_ALLOW"):
         make_app(papers, RERANKER_PROXY_ALLOW="bad name")
+
+
+# --- issue 23's attack cases, each through the recording proxy ---------------------------------
+#
+# Every case the attack on the proxy used (and the near variants), sent as an attacker would,
+# to the service over osmem-server behind the recording proxy, with the canary index `secret`
+# in the cluster. Each must be refused (its status), answer no canary, and leave the cluster
+# untouched: no request that names `secret` (in its path, body or a base64 query) and no
+# search, scroll, get or count of any kind reached it. The body-shape cases beyond these
+# are REFUSED_BODIES and READS_ANOTHER_INDEX above; slow and odd clients are in
+# tests/test_reliability.py, the event quotas in tests/test_experiments.py.
+
+
+def _b64(query: dict[str, Any]) -> str:
+    return base64.b64encode(json.dumps(query).encode()).decode()
+
+
+def _msearch(*pairs: tuple[dict[str, Any], dict[str, Any]]) -> str:
+    return "".join(json.dumps(header) + "\n" + json.dumps(body) + "\n" for header, body in pairs)
+
+
+MATCH_ALL = {"query": {"match_all": {}}}
+TERMS_LOOKUP = {"terms": {"_id": {"index": "secret", "id": "2", "path": "tag"}}}
+LIKE_SECRET = {"more_like_this": {"fields": ["text"], "like": [{"_index": "secret", "_id": "2"}], "min_term_freq": 1, "min_doc_freq": 1}}
+WIDE = {**summary("ocean"), "ext": {"rerank": {"window": 1000}}}
+
+# (what, method, path, body, content type, settings, statuses the refusal may have)
+ATTACKS: list[tuple[str, str, str, str, str, dict[str, str], set[int]]] = [
+    ("_msearch header `indices` (OpenSearch's parser reads it too)", "POST", "/_msearch", _msearch(({"indices": "secret"}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
+    ("_msearch header `indices` as a list", "POST", "/papers/_msearch", _msearch(({"indices": ["papers", "secret"]}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
+    ("_msearch header `index` naming secret", "POST", "/_msearch", _msearch(({"index": "secret"}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
+    ("_msearch header with secret after an allowed index", "POST", "/_msearch", _msearch(({"index": ["papers", "secret"]}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
+    ("_msearch: a good search, then a bad one", "POST", "/_msearch", _msearch(({}, summary("ocean")), ({"index": "secret"}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
+    ("wrapper hiding a terms lookup on secret", "POST", "/papers/_search", json.dumps({"query": {"wrapper": {"query": _b64(TERMS_LOOKUP)}}}), "application/json", {}, {403}),
+    ("wrapper hiding more_like_this on secret", "POST", "/papers/_search", json.dumps({"query": {"wrapper": {"query": _b64(LIKE_SECRET)}}}), "application/json", {}, {403}),
+    ("wrapper inside bool.filter, in _msearch", "POST", "/papers/_msearch", _msearch(({}, {"query": {"bool": {"filter": [{"wrapper": {"query": _b64(TERMS_LOOKUP)}}]}}})), "application/x-ndjson", {}, {403}),
+    ("terms lookup by query (OpenSearch 3.2+)", "POST", "/papers/_search", json.dumps({"query": {"terms": {"_id": {"index": "secret", "path": "ids", "query": {"match_all": {}}}}}}), "application/json", {}, {403}),
+    ("terms lookup in an aggregation's filter", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "aggs": {"a": {"filter": TERMS_LOOKUP}}}), "application/json", {}, {403}),
+    ("a forged scroll id", "POST", "/_search/scroll", json.dumps({"scroll": "1m", "scroll_id": "FGluY2x1ZGVfY29udGV4dF91dWlkDXF1ZXJ5QW5kRmV0Y2gBFmZha2U="}), "application/json", {}, {403}),
+    ("a forged scroll id in the URL", "GET", "/_search/scroll?scroll_id=DXF1ZXJ5QW5kRmV0Y2gBAAAAAAAAAAEW&scroll=1m", "", "application/json", {}, {403}),
+    ("a scroll opened for a day", "POST", "/papers/_search?scroll=1d", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("a day's scroll, scroll allowed: keep-alive capped", "POST", "/papers/_search?scroll=1d", json.dumps(MATCH_ALL), "application/json", {"RERANKER_PROXY_ALLOW": "scroll"}, {400}),
+    ("a day's scroll continued, scroll allowed", "POST", "/_search/scroll", json.dumps({"scroll": "1d", "scroll_id": "x"}), "application/json", {"RERANKER_PROXY_ALLOW": "scroll"}, {400}),
+    ("a cross-cluster name the pattern matches", "POST", "/papers-vx:secret/_search", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("a cross-cluster pattern", "POST", "/papers-v*:secret/_search", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("a cross-cluster name in an _msearch header", "POST", "/_msearch", _msearch(({"index": "papers-v1:secret"}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
+    ("secret beside an allowed index in the path", "POST", "/papers,secret/_search", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("secret, URL-encoded comma", "POST", "/papers%2Csecret/_search", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("every index", "POST", "/_all/_search", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("every index by pattern", "POST", "/*/_search", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("a path that climbs out of the index", "POST", "/papers/../secret/_search", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("a suggester's collate template", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "suggest": {"s": {"text": "ship", "phrase": {"field": "text", "collate": {"query": {"source": {"match_all": {}}}}}}}}), "application/json", {}, {403}),
+    ("a search template", "POST", "/papers/_search/template", json.dumps({"source": {"query": {"match_all": {}}}}), "application/json", {}, {403}),
+    ("a point in time", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "pit": {"id": "x"}}), "application/json", {}, {403}),
+    ("a script in runtime_mappings", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "runtime_mappings": {"f": {"type": "keyword", "script": "emit('x')"}}}), "application/json", {}, {403}),
+    ("a get of a secret document", "GET", "/secret/_doc/2", "", "application/json", {}, {403}),
+    ("an _mget of a secret document", "POST", "/_mget", json.dumps({"docs": [{"_index": "secret", "_id": "2"}]}), "application/json", {}, {403}),
+    ("a count of secret", "POST", "/secret/_count", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("400 searches of window 1,000 (the 14.6 s _msearch)", "POST", "/papers/_msearch", _msearch(*[({}, WIDE)] * 400), "application/x-ndjson", {}, {413}),
+    ("51 searches", "POST", "/papers/_msearch", _msearch(*[({}, summary("ocean"))] * 51), "application/x-ndjson", {}, {413}),
+    ("2,001 candidates to rerank across 3 searches", "POST", "/papers/_msearch", _msearch(*[({}, {**summary("ocean"), "ext": {"rerank": {"window": 667}}})] * 3), "application/x-ndjson", {}, {413}),
+]
+
+
+@pytest.fixture(scope="module")
+def attacked(papers: tuple[str, Path]) -> Iterator[tuple[Any, ClusterProxy]]:
+    """(an app for given settings, the recording proxy its cluster requests pass through),
+    with the canary index `secret` in the cluster."""
+    url, _ = papers
+    urllib.request.urlopen(urllib.request.Request(f"{url}/secret/_doc/2?refresh=true", data=json.dumps({"tag": "canary", "text": "ships"}).encode(), method="PUT", headers={"Content-Type": "application/json"})).close()
+    recorder = ClusterProxy(url)
+    apps: dict[tuple[tuple[str, str], ...], Flask] = {}
+
+    def app_for(env: dict[str, str]) -> Flask:
+        key = tuple(sorted(env.items()))
+        if key not in apps:
+            apps[key] = make_app((recorder.url, papers[1]), **env)
+        return apps[key]
+
+    try:
+        yield app_for, recorder
+    finally:
+        recorder.close()
+        urllib.request.urlopen(urllib.request.Request(f"{url}/secret", method="DELETE")).close()
+
+
+@pytest.mark.parametrize(("what", "method", "path", "data", "kind", "env", "statuses"), ATTACKS, ids=[case[0] for case in ATTACKS])
+def test_the_attacks_on_the_proxy_reach_nothing(
+    attacked: tuple[Any, ClusterProxy], what: str, method: str, path: str, data: str, kind: str, env: dict[str, str], statuses: set[int]
+) -> None:
+    app_for, recorder = attacked
+    client = app_for(env).test_client()
+    recorder.requests.clear()
+    answer = client.open(path, method=method, data=data or None, content_type=kind)
+    assert answer.status_code in statuses, (what, answer.status_code, answer.get_data(as_text=True)[:300])
+    assert answer.is_json and b"canary" not in answer.get_data()
+    # (What may reach the cluster: reads of the allowed indices' mappings and alias.)
+    for sent_method, sent_path, sent in recorder.requests:
+        assert b"secret" not in sent and "secret" not in sent_path, (what, sent_method, sent_path)
+        assert not any(api in sent_path for api in ("_search", "_msearch", "_mget", "_count", "_doc")), (what, sent_method, sent_path)
+    # The same app still answers an honest search: the refusal was the proxy's, not a broken cluster.
+    assert client.post("/papers/_search", json=summary("ocean")).status_code == 200
