@@ -432,7 +432,7 @@ def index_corpus(corpus: Path, env: dict[str, str], documents: int) -> float:
         text=True,
     )
     seconds = time.perf_counter() - started
-    require(done.returncode == 0, f"reranker index failed: {done.stderr[-2000:]}")
+    require(done.returncode == 0, f"reranker index failed (exit {done.returncode}): {done.stderr[-2000:]}{done.stdout[-1000:]}")
     require(
         f"the index holds {documents} documents" in done.stdout,
         f"reranker index: {done.stdout.strip()}",
