@@ -320,6 +320,9 @@ _BAD = [
     ("/search", b'{"query": "ships", "window": 0}', 400, "illegal_argument_exception"),
     ("/search", b'{"query": "ships", "window": 100000}', 400, "illegal_argument_exception"),
     ("/search", b'{"query": "ships", "from": 1001, "size": 20}', 400, "illegal_argument_exception"),
+    # An empty name is no ranker (not the default: the schema lists the names).
+    ("/search", b'{"query": "ships", "ranker": ""}', 400, "illegal_argument_exception"),
+    ("/rerank", b'{"query": "ships", "ranker": "", "documents": ["ships"]}', 400, "illegal_argument_exception"),
     ("/search", b'{"query": "ships", "ranker": "nope"}', 400, "illegal_argument_exception"),
     ("/search", b'{"query": "ships", "windw": 5}', 400, "illegal_argument_exception"),
     ("/search", b'{"query": "ships", "filters": {"year": 2001}}', 400, "illegal_argument_exception"),

@@ -117,7 +117,7 @@ def search() -> Any:
     rt = runtime()
     asked = read(SearchRequest, json_object(), limits=rt.limits)
     # None: the default, or a running experiment (a request that sets a weight opts out of it).
-    ranker = rt.ranker(asked.ranker, asked.fusion_weight) if asked.ranker or asked.fusion_weight is not None else None
+    ranker = rt.ranker(asked.ranker, asked.fusion_weight) if asked.ranker is not None or asked.fusion_weight is not None else None
     window = asked.window or rt.settings.window
     filters = [Filter(field=clause.field, op=clause.op, value=clause.value) for clause in asked.filters]
     return jsonify(rt.search(

@@ -206,7 +206,7 @@ class Runtime:
     def ranker(self, name: str | None, fusion_weight: float | None = None) -> Ranker:
         """The ranker a request names (or the default), with the request's fusion weight
         (or RERANKER_FUSION_WEIGHT). UnknownRankerError lists the valid names."""
-        name = name or self.limits.default_ranker
+        name = self.limits.default_ranker if name is None else name  # "" names no ranker: a 400
         get_ranker(name)  # a typo is the caller's error (400) even while the engine cannot be built
         return self.engine().ranker(name, fusion_weight)
 
