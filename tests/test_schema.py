@@ -144,6 +144,9 @@ def test_null_stands_for_an_absent_field() -> None:
     asked = read(SearchRequest, {"query": "ships", "size": None, "ranker": None, "filters": None}, limits=LIMITS)
     assert (asked.size, asked.ranker, asked.filters) == (10, None, [])
     assert _refusal(SearchRequest, {"query": None}).reason == "[query] is required"
+    # ... a field's null: an unknown field is refused, null or not.
+    assert _refusal(SearchRequest, {"query": "ships", "sise": None}).reason.startswith("unknown field [sise]")
+    assert _refusal(RerankExt, {"": None}, where="ext.rerank").reason.startswith("unknown field [ext.rerank.]")
 
 
 def test_what_a_valid_body_reads_as() -> None:

@@ -86,8 +86,10 @@ class Body(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_is_absent(cls, data: Any) -> Any:
+        # Only a field's null: an unknown field is refused whatever its value.
         if isinstance(data, dict):
-            return {name: value for name, value in data.items() if value is not None}
+            known = {info.alias or name for name, info in cls.model_fields.items()}
+            return {name: value for name, value in data.items() if value is not None or name not in known}
         return data
 
 
