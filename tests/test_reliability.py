@@ -356,3 +356,29 @@ def test_a_worker_reads_a_bounded_number_of_requests_at_once(data_dir: Path) -> 
             sock.close()
         output = service.stop()
     assert "Traceback" not in output, output
+
+
+def test_a_worker_gives_back_what_a_large_request_freed() -> None:
+    """The memory hooks of the worker (bench/bench_bounds.py measures their effect): the
+    process's own memory is read from /proc, and a request that grew it by
+    RETURN_AFTER_BYTES has the heaps' free pages returned; a small one costs nothing."""
+    from reranker.service import worker
+
+    assert worker.keep_large_blocks_apart()  # glibc, as on every machine this runs on
+    # First a trim (the process has grown since 0), so that the pages the test touches are
+    # new ones: the heaps of this long-lived test process hold no free pages to reuse.
+    assert worker.return_freed_memory(0)
+    before = worker.heap_bytes()
+    assert before is not None and before > 10 << 20
+    assert not worker.return_freed_memory(before)  # nothing grew
+    # 64 MB in 64 KB strings (below the mmap threshold: from the heap); every other one freed,
+    # so the free pages lie between used ones, where free() cannot hand them back.
+    blocks = [bytes(64 << 10) for _ in range(1024)]
+    kept = blocks[::2]
+    del blocks
+    grown = worker.heap_bytes()
+    assert grown is not None and grown - before > worker.RETURN_AFTER_BYTES
+    assert worker.return_freed_memory(before)
+    after = worker.heap_bytes()
+    assert after is not None and grown - after > 16 << 20, (before >> 20, grown >> 20, after >> 20)
+    assert len(kept) == 512
