@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -11,12 +12,13 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pytest
 from hypothesis import settings
 
 from reranker.cli import main
+from reranker.config import Settings
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.pipeline import Engine
 from reranker.store.embedded import EmbeddedStore
@@ -39,15 +41,35 @@ def write_jsonl(path: Path, records: Iterable[Any]) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's RERANKER_CACHE_DIR, for every command and server the tests start: the
+    vectors are converted once per session, and never into the user's own ~/.cache."""
+    directory = tmp_path_factory.mktemp("cache")
+    before = os.environ.get("RERANKER_CACHE_DIR")
+    os.environ["RERANKER_CACHE_DIR"] = str(directory)
+    yield directory
+    if before is None:
+        del os.environ["RERANKER_CACHE_DIR"]
+    else:
+        os.environ["RERANKER_CACHE_DIR"] = before
+
+
 @pytest.fixture(scope="session")
-def vectors_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("vectors")
+def vectors_cache(cache_dir: Path) -> Path:
+    return Settings(data_dir=cache_dir, cache_dir=cache_dir).vectors_cache
 
 
 @pytest.fixture(scope="session")
 def glove(vectors_cache: Path) -> WordVectors:
     """The bundled GloVe 6B 50-d vectors, converted once per test session."""
     return load_vectors("glove-6b-50d", vectors_cache)
+
+
+def settings_env(data_dir: Path, **more: str) -> dict[str, str]:
+    """The environment of a service or command over `data_dir`: HOME there too (nothing
+    reaches the real home), the session's converted vectors."""
+    return {"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"], **more}
 
 
 class ClusterProxy:
@@ -143,17 +165,12 @@ class InterruptAfter:
             raise KeyboardInterrupt
 
 
-def new_data_dir(directory: Path, vectors_cache: Path) -> Path:
-    """`directory`, created, as a data dir that reuses the session's converted vectors."""
-    directory.mkdir()
-    (directory / "vectors").symlink_to(vectors_cache, target_is_directory=True)
-    return directory
-
-
 @pytest.fixture
-def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
-    """A fresh data dir that reuses the session's converted GloVe vectors."""
-    return new_data_dir(tmp_path / "data", vectors_cache)
+def data_dir(tmp_path: Path, glove: object) -> Path:
+    """A fresh data dir (the session's GloVe vectors are converted already)."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    return directory
 
 
 def run(data_dir: Path, *argv: str) -> tuple[int, str]:
@@ -195,3 +212,4 @@ TINY_CORPUS = [
         "defence. A grandmaster plans moves with the bishop, knight and rook to checkmate the king.",
     },
 ]
+

@@ -7,12 +7,16 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, settings_env, write_jsonl
 
 from reranker.evaluation import metric_names
 from reranker.rankers import ranker_names
+
+if TYPE_CHECKING:
+    from reranker.embeddings import WordVectors
 
 
 def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
@@ -57,7 +61,7 @@ def test_index_then_search(data_dir: Path) -> None:
     from reranker.config import Settings
     from reranker.service import create_app
 
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    app = create_app(Settings.from_env(settings_env(data_dir)))
     served = app.test_client().post("/search", json={"query": query, "ranker": "hidden_topics_code", "window": 20, "explain": True}).get_json()
     app.extensions["reranker"].close()
     assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
@@ -77,7 +81,7 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     from reranker.config import Settings
     from reranker.service import create_app
 
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    app = create_app(Settings.from_env(settings_env(data_dir)))
     served = app.test_client().get("/documents/P01-1027/similar?ranker=bm25").get_json()
     app.extensions["reranker"].close()
     assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
@@ -334,7 +338,7 @@ def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: p
     from reranker.config import Settings
     from reranker.pipeline import build_engine
 
-    engine = build_engine(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    engine = build_engine(Settings.from_env(settings_env(data_dir)))
     try:
         assert engine.document("ships").text.endswith("Later version.")  # the later line won
     finally:
@@ -356,3 +360,61 @@ def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: p
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(chess).encode() + b"\n")
     code, out = run(data_dir, "index", str(bom), "--no-progress")
     assert code == 0 and "skipped 0" in out
+
+
+def _tiny_vectors(path: Path, glove: "WordVectors") -> Path:
+    """The GloVe vectors of TINY_CORPUS's words, as a word2vec text file (converts in
+    a fraction of a second)."""
+    from reranker.text import tokenize
+
+    words = sorted({word for doc in TINY_CORPUS for word in tokenize(doc["title"] + " " + doc["text"]) if word in glove})
+    found = glove.lookup(words)
+    lines = [f"{len(found.words)} {glove.dim}"] + [f"{w} " + " ".join(f"{x:.6f}" for x in v) for w, v in zip(found.words, found.vectors)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_vectors_are_converted_once_for_every_data_dir(
+    tmp_path: Path, glove: "WordVectors", monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two data dirs, and a second copy of the vectors file (another virtual environment's
+    package), share one converted entry of the user's cache; a search before anything is
+    indexed fails at once and converts nothing."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RERANKER_CACHE_DIR", str(cache))
+    vectors = _tiny_vectors(tmp_path / "tiny.txt", glove)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", TINY_CORPUS)
+    one, two = tmp_path / "one", tmp_path / "two"
+
+    for command in (["search", "ships"], ["similar", "ships"]):
+        assert run(one, "--vectors", f"word2vec:{vectors}", *command)[0] == 1
+        err = capsys.readouterr().err
+        assert err.strip() == "reranker: error: the index is empty: run `reranker index CORPUS.jsonl` first"
+    assert not cache.exists(), "a command that fails on an empty index converted vectors first"
+
+    assert run(one, "--vectors", f"word2vec:{vectors}", "index", str(corpus), "--no-progress")[0] == 0
+    err = capsys.readouterr().err
+    [entry] = [path for path in (cache / "vectors").iterdir() if path.is_dir() and path.name.startswith("tiny-")]
+    assert err.count("converting word vectors tiny.txt") == 1 and str(entry) in err
+    native = entry / "vectors.kv"
+    stamp = (native.stat().st_ino, native.stat().st_mtime_ns)
+
+    copy = tmp_path / "venv2" / "tiny.txt"
+    copy.parent.mkdir()
+    copy.write_bytes(vectors.read_bytes())
+    assert run(two, "--vectors", f"word2vec:{copy}", "index", str(corpus), "--no-progress")[0] == 0
+    assert run(one, "search", "sailing ships on the ocean", "--json")[0] == 0
+    assert "converting" not in capsys.readouterr().err
+    assert (native.stat().st_ino, native.stat().st_mtime_ns) == stamp
+    assert [path.name for path in (cache / "vectors").iterdir() if path.is_dir() and path.name != "sources"] == [entry.name]
+    assert not (one / "vectors").exists() and not (two / "vectors").exists()
+
+
+def test_search_before_index_on_opensearch_converts_nothing(
+    tmp_path: Path, osmem_clone: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RERANKER_CACHE_DIR", str(cache))
+    assert run(tmp_path / "data", "--opensearch-url", osmem_clone.url, "search", "ships")[0] == 1
+    assert "run `reranker index CORPUS.jsonl` first" in capsys.readouterr().err
+    assert not cache.exists()

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
+from conftest import SAMPLE, TINY_CORPUS, run, settings_env, write_jsonl
 
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors
@@ -136,7 +136,7 @@ def test_the_service_answers_409_for_an_index_without_the_correction(data_dir: P
     db.execute("DELETE FROM meta WHERE key = 'centering'")
     db.commit()
     db.close()
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    app = create_app(Settings.from_env(settings_env(data_dir)))
     answer = app.test_client().post("/search", json={"query": QUERY, "ranker": "hidden_topics_corrected"})
     assert answer.status_code == 409
     assert "rebuild the index" in answer.get_json()["error"]["reason"]

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 import schemathesis
-from conftest import SAMPLE, run
+from conftest import SAMPLE, run, settings_env
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -32,28 +32,27 @@ HEADERS = {"Authorization": "Bearer fuzz-key"}
 FUZZ = settings(max_examples=25, suppress_health_check=list(HealthCheck), deadline=None)
 
 
-def _data_dir(factory: pytest.TempPathFactory, vectors_cache: Path, name: str) -> Path:
+def _data_dir(factory: pytest.TempPathFactory, name: str) -> Path:
     data_dir = factory.mktemp(name) / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     return data_dir
 
 
 @pytest.fixture(scope="module")
-def embedded_app(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Iterator[Any]:
-    data_dir = _data_dir(tmp_path_factory, vectors_cache, "fuzz-embedded")
+def embedded_app(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Iterator[Any]:
+    data_dir = _data_dir(tmp_path_factory, "fuzz-embedded")
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_API_KEYS": "fuzz-key"}))
+    app = create_app(Settings.from_env({**settings_env(data_dir), "RERANKER_API_KEYS": "fuzz-key"}))
     yield app
     app.extensions["reranker"].close()
 
 
 @pytest.fixture(scope="module")
-def cluster_app(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object, osmem_server: Any) -> Iterator[Any]:
+def cluster_app(tmp_path_factory: pytest.TempPathFactory, glove: object, osmem_server: Any) -> Iterator[Any]:
     clone = osmem_server.clone()
-    data_dir = _data_dir(tmp_path_factory, vectors_cache, "fuzz-cluster")
+    data_dir = _data_dir(tmp_path_factory, "fuzz-cluster")
     assert run(data_dir, "--opensearch-url", clone.url, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
-    env = {"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_API_KEYS": "fuzz-key", "OPENSEARCH_URL": clone.url, "RERANKER_PROXY_INDICES": "*"}
+    env = {**settings_env(data_dir), "RERANKER_API_KEYS": "fuzz-key", "OPENSEARCH_URL": clone.url, "RERANKER_PROXY_INDICES": "*"}
     app = create_app(Settings.from_env(env))
     yield app
     app.extensions["reranker"].close()

@@ -84,7 +84,7 @@ def add_parsers(commands: Any) -> None:
 def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     if args.train_vectors:
         settings = with_trained_vectors(settings, args.corpus, rebuild=args.rebuild, progress=not args.no_progress, out=out)
-    engine = open_engine(settings)
+    engine = open_engine(settings, show_bar=not args.no_progress)
     try:
         report = index_file(
             engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress, on_duplicate=args.on_duplicate
