@@ -9,10 +9,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pytest
 from hypothesis import settings
@@ -22,6 +23,10 @@ from reranker.config import Settings
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.pipeline import Engine
 from reranker.store.embedded import EmbeddedStore
+
+if TYPE_CHECKING:
+    from reranker.config import OpenSearchSettings
+    from reranker.store.opensearch import OpenSearchStore
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -213,3 +218,82 @@ TINY_CORPUS = [
     },
 ]
 
+
+@dataclass(frozen=True)
+class ReindexWatch:
+    """What readers saw while `searches_during_reindex` replaced every document."""
+
+    documents: int
+    replaced: int  # as the indexing run reported
+    checks: int  # documents looked for while the run went on
+    misses: tuple[str, ...]  # ids a check did not find
+    seconds: float
+
+
+def distinct_word(number: int) -> str:
+    """A made-up word per document ("qyb", "qyc", ...): consonants only, so no analyser
+    stems or splits it, and no other document contains it."""
+    letters, word = "bcdfghjklmnpqrstvwxz", ""
+    for _ in range(4):
+        word += letters[number % 20]
+        number //= 20
+    return "qy" + word
+
+
+def searches_during_reindex(
+    config: "OpenSearchSettings", vectors: WordVectors, directory: Path, documents: int, readers: int = 2
+) -> ReindexWatch:
+    """Index `documents` documents, then index a changed version of each in place (no
+    rebuild) while `readers` threads, each with its own store, look for random documents:
+    one is found when a BM25 search for its distinctive word returns it and its text and
+    topics come back by id. Every document is looked for once more afterwards."""
+    import random
+
+    from reranker.indexing import index_corpus
+    from reranker.store.opensearch import OpenSearchStore
+
+    common = "ship sea sail harbour wind storm captain crew ocean voyage bread oven flour yeast kitchen chess king rook bishop knight".split()
+
+    def corpus(name: str, edition: str) -> Path:
+        chooser = random.Random(name)
+        return write_jsonl(directory / name, (
+            {"id": f"d{n}", "title": f"paper {distinct_word(n)}", "text": f"{distinct_word(n)} {' '.join(chooser.sample(common, 8))} {edition}"}
+            for n in range(documents)
+        ))
+
+    first, second = corpus("first.jsonl", "first edition"), corpus("second.jsonl", "second revised edition")
+    assert index_corpus(first, OpenSearchStore(config), vectors, 3, show_progress=False).indexed == documents
+    done = threading.Event()
+    checks: list[int] = []
+    misses: list[str] = []
+
+    def found(store: "OpenSearchStore", number: int) -> bool:
+        doc_id = f"d{number}"
+        hits = [hit.doc_id for hit in store.bm25(distinct_word(number), 5)]
+        return doc_id in hits and doc_id in store.documents([doc_id]) and not store.topics([doc_id]).missing
+
+    def read(seed: int) -> None:
+        store, chooser = OpenSearchStore(config), random.Random(seed)
+        while not done.is_set():
+            number = chooser.randrange(documents)
+            if not found(store, number):
+                misses.append(f"d{number}")
+            checks.append(number)
+        store.close()
+
+    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(readers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    try:
+        report = index_corpus(second, OpenSearchStore(config), vectors, 3, show_progress=False)
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    seconds = time.perf_counter() - started
+    after = OpenSearchStore(config)
+    misses += [f"d{number}" for number in range(documents) if not found(after, number)]
+    assert after.documents(["d0"])["d0"].text.endswith("second revised edition")
+    after.close()
+    return ReindexWatch(documents, report.replaced, len(checks), tuple(misses), seconds)

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS, write_jsonl
+from conftest import TINY_CORPUS, searches_during_reindex, write_jsonl
 
 from reranker.config import OpenSearchSettings, parse_search_fields
 from reranker.embeddings import WordVectors
@@ -124,6 +124,16 @@ def test_incremental_writes_are_searchable_when_indexing_returns(
     more = [{"id": "late", "title": "Ocean liners", "text": "Ocean liners cross the sea."}]
     index_corpus(write_jsonl(tmp_path / "d.jsonl", more), OpenSearchStore(cluster_store.config), glove, 3, show_progress=False)
     assert "late" in {h.doc_id for h in cluster_store.bm25("ocean liners", 10)}
+
+
+def test_an_in_place_reindex_keeps_every_document_searchable(
+    cluster_store: OpenSearchStore, glove: WordVectors, tmp_path: Path
+) -> None:
+    """As tests/test_opensearch.py checks on osmem-server, with the cluster's own refresh:
+    an old version stays searchable until the refresh that shows its replacement."""
+    watch = searches_during_reindex(cluster_store.config, glove, tmp_path, documents=2000)
+    assert watch.replaced == 2000 and watch.checks >= 200
+    assert watch.misses == (), f"{len(watch.misses)} of {watch.checks} searches missed a document: {watch.misses[:5]}"
 
 
 def max_content_length(store: OpenSearchStore) -> int:
