@@ -263,7 +263,7 @@ class Engine:
     def window(self, query: Query, size: int, filters: Sequence[Filter] = ()) -> CandidateSet:
         """The BM25 top-`size` for the query (passing `filters`); `complete` adds what a
         ranker needs of them."""
-        return CandidateSet(candidates=tuple(self.store.bm25(query.text, size, filters)))
+        return CandidateSet(candidates=tuple(self.store.bm25(query.text, size, filters)), query_text=query.text)
 
     def complete(self, window: CandidateSet, ranker: Ranker, check: Callable[[], None] | None = None) -> CandidateSet:
         """`window` with what `ranker` needs and it lacks: topics (the paper's or the
@@ -282,6 +282,11 @@ class Engine:
             window = replace(window, centering=self._centering())
         if "corrected_topics" in ranker.needs and window.corrected is None:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
+        if "passages" in ranker.needs and window.passage_scores is None and window.query_text is not None and len(window):
+            ids = [c.doc_id for c in window.candidates]
+            found = self.store.passage_bm25(window.query_text, ids, list(window.texts or (None,) * len(ids)))
+            if found is not None:
+                window = replace(window, passage_scores=np.asarray(found, dtype=np.float64))
         return window
 
     def first_stage(self, query: Query, window: CandidateSet) -> CandidateSet:

@@ -28,6 +28,7 @@ read of a column, and a hit on a version the store has since replaced is recogni
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -102,6 +103,25 @@ def stem_words(words: Sequence[str]) -> list[str]:
         return list(map(_stems.__getitem__, words))
 
 
+def stable_hashes(terms: Sequence[str]) -> npt.NDArray[np.int32]:
+    """A 32-bit hash of each term that is the same in every process (the first 4 bytes of
+    its BLAKE2b digest): what the store keeps a document's stems by, for its passages.
+
+    Each distinct term is hashed once per process and remembered (a corpus's vocabulary is
+    small). A query's 100 terms meet a stem of another term's hash about once in 40 million
+    positions: in one window of long papers in a hundred."""
+    with _hashes_lock:
+        if len(_hashes) > _STEM_CACHE_WORDS:
+            _hashes.clear()
+        for term in set(terms).difference(_hashes):
+            _hashes[term] = int.from_bytes(hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=4).digest(), "little", signed=True)
+        return np.fromiter((_hashes[term] for term in terms), dtype=np.int32, count=len(terms))
+
+
+_hashes: dict[str, int] = {}
+_hashes_lock = threading.Lock()
+
+
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_unsigned_field("rowid", indexed=True, fast=True)
@@ -120,10 +140,11 @@ class TextTerms:
 
     length: int
     fields: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]
+    passages: npt.NDArray[np.int32]  # (L,) the stems in text order, as `stable_hashes` (for passages)
 
     @property
     def nbytes(self) -> int:
-        return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + 64
+        return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + self.passages.nbytes + 64
 
     def frequencies(self, field: str, terms: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
         """How often each term occurs in the field, for terms given by `term_hashes`:
@@ -217,10 +238,12 @@ class TextIndex:
         """A text's content words as each searched field would hold them, compactly."""
         counts = Counter(words)
         distinct = list(counts)
+        stem_of = dict(zip(distinct, stem_words(distinct)))
         stems: Counter[str] = Counter()
-        for word, stem in zip(distinct, stem_words(distinct)):
+        for word, stem in stem_of.items():
             stems[stem] += counts[word]
-        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)})
+        sequence = stable_hashes([stem_of[word] for word in words])
+        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, sequence)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
         """How many documents hold each of `terms` in `field`. Raises StoreError."""
