@@ -23,20 +23,20 @@ def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
     code, out = run(data_dir, "demo", "--queries", "2")
     assert code == 0
     assert "25 CL-SciSumm papers" in out and "25 indexed now" in out
-    assert out.count("BM25 order") == 2 and out.count("hidden_topics_corrected+bm25 order") == 2
+    assert out.count("BM25 order") == 2 and out.count("hidden_topics_corrected+bm25:maxp order") == 2
     assert "topic " in out and "- background" in out and "query words:" in out
     # What the demo says is true: the score is its parts, the topic score the sum of the
     # topics shown and the rest (to the printed digits), not of a few topics alone.
     assert "is the sum of these" not in out
     for block in out.split("is first:\n")[1:]:
         lines = block.splitlines()
-        parts = re.match(r"\s+score ([0-9.]+) = topics ([0-9.]+) \+ bm25 ([0-9.]+) ", lines[0])
-        assert parts is not None and float(parts[1]) == pytest.approx(float(parts[2]) + float(parts[3]), abs=2e-4)
+        parts = re.match(r"\s+score ([0-9.]+) = topics ([0-9.]+) \+ bm25 ([0-9.]+) \+ passages ([0-9.]+) ", lines[0])
+        assert parts is not None and float(parts[1]) == pytest.approx(sum(float(parts[i]) for i in (2, 3, 4)), abs=3e-4)
         total = re.match(r"\s+hidden_topics_corrected score (-?[0-9.]+) = the sum of its 15 topics' contributions", lines[1])
         assert total is not None and "the other 10 topics together" in lines[7]
         shown = [float(re.findall(r"-> ([+-][0-9.]+)", line)[0]) for line in lines[2:8]]
         assert sum(shown) == pytest.approx(float(total[1]), abs=4e-5)
-    assert "| hidden_topics |" in out and "| bm25 |" in out and "| hidden_topics_corrected+bm25 |" in out
+    assert "| hidden_topics |" in out and "| bm25 |" in out and "| hidden_topics_corrected+bm25:maxp |" in out
     code, again = run(data_dir, "demo", "--queries", "1")
     assert code == 0 and "0 indexed now, 25 already there" in again
 
@@ -47,7 +47,7 @@ def test_index_then_search(data_dir: Path) -> None:
     query = "A maximum entropy named entity recognizer that uses global features from the whole document."
     code, out = run(data_dir, "search", query, "--size", "4", "--explain")
     assert code == 0
-    assert out.startswith("hidden_topics_corrected+bm25: 4 of the BM25 top 100")  # the default ranker
+    assert out.startswith("hidden_topics_corrected+bm25:maxp: 4 of the BM25 top 100")  # the default ranker
     assert out.count("topics' contributions") == 4 and out.count("other 5 topics together") == 4  # K = 10
     code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20", "--explain")
     body = json.loads(out)
@@ -74,7 +74,7 @@ def test_index_then_search(data_dir: Path) -> None:
 def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> None:
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
-    assert code == 0 and out.startswith("hidden_topics_corrected+bm25: 3 papers like P01-1027")  # the default ranker
+    assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
     assert [h["bm25_rank"] for h in body["hits"]] == list(range(1, 11))
@@ -153,7 +153,7 @@ def test_index_train_vectors_end_to_end(data_dir: Path, tmp_path: Path, capsys: 
         engine.store.close()
     query = "A maximum entropy named entity recognizer that uses global features from the whole document."
     code, out = run(data_dir, "search", query, "--json")
-    assert code == 0 and json.loads(out)["ranker"] == "hidden_topics_corrected+bm25" and json.loads(out)["hits"]
+    assert code == 0 and json.loads(out)["ranker"] == "hidden_topics_corrected+bm25:maxp" and json.loads(out)["hits"]
     assert run(data_dir, "train", "doc2vec", str(corpus), "--epochs", "2", "--no-progress")[0] == 0
     assert run(data_dir, "search", query, "--ranker", "doc2vec+bm25")[0] == 0
     # The same command again reuses the vectors and finds every document unchanged.

@@ -121,8 +121,9 @@ def test_explanations_add_up_to_the_score(client: FlaskClient) -> None:
         explanation = hit["explanation"]
         topics = explanation["topics"]
         assert topics and all(t["topic_words"] for t in topics)
-        # The default fuses: its parts add up to the fused score ...
-        assert list(explanation["parts"]) == ["topics", "bm25"] and explanation["score"] == hit["score"]
+        # The default fuses the topics with the document's BM25 and its best passage's:
+        # its parts add up to the fused score ...
+        assert list(explanation["parts"]) == ["topics", "bm25", "passages"] and explanation["score"] == hit["score"]
         assert sum(explanation["parts"].values()) == pytest.approx(hit["score"], rel=1e-12)
         # ... and the topics shown plus the rest to the topic score: the ranker's own.
         shown = sum(t["contribution"] for t in topics)

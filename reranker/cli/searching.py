@@ -104,7 +104,7 @@ def _demo_query(
     topics = engine.search(text, ranker, size=size, explain=True)
     preview = textwrap.shorten(text, 150, placeholder=" ...")
     print(f"Query {query_id}: {preview}", file=out)
-    print(f"  {'BM25 order':<34}  {ranker + ' order':<34}(* = cites the summarised paper)", file=out)
+    print(f"  {'BM25 order':<34}  {ranker + ' order':<34}  (* = cites the summarised paper)", file=out)
     for left, right in zip(bm25.hits, topics.hits):
         mark_l = "*" if left.doc_id in relevant else " "
         mark_r = "*" if right.doc_id in relevant else " "
