@@ -246,37 +246,51 @@ def best_passage_bm25(
     counts = np.asarray(query_counts, dtype=np.float64)
     df = np.clip(np.asarray(doc_freqs, dtype=np.float64), 0, documents)
     weights = counts * np.log1p((documents - df + 0.5) / (df + 0.5)) * (BM25_K1 + 1.0)
+    lengths = np.fromiter((sequence.size for sequence in sequences), dtype=np.int64, count=len(sequences))
+    best = np.zeros(len(sequences), dtype=np.float64)
+    if not len(sequences) or not np.size(query_terms) or not lengths.sum():
+        return best
     order = np.argsort(query_terms)
     wanted = np.asarray(query_terms, dtype=np.int32)[order]
-    # A table of the query terms' low bits clears nearly every position with one lookup: a
-    # binary search over the query's terms for each of a window's positions cost 20 ms for
-    # 100 CL-SciSumm papers.
+    # The whole window at once: a loop over its documents cost 80 us each in numpy's
+    # per-call overhead, 8 ms for 100 abstracts.
+    tokens = np.concatenate(sequences)
+    # A table of the query terms' low bits clears nearly every position with one lookup,
+    # before the binary search over the query's terms.
     low = np.int32(_FILTER_SIZE - 1)
     maybe = np.zeros(_FILTER_SIZE, dtype=bool)
     maybe[wanted & low] = True
-    best = np.zeros(len(sequences), dtype=np.float64)
-    for row, sequence in enumerate(sequences):
-        length = sequence.size
-        if length == 0 or wanted.size == 0:
-            continue
-        passages = 1 if length <= PASSAGE_TERMS else -(-(length - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1
-        near = np.nonzero(maybe[sequence & low])[0]
-        slots = np.minimum(np.searchsorted(wanted, sequence[near]), wanted.size - 1)
-        match = wanted[slots] == sequence[near]
-        where, terms = near[match], order[slots[match]]
-        if where.size == 0:
-            continue
-        # A stem at position x lies in the passages starting at x // stride and the one before.
-        cells = []
-        for first in (where // PASSAGE_STRIDE, where // PASSAGE_STRIDE - 1):
-            inside = (first >= 0) & (first < passages) & (where < first * PASSAGE_STRIDE + PASSAGE_TERMS)
-            cells.append(first[inside] * wanted.size + terms[inside])
-        frequencies = np.bincount(np.concatenate(cells), minlength=passages * wanted.size).reshape(passages, wanted.size)
-        starts = np.arange(passages) * PASSAGE_STRIDE
-        lengths = np.minimum(starts + PASSAGE_TERMS, length) - starts
-        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths / PASSAGE_TERMS)
-        best[row] = float(((frequencies / (frequencies + norm[:, None])) @ weights).max())
-    return best
+    near = np.flatnonzero(maybe[tokens & low])
+    slots = np.minimum(np.searchsorted(wanted, tokens[near]), wanted.size - 1)
+    match = wanted[slots] == tokens[near]
+    found, terms = near[match], order[slots[match]]
+    # Which document each match is in, and where in it: only for the matches.
+    ends = np.cumsum(lengths)
+    docs = np.searchsorted(ends, found, side="right")
+    where = found - (ends - lengths)[docs]
+    # A document shorter than one passage is one passage (an empty one too: it scores 0);
+    # the last passage starts where its window reaches the end.
+    passages = np.where(lengths <= PASSAGE_TERMS, 1, -(-(lengths - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1)
+    first_passage = np.cumsum(passages) - passages
+    # A stem at position x lies in the passages starting at x // stride and the one before.
+    cells = []
+    for start in (where // PASSAGE_STRIDE, where // PASSAGE_STRIDE - 1):
+        inside = (start >= 0) & (start < passages[docs]) & (where < start * PASSAGE_STRIDE + PASSAGE_TERMS)
+        cells.append((first_passage[docs[inside]] + start[inside]) * wanted.size + terms[inside])
+    total = int(passages.sum())
+    of_passage = np.repeat(np.arange(len(sequences)), passages)
+    starts = (np.arange(total) - first_passage[of_passage]) * PASSAGE_STRIDE
+    sizes = np.minimum(starts + PASSAGE_TERMS, lengths[of_passage]) - starts
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * sizes / PASSAGE_TERMS)
+    # Only the (passage, term) cells that occur: a dense passages x terms table is 700,000
+    # cells for 100 long papers and a 100-term summary, nearly all zero.
+    counted = np.bincount(np.concatenate(cells), minlength=total * wanted.size)
+    cell = np.flatnonzero(counted)
+    frequency = counted[cell]
+    passage, term = np.divmod(cell, wanted.size)
+    parts = weights[term] * frequency / (frequency + norm[passage])
+    scores = np.bincount(passage, weights=parts, minlength=total)
+    return np.maximum.reduceat(scores, first_passage)
 
 
 class Store(Protocol):
