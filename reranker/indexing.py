@@ -2,10 +2,12 @@
 
 Indexing is resumable and idempotent: documents are written in batches (each batch one
 transaction in the embedded store, one or more bulk requests in OpenSearch), and a
-document whose id is already stored with the same content is not recomputed. Topic
-extraction can run in worker processes, one batch ahead of the writes. Bad lines, and
-documents the store refuses, are reported with their file and line number and skipped;
-nothing already indexed is touched by them.
+document whose id is already stored with the same content is not recomputed, so a run
+that was killed (at any point: the stores keep what readers see whole) is completed by
+running it again; a rebuild is built beside the index readers see and resumed the same
+way. Topic extraction can run in worker processes, one batch ahead of the writes. Bad
+lines, and documents the store refuses, are reported with their file and line number
+and skipped; nothing already indexed is touched by them.
 
 When the index has a Doc2Vec model (`reranker train doc2vec`), each document written is
 given a vector inferred by that model from the same tokens, so documents added after
@@ -434,7 +436,8 @@ def index_documents(
     Doc2Vec model is (`<data_dir>/doc2vec/`), if it has one.
 
     `centering`: the correction a new (or rebuilt) index records; without it, one is
-    estimated from `records` themselves. An index that holds documents keeps its own.
+    estimated from `records` themselves. An index that holds documents keeps its own, and
+    so does an interrupted rebuild that this run resumes.
     """
     started = time.perf_counter()
     if centering is None and needs_centering(store, rebuild):

@@ -309,7 +309,9 @@ class Store(Protocol):
         ...
 
     def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
-        """Prepare the index for `info`; with `rebuild`, drop what it held first.
+        """Prepare the index for `info`; with `rebuild`, start a new index for it (or
+        resume an unfinished one built with the same vectors and K) that replaces the
+        current one at `publish()`: until then readers see the current one.
 
         Raises IndexMismatchError when the index holds documents built otherwise.
         """
@@ -323,12 +325,15 @@ class Store(Protocol):
         ...
 
     def publish(self) -> object:
-        """Make what this run wrote visible to readers (the OpenSearch store swaps its
-        alias to a rebuilt index here; the embedded store's writes are visible at once)."""
+        """Make what this run wrote visible to readers: a rebuilt index replaces the
+        current one here (the OpenSearch store swaps its alias, the embedded store swaps
+        in one SQLite transaction); other writes are visible as they are written (the
+        embedded store's at each text-index commit)."""
         ...
 
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
-        """The stored content hash of each of `doc_ids` that is present (for resuming)."""
+        """The content hash of the newest stored version of each of `doc_ids` present in
+        the index this run writes (in a rebuild, the new one): for resuming."""
         ...
 
     def count(self) -> int: ...
