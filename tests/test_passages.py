@@ -52,6 +52,15 @@ def test_best_passage_bm25_is_the_best_window_by_the_definition() -> None:
     expected = [_reference(s.tolist(), query, doc_freqs, 100) for s in sequences]
     assert found.tolist() == pytest.approx(expected, rel=1e-9)
     assert found[0] == 0.0 and (found[1:] > 0).all()
+    # Two query terms whose low 16 bits agree take the other path to the same answer.
+    twin = np.int32(int(vocabulary[1]) ^ (1 << 20))
+    vocabulary[2] = twin
+    sequences = [rng.choice(vocabulary, size=n).astype(np.int32) for n in (151, 600)]
+    query[int(twin)] = 1
+    doc_freqs[int(twin)] = 7
+    terms = np.array(list(query), dtype=np.int32)
+    found = best_passage_bm25(sequences, terms, [query[t] for t in terms], [doc_freqs[t] for t in terms], 100)
+    assert found.tolist() == pytest.approx([_reference(s.tolist(), query, doc_freqs, 100) for s in sequences], rel=1e-9)
 
 
 def test_a_document_matching_the_query_in_one_place_has_the_better_passage(engine: Engine, tmp_path: Path) -> None:
