@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from bench_opensearch import summary_queries, vectors_cache, write_corpus
+from bench_opensearch import summary_queries, write_corpus
 from bench_service import ALIAS, cluster_body, free_port, http_call, index_corpus
 from benchlib import machine, require, table
 
@@ -249,8 +249,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             data_dir = directory / "data"
             data_dir.mkdir()
-            if os.environ.get("RERANKER_DATA_DIR"):  # converted vectors to reuse (see bench_opensearch.vectors_cache)
-                (data_dir / "vectors").symlink_to(vectors_cache(directory).resolve(), target_is_directory=True)
             env = {**os.environ, "OPENSEARCH_URL": cluster.url, "RERANKER_INDEX": ALIAS, "RERANKER_DATA_DIR": str(data_dir)}
             env.pop("PROMETHEUS_MULTIPROC_DIR", None)
             index_corpus(directory / "corpus.jsonl", env, docs)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import subprocess
@@ -214,14 +213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind, corpus, directory, vectors_dir = args.child
         print(json.dumps(build(kind, Path(corpus), Path(directory), Path(vectors_dir))))
         return 0
+    from reranker.config import Settings
+
     require((SHARED / "corpus.jsonl").is_file(), f"this benchmark needs {SHARED}")
     sizes = args.sizes or ([1_000, 10_000] if args.quick else [1_000, 10_000, 50_000])
     queries = [json.loads(line)["text"] for line in (SHARED / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-first-stage-") as tmp:
         directory = Path(tmp)
-        data_dir = os.environ.get("RERANKER_DATA_DIR")
-        vectors_dir = Path(data_dir) / "vectors" if data_dir else directory / "vectors"
+        vectors_dir = Settings.from_env().vectors_cache  # the user's cache: converted once
         results = [measure(size, directory, vectors_dir, queries, size == max(sizes)) for size in sizes]
     text, targets = report(results)
     print(json.dumps(machine(["numpy", "tantivy"], "default"), indent=None))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from reranker.config import Settings
 from reranker.embeddings import load_vectors
 from reranker.indexing import index_documents, read_corpus
 from reranker.store.embedded import EmbeddedStore
@@ -33,8 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     threadpool_limits(1, "blas")
     work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
-    cache = Path(os.environ.get("RERANKER_DATA_DIR", work)) / "vectors"
-    glove = load_vectors("glove-6b-50d", cache)
+    glove = load_vectors("glove-6b-50d", Settings.from_env().vectors_cache)  # the user's cache: converted once
     words = [w for w in glove.keyed_vectors.index_to_key[100:30100] if w.isalpha()]
     weights = 1 / np.arange(1, len(words) + 1)
     rng = np.random.default_rng(2018)

@@ -56,7 +56,7 @@ import numpy as np
 from benchlib import machine, require, table
 from threadpoolctl import threadpool_limits
 
-from reranker.config import OpenSearchSettings
+from reranker.config import OpenSearchSettings, Settings
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.indexing import (
     TopicExtractor,
@@ -909,11 +909,10 @@ def _metadata(sizes: Sizes, quick: bool, seed: int, server_version: str) -> dict
     }
 
 
-def vectors_cache(directory: Path) -> Path:
-    """Where the converted GloVe vectors live: RERANKER_DATA_DIR/vectors when set (so a
-    second run skips the conversion), else the run's temporary directory."""
-    data_dir = os.environ.get("RERANKER_DATA_DIR")
-    return Path(data_dir) / "vectors" if data_dir else directory / "vectors"
+def vectors_cache() -> Path:
+    """Where the converted GloVe vectors live: the user's cache (RERANKER_CACHE_DIR), as
+    for every command, so only a machine's first run converts them."""
+    return Settings.from_env().vectors_cache
 
 
 def run(
@@ -922,7 +921,7 @@ def run(
     from osmem_server import OsmemServer
 
     rng = np.random.default_rng(args.seed)
-    vectors = load_vectors("glove-6b-50d", vectors_cache(directory))
+    vectors = load_vectors("glove-6b-50d", vectors_cache())
     corpus = directory / "corpus.jsonl"
     texts = write_corpus(corpus, rng, sizes.docs)
     queries = summary_queries(rng, texts, sizes.queries)

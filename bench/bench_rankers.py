@@ -117,7 +117,7 @@ def load_data(queries: int) -> tuple[str, list[Document], list[str]]:
 
 
 def build_engine(directory: Path, documents: Sequence[Document]) -> Engine:
-    vectors = load_vectors("glove-6b-50d", vectors_cache(directory))
+    vectors = load_vectors("glove-6b-50d", vectors_cache())
     store = EmbeddedStore(directory / "store")
     corpus = directory / "corpus.jsonl"
     with corpus.open("w", encoding="utf-8") as handle:

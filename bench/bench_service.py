@@ -70,7 +70,6 @@ from bench_opensearch import (
     cpu_seconds,
     frequent_words,
     summary_queries,
-    vectors_cache,
     write_corpus,
 )
 from benchlib import machine, require, table
@@ -803,7 +802,7 @@ def measure(
     corpus = directory / "corpus.jsonl"
     texts = write_corpus(corpus, rng, sizes.docs)
     queries = summary_queries(rng, texts, sizes.queries)
-    env = service_env(cluster_url, vectors_cache(directory).parent)
+    env = service_env(cluster_url, directory)
     index_seconds = index_corpus(corpus, env, sizes.docs)
     service = Service(env, directory / "service.log")
     try:

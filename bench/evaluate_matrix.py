@@ -183,10 +183,11 @@ def train_argv(args: argparse.Namespace, data_dir: Path, corpus: Path, out: Path
 
 
 def vectors_info(spec: str, data_dir: Path) -> dict[str, Any]:
+    from reranker.config import Settings
     from reranker.embeddings import load_vectors
 
     with inside_repo():
-        vectors = load_vectors(spec, data_dir / "vectors")
+        vectors = load_vectors(spec, Settings.from_env().vectors_cache)
     return {
         "spec": spec,
         "name": vectors.info.name,

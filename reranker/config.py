@@ -44,7 +44,7 @@ DEFAULT_SEARCH_FIELDS = "title,abstract,body"
 # at weight 0.3. Measured with the bundled GloVe vectors on both shared data sets (README,
 # "The default ranker"), it is the only one of the weights tried (0.2, 0.3, 0.5) that beats
 # BM25 on both: nDCG@10 0.756 vs 0.721 on CL-SciSumm (p = 0.003), 0.420 vs 0.417 on CISI.
-DEFAULT_RANKER = "hidden_topics_corrected+bm25"
+DEFAULT_RANKER = "hidden_topics_corrected+bm25:maxp"
 DEFAULT_FUSION_WEIGHT = 0.3
 TOPIC_DTYPES = ("float32", "float16")
 
@@ -52,7 +52,8 @@ TOPIC_DTYPES = ("float32", "float16")
 # file's test and the config-file loader all use this one list.
 ENVIRONMENT: dict[str, str] = {
     "RERANKER_CONFIG": "TOML file with any of these names as keys (the environment overrides it)",
-    "RERANKER_DATA_DIR": "embedded store, converted word vectors, evaluation caches",
+    "RERANKER_DATA_DIR": "embedded store, trained models, evaluation indexes",
+    "RERANKER_CACHE_DIR": "converted word vectors, shared by every data dir and virtual environment (default $XDG_CACHE_HOME/reranker, else ~/.cache/reranker)",
     "RERANKER_VECTORS": "word vectors: glove-6b-50d or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH (default: the index's own, glove-6b-50d for a new one)",
     "RERANKER_K": "topics per document at index time (default 15)",
     "RERANKER_WINDOW": "BM25 candidates a query reranks (default 100)",
@@ -104,6 +105,11 @@ ENVIRONMENT: dict[str, str] = {
 
 def _default_data_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "share")
+    return Path(base) / "reranker"
+
+
+def _default_cache_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
     return Path(base) / "reranker"
 
 
@@ -330,7 +336,9 @@ class ServiceSettings:
 class Settings:
     """Everything the package can be configured with.
 
-    data_dir: where the embedded store, converted vectors and evaluation indexes live.
+    data_dir: where the embedded store, trained models and evaluation indexes live.
+    cache_dir: what can be rebuilt from other files and is the same for every data dir:
+        the converted word vectors (`vectors_cache`), keyed by the source's content.
     opensearch_url: when set, the OpenSearch store replaces the embedded one.
     vectors: "glove-6b-50d" (bundled) or a path, optionally prefixed with its format
         ("word2vec:", "word2vec-bin:", "glove:", "fasttext:", "kv:"); None (the default):
@@ -349,6 +357,7 @@ class Settings:
     """
 
     data_dir: Path
+    cache_dir: Path | None = None  # None: the data dir's `cache/` (a Settings built by hand)
     opensearch_url: str | None = None
     vectors: str | None = None
     k: int = DEFAULT_K
@@ -372,6 +381,7 @@ class Settings:
         opensearch_url = env.get("OPENSEARCH_URL") or None
         settings = cls(
             data_dir=Path(env.get("RERANKER_DATA_DIR") or _default_data_dir(env)).expanduser(),
+            cache_dir=Path(env.get("RERANKER_CACHE_DIR") or _default_cache_dir(env)).expanduser(),
             opensearch_url=opensearch_url,
             vectors=env.get("RERANKER_VECTORS") or None,
             k=_int(env, "RERANKER_K", DEFAULT_K),
@@ -401,6 +411,11 @@ class Settings:
         return settings
 
     @property
+    def vectors_cache(self) -> Path:
+        """Where converted word vectors live (see reranker/embeddings.py)."""
+        return (self.cache_dir or self.data_dir / "cache") / "vectors"
+
+    @property
     def opensearch_store(self) -> OpenSearchSettings | None:
         """The cluster settings with their hosts, when the OpenSearch store is selected."""
         if not self.opensearch_url:
@@ -422,6 +437,7 @@ class Settings:
         values: dict[str, str] = {
             "RERANKER_CONFIG": "(see above)",
             "RERANKER_DATA_DIR": str(self.data_dir),
+            "RERANKER_CACHE_DIR": str(self.cache_dir or self.data_dir / "cache"),
             "RERANKER_VECTORS": self.vectors or "the index's own (glove-6b-50d for a new index)",
             "RERANKER_K": str(self.k),
             "RERANKER_WINDOW": str(self.window),

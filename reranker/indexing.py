@@ -2,10 +2,12 @@
 
 Indexing is resumable and idempotent: documents are written in batches (each batch one
 transaction in the embedded store, one or more bulk requests in OpenSearch), and a
-document whose id is already stored with the same content is not recomputed. Topic
-extraction can run in worker processes, one batch ahead of the writes. Bad lines, and
-documents the store refuses, are reported with their file and line number and skipped;
-nothing already indexed is touched by them.
+document whose id is already stored with the same content is not recomputed, so a run
+that was killed (at any point: the stores keep what readers see whole) is completed by
+running it again; a rebuild is built beside the index readers see and resumed the same
+way. Topic extraction can run in worker processes, one batch ahead of the writes. Bad
+lines, and documents the store refuses, are reported with their file and line number
+and skipped; nothing already indexed is touched by them.
 
 When the index has a Doc2Vec model (`reranker train doc2vec`), each document written is
 given a vector inferred by that model from the same tokens, so documents added after
@@ -32,7 +34,7 @@ from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError
 from reranker.store import IndexInfo, Store
-from reranker.text import tokenize
+from reranker.text import readable_words, tokenize
 from reranker.topics import center, corpus_centering, extract_topic_pair, extract_topics, unit_rows
 from reranker.types import (
     Centering,
@@ -84,7 +86,7 @@ class IndexReport:
     skipped: tuple[Skipped, ...]
     total_documents: int  # in the store afterwards
     seconds: float
-    replaced: int = 0  # of `indexed`, those that replaced a stored version with other content
+    replaced: int = 0  # of `indexed`, those that replaced a stored version (other content, or derived by an older DERIVATION)
     # Lines whose id a later line of the same run used again: (the earlier line, the later).
     duplicates: tuple[tuple[str, str], ...] = ()
     published: object = None  # what Store.publish() reported (an alias swap, for OpenSearch)
@@ -160,9 +162,16 @@ def read_corpus(path: Path) -> Iterator[tuple[str, Document | Skipped, int]]:
                 yield location, Skipped(location, None, reason), len(raw)
 
 
+# What the indexer derives from a document (its topics, corrected topics, passages). A new
+# value makes every stored document's fingerprint differ, so the next `reranker index` of
+# the same corpus recomputes them all instead of skipping them as unchanged.
+# 2: the corrected topics of readable words only; the stems kept for best passages.
+DERIVATION = 2
+
+
 def content_hash(document: Document) -> str:
-    """A stable fingerprint of everything indexed about a document."""
-    payload = json.dumps([document.title, document.text, document.fields], sort_keys=True)
+    """A stable fingerprint of everything indexed about a document, and of how."""
+    payload = json.dumps([DERIVATION, document.title, document.text, document.fields], sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -272,20 +281,33 @@ class Correction:
 def corrected_topics(
     document: Document, vectors: WordVectors, k: int, correction: Correction, stopwords: frozenset[str] | None = None
 ) -> CorrectedTopics:
-    """The corrected topics of one document (for a text sent to the service)."""
-    lookup, counts, _ = vectors.lookup_counts(tokenize(document.full_text, stopwords))
+    """The corrected topics of one document (for a text sent to the service): of the words
+    that read as words (see `_topics_of_tokens`)."""
+    lookup, counts, _ = vectors.lookup_counts(readable_words(document.full_text, stopwords))
     return correction.topics(lookup.vectors, counts, k)
 
 
 def _topics_of_tokens(
-    tokens: list[str], vectors: WordVectors, k: int, correction: Correction | None
+    tokens: list[str], vectors: WordVectors, k: int, correction: Correction | None, readable: Counter[str] | None = None
 ) -> tuple[DocTopics, int, int, CorrectedTopics | None]:
+    """The paper's topics of every content word (`tokens`) and, with `correction`, the
+    corrected topics of those that read as words (`readable`: `readable_words` of the
+    same text, counted).
+
+    The paper's preprocessing stays the paper's. The default ranker's topics leave out
+    variables, "et al.", PDF fragments and page numerals: with them, a paper's strongest
+    topic can be "ek, lii, tot" (see docs/rankers-and-evaluation.md, "Towards a stronger
+    default", for what this measured)."""
     lookup, counts, oov = vectors.lookup_counts(tokens)
     if correction is None:
         topics, importances = extract_topics(lookup.vectors, k, counts=counts)
         return DocTopics(topics, importances), len(tokens) - oov, oov, None
-    (topics, importances), centred = extract_topic_pair(lookup.vectors, k, counts, correction.mu, correction.direction)
-    corrected = correction.with_backgrounds(*centred) if topics.shape[0] else None
+    assert readable is not None, "the corrected topics need the readable words"
+    shaping = np.fromiter((readable[word] for word in lookup.words), dtype=np.float32, count=len(lookup.words))
+    (topics, importances), centred = extract_topic_pair(
+        lookup.vectors, k, counts, correction.mu, correction.direction, np.minimum(shaping, counts)
+    )
+    corrected = correction.with_backgrounds(*centred) if centred[0].shape[0] else None
     return DocTopics(topics, importances), len(tokens) - oov, oov, corrected
 
 
@@ -381,7 +403,8 @@ def _topics_of(
     extracted: list[Extraction] = []
     for doc in documents:
         tokens = tokenize(doc.full_text, stopwords)
-        topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, vectors, k, correction)
+        readable = Counter(readable_words(doc.full_text, stopwords)) if correction is not None else None
+        topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, vectors, k, correction, readable)
         stems = " ".join(stemmer(tokens)) if stemmer is not None else None
         extracted.append((topics, n_tokens, oov, " ".join(tokens), corrected, stems))
     return extracted
@@ -413,7 +436,8 @@ def index_documents(
     Doc2Vec model is (`<data_dir>/doc2vec/`), if it has one.
 
     `centering`: the correction a new (or rebuilt) index records; without it, one is
-    estimated from `records` themselves. An index that holds documents keeps its own.
+    estimated from `records` themselves. An index that holds documents keeps its own, and
+    so does an interrupted rebuild that this run resumes.
     """
     started = time.perf_counter()
     if centering is None and needs_centering(store, rebuild):

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from reranker.config import DEFAULT_VECTORS
-from reranker.embeddings import WordVectors
+from reranker.embeddings import ProgressFactory, WordVectors
 from reranker.errors import (
     DocumentNotFoundError,
     IndexMismatchError,
     IndexNotFoundError,
     IndexOutdatedError,
+    InputError,
     RankerUnavailableError,
     StoreUnavailableError,
     VectorsError,
@@ -82,12 +83,20 @@ EXPLAIN_TOPICS = 5
 SIMILAR_QUERY_TERMS = 100
 
 
-def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors], str] | None = None) -> "Engine":
+def build_engine(
+    settings: "Settings",
+    store_name: str | Callable[[WordVectors], str] | None = None,
+    *,
+    require_documents: bool = False,
+    progress: ProgressFactory | None = None,
+) -> "Engine":
     """Vectors, store and stop list as `settings` say.
 
     `store_name` (see `open_store`) may depend on the vectors: evaluation keeps one index
     per data set and vectors. Otherwise, with no vectors in `settings`, the engine uses
-    the ones the index was built with (see `vectors_spec`).
+    the ones the index was built with (see `vectors_spec`). `require_documents`: an empty
+    index is an InputError, raised before the vectors are loaded (a first load converts
+    them). `progress`: shown while vectors are converted (see `load_vectors`).
     """
     from reranker.embeddings import load_vectors
     from reranker.store import open_store
@@ -95,18 +104,20 @@ def build_engine(settings: "Settings", store_name: str | Callable[[WordVectors],
 
     provisional = False
     if callable(store_name):
-        vectors = load_vectors(settings.vectors or DEFAULT_VECTORS, settings.data_dir / "vectors")
+        vectors = load_vectors(settings.vectors or DEFAULT_VECTORS, settings.vectors_cache, progress)
         store = open_store(settings, store_name(vectors))
     else:
         store = open_store(settings, store_name)
         try:
+            if require_documents and store.count() == 0:
+                raise InputError("the index is empty: run `reranker index CORPUS.jsonl` first")
             try:
                 spec = vectors_spec(settings, store)
             except StoreUnavailableError:
                 # Which vectors the index has is unknown until the cluster answers; texts
                 # sent with a request can still be reranked meanwhile.
                 spec, provisional = DEFAULT_VECTORS, True
-            vectors = load_vectors(spec, settings.data_dir / "vectors")
+            vectors = load_vectors(spec, settings.vectors_cache, progress)
         except BaseException:
             store.close()
             raise
@@ -252,7 +263,7 @@ class Engine:
     def window(self, query: Query, size: int, filters: Sequence[Filter] = ()) -> CandidateSet:
         """The BM25 top-`size` for the query (passing `filters`); `complete` adds what a
         ranker needs of them."""
-        return CandidateSet(candidates=tuple(self.store.bm25(query.text, size, filters)))
+        return CandidateSet(candidates=tuple(self.store.bm25(query.text, size, filters)), query_text=query.text)
 
     def complete(self, window: CandidateSet, ranker: Ranker, check: Callable[[], None] | None = None) -> CandidateSet:
         """`window` with what `ranker` needs and it lacks: topics (the paper's or the
@@ -271,6 +282,11 @@ class Engine:
             window = replace(window, centering=self._centering())
         if "corrected_topics" in ranker.needs and window.corrected is None:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
+        if "passages" in ranker.needs and window.passage_scores is None and window.query_text is not None and len(window):
+            ids = [c.doc_id for c in window.candidates]
+            found = self.store.passage_bm25(window.query_text, ids, list(window.texts or (None,) * len(ids)))
+            if found is not None:
+                window = replace(window, passage_scores=np.asarray(found, dtype=np.float64))
         return window
 
     def first_stage(self, query: Query, window: CandidateSet) -> CandidateSet:

@@ -280,17 +280,30 @@ def extract_topic_pair(
     counts: npt.ArrayLike,
     mu: npt.ArrayLike,
     direction: npt.ArrayLike,
+    centred_counts: npt.ArrayLike | None = None,
 ) -> tuple[tuple[FloatArray, FloatArray], tuple[FloatArray, FloatArray]]:
     """`extract_topics` of the word vectors and of the same vectors centred (`center`), at
     the cost of about one.
 
-    word_vectors (u, d) distinct words, counts (u,), mu and direction (d,). Returns
-    ((topics, importances), (corrected topics, importances)) as `extract_topics` does.
-    For u >= d both come from one Gram matrix: with P = I - direction direction^T, s =
-    sum_j c_j v_j and C = sum_j c_j, the centred one is P (G - s mu^T - mu s^T + C mu mu^T) P.
+    word_vectors (u, d) distinct words, counts (u,), mu and direction (d,). centred_counts
+    (u,), when given: the words' counts in the centred topics instead (0 for a word that
+    may not shape them). Returns ((topics, importances), (corrected topics, importances))
+    as `extract_topics` does. For u >= d and the same counts both come from one Gram
+    matrix: with P = I - direction direction^T, s = sum_j c_j v_j and C = sum_j c_j, the
+    centred one is P (G - s mu^T - mu s^T + C mu mu^T) P.
     """
     vectors = np.asarray(word_vectors, dtype=np.float32)
     weights = np.asarray(counts, dtype=np.float32)
+    if centred_counts is not None:
+        # Other counts, another Gram matrix: the pair shares nothing but the lookup.
+        centred_weights = np.asarray(centred_counts, dtype=np.float32)
+        if vectors.ndim != 2 or centred_weights.shape != vectors.shape[:1]:
+            raise ValueError(f"centred_counts must be ({vectors.shape[0]},), got shape {centred_weights.shape}")
+        shaping = centred_weights > 0
+        return (
+            extract_topics(vectors, k, counts=weights),
+            extract_topics(center(vectors[shaping], mu, direction), k, counts=centred_weights[shaping]),
+        )
     if vectors.ndim != 2 or vectors.shape[0] < vectors.shape[1] or weights.shape != vectors.shape[:1] or k < 1:
         centred = center(vectors, mu, direction) if vectors.ndim == 2 and vectors.size else vectors
         return extract_topics(vectors, k, counts=counts), extract_topics(centred, k, counts=counts)

@@ -13,18 +13,24 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pytest
 from hypothesis import settings
 
 from reranker.cli import main
+from reranker.config import Settings
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.pipeline import Engine
 from reranker.store.embedded import EmbeddedStore
+
+if TYPE_CHECKING:
+    from reranker.config import OpenSearchSettings
+    from reranker.store.opensearch import OpenSearchStore
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -44,15 +50,35 @@ def write_jsonl(path: Path, records: Iterable[Any]) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's RERANKER_CACHE_DIR, for every command and server the tests start: the
+    vectors are converted once per session, and never into the user's own ~/.cache."""
+    directory = tmp_path_factory.mktemp("cache")
+    before = os.environ.get("RERANKER_CACHE_DIR")
+    os.environ["RERANKER_CACHE_DIR"] = str(directory)
+    yield directory
+    if before is None:
+        del os.environ["RERANKER_CACHE_DIR"]
+    else:
+        os.environ["RERANKER_CACHE_DIR"] = before
+
+
 @pytest.fixture(scope="session")
-def vectors_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("vectors")
+def vectors_cache(cache_dir: Path) -> Path:
+    return Settings(data_dir=cache_dir, cache_dir=cache_dir).vectors_cache
 
 
 @pytest.fixture(scope="session")
 def glove(vectors_cache: Path) -> WordVectors:
     """The bundled GloVe 6B 50-d vectors, converted once per test session."""
     return load_vectors("glove-6b-50d", vectors_cache)
+
+
+def settings_env(data_dir: Path, **more: str) -> dict[str, str]:
+    """The environment of a service or command over `data_dir`: HOME there too (nothing
+    reaches the real home), the session's converted vectors."""
+    return {"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"], **more}
 
 
 class ClusterProxy:
@@ -203,17 +229,12 @@ class InterruptAfter:
             raise KeyboardInterrupt
 
 
-def new_data_dir(directory: Path, vectors_cache: Path) -> Path:
-    """`directory`, created, as a data dir that reuses the session's converted vectors."""
-    directory.mkdir()
-    (directory / "vectors").symlink_to(vectors_cache, target_is_directory=True)
-    return directory
-
-
 @pytest.fixture
-def data_dir(tmp_path: Path, vectors_cache: Path, glove: object) -> Path:
-    """A fresh data dir that reuses the session's converted GloVe vectors."""
-    return new_data_dir(tmp_path / "data", vectors_cache)
+def data_dir(tmp_path: Path, glove: object) -> Path:
+    """A fresh data dir (the session's GloVe vectors are converted already)."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    return directory
 
 
 def run(data_dir: Path, *argv: str) -> tuple[int, str]:
@@ -255,3 +276,83 @@ TINY_CORPUS = [
         "defence. A grandmaster plans moves with the bishop, knight and rook to checkmate the king.",
     },
 ]
+
+
+@dataclass(frozen=True)
+class ReindexWatch:
+    """What readers saw while `searches_during_reindex` replaced every document."""
+
+    documents: int
+    replaced: int  # as the indexing run reported
+    checks: int  # documents looked for while the run went on
+    misses: tuple[str, ...]  # ids a check did not find
+    seconds: float
+
+
+def distinct_word(number: int) -> str:
+    """A made-up word per document ("qyb", "qyc", ...): consonants only, so no analyser
+    stems or splits it, and no other document contains it."""
+    letters, word = "bcdfghjklmnpqrstvwxz", ""
+    for _ in range(4):
+        word += letters[number % 20]
+        number //= 20
+    return "qy" + word
+
+
+def searches_during_reindex(
+    config: "OpenSearchSettings", vectors: WordVectors, directory: Path, documents: int, readers: int = 2
+) -> ReindexWatch:
+    """Index `documents` documents, then index a changed version of each in place (no
+    rebuild) while `readers` threads, each with its own store, look for random documents:
+    one is found when a BM25 search for its distinctive word returns it and its text and
+    topics come back by id. Every document is looked for once more afterwards."""
+    import random
+
+    from reranker.indexing import index_corpus
+    from reranker.store.opensearch import OpenSearchStore
+
+    common = "ship sea sail harbour wind storm captain crew ocean voyage bread oven flour yeast kitchen chess king rook bishop knight".split()
+
+    def corpus(name: str, edition: str) -> Path:
+        chooser = random.Random(name)
+        return write_jsonl(directory / name, (
+            {"id": f"d{n}", "title": f"paper {distinct_word(n)}", "text": f"{distinct_word(n)} {' '.join(chooser.sample(common, 8))} {edition}"}
+            for n in range(documents)
+        ))
+
+    first, second = corpus("first.jsonl", "first edition"), corpus("second.jsonl", "second revised edition")
+    assert index_corpus(first, OpenSearchStore(config), vectors, 3, show_progress=False).indexed == documents
+    done = threading.Event()
+    checks: list[int] = []
+    misses: list[str] = []
+
+    def found(store: "OpenSearchStore", number: int) -> bool:
+        doc_id = f"d{number}"
+        hits = [hit.doc_id for hit in store.bm25(distinct_word(number), 5)]
+        return doc_id in hits and doc_id in store.documents([doc_id]) and not store.topics([doc_id]).missing
+
+    def read(seed: int) -> None:
+        store, chooser = OpenSearchStore(config), random.Random(seed)
+        while not done.is_set():
+            number = chooser.randrange(documents)
+            if not found(store, number):
+                misses.append(f"d{number}")
+            checks.append(number)
+        store.close()
+
+    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(readers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    try:
+        report = index_corpus(second, OpenSearchStore(config), vectors, 3, show_progress=False)
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
+    seconds = time.perf_counter() - started
+    after = OpenSearchStore(config)
+    misses += [f"d{number}" for number in range(documents) if not found(after, number)]
+    assert after.documents(["d0"])["d0"].text.endswith("second revised edition")
+    after.close()
+    return ReindexWatch(documents, report.replaced, len(checks), tuple(misses), seconds)

@@ -7,32 +7,36 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, settings_env, write_jsonl
 
 from reranker.evaluation import metric_names
 from reranker.rankers import ranker_names
+
+if TYPE_CHECKING:
+    from reranker.embeddings import WordVectors
 
 
 def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
     code, out = run(data_dir, "demo", "--queries", "2")
     assert code == 0
     assert "25 CL-SciSumm papers" in out and "25 indexed now" in out
-    assert out.count("BM25 order") == 2 and out.count("hidden_topics_corrected+bm25 order") == 2
+    assert out.count("BM25 order") == 2 and out.count("hidden_topics_corrected+bm25:maxp order") == 2
     assert "topic " in out and "- background" in out and "query words:" in out
     # What the demo says is true: the score is its parts, the topic score the sum of the
     # topics shown and the rest (to the printed digits), not of a few topics alone.
     assert "is the sum of these" not in out
     for block in out.split("is first:\n")[1:]:
         lines = block.splitlines()
-        parts = re.match(r"\s+score ([0-9.]+) = topics ([0-9.]+) \+ bm25 ([0-9.]+) ", lines[0])
-        assert parts is not None and float(parts[1]) == pytest.approx(float(parts[2]) + float(parts[3]), abs=2e-4)
+        parts = re.match(r"\s+score ([0-9.]+) = topics ([0-9.]+) \+ bm25 ([0-9.]+) \+ passages ([0-9.]+) ", lines[0])
+        assert parts is not None and float(parts[1]) == pytest.approx(sum(float(parts[i]) for i in (2, 3, 4)), abs=3e-4)
         total = re.match(r"\s+hidden_topics_corrected score (-?[0-9.]+) = the sum of its 15 topics' contributions", lines[1])
         assert total is not None and "the other 10 topics together" in lines[7]
         shown = [float(re.findall(r"-> ([+-][0-9.]+)", line)[0]) for line in lines[2:8]]
         assert sum(shown) == pytest.approx(float(total[1]), abs=4e-5)
-    assert "| hidden_topics |" in out and "| bm25 |" in out and "| hidden_topics_corrected+bm25 |" in out
+    assert "| hidden_topics |" in out and "| bm25 |" in out and "| hidden_topics_corrected+bm25:maxp |" in out
     code, again = run(data_dir, "demo", "--queries", "1")
     assert code == 0 and "0 indexed now, 25 already there" in again
 
@@ -43,7 +47,7 @@ def test_index_then_search(data_dir: Path) -> None:
     query = "A maximum entropy named entity recognizer that uses global features from the whole document."
     code, out = run(data_dir, "search", query, "--size", "4", "--explain")
     assert code == 0
-    assert out.startswith("hidden_topics_corrected+bm25: 4 of the BM25 top 100")  # the default ranker
+    assert out.startswith("hidden_topics_corrected+bm25:maxp: 4 of the BM25 top 100")  # the default ranker
     assert out.count("topics' contributions") == 4 and out.count("other 5 topics together") == 4  # K = 10
     code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20", "--explain")
     body = json.loads(out)
@@ -57,7 +61,7 @@ def test_index_then_search(data_dir: Path) -> None:
     from reranker.config import Settings
     from reranker.service import create_app
 
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    app = create_app(Settings.from_env(settings_env(data_dir)))
     served = app.test_client().post("/search", json={"query": query, "ranker": "hidden_topics_code", "window": 20, "explain": True}).get_json()
     app.extensions["reranker"].close()
     assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
@@ -70,14 +74,14 @@ def test_index_then_search(data_dir: Path) -> None:
 def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> None:
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
-    assert code == 0 and out.startswith("hidden_topics_corrected+bm25: 3 papers like P01-1027")  # the default ranker
+    assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
     assert [h["bm25_rank"] for h in body["hits"]] == list(range(1, 11))
     from reranker.config import Settings
     from reranker.service import create_app
 
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    app = create_app(Settings.from_env(settings_env(data_dir)))
     served = app.test_client().get("/documents/P01-1027/similar?ranker=bm25").get_json()
     app.extensions["reranker"].close()
     assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
@@ -149,7 +153,7 @@ def test_index_train_vectors_end_to_end(data_dir: Path, tmp_path: Path, capsys: 
         engine.store.close()
     query = "A maximum entropy named entity recognizer that uses global features from the whole document."
     code, out = run(data_dir, "search", query, "--json")
-    assert code == 0 and json.loads(out)["ranker"] == "hidden_topics_corrected+bm25" and json.loads(out)["hits"]
+    assert code == 0 and json.loads(out)["ranker"] == "hidden_topics_corrected+bm25:maxp" and json.loads(out)["hits"]
     assert run(data_dir, "train", "doc2vec", str(corpus), "--epochs", "2", "--no-progress")[0] == 0
     assert run(data_dir, "search", query, "--ranker", "doc2vec+bm25")[0] == 0
     # The same command again reuses the vectors and finds every document unchanged.
@@ -334,7 +338,7 @@ def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: p
     from reranker.config import Settings
     from reranker.pipeline import build_engine
 
-    engine = build_engine(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    engine = build_engine(Settings.from_env(settings_env(data_dir)))
     try:
         assert engine.document("ships").text.endswith("Later version.")  # the later line won
     finally:
@@ -356,3 +360,61 @@ def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: p
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(chess).encode() + b"\n")
     code, out = run(data_dir, "index", str(bom), "--no-progress")
     assert code == 0 and "skipped 0" in out
+
+
+def _tiny_vectors(path: Path, glove: "WordVectors") -> Path:
+    """The GloVe vectors of TINY_CORPUS's words, as a word2vec text file (converts in
+    a fraction of a second)."""
+    from reranker.text import tokenize
+
+    words = sorted({word for doc in TINY_CORPUS for word in tokenize(doc["title"] + " " + doc["text"]) if word in glove})
+    found = glove.lookup(words)
+    lines = [f"{len(found.words)} {glove.dim}"] + [f"{w} " + " ".join(f"{x:.6f}" for x in v) for w, v in zip(found.words, found.vectors)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_vectors_are_converted_once_for_every_data_dir(
+    tmp_path: Path, glove: "WordVectors", monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two data dirs, and a second copy of the vectors file (another virtual environment's
+    package), share one converted entry of the user's cache; a search before anything is
+    indexed fails at once and converts nothing."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RERANKER_CACHE_DIR", str(cache))
+    vectors = _tiny_vectors(tmp_path / "tiny.txt", glove)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", TINY_CORPUS)
+    one, two = tmp_path / "one", tmp_path / "two"
+
+    for command in (["search", "ships"], ["similar", "ships"]):
+        assert run(one, "--vectors", f"word2vec:{vectors}", *command)[0] == 1
+        err = capsys.readouterr().err
+        assert err.strip() == "reranker: error: the index is empty: run `reranker index CORPUS.jsonl` first"
+    assert not cache.exists(), "a command that fails on an empty index converted vectors first"
+
+    assert run(one, "--vectors", f"word2vec:{vectors}", "index", str(corpus), "--no-progress")[0] == 0
+    err = capsys.readouterr().err
+    [entry] = [path for path in (cache / "vectors").iterdir() if path.is_dir() and path.name.startswith("tiny-")]
+    assert err.count("converting word vectors tiny.txt") == 1 and str(entry) in err
+    native = entry / "vectors.kv"
+    stamp = (native.stat().st_ino, native.stat().st_mtime_ns)
+
+    copy = tmp_path / "venv2" / "tiny.txt"
+    copy.parent.mkdir()
+    copy.write_bytes(vectors.read_bytes())
+    assert run(two, "--vectors", f"word2vec:{copy}", "index", str(corpus), "--no-progress")[0] == 0
+    assert run(one, "search", "sailing ships on the ocean", "--json")[0] == 0
+    assert "converting" not in capsys.readouterr().err
+    assert (native.stat().st_ino, native.stat().st_mtime_ns) == stamp
+    assert [path.name for path in (cache / "vectors").iterdir() if path.is_dir() and path.name != "sources"] == [entry.name]
+    assert not (one / "vectors").exists() and not (two / "vectors").exists()
+
+
+def test_search_before_index_on_opensearch_converts_nothing(
+    tmp_path: Path, osmem_clone: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RERANKER_CACHE_DIR", str(cache))
+    assert run(tmp_path / "data", "--opensearch-url", osmem_clone.url, "search", "ships")[0] == 1
+    assert "run `reranker index CORPUS.jsonl` first" in capsys.readouterr().err
+    assert not cache.exists()

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS, write_jsonl
+from conftest import TINY_CORPUS, searches_during_reindex, settings_env, write_jsonl
 
 from reranker.config import OpenSearchSettings, parse_search_fields
 from reranker.embeddings import WordVectors
@@ -132,6 +132,16 @@ def test_incremental_writes_are_searchable_when_indexing_returns(
     assert "late" in {h.doc_id for h in cluster_store.bm25("ocean liners", 10)}
 
 
+def test_an_in_place_reindex_keeps_every_document_searchable(
+    cluster_store: OpenSearchStore, glove: WordVectors, tmp_path: Path
+) -> None:
+    """As tests/test_opensearch.py checks on osmem-server, with the cluster's own refresh:
+    an old version stays searchable until the refresh that shows its replacement."""
+    watch = searches_during_reindex(cluster_store.config, glove, tmp_path, documents=2000)
+    assert watch.replaced == 2000 and watch.checks >= 200
+    assert watch.misses == (), f"{len(watch.misses)} of {watch.checks} searches missed a document: {watch.misses[:5]}"
+
+
 def max_content_length(store: OpenSearchStore) -> int:
     settings = store.client.cluster.get_settings(include_defaults=True, flat_settings=True)
     raw = next((s["http.max_content_length"] for s in settings.values() if "http.max_content_length" in s), "100mb")
@@ -220,7 +230,7 @@ def restricted(cluster_store: OpenSearchStore) -> Iterator[tuple[OpenSearchStore
         cluster_store.client.indices.delete(index=f"{secret},{alias}-experiments,{alias}-ubi_queries,{alias}-ubi_events", ignore_unavailable=True)
 
 
-def test_the_service_user_reads_its_indices_and_no_other(restricted: tuple[OpenSearchStore, str, str], tmp_path: Path, vectors_cache: Path) -> None:
+def test_the_service_user_reads_its_indices_and_no_other(restricted: tuple[OpenSearchStore, str, str], tmp_path: Path) -> None:
     """Defence in depth: as reranker-service (the role the secure compose stack gives the
     service), the store and the service work on their own indices, and the cluster itself
     refuses a search of another one: directly, and through a proxy told to forward any
@@ -244,9 +254,8 @@ def test_the_service_user_reads_its_indices_and_no_other(restricted: tuple[OpenS
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     env = {
-        "HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "OPENSEARCH_URL": URL, "RERANKER_INDEX": alias,
+        **settings_env(data_dir), "OPENSEARCH_URL": URL, "RERANKER_INDEX": alias,
         "OPENSEARCH_USERNAME": "reranker-service", "OPENSEARCH_PASSWORD": password,
         "OPENSEARCH_VERIFY_CERTS": "true" if admin_store.config.verify_certs else "false",
         "RERANKER_PROXY_INDICES": "*", "RERANKER_ADMIN_API_KEY": "admin-key",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run
+from conftest import SAMPLE, run, settings_env
 from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
@@ -40,16 +40,15 @@ def _documents(n: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
+def indexed(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
     data_dir = tmp_path_factory.mktemp("cohere") / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     return data_dir
 
 
 def _app(data_dir: Path, **env: str) -> Any:
-    return create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_API_KEYS": f"{KEY}, other-key", **env}))
+    return create_app(Settings.from_env({**settings_env(data_dir), "RERANKER_API_KEYS": f"{KEY}, other-key", **env}))
 
 
 @pytest.fixture(scope="module")
@@ -183,9 +182,9 @@ def test_a_missing_or_wrong_key_is_401(client: FlaskClient, headers: dict[str, s
 def test_keys_come_from_a_file_and_none_configured_refuses_all(indexed: Path, tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("# rotated 2026-11\nfile-key\n")
-    app = create_app(Settings.from_env({"HOME": str(indexed), "RERANKER_DATA_DIR": str(indexed), "RERANKER_API_KEYS_FILE": str(keys)}))
+    app = create_app(Settings.from_env({**settings_env(indexed), "RERANKER_API_KEYS_FILE": str(keys)}))
     assert app.test_client().post("/v2/rerank", json={"query": QUERY, "documents": ["a"]}, headers={"Authorization": "Bearer file-key"}).status_code == 200
-    bare = create_app(Settings.from_env({"HOME": str(indexed), "RERANKER_DATA_DIR": str(indexed)})).test_client()
+    bare = create_app(Settings.from_env(settings_env(indexed))).test_client()
     answer = bare.post("/v2/rerank", json={"query": QUERY, "documents": ["a"]}, headers={"Authorization": "Bearer anything"})
     assert answer.status_code == 401 and "RERANKER_API_KEYS" in answer.get_json()["error"]["reason"]
 
@@ -318,7 +317,7 @@ def test_scores_for_some_documents_only_are_refused(client: FlaskClient) -> None
     assert "1 of 2 documents have a score" in answer.get_json()["error"]["reason"]
 
 
-def test_without_an_index_the_order_is_the_first_stage(tmp_path: Path, vectors_cache: Path, glove: Any) -> None:
+def test_without_an_index_the_order_is_the_first_stage(tmp_path: Path, glove: Any) -> None:
     """A store with no statistics (no documents yet): the texts' order, -ln(rank)."""
     from reranker.pipeline import Engine
     from reranker.rankers import CandidateSet

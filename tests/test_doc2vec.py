@@ -252,6 +252,9 @@ def test_a_changed_document_loses_its_vector_and_a_rebuild_the_model(ready: Embe
     assert ready.index_info().doc2vec == info_of()  # type: ignore[union-attr]
     ready.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
     assert ready.index_info() == IndexInfo(EMBEDDING, k=2)
+    ready.upsert([stored("a", "ships at sea, rebuilt")])
+    assert ready.doc_vectors(["b"]).model == info_of().checksum  # readers: the old index, until the swap
+    ready.publish()
     batch = ready.doc_vectors(["a"])
     assert batch.missing == ("a",) and batch.model == "" and batch.vectors.shape == (1, 0)
 

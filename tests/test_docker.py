@@ -413,6 +413,8 @@ def test_indexer_and_reranker_share_the_data_volume() -> None:
         sources.add(mounts[data_dir])
         prepared = dockerfile_env().get("RERANKER_DATA_DIR")
         assert data_dir == prepared, f"{name}: RERANKER_DATA_DIR={data_dir}, the image prepares {prepared}"
+        cache = env_of(svc).get("RERANKER_CACHE_DIR") or dockerfile_env().get("RERANKER_CACHE_DIR") or ""
+        assert cache.startswith(data_dir.rstrip("/") + "/"), f"{name}: RERANKER_CACHE_DIR={cache!r} is not on the data volume"
     assert len(sources) == 1, f"the converted vectors should be shared: data volumes {sources}"
     assert sources.pop() in (compose.get("volumes") or {}), "the data volume should be a declared named volume"
 

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -82,16 +90,147 @@ def test_fasttext_models_load(tmp_path: Path) -> None:
     assert loaded.dim == 8 and "summary" in loaded
 
 
-def test_conversion_happens_once_and_is_memory_mapped(tmp_path: Path) -> None:
+class Recorder:
+    """A progress bar that remembers what a conversion showed."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.done, self.stages, self.closed = what, 0, [], False
+
+    def update(self, n: int) -> None:
+        assert n > 0
+        self.done += n
+
+    def set_description(self, desc: str) -> None:
+        self.stages.append(desc)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def converting(bars: list[Recorder]) -> Callable[[str], Recorder]:
+    def start(what: str) -> Recorder:
+        bars.append(Recorder(what))
+        return bars[-1]
+
+    return start
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(path for path in cache.iterdir() if path.is_dir() and not path.name.startswith(".") and path.name != "sources")
+
+
+def test_conversion_happens_once_per_content_and_is_memory_mapped(tmp_path: Path) -> None:
+    """One cache entry per content: the same bytes at another path (another virtual
+    environment's copy of a package) reuse it untouched; other bytes get their own."""
+    cache = tmp_path / "cache"
     source = tmp_path / "vecs.txt"
     small_vectors().save_word2vec_format(str(source), binary=False)
-    first = load_vectors(str(source), tmp_path / "cache")
-    converted = sorted((tmp_path / "cache").glob("*.kv"))
-    assert len(converted) == 1
-    stamp = converted[0].stat().st_mtime_ns
-    second = load_vectors(str(source), tmp_path / "cache")
-    assert converted[0].stat().st_mtime_ns == stamp
-    assert first.info == second.info
+    bars: list[Recorder] = []
+    first = load_vectors(str(source), cache, converting(bars))
+    assert isinstance(first._vectors, np.memmap)
+    [entry] = entries(cache)
+    assert first.path is not None and first.path.parent == entry
+    assert len(bars) == 1 and str(entry) in bars[0].what and "once" in bars[0].what
+    assert bars[0].done == 100 and bars[0].closed and bars[0].stages[0] == "reading vecs.txt"
+    native = entry / "vectors.kv"
+    stamp = (native.stat().st_ino, native.stat().st_mtime_ns)
+
+    elsewhere = tmp_path / "other-venv" / "vecs.txt"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(source.read_bytes())
+    second = load_vectors(str(elsewhere), cache, converting(bars))
+    assert len(bars) == 1, "the same content at another path was converted again"
+    assert entries(cache) == [entry] and (native.stat().st_ino, native.stat().st_mtime_ns) == stamp
+    assert second.info.checksum == first.info.checksum and second.info.source == f"word2vec:{elsewhere.resolve()}"
+
+    changed = small_vectors()
+    changed.vectors[0] += 1
+    changed.save_word2vec_format(str(source), binary=False)  # other bytes at the same path
+    third = load_vectors(str(source), cache, converting(bars))
+    assert len(bars) == 2 and len(entries(cache)) == 2
+    assert third.info.checksum != first.info.checksum
+    np.testing.assert_allclose(third.lookup(["topic"]).vectors[0], [1.0, 1.1, 1.2, 1.3], atol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "remove", "unfinished"])
+def test_a_damaged_cache_entry_is_converted_again(tmp_path: Path, damage: str) -> None:
+    cache = tmp_path / "cache"
+    source = tmp_path / "vecs.txt"
+    small_vectors().save_word2vec_format(str(source), binary=False)
+    load_vectors(str(source), cache)
+    [entry] = entries(cache)
+    whole = {part.name: part.read_bytes() for part in entry.iterdir()}
+    if damage == "truncate":
+        with (entry / "vectors.kv-fast.npy").open("r+b") as handle:
+            handle.truncate(100)
+    elif damage == "remove":
+        (entry / "vectors.kv.vectors.npy").unlink(missing_ok=True)
+        (entry / "vectors.kv").unlink()
+    else:  # left by a version that wrote in place, killed before its record
+        (entry / "entry.json").unlink()
+    (cache / f".{entry.name}.partial-99999").mkdir()  # a killed conversion's leftovers
+    bars: list[Recorder] = []
+    again = load_vectors(str(source), cache, converting(bars))
+    assert len(bars) == 1, "the damaged entry was used as it was"
+    assert entries(cache) == [entry] and not list(cache.glob(".*partial*")) and not list(cache.glob(".*stale*"))
+    assert {part.name for part in entry.iterdir()} == set(whole)
+    assert (entry / "vectors.kv-fast.npy").read_bytes() == whole["vectors.kv-fast.npy"]
+    np.testing.assert_allclose(again.lookup(["matrix"]).vectors[0], [1.6, 1.7, 1.8, 1.9], atol=1e-6)
+    assert load_vectors(str(source), cache, converting(bars)) and len(bars) == 1
+
+
+def test_processes_converting_at_once_make_one_entry(tmp_path: Path) -> None:
+    """Two processes that find no entry at once: one converts, the other waits and opens
+    its result; neither reads a half-written one. The test holds the conversion lock
+    until both wait on it (Linux's /proc/locks shows waiters)."""
+    locks = Path("/proc/locks")
+    if not locks.exists():
+        pytest.skip("needs /proc/locks to see both processes wait")
+    source = tmp_path / "vecs.txt"
+    small_vectors().save_word2vec_format(str(source), binary=False)
+    load_vectors(str(source), tmp_path / "scratch")
+    [name] = [entry.name for entry in entries(tmp_path / "scratch")]  # the entry's name, for its lock
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    script = (
+        "import sys; from pathlib import Path; from reranker.embeddings import load_vectors; "
+        "v = load_vectors(sys.argv[1], Path(sys.argv[2]), lambda what: print(what, file=sys.stderr)); "
+        "print(v.info.checksum, float(v.lookup(['matrix']).vectors[0][0]))"
+    )  # (the factory returns no bar: the conversion then reports nothing more)
+    with (cache / f".{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runs = [
+            subprocess.Popen([sys.executable, "-c", script, str(source), str(cache)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        inode = f":{os.fstat(lock.fileno()).st_ino} "
+        deadline = time.monotonic() + 60
+        while sum(" -> " in line and inode in line for line in locks.read_text().splitlines()) < 2:
+            assert time.monotonic() < deadline and all(run.poll() is None for run in runs), "the processes never waited together"
+            time.sleep(0.05)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    answers = [run.communicate(timeout=120) for run in runs]
+    assert all(run.returncode == 0 for run in runs), answers
+    assert answers[0][0] == answers[1][0] and answers[0][0].split()[1] == "1.600000023841858"
+    assert sum("converting word vectors" in err for _, err in answers) == 1
+    assert len(entries(cache)) == 1
+
+
+def test_the_source_is_hashed_once_per_file_version(tmp_path: Path) -> None:
+    """The content key's sha256 is remembered for the file's size, times and inode: a
+    later load reads the record, not the file; a rewritten file is hashed again."""
+    from reranker.embeddings import source_digest
+
+    source = tmp_path / "vecs.txt"
+    small_vectors().save_word2vec_format(str(source), binary=False)
+    digest = source_digest(source, tmp_path / "cache")
+    assert digest == hashlib.sha256(source.read_bytes()).hexdigest()
+    [record] = (tmp_path / "cache" / "sources").iterdir()
+    remembered = json.loads(record.read_text())
+    record.write_text(json.dumps({**remembered, "sha256": "f" * 64}))  # proves the record is what is read
+    assert source_digest(source, tmp_path / "cache") == "f" * 64
+    source.write_text(source.read_text() + "\n")
+    assert source_digest(source, tmp_path / "cache") == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def test_missing_or_broken_files_raise_vectors_error(tmp_path: Path) -> None:
@@ -131,7 +270,7 @@ def test_the_fast_copy_reads_the_same_vectors_without_gensim(tmp_path: Path, glo
     from reranker.embeddings import SortedVocabulary
 
     assert glove.path is not None
-    glove = load_vectors("glove-6b-50d", glove.path.parent)  # fresh: other tests load gensim's view of the session's
+    glove = load_vectors("glove-6b-50d", glove.path.parent.parent)  # fresh: other tests load gensim's view of the session's
     assert isinstance(glove._index, SortedVocabulary) and glove._keyed is None
     keyed = glove.keyed_vectors  # gensim, loaded on first use
     words = random.Random(7).sample(keyed.index_to_key, 3000) + ["naïve", "北京", "qqzzxv", "", "x" * 300]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run
+from conftest import SAMPLE, run, settings_env
 from flask.testing import FlaskClient
 
 from reranker import experiments as ex
@@ -36,17 +36,16 @@ QUERIES = [json.loads(line)["text"] for line in (SAMPLE / "queries.jsonl").read_
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
+def indexed(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
     data_dir = tmp_path_factory.mktemp("experiments") / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     code, _ = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
     assert code == 0
     return data_dir
 
 
 def _settings(data_dir: Path, **env: str) -> Settings:
-    return Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN, **env})
+    return Settings.from_env({**settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN, **env})
 
 
 @pytest.fixture()
@@ -439,7 +438,7 @@ def _call(url: str, body: Any = None, method: str = "GET", headers: dict[str, st
 
 
 def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN, "RERANKER_WORKERS": "1"}
+    env = {**os.environ, **settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN, "RERANKER_WORKERS": "1"}
     server = subprocess.Popen(
         [sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{port}"], env=env,
         stdout=subprocess.DEVNULL, stderr=log.open("ab"), start_new_session=True,
@@ -485,7 +484,7 @@ def test_events_survive_a_killed_server(data_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.fixture()
-def cluster_app(osmem_server: Any, glove: Any, vectors_cache: Path, tmp_path: Path) -> Iterator[tuple[Any, Path, str]]:
+def cluster_app(osmem_server: Any, glove: Any, tmp_path: Path) -> Iterator[tuple[Any, Path, str]]:
     """(app factory, data dir, cluster URL): TINY_CORPUS behind the alias `papers` in a
     cluster of its own, so the experiment's traffic never reaches other tests."""
     from conftest import TINY_CORPUS, write_jsonl
@@ -500,7 +499,6 @@ def cluster_app(osmem_server: Any, glove: Any, vectors_cache: Path, tmp_path: Pa
     store.close()
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
 
     def make(**env: str) -> Any:
         return create_app(_settings(data_dir, OPENSEARCH_URL=clone.url, RERANKER_INDEX="papers", **env))

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, new_data_dir, run
+from conftest import SAMPLE, run, settings_env
 from pydantic import ValidationError
 
 from reranker.config import Settings
@@ -33,12 +33,12 @@ TOPIC_RANKERS = [name for name in ranker_names() if explained_ranker(get_ranker(
 
 
 def _settings(data_dir: Path) -> Settings:
-    return Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_FUSION_WEIGHT": str(WEIGHT)})
+    return Settings.from_env({**settings_env(data_dir), "RERANKER_FUSION_WEIGHT": str(WEIGHT)})
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
-    data_dir = new_data_dir(tmp_path_factory.mktemp("explanations") / "data", vectors_cache)
+def indexed(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
+    data_dir = tmp_path_factory.mktemp("explanations") / "data"
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     assert run(data_dir, "train", "doc2vec", str(SAMPLE / "corpus.jsonl"), "--dim", "32", "--epochs", "10", "--no-progress")[0] == 0
     return data_dir

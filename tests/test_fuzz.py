@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import pytest
 import schemathesis
-from conftest import REPO, SAMPLE, Service, new_data_dir, run
+from conftest import REPO, SAMPLE, Service, run, settings_env
 from hypothesis import HealthCheck, given, settings
 
 from reranker.config import Settings
@@ -39,17 +39,23 @@ KEYS = {"RERANKER_API_KEYS": KEY, "RERANKER_ADMIN_API_KEY": KEY}
 SMALL_LIMITS = {"RERANKER_MAX_TEXT_CHARS": "2000", "RERANKER_MAX_DOCUMENTS": "20", "RERANKER_MAX_WINDOW": "50", "RERANKER_WINDOW": "20"}
 
 
+def _data_dir(factory: pytest.TempPathFactory, name: str) -> Path:
+    data_dir = factory.mktemp(name) / "data"
+    data_dir.mkdir()
+    return data_dir
+
+
 @pytest.fixture(scope="module")
-def embedded_dir(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
-    data_dir = new_data_dir(tmp_path_factory.mktemp("fuzz-embedded") / "data", vectors_cache)
+def embedded_dir(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
+    data_dir = _data_dir(tmp_path_factory, "fuzz-embedded")
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     return data_dir
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object, osmem_server: Any) -> Iterator[tuple[Path, str]]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, glove: object, osmem_server: Any) -> Iterator[tuple[Path, str]]:
     clone = osmem_server.clone()
-    data_dir = new_data_dir(tmp_path_factory.mktemp("fuzz-cluster") / "data", vectors_cache)
+    data_dir = _data_dir(tmp_path_factory, "fuzz-cluster")
     assert run(data_dir, "--opensearch-url", clone.url, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     yield data_dir, clone.url
     clone.close()
@@ -62,7 +68,9 @@ def schemathesis_run(service: Service) -> str:
     command = [
         str(st), "run", f"{service.url}/openapi.json", "--header", f"Authorization: Bearer {KEY}",
         "--checks", "all", "--phases", "examples,coverage,fuzzing", "--generation-deterministic",
-        "--max-examples", "10", "--workers", "2", "--suppress-health-check", "all", "--no-color",
+        # One worker: with two, CPython 3.11's ast.parse (which hypothesis calls to describe a
+        # strategy) can race in the threads ("AST constructor recursion depth mismatch").
+        "--max-examples", "10", "--workers", "1", "--suppress-health-check", "all", "--no-color",
     ]  # fmt: skip
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
     output = done.stdout + done.stderr
@@ -99,7 +107,7 @@ def test_the_cluster_service_honours_its_schema(cluster: tuple[Path, str]) -> No
 
 @pytest.fixture(scope="module")
 def embedded_app(embedded_dir: Path) -> Iterator[Any]:
-    app = create_app(Settings.from_env({"HOME": str(embedded_dir), "RERANKER_DATA_DIR": str(embedded_dir), **KEYS}))
+    app = create_app(Settings.from_env({**settings_env(embedded_dir), **KEYS}))
     yield app
     app.extensions["reranker"].close()
 
@@ -107,7 +115,7 @@ def embedded_app(embedded_dir: Path) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def cluster_app(cluster: tuple[Path, str]) -> Iterator[Any]:
     data_dir, url = cluster
-    env = {"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), **KEYS, "OPENSEARCH_URL": url, "RERANKER_PROXY_INDICES": "*"}
+    env = {**settings_env(data_dir), **KEYS, "OPENSEARCH_URL": url, "RERANKER_PROXY_INDICES": "*"}
     app = create_app(Settings.from_env(env))
     yield app
     app.extensions["reranker"].close()

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import math
 from importlib import resources
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run
+from conftest import SAMPLE, run, settings_env
 from flask.testing import FlaskClient
 
 from reranker.config import Settings
@@ -24,12 +23,11 @@ QUERY = "statistical machine translation with word alignment models and phrase t
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Iterator[FlaskClient]:
+def client(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Iterator[FlaskClient]:
     data_dir = tmp_path_factory.mktemp("library") / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    app = create_app(Settings.from_env(settings_env(data_dir)))
     yield app.test_client()
     app.extensions["reranker"].close()
 

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, write_jsonl
+from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, searches_during_reindex, write_jsonl
 
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import WordVectors
@@ -209,6 +209,17 @@ def test_reindexing_is_idempotent_and_changed_documents_are_replaced(tmp_path: P
     report = index_papers(tmp_path, os_store, glove, changed)
     assert (report.indexed, report.unchanged, report.total_documents) == (1, 2, 3)
     assert os_store.documents(["ships"])["ships"].text == "Fresh bread from the oven."
+
+
+def test_an_in_place_reindex_keeps_every_document_searchable(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    """Re-indexing changed documents without --rebuild writes each new version over the
+    old one by id (a bulk `index`, never delete then insert): searches running meanwhile
+    find every document, in its old or its new version."""
+    cluster = OpenSearchSettings(hosts=(osmem_clone.url,), alias="papers")
+    watch = searches_during_reindex(cluster, glove, tmp_path, documents=1000)
+    assert watch.replaced == 1000
+    assert watch.checks >= 200, f"only {watch.checks} searches ran during the {watch.seconds:.1f} s re-index"
+    assert watch.misses == (), f"{len(watch.misses)} of {watch.checks} searches missed a document: {watch.misses[:5]}"
 
 
 def test_float16_topics_halve_the_bytes_and_stay_close(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:

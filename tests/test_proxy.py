@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS, ClusterProxy, write_jsonl
+from conftest import TINY_CORPUS, ClusterProxy, settings_env, write_jsonl
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -55,7 +55,7 @@ def ids(answer: Any) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def papers(osmem_server: Any, glove: WordVectors, vectors_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def papers(osmem_server: Any, glove: WordVectors, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """(cluster URL, data dir): CORPUS indexed behind the alias `papers`, shared read-only."""
     clone = osmem_server.clone()
     directory = tmp_path_factory.mktemp("proxy")
@@ -64,14 +64,13 @@ def papers(osmem_server: Any, glove: WordVectors, vectors_cache: Path, tmp_path_
     store.close()
     data_dir = directory / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     yield clone.url, data_dir
     clone.close()
 
 
 def make_app(papers: tuple[str, Path], **env: str) -> Flask:
     url, data_dir = papers
-    base = {"HOME": str(data_dir.parent), "RERANKER_DATA_DIR": str(data_dir), "OPENSEARCH_URL": url, "RERANKER_INDEX": "papers"}
+    base = settings_env(data_dir, HOME=str(data_dir.parent), OPENSEARCH_URL=url, RERANKER_INDEX="papers")
     return create_app(Settings.from_env({**base, **env}))
 
 
@@ -563,7 +562,7 @@ def test_malformed_searches_are_400(client: FlaskClient, url: str, data: bytes, 
 
 
 def test_without_a_cluster_the_proxy_routes_say_what_is_missing(tmp_path: Path, data_dir: Path) -> None:
-    client = create_app(Settings.from_env({"HOME": str(tmp_path), "RERANKER_DATA_DIR": str(data_dir)})).test_client()
+    client = create_app(Settings.from_env(settings_env(data_dir, HOME=str(tmp_path)))).test_client()
     for path in ("/_search", "/reranker/_search", "/_msearch", "/_search/scroll"):
         answer = client.post(path, json={})
         assert answer.status_code == 404 and "OPENSEARCH_URL" in answer.get_json()["error"]["reason"], path

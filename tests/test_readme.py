@@ -57,7 +57,7 @@ SKIP: dict[str, str] = {
 # What each command must print (the first pattern matching the command wins); a curl's JSON
 # answer is matched as json.dumps prints it.
 EXPECTED: list[tuple[str, str]] = [
-    (r"^reranker demo$", r"^  BM25 order +hidden_topics_corrected\+bm25 order"),
+    (r"^reranker demo$", r"^  BM25 order +hidden_topics_corrected\+bm25:maxp order"),
     (r"^reranker index\b", r"^indexed \d+, unchanged \d+, skipped 0 in "),
     (r"^reranker search .*--json\b", r'^  "hits": \[$'),
     (r"^reranker search\b", r"^\S+: \d+ of the BM25 top 100, \d+ query words in vocabulary"),

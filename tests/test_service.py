@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
+from conftest import SAMPLE, TINY_CORPUS, run, settings_env, write_jsonl
 from flask.testing import FlaskClient
 
 import reranker.rankers as rankers
@@ -49,10 +49,9 @@ def _corpus(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Path:
+def indexed(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
     data_dir = tmp_path_factory.mktemp("service") / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     corpus = _corpus(data_dir.parent / "corpus.jsonl")
     code, _ = run(data_dir, "index", str(corpus), "--no-progress")
     assert code == 0
@@ -62,7 +61,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove
 
 
 def _settings(data_dir: Path, **env: str) -> Settings:
-    return Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), **env})
+    return Settings.from_env({**settings_env(data_dir), **env})
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +121,9 @@ def test_explanations_add_up_to_the_score(client: FlaskClient) -> None:
         explanation = hit["explanation"]
         topics = explanation["topics"]
         assert topics and all(t["topic_words"] for t in topics)
-        # The default fuses: its parts add up to the fused score ...
-        assert list(explanation["parts"]) == ["topics", "bm25"] and explanation["score"] == hit["score"]
+        # The default fuses the topics with the document's BM25 and its best passage's:
+        # its parts add up to the fused score ...
+        assert list(explanation["parts"]) == ["topics", "bm25", "passages"] and explanation["score"] == hit["score"]
         assert sum(explanation["parts"].values()) == pytest.approx(hit["score"], rel=1e-12)
         # ... and the topics shown plus the rest to the topic score: the ranker's own.
         shown = sum(t["contribution"] for t in topics)
@@ -415,7 +415,7 @@ def test_openapi_describes_every_route(client: FlaskClient) -> None:
 
 
 def test_readiness_follows_the_store(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
-    settings = Settings.from_env({"HOME": str(tmp_path), "RERANKER_DATA_DIR": str(data_dir), "OPENSEARCH_URL": osmem_clone.url})
+    settings = Settings.from_env(settings_env(data_dir, HOME=str(tmp_path), OPENSEARCH_URL=osmem_clone.url))
     client = create_app(settings).test_client()
     assert client.get("/healthz").get_json() == {"status": "ok"}
     answer = client.get("/readyz")
@@ -429,7 +429,7 @@ def test_readiness_follows_the_store(osmem_clone: Any, data_dir: Path, tmp_path:
 
 
 def test_an_unreachable_cluster_is_not_ready(data_dir: Path, tmp_path: Path) -> None:
-    settings = Settings.from_env({"HOME": str(tmp_path), "RERANKER_DATA_DIR": str(data_dir), "OPENSEARCH_URL": "http://127.0.0.1:9", "OPENSEARCH_RETRIES": "0"})
+    settings = Settings.from_env(settings_env(data_dir, HOME=str(tmp_path), OPENSEARCH_URL="http://127.0.0.1:9", OPENSEARCH_RETRIES="0"))
     answer = create_app(settings).test_client().get("/readyz")
     assert answer.status_code == 503 and answer.get_json()["error"]["type"] == "store_unavailable_exception" and answer.headers["Retry-After"] == "5"
     assert create_app(settings).test_client().get("/healthz").status_code == 200

@@ -6,7 +6,9 @@ keep writing) while this one reads it.
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,9 +23,9 @@ import pytest
 from reranker.errors import IndexMismatchError, StoreError
 from reranker.store import MAX_QUERY_TERMS, IndexInfo
 from reranker.store.embedded import EmbeddedStore
-from reranker.store.text_index import stem_words
+from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import tokenize
-from reranker.types import DocTopics, Document, EmbeddingInfo, StoredDocument
+from reranker.types import DocTopics, Document, EmbeddingInfo, Filter, StoredDocument
 
 EMBEDDING = EmbeddingInfo(name="test", dim=4, checksum="c" * 64)
 
@@ -107,8 +109,14 @@ def test_other_vectors_or_k_need_a_rebuild(ready: EmbeddedStore) -> None:
     with pytest.raises(IndexMismatchError, match="K=2"):
         ready.initialise(IndexInfo(EMBEDDING, k=3))
     ready.initialise(IndexInfo(other, k=3), rebuild=True)
-    assert ready.count() == 0 and ready.bm25("ships", 5) == []
-    assert ready.index_info() == IndexInfo(other, k=3)
+    assert ready.index_info() == IndexInfo(other, k=3)  # what the rebuild writes
+    # Readers see the old index until the rebuild is published.
+    assert ready.count() == 1 and [hit.doc_id for hit in ready.bm25("ships", 5)] == ["a"]
+    ready.upsert([stored("b", "boats", k=3)])
+    assert ready.count() == 1 and ready.topics(["a"]).topics.shape == (1, 2, 4)
+    ready.publish()
+    assert ready.count() == 1 and ready.bm25("ships", 5) == [] and [hit.doc_id for hit in ready.bm25("boats", 5)] == ["b"]
+    assert ready.topics(["a", "b"]).missing == ("a",) and ready.topics(["b"]).topics.shape == (1, 3, 4)
 
 
 def test_writes_need_an_initialised_index_of_the_right_dimension(store: EmbeddedStore) -> None:
@@ -217,7 +225,6 @@ def test_filters_restrict_the_candidates_before_the_top_n(ready: EmbeddedStore) 
     docs = [StoredDocument(Document(d.document.id, "", d.document.text, {"year": 2000 + i}), d.doc_topics, d.content_hash, 5, 0) for i, d in enumerate(docs)]
     ready.upsert(docs)
     assert [hit.doc_id for hit in ready.bm25("ships", 2)] == ["d0", "d1"]
-    from reranker.types import Filter
     assert [hit.doc_id for hit in ready.bm25("ships", 2, [Filter("year", "gte", 2007)])] == ["d7", "d8"]
     assert ready.bm25("ships", 2, [Filter("year", "gt", 2100)]) == []
 
@@ -273,9 +280,66 @@ def test_a_store_from_the_fts5_version_asks_for_a_rebuild_and_the_rebuild_works(
             old.initialise(IndexInfo(EMBEDDING, k=2))
         old.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
         old.upsert([stored("a", "ships")])
+        old.publish()
         assert [hit.doc_id for hit in old.bm25("ships", 10)] == ["a"]
     finally:
         old.close()
+
+
+# Schema 3 (BM25 in tantivy): one row per document, its id unique; the text index's
+# entries hold the row id.
+_SCHEMA_3 = """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE docs (rowid INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL,
+        body TEXT NOT NULL, fields TEXT NOT NULL, content_hash TEXT NOT NULL, n_tokens INTEGER NOT NULL,
+        n_oov INTEGER NOT NULL, k INTEGER NOT NULL, topics BLOB NOT NULL, importances BLOB NOT NULL, doc_vector BLOB,
+        doc_vector_model TEXT, corrected_k INTEGER, corrected_topics BLOB, corrected_importances BLOB, backgrounds BLOB);
+"""
+
+
+def test_a_store_of_schema_3_is_read_as_it_is_and_upgraded_by_the_next_index_run(tmp_path: Path) -> None:
+    directory = tmp_path / "old"
+    directory.mkdir()
+    db = sqlite3.connect(directory / "store.sqlite3")
+    db.executescript(_SCHEMA_3)
+    # "b" was replaced once under schema 3 (row 2 deleted, row 3 written), and the
+    # document of row 4 deleted: the next row id is 5.
+    for rowid, item in [(1, stored("a", "ships old")), (3, stored("b", "ships old"))]:
+        topics = item.doc_topics
+        db.execute(
+            "INSERT INTO docs(rowid, id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances) "
+            "VALUES (?, ?, '', ?, '{}', ?, 5, 0, 2, ?, ?)",
+            (rowid, item.document.id, item.document.text, item.content_hash, topics.topics.tobytes(), topics.importances.tobytes()),
+        )
+    db.execute("UPDATE sqlite_sequence SET seq = 4 WHERE name = 'docs'")
+    meta = {"schema_version": "3", "embedding": json.dumps(EMBEDDING.__dict__), "k": "2", "text_rowid": "3"}
+    db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+    db.commit()
+    db.close()
+    text = TextIndex(directory / "text")
+    text.replace([(1, "a", "ships old", "ship old"), (3, "b", "ships old", "ship old")])
+    text.close_writer()
+
+    reader = EmbeddedStore(directory)
+    writer = EmbeddedStore(directory)
+    try:
+        assert visible(reader, "ships") == {"a", "b"} and reader.topics(["a", "b"]).missing == ()
+        writer.initialise(IndexInfo(EMBEDDING, k=2))  # the upgrade, while `reader` is open
+        assert visible(reader, "ships") == {"a", "b"} and reader.count() == 2
+        writer.upsert([stored("b", "ships new", seed=1)])
+        assert reader.documents(["b"])["b"].text == "ships old"  # not committed yet
+        writer.publish()
+        assert visible(reader, "ships") == {"a", "b"} and visible(reader, "new") == {"b"} and visible(reader, "old") == {"a"}
+        assert reader.documents(["b"])["b"].text == "ships new" and reader.count() == 2
+        upgraded = sqlite3.connect(directory / "store.sqlite3")
+        # b's new version was written as row 5 (row 4 is not given again) and took over
+        # b's row id, 3, when it became visible.
+        assert upgraded.execute("SELECT rowid, id, body FROM docs ORDER BY rowid").fetchall() == [(1, "a", "ships old"), (3, "b", "ships new")]
+        assert upgraded.execute("SELECT seq FROM sqlite_sequence WHERE name = 'docs'").fetchone() == (5,)
+        assert upgraded.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
+    finally:
+        writer.close()
+        reader.close()
 
 
 # --- crashes and concurrent processes ---------------------------------------------------
@@ -316,15 +380,9 @@ def test_a_crash_between_the_two_writes_leaves_them_agreeing(tmp_path: Path, cra
     """)
     # The second run dies: os._exit skips every clean-up, as a kill would.
     if crash_at.startswith("after the topics"):
-        crash = "embedded.TextIndex.replace = lambda self, rows: os._exit(3)"
+        crash = "embedded.TextIndex.replace = lambda self, *args, **kwargs: os._exit(3)"
     else:
-        crash = """
-            original = embedded.TextIndex.commit
-            def commit_then_die(self):
-                original(self)
-                os._exit(3)
-            embedded.TextIndex.commit = commit_then_die
-        """
+        crash = "embedded.EmbeddedStore._move_watermark = lambda self, top: os._exit(3)"
     died = run_writer(directory, textwrap.dedent(crash) + """
 store.upsert([stored("new", "new ships arrive", seed=1), stored("replaced", "fresh bread text", seed=2)])
 store.publish()
@@ -333,42 +391,125 @@ store.publish()
 
     reader = EmbeddedStore(directory)
     try:
-        # Readers see the last complete state: what BM25 finds is what has topics and text.
+        # Readers see the last complete state: the replaced document's old version, and
+        # not the new document; BM25, topics and texts agree.
         found = visible(reader, "ships") | visible(reader, "bread") | visible(reader, "text")
-        assert found == {"kept"}
-        assert reader.count() == 1
-        assert reader.topics(["kept", "new", "replaced"]).missing == ("new", "replaced")
-        assert set(reader.documents(["kept", "new", "replaced"])) == {"kept"}
+        assert found == {"kept", "replaced"}
+        assert reader.count() == 2
+        assert reader.topics(["kept", "new", "replaced"]).missing == ("new",)
+        documents = reader.documents(["kept", "new", "replaced"])
+        assert set(documents) == {"kept", "replaced"} and documents["replaced"].text == "old ships text"
+        if crash_at.startswith("after the text index"):
+            # The text index committed the new words: they find the old version until
+            # the next run makes the new one visible.
+            assert visible(reader, "bread") == {"replaced"} and visible(reader, "old") == set()
+        else:
+            assert visible(reader, "bread") == set() and visible(reader, "old") == {"replaced"}
+        in_2018 = [Filter("year", "eq", 2018)]
+        assert {hit.doc_id for hit in reader.bm25("ships text bread", 10, in_2018)} == {"kept", "replaced"}
         # The next indexing run finishes the interrupted one, without duplicates.
         reader.initialise(IndexInfo(EMBEDDING, k=2))
         assert visible(reader, "ships") == {"kept", "new"}
         assert visible(reader, "bread") == {"replaced"} and visible(reader, "old") == set()
         assert reader.count() == 3 and reader._text.num_docs() == 3
         assert reader.topics(["kept", "new", "replaced"]).missing == ()
+        assert reader.documents(["replaced"])["replaced"].text == "fresh bread text"
+        # A filter names documents by row id: a replaced document's new version passes.
+        assert {hit.doc_id for hit in reader.bm25("ships bread", 10, in_2018)} == {"kept", "new", "replaced"}
+        assert reader.bm25("bread", 10, [Filter("year", "eq", 1999)]) == []
+        assert sqlite3.connect(directory / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0] == 3
     finally:
         reader.close()
 
 
-def test_a_rebuild_interrupted_between_the_two_stores_is_finished_on_the_next_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("crash_at", ["while writing", "after the text index's commit", "after the swap"])
+def test_a_rebuild_killed_at_any_step_leaves_one_whole_index(tmp_path: Path, crash_at: str) -> None:
+    """A rebuild is written beside the index readers see and swapped in whole: killed
+    before the swap, the old index is intact and the next --rebuild resumes (or a run
+    without --rebuild drops it); killed after, the new one is."""
     directory = tmp_path / "store"
     run_writer(directory, """
-        store.upsert([stored("a", "ships"), stored("b", "ships")])
+        store.upsert([stored("a", "ships old"), stored("b", "ships old")])
         store.publish()
     """)
-    died = run_writer(directory, """
-        embedded.EmbeddedStore._repair_text_index = lambda self: os._exit(3)
-        store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+    crash = {
+        "while writing": "embedded.EmbeddedStore.publish = lambda self: os._exit(3)",
+        "after the text index's commit": "embedded.EmbeddedStore._swap_in = lambda self, build: os._exit(3)",
+        "after the swap": "embedded.EmbeddedStore._purge_text = lambda self, floor: os._exit(3)",
+    }[crash_at]
+    died = run_writer(directory, crash + """
+store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+store.upsert([stored("a", "ships new", seed=1), stored("c", "ships new", seed=2)])
+store.publish()
     """)
-    assert died.returncode == 3
-    reader = EmbeddedStore(directory)
+    assert died.returncode == 3, died.stderr.read() if died.stderr else ""
+
+    def check(directory: Path, ids: set[str], text: str) -> EmbeddedStore:
+        store = EmbeddedStore(directory)
+        assert visible(store, "ships") == ids and store.count() == len(ids)
+        assert store.topics(sorted(ids)).missing == () and store.documents(["a"])["a"].text == text
+        return store
+
+    if crash_at == "after the swap":
+        check(directory, {"a", "c"}, "ships new").close()
+    else:
+        check(directory, {"a", "b"}, "ships old").close()
+        dropped = tmp_path / "dropped"
+        shutil.copytree(directory, dropped)
+        store = check(dropped, {"a", "b"}, "ships old")
+        store.initialise(IndexInfo(EMBEDDING, k=2))  # no --rebuild: the rebuild is dropped
+        store.close()
+        store = check(dropped, {"a", "b"}, "ships old")
+        assert store._text.num_docs() == 2
+        assert sqlite3.connect(dropped / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0] == 2
+        store.close()
+        # --rebuild resumes: what the killed run wrote is there, and it is swapped in.
+        store = EmbeddedStore(directory)
+        store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+        assert store.content_hashes(["a", "b", "c"]).keys() == {"a", "c"}
+        store.publish()
+        store.close()
+    store = check(directory, {"a", "c"}, "ships new")
     try:
-        assert reader.count() == 0 and visible(reader, "ships") == set()
-        reader.initialise(IndexInfo(EMBEDDING, k=2))
-        assert reader._text.num_docs() == 0
-        reader.upsert([stored("c", "ships")])
-        assert visible(reader, "ships") == {"c"}
+        store.initialise(IndexInfo(EMBEDDING, k=2))
+        assert store._text.num_docs() == 2 and visible(store, "ships") == {"a", "c"}
+        assert sqlite3.connect(directory / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0] == 2
+    finally:
+        store.close()
+
+
+def test_a_reader_that_began_before_a_rebuild_was_swapped_in_still_finds_the_old_index(tmp_path: Path) -> None:
+    """The swap drops the old rows at once, their text-index entries a moment later: a
+    read that began before the swap must still find them in the text index, however
+    late it searches. A writer process rebuilds and publishes while this process holds a
+    read open (three seconds, longer than a purge takes), then searches in it."""
+    directory = tmp_path / "store"
+    run_writer(directory, """
+        store.upsert([stored("a", "ships old"), stored("b", "ships old")])
+        store.publish()
+    """)
+    reader, watcher = EmbeddedStore(directory), EmbeddedStore(directory)
+    try:
+        with reader._snapshot():
+            assert visible(reader, "ships") == {"a", "b"}
+            writer = run_writer(directory, """
+                store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+                store.upsert([stored("c", "ships new", seed=1)])
+                store.publish()
+            """, wait=False)
+            deadline = time.monotonic() + 30
+            while watcher.documents(["c"]) == {} and time.monotonic() < deadline:  # the swap
+                time.sleep(0.05)
+            assert watcher.documents(["c"]) != {}, writer.stderr.read() if writer.stderr else ""
+            time.sleep(3)
+            reader._text.reload()  # as another thread's read would
+            assert visible(reader, "ships") == {"a", "b"}
+        writer.wait(timeout=60)
+        assert writer.returncode == 0, writer.stderr.read() if writer.stderr else ""
+        assert visible(reader, "ships") == {"c"} and reader._text.num_docs() == 1
     finally:
         reader.close()
+        watcher.close()
 
 
 def test_readers_in_another_process_see_a_growing_index_that_always_agrees(tmp_path: Path) -> None:

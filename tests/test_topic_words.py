@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, new_data_dir
+from conftest import SHARED_DATA, settings_env
 
 from reranker.text import is_readable, readable_words, tokenize
 from reranker.topics import word_shares
@@ -80,15 +80,15 @@ def test_the_check_finds_fragments() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["clscisumm2018-train", "cisi"])
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is not beside the repo")
-def test_no_shown_topic_word_is_a_fragment(dataset: str, tmp_path: Path, vectors_cache: Path, glove: object) -> None:
+def test_no_shown_topic_word_is_a_fragment(dataset: str, tmp_path: Path, glove: object) -> None:
     from conftest import run
 
     from reranker.config import Settings
     from reranker.pipeline import build_engine
 
-    data_dir = new_data_dir(tmp_path / "data", vectors_cache)
+    data_dir = tmp_path / "data"
     assert run(data_dir, "index", str(SHARED_DATA / dataset / "corpus.jsonl"), "--no-progress")[0] == 0
-    engine = build_engine(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir)}))
+    engine = build_engine(Settings.from_env(settings_env(data_dir)))
     try:
         lines = (SHARED_DATA / dataset / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
         ids = [json.loads(line)["id"] for line in lines if line.strip()]

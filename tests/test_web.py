@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
-from conftest import REPO, SAMPLE, run, write_jsonl
+from conftest import REPO, SAMPLE, run, settings_env, write_jsonl
 from werkzeug.serving import make_server
 
 from reranker.config import DEFAULT_RANKER, Settings
@@ -88,16 +88,15 @@ def browser() -> Iterator["Browser"]:
 
 
 @pytest.fixture(scope="module")
-def served(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, vectors_cache: Path, glove: object) -> Iterator[str]:
+def served(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove: object) -> Iterator[str]:
     """The base URL of the real app, served over HTTP by a werkzeug thread."""
     data_dir = tmp_path_factory.mktemp("web") / "data"
     data_dir.mkdir()
-    (data_dir / "vectors").symlink_to(vectors_cache, target_is_directory=True)
     records: list[Any] = (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
     records.append({"id": HOSTILE_ID, "title": HOSTILE_TITLE, "text": HOSTILE_TEXT})
     corpus = write_jsonl(data_dir.parent / "corpus.jsonl", records)
     assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
-    app = create_app(Settings.from_env({"HOME": str(data_dir), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN_KEY}))
+    app = create_app(Settings.from_env({**settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN_KEY}))
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="web-test-server", daemon=True)
     thread.start()

@@ -17,7 +17,7 @@ from reranker.errors import ConfigError, IndexMismatchError, InputError
 from reranker.types import Filter
 
 if TYPE_CHECKING:
-    from reranker.embeddings import WordVectors
+    from reranker.embeddings import Progress, WordVectors
     from reranker.pipeline import Engine
 
 
@@ -76,10 +76,33 @@ def add_ranking_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=positive_int, help="BM25 candidates to rerank (default 100)")
     parser.add_argument("--fusion-weight", type=fraction, help="weight of the ranker in the min-max and z-score fusions with BM25, e.g. wmd+bm25:zscore (default 0.5)")
 
-def open_engine(settings: Settings, store_name: str | Callable[["WordVectors"], str] | None = None) -> "Engine":
+def open_engine(
+    settings: Settings,
+    store_name: str | Callable[["WordVectors"], str] | None = None,
+    *,
+    require_documents: bool = False,
+    show_bar: bool = True,
+) -> "Engine":
+    """The engine a command works with; `require_documents`: an empty index is an error,
+    before any vectors are converted. A conversion says so (see `conversion_progress`)."""
     from reranker.pipeline import build_engine
 
-    return build_engine(settings, store_name)
+    return build_engine(
+        settings, store_name, require_documents=require_documents,
+        progress=lambda what: conversion_progress(what, show_bar=show_bar),
+    )
+
+def conversion_progress(what: str, *, show_bar: bool = True) -> "Progress":
+    """What a command shows while word vectors are converted (once per machine): one line
+    on stderr always, and a bar while stderr is a terminal."""
+    from tqdm import tqdm
+
+    print(f"reranker: {what}", file=sys.stderr, flush=True)
+    bar: Progress = tqdm(
+        total=100, unit="%", disable=not (show_bar and sys.stderr.isatty()), leave=False,
+        bar_format="{desc}{percentage:3.0f}%|{bar}| {elapsed}",
+    )
+    return bar
 
 def index_file(
     engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool, on_duplicate: str = "last"

@@ -271,7 +271,9 @@ def _offline_run(
         # The evaluation index is per vectors, so new vectors never meet an index built
         # with others (hence "rebuild": nothing to refuse). Stdout may be the JSON report.
         settings = with_trained_vectors(settings, dataset.corpus_path, rebuild=True, progress=not args.no_progress, out=sys.stderr)
-    engine = open_engine(settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors))
+    engine = open_engine(
+        settings, lambda vectors: _evaluation_store_name(settings, dataset.name, vectors), show_bar=not args.no_progress
+    )
     # Offline, the comparison must be exact: WMD computes every distance, whatever the
     # service's time budget (RERANKER_WMD_BUDGET_MS) says.
     engine.ranker_options = dataclasses.replace(engine.ranker_options, wmd_budget_ms=math.inf)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from reranker.cli.common import (
     with_trained_vectors,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
-from reranker.errors import ConfigError
+from reranker.errors import ConfigError, RerankerError
 
 
 def add_parsers(commands: Any) -> None:
@@ -84,13 +85,17 @@ def add_parsers(commands: Any) -> None:
 def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     if args.train_vectors:
         settings = with_trained_vectors(settings, args.corpus, rebuild=args.rebuild, progress=not args.no_progress, out=out)
-    engine = open_engine(settings)
+    engine = open_engine(settings, show_bar=not args.no_progress)
     try:
         report = index_file(
             engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress, on_duplicate=args.on_duplicate
         )
-    finally:
-        engine.store.close()
+    except BaseException:
+        # The run's own error is the one to tell: closing after it (a full disk) may fail too.
+        with contextlib.suppress(RerankerError):
+            engine.store.close()
+        raise
+    engine.store.close()
     # Non-zero when a line did not make it in, so scripts notice; the rest is indexed.
     # Decided before printing, so `reranker index bad.jsonl | head -2` still exits 1.
     args.exit_code = EXIT_ERROR if report.skipped or report.duplicates else 0

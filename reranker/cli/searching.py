@@ -104,7 +104,7 @@ def _demo_query(
     topics = engine.search(text, ranker, size=size, explain=True)
     preview = textwrap.shorten(text, 150, placeholder=" ...")
     print(f"Query {query_id}: {preview}", file=out)
-    print(f"  {'BM25 order':<34}  {ranker + ' order':<34}(* = cites the summarised paper)", file=out)
+    print(f"  {'BM25 order':<34}  {ranker + ' order':<34}  (* = cites the summarised paper)", file=out)
     for left, right in zip(bm25.hits, topics.hits):
         mark_l = "*" if left.doc_id in relevant else " "
         mark_r = "*" if right.doc_id in relevant else " "
@@ -130,10 +130,8 @@ def _read_query(raw: str) -> str:
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     query = _read_query(args.query)
-    engine = open_engine(settings)
+    engine = open_engine(settings, require_documents=True)
     try:
-        if engine.store.count() == 0:
-            raise InputError("the index is empty: run `reranker index CORPUS.jsonl` first")
         result = engine.search(
             query,
             args.ranker or settings.service.default_ranker,
@@ -217,7 +215,7 @@ def explanation_lines(explanation: "Explanation") -> list[str]:
 def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Engine.similar, the code path of GET /documents/<id>/similar and `evaluate-similar`."""
     ranker = args.ranker or settings.service.default_ranker
-    engine = open_engine(settings)
+    engine = open_engine(settings, require_documents=True)
     try:
         hits = engine.similar(args.doc_id, ranker, size=args.size, window=max(settings.window, args.size))
     finally:

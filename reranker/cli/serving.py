@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from reranker.cli.common import check_port_free, log, positive_int
+from reranker.cli.common import check_port_free, conversion_progress, log, positive_int
 from reranker.config import DEFAULT_VECTORS, Settings
 from reranker.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from reranker.store import Store
 
 
 def add_parsers(commands: Any) -> None:
@@ -37,8 +40,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
 
-    # Once, in the master: a first run converts the vectors here, and a bad vectors
-    # setting fails now instead of in every worker. Workers then only memory-map them.
+    # Once, in the master: a first run converts the vectors here (the rerank routes need
+    # them even before anything is indexed), and a bad vectors setting fails now instead
+    # of in every worker. Workers then only memory-map them.
     store = open_store(settings)
     try:
         spec = vectors_spec(settings, store)
@@ -46,9 +50,12 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         # The workers read the index's vectors when the cluster answers; /readyz says until then.
         log.warning("cannot read which vectors the index was built with yet: %s", exc)
         spec = settings.vectors or DEFAULT_VECTORS
+    else:
+        if _is_empty(store):
+            log.warning("the index is empty: /search finds nothing until `reranker index CORPUS.jsonl`; /rerank works on sent texts")
     finally:
         store.close()
-    vectors = load_vectors(spec, settings.data_dir / "vectors")
+    vectors = load_vectors(spec, settings.vectors_cache, conversion_progress)
     cluster = settings.opensearch_store
     where = f"OpenSearch at {cluster.display_hosts} (alias {cluster.alias})" if cluster else f"the embedded store in {settings.data_dir / 'index'}"
     service = settings.service
@@ -60,6 +67,16 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     )
     serve(settings)
     return 0
+
+def _is_empty(store: "Store") -> bool:
+    from reranker.errors import IndexNotFoundError, StoreUnavailableError
+
+    try:
+        return store.count() == 0
+    except IndexNotFoundError:  # no alias yet: nothing indexed
+        return True
+    except StoreUnavailableError:  # the cluster's state is /readyz's to report
+        return False
 
 def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Run osmem-server in the foreground until Ctrl-C: the OpenSearch walkthrough without Docker."""

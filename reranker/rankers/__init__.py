@@ -37,7 +37,9 @@ WordIds = npt.NDArray[np.int32]
 #                       centering (the common-direction correction)
 #   "first_stage"       the candidates' first-stage scores (BM25 and the fusions read them);
 #                       for candidates sent without any, `Engine.first_stage` supplies them
-Need = Literal["topics", "word_ids", "doc_vectors", "corrected_topics", "first_stage"]
+#   "passages"          BM25 of each candidate's best passage (`Store.passage_bm25`), where
+#                       the store keeps passages: the `:maxp` fusions read it
+Need = Literal["topics", "word_ids", "doc_vectors", "corrected_topics", "first_stage", "passages"]
 # Where a window's first-stage scores came from: the first stage itself (BM25 hits, or
 # scores a caller sent), nowhere yet (a caller sent texts in its order, without scores),
 # BM25 of the texts with the index's statistics, or their order (-ln rank) where the
@@ -73,6 +75,8 @@ class CandidateSet:
     centering: Centering | None = None
     texts: tuple[str | None, ...] | None = None  # texts a caller sent with the candidates
     first_stage: FirstStage = "scores"  # where the candidates' bm25_score came from
+    query_text: str | None = None  # the query the window was retrieved for (passages are scored for it)
+    passage_scores: Scores | None = None  # (N,) BM25 of each candidate's best passage, where the store has them
     exact_top: int | None = None
     notes: list[str] = field(default_factory=list, compare=False)
     unscored: set[int] = field(default_factory=set, compare=False)

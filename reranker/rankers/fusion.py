@@ -9,6 +9,10 @@ changes how much BM25 counts:
   zscore  the same with z = (s - mean) / std over the window
   rrf     reciprocal rank fusion (Cormack et al. 2009): sum_i 1/(60 + rank_i) + 1/(60 + rank_bm25);
           ranks only, so no scale at all (the weight does not apply)
+  maxp    min-max, with the first stage judged twice: by the document's BM25 and by its best
+          passage's ("MaxP": a summary often matches one part of a long document), which
+          share BM25's weight equally: ... + ((1 - weight) / 2) * (minmax(bm25) + minmax(passage
+          bm25)). Where the store keeps no passages, it is `minmax`.
 
 We keep this small piece rather than take a library: it must leave out of the scaling
 the candidates a ranker could not score (see `fuse`), which no fusion library does.
@@ -24,8 +28,8 @@ import numpy as np
 from reranker.rankers import CandidateSet, Need, Ranker, Scores, rank_candidates
 from reranker.types import Query
 
-Method = Literal["minmax", "zscore", "rrf"]
-METHODS: tuple[Method, ...] = ("minmax", "zscore", "rrf")
+Method = Literal["minmax", "zscore", "rrf", "maxp"]
+METHODS: tuple[Method, ...] = ("minmax", "zscore", "rrf", "maxp")
 RRF_K = 60  # the constant of Cormack et al.; it damps the weight of the very first ranks
 # A spread this small (relative to the scores) is float noise, not a difference: scaling
 # it up to [0, 1] would turn identical documents that differ in the last bit into the best
@@ -113,7 +117,7 @@ class Fusion:
         self.weight = weight
         self.name = fusion_name([base.name for base in self.bases], method)
         self.variant = next((base.variant for base in self.bases if base.variant is not None), None)
-        first_stage: frozenset[Need] = frozenset({"first_stage"})
+        first_stage: frozenset[Need] = frozenset({"first_stage", "passages"} if method == "maxp" else {"first_stage"})
         self.needs = first_stage.union(*(base.needs for base in self.bases))
 
     def score(self, query: Query, window: CandidateSet) -> Scores:
@@ -137,7 +141,12 @@ class Fusion:
             own = np.asarray(base.score(query, whole), dtype=np.float64)
             found.append(FusionPart(base.name, own, self._part(own, whole.unscored, window)))
             window.unscored.update(whole.unscored)
-        found.append(FusionPart("bm25", window.bm25_scores, self._bm25_part(window)))
+        if self.method == "maxp" and window.passage_scores is not None and len(window):
+            half = (1.0 - self.weight) / 2.0
+            found.append(FusionPart("bm25", window.bm25_scores, half * min_max(window.bm25_scores)))
+            found.append(FusionPart("passages", window.passage_scores, half * min_max(window.passage_scores)))
+        else:
+            found.append(FusionPart("bm25", window.bm25_scores, self._bm25_part(window)))
         return tuple(found)
 
     def _part(self, own: Scores, unscored: set[int], window: CandidateSet) -> Scores:
@@ -148,7 +157,7 @@ class Fusion:
             ranks = np.empty(len(window), dtype=np.float64)
             ranks[rank_candidates(own, window)] = np.arange(1, len(window) + 1)
             return 1.0 / (RRF_K + ranks)
-        scale = min_max if self.method == "minmax" else z_score
+        scale = z_score if self.method == "zscore" else min_max
         # Candidates the ranker could not score are scaled apart: they get its lowest
         # scaled score, and the others' spread is not squeezed by their placeholder score.
         scored = np.ones(len(window), dtype=bool)
@@ -165,7 +174,7 @@ class Fusion:
         if self.method == "rrf":
             bm25_ranks = np.fromiter((c.bm25_rank for c in window.candidates), dtype=np.float64, count=len(window))
             return 1.0 / (RRF_K + bm25_ranks)
-        scale = min_max if self.method == "minmax" else z_score
+        scale = z_score if self.method == "zscore" else min_max
         return (1.0 - self.weight) * scale(window.bm25_scores)
 
 

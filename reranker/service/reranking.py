@@ -367,7 +367,7 @@ class Runtime:
         outcome: Reranked
         interleaved: Interleaved | None = None
         candidate_set: CandidateSet | None = None
-        window_set = CandidateSet(candidates, exact_top=offset + size)
+        window_set = CandidateSet(candidates, exact_top=offset + size, query_text=text)
         if experiment is not None:
             interleaved, candidate_set = self.interleave(
                 query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
@@ -469,7 +469,7 @@ class Runtime:
                 shown = ", ".join(repr(i) for i in unresolved[:10])
                 more = f" and {len(unresolved) - 10} more" if len(unresolved) > 10 else ""
                 raise ApiError(404, "document_missing_exception", f"no stored document with id {shown}{more}; send its text instead")
-        window = replace(self._candidate_set(documents, stored, corrected), exact_top=exact_top)
+        window = replace(self._candidate_set(documents, stored, corrected), exact_top=exact_top, query_text=text)
         outcome, _ = self.rerank(query, window, ranker, deadline, endpoint, len(documents))
         return outcome, query
 

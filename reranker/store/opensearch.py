@@ -657,6 +657,11 @@ class OpenSearchStore:
             self._properties_of = index
         return self._properties
 
+    def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
+        # No passages are kept in the cluster (a document's stems would be another field
+        # to store and read per hit): the fusions weigh the hits' own BM25 alone.
+        return None
+
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
         # The cluster's terms are its analyser's (stemmed), not these words; "papers like
         # this one" then chooses its words without them (see `similar_query`).

@@ -21,13 +21,17 @@ stemmed field alone helps CISI and hurts CL-SciSumm, the exact one the reverse, 
 beats either on both; a title counted once beats a title boosted (it adds its words to the
 same field, so its matches saturate with the body's, as in BM25F).
 
-This module is the only importer of tantivy. Documents carry the SQLite row id of the
-version they index (`rowid`, a fast field), so a hit is mapped back to the store with one
-read of a column, and a hit on a version the store has since replaced is recognised.
+This module is the only importer of tantivy. Each entry carries the SQLite row id of its
+document (`rowid`, a fast field), so a hit is mapped back to the store with one read of
+a column. A new version of a document keeps its row id (`embedded.py`), and its entry
+replaces the old one under it.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import shutil
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -39,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import tantivy
 
-from reranker.errors import StoreError
+from reranker.errors import StoreError, StoreFullError
 
 # The fields every query searches, with their boosts (see the module docstring).
 SEARCH_FIELDS: tuple[tuple[str, float], ...] = (("stemmed", 1.0), ("exact", 1.0))
@@ -52,6 +56,9 @@ _STEMMED, _EXACT = "reranker_stemmed", "reranker_exact"
 # this many (a few tens of MB), which a corpus's vocabulary rarely does.
 _STEM_CACHE_WORDS = 1_000_000
 _stems: dict[str, str] = {}
+# Free space below which a failed write is taken for a full disk (the cause tantivy and
+# SQLite do not always name): a segment or a few SQLite pages.
+NEARLY_FULL = 1_000_000
 _stems_lock = threading.Lock()
 
 
@@ -102,6 +109,25 @@ def stem_words(words: Sequence[str]) -> list[str]:
         return list(map(_stems.__getitem__, words))
 
 
+def stable_hashes(terms: Sequence[str]) -> npt.NDArray[np.int32]:
+    """A 32-bit hash of each term that is the same in every process (the first 4 bytes of
+    its BLAKE2b digest): what the store keeps a document's stems by, for its passages.
+
+    Each distinct term is hashed once per process and remembered (a corpus's vocabulary is
+    small). A query's 100 terms meet a stem of another term's hash about once in 40 million
+    positions: in one window of long papers in a hundred."""
+    with _hashes_lock:
+        if len(_hashes) > _STEM_CACHE_WORDS:
+            _hashes.clear()
+        for term in set(terms).difference(_hashes):
+            _hashes[term] = int.from_bytes(hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=4).digest(), "little", signed=True)
+        return np.fromiter((_hashes[term] for term in terms), dtype=np.int32, count=len(terms))
+
+
+_hashes: dict[str, int] = {}
+_hashes_lock = threading.Lock()
+
+
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_unsigned_field("rowid", indexed=True, fast=True)
@@ -120,10 +146,11 @@ class TextTerms:
 
     length: int
     fields: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]
+    passages: npt.NDArray[np.int32]  # (L,) the stems in text order, as `stable_hashes` (for passages)
 
     @property
     def nbytes(self) -> int:
-        return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + 64
+        return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + self.passages.nbytes + 64
 
     def frequencies(self, field: str, terms: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
         """How often each term occurs in the field, for terms given by `term_hashes`:
@@ -163,7 +190,13 @@ class TextIndex:
             directory.mkdir(parents=True, exist_ok=True)
             self._schema = _schema()
             self._index = tantivy.Index(self._schema, path=str(directory), reuse=True)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise full_disk(f"cannot open the text index in {directory}", exc.strerror or "") from None
+            raise StoreError(f"cannot open the text index in {directory}: {exc}") from None
+        except ValueError as exc:
+            if "os error 28" in str(exc):
+                raise full_disk(f"cannot open the text index in {directory}", "no space left on device") from None
             raise StoreError(f"cannot open the text index in {directory}: {exc}") from None
         for name, analyzer in self._analyzers.items():
             self._index.register_tokenizer(name, analyzer)
@@ -217,10 +250,12 @@ class TextIndex:
         """A text's content words as each searched field would hold them, compactly."""
         counts = Counter(words)
         distinct = list(counts)
+        stem_of = dict(zip(distinct, stem_words(distinct)))
         stems: Counter[str] = Counter()
-        for word, stem in zip(distinct, stem_words(distinct)):
+        for word, stem in stem_of.items():
             stems[stem] += counts[word]
-        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)})
+        sequence = stable_hashes([stem_of[word] for word in words])
+        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, sequence)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
         """How many documents hold each of `terms` in `field`. Raises StoreError."""
@@ -255,47 +290,108 @@ class TextIndex:
                             f"another process is writing to the index in {self.directory.parent} "
                             "(is `reranker index` running?); try again when it has finished"
                         ) from None
-                    raise StoreError(f"cannot write to the text index: {exc}") from None
+                    raise self._write_error(exc) from None
             return self._writer
 
-    def replace(self, documents: Iterable[tuple[int, str, str, str]]) -> None:
-        """Add (rowid, id, content words, their stems) documents, each replacing any
-        document with its id. The words and the stems (`stem_words` of the words) are
-        joined by spaces. Nothing is visible until `commit`.
+    def replace(self, entries: Iterable[tuple[int, str, str, str]], dropping: Iterable[int] = ()) -> None:
+        """Add (rowid, id, content words, their stems) entries, each replacing the entry
+        under its row id, after dropping the entries under the row ids `dropping`. The
+        words and the stems (`stem_words` of the words) are joined by spaces. Nothing is
+        visible until `commit`. Raises StoreError (StoreFullError on a full disk: the
+        writer writes segments to disk as its memory fills).
         """
         writer = self.open_writer()
-        for rowid, doc_id, words, stems in documents:
-            writer.delete_documents_by_term("id", doc_id)
-            document = tantivy.Document()
-            document.add_unsigned("rowid", rowid)
-            document.add_text("id", doc_id)
-            document.add_text("stemmed", stems)
-            document.add_text("exact", words)
-            writer.add_document(document)
+        try:
+            for rowid in dropping:
+                writer.delete_documents_by_query(tantivy.Query.term_query(self._schema, "rowid", rowid))
+            for rowid, doc_id, words, stems in entries:
+                writer.delete_documents_by_query(tantivy.Query.term_query(self._schema, "rowid", rowid))
+                document = tantivy.Document()
+                document.add_unsigned("rowid", rowid)
+                document.add_text("id", doc_id)
+                document.add_text("stemmed", stems)
+                document.add_text("exact", words)
+                writer.add_document(document)
+        except ValueError as exc:
+            raise self._write_error(exc) from None
+
+    def delete_rows(self, *, above: int | None = None, upto: int | None = None) -> None:
+        """Drop the entries whose row id is above `above`, or at most `upto` (give one
+        of them; visible at `commit`)."""
+        if (above is None) == (upto is None):
+            raise ValueError("delete_rows takes one of `above` and `upto`")
+        unsigned = tantivy.FieldType.Unsigned
+        if above is not None:
+            query = tantivy.Query.range_query(self._schema, "rowid", unsigned, above, None, include_lower=False)
+        else:
+            query = tantivy.Query.range_query(self._schema, "rowid", unsigned, None, upto)
+        try:
+            self.open_writer().delete_documents_by_query(query)
+        except ValueError as exc:
+            raise self._write_error(exc) from None
 
     def delete_all(self) -> None:
         """Drop every document (visible at `commit`)."""
-        self.open_writer().delete_all_documents()
+        try:
+            self.open_writer().delete_all_documents()
+        except ValueError as exc:
+            raise self._write_error(exc) from None
 
     def commit(self) -> None:
-        """Persist and publish what was written since the last commit."""
+        """Persist and publish what was written since the last commit. Raises StoreError
+        (StoreFullError on a full disk)."""
         if self._writer is None:
             return
         try:
             self._writer.commit()
         except ValueError as exc:
-            raise StoreError(f"cannot write to the text index: {exc}") from None
+            raise self._write_error(exc) from None
         self._index.reload()
 
     def rollback(self) -> None:
+        """Forget what was written since the last commit."""
         if self._writer is not None:
-            self._writer.rollback()
+            try:
+                self._writer.rollback()
+            except ValueError as exc:
+                raise self._write_error(exc) from None
+
+    def _write_error(self, exc: ValueError) -> StoreError:
+        """The StoreError for a failed write; StoreFullError when the disk is full. Once
+        a write of tantivy's worker thread has failed, later calls say only that the
+        writer was killed: the free space tells why."""
+        message = str(exc)
+        if any(sign in message for sign in ("os error 28", "os error 122", "StorageFull", "QuotaExceeded")):
+            return full_disk(f"cannot write to the text index in {self.directory}", "no space left on device")
+        if "writer was killed" in message and free_bytes(self.directory) < NEARLY_FULL:
+            return full_disk(f"cannot write to the text index in {self.directory}", f"{free_bytes(self.directory):,} bytes free")
+        return StoreError(f"cannot write to the text index: {message}")
 
     def close_writer(self) -> None:
-        """Commit, let pending segment merges finish, and release the writer's lock."""
+        """Commit, let pending segment merges finish, and release the writer's lock (also
+        when the commit fails: the uncommitted entries are then lost)."""
         with self._lock:
             writer, self._writer = self._writer, None
-        if writer is not None:
+        if writer is None:
+            return
+        try:
             writer.commit()
             writer.wait_merging_threads()
-            self._index.reload()
+        except ValueError as exc:
+            raise self._write_error(exc) from None
+        finally:
+            del writer  # tantivy releases the lock when the writer is dropped
+        self._index.reload()
+
+
+def full_disk(failed: str, detail: str) -> StoreFullError:
+    """What a write to either half of the embedded store says when the disk is full."""
+    return StoreFullError(f"{failed}: the disk is full ({detail}); what was indexed before is kept: free some space and run again")
+
+
+def free_bytes(directory: Path) -> int:
+    """Free space where `directory` is (NEARLY_FULL when that cannot be read)."""
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return NEARLY_FULL

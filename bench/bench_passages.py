@@ -1,0 +1,144 @@
+"""Benchmark: what the default's best passage (`hidden_topics_corrected+bm25:maxp`) costs over
+the fusion without it (`hidden_topics_corrected+bm25`), per query and per stored document.
+
+For each data set, the corpus is indexed into a throw-away data dir by the real pipeline;
+then for each query, BM25 top 100 once, and the two rankers' complete + rerank (what a
+/search pays after its first stage), alternating which runs first, 3 rounds. Printed:
+p50 and p90 ms per query of each, their ratio, and the store's bytes of kept stems against
+its whole SQLite file.
+
+Data: ../shared/data's CL-SciSumm (567 papers of about 5,300 words: the long case) and CISI
+(1,460 abstracts), else the bundled sample. GloVe 6B 50-d, K = 15, one BLAS thread, as the
+service runs.
+
+With --documents N (the search-path budget: docs/performance.md, under 20 ms p50 at 50,000
+documents): CL-SciSumm's papers repeated under new ids to N documents (as
+bench_first_stage.py builds them), indexed with 2 topic workers, then the whole search path
+(`Engine.search`: BM25 top 100, what the ranker needs, rerank, top 10) for `hidden_topics`
+(the path bench_first_stage.py times), the previous default and the default, alternating
+per query, 3 rounds over the 40 summaries.
+
+Run:  python bench/bench_passages.py                     (about 1 minute)
+      python bench/bench_passages.py --documents 50000   (about 5 minutes)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
+import argparse
+import sqlite3
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data"
+ROUNDS = 3
+RANKERS = ("hidden_topics_corrected+bm25", "hidden_topics_corrected+bm25:maxp")
+
+
+def measure(folder: Path) -> None:
+    from reranker.config import Settings
+    from reranker.datasets import load_dataset
+    from reranker.indexing import index_corpus
+    from reranker.pipeline import build_engine
+
+    dataset = load_dataset(folder)
+    with tempfile.TemporaryDirectory() as data_dir:
+        os.environ["RERANKER_DATA_DIR"] = data_dir
+        settings = Settings.from_env()
+        engine = build_engine(settings)
+        index_corpus(folder / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False)
+        rankers = [engine.ranker(name) for name in RANKERS]
+        timings: dict[str, list[float]] = {name: [] for name in RANKERS}
+        for round_ in range(ROUNDS):
+            for number, (_, text) in enumerate(dataset.queries):
+                query = engine.query(text)
+                window = replace(engine.window(query, 100), exact_top=10)
+                order = rankers if (number + round_) % 2 == 0 else rankers[::-1]
+                for ranker in order:
+                    started = time.perf_counter()
+                    engine.rerank(query, engine.complete(window, ranker), ranker)
+                    timings[ranker.name].append(time.perf_counter() - started)
+        store_dir = engine.store.directory  # type: ignore[attr-defined]  # the embedded store's
+        engine.store.close()
+        database = store_dir / "store.sqlite3"
+        with sqlite3.connect(database) as connection:
+            kept, documents = connection.execute("SELECT SUM(LENGTH(passage_terms)), COUNT(*) FROM docs").fetchone()
+        whole = database.stat().st_size
+    base = float(np.median(timings[RANKERS[0]]))
+    print(f"\n{folder.name}: {len(dataset.queries)} queries x {ROUNDS} rounds, windows of 100 documents")
+    print(f"{'ranker (complete + rerank)':<38} {'p50 ms':>8} {'p90 ms':>8} {'x first':>8}")
+    for name, values in timings.items():
+        p50, p90 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 90))
+        print(f"{name:<38} {p50:8.2f} {p90:8.2f} {p50 / 1000 / base:7.2f}x")
+    print(
+        f"stems kept for passages: {kept / documents / 1024:.1f} KB per document, "
+        f"{kept / whole:.0%} of the store's SQLite file ({whole / 2**20:.1f} MB)"
+    )
+
+
+def search_path(documents: int) -> None:
+    from bench_first_stage import write_corpus
+
+    from reranker.config import Settings
+    from reranker.datasets import load_dataset
+    from reranker.indexing import index_corpus
+    from reranker.pipeline import build_engine
+
+    folder = SHARED / "clscisumm2018-train"
+    queries = [text for _, text in load_dataset(folder).queries]
+    rankers = ("hidden_topics", *RANKERS)
+    with tempfile.TemporaryDirectory() as data_dir:
+        os.environ["RERANKER_DATA_DIR"] = data_dir
+        corpus = Path(data_dir) / "corpus.jsonl"
+        write_corpus(corpus, documents)
+        settings = Settings.from_env()
+        engine = build_engine(settings)
+        started = time.perf_counter()
+        index_corpus(corpus, engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False, workers=2)
+        print(f"\n{documents:,} documents (CL-SciSumm papers repeated) indexed in {time.perf_counter() - started:.0f} s")
+        for name in rankers:
+            engine.search(queries[0], name, window=100, size=10)  # warm: first reads
+        timings: dict[str, list[float]] = {name: [] for name in rankers}
+        for round_ in range(ROUNDS):
+            for number, query in enumerate(queries):
+                order = rankers if (number + round_) % 2 == 0 else rankers[::-1]
+                for name in order:
+                    started = time.perf_counter()
+                    engine.search(query, name, window=100, size=10)
+                    timings[name].append(time.perf_counter() - started)
+        engine.store.close()
+    base = float(np.median(timings[RANKERS[0]]))
+    print(f"{'search path (Engine.search, top 10 of 100)':<44} {'p50 ms':>8} {'p95 ms':>8} {'x previous':>10}")
+    for name, values in timings.items():
+        p50, p95 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 95))
+        print(f"{name:<44} {p50:8.2f} {p95:8.2f} {p50 / 1000 / base:9.2f}x")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, help="time the whole search path over this many documents instead")
+    args = parser.parse_args()
+    if args.documents:
+        search_path(args.documents)
+        return 0
+    folders = [SHARED / name for name in ("clscisumm2018-train", "cisi") if (SHARED / name).is_dir()]
+    for folder in folders or [ROOT / "reranker" / "sample"]:
+        measure(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "bench"))
+    raise SystemExit(main())

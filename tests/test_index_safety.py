@@ -1,0 +1,415 @@
+"""`reranker index` never hides a document: real `reranker index` processes, run beside
+readers (as `reranker serve` runs beside it), killed with SIGKILL at chosen points, and
+run out of disk space.
+
+Every corpus here has one word in every document ("harbour"), so one BM25 search for it
+lists every document the store lets readers find, and a word of its own in each
+document, so each can be looked for alone. A second version of the corpus changes every
+document's text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import run, write_jsonl
+
+from reranker.store.embedded import EmbeddedStore
+
+REPO = Path(__file__).resolve().parent.parent
+COMMON = "harbour"
+_TOPIC_WORDS = (
+    "ships sailors ocean wind sails storm captain vessel crew voyage bread flour oven baker dough "
+    "chess king pawn bishop knight rook river mountain forest valley music piano violin concert "
+    "garden flowers seeds soil rain farmer wheat harvest market price trade coins bank money"
+).split()
+
+
+def own_word(number: int) -> str:
+    """A word only document `number` holds: letters only (the tokenizer drops digits)."""
+    letters = ""
+    while True:
+        number, digit = divmod(number, 26)
+        letters += "abcdefghijklmnopqrstuvwxyz"[digit]
+        if not number:
+            return "zq" + letters
+
+
+def corpus(count: int, version: int, start: int = 0) -> list[dict[str, str]]:
+    """Documents d<start>..d<start+count-1>, version 1 or 2 (other words, other text)."""
+    records = []
+    for number in range(start, start + count):
+        rng = random.Random(number * 10 + version)
+        words = rng.sample(_TOPIC_WORDS, 12)
+        records.append({
+            "id": f"d{number}",
+            "title": f"version {version}",
+            "text": f"{COMMON} {own_word(number)} {' '.join(words)} v{'ab'[version - 1]}{own_word(number)}",
+        })
+    return records
+
+
+@dataclass
+class Tally:
+    """What readers saw: searches run, documents a search should have found and did not,
+    ids listed twice, documents /documents could not give, and texts of neither version."""
+
+    searches: int = 0
+    misses: int = 0
+    duplicates: int = 0
+    lookups: int = 0
+    missing_documents: int = 0
+    wrong_versions: int = 0
+    mixed: int = 0  # rounds whose /documents showed both versions (a replacement was under way)
+    whole: Counter[str] = field(default_factory=Counter)  # rounds that showed one version only, by version
+    problems: list[str] = field(default_factory=list)
+
+    def note(self, problem: str) -> None:
+        if len(self.problems) < 10:
+            self.problems.append(problem)
+
+
+def check_once(store: EmbeddedStore, texts: dict[str, set[str]], tally: Tally, rng: random.Random) -> None:
+    """One round of a reader: every document by one search, by its id, by its own word."""
+    ids = [hit.doc_id for hit in store.bm25(COMMON, len(texts) + 50)]
+    tally.searches += 1
+    found = set(ids)
+    if len(found) != len(texts):
+        tally.misses += len(set(texts) - found)
+        tally.note(f"search missed {sorted(set(texts) - found)[:5]} ({len(set(texts) - found)} in all)")
+    tally.duplicates += len(ids) - len(found)
+    documents = store.documents(list(texts))
+    tally.lookups += 1
+    tally.missing_documents += len(texts) - len(documents)
+    versions = set()
+    for doc_id, document in documents.items():
+        if document.text not in texts[doc_id]:
+            tally.wrong_versions += 1
+        versions.add(document.title)
+    tally.mixed += len(versions) > 1
+    if len(versions) == 1:
+        tally.whole[versions.pop()] += 1
+    for doc_id in rng.sample(sorted(texts), 5):
+        number = int(doc_id[1:])
+        hits = store.bm25(own_word(number), 3)
+        tally.searches += 1
+        if [hit.doc_id for hit in hits[:1]] != [doc_id]:
+            tally.misses += 1
+            tally.note(f"search for {own_word(number)} found {[hit.doc_id for hit in hits]}, not {doc_id}")
+    missing_topics = store.topics(rng.sample(sorted(texts), 50)).missing
+    if missing_topics:
+        tally.missing_documents += len(missing_topics)
+        tally.note(f"no topics for {missing_topics[:5]}")
+
+
+_INDEXER = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from reranker.store import embedded
+embedded._COMMIT_DOCS = {commit_docs}
+{kill}
+from reranker.cli import main
+sys.exit(main({argv!r}))
+"""
+
+# Kills the process (SIGKILL: no clean-up of any kind) at the n-th call of a function.
+_KILL = """
+import functools, importlib
+owner = importlib.import_module({module!r})
+for part in {owner!r}.split("."):
+    owner = getattr(owner, part)
+original = getattr(owner, {name!r})
+calls = [0]
+@functools.wraps(original)
+def killing(*args, **kwargs):
+    calls[0] += 1
+    if {when!r} == "before" and calls[0] == {n}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    result = original(*args, **kwargs)
+    if {when!r} == "after" and calls[0] == {n}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+setattr(owner, {name!r}, killing)
+"""
+
+
+def indexer(data_dir: Path, argv: list[str], commit_docs: int = 2_000, kill: str = "") -> subprocess.Popen[str]:
+    """A real `reranker index` process (`argv` after `index`), its text index committing
+    every `commit_docs` documents."""
+    script = _INDEXER.format(
+        tests=str(Path(__file__).parent), commit_docs=commit_docs, kill=kill,
+        argv=["--data-dir", str(data_dir), "index", *argv, "--no-progress"],
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.parametrize("rebuild", [False, True], ids=["re-index", "rebuild"])
+def test_searches_during_a_reindex_find_every_document_once(data_dir: Path, tmp_path: Path, rebuild: bool) -> None:
+    """Issue 24, point 1: 3,000 documents replaced by new versions, by a real `reranker
+    index` process, while three reader threads search. Re-indexing, the text index
+    commits every 200 documents, so the run passes through some fifteen commits, each a
+    moment where a reader could lose a document; a rebuild is swapped in whole."""
+    count = 3_000
+    old, new = corpus(count, 1), corpus(count, 2)
+    code, out = run(data_dir, "index", str(write_jsonl(tmp_path / "v1.jsonl", old)), "--no-progress")
+    assert code == 0, out
+    texts = {doc["id"]: {old_doc["text"], doc["text"]} for doc, old_doc in zip(new, old)}
+    options = ["--rebuild"] if rebuild else []
+    writer = indexer(data_dir, [str(write_jsonl(tmp_path / "v2.jsonl", new)), *options], commit_docs=200)
+    store = EmbeddedStore(data_dir / "index")
+    tallies = [Tally() for _ in range(3)]
+
+    def read(tally: Tally, seed: int) -> None:
+        rng = random.Random(seed)
+        while writer.poll() is None:
+            check_once(store, texts, tally, rng)
+
+    try:
+        threads = [threading.Thread(target=read, args=(tally, seed)) for seed, tally in enumerate(tallies)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _, errors = writer.communicate()
+        assert writer.returncode == 0, errors
+        total = Tally()
+        for tally in tallies:
+            for name in ("searches", "misses", "duplicates", "lookups", "missing_documents", "wrong_versions", "mixed"):
+                setattr(total, name, getattr(total, name) + getattr(tally, name))
+            total.whole.update(tally.whole)
+            total.problems += tally.problems
+        print(f"concurrent {'rebuild' if rebuild else 're-index'} of {count} documents: {total}")
+        assert total.searches >= 100
+        assert (total.misses, total.duplicates, total.missing_documents, total.wrong_versions) == (0, 0, 0, 0), total.problems
+        if rebuild:  # the old index, whole, until the swap
+            assert total.mixed == 0 and total.whole["version 1"] >= 10, total
+        else:  # the readers ran through the replacement, not only before or after it
+            assert total.mixed >= 3, total
+        check_once(store, {doc["id"]: {doc["text"]} for doc in new}, final := Tally(), random.Random(0))
+        assert (final.misses, final.missing_documents, final.wrong_versions, final.mixed) == (0, 0, 0, 0), final.problems
+        assert store.count() == count
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        store.close()
+
+
+# --- SIGKILL at chosen points -------------------------------------------------------------
+
+
+def kill_at(function: str, when: str, n: int) -> str:
+    """Code that SIGKILLs the process before or after the n-th call of `function`
+    ("module:Owner.name")."""
+    module, path = function.split(":")
+    owner, _, name = path.rpartition(".")
+    return _KILL.format(module=module, owner=owner, name=name, when=when, n=n)
+
+
+def visible_texts(store: EmbeddedStore, universe: list[str]) -> tuple[list[str], dict[str, str], tuple[str, ...]]:
+    """(ids one search for the common word lists, id -> text of what /documents gives,
+    ids without topics), over every id of `universe`."""
+    ids = [hit.doc_id for hit in store.bm25(COMMON, len(universe) + 50)]
+    documents = store.documents(universe)
+    return ids, {doc_id: document.text for doc_id, document in documents.items()}, store.topics(sorted(documents)).missing
+
+
+# Corpus files by name: (first document, how many, version).
+CORPORA = {
+    "half": (0, 300, 1),
+    "v1": (0, 600, 1),
+    "v2": (0, 600, 2),
+    # A rebuild drops d0-d99, replaces d100-d599 and adds d600-d649.
+    "shifted": (100, 550, 2),
+}
+UPSERT = "reranker.store.embedded:EmbeddedStore.upsert"
+MOVE = "reranker.store.embedded:EmbeddedStore._move_watermark"
+
+# (the corpus indexed before, the killed run's corpus and options, where it dies)
+KILLS = {
+    "adding, after 2 batches": ("half", ["v1"], (UPSERT, "after", 2)),
+    "adding, text index committed, watermark not moved": ("half", ["v1"], (MOVE, "before", 1)),
+    "replacing, after 1 batch": ("v1", ["v2"], (UPSERT, "after", 1)),
+    "replacing, after 6 batches (one commit made)": ("v1", ["v2"], (UPSERT, "after", 6)),
+    "replacing, text index committed, watermark not moved": ("v1", ["v2"], (MOVE, "before", 2)),
+    "replacing, all written, before the last commit": ("v1", ["v2"], ("reranker.store.embedded:EmbeddedStore.publish", "before", 1)),
+    "rebuilding, after 3 batches": ("v1", ["shifted", "--rebuild"], (UPSERT, "after", 3)),
+    "rebuilding, all written, before the swap": ("v1", ["shifted", "--rebuild"], ("reranker.store.embedded:EmbeddedStore._swap_in", "before", 1)),
+    "rebuilding, swapped, old text entries not purged": ("v1", ["shifted", "--rebuild"], ("reranker.store.embedded:EmbeddedStore._purge_text", "before", 1)),
+}
+
+
+def texts_of(name: str) -> dict[str, str]:
+    start, count, version = CORPORA[name]
+    return {doc["id"]: doc["text"] for doc in corpus(count, version, start)}
+
+
+@pytest.fixture(scope="module")
+def indexed_before(tmp_path_factory: pytest.TempPathFactory, glove: object) -> dict[str, Path]:
+    """The corpus files by name, and data dirs with "half" and "v1" indexed, as the
+    killed runs find them."""
+    root = tmp_path_factory.mktemp("kills")
+    paths = {name: write_jsonl(root / f"{name}.jsonl", corpus(count, version, start)) for name, (start, count, version) in CORPORA.items()}
+    for name in ("half", "v1"):
+        data_dir = root / f"indexed-{name}"
+        data_dir.mkdir()
+        code, out = run(data_dir, "index", str(paths[name]), "--no-progress")
+        assert code == 0, out
+        paths[f"indexed-{name}"] = data_dir
+    return paths
+
+
+@pytest.mark.parametrize("point", list(KILLS))
+def test_a_killed_index_run_hides_nothing_and_the_next_run_completes_it(
+    indexed_before: dict[str, Path], tmp_path: Path, point: str
+) -> None:
+    """Issue 24, point 2: `reranker index` killed with SIGKILL at `point` (the test
+    wraps the named function in the indexer process; nothing else is changed)."""
+    before, (target, *options), (function, when, n) = KILLS[point]
+    data_dir = tmp_path / "data"
+    shutil.copytree(indexed_before[f"indexed-{before}"], data_dir, symlinks=True)
+    argv = [str(indexed_before[target]), *options]
+    killed = indexer(data_dir, argv, commit_docs=200, kill=kill_at(function, when, n))
+    _, errors = killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL, errors
+
+    old, new = texts_of(before), texts_of(target)
+    universe = sorted(old.keys() | new.keys())
+    store = EmbeddedStore(data_dir / "index")
+    try:
+        ids, texts, without_topics = visible_texts(store, universe)
+        # Every document indexed before is found, once, by search and by id, in its old
+        # or its new version; a new document is found only whole (text, topics, search).
+        # A rebuild shows all of the old index until its swap, and all of the new after.
+        assert len(ids) == len(set(ids)) and set(ids) == set(texts) and without_topics == ()
+        if "rebuilding" in point:
+            assert texts == (new if "swapped" in point else old)
+        else:
+            assert set(old) <= set(ids), f"lost {sorted(set(old) - set(ids))[:10]}"
+            assert all(text in {old.get(doc_id), new.get(doc_id)} for doc_id, text in texts.items())
+        assert store.count() == len(ids)
+        for doc_id in sorted(ids)[:: len(ids) // 20]:
+            assert [hit.doc_id for hit in store.bm25(own_word(int(doc_id[1:])), 1)] == [doc_id]
+    finally:
+        store.close()
+
+    code, out = run(data_dir, "index", *argv, "--no-progress")
+    assert code == 0, out
+    if "before the swap" in point:
+        assert f"unchanged {len(new)}" in out  # resumed: nothing written twice
+    store = EmbeddedStore(data_dir / "index")
+    try:
+        ids, texts, without_topics = visible_texts(store, universe)
+        # A run without --rebuild keeps what it does not replace.
+        expected = new if options else {**old, **new}
+        assert sorted(ids) == sorted(expected) and texts == expected and without_topics == ()
+        assert store.count() == len(expected) and store._text.num_docs() == len(expected)
+    finally:
+        store.close()
+    rows = sqlite3.connect(data_dir / "index" / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0]
+    assert rows == len(expected)  # no superseded version or unfinished rebuild left behind
+
+
+# --- a full disk --------------------------------------------------------------------------
+
+
+def mount_works(directory: Path) -> bool:
+    """Whether this user may mount a tmpfs in a user namespace of its own (`unshare -rm`)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m none {directory}"], capture_output=True)
+    return probe.returncode == 0
+
+
+_FULL_DISK = """
+set -u
+data={tmp}/data
+mkdir $data
+index() {{ {python} -m reranker.cli --data-dir $data index "$@" --no-progress; }}
+check() {{ {python} {check} $data/index {universe}; }}
+index {v1} > {out}/first.out 2> {out}/first.err || exit 98
+# The file system that fills: a tmpfs over the whole store, or over its text index only
+# (SQLite then has room, tantivy none); what is there moves onto it.
+mv {full} {tmp}/moved && mkdir {full}
+mount -t tmpfs -o size=64m none {full} || exit 99
+cp -a {tmp}/moved/. {full}/
+# Leave {room} bytes of it free.
+{python} -c "import os; s = os.statvfs('{full}'); open('{full}/filler', 'wb').write(b'x' * max(0, s.f_bavail * s.f_frsize - {room}))"
+index {v2} > {out}/full.out 2> {out}/full.err
+echo $? > {out}/full.rc
+# What the failed run left, read with room again: a process that opens the store needs
+# room for SQLite's shared-memory file (readers open already, like `reranker serve`, have it).
+rm {full}/filler
+check > {out}/full.json
+index {v2} > {out}/after.out 2> {out}/after.err
+echo $? > {out}/after.rc
+check > {out}/after.json
+"""
+
+_CHECK = """
+import json, sys
+from pathlib import Path
+from reranker.store.embedded import EmbeddedStore
+store = EmbeddedStore(Path(sys.argv[1]))
+universe = [f"d{number}" for number in range(int(sys.argv[2]))]
+ids = [hit.doc_id for hit in store.bm25("harbour", len(universe) + 50)]
+texts = {doc_id: document.text for doc_id, document in store.documents(universe).items()}
+print(json.dumps({"ids": ids, "texts": texts, "count": store.count(), "without_topics": list(store.topics(sorted(texts)).missing)}))
+"""
+
+
+@pytest.mark.parametrize(("full", "room"), [("store", 0), ("store", 1_000_000), ("text index", 0), ("text index", 100_000)])
+def test_a_full_disk_is_a_one_line_error_and_loses_nothing(
+    tmp_path: Path, glove: object, full: str, room: int
+) -> None:
+    """Issue 24, point 3: `reranker index` on a file system that fills up: a real tmpfs,
+    mounted in a user namespace over the store (or over its text index only), filled to
+    `room` bytes free. With none, SQLite cannot even open the store; with 1 MB, a SQLite
+    write fails part way through; over the text index, a tantivy write fails. One line
+    on stderr, exit 1; every document indexed before is found; with room again, the
+    same command completes."""
+    if not mount_works(tmp_path):
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    out = tmp_path / "out"
+    out.mkdir()
+    check = tmp_path / "check.py"
+    check.write_text(_CHECK)
+    old, new = corpus(300, 1), corpus(3_000, 2)
+    script = _FULL_DISK.format(
+        tmp=tmp_path, python=sys.executable, check=check, universe=len(new), out=out, room=room,
+        full=tmp_path / "data" / "index" / ("text" if full == "text index" else ""),
+        v1=write_jsonl(tmp_path / "v1.jsonl", old), v2=write_jsonl(tmp_path / "v2.jsonl", new),
+    )
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout, done.stderr, *(f.read_text() for f in sorted(out.glob("*.err"))))
+
+    errors = (out / "full.err").read_text()
+    assert (out / "full.rc").read_text().strip() == "1"
+    assert errors.startswith("reranker: error: ") and errors.count("\n") == 1, errors
+    assert "the disk is full" in errors and "Traceback" not in errors
+    assert ("text index" in errors) == (full == "text index"), errors
+    seen = json.loads((out / "full.json").read_text())
+    assert set(seen["ids"]) >= {doc["id"] for doc in old} and len(seen["ids"]) == len(set(seen["ids"]))
+    assert set(seen["texts"]) == set(seen["ids"]) and seen["count"] == len(seen["ids"]) and seen["without_topics"] == []
+    versions = {doc["id"]: {doc["text"]} for doc in new}
+    for doc in old:
+        versions[doc["id"]].add(doc["text"])
+    assert all(text in versions[doc_id] for doc_id, text in seen["texts"].items())
+
+    assert (out / "after.rc").read_text().strip() == "0", (out / "after.err").read_text()
+    after = json.loads((out / "after.json").read_text())
+    assert sorted(after["ids"]) == sorted(versions) and after["texts"] == {doc["id"]: doc["text"] for doc in new}
+    assert after["count"] == len(new)
