@@ -59,16 +59,18 @@ from evaluate_matrix import (
     vectors_info,
 )
 
+from reranker.config import DEFAULT_RANKER
+
 DEFAULT_DATA_DIR = REPO / ".reranker-data" / "evaluate-rankers"  # git-ignored (.reranker-data/)
 DEFAULT_OUT = REPO / "docs" / "rankers.md"
 
 BM25 = "bm25"
 PAPER = "hidden_topics"  # Gong et al. (2018), Eq. 11
 PAPER_FUSION = "hidden_topics+bm25"
-DEFAULT_RANKER = "hidden_topics_corrected+bm25"
+PREVIOUS_DEFAULT = "hidden_topics_corrected+bm25"  # the default until 2026-11-26
 ALONE = (BM25, PAPER, "hidden_topics_code", "hidden_topics_corrected", "wmd", "doc2vec")
 TWO_WAY = (
-    PAPER_FUSION, "hidden_topics_code+bm25", DEFAULT_RANKER, "wmd+bm25", "doc2vec+bm25",
+    PAPER_FUSION, "hidden_topics_code+bm25", DEFAULT_RANKER, PREVIOUS_DEFAULT, "wmd+bm25", "doc2vec+bm25",
     "hidden_topics_corrected+bm25:rrf", "hidden_topics_corrected+bm25:zscore",
 )  # fmt: skip
 N_WAY = (
