@@ -307,8 +307,12 @@ def test_dev_cluster_runs_the_opensearch_walkthrough_without_docker(data_dir: Pa
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # Ctrl-C as a terminal sends it. A shell starts a background job with SIGINT ignored, and
+    # the child would inherit that (Python then installs no KeyboardInterrupt handler): the
+    # child gets the disposition a foreground command has, whatever ran these tests.
     server = subprocess.Popen([sys.executable, "-m", "reranker.cli", "dev-cluster", "--bind", f"127.0.0.1:{port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert server.stdout is not None
         first = server.stdout.readline()
