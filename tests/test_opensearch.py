@@ -216,8 +216,10 @@ def test_an_in_place_reindex_keeps_every_document_searchable(osmem_clone: Any, t
     old one by id (a bulk `index`, never delete then insert): searches running meanwhile
     find every document, in its old or its new version."""
     cluster = OpenSearchSettings(hosts=(osmem_clone.url,), alias="papers")
-    watch = searches_during_reindex(cluster, glove, tmp_path, documents=1000)
-    assert watch.replaced == 1000
+    # 2,000 documents and 4 readers: 1,000 and 2 gave 146 checks in CI's 2 s re-index, too
+    # few for zero misses to say much (a delete-then-insert bug showed 2-4 misses in 400).
+    watch = searches_during_reindex(cluster, glove, tmp_path, documents=2000, readers=4)
+    assert watch.replaced == 2000
     assert watch.checks >= 200, f"only {watch.checks} searches ran during the {watch.seconds:.1f} s re-index"
     assert watch.misses == (), f"{len(watch.misses)} of {watch.checks} searches missed a document: {watch.misses[:5]}"
 
