@@ -34,9 +34,7 @@ if __name__ == "__main__":
 
 import argparse
 import json
-import signal
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -45,7 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 from bench_opensearch import summary_queries, write_corpus
-from bench_service import ALIAS, cluster_body, free_port, http_call, index_corpus
+from bench_service import ALIAS, Service, cluster_body, index_corpus
 from benchlib import machine, require, table
 
 from reranker.embeddings import DICT_AFTER_LOOKUPS
@@ -112,33 +110,15 @@ def send(base: str, path: str, data: bytes, content_type: str) -> Sample:
     return Sample(status, seconds, sum(b.get("status") == "ok" for b in blocks), sum(b.get("status") == "degraded" for b in blocks))
 
 
-class OneWorker:
+class OneWorker(Service):
     """`reranker serve` with one worker, whose memory /proc shows."""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self._log = log_path.open("w", encoding="utf-8")
-        self.log_path = log_path
-        command = [sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{self.port}", "--workers", "1", "--threads", "4"]
-        self.process = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if http_call(self.base + "/readyz")[0] == 200 and self.worker() is not None:
-                    return
-            except OSError:
-                pass
-            require(self.process.poll() is None and time.monotonic() < deadline, f"reranker serve not ready: {self._tail()}")
-            time.sleep(0.2)
+        super().__init__(env, log_path, workers=1, threads=4)
+        self.wait_ready()
 
-    def worker(self) -> int | None:
-        path = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
-        try:
-            pids = [int(pid) for pid in path.read_text().split()]
-        except OSError:
-            return None
-        return pids[0] if len(pids) == 1 else None
+    def worker(self) -> int:
+        return self.worker_pids()[0]
 
     def memory_mb(self) -> dict[str, float]:
         """The worker's memory in MB: VmRSS, VmHWM (its peak), and VmRSS's parts RssAnon
@@ -150,20 +130,6 @@ class OneWorker:
             if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
                 found[name] = int(value.split()[0]) / 1024
         return found
-
-    def _tail(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
 
 
 def measure(service: OneWorker, cluster: str, queries: list[str], repeats: int) -> dict[str, Any]:

@@ -442,13 +442,14 @@ def index_corpus(corpus: Path, env: dict[str, str], documents: int) -> float:
 class Service:
     """`reranker serve` as a subprocess: started, waited for, stopped by its own pid."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, workers: int = SERVICE_WORKERS, threads: int = SERVICE_THREADS) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.workers = workers
         command = [
             sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{self.port}",
-            "--workers", str(SERVICE_WORKERS), "--threads", str(SERVICE_THREADS),
+            "--workers", str(workers), "--threads", str(threads),
         ]  # fmt: skip
         self._log = log_path.open("w", encoding="utf-8")
         self.process = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT)
@@ -457,7 +458,7 @@ class Service:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if http_call(self.base + "/readyz")[0] == 200 and len(self.worker_pids()) == SERVICE_WORKERS:
+                if http_call(self.base + "/readyz")[0] == 200 and len(self.worker_pids()) == self.workers:
                     return
             except OSError:
                 pass

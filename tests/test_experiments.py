@@ -585,10 +585,7 @@ def test_a_cluster_out_of_disk_is_a_507_and_events_resume_by_themselves(cluster_
 
     try:
         _start(client, "full")
-        search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}},
-                  "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
-        block = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
-        clicks = [_click({"id": hit["_id"], "rank": rank}, block["query_id"]) for rank, hit in enumerate(block["scores"], start=1)]
+        clicks = _proxied_search_clicks(client)
         assert client.post("/events", json=clicks[0]).status_code == 201
         settings("papers-ubi_events/_settings", {"index.blocks.read_only_allow_delete": True})
         reason = _error(client.post("/events", json=clicks[1]), 507, "insufficient_storage_exception")
@@ -616,16 +613,21 @@ def test_a_cluster_out_of_disk_is_a_507_and_events_resume_by_themselves(cluster_
         app.extensions["reranker"].close()
 
 
+def _proxied_search_clicks(client: FlaskClient) -> list[dict[str, Any]]:
+    """A click on each of the 3 hits of one search through the proxy (client c1)."""
+    search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}},
+              "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+    block = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
+    return [_click({"id": hit["_id"], "rank": rank}, block["query_id"]) for rank, hit in enumerate(block["scores"], start=1)]
+
+
 def test_the_client_quota_holds_on_the_cluster_event_store(cluster_app: tuple[Any, Path, str]) -> None:
     make, _, _ = cluster_app
     app = make(RERANKER_EVENTS_PER_CLIENT="1")
     client = app.test_client()
     try:
         _start(client, "quota")
-        search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}},
-                  "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
-        block = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
-        clicks = [_click({"id": hit["_id"], "rank": rank}, block["query_id"]) for rank, hit in enumerate(block["scores"], start=1)]
+        clicks = _proxied_search_clicks(client)
         assert client.post("/events", json=clicks[0], environ_base={"REMOTE_ADDR": "198.51.100.7"}).status_code == 201
         _error(client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "198.51.100.7"}), 429, "too_many_requests_exception")
         assert client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "203.0.113.9"}).status_code == 201

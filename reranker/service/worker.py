@@ -23,7 +23,7 @@ import json
 import os
 import selectors
 import time
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
@@ -191,8 +191,10 @@ RETURN_AFTER_BYTES = 16 << 20
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+@cache
 def _glibc() -> Any:
-    """glibc, or None under another C library (musl, macOS: nothing to tune then)."""
+    """glibc, or None under another C library (musl, macOS: nothing to tune then). Found
+    on first use, not at import: `find_library` runs ldconfig."""
     import ctypes
     import ctypes.util
 
@@ -203,14 +205,12 @@ def _glibc() -> Any:
         return None
 
 
-_LIBC = _glibc()
-
-
 def keep_large_blocks_apart() -> bool:
     """Fix malloc's mmap and trim thresholds at 128 KB (see above); whether it could."""
-    if _LIBC is None:
+    libc = _glibc()
+    if libc is None:
         return False
-    return bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, GIVE_BACK_BYTES)) and bool(_LIBC.mallopt(_M_TRIM_THRESHOLD, GIVE_BACK_BYTES))
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, GIVE_BACK_BYTES)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, GIVE_BACK_BYTES))
 
 
 def heap_bytes() -> int | None:
@@ -229,9 +229,10 @@ def return_freed_memory(before: int) -> bool:
     the process grew by RETURN_AFTER_BYTES since `before` (a `heap_bytes()` reading);
     whether it did."""
     now = heap_bytes()
-    if _LIBC is None or now is None or now - before < RETURN_AFTER_BYTES:
+    libc = _glibc()
+    if libc is None or now is None or now - before < RETURN_AFTER_BYTES:
         return False
-    _LIBC.malloc_trim(0)
+    libc.malloc_trim(0)
     return True
 
 
