@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import threading
 import urllib.request
 from pathlib import Path
@@ -450,7 +451,11 @@ def test_the_compare_view_plots_an_evaluations_per_query_wins_and_losses(page: "
             page.get_by_label("Metric", exact=True).select_option(metric)
             wins, ties, losses = body["wins_ties_losses"][ranker][metric]
             expect(summary).to_contain_text(f"{ranker} against bm25 on sample, {metric}: {wins} wins, {ties} ties, {losses} losses over 5 queries")
-            expect(summary).to_contain_text("(paired randomisation")
+            # The report's own p-value (JavaScript's toPrecision(2) rounds halves up, Python's format does not).
+            shown_p = re.search(r"; p (< 0\.0001|= [0-9.]+) by paired randomisation \(two-sided, ", summary.inner_text())
+            assert shown_p, summary.inner_text()
+            p_value = body["p_values"][ranker][metric]
+            assert p_value < 1e-4 if shown_p[1] == "< 0.0001" else float(shown_p[1][2:]) == pytest.approx(p_value, abs=0.006, rel=0.05)
             bars = _bars(page)
             assert [len(bars[kind]) for kind in ("win", "tie", "loss")] == [wins, ties, losses]
             # One bar per query, from the largest gain to the largest loss.

@@ -852,7 +852,7 @@
     const ties = rows.length - wins - losses;
     const mean = deltas.reduce((a, b) => a + b, 0) / Math.max(1, rows.length);
     const p = (body.baseline ? (body.p_values || {})[ranker] : ((body.p_values || {})[baseline] || {})[ranker]) || {};
-    const test = typeof p[metric] === "number" ? `; p ${p[metric] < 1e-4 ? "< 0.0001" : `= ${p[metric].toPrecision(2)}`} (${body.significance_test || "paired test"})` : "";
+    const test = typeof p[metric] === "number" ? `; p ${p[metric] < 1e-4 ? "< 0.0001" : `= ${p[metric].toPrecision(2)}`} by ${body.significance_test || "a paired test"}` : "";
     const text =
       `${ranker} against ${baseline} on ${body.dataset || savedReport.name}, ${metric}: ` +
       `${wins} wins, ${ties} ties, ${losses} losses over ${rows.length} queries; mean Δ ${signed(mean, 3)}${test}.`;
