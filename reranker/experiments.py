@@ -28,7 +28,7 @@ from typing import Any, Mapping, Protocol
 
 from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
-from reranker.interleaving import METHODS, TEAM_A, Outcome, outcome
+from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, credit, outcome, sign_test, win_share_interval
 from reranker.rankers import RANKERS, get_ranker
 from reranker.store.events import (
     Event,
@@ -315,3 +315,118 @@ def report(store: EventStore, experiment: Experiment) -> Report:
     found = outcome(data.clicked, min_queries=experiment.min_queries, labels=experiment.rankers)
     # outcome() saw only the clicked queries; the store counted every query shown.
     return Report(experiment, replace(found, queries=data.queries), data.click_events)
+
+
+# --- the report over time ------------------------------------------------------------------
+
+INTERVALS = {"hour": _dt.timedelta(hours=1), "day": _dt.timedelta(days=1)}
+# "auto": hours while the clicked queries span at most this long, else days (a week by
+# the hour is 168 points, about what a plot a phone's width can show apart).
+HOURLY_SPAN = _dt.timedelta(days=7)
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Per-query credit counted over some clicked queries (as `interleaving.outcome` counts)."""
+
+    queries_with_clicks: int = 0
+    wins_a: int = 0
+    wins_b: int = 0
+    ties: int = 0
+
+    def add(self, preference: int) -> "Tally":
+        return Tally(self.queries_with_clicks + 1, self.wins_a + (preference > 0), self.wins_b + (preference < 0), self.ties + (preference == 0))
+
+    def to_json(self, rankers: tuple[str, str]) -> dict[str, Any]:
+        return {"queries_with_clicks": self.queries_with_clicks, "wins": {rankers[0]: self.wins_a, rankers[1]: self.wins_b}, "ties": self.ties}
+
+
+@dataclass(frozen=True)
+class Period:
+    """One interval of an experiment: its clicked queries, and everything up to its end."""
+
+    start: _dt.datetime  # UTC, the interval's first instant
+    end: _dt.datetime
+    within: Tally
+    so_far: Tally
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """An experiment's report over time: per interval (by when each query was shown), the
+    wins so far, the share of the queries with a preference that preferred the first
+    ranker, its exact confidence interval and the sign test's p-value: the report's own
+    statistics, so the last period's are the report's."""
+
+    experiment: Experiment
+    interval: str
+    periods: tuple[Period, ...]
+    confidence: float = CONFIDENCE
+
+    def to_json(self) -> dict[str, Any]:
+        rankers = self.experiment.rankers
+        periods = []
+        for period in self.periods:
+            so_far = period.so_far
+            decided = so_far.wins_a + so_far.wins_b
+            low, high = win_share_interval(so_far.wins_a, so_far.wins_b, self.confidence)
+            periods.append({
+                "start": period.start.isoformat(),
+                "end": period.end.isoformat(),
+                **period.within.to_json(rankers),
+                "cumulative": {
+                    **so_far.to_json(rankers),
+                    "share": so_far.wins_a / decided if decided else None,
+                    "low": low,
+                    "high": high,
+                    "p_value": sign_test(so_far.wins_a, so_far.wins_b) if decided else None,
+                },
+            })
+        return {
+            "interval": self.interval,
+            "share_of": rankers[0],
+            "confidence": self.confidence,
+            "min_queries": self.experiment.min_queries,
+            "periods": periods,
+        }
+
+
+def _shown_time(timestamp: str) -> _dt.datetime:
+    moment = _dt.datetime.fromisoformat(timestamp)
+    return moment.replace(tzinfo=_dt.timezone.utc) if moment.tzinfo is None else moment.astimezone(_dt.timezone.utc)
+
+
+def _period_start(moment: _dt.datetime, interval: str) -> _dt.datetime:
+    if interval == "day":
+        return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def timeline(store: EventStore, experiment: Experiment, interval: str = "auto") -> Timeline:
+    """The report of `experiment` per hour or day ("auto": by `HOURLY_SPAN`), in UTC.
+
+    Only intervals with a clicked query are listed. InputError (400) for another interval.
+    """
+    if interval != "auto" and interval not in INTERVALS:
+        raise InputError(f"[interval] must be one of auto, {', '.join(INTERVALS)}, got {interval!r}")
+    data = store.experiment_data(experiment.id)
+    clicked: list[tuple[_dt.datetime, Interleaving, frozenset[str]]] = sorted(
+        ((_shown_time(at), shown, ids) for at, (shown, ids) in zip(data.shown_at, data.clicked)), key=lambda row: row[0]
+    )
+    if interval == "auto":
+        span = clicked[-1][0] - clicked[0][0] if clicked else _dt.timedelta(0)
+        interval = "hour" if span <= HOURLY_SPAN else "day"
+    periods: list[Period] = []
+    so_far = Tally()
+    for at, shown, ids in clicked:
+        if not ids.intersection(shown.ids):
+            continue  # no shown hit clicked (a click event without an object): as outcome()
+        preference = credit(shown, ids)
+        start = _period_start(at, interval)
+        if not periods or periods[-1].start != start:
+            periods.append(Period(start, start + INTERVALS[interval], Tally(), so_far))
+        last = periods[-1]
+        so_far = so_far.add(preference)
+        periods[-1] = replace(last, within=last.within.add(preference), so_far=so_far)
+    return Timeline(experiment, interval, tuple(periods))

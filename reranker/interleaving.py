@@ -335,6 +335,31 @@ def sign_test(wins_a: int, wins_b: int) -> float:
     return min(1.0, 2.0 * _lower_tail(n, k))
 
 
+def win_share_interval(wins_a: int, wins_b: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson 1934) interval of A's share of the queries with a preference.
+
+    With n = wins_a + wins_b and k = wins_a: low = B(a/2; k, n - k + 1) and
+    high = B(1 - a/2; k + 1, n - k), B the Beta distribution's quantile, a = 1 - confidence;
+    low = 0 when k = 0, high = 1 when k = n, (0, 1) when n = 0. It is the sign test's own
+    interval: at confidence 1 - alpha it leaves out 1/2 exactly when `sign_test` < alpha
+    (both double the smaller binomial tail), so a plotted band crosses the 50% line until
+    the report can call the difference significant.
+    Raises ValueError for negative counts or a confidence outside (0, 1).
+    """
+    if wins_a < 0 or wins_b < 0:
+        raise ValueError(f"win counts must be non-negative, got {wins_a} and {wins_b}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    # Imported here: only reports over time need it, and scipy.special costs ~0.15 s to import.
+    from scipy.special import betaincinv
+
+    n, k = wins_a + wins_b, wins_a
+    tail = (1.0 - confidence) / 2.0
+    low = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, tail))
+    high = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1.0 - tail))
+    return low, high
+
+
 def _lower_tail(n: int, k: int) -> float:
     """P(X <= k) for X ~ Bin(n, 1/2) and k < n/2, summed in floating point.
 

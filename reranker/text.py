@@ -95,3 +95,14 @@ def readable_words(text: str, stopwords: frozenset[str] | None = None) -> list[s
         if len(word) > 1 and word not in stop and (word.isalpha() or not _DIGIT.search(word)) and is_readable(token, word):
             readable.append(word)
     return readable
+
+
+# The opening of a document shown in a list of hits, in words (`opening`): a line or two,
+# enough to tell documents without a title apart.
+SNIPPET_WORDS = 30
+
+
+def opening(text: str, words: int) -> tuple[str, bool]:
+    """The first `words` words of `text` (whitespace collapsed), and whether it was cut."""
+    parts = text.split()
+    return " ".join(parts[:words]), len(parts) > words

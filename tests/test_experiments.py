@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -392,6 +393,83 @@ def test_the_report_picks_the_ranker_users_prefer(client: FlaskClient, method: s
     assert report["winner"] == "bm25" and report["verdict"] == "significant", report
 
 
+def _backdate(data_dir: Path, query_ids: list[str], times: list[str]) -> None:
+    """Say each query was shown at its time (as if the experiment had run for days)."""
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    for query_id, at in zip(query_ids, times):
+        shown = store.shown_query(query_id)
+        assert shown is not None
+        store.record_query(replace(shown, timestamp=at))
+    store.close()
+
+
+def test_the_timeline_is_the_report_over_time(client: FlaskClient, data_dir: Path) -> None:
+    _start(client, "tl", ("hidden_topics", "bm25"), min_queries=5)
+    _simulate(client, "tl", "hidden_topics", searches=24, seed=3)
+    clicked = _clicked_queries(data_dir, "tl")
+    # Spread the searches over three days, at hours 9, 10 and 11 of each (UTC; one in another zone).
+    times = [f"2026-11-{20 + i % 3}T{9 + (i // 3) % 3:02d}:15:00.000+00:00" for i in range(len(clicked))]
+    times[0] = "2026-11-20T11:30:00+02:00"  # 09:30 UTC
+    _backdate(data_dir, clicked, times)
+    report = client.get("/experiments/tl").get_json()["report"]
+    assert report["queries_with_clicks"] >= 10
+
+    by_day = client.get("/experiments/tl/timeline?interval=day").get_json()
+    assert by_day["interval"] == "day" and by_day["share_of"] == "hidden_topics" and by_day["confidence"] == 0.95
+    assert by_day["experiment"]["id"] == "tl" and by_day["min_queries"] == 5
+    assert [p["start"] for p in by_day["periods"]] == [f"2026-11-{d}T00:00:00+00:00" for d in (20, 21, 22)]
+    assert [p["end"] for p in by_day["periods"]] == [f"2026-11-{d}T00:00:00+00:00" for d in (21, 22, 23)]
+    by_hour = client.get("/experiments/tl/timeline?interval=hour").get_json()
+    auto = client.get("/experiments/tl/timeline").get_json()
+    assert auto == by_hour, "three days are plotted by the hour"
+    starts = [p["start"] for p in by_hour["periods"]]
+    assert starts == sorted(starts) and len(starts) == len(set(starts)) and 3 < len(starts) <= 9
+    assert all(start[14:] == "00:00+00:00" for start in starts)
+    for timeline in (by_day, by_hour):
+        periods = timeline["periods"]
+        # Each period's own counts add up to the next cumulative ones, and the last is the report.
+        total = {"queries_with_clicks": 0, "hidden_topics": 0, "bm25": 0, "ties": 0}
+        for period in periods:
+            total["queries_with_clicks"] += period["queries_with_clicks"]
+            total["ties"] += period["ties"]
+            for name in ("hidden_topics", "bm25"):
+                total[name] += period["wins"][name]
+            so_far = period["cumulative"]
+            assert so_far["queries_with_clicks"] == total["queries_with_clicks"] and so_far["ties"] == total["ties"]
+            assert so_far["wins"] == {"hidden_topics": total["hidden_topics"], "bm25": total["bm25"]}
+            decided = total["hidden_topics"] + total["bm25"]
+            assert so_far["share"] == pytest.approx(total["hidden_topics"] / decided)
+            assert so_far["low"] <= so_far["share"] <= so_far["high"]
+            assert (so_far["low"] > 0.5 or so_far["high"] < 0.5) == (so_far["p_value"] < 0.05)
+        last = periods[-1]["cumulative"]
+        assert last["wins"] == report["wins"] and last["ties"] == report["ties"]
+        assert last["queries_with_clicks"] == report["queries_with_clicks"] and last["p_value"] == report["p_value"]
+    # The band narrows as evidence comes in.
+    first, last = by_day["periods"][0]["cumulative"], by_day["periods"][-1]["cumulative"]
+    assert last["high"] - last["low"] < first["high"] - first["low"]
+
+    # Beyond a week, "auto" is by the day.
+    _backdate(data_dir, clicked[:1], ["2026-11-01T08:00:00Z"])
+    assert client.get("/experiments/tl/timeline").get_json()["interval"] == "day"
+    assert "[interval] must be one of auto, hour, day, got 'week'" in _error(client.get("/experiments/tl/timeline?interval=week"), 400)
+    assert "no experiment 'nope'" in _error(client.get("/experiments/nope/timeline"), 404)
+
+
+def test_an_experiment_without_clicks_has_an_empty_timeline(client: FlaskClient) -> None:
+    _start(client, "quiet")
+    assert client.post("/search", json={"query": QUERIES[0], "client_id": "c1"}).get_json()["experiment"]["id"] == "quiet"
+    body = client.get("/experiments/quiet/timeline").get_json()
+    assert body["periods"] == [] and body["interval"] == "hour"
+
+
+def _clicked_queries(data_dir: Path, experiment_id: str) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(data_dir / "experiments.sqlite3") as db:
+        query = "SELECT DISTINCT query_id FROM events WHERE experiment_id = ? ORDER BY query_id"
+        return [row[0] for row in db.execute(query, (experiment_id,))]
+
+
 # --- the command line ----------------------------------------------------------------------------
 
 
@@ -533,6 +611,11 @@ def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tu
     found = client.get("/experiments/px").get_json()
     assert found["experiment"]["rankers"] == ["hidden_topics", "bm25"]
     assert found["report"]["queries"] == 1 and found["report"]["clicks"] == 1 and found["report"]["queries_with_clicks"] == 1
+    # The timeline reads when the query was shown from the cluster too: this hour, one clicked query.
+    periods = client.get("/experiments/px/timeline").get_json()["periods"]
+    assert len(periods) == 1 and periods[0]["queries_with_clicks"] == 1
+    assert periods[0]["start"][:13] == ex.utc_now()[:13] or periods[0]["end"][:13] == ex.utc_now()[:13]
+    assert periods[0]["cumulative"]["wins"] == found["report"]["wins"] and periods[0]["cumulative"]["ties"] == found["report"]["ties"]
     # The indices are strict: nothing unplanned gets mapped (and eats memory) by accident.
     from reranker.config import OpenSearchSettings
     from reranker.store.opensearch import OpenSearchStore

@@ -34,6 +34,7 @@ from reranker.interleaving import (
     seeded_rng,
     sign_test,
     team_draft,
+    win_share_interval,
 )
 
 seeds = st.integers(min_value=0, max_value=2**64) | st.text(max_size=10)
@@ -356,6 +357,33 @@ def test_sign_test_very_large_n() -> None:
     assert sign_test(500_000, 500_000) == 1.0
     assert sign_test(1_000_000, 0) == 0.0  # 2 / 2**1e6 underflows, no exception
     assert sign_test(501_000, 499_000) < sign_test(500_500, 499_500)
+
+
+@given(st.integers(0, 400), st.integers(0, 400))
+def test_the_win_share_interval_is_scipys_exact_interval_and_the_sign_tests_dual(wins_a: int, wins_b: int) -> None:
+    from scipy.stats import binomtest
+
+    low, high = win_share_interval(wins_a, wins_b)
+    if wins_a + wins_b:
+        reference = binomtest(wins_a, wins_a + wins_b).proportion_ci(0.95, method="exact")
+        assert (low, high) == (pytest.approx(reference.low, abs=1e-12), pytest.approx(reference.high, abs=1e-12))
+        assert low <= wins_a / (wins_a + wins_b) <= high
+    # The band leaves out "no difference" exactly when the report's sign test rejects it.
+    assert (low > 0.5 or high < 0.5) == (sign_test(wins_a, wins_b) < 0.05)
+    assert win_share_interval(wins_b, wins_a) == pytest.approx((1 - high, 1 - low), abs=1e-12)
+
+
+def test_the_win_share_interval_at_its_edges() -> None:
+    assert win_share_interval(0, 0) == (0.0, 1.0)
+    low, high = win_share_interval(5, 0)
+    assert high == 1.0 and low == pytest.approx(0.025 ** (1 / 5))  # B(0.025; 5, 1) = 0.025^(1/5)
+    assert win_share_interval(0, 5)[0] == 0.0
+    wide, narrow = win_share_interval(6, 4), win_share_interval(600, 400)
+    assert wide[0] < narrow[0] < 0.6 < narrow[1] < wide[1]
+    assert win_share_interval(6, 4, confidence=0.5)[1] < wide[1]
+    for bad in ((-1, 2, 0.95), (1, 2, 1.0), (1, 2, 0.0)):
+        with pytest.raises(ValueError):
+            win_share_interval(*bad)
 
 
 # --- outcome ----------------------------------------------------------------------------

@@ -89,6 +89,20 @@ def test_papers_like_this_one_are_a_search_with_the_paper_as_the_query(client: F
     assert "nope" in reason
 
 
+def test_search_hits_carry_their_opening_words_when_asked(client: FlaskClient) -> None:
+    """The page lists documents without a title by their opening words: /search gives each
+    hit the first 30 words of its text with `snippets`, and nothing more without it."""
+    texts = _sample()
+    plain = client.post("/search", json={"query": QUERY, "size": 4}).get_json()["hits"]
+    assert all("snippet" not in hit for hit in plain)
+    hits = client.post("/search", json={"query": QUERY, "size": 4, "snippets": True}).get_json()["hits"]
+    assert [h["id"] for h in hits] == [h["id"] for h in plain]
+    assert all(h["snippet"] == " ".join(texts[h["id"]]["text"].split()[:30]) for h in hits)
+    assert any(len(texts[h["id"]]["text"].split()) > 30 for h in hits)
+    reason = _error(client.post("/search", json={"query": QUERY, "snippets": "yes"}), 400, "illegal_argument_exception")
+    assert "[snippets]" in reason
+
+
 def test_the_first_stage_query_is_the_papers_words_of_the_largest_tf_idf() -> None:
     document = Document("d", "", "parsing parsing parsing grammar grammar model model model model the lexicon")
     # 100 documents: "model" is in 90 of them, "lexicon" in 1, "grammar" in 10, "parsing" in 30.

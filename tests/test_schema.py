@@ -52,7 +52,7 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (SearchRequest, {"query": "ships", "from": 101, "size": 10}, 400, "[from] must be <= 100 (RERANKER_MAX_WINDOW), got 101"),
         (SearchRequest, {"query": "ships", "size": 10.5}, 400, "[size] must be an integer, got a number"),
         (SearchRequest, {"query": "ships", "fusion_weight": 1.5}, 400, "[fusion_weight] must be <= 1.0, got 1.5"),
-        (SearchRequest, {"query": "ships", "windw": 5}, 400, "unknown field [windw]; known fields: client_id, explain, filters, from, fusion_weight, query, ranker, size, window"),
+        (SearchRequest, {"query": "ships", "windw": 5}, 400, "unknown field [windw]; known fields: client_id, explain, filters, from, fusion_weight, query, ranker, size, snippets, window"),
         (SearchRequest, {"query": "ships", "filters": {"year": 1}}, 400, "[filters] must be an array, got an object"),
         (SearchRequest, {"query": "ships", "filters": [{"field": "year", "op": "like", "value": 1}]}, 400, "[filters[0].op] must be one of 'eq', 'gt', 'gte', 'lt' or 'lte', got 'like'"),
         (SearchRequest, {"query": "ships", "filters": [{"field": "year"}]}, 400, "[filters[0].value] is required"),
@@ -180,7 +180,7 @@ def test_the_document_is_generated_from_the_routes_and_their_models() -> None:
     assert post["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SearchRequest"}
     published = document["components"]["schemas"]["SearchRequest"]
     assert published["required"] == ["query"] and published["additionalProperties"] is False
-    assert set(published["properties"]) == {"query", "ranker", "fusion_weight", "window", "size", "from", "explain", "client_id", "filters"}
+    assert set(published["properties"]) == {"query", "ranker", "fusion_weight", "window", "size", "from", "explain", "snippets", "client_id", "filters"}
     assert post["responses"]["400"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
 
     @app.get("/forgotten")

@@ -14,7 +14,9 @@ Screenshots go to $RERANKER_TEST_ARTIFACTS (default: test-artifacts/ at the repo
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import threading
 import urllib.request
 from pathlib import Path
@@ -45,6 +47,7 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(os.environ.get("RERANKER_TEST_ARTIFACTS") or REPO / "test-artifacts")
 ADMIN_KEY = "web-test-admin-key"
+PHONE = (390, 844)
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 BOLD = "<b>bold</b>"
@@ -58,6 +61,14 @@ HOSTILE_TEXT = (
 # A summary query (from the sample's queries) that both rankers answer with the hostile document.
 QUERY = json.loads((SAMPLE / "queries.jsonl").read_text(encoding="utf-8").splitlines()[0])["text"]
 TYPED_QUERY = "statistical machine translation with word alignment and beam search"
+PAPER_TEXTS = {r["id"]: r["text"] for r in map(json.loads, (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines())}
+
+
+def _opening_title(text: str) -> str:
+    """How the page names a document without a title: its first 8 words, and an ellipsis
+    when the text goes on."""
+    words = text.split()
+    return " ".join(words[:8]) + (" …" if len(words) > 8 else "")
 
 
 def _skip_or_fail_without_a_browser() -> None:
@@ -88,14 +99,20 @@ def browser() -> Iterator["Browser"]:
 
 
 @pytest.fixture(scope="module")
-def served(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove: object) -> Iterator[str]:
-    """The base URL of the real app, served over HTTP by a werkzeug thread."""
+def data_dir(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
+    """The served app's data: the sample corpus (no titles) and the hostile document (titled)."""
     data_dir = tmp_path_factory.mktemp("web") / "data"
     data_dir.mkdir()
     records: list[Any] = (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
     records.append({"id": HOSTILE_ID, "title": HOSTILE_TITLE, "text": HOSTILE_TEXT})
     corpus = write_jsonl(data_dir.parent / "corpus.jsonl", records)
     assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def served(data_dir: Path) -> Iterator[str]:
+    """The base URL of the real app, served over HTTP by a werkzeug thread."""
     app = create_app(Settings.from_env({**settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN_KEY}))
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="web-test-server", daemon=True)
@@ -106,10 +123,9 @@ def served(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove: 
     app.extensions["reranker"].close()
 
 
-@pytest.fixture
-def page(browser: "Browser", served: str) -> Iterator["Page"]:
+def _tab(browser: "Browser", served: str, width: int, height: int) -> Iterator["Page"]:
     """A fresh tab (own storage) on the page; fails the test on any script error or CSP refusal."""
-    context = browser.new_context(base_url=served, viewport={"width": 1280, "height": 900})
+    context = browser.new_context(base_url=served, viewport={"width": width, "height": height})
     context.set_default_timeout(10_000)
     tab = context.new_page()
     problems: list[str] = []
@@ -118,6 +134,17 @@ def page(browser: "Browser", served: str) -> Iterator["Page"]:
     yield tab
     context.close()
     assert problems == []
+
+
+@pytest.fixture
+def page(browser: "Browser", served: str) -> Iterator["Page"]:
+    yield from _tab(browser, served, 1280, 900)
+
+
+@pytest.fixture
+def phone(browser: "Browser", served: str) -> Iterator["Page"]:
+    """The page on a phone's screen: 390 x 844 CSS pixels."""
+    yield from _tab(browser, served, *PHONE)
 
 
 def _screenshot(page: "Page", name: str) -> Path:
@@ -173,7 +200,7 @@ def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: 
     left = page.locator("#column-left .hit")
     right = page.locator("#column-right .hit")
     # BM25's column is in BM25 order; the topic column moved some hits, and says how.
-    assert left.locator(".hit-meta").all_inner_texts()[0].endswith("BM25 rank 1")
+    assert left.locator(".hit-meta").all_inner_texts()[0].split(" · ")[1] == "BM25 rank 1"
     markers = right.locator(".move")
     expect(markers).to_have_count(10)
     labels = [markers.nth(i).get_attribute("aria-label") or "" for i in range(10)]
@@ -240,28 +267,29 @@ def test_document_text_is_shown_as_text_never_run_or_rendered(page: "Page") -> N
     expect(page.locator("#paper-excerpt")).to_contain_text(f"models. {SCRIPT} The {BOLD} claim")
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator("main b, main i, main script").count() == 0
-    assert page.evaluate("document.scripts.length") == 1  # app.js, nothing else
+    assert page.evaluate("[...document.scripts].map((s) => s.getAttribute('src'))") == ["/ui/static/plots.js", "/ui/static/app.js"]
 
 
 def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page") -> None:
     from playwright.sync_api import expect
 
     page.goto("/ui#/paper/P01-1027")
-    expect(page.locator("#paper-title")).to_have_text("P01-1027")
+    expect(page.locator("#paper-title")).to_have_text(_opening_title(PAPER_TEXTS["P01-1027"]))  # it has no title
+    expect(page.locator("#view-paper .paper-id")).to_have_text("id P01-1027")
     expect(page.locator("#paper-excerpt")).to_contain_text("Typically, the lexicon models used in statistical machine translation")
     topics = page.locator("#paper-topics .topic")
     expect(topics).to_have_count(8)
     assert "importance" in topics.first.inner_text() and len(topics.first.locator(".words").inner_text().split(", ")) == 5
     similar = page.locator("#paper-similar .hit")
     expect(similar).to_have_count(10)
-    assert "P01-1027" not in similar.locator(".hit-title").all_inner_texts()
+    assert "P01-1027" not in similar.evaluate_all("items => items.map((item) => item.dataset.id)")
     assert similar.first.locator(".hit-meta").inner_text().startswith("similarity ")
     # Following a similar paper opens it, and Back returns.
     second = similar.first.locator(".hit-title").inner_text()
     similar.first.locator(".hit-title").click()
     expect(page.locator("#paper-title")).to_have_text(second)
     page.go_back()
-    expect(page.locator("#paper-title")).to_have_text("P01-1027")
+    expect(page.locator("#view-paper .paper-id")).to_have_text("id P01-1027")
     _screenshot(page, "paper.png")
     page.goto("/ui#/paper/no-such-paper")
     expect(page.locator("#status")).to_contain_text("no stored document with id 'no-such-paper'")
@@ -343,3 +371,294 @@ def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", ser
         _screenshot(page, "dashboard.png")
     finally:
         _api(served, "PATCH", "/experiments/web-ab", {"status": "stopped"}, key=ADMIN_KEY)
+
+
+# --- titles, plots, experiments from the page, a phone's screen ------------------------------
+
+
+def _names(page: "Page", hits: str) -> list[tuple[str, str, str]]:
+    """(id, the name shown, the meta line) of each hit in the list `hits`."""
+    items = page.locator(hits)
+    return [
+        (items.nth(i).get_attribute("data-id") or "", items.nth(i).locator(".hit-title").inner_text(), items.nth(i).locator(".hit-meta").inner_text())
+        for i in range(items.count())
+    ]
+
+
+def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page") -> None:
+    from playwright.sync_api import expect
+
+    _compare(page, TYPED_QUERY)
+    live_ids = []
+    for hits in ("#column-left .hit", "#column-right .hit"):
+        named = _names(page, hits)
+        assert HOSTILE_ID in {doc_id for doc_id, _, _ in named}
+        for doc_id, name, meta in named:
+            assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+            assert meta.endswith(f" · {doc_id}")  # the id stays in sight
+    page.goto("/ui#/search")  # no experiment runs: the plain list
+    page.get_by_label("Search papers").fill(TYPED_QUERY)
+    page.get_by_label("Search papers").press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    for doc_id, name, meta in _names(page, "#search-hits .hit"):
+        live_ids.append(doc_id)
+        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+        assert meta == doc_id
+    untitled = next(doc_id for doc_id in live_ids if doc_id != HOSTILE_ID)
+    page.locator(f'#search-hits .hit[data-id="{untitled}"] .hit-title').click()
+    expect(page.locator("#paper-title")).to_have_text(_opening_title(PAPER_TEXTS[untitled]))
+    assert page.title() == f"{_opening_title(PAPER_TEXTS[untitled])} · reranker"
+    expect(page.locator("#paper-similar .hit")).to_have_count(10)
+    for doc_id, name, meta in _names(page, "#paper-similar .hit"):
+        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+        assert meta.startswith("similarity ") and meta.endswith(f" · {doc_id}")
+
+
+def _evaluation_reports(tmp_path: Path) -> tuple[Path, Path]:
+    """What `reranker compare --json-file` writes and `reranker evaluate --json --per-query`
+    prints, run on the sample (5 judged queries)."""
+    compared = tmp_path / "compare-sample.json"
+    code, _ = run(tmp_path / "data", "compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics,hidden_topics+bm25",
+                  "--json-file", str(compared), "--json", "--no-progress")
+    assert code == 0
+    code, printed = run(tmp_path / "data", "evaluate", str(SAMPLE), "--rankers", "bm25,hidden_topics", "--json", "--per-query", "--no-progress")
+    assert code == 0
+    evaluated = tmp_path / "evaluate-sample.json"
+    evaluated.write_text(printed, encoding="utf-8")
+    return compared, evaluated
+
+
+def _bars(page: "Page") -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for kind in ("win", "tie", "loss"):
+        found[kind] = page.locator(f"#report-plot rect.plot-{kind}").evaluate_all("bars => bars.map((bar) => bar.dataset.query)")
+    return found
+
+
+def test_the_compare_view_plots_an_evaluations_per_query_wins_and_losses(page: "Page", tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    compared, evaluated = _evaluation_reports(tmp_path)
+    body = json.loads(compared.read_text(encoding="utf-8"))
+    page.goto("/ui#/compare")
+    page.get_by_label("Evaluation report (JSON)").set_input_files(compared)
+    summary = page.locator("#report-summary")
+    expect(summary).to_contain_text("hidden_topics against bm25 on sample, ndcg@10:")
+    expect(page.get_by_label("Against", exact=True)).to_have_value("bm25")
+    for ranker in ("hidden_topics", "hidden_topics+bm25"):
+        for metric in ("ndcg@10", "p@5"):
+            page.get_by_label("Ranker", exact=True).select_option(ranker)
+            page.get_by_label("Metric", exact=True).select_option(metric)
+            wins, ties, losses = body["wins_ties_losses"][ranker][metric]
+            expect(summary).to_contain_text(f"{ranker} against bm25 on sample, {metric}: {wins} wins, {ties} ties, {losses} losses over 5 queries")
+            # The report's own p-value (JavaScript's toPrecision(2) rounds halves up, Python's format does not).
+            shown_p = re.search(r"; p (< 0\.0001|= [0-9.]+) by paired randomisation \(two-sided, ", summary.inner_text())
+            assert shown_p, summary.inner_text()
+            p_value = body["p_values"][ranker][metric]
+            assert p_value < 1e-4 if shown_p[1] == "< 0.0001" else float(shown_p[1][2:]) == pytest.approx(p_value, abs=0.006, rel=0.05)
+            bars = _bars(page)
+            assert [len(bars[kind]) for kind in ("win", "tie", "loss")] == [wins, ties, losses]
+            # One bar per query, from the largest gain to the largest loss.
+            deltas = {q: body["per_query"][ranker][q][metric] - body["per_query"]["bm25"][q][metric] for q in body["per_query"]["bm25"]}
+            shown = page.locator("#report-plot rect.plot-bar").evaluate_all("bars => bars.map((bar) => bar.dataset.query)")
+            assert sorted(shown) == sorted(deltas) and [deltas[q] for q in shown] == sorted(deltas.values(), reverse=True)
+    assert page.locator("#report-plot svg").get_attribute("aria-label") == summary.inner_text()
+    _screenshot(page, "compare-wins-losses.png")
+
+    # `reranker evaluate`'s report has every ranker as a baseline.
+    page.get_by_label("Evaluation report (JSON)").set_input_files(evaluated)
+    page.get_by_label("Against", exact=True).select_option("hidden_topics")
+    expect(page.get_by_label("Ranker", exact=True)).to_have_value("bm25")
+    wins, ties, losses = json.loads(evaluated.read_text(encoding="utf-8"))["wins_ties_losses"]["hidden_topics"]["bm25"]
+    expect(summary).to_contain_text(f"bm25 against hidden_topics on sample, ndcg@10: {wins} wins, {ties} ties, {losses} losses")
+
+    # Anything else is refused with a reason, and nothing is plotted.
+    for name, content, reason in (
+        ("notes.json", "not json at all", "it is not JSON"),
+        ("report.json", json.dumps({"dataset": "x", "results": {}}), "it has no per-query figures of two or more rankers"),
+    ):
+        wrong = tmp_path / name
+        wrong.write_text(content, encoding="utf-8")
+        page.get_by_label("Evaluation report (JSON)").set_input_files(wrong)
+        expect(summary).to_contain_text(f"Cannot plot {name}: {reason}")
+        expect(page.locator("#report-plot svg")).to_have_count(0)
+        expect(page.locator("#report-controls")).to_be_hidden()
+
+
+def _percent(share: float) -> str:
+    """A share as the page writes it (JavaScript's Math.round rounds halves up)."""
+    return f"{math.floor(share * 100 + 0.5)}%"
+
+
+def _clicked_searches(served: str, searches: int, seed: int) -> list[str]:
+    """Searches by users who click what hidden_topics ranks in its top 3 (position-biased,
+    noisy), answered by the running experiment; returns the query ids with clicks."""
+    import random
+
+    rng = random.Random(seed)
+    queries = [json.loads(line)["text"] for line in (SAMPLE / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    clicked = []
+    for number in range(searches):
+        text = queries[number % len(queries)]
+        liked = {hit["id"] for hit in _api(served, "POST", "/search", {"query": text, "size": 3, "ranker": "hidden_topics"})[1]["hits"]}
+        status, body = _api(served, "POST", "/search", {"query": text, "size": 8, "client_id": f"user-{number}"})
+        assert status == 200 and "query_id" in body
+        for hit in body["hits"]:
+            if rng.random() < 0.9 ** (hit["rank"] - 1) and rng.random() < (0.8 if hit["id"] in liked else 0.05):
+                event = {"action_name": "click", "query_id": body["query_id"], "client_id": f"user-{number}",
+                         "event_attributes": {"object": {"object_id": hit["id"]}, "position": {"ordinal": hit["rank"]}}}
+                assert _api(served, "POST", "/events", event)[0] == 201
+                clicked.append(body["query_id"])
+    return sorted(set(clicked))
+
+
+def _spread_over_days(data_dir: Path, query_ids: list[str], days: int) -> None:
+    """Say the queries were shown over `days` days, a few hours apart (the experiment store
+    the server reads, written as the server writes it)."""
+    from dataclasses import replace
+
+    from reranker.store.events import EmbeddedEventStore
+
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    for number, query_id in enumerate(query_ids):
+        shown = store.shown_query(query_id)
+        assert shown is not None
+        day, hour = divmod(number * days * 24 // len(query_ids), 24)
+        store.record_query(replace(shown, timestamp=f"2026-11-{20 + day:02d}T{hour:02d}:20:00.000+00:00"))
+    store.close()
+
+
+def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Page", served: str, data_dir: Path) -> None:
+    from playwright.sync_api import expect
+
+    page.goto("/ui#/experiments")
+    name = page.get_by_label('Name (a-z, 0-9, "_" and "-")')
+    result = page.locator("#create-result")
+    expect(page.get_by_label("First ranker")).to_have_value(DEFAULT_RANKER)  # the rankers are listed
+    name.fill("web-plot")
+    page.get_by_label("First ranker").select_option("hidden_topics")
+    page.get_by_label("Second ranker").select_option("bm25")
+    page.get_by_label("Traffic share", exact=True).fill("1")
+    page.get_by_label("Queries to decide").fill("5")
+    start = page.get_by_role("button", name="Start experiment")
+    start.click()
+    expect(result).to_have_text("Enter the admin API key first.")
+    try:
+        # A wrong key gets the route's own refusal, word for word.
+        status, refusal = _api(served, "POST", "/experiments", {"id": "web-plot", "rankers": ["hidden_topics", "bm25"]}, key="wrong-key")
+        assert status == 401
+        page.get_by_label("Admin API key (kept in this tab only)").fill("wrong-key")
+        start.click()
+        expect(result).to_have_text(f"Refused: {refusal['error']['reason']} (HTTP 401, {refusal['error']['type']})")
+        page.get_by_label("Admin API key (kept in this tab only)").fill(ADMIN_KEY)
+        start.click()
+        card = page.locator('[data-experiment="web-plot"]')
+        expect(card.locator(".form-result")).to_have_text("Started.")
+        expect(card.locator(".badge")).to_have_text("running")
+        status, stored = _api(served, "GET", "/experiments/web-plot")
+        assert stored["experiment"] | {"created": None} == {
+            "id": "web-plot", "rankers": ["hidden_topics", "bm25"], "method": "team_draft", "traffic": 1.0,
+            "status": "running", "created": None, "min_queries": 5,
+        }
+        assert ADMIN_KEY not in page.url and page.evaluate("sessionStorage.getItem('reranker.admin_key')") == ADMIN_KEY
+        expect(card.locator("figcaption")).to_contain_text("No clicked query yet")
+
+        # Users search and click for three days; the card plots the preference as it came.
+        _spread_over_days(data_dir, _clicked_searches(served, searches=30, seed=5), days=3)
+        page.get_by_role("button", name="Refresh").click()
+        timeline = _api(served, "GET", "/experiments/web-plot/timeline")[1]
+        points = [p for p in timeline["periods"] if p["cumulative"]["share"] is not None]
+        assert timeline["interval"] == "hour" and len(points) >= 5
+        plot = card.locator("svg.plot-svg")
+        expect(plot.locator("circle.plot-dot")).to_have_count(len(points))
+        expect(plot.locator("polygon.plot-band")).to_have_count(1)
+        expect(plot.locator("polyline.plot-line")).to_have_count(1)
+        last = points[-1]["cumulative"]
+        decided = last["wins"]["hidden_topics"] + last["wins"]["bm25"]
+        label = plot.get_attribute("aria-label") or ""
+        assert label.startswith(f"hidden_topics's share of the queries with a preference: {_percent(last['share'])} "
+                                f"(95% interval {_percent(last['low'])} to {_percent(last['high'])}) after {decided} such queries")
+        # Each point's tooltip is its period's statistics; the band is the interval's, point by point.
+        first = points[0]["cumulative"]
+        assert plot.locator("circle.plot-dot title").first.text_content() == (
+            f"by {points[0]['end'][5:10]} {points[0]['end'][11:16]} UTC: hidden_topics preferred on {first['wins']['hidden_topics']} of "
+            f"{first['wins']['hidden_topics'] + first['wins']['bm25']} ({_percent(first['share'])}, "
+            f"interval {_percent(first['low'])}-{_percent(first['high'])}), p = {first['p_value']:.4f}"
+        )
+        band = [float(v) for point in (plot.locator("polygon.plot-band").get_attribute("points") or "").split() for v in point.split(",")[1:]]
+        dots = [float(plot.locator("circle.plot-dot").nth(i).get_attribute("cy") or "nan") for i in range(len(points))]
+        uppers, lowers = band[: len(points)], band[len(points):][::-1]
+        assert all(upper <= dot <= lower for upper, dot, lower in zip(uppers, dots, lowers))  # SVG's y grows downwards
+        expect(card.locator("figcaption")).to_contain_text("only after 5 queries with a preference")
+        _screenshot(page, "experiments.png")
+
+        # Stopping needs the key too.
+        page.get_by_label("Admin API key (kept in this tab only)").fill("wrong-key")
+        card.get_by_role("button", name="Stop experiment").click()
+        expect(card.locator(".form-result")).to_contain_text("Refused:")
+        expect(card.locator(".form-result")).to_contain_text("HTTP 401")
+        page.get_by_label("Admin API key (kept in this tab only)").fill(ADMIN_KEY)
+        card.get_by_role("button", name="Stop experiment").click()
+        expect(card.locator(".badge")).to_have_text("stopped")
+        expect(card.locator(".form-result")).to_have_text("Saved: status stopped.")
+        assert _api(served, "GET", "/experiments/web-plot")[1]["experiment"]["status"] == "stopped"
+    finally:
+        _api(served, "PATCH", "/experiments/web-plot", {"status": "stopped"}, key=ADMIN_KEY)
+
+
+def _fits(page: "Page", view: str) -> None:
+    """Nothing is wider than the screen: no sideways scrolling, and every control visible
+    on the page lies within its width."""
+    width = PHONE[0]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width, view
+    assert page.evaluate("document.body.scrollWidth") <= width, view
+    outside = page.evaluate(
+        """(width) => [...document.querySelectorAll('input, select, textarea, button, a, svg, summary')]
+            .filter((control) => control.getClientRects().length > 0 && control.id !== 'skip-link')
+            .map((control) => [control.id || control.textContent.slice(0, 30) || control.tagName, control.getBoundingClientRect()])
+            .filter(([, box]) => box.left < 0 || box.right > width)
+            .map(([name, box]) => `${name}: ${box.left}..${box.right}`)""",
+        width,
+    )
+    assert outside == [], (view, outside)
+    counted = page.evaluate("document.querySelectorAll('select').length")
+    assert counted > 0 or view not in ("compare", "experiments")
+
+
+def test_every_view_fits_a_390_px_screen(phone: "Page", served: str, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    phone.goto("/ui#/compare")
+    expect(phone.get_by_label("Right ranker")).to_have_value(DEFAULT_RANKER)  # the longest name the page starts with
+    _fits(phone, "compare")
+    _compare(phone, QUERY)
+    phone.locator("#column-right .hit").first.locator("summary").click()
+    phone.get_by_label("Evaluation report (JSON)").set_input_files(_evaluation_reports(tmp_path)[0])
+    expect(phone.locator("#report-plot svg")).to_have_count(1)
+    # The longest ranker name in every dropdown: the select stays within the screen.
+    longest = max(phone.locator("#compare-left option").all_inner_texts(), key=len)
+    phone.get_by_label("Left ranker").select_option(longest)
+    _fits(phone, "compare")
+    _screenshot(phone, "phone-compare.png")
+
+    phone.get_by_role("link", name="Live search").click()
+    phone.get_by_label("Search papers").fill(TYPED_QUERY)
+    phone.get_by_label("Search papers").press("Enter")
+    expect(phone.locator("#search-hits .hit")).to_have_count(10)
+    _fits(phone, "search")
+    phone.locator("#search-hits .hit-title").first.click()
+    expect(phone.locator("#paper-similar .hit")).to_have_count(10)
+    _fits(phone, "paper")
+
+    status, _ = _api(served, "POST", "/experiments", {"id": "web-phone", "rankers": [DEFAULT_RANKER, "bm25"], "traffic": 1.0}, key=ADMIN_KEY)
+    assert status == 201
+    try:
+        assert _clicked_searches(served, searches=6, seed=1), "a click, so there is a plot"
+        phone.get_by_role("link", name="Experiments").click()
+        card = phone.locator('[data-experiment="web-phone"]')
+        expect(card.locator("svg.plot-svg")).to_have_count(1)
+        phone.get_by_label("First ranker").select_option(longest)
+        _fits(phone, "experiments")
+        _screenshot(phone, "phone-experiments.png")
+    finally:
+        _api(served, "PATCH", "/experiments/web-phone", {"status": "stopped"}, key=ADMIN_KEY)

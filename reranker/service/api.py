@@ -122,7 +122,7 @@ def search() -> Any:
     filters = [Filter(field=clause.field, op=clause.op, value=clause.value) for clause in asked.filters]
     return jsonify(rt.search(
         asked.query, ranker, window=min(max(window, asked.offset + asked.size), rt.limits.max_window), size=asked.size, offset=asked.offset,
-        filters=filters, explain=asked.explain, client_id=asked.client_id,
+        filters=filters, explain=asked.explain, client_id=asked.client_id, snippets=asked.snippets,
     ))
 
 

@@ -4,6 +4,9 @@
     GET   /experiments         every experiment
     POST  /experiments         start one (admin key)
     GET   /experiments/<id>    the experiment and its report: clicks, wins, winner, p-value
+    GET   /experiments/<id>/timeline?interval=auto|hour|day
+                               the report over time: wins so far per hour or day, with the
+                               first ranker's share of them, its confidence interval, p-value
     PATCH /experiments/<id>    change its traffic share or stop / restart it (admin key)
 
 Reading is open (the dashboard reads it); every change needs RERANKER_ADMIN_API_KEY as a
@@ -16,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, request
 from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import BaseConverter
 
@@ -33,6 +36,7 @@ from reranker.service.schema import (
     ExperimentChange,
     ExperimentReport,
     Experiments,
+    ExperimentTimeline,
     NewExperiment,
     UbiEvent,
     read,
@@ -163,6 +167,22 @@ def show(experiment_id: str) -> Any:
     store = runtime().experiments.store()
     experiment = ex.find(store, experiment_id)
     return jsonify(experiment=experiment.to_json(), report=ex.report(store, experiment).to_json())
+
+
+@blueprint.get("/experiments/<experiment_id:experiment_id>/timeline")
+@operation(
+    "an experiment's report over time: per hour or day, the wins so far, the first ranker's share of them with its confidence interval, p-value",
+    path=EXPERIMENT_ID,
+    query={"interval": {"type": "string", "enum": ["auto", *ex.INTERVALS], "default": "auto",
+                        "description": "auto: by the hour while the clicked queries span at most 7 days, else by the day"}},
+    answers={200: Reply("the periods with clicked queries, oldest first", ExperimentTimeline)},
+    errors=(400, 404, 502, 503),
+)
+def timeline(experiment_id: str) -> Any:
+    store = runtime().experiments.store()
+    experiment = ex.find(store, experiment_id)
+    found = ex.timeline(store, experiment, request.args.get("interval", "auto"))
+    return jsonify(experiment=experiment.to_json(), **found.to_json())
 
 
 @blueprint.patch("/experiments/<experiment_id:experiment_id>")

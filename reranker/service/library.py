@@ -23,6 +23,7 @@ from reranker.service.api import runtime
 from reranker.service.errors import bad_request
 from reranker.service.operations import Reply, operation
 from reranker.service.schema import DocumentAnswer, SimilarAnswer
+from reranker.text import SNIPPET_WORDS, opening
 
 blueprint = Blueprint("library", __name__)
 
@@ -44,15 +45,7 @@ def _register_converter(state: BlueprintSetupState) -> None:
 
 # The opening of a paper shown with its topics, in words.
 EXCERPT_WORDS = 300
-# The opening of each similar paper, for a list where titles may be empty.
-SNIPPET_WORDS = 30
 MAX_SIMILAR = 100
-
-
-def _opening(text: str, words: int) -> tuple[str, bool]:
-    """The first `words` words of `text` (whitespace collapsed), and whether it was cut."""
-    parts = text.split()
-    return " ".join(parts[:words]), len(parts) > words
 
 
 @blueprint.get("/documents/<doc_id:doc_id>")
@@ -67,7 +60,7 @@ def document(doc_id: str) -> Any:
     engine = runtime().engine()
     engine.check_index()
     found, topics = engine.document_topics(doc_id)
-    excerpt, truncated = _opening(found.text, EXCERPT_WORDS)
+    excerpt, truncated = opening(found.text, EXCERPT_WORDS)
     return jsonify(
         id=found.id,
         title=found.title,
@@ -100,7 +93,7 @@ def similar(doc_id: str) -> Any:
     answer = []
     for hit in hits:
         stored = texts.get(hit.doc_id)
-        snippet = _opening(stored.text, SNIPPET_WORDS)[0] if stored is not None else ""
+        snippet = opening(stored.text, SNIPPET_WORDS)[0] if stored is not None else ""
         answer.append({"id": hit.doc_id, "rank": hit.rank, "title": hit.title, "score": hit.score, "bm25_rank": hit.bm25_rank, "snippet": snippet})
     return jsonify(id=doc_id, hits=answer)
 

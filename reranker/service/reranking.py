@@ -39,6 +39,7 @@ from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranke
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
 from reranker.store.events import Experiment, ShownQuery
+from reranker.text import SNIPPET_WORDS, opening
 from reranker.types import Candidate, Explanation, Filter, Query, TopicBatch
 
 if TYPE_CHECKING:
@@ -349,6 +350,7 @@ class Runtime:
         filters: Sequence[Filter],
         explain: bool,
         client_id: str | None = None,
+        snippets: bool = False,
     ) -> dict[str, Any]:
         """BM25 top-`window`, reranked before the deadline; hits [offset, offset + size).
 
@@ -385,6 +387,7 @@ class Runtime:
         else:
             page = [(position, outcome, chosen) for position in outcome.order[offset : offset + size]]
         explanations = self._explanations(query, candidate_set, page) if explain else {}
+        openings = self._snippets([candidates[position].doc_id for position, _, _ in page]) if snippets else {}
         hits = []
         for rank, (position, scored, _) in enumerate(page, start=offset + 1):
             candidate = candidates[position]
@@ -398,6 +401,8 @@ class Runtime:
             }
             if position in explanations:
                 hit["explanation"] = explanations[position].to_json()
+            if candidate.doc_id in openings:
+                hit["snippet"] = openings[candidate.doc_id]
             hits.append(hit)
         if interleaved is not None:
             head: dict[str, Any] = {**interleaved.fields(), "query": text}
@@ -414,6 +419,16 @@ class Runtime:
             "oov_words": list(dict.fromkeys(query.oov)),
             "timings_ms": {"retrieve": round(1000 * (retrieved - started), 3), "rerank": round(rerank_ms, 3)},
         }
+
+    def _snippets(self, doc_ids: list[str]) -> dict[str, str]:
+        """The first SNIPPET_WORDS words of each hit's text (a page lists documents without
+        a title by them); none when the store cannot be read: the hits matter more."""
+        try:
+            stored = self.engine().store.documents(doc_ids)
+        except StoreError as exc:
+            log.warning("snippets unavailable: %s", exc)
+            return {}
+        return {doc_id: opening(doc.text, SNIPPET_WORDS)[0] for doc_id, doc in stored.items()}
 
     def _explanations(
         self, query: Query, candidate_set: CandidateSet | None, page: list[tuple[int, Reranked, Ranker]]

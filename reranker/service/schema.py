@@ -187,6 +187,7 @@ class SearchRequest(Body):
     size: Annotated[int, Field(ge=0), INTEGRAL, AfterValidator(_within_window), _limit("max_window")] = 10
     offset: Annotated[int, Field(ge=0, alias="from"), INTEGRAL, AfterValidator(_within_window), _limit("max_window")] = 0
     explain: bool = False
+    snippets: bool = Field(False, description="give each hit a `snippet`: the first 30 words of its text")
     client_id: ClientId | None = None
     filters: list[Annotated[FilterClause, AfterValidator(_no_boolean_order)]] = []
 
@@ -500,6 +501,7 @@ class Hit(Answer):
     bm25_score: float
     bm25_rank: int
     title: str | SkipJsonSchema[None] = None
+    snippet: str | SkipJsonSchema[None] = Field(None, description="with snippets: true, the first 30 words of its text")
     explanation: Explanation | SkipJsonSchema[None] = Field(None, description="with explain: true, for a ranker that scores by topics (absent otherwise, and when degraded)")
 
 
@@ -613,6 +615,34 @@ class ExperimentAnswer(Answer):
 class ExperimentReport(Answer):
     experiment: Experiment
     report: dict[str, Any] = Field(description="clicks, wins per ranker, winner, sign-test p-value")
+
+
+class TimelineTally(Answer):
+    queries_with_clicks: int
+    wins: dict[str, int] = Field(description="queries whose clicks preferred each ranker")
+    ties: int
+
+
+class TimelineTotals(TimelineTally):
+    share: float | None = Field(description="the share of the queries with a preference so far that preferred `share_of`; null before the first")
+    low: float = Field(description="the share's exact (Clopper-Pearson) confidence interval: its lower end")
+    high: float
+    p_value: float | None = Field(description="the report's sign test over the queries so far; null before the first preference")
+
+
+class TimelinePeriod(TimelineTally):
+    start: str = Field(description="ISO 8601, UTC: the hour or day this period covers (by when each query was shown)")
+    end: str
+    cumulative: TimelineTotals = Field(description="everything up to this period's end")
+
+
+class ExperimentTimeline(Answer):
+    experiment: Experiment
+    interval: Literal["hour", "day"]
+    share_of: str = Field(description="the ranker whose share of the preferences `share` is (the experiment's first)")
+    confidence: float
+    min_queries: int
+    periods: list[TimelinePeriod] = Field(description="the periods with a clicked query, oldest first")
 
 
 class EventRecorded(Answer):

@@ -1,7 +1,11 @@
 """The web page: compare two rankers, browse papers by topic, run experiments.
 
     GET /ui                        the page (one HTML file; views are hash routes)
-    GET /ui/static/<file>          its script and style sheet
+    GET /ui/static/<file>          its scripts (app.js, plots.js) and style sheet
+
+The page reads `/search` (with `snippets`, to name untitled documents by their opening
+words), `/documents`, `/experiments` and `/experiments/<id>/timeline` (the plot of each
+experiment), and changes experiments through the admin routes with a key typed into it.
 
 Plain HTML, CSS and JavaScript shipped in the package (`static/`): no build step, no
 CDN. The page talks to the JSON API only, and builds every element from data with
@@ -19,7 +23,7 @@ from reranker.service.operations import Operation, Reply, describe_endpoint, ope
 
 blueprint = Blueprint("web", __name__, static_folder="static", static_url_path="/ui/static")
 describe_endpoint("web.static", Operation(
-    "the page's script and style sheet",
+    "the page's scripts and style sheet",
     path={"filename": {"type": "string", "minLength": 1}},
     answers={200: Reply("the file", media=("text/javascript", "text/css", "text/html"))},
     errors=(404,),

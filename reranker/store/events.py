@@ -168,11 +168,12 @@ class EventCounts:
 @dataclass(frozen=True)
 class ExperimentData:
     """What a report needs: how many queries were shown, how many click events came in,
-    and each clicked query with the set of doc ids clicked on it."""
+    and each clicked query with the set of doc ids clicked on it, and when it was shown."""
 
     queries: int
     click_events: int
     clicked: list[tuple[Interleaving, frozenset[str]]]
+    shown_at: list[str] = field(default_factory=list)  # ISO 8601 timestamps, in the order of `clicked`
 
 
 class ExperimentExistsError(ConflictError):
@@ -370,13 +371,15 @@ class EmbeddedEventStore:
             clicked.setdefault(query_id, set()).add(object_id)
         ids = sorted(clicked)
         shown: list[tuple[Interleaving, frozenset[str]]] = []
+        shown_at: list[str] = []
         for start in range(0, len(ids), _PAGE):
             batch = ids[start : start + _PAGE]
             marks = ",".join("?" * len(batch))
             for (body,) in self._run(f"SELECT body FROM queries WHERE query_id IN ({marks}) ORDER BY query_id", batch):
                 query = ShownQuery.from_json(json.loads(body))
                 shown.append((query.interleaving, frozenset(clicked[query.query_id])))
-        return ExperimentData(queries=int(queries), click_events=len(rows), clicked=shown)
+                shown_at.append(query.timestamp)
+        return ExperimentData(queries=int(queries), click_events=len(rows), clicked=shown, shown_at=shown_at)
 
     def close(self) -> None:
         with self._lock:
@@ -570,6 +573,7 @@ class OpenSearchEventStore:
             clicked.setdefault(row["query_id"], set()).add(row["object_id"])
         ids = sorted(clicked)
         shown: list[tuple[Interleaving, frozenset[str]]] = []
+        shown_at: list[str] = []
         for start in range(0, len(ids), _PAGE):
             batch = ids[start : start + _PAGE]
             docs = self._call("reading queries", client.mget, index=queries_index, body={"ids": batch})["docs"]
@@ -577,7 +581,8 @@ class OpenSearchEventStore:
                 if doc.get("found"):
                     query = ShownQuery.from_json(doc["_source"])
                     shown.append((query.interleaving, frozenset(clicked[query.query_id])))
-        return ExperimentData(queries=int(counted["count"]), click_events=len(rows), clicked=shown)
+                    shown_at.append(query.timestamp)
+        return ExperimentData(queries=int(counted["count"]), click_events=len(rows), clicked=shown, shown_at=shown_at)
 
     def close(self) -> None:
         self._store.close()

@@ -1,12 +1,14 @@
 // The reranker web page: four views over the JSON API, as hash routes.
 //
-//   #/compare       two rankers side by side over the same BM25 window, rank changes marked
+//   #/compare       two rankers side by side over the same BM25 window, rank changes marked;
+//                   an evaluation report's per-query wins and losses, plotted
 //   #/search        live search as users get it (an experiment may interleave it); clicks recorded
 //   #/paper/<id>    one paper: its opening, top topics and papers like it
-//   #/experiments   interleaving experiments: traffic, clicks, wins, p-value; admin changes
+//   #/experiments   interleaving experiments: traffic, clicks, wins, p-value, the preference
+//                   over time; with the admin key, start, change and stop them
 //
 // Every element is built with createElement/textContent: text from the API (titles,
-// abstracts, reasons) is never parsed as HTML.
+// abstracts, reasons) is never parsed as HTML. The plots are drawn by plots.js.
 "use strict";
 
 (function () {
@@ -15,6 +17,8 @@
   const PAGE_SIZE = 10;
   const CLIENT_ID_KEY = "reranker.client_id";
   const ADMIN_KEY = "reranker.admin_key";
+  // A document without a title is named by this many of its opening words.
+  const TITLE_WORDS = 8;
 
   const state = {
     rankers: [],
@@ -55,6 +59,20 @@
 
   function percent(value) {
     return typeof value === "number" ? `${Math.round(value * 1000) / 10}%` : "—";
+  }
+
+  // What names a document in a list: its title, else its opening words (from the API's
+  // `snippet` or `excerpt`), else its id.
+  function displayTitle(doc) {
+    if (doc.title) return doc.title;
+    const words = String(doc.snippet || doc.excerpt || "").split(/\s+/).filter(Boolean);
+    if (words.length === 0) return doc.id;
+    return words.slice(0, TITLE_WORDS).join(" ") + (words.length > TITLE_WORDS || doc.truncated ? " …" : "");
+  }
+
+  // The id, shown beside a title that is not one (or the id itself, when that is the title).
+  function idNote(doc) {
+    return displayTitle(doc) === doc.id ? null : doc.id;
   }
 
   function paperHref(id) {
@@ -209,6 +227,13 @@
       select.replaceChildren(...state.rankers.map((name) => el("option", { value: name, text: name })));
       select.value = chosen;
     }
+    // A new experiment starts from the same pair, unless one is running (then the default pair).
+    const fresh = [BASELINE, listed.value.default].filter((name) => state.rankers.includes(name));
+    const start = fresh.length === 2 ? fresh : pair;
+    for (const [select, chosen] of [[byId("create-ranker-a"), start[1]], [byId("create-ranker-b"), start[0]]]) {
+      select.replaceChildren(...state.rankers.map((name) => el("option", { value: name, text: name })));
+      select.value = chosen;
+    }
   }
 
   let comparing = false;
@@ -229,7 +254,7 @@
     say(`Searching with ${rankers[0]} and ${rankers[1]}…`, "busy");
     try {
       const results = await Promise.allSettled(
-        rankers.map((ranker) => api("POST", "/search", { query, ranker, size: PAGE_SIZE, explain: true }))
+        rankers.map((ranker) => api("POST", "/search", { query, ranker, size: PAGE_SIZE, explain: true, snippets: true }))
       );
       results.forEach((result, side) => {
         const other = results[1 - side];
@@ -298,14 +323,14 @@
         "div",
         { class: "hit-head" },
         el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }),
-        el("a", { class: "hit-title", href: paperHref(hit.id), text: hit.title || hit.id }),
+        el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) }),
         marker
       ),
       el(
         "p",
         { class: "hit-meta" },
         `score ${number(hit.score, 4)} · BM25 rank ${hit.bm25_rank}`,
-        hit.title ? ` · ${hit.id}` : null
+        idNote(hit) ? ` · ${hit.id}` : null
       )
     );
     if (hit.explanation) item.append(renderExplanation(hit.explanation));
@@ -382,7 +407,7 @@
     const notice = byId("search-experiment");
     let result;
     try {
-      result = await api("POST", "/search", { query, size: PAGE_SIZE, client_id: clientId() });
+      result = await api("POST", "/search", { query, size: PAGE_SIZE, client_id: clientId(), snippets: true });
     } catch (error) {
       say(`Search failed: ${describe(error)}`, "error");
       return;
@@ -399,14 +424,14 @@
     list.replaceChildren();
     if (result.hits.length === 0) list.append(el("li", { class: "empty", text: "No document matches this query." }));
     for (const hit of result.hits) {
-      const link = el("a", { class: "hit-title", href: paperHref(hit.id), text: hit.title || hit.id });
+      const link = el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) });
       link.addEventListener("click", (clickEvent) => onLiveClick(clickEvent, hit));
       list.append(
         el(
           "li",
           { class: "hit", "data-id": hit.id },
           el("div", { class: "hit-head" }, el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }), link),
-          el("p", { class: "hit-meta", text: hit.title ? hit.id : `BM25 rank ${hit.bm25_rank}` })
+          el("p", { class: "hit-meta", text: idNote(hit) || `BM25 rank ${hit.bm25_rank}` })
         )
       );
     }
@@ -441,10 +466,10 @@
     try {
       await api("POST", "/events", ubiEvent);
       state.live.clicks += 1;
-      message = `Click recorded: ${hit.title || hit.id} at position ${hit.rank}.`;
+      message = `Click recorded: ${displayTitle(hit)} at position ${hit.rank}.`;
     } catch (error) {
       if (error instanceof ApiFailure && error.status === 409) {
-        message = `Click recorded already: ${hit.title || hit.id}.`;
+        message = `Click recorded already: ${displayTitle(hit)}.`;
       } else {
         message = `Click not recorded: ${describe(error)}`;
       }
@@ -476,9 +501,9 @@
       return;
     }
     const doc = paper.value;
-    byId("paper-title").textContent = doc.title || doc.id;
-    document.title = `${doc.title || doc.id} · reranker`;
-    byId("view-paper").querySelector(".paper-id").textContent = doc.title ? `id ${doc.id}` : "";
+    byId("paper-title").textContent = displayTitle(doc);
+    document.title = `${displayTitle(doc)} · reranker`;
+    byId("view-paper").querySelector(".paper-id").textContent = `id ${doc.id}`;
     byId("paper-excerpt").textContent = doc.excerpt + (doc.truncated ? " …" : "");
     const topics = byId("paper-topics");
     if (doc.topics.length === 0) topics.append(el("li", { class: "empty", text: "This paper has no topics (no word of it has a vector)." }));
@@ -508,9 +533,9 @@
               "div",
               { class: "hit-head" },
               el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }),
-              el("a", { class: "hit-title", href: paperHref(hit.id), text: hit.title || hit.id })
+              el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) })
             ),
-            el("p", { class: "hit-meta", text: `similarity ${number(hit.score, 3)} · BM25 rank ${hit.bm25_rank}${hit.title ? ` · ${hit.id}` : ""}` }),
+            el("p", { class: "hit-meta", text: `similarity ${number(hit.score, 3)} · BM25 rank ${hit.bm25_rank}${idNote(hit) ? ` · ${hit.id}` : ""}` }),
             hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null
           )
         );
@@ -537,13 +562,26 @@
       return;
     }
     const experiments = listed.experiments || [];
-    const reports = await Promise.allSettled(experiments.map((e) => api("GET", "/experiments/" + encodeURIComponent(e.id))));
+    const path = (e) => "/experiments/" + encodeURIComponent(e.id);
+    const [reports, timelines] = await Promise.all([
+      Promise.allSettled(experiments.map((e) => api("GET", path(e)))),
+      Promise.allSettled(experiments.map((e) => api("GET", path(e) + "/timeline"))),
+    ]);
     if (request !== experimentsRequest) return;
     container.replaceChildren();
     if (experiments.length === 0) {
-      container.append(el("p", { class: "empty", text: "No experiments yet. An administrator creates one with POST /experiments." }));
+      container.append(el("p", { class: "empty", text: "No experiments yet: start one above (with the admin key), or with `reranker ab create`." }));
     }
-    experiments.forEach((experiment, i) => container.append(renderExperiment(experiment, reports[i])));
+    // Newest first: the running or latest experiment is the one people come to see.
+    experiments
+      .map((experiment, i) => [experiment, reports[i], timelines[i]])
+      .reverse()
+      .forEach(([experiment, report, timeline]) => {
+        const card = renderExperiment(experiment, report);
+        container.append(card);
+        // Drawn once the card is in the page, at the width it has there.
+        card.querySelector(".experiment-plot").replaceWith(renderTimeline(experiment, timeline, card.clientWidth));
+      });
     say(`${experiments.length} experiment${experiments.length === 1 ? "" : "s"}.`, "info");
     if (focusOn) {
       // The cards were rebuilt: put the focus back on the one just changed, and say what happened.
@@ -555,6 +593,11 @@
         heading.focus();
       }
     }
+  }
+
+  function pValue(p) {
+    if (typeof p !== "number") return "—";
+    return p < 1e-4 ? "< 0.0001" : number(p, 4);
   }
 
   function field(name, label, value) {
@@ -584,14 +627,52 @@
       for (const name of experiment.rankers) append(facts, field(`wins-${name}`, `Wins for ${name}`, String((report.wins || {})[name] ?? 0)));
       append(facts, field("ties", "Ties", String(report.ties)));
       append(facts, field("winner", "Current winner", report.winner || "none yet"));
-      append(facts, field("p_value", "p-value", report.p_value === null || report.p_value === undefined ? "—" : number(report.p_value, 4)));
+      append(facts, field("p_value", "p-value", pValue(report.p_value)));
       append(facts, field("verdict", "Verdict", report.message || report.verdict));
     } else {
       append(facts, field("report", "Report", `unavailable: ${describe(fetched.reason)}`));
     }
     card.append(facts);
+    card.append(el("div", { class: "experiment-plot" }));
     card.append(renderAdminForm(experiment));
     return card;
+  }
+
+  function renderTimeline(experiment, fetched, width) {
+    const figure = el("figure", { class: "plot experiment-plot" });
+    if (fetched.status !== "fulfilled") {
+      figure.append(el("p", { class: "problem", text: `The preference over time is unavailable: ${describe(fetched.reason)}` }));
+      return figure;
+    }
+    const body = fetched.value;
+    const [first, second] = experiment.rankers;
+    if (body.periods.length === 0) {
+      figure.append(el("figcaption", { class: "hint", text: "No clicked query yet: the preference over time appears with the first." }));
+      return figure;
+    }
+    // Which way is which, as text that wraps (ranker names are long; the plot may be narrow).
+    figure.append(
+      el(
+        "p",
+        { class: "plot-legend" },
+        el("span", { text: `▲ above 50%: ${first} preferred` }),
+        el("span", { text: `▼ below: ${second} preferred` })
+      )
+    );
+    // The card's padding and border are inside clientWidth; the plot takes the rest.
+    figure.append(window.RerankerPlots.timeline(body, width - 34));
+    const level = Math.round(body.confidence * 100);
+    figure.append(
+      el(
+        "figcaption",
+        { class: "hint" },
+        `The share of the queries with a preference that preferred ${first}, counted up to the end of each ` +
+          `${body.interval} (UTC), with its ${level}% confidence band (exact binomial). ` +
+          `The band leaves the dashed 50% line when the sign test finds p < ${((100 - level) / 100).toFixed(2)}; ` +
+          `the report names a winner only after ${body.min_queries} queries with a preference.`
+      )
+    );
+    return figure;
   }
 
   function renderAdminForm(experiment) {
@@ -630,16 +711,24 @@
     return form;
   }
 
-  async function changeExperiment(id, change, result) {
+  // The admin key as typed (kept in this tab's session storage, sent only as a bearer
+  // token), or null after asking for it in `result`.
+  function adminKey(result) {
     const keyInput = byId("admin-key");
     const key = keyInput.value.trim();
     if (!key) {
       result.textContent = "Enter the admin API key first.";
       keyInput.focus();
-      return;
+      return null;
     }
     const store = storage("session");
     if (store) store.setItem(ADMIN_KEY, key);
+    return key;
+  }
+
+  async function changeExperiment(id, change, result) {
+    const key = adminKey(result);
+    if (!key) return;
     result.textContent = "Saving…";
     try {
       await api("PATCH", "/experiments/" + encodeURIComponent(id), change, { Authorization: `Bearer ${key}` });
@@ -649,6 +738,129 @@
     }
     const what = "traffic" in change ? `traffic share ${percent(change.traffic)}` : `status ${change.status}`;
     await loadExperiments({ id, message: `Saved: ${what}.` });
+  }
+
+  async function createExperiment(event) {
+    event.preventDefault();
+    const result = byId("create-result");
+    const id = byId("create-id").value.trim();
+    const rankers = [byId("create-ranker-a").value, byId("create-ranker-b").value];
+    const traffic = Number(byId("create-traffic").value);
+    const minQueries = Number(byId("create-min-queries").value);
+    // The service checks everything again; these catch what a browser's form would let through.
+    let problem = null;
+    if (!/^[a-z0-9][a-z0-9_-]{0,63}$/.test(id)) problem = ["create-id", "The name is 1-64 characters of a-z, 0-9, \"_\" and \"-\", starting with a letter or digit."];
+    else if (rankers[0] === rankers[1]) problem = ["create-ranker-b", "Pick two different rankers."];
+    else if (!(traffic > 0 && traffic <= 1)) problem = ["create-traffic", "The traffic share is a number above 0 and at most 1."];
+    else if (!(Number.isInteger(minQueries) && minQueries >= 1)) problem = ["create-min-queries", "The queries to decide are a whole number, at least 1."];
+    if (problem) {
+      result.textContent = problem[1];
+      byId(problem[0]).focus();
+      return;
+    }
+    const key = adminKey(result);
+    if (!key) return;
+    result.textContent = "Starting…";
+    const body = { id, rankers, method: byId("create-method").value, traffic, min_queries: minQueries };
+    try {
+      await api("POST", "/experiments", body, { Authorization: `Bearer ${key}` });
+    } catch (error) {
+      result.textContent = `Refused: ${describe(error)}`;
+      return;
+    }
+    result.textContent = `Started “${id}”: ${rankers[0]} vs ${rankers[1]} on ${percent(traffic)} of searches.`;
+    byId("create-id").value = "";
+    await loadExperiments({ id, message: "Started." });
+  }
+
+  // --- an evaluation report's per-query wins and losses ---------------------------------
+
+  // A saved report: `reranker compare --json-file` (one baseline, "baseline") or
+  // `reranker evaluate --json --per-query` (several, "baselines"); both have per_query.
+  const savedReport = { body: null, name: "" };
+
+  function readReport(body) {
+    const perQuery = body && typeof body === "object" ? body.per_query : null;
+    if (!perQuery || typeof perQuery !== "object" || Object.keys(perQuery).length < 2) {
+      throw new Error(
+        "it has no per-query figures of two or more rankers (write one with `reranker compare ... --json-file FILE`, " +
+          "or `reranker evaluate ... --json --per-query`)"
+      );
+    }
+    const rankers = Object.keys(perQuery);
+    const baselines = body.baseline ? [body.baseline] : (body.baselines || []).filter((name) => name in perQuery);
+    const queries = Object.keys(perQuery[rankers[0]]);
+    const metrics = queries.length ? Object.keys(perQuery[rankers[0]][queries[0]]) : [];
+    if (queries.length === 0 || metrics.length === 0) throw new Error("its per-query figures are empty");
+    return { rankers, baselines: baselines.length ? baselines : [rankers[0]], metrics };
+  }
+
+  async function openReport() {
+    const input = byId("report-file");
+    const summary = byId("report-summary");
+    const file = input.files && input.files[0];
+    byId("report-plot").replaceChildren();
+    byId("report-controls").hidden = true;
+    savedReport.body = null;
+    if (!file) {
+      summary.textContent = "";
+      return;
+    }
+    let shape;
+    try {
+      const body = JSON.parse(await file.text());
+      shape = readReport(body);
+      savedReport.body = body;
+      savedReport.name = file.name;
+    } catch (error) {
+      summary.textContent = `Cannot plot ${file.name}: ${error instanceof SyntaxError ? `it is not JSON (${error.message})` : error.message}`;
+      summary.dataset.kind = "error";
+      return;
+    }
+    const options = (names) => names.map((name) => el("option", { value: name, text: name }));
+    const baseline = byId("report-baseline");
+    const metric = byId("report-metric");
+    baseline.replaceChildren(...options(shape.baselines));
+    metric.replaceChildren(...options(shape.metrics));
+    metric.value = shape.metrics.includes("ndcg@10") ? "ndcg@10" : shape.metrics[0];
+    fillReportRankers();
+    byId("report-controls").hidden = false;
+    drawReport();
+  }
+
+  function fillReportRankers() {
+    const select = byId("report-ranker");
+    const others = Object.keys(savedReport.body.per_query).filter((name) => name !== byId("report-baseline").value);
+    const kept = select.value;
+    select.replaceChildren(...others.map((name) => el("option", { value: name, text: name })));
+    if (others.includes(kept)) select.value = kept;
+  }
+
+  function drawReport() {
+    const body = savedReport.body;
+    if (!body) return;
+    const [ranker, baseline, metric] = ["report-ranker", "report-baseline", "report-metric"].map((id) => byId(id).value);
+    const summary = byId("report-summary");
+    const reference = body.per_query[baseline];
+    const rows = Object.keys(reference)
+      .filter((query) => body.per_query[ranker][query] && typeof body.per_query[ranker][query][metric] === "number")
+      .map((query) => ({ query, value: body.per_query[ranker][query][metric], reference: reference[query][metric] }));
+    const deltas = rows.map((row) => row.value - row.reference);
+    // Ties within 1e-12, as reranker.evaluation counts them.
+    const wins = deltas.filter((d) => d > 1e-12).length;
+    const losses = deltas.filter((d) => d < -1e-12).length;
+    const ties = rows.length - wins - losses;
+    const mean = deltas.reduce((a, b) => a + b, 0) / Math.max(1, rows.length);
+    const p = (body.baseline ? (body.p_values || {})[ranker] : ((body.p_values || {})[baseline] || {})[ranker]) || {};
+    const test = typeof p[metric] === "number" ? `; p ${p[metric] < 1e-4 ? "< 0.0001" : `= ${p[metric].toPrecision(2)}`} by ${body.significance_test || "a paired test"}` : "";
+    const text =
+      `${ranker} against ${baseline} on ${body.dataset || savedReport.name}, ${metric}: ` +
+      `${wins} wins, ${ties} ties, ${losses} losses over ${rows.length} queries; mean Δ ${signed(mean, 3)}${test}.`;
+    summary.textContent = text;
+    summary.dataset.kind = "info";
+    const plot = byId("report-plot");
+    if (plot.clientWidth === 0) return; // its view is hidden: keep the plot drawn for the width it had
+    plot.replaceChildren(window.RerankerPlots.deltas(rows, plot.clientWidth, { summary: text, metric }));
   }
 
   // --- wiring ----------------------------------------------------------------------
@@ -675,6 +887,27 @@
       say("The admin key is forgotten.", "info");
     });
     byId("experiments-refresh").addEventListener("click", () => loadExperiments());
+    byId("create-form").addEventListener("submit", createExperiment);
+    byId("report-file").addEventListener("change", openReport);
+    byId("report-baseline").addEventListener("change", () => {
+      fillReportRankers();
+      drawReport();
+    });
+    byId("report-ranker").addEventListener("change", drawReport);
+    byId("report-metric").addEventListener("change", drawReport);
+    // The plots are drawn at their container's width: draw them again when it changes.
+    // (Only a new width: phones resize the height as their address bar comes and goes.)
+    let resizeTimer = null;
+    let drawnWidth = window.innerWidth;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => {
+        if (window.innerWidth === drawnWidth) return;
+        drawnWidth = window.innerWidth;
+        drawReport();
+        if (!byId("view-experiments").hidden) loadExperiments();
+      }, 250);
+    });
     byId("skip-link").addEventListener("click", (event) => {
       event.preventDefault();
       byId("main").focus();
