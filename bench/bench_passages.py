@@ -73,7 +73,7 @@ def measure(folder: Path) -> None:
         engine.store.close()
         database = store_dir / "store.sqlite3"
         with sqlite3.connect(database) as connection:
-            kept, documents = connection.execute("SELECT SUM(LENGTH(passage_terms)), COUNT(*) FROM docs").fetchone()
+            kept, documents = connection.execute("SELECT SUM(LENGTH(passage_words)), COUNT(*) FROM docs").fetchone()
         whole = database.stat().st_size
     base = float(np.median(timings[RANKERS[0]]))
     print(f"\n{folder.name}: {len(dataset.queries)} queries x {ROUNDS} rounds, windows of 100 documents")
@@ -82,7 +82,7 @@ def measure(folder: Path) -> None:
         p50, p90 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 90))
         print(f"{name:<38} {p50:8.2f} {p90:8.2f} {p50 / 1000 / base:7.2f}x")
     print(
-        f"stems kept for passages: {kept / documents / 1024:.1f} KB per document, "
+        f"words kept for passages: {kept / documents / 1024:.1f} KB per document, "
         f"{kept / whole:.0%} of the store's SQLite file ({whole / 2**20:.1f} MB)"
     )
 

@@ -166,7 +166,8 @@ def read_corpus(path: Path) -> Iterator[tuple[str, Document | Skipped, int]]:
 # value makes every stored document's fingerprint differ, so the next `reranker index` of
 # the same corpus recomputes them all instead of skipping them as unchanged.
 # 2: the corrected topics of readable words only; the stems kept for best passages.
-DERIVATION = 2
+# 3: the words kept for best passages (both BM25 fields), with the stem of each.
+DERIVATION = 3
 
 
 def content_hash(document: Document) -> str:

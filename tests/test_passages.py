@@ -5,6 +5,7 @@ words. Real SQLite and tantivy, real GloVe vectors."""
 from __future__ import annotations
 
 import math
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -13,54 +14,77 @@ from conftest import write_jsonl
 
 from reranker import indexing
 from reranker.embeddings import WordVectors
+from reranker.errors import StoreError
 from reranker.indexing import Correction, corrected_topics, estimate_centering, index_corpus
 from reranker.pipeline import Engine
-from reranker.store import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25
+from reranker.store import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import stable_hashes
 from reranker.types import Document
 
 
-def _reference(sequence: list[int], query: dict[int, int], doc_freqs: dict[int, int], documents: int) -> float:
-    """The best passage's BM25 by the definition, one passage at a time."""
+def _reference(
+    words: list[str], stem: dict[str, str], exact: dict[str, int], stemmed: dict[str, int], doc_freqs: dict[str, dict[str, int]], documents: int
+) -> float:
+    """The best passage's BM25 by the definition, one passage at a time, over both fields:
+    a word counts as itself in the exact field and as its stem in the stemmed field."""
     starts = [0]
-    while starts[-1] + PASSAGE_TERMS < len(sequence):
+    while starts[-1] + PASSAGE_TERMS < len(words):
         starts.append(starts[-1] + PASSAGE_STRIDE)
     best = 0.0
     for start in starts:
-        passage = sequence[start : start + PASSAGE_TERMS]
+        passage = words[start : start + PASSAGE_TERMS]
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(passage) / PASSAGE_TERMS)
         score = 0.0
-        for term, count in query.items():
-            f = passage.count(term)
-            idf = math.log(1 + (documents - doc_freqs[term] + 0.5) / (doc_freqs[term] + 0.5))
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * len(passage) / PASSAGE_TERMS)
-            score += count * idf * f * (BM25_K1 + 1) / (f + norm)
+        for field, query, held in (("exact", exact, passage), ("stemmed", stemmed, [stem[w] for w in passage])):
+            for term, count in query.items():
+                f = held.count(term)
+                df = doc_freqs[field].get(term, 0)
+                idf = math.log(1 + (documents - df + 0.5) / (df + 0.5))
+                score += count * idf * f * (BM25_K1 + 1) / (f + norm)
         best = max(best, score)
     return best
 
 
+def _passages_by_both_ways(words: list[str], stem: dict[str, str], exact: dict[str, int], lengths: list[int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    stemmed: dict[str, int] = {}
+    for word, count in exact.items():
+        stemmed[stem[word]] = stemmed.get(stem[word], 0) + count
+    doc_freqs = {field: {term: int(rng.integers(1, 50)) for term in query} for field, query in (("exact", exact), ("stemmed", stemmed))}
+    texts = [list(rng.choice(words, size=n)) for n in lengths]
+    vocabulary = (stable_hashes(words), stable_hashes([stem[w] for w in words]))
+    query = passage_query(exact, stemmed, doc_freqs, 100, vocabulary)
+    found = best_passage_bm25([stable_hashes(text) for text in texts], query)
+    expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100) for text in texts]
+    assert found.tolist() == pytest.approx(expected, rel=1e-9)
+    # An empty text scores 0; every text of a passage or more holds some query word.
+    assert found[0] == 0.0 and all(score > 0 for score, n in zip(found, lengths) if n >= PASSAGE_TERMS)
+
+
 def test_best_passage_bm25_is_the_best_window_by_the_definition() -> None:
-    rng = np.random.default_rng(3)
-    vocabulary = rng.integers(-(2**31), 2**31 - 1, size=40, dtype=np.int64).astype(np.int32)
-    query = {int(vocabulary[i]): c for i, c in ((0, 1), (1, 2), (5, 1), (39, 1))}
-    doc_freqs = {term: int(rng.integers(1, 50)) for term in query}
+    # 40 words of 25 stems: a query word's other forms count in the stemmed field only.
+    words = [f"word{i}" for i in range(40)]
+    stem = {word: f"stem{i % 25}" for i, word in enumerate(words)}
+    exact = {"word0": 1, "word1": 2, "word5": 1, "word39": 1, "unseen": 1}
+    stem["unseen"] = "stem0"  # a query word no text holds still names its stem's forms
     # Lengths around the passage edges: empty, shorter than one, exactly one, one and a bit,
     # several with a ragged end.
-    sequences = [rng.choice(vocabulary, size=n).astype(np.int32) for n in (0, 7, 150, 151, 225, 600, 1013)]
-    terms = np.array(list(query), dtype=np.int32)
-    found = best_passage_bm25(sequences, terms, [query[t] for t in terms], [doc_freqs[t] for t in terms], 100)
-    expected = [_reference(s.tolist(), query, doc_freqs, 100) for s in sequences]
-    assert found.tolist() == pytest.approx(expected, rel=1e-9)
-    assert found[0] == 0.0 and (found[1:] > 0).all()
-    # Two query terms whose low 16 bits agree take the other path to the same answer.
-    twin = np.int32(int(vocabulary[1]) ^ (1 << 20))
-    vocabulary[2] = twin
-    sequences = [rng.choice(vocabulary, size=n).astype(np.int32) for n in (151, 600)]
-    query[int(twin)] = 1
-    doc_freqs[int(twin)] = 7
-    terms = np.array(list(query), dtype=np.int32)
-    found = best_passage_bm25(sequences, terms, [query[t] for t in terms], [doc_freqs[t] for t in terms], 100)
-    assert found.tolist() == pytest.approx([_reference(s.tolist(), query, doc_freqs, 100) for s in sequences], rel=1e-9)
+    _passages_by_both_ways(words, stem, exact, [0, 7, 150, 151, 225, 600, 1013], seed=3)
+
+
+def test_words_whose_low_bits_agree_take_the_other_path_to_the_same_answer() -> None:
+    low: dict[int, str] = {}
+    for i in range(100_000):
+        word = f"twin{i}"
+        key = int(stable_hashes([word])[0]) & 0xFFFF
+        if key in low:
+            twins = [low[key], word]
+            break
+        low[key] = word
+    words = twins + [f"word{i}" for i in range(30)]
+    stem = {word: f"stem{i % 20}" for i, word in enumerate(words)}
+    _passages_by_both_ways(words, stem, {twins[0]: 1, twins[1]: 1, "word3": 2}, [0, 151, 600], seed=5)
 
 
 def test_a_document_matching_the_query_in_one_place_has_the_better_passage(engine: Engine, tmp_path: Path) -> None:
@@ -86,6 +110,69 @@ def test_a_document_matching_the_query_in_one_place_has_the_better_passage(engin
     # The default fuses it: the document that matches in one place comes first.
     found = engine.search(query, "hidden_topics_corrected+bm25:maxp", size=2)
     assert found.hits[0].doc_id == "together"
+
+
+def test_a_words_other_forms_count_through_its_stem_as_the_first_stage_counts_them(engine: Engine, tmp_path: Path) -> None:
+    # The query says "translation"; the paper says "translations" and "translating": the
+    # stemmed field matches them (the first stage does), the exact field does not.
+    inflected = "translations translating aligned aligning decoders phrases " * 5
+    exact = "translation align decoder phrase " * 5
+    filler = " ".join(f"filler{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(200))
+    corpus = [
+        {"id": "inflected", "text": f"{filler} {inflected} {filler}"},
+        {"id": "exact", "text": f"{filler} {exact} {filler}"},
+        {"id": "none", "text": f"{filler} ocean ships {filler}"},
+    ]
+    index_corpus(write_jsonl(tmp_path / "corpus.jsonl", corpus), engine.store, engine.vectors, 3, show_progress=False)
+    query = "translation align decoder phrase"
+    stored = engine.store.passage_bm25(query, ["inflected", "exact", "none"], [None, None, None])
+    assert stored is not None and stored[0] > 0 and stored[2] == 0
+    # The same words in both fields score higher than forms matching the stems alone.
+    assert stored[1] > stored[0]
+    sent = engine.store.passage_bm25(query, ["", "", ""], [c["text"] for c in corpus])
+    assert sent == pytest.approx(stored, rel=1e-9)
+
+
+def test_a_rolled_back_batch_leaves_its_words_to_the_next_write(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer remembers which words' stems the store holds; a batch that fails must not
+    # be remembered as written, or its words' other forms would never count again.
+    corpus = [{"id": "a", "text": "translations translating decoders " * 10}, {"id": "b", "text": "ocean ships " * 10}]
+    path = write_jsonl(tmp_path / "corpus.jsonl", corpus)
+    real = EmbeddedStore._earlier_versions
+
+    def failing(self: EmbeddedStore, doc_id: str, *args: object) -> tuple[int | None, int | None]:
+        if doc_id == "b":
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(self, doc_id, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(EmbeddedStore, "_earlier_versions", failing)
+    with pytest.raises(StoreError):
+        index_corpus(path, engine.store, engine.vectors, 3, show_progress=False)
+    monkeypatch.setattr(EmbeddedStore, "_earlier_versions", real)
+    assert index_corpus(path, engine.store, engine.vectors, 3, show_progress=False).indexed == 2
+    query = "translation decoder"
+    stored = engine.store.passage_bm25(query, ["a"], [None])
+    assert stored is not None and stored[0] > 0
+    assert engine.store.passage_bm25(query, [""], [corpus[0]["text"]]) == pytest.approx(stored, rel=1e-9)
+
+
+def test_a_store_without_passages_of_words_falls_back_until_reindexed(engine: Engine, tmp_path: Path, glove: WordVectors) -> None:
+    corpus = [{"id": f"d{i}", "text": f"translation models align {w} phrases " * 40} for i, w in enumerate(["big", "small", "tired"])]
+    path = write_jsonl(tmp_path / "corpus.jsonl", corpus)
+    index_corpus(path, engine.store, glove, 3, show_progress=False)
+    store = engine.store
+    assert isinstance(store, EmbeddedStore)
+    # As a store written before derivation 3 reads: stems only, in a column no longer read.
+    with sqlite3.connect(store.directory / "store.sqlite3") as db:
+        db.execute("UPDATE docs SET passage_words = NULL")
+    assert store.passage_bm25("translation phrases", ["d0", "d1"], [None, None]) is None
+    # The default then ranks as the fusion without passages, and says nothing is wrong.
+    found = engine.search("translation phrases", "hidden_topics_corrected+bm25:maxp", size=3)
+    assert [hit.doc_id for hit in found.hits] == [
+        hit.doc_id for hit in engine.search("translation phrases", "hidden_topics_corrected+bm25", size=3).hits
+    ]
 
 
 def test_corrected_topics_are_shaped_by_readable_words_only(glove: WordVectors) -> None:

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from reranker.config import Settings
 from reranker.errors import IndexMismatchError
+from reranker.store.text_index import SEARCH_FIELDS, stable_hashes
 from reranker.text import load_stopwords
 from reranker.types import (
     Candidate,
@@ -226,34 +227,77 @@ PASSAGE_STRIDE = 75
 _FILTER_SIZE = 1 << 16
 
 
-def best_passage_bm25(
-    sequences: Sequence[npt.NDArray[np.int32]],
-    query_terms: npt.NDArray[np.int32],
-    query_counts: npt.ArrayLike,
-    doc_freqs: npt.ArrayLike,
+@dataclass(frozen=True)
+class PassageQuery:
+    """What a query counts in a passage, over both of the first stage's fields: a word of
+    the text counts as its exact term and, through its stem, as a stemmed term.
+
+    words: (m,) the distinct words it looks for, as `stable_hashes` of a text's words;
+    slots: (m, 2) the query term each word counts as in the exact and the stemmed field
+    (an index into `weights`; -1: none); weights: (s,) each query term's count x idf x
+    (k1 + 1) x its field's boost, with its field's document frequency.
+    """
+
+    words: npt.NDArray[np.int32]
+    slots: npt.NDArray[np.intp]
+    weights: npt.NDArray[np.float64]
+
+
+def passage_query(
+    exact: Mapping[str, int],
+    stemmed: Mapping[str, int],
+    doc_freqs: Mapping[str, Mapping[str, int]],
     documents: int,
-) -> npt.NDArray[np.float64]:
+    vocabulary: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]],
+) -> PassageQuery:
+    """A `PassageQuery` for a query's terms per field with their counts (`exact`: its
+    words; `stemmed`: their stems), `doc_freqs` per field and term among the index's
+    `documents`. vocabulary: (words, stems), hashed pairs giving the stem of each word a
+    text may hold; pairs whose stem the query lacks are ignored, so more do no harm.
+    """
+    exact_terms, stem_terms = list(exact), list(stemmed)
+    counts = np.array([exact[t] for t in exact_terms] + [stemmed[t] for t in stem_terms], dtype=np.float64)
+    df = np.array(
+        [doc_freqs["exact"].get(t, 0) for t in exact_terms] + [doc_freqs["stemmed"].get(t, 0) for t in stem_terms],
+        dtype=np.float64,
+    )
+    df = np.clip(df, 0, documents)
+    boost = dict(SEARCH_FIELDS)
+    boosts = np.array([boost["exact"]] * len(exact_terms) + [boost["stemmed"]] * len(stem_terms))
+    weights = boosts * counts * np.log1p((documents - df + 0.5) / (df + 0.5)) * (BM25_K1 + 1.0)
+    slots: dict[int, list[int]] = {}
+    for slot, word in enumerate(stable_hashes(exact_terms).tolist()):
+        slots.setdefault(word, [-1, -1])[0] = slot
+    stem_slot = {stem: len(exact_terms) + i for i, stem in enumerate(stable_hashes(stem_terms).tolist())}
+    words, stems = vocabulary
+    for word, stem in zip(words.tolist(), stems.tolist()):
+        if stem in stem_slot:
+            slots.setdefault(word, [-1, -1])[1] = stem_slot[stem]
+    return PassageQuery(
+        np.fromiter(slots, dtype=np.int32, count=len(slots)),
+        np.array(list(slots.values()), dtype=np.intp).reshape(len(slots), 2),
+        weights,
+    )
+
+
+def best_passage_bm25(sequences: Sequence[npt.NDArray[np.int32]], query: PassageQuery) -> npt.NDArray[np.float64]:
     """BM25 of each text's best passage: (n,) float64.
 
-    sequences: each text's stems in text order, as `stable_hashes`. query_terms: (q,) the
-    query's distinct stems, hashed alike; query_counts, doc_freqs: (q,) how often each
-    occurs in the query and how many of the index's `documents` hold it. Passages are
-    windows of PASSAGE_TERMS stems starting every PASSAGE_STRIDE (a text shorter than one is
-    one passage; the last starts where its window reaches the end), each scored with
-    `bm25_of_texts`' formula, the documents' idf and PASSAGE_TERMS as the average length; a
-    text scores its best passage's score.
+    sequences: each text's words in text order, as `stable_hashes`. Passages are windows
+    of PASSAGE_TERMS words starting every PASSAGE_STRIDE (a text shorter than one is one
+    passage; the last starts where its window reaches the end), each scored with
+    `bm25_of_texts`' formula over both fields as the first stage scores a document (a
+    passage is as long in either field), the documents' idf and PASSAGE_TERMS as the
+    average length; a text scores its best passage's score.
     """
-    counts = np.asarray(query_counts, dtype=np.float64)
-    df = np.clip(np.asarray(doc_freqs, dtype=np.float64), 0, documents)
-    weights = counts * np.log1p((documents - df + 0.5) / (df + 0.5)) * (BM25_K1 + 1.0)
     lengths = np.fromiter((sequence.size for sequence in sequences), dtype=np.int64, count=len(sequences))
     best = np.zeros(len(sequences), dtype=np.float64)
-    if not len(sequences) or not np.size(query_terms) or not lengths.sum():
+    if not len(sequences) or not query.words.size or not lengths.sum():
         return best
-    wanted = np.asarray(query_terms, dtype=np.int32)
+    terms = query.weights.size
     # The whole window at once: a loop over its documents cost 80 us each in numpy's
     # per-call overhead, 8 ms for 100 abstracts.
-    found, terms = _occurrences(np.concatenate(sequences), wanted)
+    found, which = _occurrences(np.concatenate(sequences), query.words)
     # Which document each match is in, and where in it: only for the matches.
     ends = np.cumsum(lengths)
     docs = np.searchsorted(ends, found, side="right")
@@ -262,11 +306,16 @@ def best_passage_bm25(
     # the last passage starts where its window reaches the end.
     passages = np.where(lengths <= PASSAGE_TERMS, 1, -(-(lengths - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1)
     first_passage = np.cumsum(passages) - passages
-    # A stem at position x lies in the passages starting at x // stride and the one before.
+    # A word at position x lies in the passages starting at x // stride and the one before,
+    # and counts once in each field where the query has its term.
     cells = []
     for start in (where // PASSAGE_STRIDE, where // PASSAGE_STRIDE - 1):
         inside = (start >= 0) & (start < passages[docs]) & (where < start * PASSAGE_STRIDE + PASSAGE_TERMS)
-        cells.append((first_passage[docs[inside]] + start[inside]) * wanted.size + terms[inside])
+        passage_of = first_passage[docs[inside]] + start[inside]
+        for field in range(query.slots.shape[1]):
+            slot = query.slots[which[inside], field]
+            counted = slot >= 0
+            cells.append(passage_of[counted] * terms + slot[counted])
     total = int(passages.sum())
     of_passage = np.repeat(np.arange(len(sequences)), passages)
     starts = (np.arange(total) - first_passage[of_passage]) * PASSAGE_STRIDE
@@ -274,11 +323,11 @@ def best_passage_bm25(
     norm = BM25_K1 * (1.0 - BM25_B + BM25_B * sizes / PASSAGE_TERMS)
     # Only the (passage, term) cells that occur: a dense passages x terms table is 700,000
     # cells for 100 long papers and a 100-term summary, nearly all zero.
-    counted = np.bincount(np.concatenate(cells), minlength=total * wanted.size)
+    counted = np.bincount(np.concatenate(cells), minlength=total * terms)
     cell = np.flatnonzero(counted)
     frequency = counted[cell]
-    passage, term = np.divmod(cell, wanted.size)
-    parts = weights[term] * frequency / (frequency + norm[passage])
+    passage, term = np.divmod(cell, terms)
+    parts = query.weights[term] * frequency / (frequency + norm[passage])
     scores = np.bincount(passage, weights=parts, minlength=total)
     return np.maximum.reduceat(scores, first_passage)
 

@@ -57,7 +57,15 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, LruCache, best_passage_bm25, bm25_of_texts
+from reranker.store import (
+    MAX_QUERY_TERMS,
+    Doc2VecInfo,
+    IndexInfo,
+    LruCache,
+    best_passage_bm25,
+    bm25_of_texts,
+    passage_query,
+)
 from reranker.store.text_index import (
     NEARLY_FULL,
     TextIndex,
@@ -99,7 +107,7 @@ _OLDER_READS_SECONDS = 60
 
 _DOC_COLUMNS = (
     "id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances, doc_vector, "
-    "doc_vector_model, corrected_k, corrected_topics, corrected_importances, backgrounds, passage_terms"
+    "doc_vector_model, corrected_k, corrected_topics, corrected_importances, backgrounds, passage_words"
 )
 # AUTOINCREMENT: a row id is never given to another document.
 _DOCS = """
@@ -121,11 +129,18 @@ CREATE TABLE {name} (
     corrected_topics BLOB,
     corrected_importances BLOB,
     backgrounds BLOB,
-    passage_terms BLOB
+    passage_words BLOB
 )
 """
 _DOCS_INDEXES = "CREATE INDEX IF NOT EXISTS docs_id ON docs(id);"
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+# The stem of every word a document's passages hold (hashed as `stable_hashes`): a query's
+# stems name the words that count for them in the stemmed field. It only grows: a word no
+# document holds any more costs a row and changes no score.
+_VOCABULARY = (
+    "CREATE TABLE IF NOT EXISTS passage_vocabulary (word INTEGER PRIMARY KEY, stem INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS passage_vocabulary_stem ON passage_vocabulary(stem);"
+)
 # Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
 # so some 1,000 papers.
 TEXT_TERMS_CACHE_BYTES = 32 * 2**20
@@ -180,11 +195,15 @@ class EmbeddedStore:
             tables = dict(self._db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
             self._legacy = "docs_fts" in tables or ("docs" in tables and "AUTOINCREMENT" not in tables["docs"])
             if "docs" not in tables:
-                self._db.executescript(_META + _DOCS.format(name="IF NOT EXISTS docs") + ";" + _DOCS_INDEXES)
+                self._db.executescript(_META + _DOCS.format(name="IF NOT EXISTS docs") + ";" + _DOCS_INDEXES + _VOCABULARY)
             elif not self._legacy:
                 columns = {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}
-                if "passage_terms" not in columns:  # a store written before passages: they stay NULL
-                    self._db.execute("ALTER TABLE docs ADD COLUMN passage_terms BLOB")
+                # A store written before passages of words (derivation 3) has none: they stay
+                # NULL until the next `reranker index` re-derives its documents. (Its
+                # `passage_terms`, stems only, are no longer read.)
+                if "passage_words" not in columns:
+                    self._db.execute("ALTER TABLE docs ADD COLUMN passage_words BLOB")
+                self._db.executescript(_VOCABULARY)
         except (OSError, sqlite3.Error) as exc:
             raise _store_error(f"cannot open the embedded store in {directory}", exc, directory) from None
         self._text = TextIndex(directory / "text")
@@ -196,6 +215,8 @@ class EmbeddedStore:
         self._pending_rowid = 0
         self._pending_docs = 0
         self._last_commit = time.monotonic()
+        # The words this writer knows `passage_vocabulary` holds (`_vocabulary_written`).
+        self._known_words: set[int] | None = None
         # Texts' terms for `text_bm25`, by content (see `_terms_of`).
         self._text_terms: LruCache[bytes, TextTerms] = LruCache(TEXT_TERMS_CACHE_BYTES, lambda terms: terms.nbytes)
 
@@ -208,7 +229,7 @@ class EmbeddedStore:
                 db = sqlite3.connect(self.directory / "store.sqlite3", isolation_level=None, check_same_thread=False)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
-                # Reads through a memory map: a window's stems for its best passages (2 MB
+                # Reads through a memory map: a window's words for its best passages (2 MB
                 # for 100 long papers) took 4.6 ms through SQLite's reads and page cache,
                 # 2.0 ms mapped (bench/bench_passages.py). SQLite's largest map; pages the
                 # reads touch show in the worker's RSS as shared file pages (the page cache).
@@ -403,7 +424,7 @@ class EmbeddedStore:
             with self._transaction():
                 for table in ("docs_fts", "docs", "meta"):
                     self._db.execute(f"DROP TABLE IF EXISTS {table}")
-            self._db.executescript(_META + _DOCS.format(name="docs") + ";" + _DOCS_INDEXES)
+            self._db.executescript(_META + _DOCS.format(name="docs") + ";" + _DOCS_INDEXES + _VOCABULARY)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot rebuild the embedded store in {self.directory}: {exc}") from None
         self._legacy = False
@@ -472,6 +493,7 @@ class EmbeddedStore:
         entries: list[tuple[int, str, str, str]] = []
         dropped: list[int] = []
         top = 0
+        vocabulary: dict[str, str] = {}
         with self._transaction():
             watermark = self._watermark()
             for stored in documents:
@@ -486,7 +508,9 @@ class EmbeddedStore:
                     words, stems = self._words(stored.document)
                 elif stems is None:
                     stems = " ".join(stem_words(words.split()))
-                rowid = self._insert(stored, stable_hashes(stems.split()).tobytes())
+                split = words.split()
+                rowid = self._insert(stored, stable_hashes(split).tobytes())
+                vocabulary.update(zip(split, stems.split()))
                 # The entry goes under the row id this version will have when readers see
                 # it: the visible version's, or a new document's own. An unseen earlier
                 # version of a new document had its entry under its own row id: it goes.
@@ -494,6 +518,12 @@ class EmbeddedStore:
                 if unseen is not None and replaced is None:
                     dropped.append(unseen)
                 top = max(top, rowid)
+            known = self._vocabulary_written()
+            pairs = zip(stable_hashes(list(vocabulary)).tolist(), stable_hashes(list(vocabulary.values())).tolist())
+            new = [(word, stem) for word, stem in pairs if word not in known]
+            self._db.executemany("INSERT OR IGNORE INTO passage_vocabulary(word, stem) VALUES (?, ?)", new)
+        # Remembered once committed: a batch rolled back leaves its words to the next.
+        known.update(word for word, _ in new)
         self._text.replace(entries, dropping=dropped)
         self._pending_rowid = max(self._pending_rowid, top)
         self._pending_docs += len(entries)
@@ -502,6 +532,13 @@ class EmbeddedStore:
         if self._build is None and due:
             self._commit_text()
         return []
+
+    def _vocabulary_written(self) -> set[int]:
+        """The words `passage_vocabulary` holds, read at this writer's first batch: a
+        corpus repeats its words, so most of a batch's are known and need no write."""
+        if self._known_words is None:
+            self._known_words = {row[0] for row in self._db.execute("SELECT word FROM passage_vocabulary")}
+        return self._known_words
 
     def _earlier_versions(self, doc_id: str, watermark: int, floor: int | None) -> tuple[int | None, int | None]:
         """(the row id of the version of `doc_id` readers see, or None; that of a version
@@ -626,7 +663,7 @@ class EmbeddedStore:
         doc, topics, corrected = stored.document, stored.doc_topics, stored.corrected
         cursor = self._db.execute(
             "INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances, "
-            "corrected_k, corrected_topics, corrected_importances, backgrounds, passage_terms) "
+            "corrected_k, corrected_topics, corrected_importances, backgrounds, passage_words) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 doc.id,
@@ -717,8 +754,11 @@ class EmbeddedStore:
         documents, _ = self._length_statistics()
         if not documents or not terms:
             return None
+        asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
+        stems = stable_hashes(list(asked["stemmed"])).tolist()
         unread = [doc_id for doc_id, text in zip(doc_ids, texts) if text is None]
         stored: dict[str, bytes | None] = {}
+        pairs: list[tuple[int, int]] = []
         self._commit_pending()
         with self._snapshot() as view:
             try:
@@ -726,22 +766,27 @@ class EmbeddedStore:
                     chunk = unread[start : start + 500]
                     marks = ",".join("?" * len(chunk))
                     stored.update(self._db.execute(
-                        f"SELECT id, passage_terms FROM docs WHERE rowid <= ? AND id IN ({marks})", (view.watermark, *chunk)
+                        f"SELECT id, passage_words FROM docs WHERE rowid <= ? AND id IN ({marks})", (view.watermark, *chunk)
                     ).fetchall())
+                if unread:
+                    pairs = self._db.execute(
+                        f"SELECT word, stem FROM passage_vocabulary WHERE stem IN ({','.join('?' * len(stems))})", stems
+                    ).fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read passages: {exc}") from None
         if any(stored.get(doc_id, b"") is None for doc_id in unread):
-            return None  # indexed before passages were kept: the next `reranker index` adds them
+            return None  # indexed before passages of words were kept: the next `reranker index` adds them
+        sent = [self._terms_of(text) for text in texts if text is not None]
+        vocabulary = (
+            np.concatenate([np.array([word for word, _ in pairs], dtype=np.int32), *(terms.vocabulary[0] for terms in sent)]),
+            np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(terms.vocabulary[1] for terms in sent)]),
+        )
         sequences = [
             self._terms_of(text).passages if text is not None else np.frombuffer(stored.get(doc_id) or b"", dtype=np.int32)
             for doc_id, text in zip(doc_ids, texts)
         ]
-        # The stemmed field's BM25 (the exact field's too added 0.002 nDCG@10 on CL-SciSumm
-        # and doubled the cost).
-        found = Counter(self._text.analysed(terms)["stemmed"])
-        distinct = list(found)
-        freqs = self._text.doc_freqs("stemmed", distinct)
-        scores = best_passage_bm25(sequences, stable_hashes(distinct), [found[t] for t in distinct], [freqs[t] for t in distinct], documents)
+        doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
+        scores = best_passage_bm25(sequences, passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary))
         return [float(score) for score in scores]
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:

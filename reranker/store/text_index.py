@@ -111,10 +111,11 @@ def stem_words(words: Sequence[str]) -> list[str]:
 
 def stable_hashes(terms: Sequence[str]) -> npt.NDArray[np.int32]:
     """A 32-bit hash of each term that is the same in every process (the first 4 bytes of
-    its BLAKE2b digest): what the store keeps a document's stems by, for its passages.
+    its BLAKE2b digest): what the store keeps a document's words, and their stems, by for
+    its passages.
 
     Each distinct term is hashed once per process and remembered (a corpus's vocabulary is
-    small). A query's 100 terms meet a stem of another term's hash about once in 40 million
+    small). A query's 100 terms meet a word of another term's hash about once in 40 million
     positions: in one window of long papers in a hundred."""
     with _hashes_lock:
         if len(_hashes) > _STEM_CACHE_WORDS:
@@ -146,11 +147,13 @@ class TextTerms:
 
     length: int
     fields: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]
-    passages: npt.NDArray[np.int32]  # (L,) the stems in text order, as `stable_hashes` (for passages)
+    passages: npt.NDArray[np.int32]  # (L,) the words in text order, as `stable_hashes` (for passages)
+    vocabulary: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]  # its distinct words and their stems, hashed alike
 
     @property
     def nbytes(self) -> int:
-        return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + self.passages.nbytes + 64
+        kept = self.passages.nbytes + self.vocabulary[0].nbytes + self.vocabulary[1].nbytes
+        return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + kept + 64
 
     def frequencies(self, field: str, terms: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
         """How often each term occurs in the field, for terms given by `term_hashes`:
@@ -254,8 +257,8 @@ class TextIndex:
         stems: Counter[str] = Counter()
         for word, stem in stem_of.items():
             stems[stem] += counts[word]
-        sequence = stable_hashes([stem_of[word] for word in words])
-        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, sequence)
+        vocabulary = (stable_hashes(distinct), stable_hashes([stem_of[word] for word in distinct]))
+        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, stable_hashes(words), vocabulary)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
         """How many documents hold each of `terms` in `field`. Raises StoreError."""
