@@ -89,7 +89,8 @@ class ClusterProxy:
     "items429" (200, every item rejected with 429), "drop" (connection closed without an
     answer), "413" (request too large unless under `max_bytes`), or "ok" (forwarded).
     delay: seconds to wait before forwarding a request whose path contains the key (a
-    slow cluster). requests: (method, path, body) of every request that reached the proxy.
+    slow cluster). requests: (method, path, body) of every request that reached the proxy;
+    request_headers: (method, path, headers) of each.
     """
 
     def __init__(
@@ -102,6 +103,7 @@ class ClusterProxy:
         self.bulk_sizes: list[int] = []
         self.authorization: list[str | None] = []
         self.requests: list[tuple[str, str, bytes]] = []
+        self.request_headers: list[tuple[str, str, dict[str, str]]] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -113,6 +115,7 @@ class ClusterProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 proxy.requests.append((self.command, self.path, body or b""))
+                proxy.request_headers.append((self.command, self.path, dict(self.headers.items())))
                 for part, seconds in proxy.delay.items():
                     if part in self.path:
                         time.sleep(seconds)

@@ -312,6 +312,12 @@ class OpenSearchSearch(BaseModel):
     ext: _SearchExt | None = None
 
 
+class OpenSearchCount(BaseModel):
+    """An OpenSearch count body, `{"query": ...}` (the same clauses a search may use), forwarded to the cluster."""
+
+    model_config = ConfigDict(title="OpenSearchCount")
+
+
 class ScrollRequest(Body):
     """The next page of a scroll (forwarded only when RERANKER_PROXY_ALLOW names `scroll`)."""
 
