@@ -626,6 +626,14 @@ class ExperimentAnswer(Answer):
     experiment: Experiment
 
 
+class ExperimentDeleted(Answer):
+    deleted: str = Field(description="the experiment id")
+    experiment: Experiment | None = Field(description="the experiment removed (null: only its queries and events were left)")
+    events: Literal["kept", "deleted"] = Field(description="what became of its shown queries and events")
+    queries: int = Field(description="its shown queries, deleted or kept")
+    event_count: int = Field(description="its events, deleted or kept")
+
+
 class ExperimentReport(Answer):
     experiment: Experiment
     report: dict[str, Any] = Field(description="clicks, wins per ranker, winner, sign-test p-value")
