@@ -585,7 +585,7 @@ def test_a_body_not_declared_json_is_a_415(client: FlaskClient) -> None:
 def test_options_tells_the_methods_a_route_really_has(client: FlaskClient) -> None:
     """Not the proxy catch-all's PUT, DELETE, PATCH (issue 23, point 5)."""
     expected = {"/search": {"POST", "OPTIONS"}, "/rerank": {"POST", "OPTIONS"}, "/healthz": {"GET", "HEAD", "OPTIONS"},
-                "/experiments/x": {"GET", "HEAD", "PATCH", "OPTIONS"}}  # fmt: skip
+                "/experiments/x": {"GET", "HEAD", "PATCH", "DELETE", "OPTIONS"}}  # fmt: skip
     for path, methods in expected.items():
         answer = client.options(path)
         assert answer.status_code == 200 and set(answer.headers["Allow"].split(", ")) == methods, (path, answer.headers.get("Allow"))

@@ -466,8 +466,8 @@ def count(index: str | None = None) -> Response:
     params = url_params()
     body = json_object(required=False)
     for key in body:
-        if key != "query":  # as the cluster says it: only a query can be counted
-            raise ApiError(400, "parsing_exception", f"request does not support [{key}]")
+        if key != "query":  # refused by policy, as an unknown key of a search body is
+            raise ApiError(403, "security_exception", f"[{key}] is not a part of a count the proxy forwards: a count body holds only [query]")
     check_body_indices(body, rt.settings)
     check_search_body(body, rt.limits.proxy_allow)
     status, found = store.forward("POST", _path(expression, "_count"), params, body or None)
