@@ -34,6 +34,7 @@ from reranker.store.events import (
     Event,
     EventStore,
     Experiment,
+    Recorded,
     open_event_store,
 )
 
@@ -119,10 +120,73 @@ def _startable(experiment: Experiment) -> None:
 
 
 def create(store: EventStore, experiment: Experiment) -> Experiment:
+    """Store a new experiment. ConflictError when its id still holds the queries and events
+    of a deleted one (kept on purpose): they would be counted in the new one's report."""
     if experiment.status == "running":
         _startable(experiment)
+    held = store.recorded(experiment.id)
+    if held.queries or held.events:
+        raise ConflictError(
+            f"experiment id {experiment.id!r} still holds {_records(held)} of an experiment deleted with its events kept, "
+            f"which the new one's report would count: delete them (`reranker ab delete {experiment.id} --delete-events`, "
+            f"or DELETE /experiments/{experiment.id}?events=delete) or choose another id"
+        )
     store.create_experiment(experiment)
     return experiment
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What `delete` did: the experiment removed (None: only records were left of it), and
+    its shown queries and events, removed or kept as asked."""
+
+    experiment_id: str
+    experiment: Experiment | None
+    recorded: Recorded
+    events_deleted: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deleted": self.experiment_id,
+            "experiment": self.experiment.to_json() if self.experiment is not None else None,
+            "events": "deleted" if self.events_deleted else "kept",
+            "queries": self.recorded.queries,
+            "event_count": self.recorded.events,
+        }
+
+    def message(self) -> str:
+        what = f"experiment {self.experiment_id}" if self.experiment is not None else f"what was left of experiment {self.experiment_id}"
+        if self.events_deleted:
+            return f"deleted {what} and its {_records(self.recorded)}"
+        return f"deleted {what}; its {_records(self.recorded)} are kept (delete them with --delete-events)"
+
+
+def _records(held: Recorded) -> str:
+    return f"{held.queries} shown queries and {held.events} events"
+
+
+def delete(store: EventStore, experiment_id: str, *, events: bool) -> Deleted:
+    """Remove a stopped experiment, and with `events` its shown queries and events (kept,
+    they stay in the store for analysis, and the id stays taken until they are deleted).
+
+    NotFoundError when nothing is stored under the id (or only kept records, and `events`
+    is False); ConflictError when the experiment is running (searches would go on being
+    interleaved for it in every worker until they re-read it).
+    """
+    experiment = store.experiment(experiment_id)
+    if experiment is not None and experiment.status == "running":
+        raise ConflictError(
+            f"experiment {experiment_id!r} is running: stop it first (`reranker ab set {experiment_id} --status stopped`, "
+            'or PATCH /experiments/ID {"status": "stopped"}), then delete it'
+        )
+    if experiment is None:
+        held = store.recorded(experiment_id)
+        if not held.queries and not held.events:
+            find(store, experiment_id)  # NotFoundError, listing the experiments there are
+        if not events:
+            raise NotFoundError(f"no experiment {experiment_id!r}; its {_records(held)} are kept: delete them with --delete-events (events=delete)")
+    held = store.delete_experiment(experiment_id, events)
+    return Deleted(experiment_id, experiment, held, events)
 
 
 def find(store: EventStore, experiment_id: str) -> Experiment:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -89,7 +90,8 @@ class ClusterProxy:
     "items429" (200, every item rejected with 429), "drop" (connection closed without an
     answer), "413" (request too large unless under `max_bytes`), or "ok" (forwarded).
     delay: seconds to wait before forwarding a request whose path contains the key (a
-    slow cluster). requests: (method, path, body) of every request that reached the proxy.
+    slow cluster). requests: (method, path, body) of every request that reached the proxy;
+    request_headers: (method, path, headers) of each.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class ClusterProxy:
         self.bulk_sizes: list[int] = []
         self.authorization: list[str | None] = []
         self.requests: list[tuple[str, str, bytes]] = []
+        self.request_headers: list[tuple[str, str, dict[str, str]]] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -113,6 +116,7 @@ class ClusterProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 proxy.requests.append((self.command, self.path, body or b""))
+                proxy.request_headers.append((self.command, self.path, dict(self.headers.items())))
                 for part, seconds in proxy.delay.items():
                     if part in self.path:
                         time.sleep(seconds)
@@ -186,17 +190,20 @@ def http_json(url: str, body: Any = None, timeout: float = 30) -> tuple[int, flo
 
 
 class Service:
-    """`reranker serve` in a child process, until `stop`."""
+    """`reranker serve` in a child process, until `stop`. Its output goes to a file, not a
+    pipe: the access log writes a line per request, and a pipe nobody reads until the end
+    fills up and blocks the server."""
 
     def __init__(self, data_dir: Path, env: dict[str, str], workers: int = 1, threads: int = 4) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full = {**os.environ, "RERANKER_DATA_DIR": str(data_dir), "HOME": str(data_dir), **env}
         full.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        self._output = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "reranker.cli", "serve", "--bind", f"127.0.0.1:{self.port}",
              "--workers", str(workers), "--threads", str(threads)],
-            env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=full, stdout=self._output, stderr=subprocess.STDOUT,
         )  # fmt: skip
         deadline = time.monotonic() + 60
         while True:
@@ -213,8 +220,9 @@ class Service:
     def stop(self) -> str:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        output, _ = self.process.communicate(timeout=60)
-        return output
+        self.process.wait(timeout=60)
+        self._output.seek(0)
+        return self._output.read().decode("utf-8", "replace")
 
 
 class InterruptAfter:

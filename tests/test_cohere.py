@@ -23,7 +23,7 @@ from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reranker.config import Settings
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.service import create_app
 from reranker.service.cohere import score_literal
 
@@ -198,7 +198,7 @@ def test_keys_come_from_a_file_and_none_configured_refuses_all(indexed: Path, tm
         (b'{"query": "x", "documents": ["a"], "top_n": 0}', 400),
         (b'{"query": "x", "documents": ["a"], "top_n": "all"}', 400),
         (b'{"query": "x", "documents": ["a"], "top_n": 1e400}', 400),
-        (b'{"query": "x", "documents": ["a"], "model": "rerank-v3.5"}', 400),
+        (b'{"query": "x", "documents": ["a"], "model": 3}', 400),
         (b'{"query": "x", "documents": [{"title": "no text"}]}', 400),
         (b'{"query": "x", "documents": ["a"], "colour": 1}', 400),
         (b'{"query": "x", "documents": [{"id": "not-stored"}]}', 404),
@@ -209,6 +209,34 @@ def test_keys_come_from_a_file_and_none_configured_refuses_all(indexed: Path, tm
 def test_bad_requests_are_4xx_json(client: FlaskClient, body: bytes, status: int) -> None:
     answer = client.post("/v2/rerank", data=body, headers={**HEADERS, "Content-Type": "application/json"})
     assert answer.status_code == status and answer.get_json()["error"]["reason"]
+
+
+@pytest.mark.parametrize("model", ["rerank-english-v3.0", "rerank-v3.5", "rerank-multilingual-v3.0", "hidden-topics"])
+def test_a_model_that_is_not_a_ranker_means_the_default_and_says_so(client: FlaskClient, model: str) -> None:
+    """The model names the clusters' tutorials send (and any other that is not a ranker)."""
+    documents = _documents(4)
+    default = client.post("/v2/rerank", json={"query": QUERY, "documents": documents}, headers=HEADERS)
+    assert "warnings" not in default.get_json()["meta"] and default.headers["X-Reranker-Ranker"] == DEFAULT_RANKER
+    for version in ("v1", "v2"):
+        answer = client.post(f"/{version}/rerank", json={"query": QUERY, "documents": documents, "model": model, "return_documents": True}, headers=HEADERS)
+        assert answer.status_code == 200
+        body = answer.get_json()
+        assert _conforms(answer.get_data(), 4) == _conforms(default.get_data(), 4), "the default ranker's order and scores"
+        assert all(set(result) == {"index", "relevance_score", "document"} and result["document"] == {"text": documents[result["index"]]} for result in body["results"])
+        assert body["meta"]["warnings"] == [
+            f"model {model!r} is not a ranker of this service: ranked with the default ranker {DEFAULT_RANKER!r} (GET /rankers lists the rankers a model may name)"
+        ]
+        assert body["meta"]["api_version"] == {"version": version[1]} and answer.headers["X-Reranker-Ranker"] == DEFAULT_RANKER
+
+
+def test_a_model_that_names_a_ranker_picks_it(client: FlaskClient) -> None:
+    documents = _documents(5)
+    default = _conforms(client.post("/v1/rerank", json={"query": QUERY, "documents": documents}, headers=HEADERS).get_data(), 5)
+    for model in ("bm25", "hidden_topics"):
+        answer = client.post("/v1/rerank", json={"query": QUERY, "documents": documents, "model": model}, headers=HEADERS)
+        assert answer.status_code == 200 and answer.headers["X-Reranker-Ranker"] == model and "warnings" not in answer.get_json()["meta"]
+        assert all(set(result) == {"index", "relevance_score"} for result in answer.get_json()["results"])
+        assert _conforms(answer.get_data(), 5) != default, f"{model} ranks otherwise than the default"
 
 
 def test_topics_of_texts_are_cached(client: FlaskClient) -> None:

@@ -496,6 +496,60 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     assert code == 1
 
 
+def test_the_ab_command_deletes_an_experiment_so_its_walkthrough_runs_twice(client: FlaskClient, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    create = ("ab", "create", "walk", "--rankers", "hidden_topics,bm25", "--traffic", "1")
+    assert run(data_dir, *create)[0] == 0
+    body = client.post("/search", json={"query": QUERIES[0], "size": 5, "client_id": "c9"}).get_json()
+    assert client.post("/events", json=_click(body["hits"][0], body["query_id"], client_id="c9")).status_code == 201
+    with pytest.raises(SystemExit) as exited:
+        run(data_dir, "ab", "delete", "walk")  # keep or delete the events: the user must say
+    assert exited.value.code == 2 and "one of the arguments --delete-events --keep-events is required" in capsys.readouterr().err
+    assert run(data_dir, "ab", "delete", "walk", "--delete-events")[0] == 1
+    assert "is running: stop it first" in capsys.readouterr().err
+    assert run(data_dir, "ab", "set", "walk", "--status", "stopped")[0] == 0
+    code, out = run(data_dir, "ab", "delete", "walk", "--keep-events")
+    assert code == 0 and out.strip() == "deleted experiment walk; its 1 shown queries and 1 events are kept (delete them with --delete-events)"
+    assert run(data_dir, *create)[0] == 1, "the kept records would be counted again"
+    assert "still holds 1 shown queries and 1 events" in capsys.readouterr().err
+    code, out = run(data_dir, "ab", "delete", "walk", "--delete-events")
+    assert code == 0 and out.strip() == "deleted what was left of experiment walk and its 1 shown queries and 1 events"
+    code, out = run(data_dir, *create)
+    assert code == 0 and "walk running" in out
+    code, out = run(data_dir, "ab", "report", "walk")
+    assert code == 0 and "queries 0, with clicks 0, clicks 0" in out, "a new experiment, counted from nothing"
+    assert run(data_dir, "ab", "delete", "nope", "--delete-events")[0] == 1
+    assert "no experiment 'nope'" in capsys.readouterr().err
+
+
+def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> None:
+    from reranker.store.events import Recorded
+
+    _start(client, "gone")
+    body = client.post("/search", json={"query": QUERIES[0], "size": 5, "client_id": "c1"}).get_json()
+    assert client.post("/events", json=_click(body["hits"][1], body["query_id"])).status_code == 201
+    _error(client.delete("/experiments/gone?events=delete"), 401, "security_exception")
+    assert "[events] must be keep or delete" in _error(client.delete("/experiments/gone", headers=AUTH), 400)
+    assert "is running: stop it first" in _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 409, "conflict_exception")
+    assert client.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    answer = client.delete("/experiments/gone?events=keep", headers=AUTH)
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    deleted = answer.get_json()
+    assert deleted["deleted"] == "gone" and deleted["experiment"]["status"] == "stopped"
+    assert (deleted["events"], deleted["queries"], deleted["event_count"]) == ("kept", 1, 1)
+    _error(client.get("/experiments/gone"), 404)
+    assert client.get("/experiments").get_json() == {"experiments": []}
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    assert store.recorded("gone") == Recorded(queries=1, events=1), "kept: still in the store"
+    assert "still holds 1 shown queries" in _error(client.post("/experiments", json={"id": "gone", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH), 409)
+    assert "are kept" in _error(client.delete("/experiments/gone?events=keep", headers=AUTH), 404)
+    answer = client.delete("/experiments/gone?events=delete", headers=AUTH)
+    assert answer.status_code == 200 and answer.get_json() == {"deleted": "gone", "experiment": None, "events": "deleted", "queries": 1, "event_count": 1}
+    assert store.recorded("gone") == Recorded(queries=0, events=0)
+    store.close()
+    _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 404)
+    assert _start(client, "gone")["id"] == "gone"
+
+
 # --- durability ----------------------------------------------------------------------------------
 
 
@@ -624,6 +678,37 @@ def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tu
     mapping = store.client.indices.get_mapping(index="papers-ubi_events")
     assert mapping["papers-ubi_events"]["mappings"]["dynamic"] == "strict"
     store.close()
+
+
+def test_delete_an_experiment_on_the_cluster_event_store(cluster_app: tuple[Any, Path, str]) -> None:
+    from reranker.config import OpenSearchSettings
+    from reranker.store.events import OpenSearchEventStore, Recorded
+    from reranker.store.opensearch import OpenSearchStore
+
+    make, _, url = cluster_app
+    app = make()
+    client = app.test_client()
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers")))
+    try:
+        for experiment_id in ("other", "gone"):  # "other" shows that only the deleted one's records go
+            _start(client, experiment_id)
+            clicks = _proxied_search_clicks(client)
+            assert all(client.post("/events", json=click).status_code == 201 for click in clicks[:2])
+            assert client.patch(f"/experiments/{experiment_id}", json={"status": "stopped"}, headers=AUTH).status_code == 200
+        assert store.recorded("gone") == store.recorded("other") == Recorded(queries=1, events=2)
+        kept = client.delete("/experiments/gone?events=keep", headers=AUTH).get_json()
+        assert (kept["events"], kept["queries"], kept["event_count"]) == ("kept", 1, 2)
+        assert [e["id"] for e in client.get("/experiments").get_json()["experiments"]] == ["other"]
+        assert store.recorded("gone") == Recorded(queries=1, events=2)
+        _error(client.post("/experiments", json={"id": "gone", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH), 409)
+        deleted = client.delete("/experiments/gone?events=delete", headers=AUTH).get_json()
+        assert deleted == {"deleted": "gone", "experiment": None, "events": "deleted", "queries": 1, "event_count": 2}
+        assert store.recorded("gone") == Recorded(queries=0, events=0) and store.recorded("other") == Recorded(queries=1, events=2)
+        assert client.get("/experiments/other").get_json()["report"]["clicks"] == 2
+        assert _start(client, "gone")["id"] == "gone"
+    finally:
+        store.close()
+        app.extensions["reranker"].close()
 
 
 def test_experiment_routes_recover_when_the_cluster_loses_their_indices(cluster_app: tuple[Any, Path, str]) -> None:

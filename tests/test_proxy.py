@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS, ClusterProxy, settings_env, write_jsonl
+from conftest import REPO, TINY_CORPUS, ClusterProxy, settings_env, write_jsonl
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -25,7 +29,7 @@ from reranker.embeddings import WordVectors
 from reranker.indexing import index_corpus
 from reranker.service import create_app
 from reranker.service.search_requests import query_text
-from reranker.store.opensearch import OpenSearchStore
+from reranker.store.opensearch import INTERNAL_FIELDS, OpenSearchStore
 
 CORPUS = [
     dict(TINY_CORPUS[0], year=1998, venue="Maritime Review"),
@@ -96,6 +100,40 @@ def without_timing(answer: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in answer.items() if key not in ("took", "ext", "_scroll_id")}
 
 
+# The service's own fields in every document's _source (index_templates/reranker-mappings).
+INTERNAL = {"hidden_topics", "corrected_topics", "indexed", "doc2vec"}
+
+
+def internal_in(answer: Any) -> list[str]:
+    """Where `answer` holds one of the service's own fields: in a hit's `_source` (as an
+    object) or `fields` (as `name.sub` paths), at any depth (inner hits, top_hits)."""
+    found = []
+    if isinstance(answer, dict):
+        for part in ("_source", "fields"):
+            if "_id" in answer and isinstance(answer.get(part), dict):
+                found += [f"{answer['_id']}.{part}.{key}" for key in answer[part] if key.split(".")[0] in INTERNAL]
+        for key, value in answer.items():
+            if key not in ("_source", "fields"):
+                found += internal_in(value)
+    elif isinstance(answer, list):
+        for value in answer:
+            found += internal_in(value)
+    return found
+
+
+def without_internal(answer: Any) -> Any:
+    """A copy of a cluster answer as the proxy must pass it on: without the service's own fields."""
+    if isinstance(answer, list):
+        return [without_internal(value) for value in answer]
+    if not isinstance(answer, dict):
+        return answer
+    copy = {key: without_internal(value) for key, value in answer.items()}
+    for part in ("_source", "fields"):
+        if "_id" in copy and isinstance(answer.get(part), dict):
+            copy[part] = {key: value for key, value in answer[part].items() if key.split(".")[0] not in INTERNAL}
+    return copy
+
+
 # --- reranking ---------------------------------------------------------------------------
 
 
@@ -117,9 +155,9 @@ def test_the_window_is_reranked_as_the_engine_does_and_hits_keep_bm25_scores(app
     assert [s["_id"] for s in rerank["scores"]] == ids(answer)
     assert [s["score"] for s in rerank["scores"]] == pytest.approx([hit.score for hit in expected.hits])
     assert all(s["ranker_score"] == s["score"] for s in rerank["scores"])
-    # The page's hits carry their whole _source, as the cluster returns it (topics included).
+    # The page's hits carry their _source as the cluster returns it, but the service's own fields.
     assert {hit["_source"]["title"] for hit in answer["hits"]["hits"]} == {r["title"] for r in CORPUS if r["id"] in scores}
-    assert all("matrix" in hit["_source"]["hidden_topics"] for hit in answer["hits"]["hits"])
+    assert all(hit["_source"]["venue"] and not INTERNAL.intersection(hit["_source"]) for hit in answer["hits"]["hits"])
 
 
 def test_pages_are_sliced_from_the_reranked_window(client: FlaskClient) -> None:
@@ -161,6 +199,130 @@ def test_a_page_without_highlights_comes_from_one_mget_with_the_same_hits(client
         assert ids(by_mget) and by_mget["hits"] == by_query["hits"]
         assert all(("_source" in hit) == (source is not False) for hit in by_mget["hits"]["hits"])
     assert "body" not in by_query["hits"]["hits"][0].get("_source", {})
+
+
+# --- the service's own fields stay inside (issue 25) ---------------------------------------
+
+
+def test_the_services_own_fields_never_leave_the_proxy(client: FlaskClient, direct: OpenSearchStore) -> None:
+    """Every path a document takes out of the proxy: a reranked page (by `_mget`, and by
+    re-running the query for highlights), a search forwarded as it is, `fields`, a top_hits
+    aggregation, a wildcard `_source` (which names nothing), and `_msearch`."""
+    status, own = direct.forward("POST", "/papers/_search", {}, summary(SEA, fields=["*"]))
+    assert status == 200 and {"hidden_topics", "corrected_topics", "indexed"} <= {
+        name.split(".")[0] for hit in own["hits"]["hits"] for name in [*hit["_source"], *hit["fields"]]
+    }, "the cluster itself returns them: what the proxy must take out"
+    bodies = {
+        "reranked, page by _mget": summary(SEA),
+        "reranked, page by the query": summary(SEA, highlight={"fields": {"body": {}}}),
+        "forwarded as it is": summary(SEA, sort=[{"year": "asc"}]),
+        "fields": summary(SEA, fields=["*"]),
+        "top_hits": {"query": {"match_all": {}}, "size": 0, "aggs": {"top": {"top_hits": {"size": 3}}}},
+        "a wildcard names nothing": summary(SEA, _source=["*"]),
+    }
+    for what, body in bodies.items():
+        answer = client.post("/papers/_search", json=body).get_json()
+        documents = answer["hits"]["hits"] or answer["aggregations"]["top"]["hits"]["hits"]
+        assert documents and all(hit["_source"]["title"] for hit in documents), what
+        assert internal_in(answer) == [], what
+    lines = "".join(json.dumps(line) + "\n" for line in [{}, summary(SEA, size=2), {}, summary(SEA, sort=["_doc"], size=2)])
+    answer = client.post("/papers/_msearch", data=lines, content_type="application/x-ndjson").get_json()
+    assert [len(ids(response)) for response in answer["responses"]] == [2, 2] and internal_in(answer) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "kept"),
+    [
+        ("/papers/_search", summary(SEA, _source=["title", "hidden_topics"]), {"hidden_topics"}),
+        ("/papers/_search", summary(SEA, _source="corrected_topics"), {"corrected_topics"}),
+        ("/papers/_search", summary(SEA, _source={"includes": ["title", "hidden_topics.k"], "excludes": ["indexed"]}), {"hidden_topics"}),
+        ("/papers/_search?_source_includes=title,indexed", summary(SEA), {"indexed"}),
+        ("/papers/_search", summary(SEA, fields=["title", "indexed.n_tokens"], _source=["title"]), {"indexed"}),
+        ("/papers/_search", summary(SEA, sort=[{"year": "asc"}], _source=["indexed", "title"]), {"indexed"}),
+    ],
+)
+def test_the_services_own_fields_come_back_when_a_search_names_them(client: FlaskClient, url: str, body: dict[str, Any], kept: set[str]) -> None:
+    answer = client.post(url, json=body).get_json()
+    hits = answer["hits"]["hits"]
+    assert hits and all(hit["_source"] for hit in hits)
+    assert {found.split(".")[2] for found in internal_in(answer)} == kept
+    if "hidden_topics.k" in json.dumps(body):
+        assert all(set(hit["_source"]["hidden_topics"]) == {"k"} for hit in hits)  # just the path named
+
+
+def test_a_page_of_stored_documents_is_fetched_without_the_services_own_fields(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+    """The cluster is asked not to send them (about 9 KB a document), not only the client spared."""
+    client, recorder = recorded
+    assert client.post("/papers/_search", json=summary(SEA)).status_code == 200
+    mgets = [json.loads(sent) for _, path, sent in recorder.requests if path.startswith("/_mget")]
+    assert mgets and all(doc["_source"] == {"excludes": list(INTERNAL_FIELDS)} for doc in mgets[-1]["docs"])
+
+
+def test_the_services_own_fields_are_the_ones_the_index_template_adds() -> None:
+    """What the proxy strips is what `reranker index` writes beside a document's own fields."""
+    mappings = json.loads((REPO / "index_templates" / "reranker-mappings.component.json").read_text())
+    properties = set(mappings["template"]["mappings"]["properties"])
+    assert set(INTERNAL_FIELDS) == INTERNAL == properties - {"title", "abstract", "body"}
+
+
+# --- _count ------------------------------------------------------------------------------
+
+
+def test_a_count_is_forwarded_for_the_allowed_indices(recorded: tuple[FlaskClient, ClusterProxy], direct: OpenSearchStore) -> None:
+    client, recorder = recorded
+    query = {"query": {"match": {"body": "ocean"}}}
+    status, own = direct.forward("POST", "/papers/_count", {}, query)
+    assert status == 200 and 0 < own["count"] < len(CORPUS)
+    answer = client.post("/papers/_count", json=query)
+    assert answer.status_code == 200 and answer.get_json()["count"] == own["count"]
+    assert client.get("/papers/_count").get_json()["count"] == len(CORPUS)
+    assert client.get("/_count").get_json()["count"] == len(CORPUS), "no index: the alias"
+    assert client.get("/papers-v*/_count?q=body:ocean").get_json()["count"] == own["count"]
+    # Refused as a search would be, before anything reaches the cluster.
+    recorder.requests.clear()
+    assert "RERANKER_PROXY_INDICES" in client.post("/secret/_count", json=query).get_json()["error"]["reason"]
+    refused = client.post("/papers/_count", json={"query": {"script": {"script": "true"}}})
+    assert refused.status_code == 403 and "RERANKER_PROXY_ALLOW=script" in refused.get_json()["error"]["reason"]
+    lookup = client.post("/papers/_count", json={"query": {"terms": {"tag": {"index": "secret", "id": "2", "path": "tag"}}}})
+    assert lookup.status_code == 403
+    wrong = client.post("/papers/_count", json={**query, "size": 3})
+    assert wrong.status_code == 403 and wrong.get_json()["error"]["reason"].startswith("[size] is not a part of a count the proxy forwards")
+    assert client.put("/papers/_count", json=query).status_code == 405
+    assert not any("_count" in path or "secret" in path for _, path, _ in recorder.requests)
+
+
+# --- request ids and X-Opaque-Id ---------------------------------------------------------
+
+
+def _opaque_ids(recorder: ClusterProxy) -> set[str | None]:
+    """The X-Opaque-Id of each request the cluster received (None: none sent)."""
+    return {next((value for name, value in headers.items() if name.lower() == "x-opaque-id"), None) for _, _, headers in recorder.request_headers}
+
+
+def test_every_cluster_call_of_a_request_carries_its_id(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+    client, recorder = recorded
+    recorder.request_headers.clear()
+    answer = client.post("/papers/_search", json=summary(SEA, highlight={"fields": {"body": {}}}))
+    made = answer.headers["X-Request-Id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", made) and "X-Opaque-Id" not in answer.headers
+    assert len(recorder.request_headers) >= 2 and _opaque_ids(recorder) == {made}, "the window and the page, tagged alike"
+    # The caller's request id (a gateway's) is kept and passed on.
+    recorder.request_headers.clear()
+    answer = client.post("/papers/_count", json={}, headers={"X-Request-Id": "gw-7f3a:1"})
+    assert answer.headers["X-Request-Id"] == "gw-7f3a:1" and _opaque_ids(recorder) == {"gw-7f3a:1"}
+    # A caller's own X-Opaque-Id wins, and comes back as the clusters echo it.
+    recorder.request_headers.clear()
+    answer = client.post("/papers/_search", json=summary(SEA), headers={"X-Opaque-Id": "search-page 3", "X-Request-Id": "gw-8"})
+    assert answer.headers["X-Opaque-Id"] == "search-page 3" and answer.headers["X-Request-Id"] == "gw-8"
+    assert _opaque_ids(recorder) == {"search-page 3"}
+    # The native API's cluster calls too.
+    recorder.request_headers.clear()
+    answer = client.post("/search", json={"query": SEA, "size": 2})
+    assert answer.status_code == 200 and _opaque_ids(recorder) == {answer.headers["X-Request-Id"]}
+    # An id that could forge a log line or bloat it is replaced, not refused.
+    for unsafe in ("two words", "x" * 129, "-starts-with-a-dash", "quote\"d"):
+        answer = client.get("/papers/_count", headers={"X-Request-Id": unsafe})
+        assert answer.status_code == 200 and re.fullmatch(r"[0-9a-f]{32}", answer.headers["X-Request-Id"]), unsafe
 
 
 def test_query_text_comes_from_match_and_multi_match_clauses() -> None:
@@ -227,7 +389,7 @@ def test_searches_that_cannot_be_reranked_are_forwarded_as_they_are(
     params = dict(part.split("=") for part in query.split("&")) if query else {}
     status, own = direct.forward("POST", path, params, body)
     assert answer.status_code == status == 200
-    assert without_timing(answer.get_json()) == without_timing(own)
+    assert without_timing(answer.get_json()) == without_timing(without_internal(own))
     rerank = answer.get_json()["ext"]["rerank"]
     assert rerank["status"] == "not_reranked" and reason in rerank["reason"]
 
@@ -343,7 +505,7 @@ def test_msearch_pages_of_stored_documents_come_from_one_mget(recorded: tuple[Fl
     assert [path for path, _ in sent] == ["/_msearch", "/_mget", "/_msearch"]  # (and the indices' mappings, once)
     docs = json.loads(sent[1][1])["docs"]
     assert len(docs) == 5 and [doc.get("routing") for doc in docs] == [None, None, None, "x", "x"]
-    assert all(doc["_source"] == ["title"] for doc in docs[:3]) and all("_source" not in doc for doc in docs[3:])
+    assert all(doc["_source"] == ["title"] for doc in docs[:3]) and all(doc["_source"] == {"excludes": list(INTERNAL_FIELDS)} for doc in docs[3:])
     for response, (header, body) in zip(answer.get_json()["responses"], zip(lines[::2], lines[1::2])):
         alone = client.post("/papers/_search" + ("?routing=x" if "routing" in header else ""), json=body).get_json()
         assert response["hits"]["hits"] == alone["hits"]["hits"] and response["ext"]["rerank"]["status"] == "ok"
@@ -574,7 +736,7 @@ def test_without_a_cluster_the_proxy_routes_say_what_is_missing(tmp_path: Path, 
     # The service's own routes asked with a method they do not have: 405, and Allow lists
     # what they do have (paths with parameters and paths with one rule per method too).
     for method, path, allowed in (("PUT", "/search", {"POST"}), ("DELETE", "/documents/ships", {"GET"}),
-                                  ("PUT", "/experiments", {"GET", "POST"}), ("DELETE", "/experiments/e1", {"GET", "PATCH"}),
+                                  ("PUT", "/experiments", {"GET", "POST"}), ("PUT", "/experiments/e1", {"GET", "PATCH", "DELETE"}),
                                   ("POST", "/healthz", {"GET"})):
         answer = client.open(path, method=method)
         assert answer.status_code == 405, (method, path)
@@ -604,14 +766,14 @@ def test_the_proxy_takes_a_fusion_weight_per_request(client: FlaskClient) -> Non
     assert refused.status_code == 400 and "[ext.rerank.fusion_weight] must be <= 1.0, got 2" in refused.get_json()["error"]["reason"]
 
 
-@pytest.mark.filterwarnings("ignore:a deprecation")  # the fake cluster's Warning header, reaching the client as it should
-def test_search_clients_see_the_cluster_through_the_proxy(papers: tuple[str, Path]) -> None:
-    """opensearch-py pointed at the proxy: `info()` is the cluster's own answer, searches are
-    reranked; the cluster's product headers reach the client (Elasticsearch clients from
-    7.14 refuse a server without X-Elastic-Product)."""
+@pytest.fixture(scope="module")
+def served(papers: tuple[str, Path]) -> Iterator[tuple[str, ClusterProxy, dict[str, Any]]]:
+    """(the proxy's URL, over real HTTP; the recording proxy in front of the cluster; the
+    cluster's own GET /). The recorder adds the product headers the clusters send
+    (osmem-server sends X-Elastic-Product itself, but the recorder passes bodies only) and
+    a deprecation Warning."""
     import threading
 
-    from opensearchpy import OpenSearch
     from werkzeug.serving import make_server
 
     url, data_dir = papers
@@ -619,29 +781,71 @@ def test_search_clients_see_the_cluster_through_the_proxy(papers: tuple[str, Pat
     recorder = ClusterProxy(url, headers={"X-Elastic-Product": "Elasticsearch", "Warning": '299 Elasticsearch "a deprecation"'})
     server = make_server("127.0.0.1", 0, make_app((recorder.url, data_dir)), threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    proxy = f"http://127.0.0.1:{server.server_port}"
     try:
-        client = OpenSearch(hosts=[proxy])
-        info = client.info()
-        assert info["version"]["number"] == cluster["version"]["number"] and info["cluster_name"] == cluster["cluster_name"]
-        found = client.search(index="papers", body=summary(SEA, ext=TOPICS))
-        assert found["ext"]["rerank"]["status"] == "ok" and found["hits"]["hits"]
-        with urllib.request.urlopen(proxy + "/") as answer:
-            assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and answer.headers["X-Reranker"].startswith("reranker ")
-        request = urllib.request.Request(proxy + "/papers/_search", data=json.dumps(summary(SEA)).encode(), headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request) as answer:
-            assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and "a deprecation" in answer.headers["Warning"]
-        # elasticsearch-py 8 refuses a server without X-Elastic-Product; with the header
-        # passed through it connects and searches through the proxy like the cluster.
-        from elasticsearch import Elasticsearch
-
-        es = Elasticsearch(proxy)
-        assert es.info()["version"]["number"] == cluster["version"]["number"]
-        found = es.search(index="papers", body=summary(SEA, ext=TOPICS)).body
-        assert found["ext"]["rerank"]["status"] == "ok" and found["hits"]["hits"]
+        yield f"http://127.0.0.1:{server.server_port}", recorder, cluster
     finally:
         server.shutdown()
         recorder.close()
+
+
+@pytest.mark.filterwarnings("ignore:a deprecation")  # the fake cluster's Warning header, as the service's client reads it
+def test_the_clusters_product_headers_reach_the_client(served: tuple[str, ClusterProxy, dict[str, Any]]) -> None:
+    """Elasticsearch clients from 7.14 refuse a server without X-Elastic-Product; Warning
+    carries the cluster's deprecations. `GET /` is the cluster's own answer."""
+    proxy, _, cluster = served
+    with urllib.request.urlopen(proxy + "/") as answer:
+        assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and answer.headers["X-Reranker"].startswith("reranker ")
+        assert json.loads(answer.read())["version"] == cluster["version"]
+    request = urllib.request.Request(proxy + "/papers/_search", data=json.dumps(summary(SEA)).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as answer:
+        assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and "a deprecation" in answer.headers["Warning"]
+
+
+@pytest.fixture(scope="session")
+def elasticsearch9(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """elasticsearch-py 9 (its `elasticsearch9` package), installed apart from the test
+    extra's elasticsearch-py 8: 9 needs elastic-transport 9, which 8 refuses, so the two
+    cannot share an environment. Needs the package index, as installing the project does."""
+    target = tmp_path_factory.mktemp("elasticsearch9")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts",
+         "--target", str(target), "elasticsearch9>=9,<10"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, f"could not install elasticsearch-py 9 for this test: {done.stderr[-2000:]}"
+    return target
+
+
+@pytest.mark.filterwarnings("ignore:a deprecation")
+@pytest.mark.parametrize(("client", "major"), [("opensearchpy", None), ("elasticsearch", "8"), ("elasticsearch9", "9")])
+def test_search_clients_search_and_count_through_the_proxy(
+    served: tuple[str, ClusterProxy, dict[str, Any]], direct: OpenSearchStore, request: pytest.FixtureRequest, client: str, major: str | None
+) -> None:
+    """opensearch-py and elasticsearch-py 8 and 9 pointed at the proxy, each in its own
+    process (tests/search_clients.py): `info()` is the cluster's, the search is reranked and
+    its documents come without the service's own fields, the count is the cluster's, and
+    the X-Opaque-Id the client sets reaches the cluster with every call made for it."""
+    proxy, recorder, cluster = served
+    env = dict(os.environ)
+    if client == "elasticsearch9":
+        env["PYTHONPATH"] = str(request.getfixturevalue("elasticsearch9"))
+    recorder.request_headers.clear()
+    opaque = f"app-{client}"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "search_clients.py"), client, proxy, opaque], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    if major is not None:
+        assert seen["version"].split(".")[0] == major
+    assert seen["info"]["version"]["number"] == cluster["version"]["number"] and seen["info"]["cluster_name"] == cluster["cluster_name"]
+    found = seen["search"]
+    assert found["ext"]["rerank"]["status"] == "ok" and found["ext"]["rerank"]["ranker"] == "hidden_topics"
+    assert len(ids(found)) == 3 and all(hit["_source"]["title"] for hit in found["hits"]["hits"]) and internal_in(found) == []
+    status, own = direct.forward("POST", "/papers/_count", {}, {"query": summary(SEA)["query"]})
+    assert status == 200 and seen["count"] == own["count"] > 0
+    tagged = [headers for _, path, headers in recorder.request_headers if any(api in path for api in ("_search", "_mget", "_count"))]
+    assert len(tagged) >= 3 and all(headers.get("X-Opaque-Id") == opaque for headers in tagged)
 
 
 # --- escapes found by an attack on the proxy (issue 23) ----------------------------------

@@ -73,6 +73,7 @@ EXPECTED: list[tuple[str, str]] = [
     (r"^reranker ab report (\S+)$", r"^experiment topics-vs-bm25 \(running\): "),
     (r"^reranker ab set \S+ --status stopped$", r"^experiment topics-vs-bm25 stopped"),
     (r"^reranker ab list$", r"^topics-vs-bm25 +stopped "),
+    (r"^reranker ab delete \S+ --delete-events$", r"^deleted experiment topics-vs-bm25 and its \d+ shown queries and \d+ events$"),
     (r"^curl .*localhost:8000/search\b", r'^\{"status": "ok", .*"hits": \[\{"id": '),
     (r"^curl .*localhost:8000/\w+/_search\b", r'"ext": \{"rerank": \{"ranker": "[^"]+", "status": "ok"'),
     (r"^curl .*localhost:8000/v1/rerank\b", r'"results": \[\{"index": \d+, "relevance_score": '),
@@ -307,6 +308,16 @@ def test_every_command_runs_as_written(page: Path, data_dir: Path, workspace: Pa
     if page == README:  # the front door shows every way in, and all of them run
         assert any(text.startswith("reranker demo") for text in shell.ran)
         assert sum(text.startswith("curl") for text in shell.ran) == 3
+
+
+def test_the_readmes_experiment_walkthrough_runs_twice(data_dir: Path, workspace: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It ends by deleting what it made, so a reader can run it again as written."""
+    monkeypatch.chdir(workspace)
+    block = next(block for block in fenced_blocks(README) if "reranker ab create" in block.text)
+    shell = Shell(data_dir, request)
+    shell.run_block(block)
+    shell.run_block(block)
+    assert [text.split()[2] for text in shell.ran if text.startswith("reranker ab")] == ["create", "report", "set", "delete"] * 2
 
 
 def test_the_quickstart_is_what_ci_runs() -> None:

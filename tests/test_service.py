@@ -8,6 +8,7 @@ word has no GloVe vector). `test_gunicorn_*` starts `reranker serve` as a subpro
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -481,11 +482,39 @@ def test_reranker_serve_runs_gunicorn_workers_that_share_metrics(indexed: Path) 
         # 12 searches spread over two workers, counted in one scrape.
         metrics = _http(base + "/metrics")[1].decode()
         assert 'reranker_requests_total{endpoint="/search",method="POST",status="200"} 12.0' in metrics
+        tagged = urllib.request.Request(base + "/search", data=b'{"query": "ships"}', headers={"Content-Type": "application/json", "X-Request-Id": "lb-42"})
+        with urllib.request.urlopen(tagged) as answer:
+            assert answer.status == 200 and answer.headers["X-Request-Id"] == "lb-42"
     finally:
         server.send_signal(signal.SIGTERM)
         output, _ = server.communicate(timeout=30)
     assert server.returncode == 0, output
     assert "Booting worker" in output and "Shutting down: Master" in output
+    # One access line per request, on gunicorn's stream (with its timestamp and pid).
+    searches = [line for line in output.splitlines() if "method=POST path=/search " in line]
+    assert len(searches) == 14, output[-3000:]
+    assert sum(" status=200 " in line for line in searches) == 13 and sum(" status=400 " in line for line in searches) == 1
+    assert re.search(r"^\[.+\] \[\d+\] \[INFO\] method=POST path=/search status=200 duration_ms=\d+\.\d request_id=lb-42 remote=127\.0\.0\.1$", output, re.M)
+
+
+def test_every_answer_has_a_request_id_and_one_access_line(client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="reranker.access")
+    answers = {
+        "ok": client.post("/search", json={"query": QUERY, "size": 1}, headers={"X-Request-Id": "5f1d6c1e-0b7e-4c53-9a43-0c2e2b2b9f11"}),
+        "bad": client.post("/search", data=b"{", content_type="application/json"),
+        "unknown route": client.get("/no/such/route"),
+        "wrong method": client.delete("/search"),
+        "probe": client.get("/healthz", headers={"X-Request-Id": "has space"}),
+    }
+    assert [answer.status_code for answer in answers.values()] == [200, 400, 404, 405, 200]
+    assert answers["ok"].headers["X-Request-Id"] == "5f1d6c1e-0b7e-4c53-9a43-0c2e2b2b9f11"
+    made = [answer.headers["X-Request-Id"] for name, answer in answers.items() if name != "ok"]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", made_id) for made_id in made) and len(set(made)) == len(made)
+    lines = [record.getMessage() for record in caplog.records if record.name == "reranker.access"]
+    assert len(lines) == len(answers)
+    expected = [("POST", "/search", 200), ("POST", "/search", 400), ("GET", "/no/such/route", 404), ("DELETE", "/search", 405), ("GET", "/healthz", 200)]
+    for line, answer, (method, path, status) in zip(lines, answers.values(), expected):
+        assert re.fullmatch(rf"method={method} path={re.escape(path)} status={status} duration_ms=\d+\.\d request_id={answer.headers['X-Request-Id']} remote=127\.0\.0\.1", line), line
 
 
 def test_bad_service_settings_fail_at_start(indexed: Path) -> None:
@@ -556,7 +585,7 @@ def test_a_body_not_declared_json_is_a_415(client: FlaskClient) -> None:
 def test_options_tells_the_methods_a_route_really_has(client: FlaskClient) -> None:
     """Not the proxy catch-all's PUT, DELETE, PATCH (issue 23, point 5)."""
     expected = {"/search": {"POST", "OPTIONS"}, "/rerank": {"POST", "OPTIONS"}, "/healthz": {"GET", "HEAD", "OPTIONS"},
-                "/experiments/x": {"GET", "HEAD", "PATCH", "OPTIONS"}}  # fmt: skip
+                "/experiments/x": {"GET", "HEAD", "PATCH", "DELETE", "OPTIONS"}}  # fmt: skip
     for path, methods in expected.items():
         answer = client.options(path)
         assert answer.status_code == 200 and set(answer.headers["Allow"].split(", ")) == methods, (path, answer.headers.get("Allow"))

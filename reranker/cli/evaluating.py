@@ -133,6 +133,14 @@ def add_parsers(commands: Any) -> None:
     change.add_argument("id")
     change.add_argument("--traffic", type=float, help="new share of traffic, 0 < x <= 1")
     change.add_argument("--status", choices=("running", "stopped"), help="stop it, or run it again")
+    remove = ab_action.add_parser("delete", help="delete a stopped experiment, with its events or keeping them")
+    remove.add_argument("id")
+    events = remove.add_mutually_exclusive_group(required=True)
+    events.add_argument("--delete-events", dest="delete_events", action="store_true", help="delete its shown queries and click events too")
+    events.add_argument(
+        "--keep-events", dest="delete_events", action="store_false",
+        help="keep them in the event store, for analysis (the id stays taken until they are deleted)",
+    )
 
 
 def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -352,6 +360,8 @@ def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
             raise ConfigError("nothing to change: give --traffic and/or --status")
         experiment = ex.update(store, args.id, traffic=args.traffic, status=args.status)
         print(f"experiment {experiment.id} {experiment.status}, {experiment.traffic:.0%} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
+    elif args.action == "delete":
+        print(ex.delete(store, args.id, events=args.delete_events).message(), file=out)
     elif args.action == "report":
         experiment = ex.find(store, args.id)
         found = ex.report(store, experiment)

@@ -1,6 +1,7 @@
 """The HTTP service: a Flask app factory that gunicorn serves.
 
     errors.py     every failure -> one JSON error shape, through one table
+    access.py     request ids (X-Request-Id, sent to the cluster as X-Opaque-Id), the access log
     bodies.py     request bodies: their bytes (size limit), strict JSON, API keys
     schema.py     the wire format: every request body and answer as a typed model
     operations.py each route's @operation, and /openapi.json generated from them
@@ -43,7 +44,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     # Imported here, not at the top: prometheus_client picks its multiprocess mode when
     # first imported, and the gunicorn master (which imports this package to serve it)
     # sets PROMETHEUS_MULTIPROC_DIR only when it reads gunicorn.conf.py.
-    from reranker.service import api, cohere, errors, experiments, library, proxy, web
+    from reranker.service import access, api, cohere, errors, experiments, library, proxy, web
     from reranker.service.metrics import Metrics
     from reranker.service.reranking import Runtime
 
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     metrics = Metrics()
     app.extensions["reranker"] = Runtime(settings, metrics)
     errors.install(app)
+    access.install(app)  # first: its hooks see every request, the refused ones too
     app.register_blueprint(api.blueprint)
     app.register_blueprint(cohere.blueprint)
     app.register_blueprint(experiments.blueprint)

@@ -15,6 +15,12 @@ Jayway JsonPath / json-smart; Elasticsearch's text_similarity_reranker):
   written with at most 9 significant digits, always with a `.` or an exponent;
 - empty-string documents (OpenSearch sends "" for a hit without the field).
 
+`model` picks a ranker by its name; the clusters' tutorials send a Cohere model name
+(`rerank-english-v3.0`, `rerank-v3.5`), so any other name means the default ranker, and
+`meta.warnings` (a list of strings in Cohere's own answers, which neither cluster reads)
+says so. The results keep Cohere's shape exactly; the ranker that ran is also in the
+`X-Reranker-Ranker` header.
+
 Documents arrive as text: the topics the ranker reads are computed on the fly and cached
 (`Engine.text_topics`); a document given as {"id": ...} uses the stored topics instead.
 """
@@ -28,6 +34,7 @@ from typing import Any
 
 from flask import Blueprint, Response
 
+from reranker.rankers import RANKERS
 from reranker.service.api import request_documents, runtime
 from reranker.service.bodies import json_object, require_bearer
 from reranker.service.errors import bad_request
@@ -61,6 +68,21 @@ def score_literal(value: float) -> str:
     return "0.0" if text == "-0.0" else text
 
 
+def ranker_for_model(model: str | None, default: str) -> tuple[str, str | None]:
+    """(the ranker a request's `model` picks, a notice for meta.warnings when it is not one).
+
+    A ranker's name picks that ranker; no model, the default; any other name (a Cohere
+    model's, from a cluster's tutorial) the default, with a notice that says so."""
+    if model is None:
+        return default, None
+    if model in RANKERS:
+        return model, None
+    return default, (
+        f"model {model!r} is not a ranker of this service: ranked with the default ranker {default!r} "
+        "(GET /rankers lists the rankers a model may name)"
+    )
+
+
 def _require_key() -> None:
     require_bearer(runtime().limits.api_keys, unset="this service accepts no API keys yet: set RERANKER_API_KEYS or RERANKER_API_KEYS_FILE")
 
@@ -84,7 +106,8 @@ def _rerank(version: str) -> Response:
     documents = request_documents(asked.documents)
     top_n = len(documents) if asked.top_n is None else asked.top_n
     apply_top_n, return_documents = asked.apply_top_n, asked.return_documents
-    ranker = rt.ranker(asked.model)
+    ranker_name, notice = ranker_for_model(asked.model, rt.limits.default_ranker)
+    ranker = rt.ranker(ranker_name)
     if return_documents and any(doc.text is None for doc in documents):
         raise bad_request("[return_documents] needs every document as text")
     # Every document gets a score, but only the shown ones must be in exact order.
@@ -105,14 +128,18 @@ def _rerank(version: str) -> Response:
             item += f', "document": {{"text": {json.dumps(documents[position].text)}}}'
         results.append(item + "}")
     meta: dict[str, Any] = {"api_version": {"version": version}, "billed_units": {"search_units": 1}}
+    warnings = [notice] if notice else []
     if outcome.reason:
-        meta["warnings"] = [f"{outcome.status}: {outcome.reason}"]
+        warnings.append(f"{outcome.status}: {outcome.reason}")
+    if warnings:
+        meta["warnings"] = warnings
     body = (
         f'{{"id": {json.dumps(str(uuid.uuid4()))}, "results": [{", ".join(results)}], '
         f'"meta": {json.dumps(meta)}, "status": {json.dumps(outcome.status)}}}'
     )
     response = Response(body, mimetype="application/json")
     response.headers["X-Reranker-Status"] = outcome.status
+    response.headers["X-Reranker-Ranker"] = ranker.name
     if reports_first_stage(ranker, outcome):
         # Where the fusion's first-stage evidence came from (the clusters send none).
         response.headers["X-Reranker-First-Stage"] = outcome.first_stage

@@ -8,6 +8,7 @@
                                the report over time: wins so far per hour or day, with the
                                first ranker's share of them, its confidence interval, p-value
     PATCH /experiments/<id>    change its traffic share or stop / restart it (admin key)
+    DELETE /experiments/<id>?events=keep|delete   delete a stopped one (admin key)
 
 Reading is open (the dashboard reads it); every change needs RERANKER_ADMIN_API_KEY as a
 bearer token. The rules themselves (what a valid event is, when an experiment may run,
@@ -28,12 +29,13 @@ from reranker.config import ServiceSettings
 from reranker.errors import DuplicateEventError, InputError, NotFoundError, QuotaExceededError, StoreFullError
 from reranker.service.api import runtime
 from reranker.service.bodies import client_source, json_object, require_bearer
-from reranker.service.errors import ApiError
+from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, operation
 from reranker.service.schema import (
     EventRecorded,
     ExperimentAnswer,
     ExperimentChange,
+    ExperimentDeleted,
     ExperimentReport,
     Experiments,
     ExperimentTimeline,
@@ -207,3 +209,29 @@ def change(experiment_id: str) -> Any:
     finally:
         rt.experiments.changed()
     return jsonify(experiment=experiment.to_json())
+
+
+@blueprint.delete("/experiments/<experiment_id:experiment_id>")
+@operation(
+    "delete a stopped experiment, its shown queries and events kept or deleted as `events` says (admin key)",
+    security="admin",
+    path=EXPERIMENT_ID,
+    query={"events": {"type": "string", "enum": ["keep", "delete"], "description": "keep the experiment's shown queries and events in the store, or delete them"}},
+    required_query=("events",),
+    answers={200: Reply("deleted", ExperimentDeleted)},
+    errors=(400, 401, 403, 404, 409, 502, 503),
+)
+def delete(experiment_id: str) -> Any:
+    _require_admin()
+    rt = runtime()
+    choice = request.args.get("events")
+    if choice not in ("keep", "delete"):
+        raise bad_request(
+            "[events] must be keep or delete: say whether the experiment's shown queries and click events stay in the "
+            f"store (for analysis) or go with it, got {choice!r}"
+        )
+    try:
+        deleted = ex.delete(rt.experiments.store(), experiment_id, events=choice == "delete")
+    finally:
+        rt.experiments.changed()
+    return jsonify(deleted.to_json())

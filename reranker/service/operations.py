@@ -54,6 +54,7 @@ class Operation:
     # Path parameters by the route's argument name, query parameters by theirs.
     path: Mapping[str, Schema] = field(default_factory=dict)
     query: Mapping[str, Schema] = field(default_factory=dict)
+    required_query: tuple[str, ...] = ()  # the query parameters a request must give
 
 
 SECURITY_SCHEMES: Schema = {
@@ -165,7 +166,9 @@ def _operation_object(described: Operation, arguments: set[str], refs: Mapping[A
     if missing:
         raise RuntimeError(f"operation {described.summary!r} does not describe its path parameter(s) {sorted(missing)}")
     parameters = [{"name": name, "in": "path", "required": True, "schema": schema} for name, schema in described.path.items() if name in arguments]
-    parameters += [{"name": name, "in": "query", "required": False, "schema": schema} for name, schema in described.query.items()]
+    parameters += [
+        {"name": name, "in": "query", "required": name in described.required_query, "schema": schema} for name, schema in described.query.items()
+    ]
     result: Schema = {"summary": described.summary}
     if parameters:
         result["parameters"] = parameters

@@ -4,7 +4,13 @@
     GET|POST [/INDEX]/_msearch    the same for every search in it: one _msearch for the windows,
                                   one _mget and/or one _msearch for the pages
     GET|POST /_search/scroll      forwarded as it is (a scroll is never reranked)
+    GET|POST [/INDEX]/_count      forwarded as it is (the same indices and query clauses as _search)
     anything else                 403 security_exception, never forwarded
+
+Every document the proxy returns comes without the service's own fields (its topic
+matrices, Doc2Vec vector and bookkeeping: `INTERNAL_FIELDS`, about 9 KB a document),
+in hits, inner hits and top_hits alike, unless the search names them (`_source`,
+`fields`); see `search_requests.strip_internal`.
 
 A search that can be reranked costs two cluster requests. (1) The window: the query
 with from 0 and size WINDOW, `_source` cut to `hidden_topics`, and without highlight,
@@ -51,17 +57,19 @@ from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
 from reranker.service.query_dsl import check_scroll, check_search_body
 from reranker.service.reranking import Deadline, Runtime, status_fields
-from reranker.service.schema import OpenSearchSearch, ScrollRequest, read
+from reranker.service.schema import OpenSearchCount, OpenSearchSearch, ScrollRequest, read
 from reranker.service.search_requests import (
     Search,
     check_body_indices,
     check_indices,
+    hidden_fields,
     hits_from_mget,
     hits_of,
     mark,
     merge,
     mget_docs,
     mget_request,
+    named_fields,
     ndjson,
     page_bounds,
     page_by_mget,
@@ -70,6 +78,7 @@ from reranker.service.search_requests import (
     query_text,
     read_msearch,
     rerank_options,
+    strip_internal,
     unrerankable,
     window_request,
 )
@@ -84,7 +93,7 @@ blueprint = Blueprint("proxy", __name__)
 
 SEARCH_METHODS = ["GET", "POST"]
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
-PROXIED = "GET|POST [/INDEX]/_search, [/INDEX]/_msearch and /_search/scroll"
+PROXIED = "GET|POST [/INDEX]/_search, [/INDEX]/_msearch, [/INDEX]/_count and /_search/scroll"
 INDEX = {"index": {"type": "string", "minLength": 1, "pattern": "^[a-z0-9][a-z0-9_.*,-]*$"}}
 
 
@@ -320,11 +329,12 @@ def search(index: str | None = None) -> Response:
     body, options = rerank_options(raw, rt)
     offset, size = page_bounds(body, params)
     wanted = Search(expression, body, params, offset, size, options)
+    hidden = hidden_fields(named_fields(body, params))
     how = plan(rt, store, wanted, experiments=True)
     path = _path(expression, "_search")
     if how.reason is not None:
         status, found = store.forward("POST", path, params, body)
-        return answer(status, mark(found, not_reranked(how)))
+        return answer(status, strip_internal(mark(found, not_reranked(how)), hidden))
     status, first = store.forward("POST", path, *window_request(wanted, how.window, how.fields))
     if status != 200:
         return answer(status, first)
@@ -340,7 +350,7 @@ def search(index: str | None = None) -> Response:
         status, second = store.forward("POST", path, *page_request(wanted, page_ids(hits, positions), len(positions) * len(how.layouts)))
         if status != 200:
             return answer(status, second)
-    return answer(200, {**merge(first, positions, second, block), "took": _took(started)})
+    return answer(200, strip_internal({**merge(first, positions, second, block), "took": _took(started)}, hidden))
 
 
 @blueprint.route("/_msearch", methods=SEARCH_METHODS)
@@ -386,6 +396,9 @@ def msearch(index: str | None = None) -> Response:
             responses[number] = second if "error" in second else merge(response, pages[number][0], second, pages[number][1])
         elif number < len(plans) and plans[number].reason is not None:
             responses[number] = mark(response, not_reranked(plans[number]))
+        if number < len(items):
+            search_ = items[number][1]
+            strip_internal(responses[number], hidden_fields(named_fields(search_.body, search_.params)))
     return answer(200, {**first, "took": _took(started), "responses": responses})
 
 
@@ -437,6 +450,27 @@ def scroll() -> Response:
     if asked is not None and asked.scroll is not None:
         check_scroll(asked.scroll, rt.limits.proxy_allow)
     status, found = store.forward("POST", "/_search/scroll", params, asked.model_dump(exclude_none=True) if asked else None)
+    # The search that opened the scroll is not known here: every page comes without the
+    # service's own fields.
+    return answer(status, strip_internal(found, hidden_fields(frozenset())))
+
+
+@blueprint.route("/_count", methods=SEARCH_METHODS)
+@blueprint.route("/<index>/_count", methods=SEARCH_METHODS)
+@_proxied("count the documents a query matches, forwarded as it is", body=OpenSearchCount)
+def count(index: str | None = None) -> Response:
+    """A count: the same indices and query clauses as a search may use, nothing reranked."""
+    rt = runtime()
+    expression = check_indices(index or rt.settings.opensearch.alias, rt.settings)
+    store = cluster(rt)
+    params = url_params()
+    body = json_object(required=False)
+    for key in body:
+        if key != "query":  # refused by policy, as an unknown key of a search body is
+            raise ApiError(403, "security_exception", f"[{key}] is not a part of a count the proxy forwards: a count body holds only [query]")
+    check_body_indices(body, rt.settings)
+    check_search_body(body, rt.limits.proxy_allow)
+    status, found = store.forward("POST", _path(expression, "_count"), params, body or None)
     return answer(status, found)
 
 

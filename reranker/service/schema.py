@@ -266,6 +266,16 @@ class RerankRequest(Body):
     size: Annotated[int, Field(ge=0, description="results to return (default: all)"), INTEGRAL] | None = None
 
 
+# The clusters' tutorials send a Cohere model name; any name that is not a ranker means the
+# default ranker, and the answer's meta.warnings says so.
+CohereModel = Annotated[str, Field(
+    max_length=200,
+    description="a registered ranker (GET /rankers), or any other model name (such as Cohere's rerank-english-v3.0), "
+    "which means the default ranker, RERANKER_DEFAULT_RANKER (meta.warnings says so)",
+    examples=["hidden_topics_corrected+bm25:maxp", "rerank-english-v3.0"],
+)]
+
+
 class CohereRequest(Body):
     """POST /v1/rerank and /v2/rerank, as Cohere's API and its OpenSearch / Elasticsearch callers send it."""
 
@@ -273,7 +283,7 @@ class CohereRequest(Body):
     documents: CohereDocuments
     top_n: Annotated[int, Field(ge=1, description="ignored unless apply_top_n: every document gets a result"), INTEGRAL] | None = None
     apply_top_n: bool = False
-    model: RankerName | None = None
+    model: CohereModel | None = None
     return_documents: bool = False
     # The route's rule: documents are given back only as they were sent, as texts.
     schema_rules: ClassVar[dict[str, Any]] = {
@@ -311,6 +321,12 @@ class OpenSearchSearch(BaseModel):
     model_config = ConfigDict(title="OpenSearchSearch")
 
     ext: _SearchExt | None = None
+
+
+class OpenSearchCount(BaseModel):
+    """An OpenSearch count body, `{"query": ...}` (the same clauses a search may use), forwarded to the cluster."""
+
+    model_config = ConfigDict(title="OpenSearchCount")
 
 
 class ScrollRequest(Body):
@@ -610,6 +626,14 @@ class Experiments(Answer):
 
 class ExperimentAnswer(Answer):
     experiment: Experiment
+
+
+class ExperimentDeleted(Answer):
+    deleted: str = Field(description="the experiment id")
+    experiment: Experiment | None = Field(description="the experiment removed (null: only its queries and events were left)")
+    events: Literal["kept", "deleted"] = Field(description="what became of its shown queries and events")
+    queries: int = Field(description="its shown queries, deleted or kept")
+    event_count: int = Field(description="its events, deleted or kept")
 
 
 class ExperimentReport(Answer):

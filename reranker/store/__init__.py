@@ -74,6 +74,25 @@ def time_left() -> float | None:
     return None if deadline is None else deadline - time.monotonic()
 
 
+# What the current request's cluster calls send as X-Opaque-Id (the service's request id,
+# or the caller's own X-Opaque-Id), or None outside a request.
+_OPAQUE_ID: ContextVar[str | None] = ContextVar("reranker_store_opaque_id", default=None)
+
+
+def start_opaque_id(value: str) -> Token[str | None]:
+    """Tag the cluster calls made from here on (in this context, and in threads that run a
+    copy of it) with `value` as X-Opaque-Id; pass the token to `end_opaque_id`."""
+    return _OPAQUE_ID.set(value)
+
+
+def end_opaque_id(token: Token[str | None]) -> None:
+    _OPAQUE_ID.reset(token)
+
+
+def opaque_id() -> str | None:
+    return _OPAQUE_ID.get()
+
+
 @dataclass(frozen=True)
 class Doc2VecInfo:
     """Which Doc2Vec model produced an index's document vectors (`reranker train doc2vec`).

@@ -176,6 +176,15 @@ class ExperimentData:
     shown_at: list[str] = field(default_factory=list)  # ISO 8601 timestamps, in the order of `clicked`
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What the store holds under an experiment id besides the experiment itself: the
+    interleaved queries it showed and the events (clicks) about them."""
+
+    queries: int
+    events: int
+
+
 class ExperimentExistsError(ConflictError):
     """An experiment with this id exists already."""
 
@@ -211,6 +220,15 @@ class EventStore(Protocol):
         ...
 
     def experiment_data(self, experiment_id: str) -> ExperimentData: ...
+
+    def recorded(self, experiment_id: str) -> Recorded:
+        """The shown queries and events stored under `experiment_id` (its experiment may be gone)."""
+        ...
+
+    def delete_experiment(self, experiment_id: str, events: bool) -> Recorded:
+        """Remove the experiment, if stored, and with `events` its shown queries and events
+        too; returns what it held of them (removed, or kept)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -380,6 +398,20 @@ class EmbeddedEventStore:
                 shown.append((query.interleaving, frozenset(clicked[query.query_id])))
                 shown_at.append(query.timestamp)
         return ExperimentData(queries=int(queries), click_events=len(rows), clicked=shown, shown_at=shown_at)
+
+    def recorded(self, experiment_id: str) -> Recorded:
+        (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
+        (events,) = self._run("SELECT COUNT(*) FROM events WHERE experiment_id = ?", (experiment_id,)).fetchone()
+        return Recorded(int(queries), int(events))
+
+    def delete_experiment(self, experiment_id: str, events: bool) -> Recorded:
+        with self._exclusive():  # the experiment and its records go together, or not at all
+            held = self.recorded(experiment_id)
+            self._run("DELETE FROM experiments WHERE id = ?", (experiment_id,))
+            if events:
+                self._run("DELETE FROM events WHERE experiment_id = ?", (experiment_id,))
+                self._run("DELETE FROM queries WHERE experiment_id = ?", (experiment_id,))
+        return held
 
     def close(self) -> None:
         with self._lock:
@@ -583,6 +615,32 @@ class OpenSearchEventStore:
                     shown.append((query.interleaving, frozenset(clicked[query.query_id])))
                     shown_at.append(query.timestamp)
         return ExperimentData(queries=int(counted["count"]), click_events=len(rows), clicked=shown, shown_at=shown_at)
+
+    def recorded(self, experiment_id: str) -> Recorded:
+        client = self._store.client
+        term = {"query": {"term": {"experiment_id": experiment_id}}}
+        counts = []
+        for kind in ("ubi_queries", "ubi_events"):
+            index = self._index(kind)
+            # Writes are acknowledged before they are searchable: count every one of them.
+            self._call("refreshing experiment data", client.indices.refresh, index=index)
+            counts.append(int(self._call("counting experiment data", client.count, index=index, body=term)["count"]))
+        return Recorded(*counts)
+
+    def delete_experiment(self, experiment_id: str, events: bool) -> Recorded:
+        """The experiment first, then its records (by query, after a refresh): a failure
+        between the two leaves records without an experiment, which a second delete removes."""
+        client = self._store.client
+        held = self.recorded(experiment_id)
+        index = self._index("experiments")
+        self._call("deleting an experiment", client.delete, index=index, id=experiment_id, refresh="true", not_found=None)
+        if events:
+            term = {"query": {"term": {"experiment_id": experiment_id}}}
+            for kind in ("ubi_events", "ubi_queries"):
+                self._call(
+                    "deleting experiment data", client.delete_by_query, index=self._index(kind), body=term, refresh="true", conflicts="proceed"
+                )
+        return held
 
     def close(self) -> None:
         self._store.close()

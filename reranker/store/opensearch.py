@@ -72,7 +72,7 @@ SCHEMA_VERSION = 1
 # Top-level source fields the store itself writes; a corpus field may not reuse them.
 RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "corrected_topics", "indexed", "doc2vec"})
 # Source fields that are the store's own numbers, never a document's text or metadata.
-_INTERNAL_FIELDS = ["hidden_topics", "corrected_topics", "indexed", "doc2vec"]
+INTERNAL_FIELDS = ("hidden_topics", "corrected_topics", "indexed", "doc2vec")
 # The mapping of a document's corrected topics (as in index_templates/), put into an empty
 # index created before it was in the templates when it is first indexed into.
 CORRECTED_MAPPING: dict[str, Any] = {
@@ -824,7 +824,7 @@ class OpenSearchStore:
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         if not doc_ids:
             return {}
-        docs = self._mget(self._target or self.alias, doc_ids, excludes=_INTERNAL_FIELDS)
+        docs = self._mget(self._target or self.alias, doc_ids, excludes=list(INTERNAL_FIELDS))
         found: dict[str, Document] = {}
         for doc in docs:
             if not doc.get("found"):
@@ -968,7 +968,7 @@ def _lookup_field(properties: dict[str, Any], path: str) -> dict[str, Any] | Non
 
 def _filterable(properties: dict[str, Any], prefix: str = "") -> Iterable[str]:
     for name, mapping in properties.items():
-        if name in _INTERNAL_FIELDS:
+        if name in INTERNAL_FIELDS:
             continue
         if "properties" in mapping:
             yield from _filterable(mapping["properties"], f"{prefix}{name}.")

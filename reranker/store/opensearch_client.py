@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from reranker.config import OpenSearchSettings
-from reranker.store import time_left
+from reranker.store import opaque_id, time_left
 
 # The headers of the last cluster response this thread received (see `response_headers`).
 _LAST_HEADERS = threading.local()
@@ -24,9 +24,13 @@ def _budgeted_transport() -> type:
     class BudgetedTransport(Transport):
         """Each request (all its attempts) gets the smaller of OPENSEARCH_TIMEOUT and the
         time left to the request that needs it, so a cluster that hangs costs a request at
-        most its deadline plus RERANKER_CLUSTER_BUDGET_MS, never timeout x attempts."""
+        most its deadline plus RERANKER_CLUSTER_BUDGET_MS, never timeout x attempts. Made
+        for a service request, it carries that request's X-Opaque-Id (`start_opaque_id`)."""
 
         def perform_request(self, method: str, url: str, params: Any = None, body: Any = None, timeout: Any = None, ignore: Any = (), headers: Any = None) -> Any:
+            tag = opaque_id()
+            if tag is not None and not any(name.lower() == "x-opaque-id" for name in headers or {}):
+                headers = {**(headers or {}), "X-Opaque-Id": tag}
             left = time_left()
             if left is not None:
                 if left <= 0:

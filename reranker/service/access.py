@@ -1,0 +1,112 @@
+"""Request ids and the access log: one line per request, the id on every answer and cluster call.
+
+Each request gets an id: the caller's `X-Request-Id` when it is a safe token (what a load
+balancer or gateway in front sets, so one id follows the request through every hop), else
+a new one. The id is returned as `X-Request-Id` on every answer, errors included, and
+sent to the cluster as `X-Opaque-Id` with every call made for the request, so the
+cluster's slow logs and task list name the request that caused them; a caller that sends
+its own `X-Opaque-Id` (as Elasticsearch and OpenSearch clients do) keeps it, and gets it
+back, as the clusters echo it.
+
+The access log is the logger `reranker.access`, one INFO line per request after its
+answer is made:
+
+    method=POST path=/papers/_search status=200 duration_ms=12.4 request_id=4f0c... remote=127.0.0.1
+
+Under gunicorn it writes through gunicorn's access log when one is configured
+(`--access-logfile`), else its error log (standard error, with gunicorn's timestamp and
+worker pid), at gunicorn's log level: `--log-level warning` turns it off. Elsewhere (tests,
+`flask run`) it propagates to the root logger like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from urllib.parse import quote
+
+from flask import Flask, g, request
+from flask.wrappers import Response
+
+from reranker.store import end_opaque_id, start_opaque_id
+
+log = logging.getLogger("reranker.access")
+
+# What an incoming X-Request-Id may be: the ids gateways make (UUIDs, hex, ULIDs, AWS's
+# `Root=1-...`) fit; anything longer or with spaces, quotes or control characters could
+# forge log lines or bloat them, and is replaced by an id of our own.
+REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:;=+/@-]{0,127}")
+# A caller's own X-Opaque-Id is passed to the cluster as it is, within these bounds
+# (printable ASCII, as HTTP header values should be).
+OPAQUE_ID = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,255}")
+
+
+def request_id() -> str:
+    """The current request's id (one is made if the hooks have not run)."""
+    if "request_id" not in g:
+        g.request_id = _incoming_id()
+    return str(g.request_id)
+
+
+def _incoming_id() -> str:
+    given = request.headers.get("X-Request-Id", "")
+    return given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+def _client_opaque_id() -> str | None:
+    given = request.headers.get("X-Opaque-Id")
+    return given if given is not None and OPAQUE_ID.fullmatch(given) else None
+
+
+def route_to_gunicorn() -> None:
+    """Write access lines where gunicorn writes its own, when this process runs under it
+    (gunicorn sets up its loggers before it loads the app)."""
+    for name in ("gunicorn.access", "gunicorn.error"):
+        source = logging.getLogger(name)
+        if source.handlers:
+            log.handlers = list(source.handlers)
+            log.setLevel(logging.getLogger("gunicorn.error").level)
+            log.propagate = False
+            return
+
+
+def install(app: Flask) -> None:
+    """Register the hooks; call before any other `before_request` hook (so a request those
+    refuse has its id too) and before any other `after_request` hook (so this one runs
+    last, and logs the answer as it leaves)."""
+    route_to_gunicorn()
+
+    @app.before_request
+    def _identify() -> None:
+        g.access_started = time.perf_counter()
+        g.request_id = _incoming_id()
+        g.opaque_id = _client_opaque_id()
+        g.opaque_token = start_opaque_id(g.opaque_id or g.request_id)
+
+    @app.after_request
+    def _log(response: Response) -> Response:
+        identifier = request_id()
+        response.headers["X-Request-Id"] = identifier
+        if g.get("opaque_id"):
+            response.headers["X-Opaque-Id"] = g.opaque_id
+        started = g.get("access_started")
+        duration = 1000 * (time.perf_counter() - started) if started is not None else 0.0
+        log.info(
+            "method=%s path=%s status=%d duration_ms=%.1f request_id=%s remote=%s",
+            request.method, _quoted_path(), response.status_code, duration, identifier, request.remote_addr or "-",
+        )
+        return response
+
+    @app.teardown_request
+    def _forget(_: BaseException | None) -> None:
+        token = g.pop("opaque_token", None)
+        if token is not None:
+            end_opaque_id(token)
+
+
+def _quoted_path() -> str:
+    """The path percent-encoded (no spaces, quotes or line breaks in a log line), without
+    the query string (which may hold a user's search text)."""
+    return quote(request.path, safe="/:@!$&'()*+,;=-._~")[:2048]
