@@ -57,7 +57,7 @@ def _passages_by_both_ways(words: list[str], stem: dict[str, str], exact: dict[s
     query = passage_query(exact, stemmed, doc_freqs, 100, vocabulary)
     found = best_passage_bm25([stable_hashes(text) for text in texts], query)
     expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100) for text in texts]
-    assert found.tolist() == pytest.approx(expected, rel=1e-9)
+    assert found.tolist() == pytest.approx(expected, rel=1e-5)  # computed in float32
     # An empty text scores 0; every text of a passage or more holds some query word.
     assert found[0] == 0.0 and all(score > 0 for score, n in zip(found, lengths) if n >= PASSAGE_TERMS)
 

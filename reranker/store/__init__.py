@@ -307,7 +307,9 @@ def best_passage_bm25(sequences: Sequence[npt.NDArray[np.int32]], query: Passage
     passage; the last starts where its window reaches the end), each scored with
     `bm25_of_texts`' formula over both fields as the first stage scores a document (a
     passage is as long in either field), the documents' idf and PASSAGE_TERMS as the
-    average length; a text scores its best passage's score.
+    average length; a text scores its best passage's score. Scores are computed in
+    float32 (relative error about 1e-6): half the memory traffic, 5.6 ms against 8.8 ms
+    for a window of 100 long papers.
     """
     lengths = np.fromiter((sequence.size for sequence in sequences), dtype=np.int64, count=len(sequences))
     best = np.zeros(len(sequences), dtype=np.float64)
@@ -317,66 +319,68 @@ def best_passage_bm25(sequences: Sequence[npt.NDArray[np.int32]], query: Passage
     # The whole window at once: a loop over its documents cost 80 us each in numpy's
     # per-call overhead, 8 ms for 100 abstracts.
     found, which = _occurrences(np.concatenate(sequences), query.words)
-    # Which document each match is in, and where in it: only for the matches.
+    # Counted per block of PASSAGE_STRIDE words: with PASSAGE_TERMS twice the stride,
+    # passage j of a text is its blocks j and j + 1, so each word is counted once (not
+    # once per passage holding it) and a passage's counts are two rows added.
+    blocks = -(-lengths // PASSAGE_STRIDE)
+    first_block = np.cumsum(blocks) - blocks
     ends = np.cumsum(lengths)
     docs = np.searchsorted(ends, found, side="right")
-    where = found - (ends - lengths)[docs]
+    block = first_block[docs] + (found - (ends - lengths)[docs]) // PASSAGE_STRIDE
+    cells = []
+    for field in range(query.slots.shape[1]):  # a word counts once in each field whose term it is
+        slot = query.slots[which, field]
+        counted = slot >= 0
+        cells.append(block[counted] * terms + slot[counted])
+    empty = int(blocks.sum())  # one more row, of zeros: the block after a text's last
+    # One expression: the int64 counts are freed before the arrays below are made, which
+    # then reuse their memory (kept alive, the function took 7.4 ms instead of 5.7).
+    table = np.bincount(np.concatenate(cells), minlength=(empty + 1) * terms).astype(np.float32).reshape(empty + 1, terms)
     # A document shorter than one passage is one passage (an empty one too: it scores 0);
     # the last passage starts where its window reaches the end.
     passages = np.where(lengths <= PASSAGE_TERMS, 1, -(-(lengths - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1)
     first_passage = np.cumsum(passages) - passages
-    # A word at position x lies in the passages starting at x // stride and the one before,
-    # and counts once in each field where the query has its term.
-    cells = []
-    for start in (where // PASSAGE_STRIDE, where // PASSAGE_STRIDE - 1):
-        inside = (start >= 0) & (start < passages[docs]) & (where < start * PASSAGE_STRIDE + PASSAGE_TERMS)
-        passage_of = first_passage[docs[inside]] + start[inside]
-        for field in range(query.slots.shape[1]):
-            slot = query.slots[which[inside], field]
-            counted = slot >= 0
-            cells.append(passage_of[counted] * terms + slot[counted])
-    total = int(passages.sum())
     of_passage = np.repeat(np.arange(len(sequences)), passages)
-    starts = (np.arange(total) - first_passage[of_passage]) * PASSAGE_STRIDE
-    sizes = np.minimum(starts + PASSAGE_TERMS, lengths[of_passage]) - starts
-    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * sizes / PASSAGE_TERMS)
-    # Only the (passage, term) cells that occur: a dense passages x terms table is 700,000
-    # cells for 100 long papers and a 100-term summary, nearly all zero.
-    counted = np.bincount(np.concatenate(cells), minlength=total * terms)
-    cell = np.flatnonzero(counted)
-    frequency = counted[cell]
-    passage, term = np.divmod(cell, terms)
-    parts = query.weights[term] * frequency / (frequency + norm[passage])
-    scores = np.bincount(passage, weights=parts, minlength=total)
-    return np.maximum.reduceat(scores, first_passage)
+    number = np.arange(int(passages.sum())) - first_passage[of_passage]
+    starts = number * PASSAGE_STRIDE
+    length = lengths[of_passage]
+    here = np.where(starts < length, first_block[of_passage] + number, empty)
+    after = np.where(starts + PASSAGE_STRIDE < length, here + 1, empty)
+    frequency = table[here] + table[after]
+    sizes = np.minimum(starts + PASSAGE_TERMS, length) - starts
+    norm = (BM25_K1 * (1.0 - BM25_B + BM25_B * sizes / PASSAGE_TERMS)).astype(np.float32)
+    scores = (frequency / (frequency + norm[:, None])) @ query.weights.astype(np.float32)
+    return np.maximum.reduceat(scores.astype(np.float64), first_passage)
 
 
-def _occurrences(tokens: npt.NDArray[np.int32], wanted: npt.NDArray[np.int32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """Where `tokens` holds one of the distinct `wanted` terms: (positions, which term).
+def _occurrences(tokens: npt.NDArray[np.int32], wanted: npt.NDArray[np.int32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int32]]:
+    """Where `tokens` holds one of the distinct `wanted` words: (positions, which word).
 
-    A table indexed by a term's low 16 bits clears nearly every position with one lookup.
-    When the wanted terms' low bits differ (a 100-term query: 93% of the time) the table
-    names the one term a position can be, and one comparison settles it; else a binary
-    search over the sorted terms does (0.8 ms more for 100 long papers).
+    A table indexed by a word's low 16 bits names the one wanted word a position can be,
+    and one comparison settles it. Wanted words whose low bits agree (a query of 266 words
+    and their forms: 4 times in 10) share a table entry: only the positions with such
+    low bits that the entry's word does not match are looked up again, by binary search.
     """
     low = np.int32(_FILTER_SIZE - 1)
     keys = wanted & low
-    if np.unique(keys).size == keys.size:
-        column = np.full(_FILTER_SIZE, -1, dtype=np.intp)
-        column[keys] = np.arange(wanted.size)
-        candidate = column[tokens & low]
-        near = np.flatnonzero(candidate >= 0)
-        which = candidate[near]
-        match = wanted[which] == tokens[near]
+    column = np.full(_FILTER_SIZE, -1, dtype=np.int32)
+    column[keys] = np.arange(wanted.size, dtype=np.int32)
+    candidate = column[tokens & low]
+    near = np.flatnonzero(candidate >= 0)
+    which = candidate[near]
+    match = wanted[which] == tokens[near]
+    distinct, repeats = np.unique(keys, return_counts=True)
+    if (repeats == 1).all():
         return near[match], which[match]
+    shared = np.zeros(_FILTER_SIZE, dtype=bool)
+    shared[distinct[repeats > 1]] = True
+    missed = near[~match]
+    again = missed[shared[tokens[missed] & low]]
     order = np.argsort(wanted)
     ordered = wanted[order]
-    maybe = np.zeros(_FILTER_SIZE, dtype=bool)
-    maybe[keys] = True
-    near = np.flatnonzero(maybe[tokens & low])
-    slots = np.minimum(np.searchsorted(ordered, tokens[near]), ordered.size - 1)
-    match = ordered[slots] == tokens[near]
-    return near[match], order[slots[match]]
+    slots = np.minimum(np.searchsorted(ordered, tokens[again]), ordered.size - 1)
+    hit = ordered[slots] == tokens[again]
+    return np.concatenate([near[match], again[hit]]), np.concatenate([which[match], order[slots[hit]].astype(np.int32)])
 
 
 class Store(Protocol):
