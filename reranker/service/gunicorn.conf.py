@@ -100,10 +100,17 @@ _created_metrics_dir = _metrics_dir()
 
 
 def post_worker_init(worker):  # type: ignore[no-untyped-def]
-    """Load the vectors and open the store now, so the first request does not wait."""
+    """Load the vectors, WMD's machinery and open the store now, so the first request does
+    not wait; then one log line with what this worker runs with (its native threads as the
+    libraries report them, not as configured: what `RERANKER_BLAS_THREADS` really did)."""
+    from reranker.threads import native_thread_counts
+
     runtime = getattr(worker.wsgi, "extensions", {}).get("reranker")
     if runtime is not None:
-        runtime.warm()
+        done = runtime.warm()
+        threads = ", ".join(f"{kind} {count}" for kind, count in sorted(native_thread_counts().items()))
+        worker.log.info("reranker worker %s: %s; native threads: %s (RERANKER_BLAS_THREADS=%s)",
+                        worker.pid, done, threads, runtime.settings.blas_threads)  # fmt: skip
 
 
 def child_exit(server, worker):  # type: ignore[no-untyped-def]
