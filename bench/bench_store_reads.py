@@ -35,8 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import machine, product_threads, require, table
+
+product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
+
 import numpy as np
-from benchlib import machine, require, table
 
 REPO = Path(__file__).resolve().parents[1]
 CISI = REPO.parent / "shared" / "data" / "cisi"

@@ -454,3 +454,41 @@ def test_the_package_ships_its_type_hints() -> None:
     assert (REPO / "reranker" / "py.typed").is_file()
     patterns = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]["reranker"]
     assert any(fnmatch.fnmatch("py.typed", pattern) for pattern in patterns)
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "extra"),
+    [
+        ("matplotlib", ["evaluate", str(SAMPLE), "--rankers", "bm25", "--plot", "fig.png"], "plot"),
+        ("matplotlib", ["compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics", "--plots", "figures"], "plot"),
+        ("osmem_server", ["dev-cluster", "--bind", "127.0.0.1:1"], "dev-cluster"),
+    ],
+)
+def test_an_optional_feature_without_its_extra_names_the_extra(
+    module: str, argv: list[str], extra: str, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The light install (`pip install -e .`) lacks the extras; a command that needs one
+    says which, in one line, before any work."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it raises ImportError
+    code, out = run(data_dir, *argv)
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("reranker: error: ") and f'pip install "hidden-topic-reranker[{extra}]"' in err
+    assert not (tmp_path / "fig.png").exists() and not (tmp_path / "figures").exists()
+
+
+def test_the_product_depends_on_no_optional_feature() -> None:
+    """What `pip install -e .` installs runs the product; plots, the test server, the
+    neural anchor and the test tools are extras (the test extra takes the first two)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = {re.split(r"[<>=\[ ]", requirement)[0].lower() for requirement in project["dependencies"]}
+    assert not names & {"matplotlib", "osmem-server", "torch", "sentence-transformers", "pytest", "mypy", "ruff", "playwright"}
+    extras = project["optional-dependencies"]
+    assert any(requirement.startswith("matplotlib") for requirement in extras["plot"])
+    assert any(requirement.startswith("osmem-server") for requirement in extras["dev-cluster"])
+    assert "hidden-topic-reranker[plot,dev-cluster]" in extras["test"]
