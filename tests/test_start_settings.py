@@ -53,7 +53,7 @@ def sample_index(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Pat
     return data_dir
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def default_is_more_than_one(tmp_path_factory: pytest.TempPathFactory) -> None:
     probe = "import numpy, gensim; from threadpoolctl import threadpool_info; print(max(p['num_threads'] for p in threadpool_info()))"
     env = clean_env(tmp_path_factory.mktemp("probe"))
@@ -124,7 +124,7 @@ WAYS = {"reranker serve": (start_serve, 1), "the Docker image's command": (start
 
 
 @pytest.fixture(params=list(WAYS), scope="module")
-def started(request: pytest.FixtureRequest, sample_index: Path) -> Iterator[tuple[Started, int]]:
+def started(request: pytest.FixtureRequest, sample_index: Path, default_is_more_than_one: None) -> Iterator[tuple[Started, int]]:
     start, workers = WAYS[request.param]
     server = start(sample_index)
     try:
@@ -153,3 +153,29 @@ def test_the_first_wmd_search_of_a_worker_computes_exact_distances(started: tupl
     # was every worker's first WMD search, while it loaded gensim inside the budget.
     assert body["status"] == "ok", body.get("reason")
     assert len(body["hits"]) == 5
+
+
+# Scripts under bench/ that measure through the product's own entry points, which size the
+# pools themselves, or that are no benchmark.
+BENCH_WITHOUT_THE_CALL = {
+    "benchlib.py": "defines product_threads",
+    "fts5_store.py": "a module (the store the first stage replaced), imported by bench_first_stage.py",
+    "bench_install.py": "runs `reranker demo` in new environments: the CLI sizes its own pools",
+    "bench_startup.py": "runs `reranker search` as child processes: the CLI sizes its own pools",
+    "evaluate_matrix.py": "runs the CLI's main (in-process or as children), which sizes the pools",
+    "evaluate_rankers.py": "runs the CLI's main (in-process or as children), which sizes the pools",
+}
+
+
+def test_every_benchmark_runs_with_the_products_blas_threads() -> None:
+    """A benchmark that left BLAS at its default measured another configuration than the
+    product's (bench_first_stage.py's search path: 40 ms, against the product's 11 ms)."""
+    for script in sorted((REPO / "bench").glob("*.py")):
+        if script.name in BENCH_WITHOUT_THE_CALL:
+            continue
+        text = script.read_text(encoding="utf-8")
+        call = text.find("product_threads()")
+        assert call >= 0, f"bench/{script.name} does not size BLAS as the product does (benchlib.product_threads)"
+        numpy = min((at for at in (text.find("\nimport numpy"), text.find("\nfrom reranker")) if at >= 0), default=len(text))
+        assert call < numpy, f"bench/{script.name}: product_threads() must run before numpy (or reranker) is imported"
+    assert all((REPO / "bench" / name).is_file() for name in BENCH_WITHOUT_THE_CALL), "an exempted script is gone: remove it"
