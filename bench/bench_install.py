@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the README's quickstart costs: the light install against the test extra.
 
-    python bench/bench_install.py            # about 5 min on a warm pip cache; downloads once otherwise
+    python bench/bench_install.py            # about 3 minutes on a warm pip cache; downloads once otherwise
     python bench/bench_install.py --runs 2   # each variant twice, alternating
 
 For each variant, in a new virtual environment in a temporary folder: `pip install -e REPO`
