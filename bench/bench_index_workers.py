@@ -16,8 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import product_threads
+
+product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
+
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from reranker.config import Settings
 from reranker.embeddings import load_vectors
@@ -31,7 +34,6 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    threadpool_limits(1, "blas")
     work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     glove = load_vectors("glove-6b-50d", Settings.from_env().vectors_cache)  # the user's cache: converted once
     words = [w for w in glove.keyed_vectors.index_to_key[100:30100] if w.isalpha()]

@@ -32,12 +32,11 @@ from __future__ import annotations
 import os
 import sys
 
-_BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
 if __name__ == "__main__":
-    # One BLAS thread, set before numpy loads; worker processes inherit it.
-    for _variable in _BLAS_THREAD_VARIABLES:
-        os.environ.setdefault(_variable, "1")
+    # The product's BLAS threads, set before numpy loads; worker processes inherit them.
+    from benchlib import product_threads
+
+    product_threads()
 
 import argparse
 import gc
@@ -54,7 +53,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 from benchlib import machine, require, table
-from threadpoolctl import threadpool_limits
 
 from reranker.config import OpenSearchSettings, Settings
 from reranker.embeddings import WordVectors, load_vectors
@@ -897,7 +895,7 @@ def _metadata(sizes: Sizes, quick: bool, seed: int, server_version: str) -> dict
     return {
         **machine(
             ("numpy", "opensearch-py"),
-            os.environ.get("OPENBLAS_NUM_THREADS", "unset") + " (+ threadpoolctl 1)",
+            os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
             **{"osmem-server": f"{importlib.metadata.version('osmem-server')} (reports {server_version})"},
         ),
         "mode": "quick" if quick else "default",
@@ -1006,10 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         decode_repeats=base.decode_repeats,
     )
     require(sizes.docs >= WINDOW, f"--docs must be at least {WINDOW} (the BM25 window)")
-    with (
-        threadpool_limits(limits=1, user_api="blas"),
-        tempfile.TemporaryDirectory(prefix="bench-opensearch-") as tmp,
-    ):
+    with tempfile.TemporaryDirectory(prefix="bench-opensearch-") as tmp:
         payload, targets, report = run(args, sizes, Path(tmp))
     print(report)
     if args.json is not None:

@@ -29,14 +29,18 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import machine, product_threads, require, table
+
+product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
+
 import numpy as np
-from benchlib import machine, require, table
 
 REPO = Path(__file__).resolve().parents[1]
 CISI = REPO.parent / "shared" / "data" / "cisi"
@@ -163,7 +167,7 @@ def main() -> int:
 
     baseline = baseline_store_class(args.baseline.resolve())
     queries = [json.loads(line)["text"] for line in (CISI / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    results: dict[str, Any] = {"machine": machine(["tantivy", "numpy"], "n/a"), "docs": args.docs, "baseline": str(args.baseline), "states": {}}
+    results: dict[str, Any] = {"machine": machine(["tantivy", "numpy"], os.environ["OPENBLAS_NUM_THREADS"]), "docs": args.docs, "baseline": str(args.baseline), "states": {}}
     print(f"{args.docs:,} CISI abstracts, {len(queries)} queries x {args.rounds} rounds; this checkout against {args.baseline}")
     with tempfile.TemporaryDirectory() as scratch:
         for state in ("fresh", "re-indexed"):

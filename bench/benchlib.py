@@ -47,3 +47,16 @@ def machine(packages: Sequence[str], blas_threads: str, **versions: object) -> d
         "cpus": os.cpu_count(),
         "load avg (1 min)": round(os.getloadavg()[0], 2),
     }
+
+
+def product_threads() -> int:
+    """Size every native thread pool as the product does (RERANKER_BLAS_THREADS, default
+    1, through `reranker.threads`, as the CLI and each service worker do); call it before
+    numpy is imported, so the variables reach every BLAS the run loads. Child processes
+    inherit them. Returns the count, for the report."""
+    from reranker.config import Settings
+    from reranker.threads import limit_native_threads
+
+    threads = Settings.from_env().blas_threads
+    limit_native_threads(threads)
+    return threads

@@ -20,9 +20,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
+from benchlib import product_threads, require, table
+
+product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
+
 import numpy as np
 import tantivy
-from benchlib import require, table
 
 from reranker.datasets import load_dataset
 from reranker.evaluation import paired_randomization_p, ranking_metrics

@@ -27,12 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import machine, table
-
 # The indexing's many small eigenproblems run ~10x slower with OpenBLAS threads (see
 # ../shared/PERFORMANCE.md); set before numpy loads.
-for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(variable, "1")
+from benchlib import machine, product_threads, table
+
+product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
 
 from evaluate_matrix import run_cli  # noqa: E402  (after the BLAS settings)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -101,6 +102,13 @@ def paired_randomization_p(
 
     a, b: (n,) per-query values of two rankers, same query order. Deterministic for a
     fixed `seed`; the smallest p-value it can give is 1 / (rounds + 1).
+
+    Why not scipy.stats.permutation_test (permutation_type="samples", the same sign
+    flips): it gives the same p-values within Monte-Carlo error (fixed inputs of 40 and 76
+    queries, 20 seeds each: means 0.1201 vs 0.1195, 0.0247 vs 0.0243, standard errors
+    0.0008 and 0.0005), but draws its flips anew on every call: 23-48 ms a call against
+    0.1-0.2 ms here, where one cached (rounds, n) matrix of signs serves every ranker and
+    metric of an evaluation (hundreds of calls), so they are all tested on the same flips.
     """
     diffs = _paired_differences(a, b)
     if diffs.size == 0 or not diffs.any():
@@ -117,16 +125,18 @@ def paired_t_p(a: Sequence[float], b: Sequence[float]) -> float:
     1.0 when fewer than two pairs or no difference at all; 0.0 when every pair differs
     by the same non-zero amount (t is infinite).
     """
-    from scipy import stats  # the service never needs scipy.stats (slow to import)
+    from scipy.stats import ttest_rel  # the service never needs scipy.stats (slow to import)
 
     diffs = _paired_differences(a, b)
     if diffs.size < 2 or not diffs.any():
         return 1.0
-    spread = diffs.std(ddof=1)
-    if spread == 0.0:
+    if diffs.std(ddof=1) == 0.0:  # scipy answers nan (and warns) here
         return 0.0
-    t = diffs.mean() / (spread / np.sqrt(diffs.size))
-    return float(2.0 * stats.t.sf(abs(t), df=diffs.size - 1))
+    with warnings.catch_warnings():
+        # Differences equal but for rounding warn of "catastrophic cancellation": t is huge
+        # and p about 0 either way, and the warning would reach a `reranker evaluate` user.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(ttest_rel(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)).pvalue)
 
 
 # ranker -> query id -> the reranked window's doc ids, best first

@@ -249,6 +249,13 @@ class Engine:
         options = self.ranker_options if fusion_weight is None else replace(self.ranker_options, fusion_weight=fusion_weight)
         return get_ranker(name, options)
 
+    def load_wmd(self) -> None:
+        """Load WMD's machinery for these vectors now (`rankers.wmd.load_wmd`), so that no
+        WMD call spends its time budget on it. VectorsError as `load_wmd`."""
+        from reranker.rankers.wmd import load_wmd
+
+        load_wmd(self.vectors)
+
     def check_index(self) -> None:
         """Raise IndexMismatchError if the store was built with other word vectors."""
         info = self.store.index_info()
@@ -468,6 +475,8 @@ class Engine:
         """BM25 top-`window` (passing `filters`), reranked by `ranker_name`; the first `size` hits."""
         ranker = self.ranker(ranker_name)
         self.check_index()
+        if "word_ids" in ranker.needs:  # WMD, alone or fused: loaded before its budget starts
+            self.load_wmd()
         started = time.perf_counter()
         query = self.query(text)
         # Completed before reranking, so that `explain` reads what the ranker scored.

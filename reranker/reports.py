@@ -14,6 +14,7 @@ from typing import Any, Protocol, Sequence, cast
 import numpy as np
 
 from reranker.comparison import Comparison
+from reranker.errors import ConfigError
 from reranker.evaluation import (
     FIGURE_CUTOFFS,
     NDCG_CUTOFF,
@@ -27,6 +28,19 @@ from reranker.evaluation import (
 )
 
 _SIGNIFICANCE_MARKS = ("†", "‡", "§", "¶")
+PLOT_EXTRA = "plot"
+
+
+def require_plotting(option: str) -> None:
+    """ConfigError, naming the extra to install, when matplotlib is not installed (it is
+    the `plot` extra, not a dependency of the product): checked before any work."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            f"{option} draws with matplotlib, which is not installed: "
+            f'pip install "hidden-topic-reranker[{PLOT_EXTRA}]" (in a clone: pip install -e ".[{PLOT_EXTRA}]")'
+        ) from None
 HEADLINE_METRIC = f"ndcg@{NDCG_CUTOFF}"
 DPI = 130
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, settings_env, write_jsonl
+from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, run, settings_env, write_jsonl
 
 from reranker.evaluation import metric_names
 from reranker.rankers import ranker_names
@@ -198,8 +198,11 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     assert run(data_dir, "index", str(tmp_path / "missing.jsonl"))[0] == 1
     assert capsys.readouterr().err.strip() == f"reranker: error: {tmp_path / 'missing.jsonl'}: no such corpus file"
     run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
-    assert run(data_dir, "search", "ships", "--ranker", "nope")[0] == 1
+    # A ranker name is an option: a bad one exits 2, as argparse's refusals and `compare` do.
+    assert run(data_dir, "search", "ships", "--ranker", "nope")[0] == 2
     assert "unknown ranker 'nope'; valid rankers: bm25, doc2vec" in capsys.readouterr().err
+    assert run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,nope")[0] == 2
+    assert "unknown ranker 'nope'" in capsys.readouterr().err
     assert run(data_dir, "search", "   ")[0] == 1
     assert "the query is empty" in capsys.readouterr().err
     dataset = tmp_path / "ds"
@@ -422,3 +425,70 @@ def test_search_before_index_on_opensearch_converts_nothing(
     assert run(tmp_path / "data", "--opensearch-url", osmem_clone.url, "search", "ships")[0] == 1
     assert "run `reranker index CORPUS.jsonl` first" in capsys.readouterr().err
     assert not cache.exists()
+
+
+def test_version_and_python_dash_m(tmp_path: Path) -> None:
+    """`reranker --version` prints the one version (pyproject reads reranker.__version__),
+    and `python -m reranker` is the same command."""
+    import subprocess
+    import sys
+    import tomllib
+
+    from reranker import __version__
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" in project["project"]["dynamic"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "reranker.__version__"}
+    env = {**os.environ, **settings_env(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "reranker", "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, f"reranker {__version__}\n")
+    done = subprocess.run([sys.executable, "-m", "reranker", "evaluate", str(SAMPLE), "--rankers", "nope"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("reranker: error: ") and "Traceback" not in done.stderr
+
+
+def test_the_package_ships_its_type_hints() -> None:
+    """PEP 561: py.typed beside the code, and in the package data that wheels carry."""
+    import fnmatch
+    import tomllib
+
+    assert (REPO / "reranker" / "py.typed").is_file()
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]["reranker"]
+    assert any(fnmatch.fnmatch("py.typed", pattern) for pattern in patterns)
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "extra"),
+    [
+        ("matplotlib", ["evaluate", str(SAMPLE), "--rankers", "bm25", "--plot", "fig.png"], "plot"),
+        ("matplotlib", ["compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics", "--plots", "figures"], "plot"),
+        ("osmem_server", ["dev-cluster", "--bind", "127.0.0.1:1"], "dev-cluster"),
+    ],
+)
+def test_an_optional_feature_without_its_extra_names_the_extra(
+    module: str, argv: list[str], extra: str, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The light install (`pip install -e .`) lacks the extras; a command that needs one
+    says which, in one line, before any work."""
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed: importing it raises ImportError
+    code, out = run(data_dir, *argv)
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("reranker: error: ") and f'pip install "hidden-topic-reranker[{extra}]"' in err
+    assert not (tmp_path / "fig.png").exists() and not (tmp_path / "figures").exists()
+
+
+def test_the_product_depends_on_no_optional_feature() -> None:
+    """What `pip install -e .` installs runs the product; plots, the test server, the
+    neural anchor and the test tools are extras (the test extra takes the first two)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = {re.split(r"[<>=\[ ]", requirement)[0].lower() for requirement in project["dependencies"]}
+    assert not names & {"matplotlib", "osmem-server", "torch", "sentence-transformers", "pytest", "mypy", "ruff", "playwright"}
+    extras = project["optional-dependencies"]
+    assert any(requirement.startswith("matplotlib") for requirement in extras["plot"])
+    assert any(requirement.startswith("osmem-server") for requirement in extras["dev-cluster"])
+    assert "hidden-topic-reranker[plot,dev-cluster]" in extras["test"]

@@ -70,10 +70,35 @@ def test_paired_randomization_test() -> None:
     assert paired_randomization_p(better, worse) == paired_randomization_p(better, worse)  # fixed seed
 
 
+def test_the_randomization_test_agrees_with_scipys_permutation_test() -> None:
+    """Ours is kept for speed (its docstring); its p-value must be scipy's, up to the
+    Monte-Carlo error of two independent 10,000-flip estimates."""
+    import numpy as np
+    from scipy.stats import permutation_test
+
+    rng = np.random.default_rng(2018)
+    for queries, shift in ((40, 0.03), (76, 0.02), (76, 0.0)):
+        a = rng.random(queries)
+        b = a - shift + rng.normal(0.0, 0.1, queries)
+        ours = paired_randomization_p(list(a), list(b))
+        theirs = permutation_test((a - b,), lambda d, axis: np.mean(d, axis=axis), permutation_type="samples", vectorized=True,
+                                  n_resamples=10_000, alternative="two-sided", random_state=7).pvalue  # fmt: skip
+        error = math.sqrt(2 * max(ours * (1 - ours), 1e-4) / 10_000)
+        assert abs(ours - theirs) < 5 * error, (queries, shift, ours, theirs)
+
+
 def test_paired_t_test() -> None:
     better = [0.9, 0.8, 0.85, 0.95, 0.9, 0.7, 0.88, 0.92, 0.8, 0.9, 0.85, 0.9]
     worse = [x - 0.2 + (0.01 if i % 3 else 0.0) for i, x in enumerate(better)]
     assert paired_t_p(better, worse) < 0.001
+    # The textbook statistic, t = mean / (sd / sqrt(n)) with n - 1 degrees of freedom.
+    noisy_pairs = [x + 0.03 * math.sin(i) for i, x in enumerate(better)]
+    diffs = [x - y for x, y in zip(better, noisy_pairs)]
+    mean = sum(diffs) / len(diffs)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+    from scipy.stats import t as student_t
+
+    assert paired_t_p(better, noisy_pairs) == pytest.approx(2 * student_t.sf(abs(mean / (sd / math.sqrt(len(diffs)))), len(diffs) - 1), rel=1e-9)
     assert paired_t_p(better, better) == 1.0
     assert paired_t_p([1.0, 1.0], [0.0, 0.0]) == 0.0  # every query moved by the same amount
     noisy = [x + (0.01 if i % 2 else -0.01) for i, x in enumerate(better)]

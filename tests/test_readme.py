@@ -43,7 +43,8 @@ MANUAL = [README, *sorted(page for page in DOCS.glob("*.md") if page not in REPO
 SKIP: dict[str, str] = {
     r"^python3 -m venv \.venv$": "creates the virtual environment: .ci/run runs the quickstart line verbatim on a fresh clone (checked below)",
     r"^\. \.venv/bin/activate$": "activates the virtual environment: part of .ci/run's quickstart line (checked below)",
-    r"^pip install -e \.\[test\]$": "installs the project: part of .ci/run's quickstart line (checked below)",
+    r"^pip install -e \.$": "installs the project: part of .ci/run's quickstart line (checked below)",
+    r"^pip install -e \.\[test\]$": "installs the test extra: part of .ci/run's test line (checked below)",
     r"^python -m pytest$": "the whole suite, this file included: .ci/run runs it verbatim (checked below)",
     r"^reranker serve\b": "serves until stopped: the same app (create_app with the same settings) is served in a thread instead, and the block's curl commands go to it",
     r"^reranker dev-cluster\b": "serves until stopped: an osmem-server clone (the server dev-cluster runs) stands in, at the block's cluster address",
@@ -320,12 +321,36 @@ def test_the_readmes_experiment_walkthrough_runs_twice(data_dir: Path, workspace
     assert [text.split()[2] for text in shell.ran if text.startswith("reranker ab")] == ["create", "report", "set", "delete"] * 2
 
 
+QUICKSTART = [
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && reranker demo",  # the product alone runs the demo
+    'pip install -e ".[test]" && python -m pytest',
+]
+# Lines of .ci/run that only set the script up; every other line is a step the README names.
+CI_PLUMBING = [r"^set -euo pipefail$", r"^cd ", r"^if ! command -v chromium\b", r"^fi$", r'^sudo=""', r"^trap "]
+
+
 def test_the_quickstart_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     quickstart = [block.text.strip() for block in fenced_blocks(README) if block.language == "sh"][:2]
-    assert quickstart == ['python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && reranker demo', "python -m pytest"]
-    for line in quickstart:
-        assert line in ci, f".ci/run no longer runs the README's quickstart `{line}`"
+    assert quickstart == QUICKSTART
+    assert [line for line in ci if line in QUICKSTART] == QUICKSTART, ".ci/run no longer runs the README's two commands, in order"
+
+
+def test_the_readme_names_every_other_step_of_ci() -> None:
+    """What CI does besides the two commands (lint, types, the browser, its variables) is
+    said under the second one: a step added to .ci/run and not to the README fails here."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    steps = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    for step in steps:
+        if not step or step.startswith("#") or step in QUICKSTART or any(re.search(p, step) for p in CI_PLUMBING):
+            continue
+        if step.startswith("export "):
+            name = step.split()[1].split("=")[0]
+            assert f"`{name}" in text, f".ci/run sets {name}; the README's paragraph on CI does not say so"
+        elif "apt-get" in step:  # the browser's install, when it is missing
+            assert "installs Debian's chromium" in text, f".ci/run: `{step}`"
+        else:
+            assert f"`{step}`" in text, f".ci/run runs `{step}`; the README's paragraph on CI does not say so"
 
 
 def test_every_skipped_command_is_still_in_the_docs() -> None:

@@ -236,7 +236,7 @@ def test_rerank_texts_scores_like_stored_topics_and_caches_them(indexed: Path) -
     assert again["results"] == by_text["results"]
     assert _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}') == before + len(texts)
     after = dict(app.extensions["reranker"].engine().text_topics._entries)
-    assert after.keys() == cached.keys() and all(after[key][0] is cached[key][0] for key in cached)  # reused, not recomputed
+    assert after.keys() == cached.keys() and all(after[key] is cached[key] for key in cached)  # reused, not recomputed
 
 
 def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient) -> None:

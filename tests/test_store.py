@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from reranker.errors import IndexMismatchError, StoreError
-from reranker.store import MAX_QUERY_TERMS, IndexInfo
+from reranker.store import MAX_QUERY_TERMS, IndexInfo, LruCache
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import tokenize
@@ -566,3 +566,21 @@ def test_bm25_of_texts_is_lucenes_formula() -> None:
     tf = 2.2 * 3 / (3 + 1.2 * (1 - 0.75 + 0.75 * 50 / 100))
     scores = bm25_of_texts([2, 1], [2, 10], 10, 100.0, [[3, 0], [0, 0]], [50, 80])
     assert scores.tolist() == pytest.approx([2 * idf * tf, 0.0])
+
+
+def test_the_byte_bounded_cache_evicts_the_least_recently_used_by_size() -> None:
+    cache: LruCache[str, np.ndarray] = LruCache(1000, lambda value: value.nbytes)
+    for key in "abc":
+        cache.put(key, np.zeros(40, np.float64))  # 320 bytes each
+    assert (len(cache), cache.bytes) == (3, 960)
+    assert cache.get("a") is not None  # now the most recently used: "b" is next out
+    cache.put("d", np.zeros(40, np.float64))
+    assert cache.get("b") is None and all(cache.get(key) is not None for key in "acd")
+    assert cache.bytes == 960
+    kept = cache.get("a")
+    cache.put("a", np.ones(40, np.float64))  # the same key again keeps the first value
+    assert cache.get("a") is kept
+    cache.put("huge", np.zeros(200, np.float64))  # 1,600 bytes: more than the whole cache, not kept
+    assert cache.get("huge") is None and len(cache) == 3
+    cache.put("big", np.zeros(100, np.float64))  # 800 bytes: all three older entries make room for it
+    assert cache.get("big") is not None and (len(cache), cache.bytes) == (1, 800)

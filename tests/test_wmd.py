@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-from conftest import SAMPLE
+from conftest import SAMPLE, run
 
 from reranker.embeddings import WordVectors
 from reranker.errors import RankerUnavailableError
@@ -224,3 +228,23 @@ def test_edge_windows(glove: WordVectors, sample: Sample) -> None:
         ranker.score(sample.queries[0], incomplete)
     with pytest.raises(RankerUnavailableError, match="word vectors"):
         WmdRanker(RankerOptions()).score(sample.queries[0], window)
+
+
+def test_a_cli_search_computes_exact_distances_within_the_default_budget(sample: Sample, tmp_path: Path, glove: WordVectors) -> None:
+    """In a new process, as a user runs it: loading gensim, the norms and POT (about a
+    second) used to happen inside the 1 s budget, and not one distance was exact."""
+    code, _ = run(tmp_path, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert code == 0
+    query_text = json.loads((SAMPLE / "queries.jsonl").read_text(encoding="utf-8").splitlines()[0])["text"]
+    env = {k: v for k, v in os.environ.items() if k != "RERANKER_WMD_BUDGET_MS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "reranker", "--data-dir", str(tmp_path), "search", query_text, "--ranker", "wmd", "--size", "5", "--json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "ok" and "reason" not in result, result.get("reason")
+    exact = {doc_id: -sample.wmd[0, i] for i, doc_id in enumerate(sample.doc_ids)}
+    for hit in result["hits"]:
+        assert hit["ranker_score"] == pytest.approx(exact[hit["id"]], abs=1e-9), hit["id"]
+    assert [hit["id"] for hit in result["hits"]] == sorted(exact, key=lambda doc_id: -exact[doc_id])[:5]

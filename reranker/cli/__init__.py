@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+from reranker import __version__
 from reranker.cli import evaluating, indexing, searching, serving
 from reranker.cli.common import EXIT_ERROR, EXIT_USAGE
 from reranker.config import Settings
-from reranker.errors import ConfigError, IndexOutdatedError, RerankerError
+from reranker.errors import ConfigError, IndexOutdatedError, RerankerError, UnknownRankerError
 
 _GROUPS = (searching, indexing, evaluating, serving)
 _COMMANDS = {name: handler for group in _GROUPS for name, handler in group.COMMANDS.items()}
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="reranker",
         description="Rerank BM25 candidates for summary-style queries by hidden topics.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--config", type=Path, help="TOML settings file (env RERANKER_CONFIG; see `reranker config`)")
     parser.add_argument("--data-dir", type=Path, help="where the embedded store lives (env RERANKER_DATA_DIR)")
     parser.add_argument("--opensearch-url", help="use the OpenSearch store at this URL (env OPENSEARCH_URL)")
@@ -67,9 +69,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     try:
         settings = _settings(args)
         handler = _COMMANDS[args.command]
-        from threadpoolctl import threadpool_limits
+        from reranker.threads import native_threads
 
-        with threadpool_limits(limits=settings.blas_threads, user_api="blas"):
+        with native_threads(settings.blas_threads):
             return int(handler(args, settings, out))
     except BrokenPipeError:  # `reranker evaluate --json | head`: the reader has what it wanted
         # Python would report the pipe again when it flushes stdout at exit.
@@ -77,7 +79,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         return int(getattr(args, "exit_code", 0))  # the command's own verdict, decided before printing
     except RerankerError as exc:
         print(f"reranker: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, (ConfigError, IndexOutdatedError)) else EXIT_ERROR
+        # 2, as argparse's own refusals: a bad option or setting (a ranker name included).
+        return EXIT_USAGE if isinstance(exc, (ConfigError, IndexOutdatedError, UnknownRankerError)) else EXIT_ERROR
     except KeyboardInterrupt:
         print("reranker: interrupted (already indexed batches are kept)", file=sys.stderr)
         return 130

@@ -147,10 +147,12 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     from reranker.datasets import load_dataset
     from reranker.evaluation import evaluate
     from reranker.rankers import get_ranker
-    from reranker.reports import evaluation_table, plot_precision_bins
+    from reranker.reports import evaluation_table, plot_precision_bins, require_plotting
 
     names = ranker_list(args.rankers)
     rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
+    if args.plot is not None:
+        require_plotting("--plot")
     for path in (args.plot, args.markdown):
         if path is not None:
             writable(path)  # and on an unwritable output path
@@ -216,7 +218,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     from reranker.comparison import check_rankers, compare
     from reranker.datasets import load_dataset
     from reranker.rankers import get_ranker
-    from reranker.reports import comparison_plots, comparison_table
+    from reranker.reports import comparison_plots, comparison_table, require_plotting
 
     names = ranker_list(args.rankers)
     baseline = args.baseline.strip() if args.baseline is not None else names[0]
@@ -229,6 +231,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
         if path is not None:
             writable(path)
     if args.plots is not None:
+        require_plotting("--plots")
         writable_folder(args.plots)
     if args.run_dir is not None:
         writable_folder(args.run_dir)

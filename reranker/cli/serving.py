@@ -23,7 +23,7 @@ def add_parsers(commands: Any) -> None:
 
     dev = commands.add_parser(
         "dev-cluster",
-        help="run the bundled in-memory OpenSearch-compatible test server (osmem-server, from the test extra) "
+        help="run the bundled in-memory OpenSearch-compatible test server (osmem-server, the dev-cluster extra) "
         "to try the OpenSearch store without Docker; its data lives in memory only",
     )
     dev.add_argument("--bind", default="127.0.0.1:9200", help="HOST:PORT (default 127.0.0.1:9200)")
@@ -83,7 +83,10 @@ def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -
     try:
         from osmem_server import OsmemError, OsmemServer
     except ImportError:
-        raise ConfigError('the test server is not installed: pip install -e ".[test]" (or pip install osmem-server)') from None
+        raise ConfigError(
+            'dev-cluster runs osmem-server, which is not installed: pip install "hidden-topic-reranker[dev-cluster]" '
+            '(in a clone: pip install -e ".[dev-cluster]")'
+        ) from None
     check_port_free(args.bind)
     try:
         server = OsmemServer.start(addr=args.bind, japanese=False)

@@ -59,6 +59,8 @@ from reranker.types import Query
 if TYPE_CHECKING:
     from gensim.models import KeyedVectors
 
+    from reranker.embeddings import WordVectors
+
 log = logging.getLogger(__name__)
 
 # Float slack on the bounds: they use another formula for word distances than gensim
@@ -203,6 +205,24 @@ def word_movers_distance(keyed_vectors: KeyedVectors, query_words: Sequence[str]
     """
     distance = float(keyed_vectors.wmdistance(query_words, doc_words))
     return distance if math.isfinite(distance) else 0.0
+
+
+def load_wmd(vectors: WordVectors) -> None:
+    """Load what exact distances need, once per process: gensim's view of the vectors
+    (importing gensim: most of a second), their norms (about 0.2 s for 400,000 words) and
+    POT's solver (which gensim imports on its first distance). Called before any time
+    budget starts: in `WmdRanker.score` they took a 1 s budget whole, and not one exact
+    distance was computed on the sample corpus.
+
+    Raises VectorsError for vectors not loaded from a file (gensim cannot view them).
+    """
+    keyed_vectors = vectors.keyed_vectors
+    if keyed_vectors.norms is not None:  # loaded already: norms are filled only here or by a distance
+        return
+    keyed_vectors.fill_norms()
+    if importlib.util.find_spec("ot") is not None and len(keyed_vectors) >= 2:
+        # One tiny distance: every lazy import on gensim's way to POT happens now.
+        word_movers_distance(keyed_vectors, [keyed_vectors.index_to_key[0]], [keyed_vectors.index_to_key[1]])
 
 
 class WmdRanker:

@@ -47,8 +47,13 @@ def create_app(settings: Settings | None = None) -> Flask:
     from reranker.service import access, api, cohere, errors, experiments, library, proxy, web
     from reranker.service.metrics import Metrics
     from reranker.service.reranking import Runtime
+    from reranker.threads import limit_native_threads
 
     settings = settings or Settings.from_env()
+    # Here, not in the CLI or gunicorn.conf.py: every way the service starts (`reranker
+    # serve`, the Docker image, gunicorn with any config) builds its app with this, in
+    # each worker.
+    limit_native_threads(settings.blas_threads)
     app = Flask("reranker")
     app.config["MAX_CONTENT_LENGTH"] = settings.service.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

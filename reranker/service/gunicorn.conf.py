@@ -99,11 +99,42 @@ def _alive(pid: int | None) -> bool:
 _created_metrics_dir = _metrics_dir()
 
 
+def post_fork(server, worker):  # type: ignore[no-untyped-def]
+    """In each worker: large blocks get mappings of their own, returned when freed
+    (reranker/service/worker.py, "memory a request freed")."""
+    from reranker.service.worker import keep_large_blocks_apart
+
+    keep_large_blocks_apart()
+
+
+def pre_request(worker, req):  # type: ignore[no-untyped-def]
+    from reranker.service.worker import heap_bytes
+
+    worker.log.debug("%s %s", req.method, req.path)  # gunicorn's own pre_request
+    req.heap_before = heap_bytes()
+
+
+def post_request(worker, req, environ, resp):  # type: ignore[no-untyped-def]
+    """The heap a request grew given back to the system (worker.py, "memory a request freed")."""
+    from reranker.service.worker import return_freed_memory
+
+    before = getattr(req, "heap_before", None)
+    if before is not None:
+        return_freed_memory(before)
+
+
 def post_worker_init(worker):  # type: ignore[no-untyped-def]
-    """Load the vectors and open the store now, so the first request does not wait."""
+    """Load the vectors, WMD's machinery and open the store now, so the first request does
+    not wait; then one log line with what this worker runs with (its native threads as the
+    libraries report them, not as configured: what `RERANKER_BLAS_THREADS` really did)."""
+    from reranker.threads import native_thread_counts
+
     runtime = getattr(worker.wsgi, "extensions", {}).get("reranker")
     if runtime is not None:
-        runtime.warm()
+        done = runtime.warm()
+        threads = ", ".join(f"{kind} {count}" for kind, count in sorted(native_thread_counts().items()))
+        worker.log.info("reranker worker %s: %s; native threads: %s (RERANKER_BLAS_THREADS=%s)",
+                        worker.pid, done, threads, runtime.settings.blas_threads)  # fmt: skip
 
 
 def child_exit(server, worker):  # type: ignore[no-untyped-def]

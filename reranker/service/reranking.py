@@ -187,22 +187,34 @@ class Runtime:
                     engine.on_text_topics = self._count_text_topics
                     if engine.provisional:
                         return engine
+                    try:
+                        # Once per worker, here rather than in a WMD request, whose time
+                        # budget the loading would take whole (about a second).
+                        engine.load_wmd()
+                    except RerankerError as exc:  # WMD requests say so; the rest is served
+                        log.warning("the wmd ranker cannot run: %s", exc)
                     self._engine = engine
         return self._engine
 
     def _count_text_topics(self, result: str) -> None:
         self.metrics.topic_cache.labels(result).inc()
 
-    def warm(self) -> None:
-        """Build the Engine now (a worker booting), so the first request does not wait.
+    def warm(self) -> str:
+        """Build the Engine now (a worker booting), WMD's machinery included, so the first
+        request does not wait; what it did, in words, for the worker's start-up log line.
 
         A failure is logged, not raised: the worker still serves /healthz, and /readyz
         reports the problem until it is fixed.
         """
+        started = time.perf_counter()
         try:
-            self.engine()
+            engine = self.engine()
         except RerankerError as exc:
             log.warning("not ready yet: %s", exc)
+            return f"not ready yet ({type(exc).__name__})"
+        if engine.provisional:
+            return "not ready yet (the cluster has not said which vectors its index has)"
+        return f"engine and WMD loaded in {time.perf_counter() - started:.2f} s ({engine.vectors.info.name})"
 
     def ranker(self, name: str | None, fusion_weight: float | None = None) -> Ranker:
         """The ranker a request names (or the default), with the request's fusion weight

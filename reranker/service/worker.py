@@ -15,6 +15,17 @@ socket and a buffer each, never a thread.
 What it relies on of gunicorn (27.x, pinned < 28 in pyproject.toml): `enqueue_req` is how
 every connection reaches the thread pool, `murder_pending` runs once per loop of the main
 thread, and a parser reads through an unreader that takes bytes back (`unread`).
+
+Why a subclass and not gunicorn's public hooks: every hook (pre_request, post_request,
+post_fork, ...) runs once a request is parsed or around the process, never while a
+connection's bytes are still arriving, and gunicorn 27 has no setting that bounds that
+read (its `timeout` restarts a silent worker; `keepalive` applies between requests). So
+only the memory half moved to hooks (gunicorn.conf.py: post_fork fixes malloc's
+thresholds, pre_request and post_request give a request's freed heap back); the reading
+half cannot. Measured (2026-11-26, one worker of 4 threads, 8 clients sending a request
+a byte every 0.3 s, load average 3.7): GET /healthz timed out at 4 s five times out of
+five with gunicorn's own gthread worker and the same hooks, and answered in 1-2 ms with
+this one.
 """
 
 from __future__ import annotations
@@ -149,19 +160,6 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             self.nr_conns -= 1
             conn.close()
 
-    def init_process(self) -> None:
-        keep_large_blocks_apart()  # in the worker, after the fork
-        super().init_process()
-
-    def handle_request(self, req: Any, conn: Any) -> Any:
-        """gthread's, and afterwards the heap a request grew freed back to the system."""
-        before = heap_bytes()
-        try:
-            return super().handle_request(req, conn)
-        finally:
-            if before is not None:
-                return_freed_memory(before)
-
     def murder_pending(self) -> None:
         super().murder_pending()
         now = time.monotonic()
@@ -184,6 +182,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
 # them turns the raising off: a block over 128 KB is always its own mapping, given back when
 # freed, and a heap's free top over 128 KB is given back too), and after a request that
 # still grew the process by RETURN_AFTER_BYTES, malloc_trim (free pages inside the heaps).
+# gunicorn.conf.py's post_fork, pre_request and post_request hooks call these.
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 GIVE_BACK_BYTES = 128 * 1024

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import OrderedDict
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar
 
+import cachetools
 import numpy as np
 import numpy.typing as npt
 
@@ -169,35 +169,35 @@ V = TypeVar("V")
 
 
 class LruCache(Generic[K, V]):
-    """A thread-safe LRU map bounded in bytes (`size_of` tells an entry's size)."""
+    """A thread-safe LRU map bounded in bytes (`size_of` tells an entry's size).
+
+    cachetools' LRUCache with `getsizeof` does the bookkeeping; this adds the lock (it
+    is not thread-safe, and a worker's request threads share these caches) and two rules
+    of ours: a value larger than the whole cache is not kept (cachetools raises), and
+    putting a key already there keeps the first value (both are the same content).
+    """
 
     def __init__(self, max_bytes: int, size_of: Callable[[V], int]) -> None:
         self.max_bytes = max_bytes
-        self.bytes = 0
         self._size_of = size_of
-        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._entries: cachetools.LRUCache[K, V] = cachetools.LRUCache(maxsize=max_bytes, getsizeof=size_of)
         self._lock = threading.Lock()
+
+    @property
+    def bytes(self) -> int:
+        """What the entries held now add up to, by `size_of`."""
+        return int(self._entries.currsize)
 
     def get(self, key: K) -> V | None:
         with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return None
-            self._entries.move_to_end(key)
-            return found[0]
+            return self._entries.get(key)  # a hit becomes the most recently used
 
     def put(self, key: K, value: V) -> None:
-        size = self._size_of(value)
-        if size > self.max_bytes:
+        if self._size_of(value) > self.max_bytes:
             return
         with self._lock:
-            if key in self._entries:
-                return
-            self._entries[key] = (value, size)
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, (_, old_size) = self._entries.popitem(last=False)
-                self.bytes -= old_size
+            if key not in self._entries:
+                self._entries[key] = value  # evicts the least recently used past max_bytes
 
     def __len__(self) -> int:
         return len(self._entries)

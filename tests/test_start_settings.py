@@ -1,0 +1,181 @@
+"""Every way the service starts applies the same settings: BLAS threads, and WMD loaded
+when a worker starts.
+
+Each way is started for real, over the sample corpus: `reranker serve`; the Docker
+image's own command line (its ENTRYPOINT as the Dockerfile writes it, with the
+repository in place of /app and a free local port in place of 0.0.0.0:8000, under the
+image's ENV: there is no Docker engine here to build the image); and gunicorn started by
+hand with the packaged config file and the app factory. Each worker logs one line at
+start-up with its native thread pools as threadpoolctl reads them in that worker (what
+RERANKER_BLAS_THREADS really did, not what it asked), and a WMD search must then come
+back with exact distances (its first one used to spend the whole time budget loading).
+
+The setting asked for is 1 thread; the libraries' own default is one per core, so on a
+one-core machine the two cannot be told apart and the tests skip with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SAMPLE, free_port, http_json, run
+from test_docker import dockerfile_env, gunicorn_argv, gunicorn_option, repo_path_of
+
+from reranker.threads import VARIABLES
+
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
+CONFIG = REPO / "reranker" / "service" / "gunicorn.conf.py"
+WORKER_LINE = re.compile(r"reranker worker (\d+): (.*); native threads: (.*) \(RERANKER_BLAS_THREADS=(\d+)\)")
+QUERY = "a maximum entropy named entity recognizer using global features"
+
+
+def clean_env(data_dir: Path, **more: str) -> dict[str, str]:
+    """A shell's environment: none of the thread variables this test process may hold
+    (the in-process CLI and apps set them), so only the service's own code sets them."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES and not k.startswith("RERANKER_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    return {**env, "HOME": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"], "RERANKER_DATA_DIR": str(data_dir), **more}
+
+
+@pytest.fixture(scope="module")
+def sample_index(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
+    data_dir = tmp_path_factory.mktemp("start-settings")
+    code, _ = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert code == 0
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def default_is_more_than_one(tmp_path_factory: pytest.TempPathFactory) -> None:
+    probe = "import numpy, gensim; from threadpoolctl import threadpool_info; print(max(p['num_threads'] for p in threadpool_info()))"
+    env = clean_env(tmp_path_factory.mktemp("probe"))
+    threads = int(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout)
+    if threads == 1:
+        pytest.skip("the libraries default to one thread on this machine: a BLAS setting of 1 cannot be told from no setting")
+
+
+class Started:
+    """A server process, its merged output collected by a thread, until `stop`."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, cwd: Path = REPO) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def worker_lines(self, workers: int, seconds: float = 90) -> list[re.Match[str]]:
+        """The start-up lines of `workers` workers, once each has logged one."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = [m for m in map(WORKER_LINE.search, list(self.lines)) if m]
+            if len({m[1] for m in found}) >= workers:
+                return found
+            assert self.process.poll() is None, "the server exited:\n" + "\n".join(self.lines[-30:])
+            time.sleep(0.2)
+        raise AssertionError(f"not {workers} worker start-up lines within {seconds} s:\n" + "\n".join(self.lines[-30:]))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=60)
+        self.reader.join(timeout=5)
+
+
+def start_serve(data_dir: Path) -> Started:
+    port = free_port()
+    argv = [sys.executable, "-m", "reranker", "serve", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "2"]
+    return Started(argv, clean_env(data_dir, RERANKER_BLAS_THREADS="1"), port)
+
+
+def start_image_command(data_dir: Path) -> Started:
+    """The Dockerfile's ENTRYPOINT verbatim but for the paths inside the image and the port."""
+    port = free_port()
+    argv = gunicorn_argv()
+    config = gunicorn_option(argv, "--config", "-c")
+    bind = gunicorn_option(argv, "--bind", "-b")
+    assert config and bind
+    local = [GUNICORN] + [str(repo_path_of(word)) if word == config else f"127.0.0.1:{port}" if word == bind else word for word in argv[1:]]
+    image_env = {**dockerfile_env(), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"]}
+    assert image_env.get("RERANKER_BLAS_THREADS") == "1"
+    return Started(local, clean_env(data_dir, **{k: v for k, v in image_env.items() if k.startswith("RERANKER_")}), port)
+
+
+def start_gunicorn(data_dir: Path) -> Started:
+    port = free_port()
+    argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{port}", "reranker.service:create_app()"]
+    return Started(argv, clean_env(data_dir, RERANKER_BLAS_THREADS="1", RERANKER_WORKERS="1", RERANKER_THREADS="2"), port)
+
+
+WAYS = {"reranker serve": (start_serve, 1), "the Docker image's command": (start_image_command, 2), "gunicorn -c gunicorn.conf.py": (start_gunicorn, 1)}
+
+
+@pytest.fixture(params=list(WAYS), scope="module")
+def started(request: pytest.FixtureRequest, sample_index: Path, default_is_more_than_one: None) -> Iterator[tuple[Started, int]]:
+    start, workers = WAYS[request.param]
+    server = start(sample_index)
+    try:
+        yield server, workers
+    finally:
+        server.stop()
+
+
+def test_every_worker_runs_with_the_blas_threads_asked_for_and_wmd_loaded(started: tuple[Started, int]) -> None:
+    server, workers = started
+    for line in server.worker_lines(workers):
+        _, done, threads, asked = line.groups()
+        assert asked == "1"
+        assert done.startswith("engine and WMD loaded in "), line[0]
+        counts = dict(part.rsplit(" ", 1) for part in threads.split(", "))
+        assert counts.get("blas") == "1", f"a worker's BLAS runs with {counts}: {line[0]}"
+        assert set(counts.values()) == {"1"}, f"a worker's native pools: {counts}"
+
+
+def test_the_first_wmd_search_of_a_worker_computes_exact_distances(started: tuple[Started, int]) -> None:
+    server, workers = started
+    server.worker_lines(workers)
+    status, _, body = http_json(server.url + "/search", {"query": QUERY, "ranker": "wmd", "size": 5})
+    assert status == 200, body
+    # "partial" with "The WMD time budget of 1000 ms ran out: 0 of 25 exact distances..."
+    # was every worker's first WMD search, while it loaded gensim inside the budget.
+    assert body["status"] == "ok", body.get("reason")
+    assert len(body["hits"]) == 5
+
+
+# Scripts under bench/ that measure through the product's own entry points, which size the
+# pools themselves, or that are no benchmark.
+BENCH_WITHOUT_THE_CALL = {
+    "benchlib.py": "defines product_threads",
+    "fts5_store.py": "a module (the store the first stage replaced), imported by bench_first_stage.py",
+    "bench_install.py": "runs `reranker demo` in new environments: the CLI sizes its own pools",
+    "bench_startup.py": "runs `reranker search` as child processes: the CLI sizes its own pools",
+    "evaluate_matrix.py": "runs the CLI's main (in-process or as children), which sizes the pools",
+    "evaluate_rankers.py": "runs the CLI's main (in-process or as children), which sizes the pools",
+}
+
+
+def test_every_benchmark_runs_with_the_products_blas_threads() -> None:
+    """A benchmark that left BLAS at its default measured another configuration than the
+    product's (bench_first_stage.py's search path: 40 ms, against the product's 11 ms)."""
+    for script in sorted((REPO / "bench").glob("*.py")):
+        if script.name in BENCH_WITHOUT_THE_CALL:
+            continue
+        text = script.read_text(encoding="utf-8")
+        call = text.find("product_threads()")
+        assert call >= 0, f"bench/{script.name} does not size BLAS as the product does (benchlib.product_threads)"
+        numpy = min((at for at in (text.find("\nimport numpy"), text.find("\nfrom reranker")) if at >= 0), default=len(text))
+        assert call < numpy, f"bench/{script.name}: product_threads() must run before numpy (or reranker) is imported"
+    assert all((REPO / "bench" / name).is_file() for name in BENCH_WITHOUT_THE_CALL), "an exempted script is gone: remove it"
