@@ -214,3 +214,22 @@ def test_stable_hashes_do_not_depend_on_the_process() -> None:
     # The store keeps passages as these hashes: another process (the service) must compute
     # the same ones for the query's stems. BLAKE2b's first 4 bytes, little-endian, signed.
     assert stable_hashes(["translat", "align"]).tolist() == [-634063706, 121912307]
+
+
+def test_document_frequencies_follow_a_writer_in_another_store_object(tmp_path: Path, glove: WordVectors) -> None:
+    # The reader remembers frequencies it read (a corpus's queries share words) until its
+    # text index changes: a service must see what `reranker index` adds, as it did before.
+    writer, reader = EmbeddedStore(tmp_path / "store"), None
+    try:
+        first = [{"id": f"a{i}", "text": "ocean ships sail the sea"} for i in range(2)]
+        index_corpus(write_jsonl(tmp_path / "first.jsonl", first), writer, glove, 2, show_progress=False)
+        reader = EmbeddedStore(tmp_path / "store")
+        assert reader.doc_freqs(["ocean", "bread"]) == (2, {"ocean": 2, "bread": 0})
+        more = [{"id": f"b{i}", "text": "ocean bread and a baker"} for i in range(3)]
+        index_corpus(write_jsonl(tmp_path / "more.jsonl", more), writer, glove, 2, show_progress=False)
+        assert reader.doc_freqs(["ocean", "bread"]) == (5, {"ocean": 5, "bread": 3})
+        assert writer.doc_freqs(["ocean", "bread"]) == (5, {"ocean": 5, "bread": 3})
+    finally:
+        writer.close()
+        if reader is not None:
+            reader.close()
