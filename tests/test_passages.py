@@ -24,7 +24,13 @@ from reranker.types import Document
 
 
 def _reference(
-    words: list[str], stem: dict[str, str], exact: dict[str, int], stemmed: dict[str, int], doc_freqs: dict[str, dict[str, int]], documents: int
+    words: list[str],
+    stem: dict[str, str],
+    exact: dict[str, int],
+    stemmed: dict[str, int],
+    doc_freqs: dict[str, dict[str, int]],
+    documents: int,
+    average: float,
 ) -> float:
     """The best passage's BM25 by the definition, one passage at a time, over both fields:
     a word counts as itself in the exact field and as its stem in the stemmed field."""
@@ -34,7 +40,7 @@ def _reference(
     best = 0.0
     for start in starts:
         passage = words[start : start + PASSAGE_TERMS]
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(passage) / PASSAGE_TERMS)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * len(passage) / average)
         score = 0.0
         for field, query, held in (("exact", exact, passage), ("stemmed", stemmed, [stem[w] for w in passage])):
             for term, count in query.items():
@@ -55,8 +61,8 @@ def _passages_by_both_ways(words: list[str], stem: dict[str, str], exact: dict[s
     texts = [list(rng.choice(words, size=n)) for n in lengths]
     vocabulary = (stable_hashes(words), stable_hashes([stem[w] for w in words]))
     query = passage_query(exact, stemmed, doc_freqs, 100, vocabulary)
-    found = best_passage_bm25([stable_hashes(text) for text in texts], query)
-    expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100) for text in texts]
+    found = best_passage_bm25([stable_hashes(text) for text in texts], query, 131.5)
+    expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100, 131.5) for text in texts]
     assert found.tolist() == pytest.approx(expected, rel=1e-5)  # computed in float32
     # An empty text scores 0; every text of a passage or more holds some query word.
     assert found[0] == 0.0 and all(score > 0 for score, n in zip(found, lengths) if n >= PASSAGE_TERMS)
@@ -131,6 +137,25 @@ def test_a_words_other_forms_count_through_its_stem_as_the_first_stage_counts_th
     assert stored[1] > stored[0]
     sent = engine.store.passage_bm25(query, ["", "", ""], [c["text"] for c in corpus])
     assert sent == pytest.approx(stored, rel=1e-9)
+
+
+def test_an_abstract_shorter_than_a_passage_scores_as_the_first_stage_scores_it(engine: Engine, tmp_path: Path) -> None:
+    # Over abstracts, the passages' average length is the abstracts': each one's single
+    # passage is the abstract, and its BM25 is the document's (without the text index's
+    # length quantisation: `text_bm25`, the formula the first stage uses).
+    texts = [
+        "information retrieval systems index documents by their terms",
+        "retrieval of scientific papers by citation indexing and term weighting schemes in libraries",
+        "a library catalogue of books",
+        "automatic indexing of documents for information retrieval with controlled vocabularies and thesauri",
+    ]
+    corpus = [{"id": f"d{i}", "text": text} for i, text in enumerate(texts)]
+    index_corpus(write_jsonl(tmp_path / "corpus.jsonl", corpus), engine.store, engine.vectors, 3, show_progress=False)
+    query = "indexing documents for retrieval"
+    passages = engine.store.passage_bm25(query, [c["id"] for c in corpus], [None] * len(corpus))
+    whole = engine.store.text_bm25(query, texts)
+    assert passages is not None and whole is not None and max(whole) > 0
+    assert passages == pytest.approx(whole, rel=1e-5)
 
 
 def test_a_rolled_back_batch_leaves_its_words_to_the_next_write(

@@ -59,6 +59,8 @@ import numpy as np
 from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
 from reranker.store import (
     MAX_QUERY_TERMS,
+    PASSAGE_STRIDE,
+    PASSAGE_TERMS,
     Doc2VecInfo,
     IndexInfo,
     LruCache,
@@ -751,7 +753,7 @@ class EmbeddedStore:
 
     def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
-        documents, _ = self._length_statistics()
+        documents, _, passage_length = self._statistics()
         if not documents or not terms:
             return None
         asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
@@ -786,7 +788,8 @@ class EmbeddedStore:
             for doc_id, text in zip(doc_ids, texts)
         ]
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
-        scores = best_passage_bm25(sequences, passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary))
+        query_terms = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
+        scores = best_passage_bm25(sequences, query_terms, passage_length)
         return [float(score) for score in scores]
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
@@ -815,22 +818,35 @@ class EmbeddedStore:
         return [float(score) for score in scores]
 
     def _length_statistics(self) -> tuple[int, float]:
-        """(documents, their mean length in terms) of what readers see, read again only
-        when that changes (a sum over every row costs milliseconds at 50,000 documents)."""
+        """(documents, their mean length in terms) of what readers see."""
+        documents, average, _ = self._statistics()
+        return documents, average
+
+    def _statistics(self) -> tuple[int, float, float]:
+        """(documents, their mean length in terms, their passages' mean length) of what
+        readers see, read again only when that changes (a sum over every row costs
+        milliseconds at 50,000 documents). A text of L terms has P = 1 passage if L <= T
+        (PASSAGE_TERMS), else ceil((L - T) / S) + 1 (S: PASSAGE_STRIDE), all T long but the
+        last, which ends the text: L + S (P - 1) terms in all."""
         self._commit_pending()
         with self._snapshot() as view:
             cached = getattr(self._local, "lengths", None)
             if cached is not None and cached[0] == view.watermark:
-                return cached[1], cached[2]
+                return cached[1], cached[2], cached[3]
             try:
-                count, total = self._db.execute(
-                    "SELECT COUNT(*), TOTAL(n_tokens + n_oov) FROM docs WHERE rowid <= ?", (view.watermark,)
+                count, total, passages, passage_terms = self._db.execute(
+                    "SELECT COUNT(*), TOTAL(length), TOTAL(passages), TOTAL(length + ? * (passages - 1)) FROM ("
+                    "  SELECT n_tokens + n_oov AS length,"
+                    "    CASE WHEN n_tokens + n_oov <= ? THEN 1 ELSE (n_tokens + n_oov - ? + ? - 1) / ? + 1 END AS passages"
+                    "  FROM docs WHERE rowid <= ?)",
+                    (PASSAGE_STRIDE, PASSAGE_TERMS, PASSAGE_TERMS, PASSAGE_STRIDE, PASSAGE_STRIDE, view.watermark),
                 ).fetchone()
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read term statistics: {exc}") from None
         average = float(total) / count if count else 0.0
-        self._local.lengths = (view.watermark, int(count), average)
-        return int(count), average
+        passage_average = float(passage_terms) / passages if passages else 0.0
+        self._local.lengths = (view.watermark, int(count), average, passage_average)
+        return int(count), average, passage_average
 
     def _terms_of(self, text: str) -> TextTerms:
         """A text's terms, remembered by content: callers send the same texts again and
