@@ -374,7 +374,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
         """Settings from `env` (default: os.environ) over the config file, if any."""
         env = dict(os.environ if env is None else env)
-        path = config_file or (Path(env["RERANKER_CONFIG"]).expanduser() if env.get("RERANKER_CONFIG") else None)
+        path = config_file_path(config_file, env)
         if path is not None:
             env = {**read_config_file(path), **{k: v for k, v in env.items() if v != ""}}
         stopwords = env.get("RERANKER_STOPWORDS")
@@ -525,3 +525,49 @@ def read_config_file(path: Path) -> dict[str, str]:
         else:
             raise ConfigError(f"config file {path}: {key} must be a string, number or boolean")
     return values
+
+
+def config_file_path(given: Path | None = None, env: Mapping[str, str] | None = None) -> Path | None:
+    """The config file in force: `given` (`--config`), else RERANKER_CONFIG, else None."""
+    env = os.environ if env is None else env
+    return given or (Path(env["RERANKER_CONFIG"]).expanduser() if env.get("RERANKER_CONFIG") else None)
+
+
+def write_config_values(path: Path, values: Mapping[str, str | float]) -> list[str]:
+    """Set `values` (ENVIRONMENT names) in the TOML config file `path`, creating it if
+    need be and keeping its other lines (comments included) as they are; the file is
+    replaced whole, so a reader never sees half of it. Returns the names among `values`
+    that the environment sets, which therefore still override the file.
+
+    Raises ConfigError for a file that is not a valid config file, or cannot be written.
+    """
+    lines: list[str] = []
+    if path.exists():
+        read_config_file(path)  # never edit a file that serve would refuse anyway
+        lines = path.read_text(encoding="utf-8").splitlines()
+    for key, value in values.items():
+        if key not in ENVIRONMENT or key == "RERANKER_CONFIG":
+            raise ValueError(f"not a setting: {key}")
+        # A config file is flat (read_config_file accepts no tables), so a key's line is
+        # found by its name and a new key can go at the end.
+        rendered = f"{key} = {value!r}" if isinstance(value, float) else f'{key} = "{_toml_escaped(value)}"'
+        pattern = re.compile(rf"^\s*{key}\s*=")
+        found = [number for number, line in enumerate(lines) if pattern.match(line)]
+        if found:
+            lines[found[0]] = rendered
+        else:
+            lines.append(rendered)
+    staged = path.with_name(f".{path.name}.writing")
+    try:
+        staged.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        read_config_file(staged)  # what serve and search will read back
+        os.replace(staged, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write config file {path}: {exc.strerror}") from None
+    finally:
+        staged.unlink(missing_ok=True)
+    return [key for key in values if os.environ.get(key)]
+
+
+def _toml_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')

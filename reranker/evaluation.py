@@ -432,6 +432,59 @@ def wins_ties_losses(
     return counts
 
 
+# --- regressions: this run against a saved earlier one ------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One ranker's metric in this run against a saved run, on the queries both scored.
+
+    saved, current: means over those queries; p_value: two-sided paired randomisation
+    test; dropped: current < saved with p < the level asked for.
+    """
+
+    ranker: str
+    queries: int
+    saved: float
+    current: float
+    p_value: float
+    dropped: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranker": self.ranker, "queries": self.queries, "saved": self.saved, "current": self.current,
+                "p_value": self.p_value, "dropped": self.dropped}
+
+
+def against_saved_run(
+    current: EvaluationResult, saved: EvaluationResult, metric: str = f"ndcg@{NDCG_CUTOFF}", alpha: float = SIGNIFICANCE_LEVEL
+) -> tuple[Drift, ...]:
+    """Every ranker of `current` that `saved` (an earlier `evaluate --json --per-query`)
+    also scored, compared query by query on the queries both scored.
+
+    Raises InputError when the saved run has no per-query metrics, no ranker in common,
+    no query in common, or not `metric`.
+    """
+    if not saved.per_query:
+        raise InputError("the saved run has no per-query metrics: save it with `reranker evaluate ... --json --per-query`")
+    common = [name for name in current.rankers if name in saved.per_query]
+    if not common:
+        raise InputError(f"the saved run scored none of these rankers (it has {', '.join(saved.per_query)})")
+    drifts = []
+    for name in common:
+        before, now = saved.per_query[name], current.per_query[name]
+        queries = [query_id for query_id in now if query_id in before]
+        if not queries:
+            raise InputError(f"the saved run has no query of this data set for {name} (another data set?)")
+        if any(metric not in before[query_id] for query_id in queries):
+            raise InputError(f"the saved run has no per-query {metric} for {name}")
+        old = [before[query_id][metric] for query_id in queries]
+        new = [now[query_id][metric] for query_id in queries]
+        p_value = paired_randomization_p(new, old)
+        mean_old, mean_new = float(np.mean(old)), float(np.mean(new))
+        drifts.append(Drift(name, len(queries), mean_old, mean_new, p_value, mean_new < mean_old and p_value < alpha))
+    return tuple(drifts)
+
+
 # --- the ranking figure: share of queries per precision@k value -------------------------
 
 

@@ -67,6 +67,7 @@ EXPECTED: list[tuple[str, str]] = [
     (r"^reranker train doc2vec\b", r"^trained PV-DBOW Doc2Vec .* on 25 documents"),
     (r"^reranker evaluate\b", r"^\| bm25 \| \d\.\d{3} \|"),
     (r"^reranker compare\b", r"^\| bm25 \(baseline\) \| \d\.\d{3} \|"),
+    (r"^reranker tune\b", r"^  tuned +\d\.\d{3}$"),
     (r"^reranker templates install$", r"^installed reranker-mappings, reranker-settings, reranker on "),
     (r"^reranker indices list$", r"^\* reranker-v000002 +ready +25 docs"),
     (r"^reranker indices use reranker-v000001$", r"^alias reranker now points at reranker-v000001$"),

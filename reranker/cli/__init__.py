@@ -7,6 +7,7 @@ fix print one line, `reranker: error: ...`, and exit non-zero; nothing else catc
     indexing.py    index, train, templates, indices
     searching.py   demo, search, rankers, config
     evaluating.py  evaluate, compare, ab
+    tuning.py      tune
     serving.py     serve, dev-cluster
 """
 
@@ -21,12 +22,12 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from reranker import __version__
-from reranker.cli import evaluating, indexing, searching, serving
+from reranker.cli import evaluating, indexing, searching, serving, tuning
 from reranker.cli.common import EXIT_ERROR, EXIT_USAGE
 from reranker.config import Settings
 from reranker.errors import ConfigError, IndexOutdatedError, RerankerError, UnknownRankerError
 
-_GROUPS = (searching, indexing, evaluating, serving)
+_GROUPS = (searching, indexing, evaluating, tuning, serving)
 _COMMANDS = {name: handler for group in _GROUPS for name, handler in group.COMMANDS.items()}
 
 

@@ -28,6 +28,9 @@ EXIT_ERROR = 1
 
 EXIT_USAGE = 2
 
+# `evaluate --baseline-run`: a ranker got significantly worse (distinct from errors, for CI).
+EXIT_REGRESSION = 3
+
 def positive_int(raw: str) -> int:
     try:
         value = int(raw)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO, TypeVar
 
 from reranker.cli.common import (
+    EXIT_REGRESSION,
     add_ranking_options,
     index_file,
     log,
@@ -29,6 +30,7 @@ from reranker.errors import ConfigError, InputError, UnknownRankerError
 if TYPE_CHECKING:
     from reranker.datasets import Dataset
     from reranker.embeddings import WordVectors
+    from reranker.evaluation import Drift, EvaluationResult
     from reranker.pipeline import Engine
     from reranker.rankers import Ranker
     from reranker.store.events import EventStore
@@ -68,6 +70,16 @@ def add_parsers(commands: Any) -> None:
     )
     evaluate.add_argument("--markdown", type=Path, metavar="PATH", help="also write the table and its caption to a Markdown file")
     evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    evaluate.add_argument(
+        "--baseline-run", type=Path, metavar="FILE",
+        help="a saved earlier run (the output of evaluate --json --per-query): exit 3 when a ranker's metric "
+        "dropped significantly against it on the same queries (paired randomisation test)",
+    )
+    evaluate.add_argument("--regression-metric", default="ndcg@10", help="the metric --baseline-run compares (default ndcg@10)")
+    evaluate.add_argument(
+        "--regression-p", type=persistence, default=0.05, metavar="P",
+        help="a drop with a p-value below P fails --baseline-run (default 0.05)",
+    )
 
     compare = commands.add_parser(
         "compare",
@@ -145,7 +157,7 @@ def add_parsers(commands: Any) -> None:
 
 def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.datasets import load_dataset
-    from reranker.evaluation import evaluate
+    from reranker.evaluation import against_saved_run, evaluate
     from reranker.rankers import get_ranker
     from reranker.reports import evaluation_table, plot_precision_bins, require_plotting
 
@@ -158,6 +170,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
             writable(path)  # and on an unwritable output path
     if args.run_dir is not None:
         writable_folder(args.run_dir)
+    saved = _saved_run(args, settings) if args.baseline_run is not None else None
     dataset = load_dataset(args.dataset, args.queries_file)
     result = _offline_run(
         args, settings, dataset, rankers,
@@ -165,6 +178,9 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
             engine, dataset, names, window=settings.window, on_query=tick, config=config, run_dir=args.run_dir
         ),
     )
+    drifts = against_saved_run(result, saved, args.regression_metric, args.regression_p) if saved is not None else ()
+    verdict = _drift_lines(args, result, drifts) if saved is not None else []
+    args.exit_code = EXIT_REGRESSION if any(drift.dropped for drift in drifts) else 0
     written = []
     if args.markdown is not None:
         write_output(args.markdown, lambda path: path.write_text(evaluation_table(result) + "\n", encoding="utf-8"))
@@ -173,13 +189,58 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         write_output(args.plot, lambda path: plot_precision_bins(result, path))
         written.append(f"figure: {args.plot}")
     if args.json:
-        json.dump(result.to_json(per_query=args.per_query), out, indent=2)
+        body = result.to_json(per_query=args.per_query)
+        if saved is not None:
+            body["baseline_run"] = {
+                "file": str(args.baseline_run), "metric": args.regression_metric, "p": args.regression_p,
+                "rankers": [drift.to_json() for drift in drifts],
+            }
+        json.dump(body, out, indent=2)
         out.write("\n")
+        for line in verdict:  # stdout is the JSON: a CI log still shows the verdict
+            print(f"reranker: {line}", file=sys.stderr)
     else:
         print(evaluation_table(result), file=out)
-        for line in written:
+        for line in [*written, *verdict]:
             print(line, file=out)
-    return 0
+    return int(args.exit_code)
+
+def _saved_run(args: argparse.Namespace, settings: Settings) -> "EvaluationResult":
+    """The --baseline-run file, read and checked before any work."""
+    from reranker.evaluation import EvaluationResult, metric_names
+
+    if args.regression_metric not in metric_names(settings.window):
+        raise ConfigError(f"--regression-metric must be one of {', '.join(metric_names(settings.window))}, got {args.regression_metric!r}")
+    try:
+        body = json.loads(args.baseline_run.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read the saved run: {exc.strerror}", str(args.baseline_run)) from None
+    except ValueError as exc:
+        raise InputError(f"not JSON ({exc}); save a run with `reranker evaluate ... --json --per-query > FILE`", str(args.baseline_run)) from None
+    how = "save a run with `reranker evaluate ... --json --per-query > FILE`"
+    try:
+        saved = EvaluationResult.from_json(body if isinstance(body, dict) else {})
+    except InputError as exc:
+        raise InputError(f"{exc}; {how}", str(args.baseline_run)) from None
+    if not saved.per_query:
+        raise InputError(f"the saved run has no per-query metrics; {how}", str(args.baseline_run))
+    return saved
+
+def _drift_lines(args: argparse.Namespace, result: "EvaluationResult", drifts: Sequence["Drift"]) -> list[str]:
+    """What --baseline-run found, one line per ranker, then the verdict."""
+    lines = [f"against the saved run {args.baseline_run} ({args.regression_metric}, paired randomisation test, fails below p = {args.regression_p:g}):"]
+    for drift in drifts:
+        state = "DROPPED" if drift.dropped else "ok"
+        lines.append(
+            f"  {drift.ranker}: {drift.saved:.3f} -> {drift.current:.3f} ({drift.current - drift.saved:+.3f}, "
+            f"{'p < 0.001' if drift.p_value < 0.001 else f'p = {drift.p_value:.3f}'}, {drift.queries} queries) {state}"
+        )
+    missing = [name for name in result.rankers if name not in {drift.ranker for drift in drifts}]
+    if missing:
+        lines.append(f"  not in the saved run, so not compared: {', '.join(missing)}")
+    dropped = [drift.ranker for drift in drifts if drift.dropped]
+    lines.append(f"regression: {', '.join(dropped)} (exit {EXIT_REGRESSION})" if dropped else "no significant drop")
+    return lines
 
 def cmd_evaluate_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """The document-to-document task: every paper that shares a cited paper with another
