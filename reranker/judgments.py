@@ -130,6 +130,7 @@ class Judged:
             "pairs_shown": self.pairs,
             "pairs_judged": len(self.judgments),
             "pairs_dropped": self.dropped_pairs,
+            "documents_judged": len({j.doc_id for j in self.judgments}),
             "grades": self.grade_counts(),
             "ctr_by_rank": {str(rank): round(ctr, 4) for rank, ctr in sorted(self.ctr_by_rank.items())},
         }

@@ -67,6 +67,7 @@ def test_pairs_with_too_few_impressions_are_dropped_and_counted() -> None:
     assert (judged.pairs, judged.dropped_pairs, judged.queries, judged.dropped_queries) == (4, 2, 2, 1)
     assert judged.most_impressions == 5 and judged.query_texts == {query_id("often"): "often"}
     assert judged.summary()["pairs_dropped"] == 2 and judged.summary()["queries_dropped"] == 1
+    assert judged.summary()["documents_judged"] == 2
 
 
 def test_grades_follow_the_thresholds() -> None:

@@ -122,7 +122,8 @@ def run(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
     print(f"experiment {args.id}: {judged.lists} result lists shown, {judged.lists_with_clicks} with clicks; click model {CLICK_MODEL} "
           f"(expected clicks per rank from all {judged.lists} lists)", file=out)
     print(f"  judged {judged.judged_queries} of {judged.queries} queries ({judged.queries_with_relevant} with a document graded above 0) "
-          f"and {len(judged.judgments)} of {judged.pairs} (query, document) pairs; grades {labels}: {grades}", file=out)
+          f"and {len(judged.judgments)} of {judged.pairs} (query, document) pairs, {summary['documents_judged']} distinct documents; "
+          f"grades {labels}: {grades}", file=out)
     print(f"  dropped for fewer than {judged.min_impressions} impressions: {judged.dropped_pairs} pairs, "
           f"{judged.dropped_queries} queries left with no judged pair", file=out)
     print(f"  corpus.jsonl: {corpus_note}", file=out)
