@@ -475,14 +475,84 @@ def test_the_compare_view_plots_an_evaluations_per_query_wins_and_losses(page: "
     # Anything else is refused with a reason, and nothing is plotted.
     for name, content, reason in (
         ("notes.json", "not json at all", "it is not JSON"),
-        ("report.json", json.dumps({"dataset": "x", "results": {}}), "it has no per-query figures of two or more rankers"),
+        ("report.json", json.dumps({"dataset": "x", "results": {}}), "it has no figures of any ranker"),
     ):
         wrong = tmp_path / name
         wrong.write_text(content, encoding="utf-8")
         page.get_by_label("Evaluation report (JSON)").set_input_files(wrong)
-        expect(summary).to_contain_text(f"Cannot plot {name}: {reason}")
+        expect(summary).to_contain_text(f"Cannot open {name}: {reason}")
         expect(page.locator("#report-plot svg")).to_have_count(0)
         expect(page.locator("#report-controls")).to_be_hidden()
+        expect(page.locator("#report-figures")).to_be_hidden()
+
+
+def _figures(page: "Page") -> dict[str, list[str]]:
+    """The figures table: metric -> [left, right, p] as shown."""
+    rows = page.locator("#report-figures tbody tr").evaluate_all(
+        "rows => rows.map((row) => [row.dataset.metric, ...[...row.querySelectorAll('td')].map((cell) => cell.textContent)])"
+    )
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_the_compare_view_shows_a_judged_data_sets_figures_for_its_two_rankers(page: "Page", served: str, data_dir: Path, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    # A judged data set from an experiment's clicks, and `reranker evaluate`'s report on it.
+    status, _ = _api(served, "POST", "/experiments", {"id": "web-judged", "rankers": ["bm25", "hidden_topics"], "traffic": 1.0}, key=ADMIN_KEY)
+    assert status == 201
+    try:
+        assert _clicked_searches(served, searches=25, seed=4)
+    finally:
+        _api(served, "PATCH", "/experiments/web-judged", {"status": "stopped"}, key=ADMIN_KEY)
+    judged = tmp_path / "clicks-web"
+    code, out = run(data_dir, "ab", "judgments", "web-judged", "--out", str(judged), "--min-impressions", "3")
+    assert code == 0, out
+    code, printed = run(data_dir, "evaluate", str(judged), "--rankers", "bm25,hidden_topics", "--json", "--no-progress")
+    assert code == 0, printed
+    report = tmp_path / "evaluate-clicks.json"
+    report.write_text(printed, encoding="utf-8")
+    body = json.loads(printed)
+
+    page.goto("/ui#/compare")
+    page.get_by_label("Left ranker").select_option("bm25")
+    page.get_by_label("Right ranker").select_option("hidden_topics")
+    page.get_by_label("Evaluation report (JSON)").set_input_files(report)
+    figures = page.locator("#report-figures")
+    expect(figures.locator("caption")).to_have_text(
+        f"clicks-web, {body['queries']} judged queries (judgments: qrels.tsv): bm25 and hidden_topics"
+    )
+    # Without per-query figures the report is shown, not plotted, and the page says why.
+    expect(page.locator("#report-summary")).to_contain_text("evaluate-clicks.json has no per-query figures to plot")
+    expect(page.locator("#report-controls")).to_be_hidden()
+    shown = _figures(page)
+    assert list(shown) == list(body["results"]["bm25"])
+    for metric, (left, right, p_shown) in shown.items():
+        assert left == f"{body['results']['bm25'][metric]:.3f}" and right == f"{body['results']['hidden_topics'][metric]:.3f}"
+        p_value = body["p_values"]["bm25"]["hidden_topics"][metric]
+        assert p_shown == "< 0.0001" if p_value < 1e-4 else float(p_shown) == pytest.approx(p_value, abs=1e-4)
+    better = "bm25" if body["results"]["bm25"]["ndcg@10"] > body["results"]["hidden_topics"]["ndcg@10"] else "hidden_topics"
+    column = 1 if better == "bm25" else 2
+    expect(figures.locator(f'tr[data-metric="ndcg@10"] td:nth-of-type({column})')).to_have_class("better")
+    _screenshot(page, "compare-judged-figures.png")
+
+    # The columns follow the rankers compared; a ranker the report lacks is named.
+    page.get_by_label("Left ranker").select_option("hidden_topics")
+    page.get_by_label("Right ranker").select_option("bm25")
+    expect(figures.locator("thead th")).to_have_text(["Metric", "hidden_topics", "bm25", "p"])
+    page.get_by_label("Right ranker").select_option(DEFAULT_RANKER)
+    expect(figures).to_contain_text(f"The report on clicks-web has no figures of {DEFAULT_RANKER}; it has bm25, hidden_topics.")
+    expect(figures.locator("table")).to_have_count(0)
+
+    # `reranker compare` tests against its one baseline: no p-value between two others.
+    compared, _ = _evaluation_reports(tmp_path)
+    page.get_by_label("Evaluation report (JSON)").set_input_files(compared)
+    page.get_by_label("Left ranker").select_option("hidden_topics")
+    page.get_by_label("Right ranker").select_option("hidden_topics+bm25")
+    expect(figures).to_contain_text("This report tests each ranker against bm25 only: no p-value between hidden_topics and hidden_topics+bm25.")
+    expect(figures.locator('tr[data-metric="ndcg@10"] td').nth(2)).to_have_text("—")
+    page.get_by_label("Left ranker").select_option("bm25")
+    p_value = json.loads(compared.read_text(encoding="utf-8"))["p_values"]["hidden_topics+bm25"]["ndcg@10"]
+    expect(figures.locator('tr[data-metric="ndcg@10"] td').nth(2)).to_have_text("< 0.0001" if p_value < 1e-4 else f"{p_value:.4f}")
 
 
 def _percent(share: float) -> str:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO, TypeVar
 
+from reranker.cli import judging
 from reranker.cli.common import (
     EXIT_REGRESSION,
     add_ranking_options,
@@ -153,6 +154,7 @@ def add_parsers(commands: Any) -> None:
         "--keep-events", dest="delete_events", action="store_false",
         help="keep them in the event store, for analysis (the id stays taken until they are deleted)",
     )
+    judging.add_parser(ab_action)
 
 
 def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -406,13 +408,13 @@ def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 
     store = open_event_store(settings)
     try:
-        return _ab(args, store, out)
+        return _ab(args, settings, store, out)
     except (InputError, UnknownRankerError) as exc:  # a bad name or value given on the command line
         raise ConfigError(str(exc)) from None
     finally:
         store.close()
 
-def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
+def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: TextIO) -> int:
     from reranker import experiments as ex
 
     if args.action == "create":
@@ -426,6 +428,8 @@ def _ab(args: argparse.Namespace, store: "EventStore", out: TextIO) -> int:
         print(f"experiment {experiment.id} {experiment.status}, {experiment.traffic:.0%} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
     elif args.action == "delete":
         print(ex.delete(store, args.id, events=args.delete_events).message(), file=out)
+    elif args.action == "judgments":
+        return judging.run(args, settings, store, out)
     elif args.action == "report":
         experiment = ex.find(store, args.id)
         found = ex.report(store, experiment)

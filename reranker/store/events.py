@@ -26,7 +26,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 from reranker.config import Settings
 from reranker.errors import (
@@ -221,6 +221,11 @@ class EventStore(Protocol):
 
     def experiment_data(self, experiment_id: str) -> ExperimentData: ...
 
+    def impressions(self, experiment_id: str) -> Iterator[tuple[ShownQuery, frozenset[str]]]:
+        """Every result list shown under `experiment_id` (clicked or not), with the ids of
+        the shown hits clicked on it (click actions only), in query id order."""
+        ...
+
     def recorded(self, experiment_id: str) -> Recorded:
         """The shown queries and events stored under `experiment_id` (its experiment may be gone)."""
         ...
@@ -240,6 +245,15 @@ def open_event_store(settings: Settings) -> EventStore:
 
         return OpenSearchEventStore(OpenSearchStore(settings.opensearch_store))
     return EmbeddedEventStore(settings.data_dir / "experiments.sqlite3")
+
+
+def _clicked_ids(rows: Iterable[Any]) -> dict[str, frozenset[str]]:
+    """query id -> the object ids clicked on it, from (query_id, object_id) rows."""
+    clicked: dict[str, set[str]] = {}
+    for query_id, object_id in rows:
+        if object_id is not None:
+            clicked.setdefault(query_id, set()).add(object_id)
+    return {query_id: frozenset(ids) for query_id, ids in clicked.items()}
 
 
 def _another_running(experiments: Sequence[Experiment], experiment: Experiment) -> None:
@@ -398,6 +412,20 @@ class EmbeddedEventStore:
                 shown.append((query.interleaving, frozenset(clicked[query.query_id])))
                 shown_at.append(query.timestamp)
         return ExperimentData(queries=int(queries), click_events=len(rows), clicked=shown, shown_at=shown_at)
+
+    def impressions(self, experiment_id: str) -> Iterator[tuple[ShownQuery, frozenset[str]]]:
+        clicked = _clicked_ids(
+            self._run(
+                f"SELECT query_id, object_id FROM events WHERE experiment_id = ? AND action_name IN ({','.join('?' * len(CLICK_ACTIONS))})",
+                (experiment_id, *sorted(CLICK_ACTIONS)),
+            )
+        )
+        # fetchmany: an experiment's lists are read a page at a time, never all at once
+        cursor = self._run("SELECT body FROM queries WHERE experiment_id = ? ORDER BY query_id", (experiment_id,))
+        while rows := cursor.fetchmany(_PAGE):
+            for (body,) in rows:
+                query = ShownQuery.from_json(json.loads(body))
+                yield query, clicked.get(query.query_id, frozenset())
 
     def recorded(self, experiment_id: str) -> Recorded:
         (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
@@ -575,12 +603,12 @@ class OpenSearchEventStore:
         total = self._call("counting events", client.count, index=index, not_found={"count": 0})
         return EventCounts(int(for_query["count"]), int(for_client["count"]), int(total["count"]))
 
-    def _all(self, index: str, query: dict[str, Any], key: str) -> Iterator[dict[str, Any]]:
-        """query_id and object_id of every matching event: pages sorted by the unique keyword `key`,
-        walked with search_after (no scroll context to leak)."""
+    def _all(self, index: str, query: dict[str, Any], key: str, source: Sequence[str] | bool = ("query_id", "object_id")) -> Iterator[dict[str, Any]]:
+        """`source` (by default query_id and object_id) of every matching document: pages
+        sorted by the unique keyword `key`, walked with search_after (no scroll context to leak)."""
         after: list[Any] | None = None
         while True:
-            body: dict[str, Any] = {"size": _PAGE, "query": query, "sort": [{key: "asc"}], "_source": ["query_id", "object_id"]}
+            body: dict[str, Any] = {"size": _PAGE, "query": query, "sort": [{key: "asc"}], "_source": source if isinstance(source, bool) else list(source)}
             if after is not None:
                 body["search_after"] = after
             found = self._call("reading experiment data", self._store.client.search, index=index, body=body)
@@ -615,6 +643,18 @@ class OpenSearchEventStore:
                     shown.append((query.interleaving, frozenset(clicked[query.query_id])))
                     shown_at.append(query.timestamp)
         return ExperimentData(queries=int(counted["count"]), click_events=len(rows), clicked=shown, shown_at=shown_at)
+
+    def impressions(self, experiment_id: str) -> Iterator[tuple[ShownQuery, frozenset[str]]]:
+        client = self._store.client
+        queries_index, events_index = self._index("ubi_queries"), self._index("ubi_events")
+        for index in (queries_index, events_index):
+            self._call("refreshing experiment data", client.indices.refresh, index=index)
+        term = {"term": {"experiment_id": experiment_id}}
+        clicks = {"bool": {"filter": [term, {"terms": {"action_name": sorted(CLICK_ACTIONS)}}]}}
+        clicked = _clicked_ids((row["query_id"], row.get("object_id")) for row in self._all(events_index, clicks, "event_id"))
+        for source in self._all(queries_index, term, "query_id", source=True):
+            query = ShownQuery.from_json(source)
+            yield query, clicked.get(query.query_id, frozenset())
 
     def recorded(self, experiment_id: str) -> Recorded:
         client = self._store.client

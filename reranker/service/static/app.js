@@ -1,7 +1,8 @@
 // The reranker web page: four views over the JSON API, as hash routes.
 //
 //   #/compare       two rankers side by side over the same BM25 window, rank changes marked;
-//                   an evaluation report's per-query wins and losses, plotted
+//                   an evaluation report's figures for the two rankers (a judged data set's, say) and
+//                   its per-query wins and losses, plotted
 //   #/search        live search as users get it (an experiment may interleave it); clicks recorded
 //   #/paper/<id>    one paper: its opening, top topics and papers like it
 //   #/experiments   interleaving experiments: traffic, clicks, wins, p-value, the preference
@@ -773,17 +774,21 @@
     await loadExperiments({ id, message: "Started." });
   }
 
-  // --- an evaluation report's per-query wins and losses ---------------------------------
+  // --- an evaluation report: its figures for the rankers compared, per-query wins and losses ---
 
   // A saved report: `reranker compare --json-file` (one baseline, "baseline") or
-  // `reranker evaluate --json --per-query` (several, "baselines"); both have per_query.
+  // `reranker evaluate --json [--per-query]` (several, "baselines"). Its figures
+  // ("results") are shown for the two rankers compared above; per_query is plotted.
   const savedReport = { body: null, name: "" };
 
   function readReport(body) {
+    const results = body && typeof body === "object" ? body.results : null;
+    const figures = Boolean(results && typeof results === "object" && Object.keys(results).length > 0);
     const perQuery = body && typeof body === "object" ? body.per_query : null;
     if (!perQuery || typeof perQuery !== "object" || Object.keys(perQuery).length < 2) {
+      if (figures) return null; // figures to show, nothing to plot
       throw new Error(
-        "it has no per-query figures of two or more rankers (write one with `reranker compare ... --json-file FILE`, " +
+        "it has no figures of any ranker (write one with `reranker compare ... --json-file FILE`, " +
           "or `reranker evaluate ... --json --per-query`)"
       );
     }
@@ -802,6 +807,7 @@
     byId("report-plot").replaceChildren();
     byId("report-controls").hidden = true;
     savedReport.body = null;
+    drawFigures();
     if (!file) {
       summary.textContent = "";
       return;
@@ -813,8 +819,14 @@
       savedReport.body = body;
       savedReport.name = file.name;
     } catch (error) {
-      summary.textContent = `Cannot plot ${file.name}: ${error instanceof SyntaxError ? `it is not JSON (${error.message})` : error.message}`;
+      summary.textContent = `Cannot open ${file.name}: ${error instanceof SyntaxError ? `it is not JSON (${error.message})` : error.message}`;
       summary.dataset.kind = "error";
+      return;
+    }
+    drawFigures();
+    if (shape === null) {
+      summary.textContent = `${file.name} has no per-query figures to plot (write it with \`reranker evaluate ... --json --per-query\`).`;
+      summary.dataset.kind = "info";
       return;
     }
     const options = (names) => names.map((name) => el("option", { value: name, text: name }));
@@ -826,6 +838,68 @@
     fillReportRankers();
     byId("report-controls").hidden = false;
     drawReport();
+  }
+
+  // The paired test's p-value between two rankers, when the report has it: `evaluate`
+  // tests every pair, `compare` each ranker against its one baseline.
+  function pBetween(body, left, right, metric) {
+    const tested = body.p_values || {};
+    if (body.baseline) {
+      if (left === body.baseline) return (tested[right] || {})[metric];
+      if (right === body.baseline) return (tested[left] || {})[metric];
+      return undefined;
+    }
+    return ((tested[left] || {})[right] || {})[metric] ?? ((tested[right] || {})[left] || {})[metric];
+  }
+
+  // The report's figures for the rankers in the left and right columns, beside the live comparison.
+  function drawFigures() {
+    const panel = byId("report-figures");
+    const body = savedReport.body;
+    const results = body && body.results && typeof body.results === "object" ? body.results : null;
+    if (!results || Object.keys(results).length === 0) {
+      panel.hidden = true;
+      panel.replaceChildren();
+      return;
+    }
+    const [left, right] = [byId("compare-left").value, byId("compare-right").value];
+    const name = body.dataset || savedReport.name;
+    panel.hidden = false;
+    const missing = [...new Set([left, right])].filter((ranker) => !results[ranker] || typeof results[ranker] !== "object");
+    if (missing.length) {
+      panel.replaceChildren(el("p", {
+        class: "note",
+        text: `The report on ${name} has no figures of ${missing.join(" or ")}; it has ${Object.keys(results).join(", ")}. ` +
+          "Choose two of them as the left and right rankers above.",
+      }));
+      return;
+    }
+    const metrics = (Array.isArray(body.metrics) ? body.metrics : Object.keys(results[left]))
+      .filter((metric) => typeof results[left][metric] === "number" && typeof results[right][metric] === "number");
+    const rows = metrics.map((metric) => {
+      const [a, b] = [results[left][metric], results[right][metric]];
+      return el("tr", { "data-metric": metric },
+        el("th", { scope: "row", text: metric }),
+        el("td", { class: a > b ? "better" : null, text: number(a, 3) }),
+        el("td", { class: b > a ? "better" : null, text: number(b, 3) }),
+        el("td", { text: left === right ? "—" : pValue(pBetween(body, left, right, metric)) }));
+    });
+    const judgments = body.judgments || (body.config || {}).judgments;
+    const caption = `${name}` + (typeof body.queries === "number" ? `, ${body.queries} judged queries` : "") +
+      (judgments ? ` (judgments: ${judgments})` : "") + `: ${left} and ${right}`;
+    const notes = [];
+    if (body.baseline && left !== right && left !== body.baseline && right !== body.baseline) {
+      notes.push(`This report tests each ranker against ${body.baseline} only: no p-value between ${left} and ${right}.`);
+    }
+    if (body.significance_test) notes.push(`p: ${body.significance_test}. The larger figure of each row is in bold.`);
+    panel.replaceChildren(
+      el("table", {},
+        el("caption", { text: caption }),
+        el("thead", {}, el("tr", {},
+          el("th", { scope: "col", text: "Metric" }), el("th", { scope: "col", text: left }),
+          el("th", { scope: "col", text: right }), el("th", { scope: "col", text: "p" }))),
+        el("tbody", {}, ...rows)),
+      ...notes.map((note) => el("p", { class: "note", text: note })));
   }
 
   function fillReportRankers() {
@@ -895,6 +969,8 @@
     });
     byId("report-ranker").addEventListener("change", drawReport);
     byId("report-metric").addEventListener("change", drawReport);
+    byId("compare-left").addEventListener("change", drawFigures);
+    byId("compare-right").addEventListener("change", drawFigures);
     // The plots are drawn at their container's width: draw them again when it changes.
     // (Only a new width: phones resize the height as their address bar comes and goes.)
     let resizeTimer = null;
