@@ -53,6 +53,10 @@ class IndexMismatchError(StoreError):
     """The index was built with other word vectors or another K than the caller uses."""
 
 
+class WorkerError(RerankerError):
+    """A worker process ended abruptly (killed, or out of memory) before its work was done."""
+
+
 class UnknownRankerError(RerankerError):
     """A ranker name that is not registered; the message lists the valid names."""
 

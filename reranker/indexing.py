@@ -24,6 +24,7 @@ import multiprocessing
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Protocol, Sequence
@@ -32,7 +33,7 @@ import numpy as np
 
 from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
-from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError
+from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError, WorkerError
 from reranker.store import IndexInfo, Store
 from reranker.text import readable_words, tokenize
 from reranker.topics import center, corpus_centering, extract_topic_pair, extract_topics, unit_rows
@@ -353,11 +354,42 @@ class TopicExtractor:
     def submit(self, documents: list[Document]) -> Callable[[], list[Extraction]]:
         """Start on `documents`; the returned function waits for their results, in order."""
         if self._pool is None or len(documents) < 2:
-            results = _topics_of(documents, self.vectors, self.k, self.stopwords, self.correction, self.stemmer)
-            return lambda: results
+            done = _topics_of(documents, self.vectors, self.k, self.stopwords, self.correction, self.stemmer)
+            return lambda: done
         size = -(-len(documents) // (self.workers * 2))
-        futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
-        return lambda: [result for future in futures for result in future.result()]
+        try:
+            futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
+        except BrokenProcessPool:
+            raise self._worker_ended() from None
+
+        def waited() -> list[Extraction]:
+            try:
+                return [result for future in futures for result in future.result()]
+            except BrokenProcessPool:
+                raise self._worker_ended() from None
+
+        return waited
+
+    def _worker_ended(self) -> WorkerError:
+        """The error for a pool a worker left abruptly, once its other workers are gone.
+
+        CPython 3.11's pool, once broken, SIGTERMs its workers and waits for its threads,
+        but a worker it missed stays blocked sending a batch's results that nobody reads,
+        and holds the pipe the pool's feeder thread is blocked writing the next batch to:
+        `reranker index` then hung on exit, for good (seen with a worker killed while
+        batches of long papers were queued). Killing what is left ends both writes.
+        """
+        # A private attribute (the pool's own processes, none of anyone else's): no
+        # public call reaches them, and a pool past 3.11 does no harm to kill twice.
+        for worker in dict(getattr(self._pool, "_processes", None) or {}).values():
+            if worker.is_alive():
+                worker.kill()
+        # What is written stays written (each batch lands whole or not at all): a second
+        # run skips it and goes on.
+        return WorkerError(
+            "a topic-extraction worker process ended abruptly (killed, or out of memory?); the documents "
+            "written before it are kept: run the same command again to go on (--workers 1 uses no workers)"
+        )
 
     def close(self) -> None:
         if self._pool is not None:

@@ -413,3 +413,86 @@ def test_a_full_disk_is_a_one_line_error_and_loses_nothing(
     after = json.loads((out / "after.json").read_text())
     assert sorted(after["ids"]) == sorted(versions) and after["texts"] == {doc["id"]: doc["text"] for doc in new}
     assert after["count"] == len(new)
+
+
+# --- a topic worker killed ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["at work", "starting"])
+def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(data_dir: Path, tmp_path: Path, when: str) -> None:
+    """A topic-extraction worker process killed (as the kernel's out-of-memory killer would)
+    stops `reranker index` with one line, not a traceback and not a hang; what it wrote
+    stays, and the next run completes the index. Killed as it starts, the pool may not
+    have counted it yet and the run may complete: then it must have indexed everything.
+    (Killed as it started, the other worker once hung the run for good: see
+    `TopicExtractor._worker_ended`.)"""
+    from conftest import settings_env
+
+    from reranker.indexing import PARALLEL_MIN_BYTES
+
+    # Large enough for `--workers 2` to start workers: 1,600 documents of about 15 KB.
+    records = [
+        {"id": f"d{n}", "text": f"{own_word(n)} " + " ".join(random.Random(n).choices(_TOPIC_WORDS, k=2_400))}
+        for n in range(1_600)
+    ]
+    path = write_jsonl(tmp_path / "big.jsonl", records)
+    assert path.stat().st_size >= PARALLEL_MIN_BYTES
+    command = [sys.executable, "-m", "reranker", "index", str(path), "--workers", "2", "--no-progress"]
+    env = {**os.environ, **settings_env(data_dir), "PYTHONPATH": str(REPO)}
+    indexer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # A worker at work: half a second of CPU spent (a worker killed while it starts up
+        # may be before the pool counts it).
+        worker = None
+        while worker is None and indexer.poll() is None:
+            least = 50 if when == "at work" else 0
+            busy = [pid for pid in _children(indexer.pid) if b"spawn_main" in _cmdline(pid) and _cpu_ticks(pid) >= least]
+            worker = busy[0] if busy else None
+        assert worker is not None, "the indexer ended before a worker was at work"
+        os.kill(worker, signal.SIGKILL)
+        out, errors = indexer.communicate(timeout=300)
+    finally:
+        if indexer.poll() is None:
+            indexer.kill()
+    assert "Traceback" not in errors, errors
+    if when == "at work" or indexer.returncode != 0:
+        assert indexer.returncode == 1, (out, errors)
+        assert len(errors.strip().splitlines()) == 1, errors
+        assert "worker process ended abruptly" in errors and "run the same command again" in errors
+    code, again = run(data_dir, "index", str(path), "--no-progress")
+    assert code == 0, again
+    store = EmbeddedStore(data_dir / "index")
+    try:
+        assert store.count() == len(records)
+        assert [hit.doc_id for hit in store.bm25(own_word(1_234), 1)] == ["d1234"]
+    finally:
+        store.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User + system CPU time of a process, in clock ticks (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
