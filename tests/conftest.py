@@ -252,6 +252,15 @@ def run(data_dir: Path, *argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def sample_indexed(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A new data dir holding the bundled sample corpus's index (for module fixtures)."""
+    data_dir = tmp_path_factory.mktemp(name) / "data"
+    data_dir.mkdir()
+    code, out = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert code == 0, out
+    return data_dir
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Iterable[EmbeddedStore]:
     opened = EmbeddedStore(tmp_path / "store")

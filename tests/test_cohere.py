@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run, settings_env
+from conftest import SAMPLE, sample_indexed, settings_env
 from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,10 +41,7 @@ def _documents(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
-    data_dir = tmp_path_factory.mktemp("cohere") / "data"
-    data_dir.mkdir()
-    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
-    return data_dir
+    return sample_indexed(tmp_path_factory, "cohere")
 
 
 def _app(data_dir: Path, **env: str) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run, settings_env
+from conftest import SAMPLE, run, sample_indexed, settings_env
 from flask.testing import FlaskClient
 
 from reranker import experiments as ex
@@ -38,11 +38,7 @@ QUERIES = [json.loads(line)["text"] for line in (SAMPLE / "queries.jsonl").read_
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
-    data_dir = tmp_path_factory.mktemp("experiments") / "data"
-    data_dir.mkdir()
-    code, _ = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
-    assert code == 0
-    return data_dir
+    return sample_indexed(tmp_path_factory, "experiments")
 
 
 def _settings(data_dir: Path, **env: str) -> Settings:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run, settings_env
+from conftest import SAMPLE, run, sample_indexed, settings_env
 from flask.testing import FlaskClient
 
 from reranker.config import OpenSearchSettings, Settings
@@ -123,11 +123,7 @@ def test_the_stores_list_every_shown_query_with_its_clicks(event_store: EventSto
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
-    data_dir = tmp_path_factory.mktemp("judgments") / "data"
-    data_dir.mkdir()
-    code, _ = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
-    assert code == 0
-    return data_dir
+    return sample_indexed(tmp_path_factory, "judgments")
 
 
 @pytest.fixture(scope="module")

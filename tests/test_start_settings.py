@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SAMPLE, free_port, http_json, run
+from conftest import REPO, free_port, http_json, sample_indexed
 from test_docker import dockerfile_env, gunicorn_argv, gunicorn_option, repo_path_of
 
 from reranker.threads import VARIABLES
@@ -47,10 +47,7 @@ def clean_env(data_dir: Path, **more: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def sample_index(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
-    data_dir = tmp_path_factory.mktemp("start-settings")
-    code, _ = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
-    assert code == 0
-    return data_dir
+    return sample_indexed(tmp_path_factory, "start-settings")
 
 
 @pytest.fixture(scope="module")

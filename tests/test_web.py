@@ -147,6 +147,19 @@ def phone(browser: "Browser", served: str) -> Iterator["Page"]:
     yield from _tab(browser, served, *PHONE)
 
 
+def _refused_then_done(page: "Page", card: Any, button: Any) -> None:
+    """Press `button` with a wrong admin key (the card shows the API's 401), then with the right one."""
+    from playwright.sync_api import expect
+
+    key = page.get_by_label("Admin API key (kept in this tab only)")
+    key.fill("wrong-key")
+    button.click()
+    expect(card.locator(".form-result")).to_contain_text("Refused:")
+    expect(card.locator(".form-result")).to_contain_text("HTTP 401")
+    key.fill(ADMIN_KEY)
+    button.click()
+
+
 def _screenshot(page: "Page", name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / name
@@ -355,13 +368,8 @@ def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", ser
         expect(card.locator('[data-field="verdict"]')).not_to_be_empty()
 
         # Changes need the admin key: a wrong one is refused with the API's reason.
-        page.get_by_label("Admin API key (kept in this tab only)").fill("wrong-key")
         card.get_by_label("Traffic share (above 0, at most 1)").fill("0.5")
-        card.get_by_role("button", name="Update traffic").click()
-        expect(card.locator(".form-result")).to_contain_text("Refused:")
-        expect(card.locator(".form-result")).to_contain_text("HTTP 401")
-        page.get_by_label("Admin API key (kept in this tab only)").fill(ADMIN_KEY)
-        card.get_by_role("button", name="Update traffic").click()
+        _refused_then_done(page, card, card.get_by_role("button", name="Update traffic"))
         card = page.locator('[data-experiment="web-ab"]')  # rebuilt
         expect(card.locator('[data-field="traffic"]')).to_have_text("50%")
         expect(card.locator(".form-result")).to_have_text("Saved: traffic share 50%.")
@@ -663,12 +671,7 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
         _screenshot(page, "experiments.png")
 
         # Stopping needs the key too.
-        page.get_by_label("Admin API key (kept in this tab only)").fill("wrong-key")
-        card.get_by_role("button", name="Stop experiment").click()
-        expect(card.locator(".form-result")).to_contain_text("Refused:")
-        expect(card.locator(".form-result")).to_contain_text("HTTP 401")
-        page.get_by_label("Admin API key (kept in this tab only)").fill(ADMIN_KEY)
-        card.get_by_role("button", name="Stop experiment").click()
+        _refused_then_done(page, card, card.get_by_role("button", name="Stop experiment"))
         expect(card.locator(".badge")).to_have_text("stopped")
         expect(card.locator(".form-result")).to_have_text("Saved: status stopped.")
         assert _api(served, "GET", "/experiments/web-plot")[1]["experiment"]["status"] == "stopped"
