@@ -15,9 +15,10 @@ What it measures, on one shared data set per run (CL-SciSumm 2018 train or CISI)
   passages and queries lose their tails (the report says how many).
 - `minilm+bm25`: 0.5 x min-max(minilm) + 0.5 x min-max(BM25) over the window, through the
   product's own `Fusion` (`reranker.rankers.fusion`), ties broken by BM25 rank as every ranker's.
-- Cost per query, next to the default ranker's (reading the window's corrected topics from
-  the store and reranking): minilm with cached passage embeddings (embed the query, take the
-  max cosine), and cold (read the window's texts, embed all their passages, then the same),
+- Cost per query, next to the default ranker's (reading the window's corrected topics and,
+  for `:maxp`, scoring each candidate's best passage from its stored words, then
+  reranking): minilm with cached passage embeddings (embed the query, take the max
+  cosine), and cold (read the window's texts, embed all their passages, then the same),
   measured on --cold-queries queries spread over the set, whose scores must equal the cached
   ones. Also the one-off cost of embedding the passages of every document in any window, and
   the BM25 window that every ranker shares. The default ranker's topics are computed at
@@ -273,7 +274,7 @@ def embed_window_set(engine: Engine, encoder: Encoder, windows: Sequence[Window]
 
 def rerank_completed(engine: Engine, window: Window, ranker: Ranker) -> Ranking:
     """What a product ranker costs per query: fetch what it needs (the corrected topics
-    from the store), then rerank."""
+    from the store; for `:maxp` its best-passage scores), then rerank."""
     return engine.rerank(window.query, engine.complete(window.candidates, ranker), ranker)
 
 
@@ -361,7 +362,7 @@ def cost_table(costs: Costs) -> tuple[str, dict[str, float]]:
     """The per-query costs in ms and each one's ratio to the default ranker's mean."""
     default_mean = float(np.mean(list(costs.default.values())))
     steps = [
-        ("BM25 window + its topics (shared by all)", costs.window),
+        ("BM25 window (shared by all)", costs.window),  # topics come with Engine.complete
         (f"{DEFAULT_RANKER} (w={DEFAULT_FUSION_WEIGHT:g})", costs.default),
         ("minilm, cached passages", costs.cached),
         ("minilm+bm25, cached passages", costs.cached_fused),
