@@ -19,7 +19,7 @@ from reranker.indexing import Correction, corrected_topics, estimate_centering, 
 from reranker.pipeline import Engine
 from reranker.store import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query
 from reranker.store.embedded import EmbeddedStore
-from reranker.store.text_index import stable_hashes
+from reranker.store.text_index import WordPositions, stable_hashes
 from reranker.types import Document
 
 
@@ -61,7 +61,9 @@ def _passages_by_both_ways(words: list[str], stem: dict[str, str], exact: dict[s
     texts = [list(rng.choice(words, size=n)) for n in lengths]
     vocabulary = (stable_hashes(words), stable_hashes([stem[w] for w in words]))
     query = passage_query(exact, stemmed, doc_freqs, 100, vocabulary)
-    found = best_passage_bm25([stable_hashes(text) for text in texts], query, 131.5)
+    # As the store keeps them: through bytes (uint16 positions, uint32 past 65,535 words).
+    positions = [WordPositions.from_bytes(WordPositions.of(stable_hashes(text)).to_bytes()) for text in texts]
+    found = best_passage_bm25(positions, query, 131.5)
     expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100, 131.5) for text in texts]
     assert found.tolist() == pytest.approx(expected, rel=1e-5)  # computed in float32
     # An empty text scores 0; every text of a passage or more holds some query word.
@@ -77,6 +79,27 @@ def test_best_passage_bm25_is_the_best_window_by_the_definition() -> None:
     # Lengths around the passage edges: empty, shorter than one, exactly one, one and a bit,
     # several with a ragged end.
     _passages_by_both_ways(words, stem, exact, [0, 7, 150, 151, 225, 600, 1013], seed=3)
+
+
+def test_a_text_past_65535_words_keeps_its_positions_in_32_bits() -> None:
+    words = [f"word{i}" for i in range(30)]
+    stem = {word: f"stem{i % 20}" for i, word in enumerate(words)}
+    _passages_by_both_ways(words, stem, {"word2": 1, "word7": 1}, [0, 70_000, 300], seed=11)
+    kept = WordPositions.of(stable_hashes(words * 2200))
+    assert kept.positions.dtype == np.uint32 and kept.positions.max() == 65_999
+
+
+def test_word_positions_list_each_words_places_in_text_order() -> None:
+    text = stable_hashes(["b", "a", "c", "a", "b", "a"])
+    kept = WordPositions.from_bytes(WordPositions.of(text).to_bytes())
+    assert kept.positions.dtype == np.uint16
+    by_word = dict(zip(kept.words.tolist(), np.split(kept.positions, np.cumsum(kept.counts)[:-1])))
+    assert sorted(by_word) == kept.words.tolist()
+    assert {word: places.tolist() for word, places in by_word.items()} == {
+        int(text[1]): [1, 3, 5], int(text[0]): [0, 4], int(text[2]): [2]
+    }
+    empty = WordPositions.from_bytes(b"")
+    assert empty.words.size == empty.positions.size == 0
 
 
 def test_words_whose_low_bits_agree_take_the_other_path_to_the_same_answer() -> None:
@@ -189,9 +212,9 @@ def test_a_store_without_passages_of_words_falls_back_until_reindexed(engine: En
     index_corpus(path, engine.store, glove, 3, show_progress=False)
     store = engine.store
     assert isinstance(store, EmbeddedStore)
-    # As a store written before derivation 3 reads: stems only, in a column no longer read.
+    # As a store written before derivation 4 reads: no positions (words in text order, in a column no longer read).
     with sqlite3.connect(store.directory / "store.sqlite3") as db:
-        db.execute("UPDATE docs SET passage_words = NULL")
+        db.execute("UPDATE docs SET passage_positions = NULL")
     assert store.passage_bm25("translation phrases", ["d0", "d1"], [None, None]) is None
     # The default then ranks as the fusion without passages, and says nothing is wrong.
     found = engine.search("translation phrases", "hidden_topics_corrected+bm25:maxp", size=3)

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from reranker.config import Settings
 from reranker.errors import IndexMismatchError
-from reranker.store.text_index import SEARCH_FIELDS, stable_hashes
+from reranker.store.text_index import SEARCH_FIELDS, WordPositions, stable_hashes
 from reranker.text import load_stopwords
 from reranker.types import (
     Candidate,
@@ -299,63 +299,89 @@ def passage_query(
     )
 
 
-def best_passage_bm25(
-    sequences: Sequence[npt.NDArray[np.int32]], query: PassageQuery, average_length: float
-) -> npt.NDArray[np.float64]:
+def best_passage_bm25(texts: Sequence[WordPositions], query: PassageQuery, average_length: float) -> npt.NDArray[np.float64]:
     """BM25 of each text's best passage: (n,) float64.
 
-    sequences: each text's words in text order, as `stable_hashes`. Passages are windows
-    of PASSAGE_TERMS words starting every PASSAGE_STRIDE (a text shorter than one is one
-    passage; the last starts where its window reaches the end), each scored with
-    `bm25_of_texts`' formula over both fields as the first stage scores a document (a
-    passage is as long in either field), the documents' idf and the index's passages'
-    `average_length`, as BM25 takes the average length of what it scores (about
+    Passages are windows of PASSAGE_TERMS words starting every PASSAGE_STRIDE (a text
+    shorter than one is one passage; the last starts where its window reaches the end),
+    each scored with `bm25_of_texts`' formula over both fields as the first stage scores a
+    document (a passage is as long in either field), the documents' idf and the index's
+    passages' `average_length`, as BM25 takes the average length of what it scores (about
     PASSAGE_TERMS over long papers; over abstracts shorter than one passage, their mean
     length, so that each one's single passage scores as the abstract does in the first
-    stage); a text scores its best passage's score. Scores are computed in
-    float32 (relative error about 1e-6): half the memory traffic, 5.6 ms against 8.8 ms
-    for a window of 100 long papers.
+    stage); a text scores its best passage's score. Scores are computed in float32
+    (relative error about 1e-6): half the memory traffic, 5.6 ms against 8.8 ms for a
+    window of 100 long papers.
     """
-    lengths = np.fromiter((sequence.size for sequence in sequences), dtype=np.int64, count=len(sequences))
-    best = np.zeros(len(sequences), dtype=np.float64)
-    if not len(sequences) or not query.words.size or not lengths.sum():
-        return best
-    terms = query.weights.size
+    lengths = np.fromiter((text.positions.size for text in texts), dtype=np.int64, count=len(texts))
+    if not len(texts) or not query.words.size or not lengths.sum():
+        return np.zeros(len(texts), dtype=np.float64)
     # The whole window at once: a loop over its documents cost 80 us each in numpy's
     # per-call overhead, 8 ms for 100 abstracts.
-    found, which = _occurrences(np.concatenate(sequences), query.words)
+    words = np.concatenate([text.words for text in texts])
+    found, which = _occurrences(words, query.words)
     # Counted per block of PASSAGE_STRIDE words: with PASSAGE_TERMS twice the stride,
     # passage j of a text is its blocks j and j + 1, so each word is counted once (not
-    # once per passage holding it) and a passage's counts are two rows added.
+    # once per passage holding it) and a passage's counts are two rows added. Each text's
+    # blocks are rows of one table, followed by a row of zeros (the block after its last;
+    # an empty text has one empty block).
     blocks = -(-lengths // PASSAGE_STRIDE)
-    first_block = np.cumsum(blocks) - blocks
-    ends = np.cumsum(lengths)
-    docs = np.searchsorted(ends, found, side="right")
-    block = first_block[docs] + (found - (ends - lengths)[docs]) // PASSAGE_STRIDE
-    cells = []
-    for field in range(query.slots.shape[1]):  # a word counts once in each field whose term it is
-        slot = query.slots[which, field]
-        counted = slot >= 0
-        cells.append(block[counted] * terms + slot[counted])
-    empty = int(blocks.sum())  # one more row, of zeros: the block after a text's last
+    rows = np.maximum(blocks, 1) + 1
+    first_row = np.cumsum(rows) - rows
+    slots, weights = _present_terms(query, which)
+    columns = weights.size
+    # The found words' positions: the `counts` of each text's words, laid end to end,
+    # say where each word's positions start in the texts' positions laid end to end.
+    counts = np.concatenate([text.counts for text in texts]).astype(np.int64)
+    word_ends = np.cumsum(counts)
+    found_counts = counts[found]
+    positions = np.concatenate([text.positions for text in texts])[_ranges(word_ends[found] - found_counts, found_counts)]
+    text_of = np.searchsorted(np.cumsum([text.words.size for text in texts]), found, side="right")
+    # A found word counts once in each field whose term it is (a last column takes the
+    # fields where it is none).
+    cells = np.repeat((first_row[text_of] * columns)[:, None] + slots[which], found_counts, axis=0)
+    cells += ((positions // PASSAGE_STRIDE).astype(np.int64) * columns)[:, None]
+    table_rows = int(rows.sum()) + 1  # and one more: the row after the last text's
     # One expression: the int64 counts are freed before the arrays below are made, which
     # then reuse their memory (kept alive, the function took 7.4 ms instead of 5.7).
-    table = np.bincount(np.concatenate(cells), minlength=(empty + 1) * terms).astype(np.float32).reshape(empty + 1, terms)
-    # A document shorter than one passage is one passage (an empty one too: it scores 0);
-    # the last passage starts where its window reaches the end.
-    passages = np.where(lengths <= PASSAGE_TERMS, 1, -(-(lengths - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1)
-    first_passage = np.cumsum(passages) - passages
-    of_passage = np.repeat(np.arange(len(sequences)), passages)
-    number = np.arange(int(passages.sum())) - first_passage[of_passage]
-    starts = number * PASSAGE_STRIDE
-    length = lengths[of_passage]
-    here = np.where(starts < length, first_block[of_passage] + number, empty)
-    after = np.where(starts + PASSAGE_STRIDE < length, here + 1, empty)
-    frequency = table[here] + table[after]
-    sizes = np.minimum(starts + PASSAGE_TERMS, length) - starts
+    table = np.bincount(cells.ravel(), minlength=table_rows * columns).astype(np.float32).reshape(table_rows, columns)
+    # Row r's passage is blocks r and r + 1: a text's passages are its first rows, the
+    # rest (its last block alone, its row of zeros with the next text's first block) are
+    # scored too, as slices cost less than picking the passages out, and left out below.
+    frequency = table[:-1] + table[1:]
+    of_row = np.repeat(np.arange(len(texts)), rows)
+    starts = (np.arange(table_rows - 1) - first_row[of_row]) * PASSAGE_STRIDE
+    sizes = np.clip(lengths[of_row] - starts, 0, PASSAGE_TERMS)
     norm = (BM25_K1 * (1.0 - BM25_B + BM25_B * sizes / max(average_length, 1e-9))).astype(np.float32)
-    scores = (frequency / (frequency + norm[:, None])) @ query.weights.astype(np.float32)
-    return np.maximum.reduceat(scores.astype(np.float64), first_passage)
+    frequency /= frequency + norm[:, None]
+    scores = frequency @ weights.astype(np.float32)
+    # A text shorter than one passage is one passage (an empty one too: it scores 0); the
+    # last passage starts where its window reaches the end.
+    passages = np.where(lengths <= PASSAGE_TERMS, 1, blocks - 1)
+    best: npt.NDArray[np.float64] = np.maximum.reduceat(scores.astype(np.float64), np.stack([first_row, first_row + passages], axis=1).ravel())[::2]
+    return best
+
+
+def _present_terms(query: PassageQuery, which: npt.NDArray[np.int32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """The query's terms some found word counts as, and a last one of weight 0 for a field
+    where a word counts as none: (slots (m, 2) as in `PassageQuery` renumbered, weights).
+    A window holds about 4 in 5 of a summary's terms: the table is as much smaller."""
+    terms = query.weights.size
+    seen = np.bincount(which, minlength=query.words.size) > 0
+    present = np.zeros(terms + 1, dtype=bool)
+    present[query.slots[seen].ravel()] = True  # -1 (none) marks the extra last entry
+    kept = np.flatnonzero(present[:terms])
+    renumbered = np.full(terms + 1, kept.size, dtype=np.intp)
+    renumbered[kept] = np.arange(kept.size)
+    return renumbered[query.slots], np.append(query.weights[kept], 0.0)
+
+
+def _ranges(starts: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """starts[0], ..., starts[0] + sizes[0] - 1, starts[1], ...: the indices of the ranges
+    laid end to end, without a loop."""
+    ends = np.cumsum(sizes)
+    steps: npt.NDArray[np.int64] = np.repeat(starts - (ends - sizes), sizes) + np.arange(int(ends[-1]) if ends.size else 0)
+    return steps
 
 
 def _occurrences(tokens: npt.NDArray[np.int32], wanted: npt.NDArray[np.int32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int32]]:

@@ -72,6 +72,7 @@ from reranker.store.text_index import (
     NEARLY_FULL,
     TextIndex,
     TextTerms,
+    WordPositions,
     free_bytes,
     full_disk,
     stable_hashes,
@@ -109,7 +110,7 @@ _OLDER_READS_SECONDS = 60
 
 _DOC_COLUMNS = (
     "id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances, doc_vector, "
-    "doc_vector_model, corrected_k, corrected_topics, corrected_importances, backgrounds, passage_words"
+    "doc_vector_model, corrected_k, corrected_topics, corrected_importances, backgrounds, passage_positions"
 )
 # AUTOINCREMENT: a row id is never given to another document.
 _DOCS = """
@@ -131,7 +132,7 @@ CREATE TABLE {name} (
     corrected_topics BLOB,
     corrected_importances BLOB,
     backgrounds BLOB,
-    passage_words BLOB
+    passage_positions BLOB
 )
 """
 _DOCS_INDEXES = "CREATE INDEX IF NOT EXISTS docs_id ON docs(id);"
@@ -200,11 +201,12 @@ class EmbeddedStore:
                 self._db.executescript(_META + _DOCS.format(name="IF NOT EXISTS docs") + ";" + _DOCS_INDEXES + _VOCABULARY)
             elif not self._legacy:
                 columns = {row[1] for row in self._db.execute("PRAGMA table_info(docs)")}
-                # A store written before passages of words (derivation 3) has none: they stay
-                # NULL until the next `reranker index` re-derives its documents. (Its
-                # `passage_terms`, stems only, are no longer read.)
-                if "passage_words" not in columns:
-                    self._db.execute("ALTER TABLE docs ADD COLUMN passage_words BLOB")
+                # A store written before words' positions (derivation 4) has none: they stay
+                # NULL until the next `reranker index` re-derives its documents, whose new
+                # rows leave the columns no longer read (`passage_words`, `passage_terms`)
+                # NULL.
+                if "passage_positions" not in columns:
+                    self._db.execute("ALTER TABLE docs ADD COLUMN passage_positions BLOB")
                 self._db.executescript(_VOCABULARY)
         except (OSError, sqlite3.Error) as exc:
             raise _store_error(f"cannot open the embedded store in {directory}", exc, directory) from None
@@ -511,7 +513,7 @@ class EmbeddedStore:
                 elif stems is None:
                     stems = " ".join(stem_words(words.split()))
                 split = words.split()
-                rowid = self._insert(stored, stable_hashes(split).tobytes())
+                rowid = self._insert(stored, WordPositions.of(stable_hashes(split)).to_bytes())
                 vocabulary.update(zip(split, stems.split()))
                 # The entry goes under the row id this version will have when readers see
                 # it: the visible version's, or a new document's own. An unseen earlier
@@ -665,7 +667,7 @@ class EmbeddedStore:
         doc, topics, corrected = stored.document, stored.doc_topics, stored.corrected
         cursor = self._db.execute(
             "INSERT INTO docs(id, title, body, fields, content_hash, n_tokens, n_oov, k, topics, importances, "
-            "corrected_k, corrected_topics, corrected_importances, backgrounds, passage_words) "
+            "corrected_k, corrected_topics, corrected_importances, backgrounds, passage_positions) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 doc.id,
@@ -768,7 +770,7 @@ class EmbeddedStore:
                     chunk = unread[start : start + 500]
                     marks = ",".join("?" * len(chunk))
                     stored.update(self._db.execute(
-                        f"SELECT id, passage_words FROM docs WHERE rowid <= ? AND id IN ({marks})", (view.watermark, *chunk)
+                        f"SELECT id, passage_positions FROM docs WHERE rowid <= ? AND id IN ({marks})", (view.watermark, *chunk)
                     ).fetchall())
                 if unread:
                     pairs = self._db.execute(
@@ -777,19 +779,19 @@ class EmbeddedStore:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read passages: {exc}") from None
         if any(stored.get(doc_id, b"") is None for doc_id in unread):
-            return None  # indexed before passages of words were kept: the next `reranker index` adds them
+            return None  # indexed before words' positions were kept: the next `reranker index` adds them
         sent = [self._terms_of(text) for text in texts if text is not None]
         vocabulary = (
             np.concatenate([np.array([word for word, _ in pairs], dtype=np.int32), *(terms.vocabulary[0] for terms in sent)]),
             np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(terms.vocabulary[1] for terms in sent)]),
         )
-        sequences = [
-            self._terms_of(text).passages if text is not None else np.frombuffer(stored.get(doc_id) or b"", dtype=np.int32)
+        positions = [
+            self._terms_of(text).passages if text is not None else WordPositions.from_bytes(stored.get(doc_id) or b"")
             for doc_id, text in zip(doc_ids, texts)
         ]
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
         query_terms = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
-        scores = best_passage_bm25(sequences, query_terms, passage_length)
+        scores = best_passage_bm25(positions, query_terms, passage_length)
         return [float(score) for score in scores]
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
