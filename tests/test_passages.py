@@ -61,11 +61,13 @@ def _passages_by_both_ways(words: list[str], stem: dict[str, str], exact: dict[s
     texts = [list(rng.choice(words, size=n)) for n in lengths]
     vocabulary = (stable_hashes(words), stable_hashes([stem[w] for w in words]))
     query = passage_query(exact, stemmed, doc_freqs, 100, vocabulary)
-    # As the store keeps them: through bytes (uint16 positions, uint32 past 65,535 words).
-    positions = [WordPositions.from_bytes(WordPositions.of(stable_hashes(text)).to_bytes()) for text in texts]
-    found = best_passage_bm25(positions, query, 131.5)
+    # As the store keeps them (uint16 positions, uint32 past 65,535 words).
+    kept = [WordPositions.of(stable_hashes(text)).to_bytes() for text in texts]
+    found = best_passage_bm25(kept, query, 131.5)
     expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100, 131.5) for text in texts]
     assert found.tolist() == pytest.approx(expected, rel=1e-5)  # computed in float32
+    # A document the store does not find (no bytes) scores 0 and moves no other score.
+    assert best_passage_bm25([*kept, b""], query, 131.5).tolist() == pytest.approx([*expected, 0.0], rel=1e-5)
     # An empty text scores 0; every text of a passage or more holds some query word.
     assert found[0] == 0.0 and all(score > 0 for score, n in zip(found, lengths) if n >= PASSAGE_TERMS)
 
@@ -91,15 +93,13 @@ def test_a_text_past_65535_words_keeps_its_positions_in_32_bits() -> None:
 
 def test_word_positions_list_each_words_places_in_text_order() -> None:
     text = stable_hashes(["b", "a", "c", "a", "b", "a"])
-    kept = WordPositions.from_bytes(WordPositions.of(text).to_bytes())
-    assert kept.positions.dtype == np.uint16
+    kept = WordPositions.of(text)
+    assert kept.positions.dtype == kept.counts.dtype == np.uint16
     by_word = dict(zip(kept.words.tolist(), np.split(kept.positions, np.cumsum(kept.counts)[:-1])))
     assert sorted(by_word) == kept.words.tolist()
     assert {word: places.tolist() for word, places in by_word.items()} == {
         int(text[1]): [1, 3, 5], int(text[0]): [0, 4], int(text[2]): [2]
     }
-    empty = WordPositions.from_bytes(b"")
-    assert empty.words.size == empty.positions.size == 0
 
 
 def test_words_whose_low_bits_agree_take_the_other_path_to_the_same_answer() -> None:

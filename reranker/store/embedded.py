@@ -786,8 +786,7 @@ class EmbeddedStore:
             np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(terms.vocabulary[1] for terms in sent)]),
         )
         positions = [
-            self._terms_of(text).passages if text is not None else WordPositions.from_bytes(stored.get(doc_id) or b"")
-            for doc_id, text in zip(doc_ids, texts)
+            self._terms_of(text).passages if text is not None else stored.get(doc_id) or b"" for doc_id, text in zip(doc_ids, texts)
         ]
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
         query_terms = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)

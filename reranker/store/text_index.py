@@ -148,13 +148,12 @@ class TextTerms:
 
     length: int
     fields: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]
-    passages: WordPositions  # its words' positions, for its passages
+    passages: bytes  # its words' positions for its passages, as the store keeps them (`WordPositions.to_bytes`)
     vocabulary: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]  # its distinct words and their stems, hashed alike
 
     @property
     def nbytes(self) -> int:
-        passages = self.passages.words.nbytes + self.passages.counts.nbytes + self.passages.positions.nbytes
-        kept = passages + self.vocabulary[0].nbytes + self.vocabulary[1].nbytes
+        kept = len(self.passages) + self.vocabulary[0].nbytes + self.vocabulary[1].nbytes
         return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + kept + 64
 
     def frequencies(self, field: str, terms: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
@@ -193,23 +192,9 @@ class WordPositions:
 
     def to_bytes(self) -> bytes:
         """[n, bytes per position] as int32, words, counts, positions (native byte order,
-        as the store's other blobs)."""
+        as the store's other blobs): what `best_passage_bm25` reads."""
         header = np.array([self.words.size, self.positions.itemsize], dtype=np.int32)
         return header.tobytes() + self.words.tobytes() + self.counts.tobytes() + self.positions.tobytes()
-
-    @classmethod
-    def from_bytes(cls, blob: bytes) -> "WordPositions":
-        """Views of `to_bytes`' output (no copy); b"" (a document not found) holds no words."""
-        if not blob:
-            return cls.of(np.zeros(0, dtype=np.int32))
-        distinct, itemsize = (int(value) for value in np.frombuffer(blob, dtype=np.int32, count=2))
-        kind = np.uint16 if itemsize == 2 else np.uint32
-        counts_at = 8 + 4 * distinct
-        return cls(
-            np.frombuffer(blob, dtype=np.int32, count=distinct, offset=8),
-            np.frombuffer(blob, dtype=kind, count=distinct, offset=counts_at),
-            np.frombuffer(blob, dtype=kind, offset=counts_at + itemsize * distinct),
-        )
 
 
 def term_hashes(terms: Sequence[str]) -> npt.NDArray[np.int64]:
@@ -309,7 +294,7 @@ class TextIndex:
         for word, stem in stem_of.items():
             stems[stem] += counts[word]
         vocabulary = (stable_hashes(distinct), stable_hashes([stem_of[word] for word in distinct]))
-        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, WordPositions.of(stable_hashes(words)), vocabulary)
+        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, WordPositions.of(stable_hashes(words)).to_bytes(), vocabulary)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
         """How many documents hold each of `terms` in `field`. Raises StoreError."""
