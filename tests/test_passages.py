@@ -102,6 +102,18 @@ def test_word_positions_list_each_words_places_in_text_order() -> None:
     }
 
 
+
+def test_a_query_word_counts_in_the_fields_that_hold_its_terms() -> None:
+    vocabulary = (stable_hashes(["ships", "ship", "sails"]), stable_hashes(["ship", "ship", "sail"]))
+    frequencies = {"exact": {"ships": 3}, "stemmed": {"ship": 5}}
+    query = passage_query({"ships": 1}, {"ship": 1}, frequencies, 10, vocabulary)
+    # "ships" counts in both fields, "ship" (its other form) in the stemmed one, "sails" in none.
+    held = dict(zip(query.words.tolist(), query.slots.tolist()))
+    assert held == {int(stable_hashes(["ships"])[0]): [0, 1], int(stable_hashes(["ship"])[0]): [-1, 1]}
+    # Without stems (a field the analyser left empty), the words count in the exact field only.
+    alone = passage_query({"ships": 1}, {}, frequencies, 10, vocabulary)
+    assert alone.slots.tolist() == [[0, -1]] and alone.weights.size == 1
+
 def test_words_whose_low_bits_agree_take_the_other_path_to_the_same_answer() -> None:
     low: dict[int, str] = {}
     for i in range(100_000):

@@ -285,19 +285,20 @@ def passage_query(
     boost = dict(SEARCH_FIELDS)
     boosts = np.array([boost["exact"]] * len(exact_terms) + [boost["stemmed"]] * len(stem_terms))
     weights = boosts * counts * np.log1p((documents - df + 0.5) / (df + 0.5)) * (BM25_K1 + 1.0)
-    slots: dict[int, list[int]] = {}
-    for slot, word in enumerate(stable_hashes(exact_terms).tolist()):
-        slots.setdefault(word, [-1, -1])[0] = slot
-    stem_slot = {stem: len(exact_terms) + i for i, stem in enumerate(stable_hashes(stem_terms).tolist())}
+    # Which vocabulary words have one of the query's stems, by sorted search: a loop over
+    # the pairs took 0.15 ms per summary (460 pairs).
+    exact_words, stem_hashes = stable_hashes(exact_terms), stable_hashes(stem_terms)
     words, stems = vocabulary
-    for word, stem in zip(words.tolist(), stems.tolist()):
-        if stem in stem_slot:
-            slots.setdefault(word, [-1, -1])[1] = stem_slot[stem]
-    return PassageQuery(
-        np.fromiter(slots, dtype=np.int32, count=len(slots)),
-        np.array(list(slots.values()), dtype=np.intp).reshape(len(slots), 2),
-        weights,
-    )
+    nearest = np.zeros(words.size, dtype=np.intp)
+    if stem_hashes.size:
+        by_stem = np.argsort(stem_hashes)
+        nearest = by_stem[np.minimum(np.searchsorted(stem_hashes[by_stem], stems), stem_hashes.size - 1)]
+    held = stem_hashes[nearest] == stems if stem_hashes.size else np.zeros(words.size, dtype=bool)
+    distinct = np.unique(np.concatenate([exact_words, words[held]]))
+    slots = np.full((distinct.size, 2), -1, dtype=np.intp)
+    slots[np.searchsorted(distinct, exact_words), 0] = np.arange(len(exact_terms))
+    slots[np.searchsorted(distinct, words[held]), 1] = len(exact_terms) + nearest[held]
+    return PassageQuery(distinct.astype(np.int32), slots, weights)
 
 
 def best_passage_bm25(texts: Sequence[bytes], query: PassageQuery, average_length: float) -> npt.NDArray[np.float64]:
@@ -364,17 +365,17 @@ def _block_counts(
     # The found words' positions: the `counts` of each text's words, laid end to end,
     # say where each word's positions start in the texts' positions laid end to end.
     word_ends = np.cumsum(texts.counts, dtype=np.int64)
-    found_counts = texts.counts[found].astype(np.int64)
+    found_counts = texts.counts[found].astype(np.intp)
     positions = texts.positions[_ranges(word_ends[found] - found_counts, found_counts)]
     text_of = np.searchsorted(np.cumsum(distinct), found, side="right")
+    block_cells = np.repeat(first_row[text_of] * columns, found_counts) + (positions // PASSAGE_STRIDE).astype(np.intp) * columns
     # A found word counts once in each field whose term it is (a last column takes the
-    # fields where it is none).
-    cells = np.repeat((first_row[text_of] * columns)[:, None] + slots[which], found_counts, axis=0)
-    cells += ((positions // PASSAGE_STRIDE).astype(np.int64) * columns)[:, None]
+    # fields where it is none: 14% of the counts, cheaper counted than left out).
+    cells = np.concatenate([block_cells + np.repeat(slots[which, field], found_counts) for field in range(slots.shape[1])])
     # One expression: the int64 counts are freed before the arrays below are made, which
     # then reuse their memory (kept alive, the function took 7.4 ms instead of 5.7).
     table: npt.NDArray[np.float32] = (
-        np.bincount(cells.ravel(), minlength=table_rows * columns).astype(np.float32).reshape(table_rows, columns)
+        np.bincount(cells, minlength=table_rows * columns).astype(np.float32).reshape(table_rows, columns)
     )
     return table, weights
 
