@@ -76,7 +76,7 @@ def measure(folder: Path) -> None:
         engine.store.close()
         database = store_dir / "store.sqlite3"
         with sqlite3.connect(database) as connection:
-            kept, documents = connection.execute("SELECT SUM(LENGTH(passage_positions)), COUNT(*) FROM docs").fetchone()
+            kept, documents = connection.execute("SELECT (SELECT SUM(LENGTH(positions)) FROM passages), COUNT(*) FROM docs").fetchone()
         whole = database.stat().st_size
     base = float(np.median(timings[RANKERS[0]]))
     print(f"\n{folder.name}: {len(dataset.queries)} queries x {ROUNDS} rounds, windows of 100 documents")
@@ -137,7 +137,7 @@ def search_path(documents: int, store: Path | None) -> None:
 def _kept_bytes(database: Path) -> str:
     """What the store keeps for passages per document, beside its whole SQLite file."""
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
-        kept, documents = connection.execute("SELECT SUM(LENGTH(passage_positions)), COUNT(*) FROM docs").fetchone()
+        kept, documents = connection.execute("SELECT (SELECT SUM(LENGTH(positions)) FROM passages), COUNT(*) FROM docs").fetchone()
     whole = database.stat().st_size
     return f"passages: {(kept or 0) / documents / 1024:.1f} KB per document; the SQLite file {whole / documents / 1024:.1f} KB per document ({whole / 2**30:.2f} GB)"
 

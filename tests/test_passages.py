@@ -218,21 +218,32 @@ def test_a_rolled_back_batch_leaves_its_words_to_the_next_write(
     assert engine.store.passage_bm25(query, [""], [corpus[0]["text"]]) == pytest.approx(stored, rel=1e-9)
 
 
-def test_a_store_without_passages_of_words_falls_back_until_reindexed(engine: Engine, tmp_path: Path, glove: WordVectors) -> None:
+def test_a_store_without_passages_of_words_falls_back_until_reindexed(
+    engine: Engine, tmp_path: Path, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
     corpus = [{"id": f"d{i}", "text": f"translation models align {w} phrases " * 40} for i, w in enumerate(["big", "small", "tired"])]
     path = write_jsonl(tmp_path / "corpus.jsonl", corpus)
     index_corpus(path, engine.store, glove, 3, show_progress=False)
     store = engine.store
     assert isinstance(store, EmbeddedStore)
-    # As a store written before derivation 4 reads: no positions (words in text order, in a column no longer read).
+    scored = store.passage_bm25("translation phrases", ["d0", "d1"], [None, None])
+    # As a store written before derivation 4 reads: no positions (its words in text order
+    # are in a column no longer read).
     with sqlite3.connect(store.directory / "store.sqlite3") as db:
-        db.execute("UPDATE docs SET passage_positions = NULL")
+        db.execute("DELETE FROM passages")
     assert store.passage_bm25("translation phrases", ["d0", "d1"], [None, None]) is None
     # The default then ranks as the fusion without passages, and says nothing is wrong.
     found = engine.search("translation phrases", "hidden_topics_corrected+bm25:maxp", size=3)
     assert [hit.doc_id for hit in found.hits] == [
         hit.doc_id for hit in engine.search("translation phrases", "hidden_topics_corrected+bm25", size=3).hits
     ]
+    # The next `reranker index` of a new derivation keeps them again, one row per document.
+    monkeypatch.setattr(indexing, "DERIVATION", indexing.DERIVATION + 1)
+    assert index_corpus(path, store, glove, 3, show_progress=False).replaced == 3
+    assert store.passage_bm25("translation phrases", ["d0", "d1"], [None, None]) == pytest.approx(scored, rel=1e-9)
+    with sqlite3.connect(store.directory / "store.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM passages WHERE rowid NOT IN (SELECT rowid FROM docs)").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM docs WHERE rowid NOT IN (SELECT rowid FROM passages)").fetchone() == (0,)
 
 
 def test_corrected_topics_are_shaped_by_readable_words_only(glove: WordVectors) -> None:
