@@ -4,8 +4,8 @@ the fusion without it (`hidden_topics_corrected+bm25`), per query and per stored
 For each data set, the corpus is indexed into a throw-away data dir by the real pipeline;
 then for each query, BM25 top 100 once, and the two rankers' complete + rerank (what a
 /search pays after its first stage), alternating which runs first, 3 rounds. Printed:
-p50 and p90 ms per query of each, their ratio, and the store's bytes of kept stems against
-its whole SQLite file.
+p50 and p90 ms per query of each, their ratio, and the bytes the store keeps for passages
+(each document's `WordPositions`) against its whole SQLite file.
 
 Data: ../shared/data's CL-SciSumm (567 papers of about 5,300 words: the long case) and CISI
 (1,460 abstracts), else the bundled sample. GloVe 6B 50-d, K = 15, one BLAS thread, as the
@@ -16,7 +16,8 @@ documents): CL-SciSumm's papers repeated under new ids to N documents (as
 bench_first_stage.py builds them), indexed with 2 topic workers, then the whole search path
 (`Engine.search`: BM25 top 100, what the ranker needs, rerank, top 10) for `hidden_topics`
 (the path bench_first_stage.py times), the previous default and the default, alternating
-per query, 3 rounds over the 40 summaries.
+per query, 3 rounds over the 40 summaries: p50 and p95 and the ratios to the previous default
+and to `hidden_topics` (the budget's path), and the bytes kept for passages per document.
 
 Run:  python bench/bench_passages.py                     (about 1 minute)
       python bench/bench_passages.py --documents 50000   (about 15 minutes, most of it indexing)

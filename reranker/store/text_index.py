@@ -170,8 +170,8 @@ class TextTerms:
 @dataclass(frozen=True)
 class WordPositions:
     """A text's words for its passages, by word rather than in text order, so that a query
-    reads the positions of the words it holds only (in a window of 100 long papers, 107,000
-    distinct words per paper scanned instead of 377,000 words, and 61,000 positions read):
+    reads the positions of the words it holds only (in a window of 100 long papers, 28% of
+    the words are distinct within their paper, and 61,000 of 290,000 positions are read):
     words: (n,) its distinct words as `stable_hashes`, ascending; counts: (n,) how often
     each occurs; positions: (L,) where each occurs (0-based, ascending), grouped by word in
     the order of `words`. Counts and positions are uint16 for a text under 65,536 words
