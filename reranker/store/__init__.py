@@ -314,7 +314,8 @@ def best_passage_bm25(texts: Sequence[bytes], query: PassageQuery, average_lengt
     length, so that each one's single passage scores as the abstract does in the first
     stage); a text scores its best passage's score. Scores are computed in float32
     (relative error about 1e-6): half the memory traffic, 5.6 ms against 8.8 ms for a
-    window of 100 long papers.
+    window of 100 long papers when their words were read in text order (2.2 ms now, at the
+    median in the engine).
     """
     words, counts, positions, distinct, lengths = _laid_end_to_end(texts)
     if not len(texts) or not query.words.size or not lengths.sum():
