@@ -415,7 +415,7 @@ def _laid_end_to_end(
 def _present_terms(query: PassageQuery, which: npt.NDArray[np.int32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
     """The query's terms some found word counts as, and a last one of weight 0 for a field
     where a word counts as none: (slots (m, 2) as in `PassageQuery` renumbered, weights).
-    A window holds about 4 in 5 of a summary's terms: the table is as much smaller."""
+    A window of long papers holds about 85% of a summary's terms: the table is as much smaller."""
     terms = query.weights.size
     seen = np.bincount(which, minlength=query.words.size) > 0
     present = np.zeros(terms + 1, dtype=bool)
