@@ -4,8 +4,8 @@ the fusion without it (`hidden_topics_corrected+bm25`), per query and per stored
 For each data set, the corpus is indexed into a throw-away data dir by the real pipeline;
 then for each query, BM25 top 100 once, and the two rankers' complete + rerank (what a
 /search pays after its first stage), alternating which runs first, 3 rounds. Printed:
-p50 and p90 ms per query of each, their ratio, and the store's bytes of kept stems against
-its whole SQLite file.
+p50 and p90 ms per query of each, their ratio, and the bytes the store keeps for passages
+(each document's `WordPositions`) against its whole SQLite file.
 
 Data: ../shared/data's CL-SciSumm (567 papers of about 5,300 words: the long case) and CISI
 (1,460 abstracts), else the bundled sample. GloVe 6B 50-d, K = 15, one BLAS thread, as the
@@ -16,7 +16,8 @@ documents): CL-SciSumm's papers repeated under new ids to N documents (as
 bench_first_stage.py builds them), indexed with 2 topic workers, then the whole search path
 (`Engine.search`: BM25 top 100, what the ranker needs, rerank, top 10) for `hidden_topics`
 (the path bench_first_stage.py times), the previous default and the default, alternating
-per query, 3 rounds over the 40 summaries.
+per query, 3 rounds over the 40 summaries: p50 and p95 and the ratios to the previous default
+and to `hidden_topics` (the budget's path), and the bytes kept for passages per document.
 
 Run:  python bench/bench_passages.py                     (about 1 minute)
       python bench/bench_passages.py --documents 50000   (about 15 minutes, most of it indexing)
@@ -76,7 +77,7 @@ def measure(folder: Path) -> None:
         engine.store.close()
         database = store_dir / "store.sqlite3"
         with sqlite3.connect(database) as connection:
-            kept, documents = connection.execute("SELECT SUM(LENGTH(passage_words)), COUNT(*) FROM docs").fetchone()
+            kept, documents = connection.execute("SELECT (SELECT SUM(LENGTH(positions)) FROM passages), COUNT(*) FROM docs").fetchone()
         whole = database.stat().st_size
     base = float(np.median(timings[RANKERS[0]]))
     print(f"\n{folder.name}: {len(dataset.queries)} queries x {ROUNDS} rounds, windows of 100 documents")
@@ -85,7 +86,7 @@ def measure(folder: Path) -> None:
         p50, p90 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 90))
         print(f"{name:<38} {p50:8.2f} {p90:8.2f} {p50 / 1000 / base:7.2f}x")
     print(
-        f"words kept for passages: {kept / documents / 1024:.1f} KB per document, "
+        f"words' positions kept for passages: {kept / documents / 1024:.1f} KB per document, "
         f"{kept / whole:.0%} of the store's SQLite file ({whole / 2**20:.1f} MB)"
     )
 
@@ -124,12 +125,22 @@ def search_path(documents: int, store: Path | None) -> None:
                     started = time.perf_counter()
                     engine.search(query, name, window=100, size=10)
                     timings[name].append(time.perf_counter() - started)
+        store_dir = engine.store.directory  # type: ignore[attr-defined]  # the embedded store's
         engine.store.close()
-    base = float(np.median(timings[RANKERS[0]]))
-    print(f"{'search path (Engine.search, top 10 of 100)':<44} {'p50 ms':>8} {'p95 ms':>8} {'x previous':>10}")
+        print(_kept_bytes(store_dir / "store.sqlite3"))
+    base, budget = (float(np.median(timings[name])) for name in (RANKERS[0], "hidden_topics"))
+    print(f"{'search path (Engine.search, top 10 of 100)':<44} {'p50 ms':>8} {'p95 ms':>8} {'x previous':>10} {'x hidden_topics':>15}")
     for name, values in timings.items():
         p50, p95 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 95))
-        print(f"{name:<44} {p50:8.2f} {p95:8.2f} {p50 / 1000 / base:9.2f}x")
+        print(f"{name:<44} {p50:8.2f} {p95:8.2f} {p50 / 1000 / base:9.2f}x {p50 / 1000 / budget:14.2f}x")
+
+
+def _kept_bytes(database: Path) -> str:
+    """What the store keeps for passages per document, beside its whole SQLite file."""
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        kept, documents = connection.execute("SELECT (SELECT SUM(LENGTH(positions)) FROM passages), COUNT(*) FROM docs").fetchone()
+    whole = database.stat().st_size
+    return f"passages: {(kept or 0) / documents / 1024:.1f} KB per document; the SQLite file {whole / documents / 1024:.1f} KB per document ({whole / 2**30:.2f} GB)"
 
 
 def main() -> int:

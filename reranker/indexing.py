@@ -168,7 +168,8 @@ def read_corpus(path: Path) -> Iterator[tuple[str, Document | Skipped, int]]:
 # the same corpus recomputes them all instead of skipping them as unchanged.
 # 2: the corrected topics of readable words only; the stems kept for best passages.
 # 3: the words kept for best passages (both BM25 fields), with the stem of each.
-DERIVATION = 3
+# 4: those words kept by word, each with its positions (`WordPositions`).
+DERIVATION = 4
 
 
 def content_hash(document: Document) -> str:

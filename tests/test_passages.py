@@ -19,7 +19,7 @@ from reranker.indexing import Correction, corrected_topics, estimate_centering, 
 from reranker.pipeline import Engine
 from reranker.store import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query
 from reranker.store.embedded import EmbeddedStore
-from reranker.store.text_index import stable_hashes
+from reranker.store.text_index import WordPositions, stable_hashes
 from reranker.types import Document
 
 
@@ -61,9 +61,13 @@ def _passages_by_both_ways(words: list[str], stem: dict[str, str], exact: dict[s
     texts = [list(rng.choice(words, size=n)) for n in lengths]
     vocabulary = (stable_hashes(words), stable_hashes([stem[w] for w in words]))
     query = passage_query(exact, stemmed, doc_freqs, 100, vocabulary)
-    found = best_passage_bm25([stable_hashes(text) for text in texts], query, 131.5)
+    # As the store keeps them (uint16 positions, uint32 past 65,535 words).
+    kept = [WordPositions.of(stable_hashes(text)).to_bytes() for text in texts]
+    found = best_passage_bm25(kept, query, 131.5)
     expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100, 131.5) for text in texts]
     assert found.tolist() == pytest.approx(expected, rel=1e-5)  # computed in float32
+    # A document the store does not find (no bytes) scores 0 and moves no other score.
+    assert best_passage_bm25([*kept, b""], query, 131.5).tolist() == pytest.approx([*expected, 0.0], rel=1e-5)
     # An empty text scores 0; every text of a passage or more holds some query word.
     assert found[0] == 0.0 and all(score > 0 for score, n in zip(found, lengths) if n >= PASSAGE_TERMS)
 
@@ -78,6 +82,37 @@ def test_best_passage_bm25_is_the_best_window_by_the_definition() -> None:
     # several with a ragged end.
     _passages_by_both_ways(words, stem, exact, [0, 7, 150, 151, 225, 600, 1013], seed=3)
 
+
+def test_a_text_past_65535_words_keeps_its_positions_in_32_bits() -> None:
+    words = [f"word{i}" for i in range(30)]
+    stem = {word: f"stem{i % 20}" for i, word in enumerate(words)}
+    _passages_by_both_ways(words, stem, {"word2": 1, "word7": 1}, [0, 70_000, 300], seed=11)
+    kept = WordPositions.of(stable_hashes(words * 2200))
+    assert kept.positions.dtype == np.uint32 and kept.positions.max() == 65_999
+
+
+def test_word_positions_list_each_words_places_in_text_order() -> None:
+    text = stable_hashes(["b", "a", "c", "a", "b", "a"])
+    kept = WordPositions.of(text)
+    assert kept.positions.dtype == kept.counts.dtype == np.uint16
+    by_word = dict(zip(kept.words.tolist(), np.split(kept.positions, np.cumsum(kept.counts)[:-1])))
+    assert sorted(by_word) == kept.words.tolist()
+    assert {word: places.tolist() for word, places in by_word.items()} == {
+        int(text[1]): [1, 3, 5], int(text[0]): [0, 4], int(text[2]): [2]
+    }
+
+
+
+def test_a_query_word_counts_in_the_fields_that_hold_its_terms() -> None:
+    vocabulary = (stable_hashes(["ships", "ship", "sails"]), stable_hashes(["ship", "ship", "sail"]))
+    frequencies = {"exact": {"ships": 3}, "stemmed": {"ship": 5}}
+    query = passage_query({"ships": 1}, {"ship": 1}, frequencies, 10, vocabulary)
+    # "ships" counts in both fields, "ship" (its other form) in the stemmed one, "sails" in none.
+    held = dict(zip(query.words.tolist(), query.slots.tolist()))
+    assert held == {int(stable_hashes(["ships"])[0]): [0, 1], int(stable_hashes(["ship"])[0]): [-1, 1]}
+    # Without stems (a field the analyser left empty), the words count in the exact field only.
+    alone = passage_query({"ships": 1}, {}, frequencies, 10, vocabulary)
+    assert alone.slots.tolist() == [[0, -1]] and alone.weights.size == 1
 
 def test_words_whose_low_bits_agree_take_the_other_path_to_the_same_answer() -> None:
     low: dict[int, str] = {}
@@ -183,21 +218,32 @@ def test_a_rolled_back_batch_leaves_its_words_to_the_next_write(
     assert engine.store.passage_bm25(query, [""], [corpus[0]["text"]]) == pytest.approx(stored, rel=1e-9)
 
 
-def test_a_store_without_passages_of_words_falls_back_until_reindexed(engine: Engine, tmp_path: Path, glove: WordVectors) -> None:
+def test_a_store_without_passages_of_words_falls_back_until_reindexed(
+    engine: Engine, tmp_path: Path, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
     corpus = [{"id": f"d{i}", "text": f"translation models align {w} phrases " * 40} for i, w in enumerate(["big", "small", "tired"])]
     path = write_jsonl(tmp_path / "corpus.jsonl", corpus)
     index_corpus(path, engine.store, glove, 3, show_progress=False)
     store = engine.store
     assert isinstance(store, EmbeddedStore)
-    # As a store written before derivation 3 reads: stems only, in a column no longer read.
+    scored = store.passage_bm25("translation phrases", ["d0", "d1"], [None, None])
+    # As a store written before derivation 4 reads: no positions (its words in text order
+    # are in a column no longer read).
     with sqlite3.connect(store.directory / "store.sqlite3") as db:
-        db.execute("UPDATE docs SET passage_words = NULL")
+        db.execute("DELETE FROM passages")
     assert store.passage_bm25("translation phrases", ["d0", "d1"], [None, None]) is None
     # The default then ranks as the fusion without passages, and says nothing is wrong.
     found = engine.search("translation phrases", "hidden_topics_corrected+bm25:maxp", size=3)
     assert [hit.doc_id for hit in found.hits] == [
         hit.doc_id for hit in engine.search("translation phrases", "hidden_topics_corrected+bm25", size=3).hits
     ]
+    # The next `reranker index` of a new derivation keeps them again, one row per document.
+    monkeypatch.setattr(indexing, "DERIVATION", indexing.DERIVATION + 1)
+    assert index_corpus(path, store, glove, 3, show_progress=False).replaced == 3
+    assert store.passage_bm25("translation phrases", ["d0", "d1"], [None, None]) == pytest.approx(scored, rel=1e-9)
+    with sqlite3.connect(store.directory / "store.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM passages WHERE rowid NOT IN (SELECT rowid FROM docs)").fetchone() == (0,)
+        assert db.execute("SELECT COUNT(*) FROM docs WHERE rowid NOT IN (SELECT rowid FROM passages)").fetchone() == (0,)
 
 
 def test_corrected_topics_are_shaped_by_readable_words_only(glove: WordVectors) -> None:

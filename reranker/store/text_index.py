@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -148,12 +148,12 @@ class TextTerms:
 
     length: int
     fields: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]
-    passages: npt.NDArray[np.int32]  # (L,) the words in text order, as `stable_hashes` (for passages)
+    passages: bytes  # its words' positions for its passages, as the store keeps them (`WordPositions.to_bytes`)
     vocabulary: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]  # its distinct words and their stems, hashed alike
 
     @property
     def nbytes(self) -> int:
-        kept = self.passages.nbytes + self.vocabulary[0].nbytes + self.vocabulary[1].nbytes
+        kept = len(self.passages) + self.vocabulary[0].nbytes + self.vocabulary[1].nbytes
         return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + kept + 64
 
     def frequencies(self, field: str, terms: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
@@ -165,6 +165,36 @@ class TextTerms:
         positions = np.minimum(np.searchsorted(hashes, terms), hashes.size - 1)
         found: npt.NDArray[np.int32] = np.where(hashes[positions] == terms, counts[positions], 0).astype(np.int32)
         return found
+
+
+@dataclass(frozen=True)
+class WordPositions:
+    """A text's words for its passages, by word rather than in text order, so that a query
+    reads the positions of the words it holds only (in a window of 100 long papers, 28% of
+    the words are distinct within their paper, and 61,000 of 290,000 positions are read):
+    words: (n,) its distinct words as `stable_hashes`, ascending; counts: (n,) how often
+    each occurs; positions: (L,) where each occurs (0-based, ascending), grouped by word in
+    the order of `words`. Counts and positions are uint16 for a text under 65,536 words
+    (half the bytes of the words themselves), else uint32.
+    """
+
+    words: npt.NDArray[np.int32]
+    counts: npt.NDArray[np.unsignedinteger[Any]]
+    positions: npt.NDArray[np.unsignedinteger[Any]]
+
+    @classmethod
+    def of(cls, sequence: npt.NDArray[np.int32]) -> "WordPositions":
+        """From a text's words in text order, as `stable_hashes`: (L,) int32."""
+        kind = np.uint16 if sequence.size < 1 << 16 else np.uint32
+        order = np.argsort(sequence, kind="stable")  # stable: each word's positions ascend
+        words, counts = np.unique(sequence[order], return_counts=True)
+        return cls(words.astype(np.int32), counts.astype(kind), order.astype(kind))
+
+    def to_bytes(self) -> bytes:
+        """[n, bytes per position] as int32, words, counts, positions (native byte order,
+        as the store's other blobs): what `best_passage_bm25` reads."""
+        header = np.array([self.words.size, self.positions.itemsize], dtype=np.int32)
+        return header.tobytes() + self.words.tobytes() + self.counts.tobytes() + self.positions.tobytes()
 
 
 def term_hashes(terms: Sequence[str]) -> npt.NDArray[np.int64]:
@@ -264,7 +294,7 @@ class TextIndex:
         for word, stem in stem_of.items():
             stems[stem] += counts[word]
         vocabulary = (stable_hashes(distinct), stable_hashes([stem_of[word] for word in distinct]))
-        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, stable_hashes(words), vocabulary)
+        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, WordPositions.of(stable_hashes(words)).to_bytes(), vocabulary)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
         """How many documents hold each of `terms` in `field`. Raises StoreError."""
