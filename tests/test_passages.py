@@ -17,7 +17,7 @@ from reranker.embeddings import WordVectors
 from reranker.errors import StoreError
 from reranker.indexing import Correction, corrected_topics, estimate_centering, index_corpus
 from reranker.pipeline import Engine
-from reranker.store import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query
+from reranker.store.bm25 import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import WordPositions, stable_hashes
 from reranker.types import Document

@@ -560,7 +560,7 @@ def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path) -> None
 def test_bm25_of_texts_is_lucenes_formula() -> None:
     """One term by hand: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), tf part (k1 + 1) f /
     (f + k1 (1 - b + b |d| / avgdl)); a repeated query term counts twice; absent terms 0."""
-    from reranker.store import bm25_of_texts
+    from reranker.store.bm25 import bm25_of_texts
 
     idf = math.log(1 + (10 - 2 + 0.5) / (2 + 0.5))
     tf = 2.2 * 3 / (3 + 1.2 * (1 - 0.75 + 0.75 * 50 / 100))

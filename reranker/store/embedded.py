@@ -57,17 +57,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
-from reranker.store import (
-    MAX_QUERY_TERMS,
-    PASSAGE_STRIDE,
-    PASSAGE_TERMS,
-    Doc2VecInfo,
-    IndexInfo,
-    LruCache,
-    best_passage_bm25,
-    bm25_of_texts,
-    passage_query,
-)
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, LruCache
+from reranker.store.bm25 import PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, bm25_of_texts, passage_query
 from reranker.store.text_index import (
     NEARLY_FULL,
     TextIndex,

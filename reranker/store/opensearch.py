@@ -41,7 +41,8 @@ from reranker.errors import (
     StoreUnavailableError,
     UnknownFieldError,
 )
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, bm25_of_texts
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
+from reranker.store.bm25 import bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
 from reranker.store.opensearch_encoding import (
     DTYPES,
