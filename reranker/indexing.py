@@ -35,6 +35,7 @@ from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError, WorkerError
 from reranker.store import IndexInfo, Store
+from reranker.store.text_index import passage_words
 from reranker.text import readable_words, tokenize
 from reranker.topics import center, corpus_centering, extract_topic_pair, extract_topics, unit_rows
 from reranker.types import (
@@ -44,6 +45,7 @@ from reranker.types import (
     Document,
     EmbeddingInfo,
     FloatArray,
+    PassageWords,
     StoredDocument,
 )
 
@@ -317,8 +319,9 @@ def _topics_of_tokens(
 # What extraction gives the writer for one document: its topics, in-vocabulary and
 # out-of-vocabulary token counts, its content words joined by spaces (for the store's
 # text index, so that the text is tokenized once, in the worker), its corrected topics,
-# and the words' stems joined by spaces when the store asks for them (`Store.word_stemmer`).
-Extraction = tuple[DocTopics, int, int, str, CorrectedTopics | None, str | None]
+# and the words' stems joined by spaces when the store asks for them (`Store.word_stemmer`),
+# with the words as it keeps them for best passages (`passage_words`).
+Extraction = tuple[DocTopics, int, int, str, CorrectedTopics | None, str | None, PassageWords | None]
 # A store's `word_stemmer`.
 Stemmer = Callable[[Sequence[str]], list[str]]
 
@@ -439,8 +442,11 @@ def _topics_of(
         tokens = tokenize(doc.full_text, stopwords)
         readable = Counter(readable_words(doc.full_text, stopwords)) if correction is not None else None
         topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, vectors, k, correction, readable)
-        stems = " ".join(stemmer(tokens)) if stemmer is not None else None
-        extracted.append((topics, n_tokens, oov, " ".join(tokens), corrected, stems))
+        stems, passages = None, None
+        if stemmer is not None:
+            stemmed = stemmer(tokens)
+            stems, passages = " ".join(stemmed), passage_words(tokens, stemmed)
+        extracted.append((topics, n_tokens, oov, " ".join(tokens), corrected, stems, passages))
     return extracted
 
 
@@ -506,12 +512,12 @@ def index_documents(
         nonlocal indexed, without_doc_vector
         ready: list[StoredDocument] = []
         locations: dict[str, str] = {}
-        for (location, doc, digest), (doc_topics, n_tokens, n_oov, words, corrected, stems) in zip(todo, results):
+        for (location, doc, digest), (doc_topics, n_tokens, n_oov, words, corrected, stems, passages) in zip(todo, results):
             if doc_topics.k == 0:
                 reason = "no in-vocabulary words" + (f" ({n_oov} out-of-vocabulary)" if n_oov else "")
                 skipped.append(Skipped(location, doc.id, reason))
                 continue
-            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words, corrected, stems))
+            ready.append(StoredDocument(doc, doc_topics, digest, n_tokens, n_oov, words, corrected, stems, passages))
             locations[doc.id] = location
         failures = store.upsert(ready) if ready else []
         for failure in failures:

@@ -97,6 +97,21 @@ class StoredDocument:
     # The content words' stems, joined by spaces, for a store whose text index asks the
     # write path for them (`Store.word_stemmer`); None: the store stems them itself.
     stemmed_words: str | None = None
+    # With the stems: what such a store keeps of the words for best passages
+    # (`reranker.store.text_index.passage_words`), made in the topic workers too; None:
+    # the store makes it.
+    passage_words: "PassageWords | None" = None
+
+
+@dataclass(frozen=True)
+class PassageWords:
+    """A document's words as a store keeps them for its best passages: positions, the
+    bytes of `WordPositions.to_bytes`; words, stems: (u,) int32, its distinct words and the
+    stem of each, as `stable_hashes`."""
+
+    positions: bytes
+    words: npt.NDArray[np.int32]
+    stems: npt.NDArray[np.int32]
 
 
 @dataclass(frozen=True)

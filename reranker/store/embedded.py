@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
 from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, LruCache
@@ -63,9 +64,9 @@ from reranker.store.text_index import (
     NEARLY_FULL,
     TextIndex,
     TextTerms,
-    WordPositions,
     free_bytes,
     full_disk,
+    passage_words,
     stable_hashes,
     stem_words,
     term_hashes,
@@ -496,7 +497,7 @@ class EmbeddedStore:
         entries: list[tuple[int, str, str, str]] = []
         dropped: list[int] = []
         top = 0
-        vocabulary: dict[str, str] = {}
+        vocabulary: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]] = []  # (words, stems) per document
         with self._transaction():
             watermark = self._watermark()
             for stored in documents:
@@ -506,14 +507,15 @@ class EmbeddedStore:
                         f"{stored.doc_topics.topics.shape}, the index holds d={info.embedding.dim}"
                     )
                 replaced, unseen = self._earlier_versions(stored.document.id, watermark, floor)
-                words, stems = stored.content_words, stored.stemmed_words
+                words, stems, passages = stored.content_words, stored.stemmed_words, stored.passage_words
                 if words is None:
                     words, stems = self._words(stored.document)
                 elif stems is None:
                     stems = " ".join(stem_words(words.split()))
-                split = words.split()
-                rowid = self._insert(stored, WordPositions.of(stable_hashes(split)).to_bytes())
-                vocabulary.update(zip(split, stems.split()))
+                if passages is None:
+                    passages = passage_words(words.split(), stems.split())
+                rowid = self._insert(stored, passages.positions)
+                vocabulary.append((passages.words, passages.stems))
                 # The entry goes under the row id this version will have when readers see
                 # it: the visible version's, or a new document's own. An unseen earlier
                 # version of a new document had its entry under its own row id: it goes.
@@ -522,8 +524,11 @@ class EmbeddedStore:
                     dropped.append(unseen)
                 top = max(top, rowid)
             known = self._vocabulary_written()
-            pairs = zip(stable_hashes(list(vocabulary)).tolist(), stable_hashes(list(vocabulary.values())).tolist())
-            new = [(word, stem) for word, stem in pairs if word not in known]
+            new = []
+            if vocabulary:
+                batch_words, first = np.unique(np.concatenate([words for words, _ in vocabulary]), return_index=True)
+                batch_stems = np.concatenate([stems for _, stems in vocabulary])[first]
+                new = [(word, stem) for word, stem in zip(batch_words.tolist(), batch_stems.tolist()) if word not in known]
             self._db.executemany("INSERT OR IGNORE INTO passage_vocabulary(word, stem) VALUES (?, ?)", new)
         # Remembered once committed: a batch rolled back leaves its words to the next.
         known.update(word for word, _ in new)
