@@ -89,6 +89,37 @@ def test_topics_round_trip_exactly_and_missing_ids_score_nothing(ready: Embedded
     assert batch.importances[1].sum() == 0
 
 
+def test_counts_and_lengths_are_read_through_indexes_that_a_writer_adds_to_an_older_store(tmp_path: Path) -> None:
+    """The mean length BM25 takes is summed through an index of the lengths, not the rows
+    (which would walk every text); a store made before that index is read through its
+    rows, alike, until a writer opens it and adds the index."""
+    import sqlite3
+
+    def plan(store: EmbeddedStore, query: str) -> str:
+        return " ".join(str(row) for row in store._db.execute(f"EXPLAIN QUERY PLAN {query}").fetchall())
+
+    directory = tmp_path / "store"
+    store = EmbeddedStore(directory)
+    store.initialise(IndexInfo(EMBEDDING, k=2))
+    store.upsert([stored(f"d{i}", " ".join(["word"] * (40 + 200 * i)), seed=i) for i in range(4)])
+    store.publish()
+    expected = (store.count(), store._statistics())
+    assert expected[0] == 4 and expected[1][0] == 4
+    store.close()
+    with sqlite3.connect(directory / "store.sqlite3") as db:  # as a store of the previous version
+        db.execute("DROP INDEX docs_lengths")
+    older = EmbeddedStore(directory)
+    assert (older.count(), older._statistics()) == expected
+    older.close()
+    writer = EmbeddedStore(directory)
+    writer.initialise(IndexInfo(EMBEDDING, k=2))
+    writer.publish()
+    assert "COVERING INDEX docs_lengths" in plan(writer, "SELECT n_tokens + n_oov FROM docs INDEXED BY docs_lengths WHERE rowid <= 9")
+    writer._local.__dict__.pop("lengths", None)  # forget the remembered sums: read them again
+    assert (writer.count(), writer._statistics()) == expected
+    writer.close()
+
+
 def test_the_store_persists_on_disk(tmp_path: Path) -> None:
     first = EmbeddedStore(tmp_path / "s")
     first.initialise(IndexInfo(EMBEDDING, k=2))
