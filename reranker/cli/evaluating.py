@@ -174,7 +174,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         writable_folder(args.run_dir)
     saved = _saved_run(args, settings) if args.baseline_run is not None else None
     dataset = load_dataset(args.dataset, args.queries_file)
-    result = _offline_run(
+    result = offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: evaluate(
             engine, dataset, names, window=settings.window, on_query=tick, config=config, run_dir=args.run_dir
@@ -259,7 +259,7 @@ def cmd_evaluate_similar(args: argparse.Namespace, settings: Settings, out: Text
     if args.run_dir is not None:
         writable_folder(args.run_dir)
     dataset = load_cocitation_dataset(args.dataset)
-    result = _offline_run(
+    result = offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: evaluate_similar(
             engine, dataset, names, window=settings.window, on_query=tick, config=config, run_dir=args.run_dir
@@ -299,7 +299,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     if args.run_dir is not None:
         writable_folder(args.run_dir)
     dataset = load_dataset(args.dataset, args.queries_file, args.judgments)
-    comparison = _offline_run(
+    comparison = offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: compare(
             engine, dataset, names, baseline, window=settings.window, rbo_p=args.rbo_p, on_query=tick, config=config,
@@ -329,14 +329,14 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
 
 _Result = TypeVar("_Result")
 
-def _offline_run(
+def offline_run(
     args: argparse.Namespace,
     settings: Settings,
     dataset: "Dataset",
     rankers: Sequence["Ranker"],
     work: Callable[["Engine", Callable[[], object], dict[str, Any]], _Result],
 ) -> _Result:
-    """What `evaluate` and `compare` share: index the dataset's corpus into its cached
+    """What `evaluate`, `compare` and `tune` share: index the dataset's corpus into its cached
     evaluation index (and train its Doc2Vec model if a ranker needs one), then return
     work(engine, tick, config): tick once per query, config states what the run used."""
     from tqdm import tqdm

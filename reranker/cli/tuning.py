@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reranker.cli.common import add_ranking_options, positive_int, writable
-from reranker.cli.evaluating import _offline_run
+from reranker.cli.evaluating import offline_run
 from reranker.config import Settings, config_file_path, write_config_values
 from reranker.errors import ConfigError
 
@@ -92,7 +92,7 @@ def cmd_tune(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             "(each window is retrieved and scored once)",
             file=sys.stderr, flush=True,
         )
-    scores = _offline_run(
+    scores = offline_run(
         args, settings, dataset, [fusion],
         lambda engine, tick, config: grid_scores(engine, dataset, fusion, settings_grid, window=settings.window, on_query=tick),
     )

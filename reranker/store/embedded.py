@@ -796,13 +796,14 @@ class EmbeddedStore:
                 raise StoreError(f"cannot read passages: {exc}") from None
         if any(stored.get(doc_id, b"") is None for doc_id in unread):
             return None  # indexed before words' positions were kept: the next `reranker index` adds them
-        sent = [self._terms_of(text) for text in texts if text is not None]
+        sent = [self._terms_of(text).passages for text in texts if text is not None]
         vocabulary = (
-            np.concatenate([np.array([word for word, _ in pairs], dtype=np.int32), *(terms.vocabulary[0] for terms in sent)]),
-            np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(terms.vocabulary[1] for terms in sent)]),
+            np.concatenate([np.array([word for word, _ in pairs], dtype=np.int32), *(passages.words for passages in sent)]),
+            np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(passages.stems for passages in sent)]),
         )
         positions = [
-            self._terms_of(text).passages if text is not None else stored.get(doc_id) or b"" for doc_id, text in zip(doc_ids, texts)
+            self._terms_of(text).passages.positions if text is not None else stored.get(doc_id) or b""
+            for doc_id, text in zip(doc_ids, texts)
         ]
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
         query_terms = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
@@ -842,9 +843,9 @@ class EmbeddedStore:
     def _statistics(self) -> tuple[int, float, float]:
         """(documents, their mean length in terms, their passages' mean length) of what
         readers see, read again only when that changes (a sum over every row's lengths,
-        through `_LENGTHS_INDEX`: 14 ms at 50,000 papers). A text of L terms has P = 1 passage if L <= T
-        (PASSAGE_TERMS), else ceil((L - T) / S) + 1 (S: PASSAGE_STRIDE), all T long but the
-        last, which ends the text: L + S (P - 1) terms in all."""
+        through `_LENGTHS_INDEX`: 14 ms at 50,000 papers). A text of L terms has P = 1
+        passage if L <= T (PASSAGE_TERMS), else ceil((L - T) / S) + 1 (S: PASSAGE_STRIDE),
+        all T long but the last, which ends the text: L + S (P - 1) terms in all."""
         self._commit_pending()
         with self._snapshot() as view:
             cached = getattr(self._local, "lengths", None)

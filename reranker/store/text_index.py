@@ -161,12 +161,11 @@ class TextTerms:
 
     length: int
     fields: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]
-    passages: bytes  # its words' positions for its passages, as the store keeps them (`WordPositions.to_bytes`)
-    vocabulary: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]  # its distinct words and their stems, hashed alike
+    passages: PassageWords  # its words for its passages, as the store keeps a document's (`passage_words`)
 
     @property
     def nbytes(self) -> int:
-        kept = len(self.passages) + self.vocabulary[0].nbytes + self.vocabulary[1].nbytes
+        kept = len(self.passages.positions) + self.passages.words.nbytes + self.passages.stems.nbytes
         return sum(hashes.nbytes + counts.nbytes for hashes, counts in self.fields.values()) + kept + 64
 
     def frequencies(self, field: str, terms: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
@@ -306,8 +305,8 @@ class TextIndex:
         stems: Counter[str] = Counter()
         for word, stem in stem_of.items():
             stems[stem] += counts[word]
-        vocabulary = (stable_hashes(distinct), stable_hashes([stem_of[word] for word in distinct]))
-        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, WordPositions.of(stable_hashes(words)).to_bytes(), vocabulary)
+        passages = passage_words(words, [stem_of[word] for word in words])
+        return TextTerms(len(words), {"exact": _hashed(counts), "stemmed": _hashed(stems)}, passages)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
         """How many documents hold each of `terms` in `field`. Raises StoreError."""
