@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -178,9 +179,14 @@ def test_chunked_bodies_malformed_or_too_large_are_4xx(data_dir: Path) -> None:
             answer = _raw(service.port, request, timeout=5)
             assert answer.startswith(b"HTTP/1.1 " + status) and b"application/json" in answer, answer[:200]
             assert time.monotonic() - started < 2.0
+            assert re.search(rb"\r\nX-Request-Id: [0-9a-f]{32}\r\n", answer), answer[:200]
+        # The caller's own id, when its header line arrived whole, comes back and is logged.
+        answer = _raw(service.port, b"GET /healthz HTTP/1.1\r\nX-Request-Id: gw-7f3a\r\n" + b"X-A: 1\r\n" * 120 + b"\r\n", timeout=5)
+        assert answer.startswith(b"HTTP/1.1 431") and b"\r\nX-Request-Id: gw-7f3a\r\n" in answer, answer[:200]
     finally:
         output = service.stop()
     assert "Traceback" not in output, output
+    assert re.search(r"method=GET path=/healthz status=431 duration_ms=[0-9.]+ request_id=gw-7f3a remote=127\.0\.0\.1", output), output[-2000:]
 
 
 def test_slow_clients_hold_no_thread_and_get_408(data_dir: Path, tmp_path: Path) -> None:
@@ -221,6 +227,7 @@ def test_slow_clients_hold_no_thread_and_get_408(data_dir: Path, tmp_path: Path)
             client.join(timeout=30)
         assert len(answers) == 16
         assert all(answer.startswith(b"HTTP/1.1 408") and b"RERANKER_READ_TIMEOUT" in answer for answer in answers), answers[:2]
+        assert all(re.search(rb"\r\nX-Request-Id: [0-9a-f]{32}\r\n", answer) for answer in answers), answers[:2]
         # A request sent at an ordinary pace, with curl-style Expect: 100-continue, still works.
         expect = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
         with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:

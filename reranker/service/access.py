@@ -106,7 +106,39 @@ def install(app: Flask) -> None:
             end_opaque_id(token)
 
 
-def _quoted_path() -> str:
+def _quoted_path(path: str | None = None) -> str:
     """The path percent-encoded (no spaces, quotes or line breaks in a log line), without
     the query string (which may hold a user's search text)."""
-    return quote(request.path, safe="/:@!$&'()*+,;=-._~")[:2048]
+    return quote(request.path if path is None else path, safe="/:@!$&'()*+,;=-._~")[:2048]
+
+
+# --- answers made before Flask sees the request ---------------------------------------------
+#
+# The worker (worker.py) answers some requests from their raw bytes: framing it refuses
+# (400, 414, 431), a request not sent whole in time (408), a worker already reading too
+# many (503). Those answers carry an id and get an access line like any other, so that a
+# client's 408 can be found in the log by the id it was given.
+
+# A whole X-Request-Id header line among the bytes received (a line cut off is not used).
+_RAW_ID = re.compile(rb"\r\nX-Request-Id:[ \t]*([^\r\n]*?)[ \t]*\r\n", re.IGNORECASE)
+_RAW_REQUEST_LINE = re.compile(rb"([A-Z]{1,16}) (\S+) HTTP/")
+
+
+def raw_request_id(received: bytes | bytearray) -> str:
+    """The id of a request answered from its raw bytes: the caller's X-Request-Id when its
+    header line arrived whole and is a safe token (as `_incoming_id`), else a new one."""
+    end = received.find(b"\r\n\r\n")
+    found = _RAW_ID.search(received[: end + 2] if end >= 0 else received)
+    given = found.group(1).decode("latin-1") if found else ""
+    return given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+def log_raw_answer(received: bytes | bytearray, status: int, identifier: str, duration_ms: float, remote: str) -> None:
+    """The access line of an answer made from a request's raw bytes (method and path when
+    its request line arrived, else "-")."""
+    line = _RAW_REQUEST_LINE.match(received[:4096])
+    method, path = (line.group(1).decode(), _quoted_path(line.group(2).decode("latin-1").split("?", 1)[0])) if line else ("-", "-")
+    log.info(
+        "method=%s path=%s status=%d duration_ms=%.1f request_id=%s remote=%s",
+        method, path, status, duration_ms, identifier, remote,
+    )

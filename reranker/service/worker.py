@@ -40,6 +40,7 @@ from typing import Any
 from gunicorn.workers.gthread import ThreadWorker
 
 from reranker.config import ServiceSettings
+from reranker.service.access import log_raw_answer, raw_request_id
 
 # Request line and headers beyond the body: gunicorn refuses more than 8190 bytes of
 # request line and 100 header fields (gunicorn.conf.py); this is a generous ceiling.
@@ -145,11 +146,21 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def _answer(self, conn: Any, status: int, phrase: str, kind: str, reason: str, *, registered: bool = True) -> None:
         """A JSON error answer, sent best effort (the socket is non-blocking), then close
-        (`registered`: the connection is in the poller and `reading`, as `_drop` expects)."""
+        (`registered`: the connection is in the poller and `reading`, as `_drop` expects).
+        It carries a request id and is logged, as the app's answers are (access.py)."""
+        received = conn.pending_bytes
+        identifier = raw_request_id(received)
         body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
-        answer = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (
-            status, phrase.encode(), len(body), body,
+        answer = (
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (status, phrase.encode(), identifier.encode(), len(body), body)
         )
+        # Reading began read_timeout before its deadline; a connection turned away at once took none.
+        deadline = self.reading.get(conn)
+        waited = 1000 * (time.monotonic() - (deadline - self.read_timeout)) if deadline is not None else 0.0
+        client = getattr(conn, "client", None)
+        remote = str(client[0]) if isinstance(client, tuple) and client else "-"
+        log_raw_answer(received, status, identifier, waited, remote)
         try:
             conn.sock.send(answer)
         except OSError:
