@@ -136,6 +136,7 @@ def test_every_worker_runs_with_the_blas_threads_asked_for_and_wmd_loaded(starte
         _, done, threads, asked = line.groups()
         assert asked == "1"
         assert done.startswith("engine and WMD loaded in "), line[0]
+        assert _maps_pot(int(line[1])), "a worker said it loaded WMD, but POT's solver is not mapped"
         counts = dict(part.rsplit(" ", 1) for part in threads.split(", "))
         assert counts.get("blas") == "1", f"a worker's BLAS runs with {counts}: {line[0]}"
         assert set(counts.values()) == {"1"}, f"a worker's native pools: {counts}"
@@ -176,3 +177,29 @@ def test_every_benchmark_runs_with_the_products_blas_threads() -> None:
         numpy = min((at for at in (text.find("\nimport numpy"), text.find("\nfrom reranker")) if at >= 0), default=len(text))
         assert call < numpy, f"bench/{script.name}: product_threads() must run before numpy (or reranker) is imported"
     assert all((REPO / "bench" / name).is_file() for name in BENCH_WITHOUT_THE_CALL), "an exempted script is gone: remove it"
+
+
+def _maps_pot(pid: int) -> bool:
+    """Whether process `pid` has POT's compiled solver mapped (what loading WMD imports)."""
+    return any("/ot/" in line and ".so" in line for line in Path(f"/proc/{pid}/maps").read_text().splitlines())
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads a worker's memory maps from /proc")
+def test_a_worker_told_not_to_preload_wmd_loads_it_on_the_first_wmd_search(sample_index: Path) -> None:
+    port = free_port()
+    argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{port}", "reranker.service:create_app()"]
+    env = clean_env(sample_index, RERANKER_WORKERS="1", RERANKER_THREADS="2", RERANKER_PRELOAD_WMD="false")
+    server = Started(argv, env, port)
+    try:
+        (line,) = server.worker_lines(1)
+        assert line[2].startswith("engine (not WMD: RERANKER_PRELOAD_WMD=false) loaded in "), line[0]
+        pid = int(line[1])
+        assert not _maps_pot(pid), "the worker loaded WMD's solver at start though told not to"
+        status, _, body = http_json(server.url + "/search", {"query": QUERY, "size": 5})
+        assert status == 200 and body["status"] == "ok" and not _maps_pot(pid), "the default ranker needs no WMD"
+        status, _, body = http_json(server.url + "/search", {"query": QUERY, "ranker": "wmd", "size": 5})
+        # Loaded inside this request's deadline: exact distances, or some ordered by their bound.
+        assert status == 200 and body["status"] in ("ok", "partial") and len(body["hits"]) == 5, body
+        assert _maps_pot(pid)
+    finally:
+        server.stop()

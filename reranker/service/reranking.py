@@ -190,7 +190,8 @@ class Runtime:
                     try:
                         # Once per worker, here rather than in a WMD request, whose time
                         # budget the loading would take whole (about a second).
-                        engine.load_wmd()
+                        if self.limits.preload_wmd:
+                            engine.load_wmd()
                     except RerankerError as exc:  # WMD requests say so; the rest is served
                         log.warning("the wmd ranker cannot run: %s", exc)
                     self._engine = engine
@@ -214,7 +215,8 @@ class Runtime:
             return f"not ready yet ({type(exc).__name__})"
         if engine.provisional:
             return "not ready yet (the cluster has not said which vectors its index has)"
-        return f"engine and WMD loaded in {time.perf_counter() - started:.2f} s ({engine.vectors.info.name})"
+        loaded = "engine and WMD" if self.limits.preload_wmd else "engine (not WMD: RERANKER_PRELOAD_WMD=false)"
+        return f"{loaded} loaded in {time.perf_counter() - started:.2f} s ({engine.vectors.info.name})"
 
     def ranker(self, name: str | None, fusion_weight: float | None = None) -> Ranker:
         """The ranker a request names (or the default), with the request's fusion weight
