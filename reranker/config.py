@@ -326,8 +326,11 @@ class ServiceSettings:
 
     def validate(self) -> None:
         host, _, port = self.bind.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or not port.isdigit():
             raise ConfigError(f"the service address (RERANKER_BIND, --bind) must be HOST:PORT, got {self.bind!r}")
+        if not 0 < int(port) < 65536:
+            # HOST:0 has the form HOST:PORT, so "must be HOST:PORT" would not say what is wrong with it.
+            raise ConfigError(f"the service address (RERANKER_BIND, --bind) needs a port from 1 to 65535, got {self.bind!r}")
         for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window", "events_per_query", "events_per_client", "max_events", "max_pending"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")

@@ -244,8 +244,10 @@ class EvaluationResult:
                 approximate=body.get("approximate", {}),
                 config=body.get("config", {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"not an evaluation result ({type(exc).__name__}: {exc})") from None
+        except KeyError as exc:
+            raise InputError(f"not an evaluation result (no {exc} field)") from None
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"not an evaluation result ({exc})") from None
 
 
 @dataclass(frozen=True)

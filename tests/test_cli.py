@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, run, settings_env, write_jsonl
 
+from reranker.config import Settings
 from reranker.evaluation import metric_names
 from reranker.rankers import ranker_names
 
@@ -219,6 +220,19 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--window", "0")
     assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["search", "similar", "evaluate", "compare", "evaluate-similar", "tune"])
+def test_help_states_the_fusion_weight_in_force(data_dir: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The help once said 0.5 while the setting's default was 0.3: a reader who left the flag
+    # out believed the other weight was used.
+    with pytest.raises(SystemExit) as done:
+        run(data_dir, command, "--help")
+    assert done.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    weight = Settings.from_env(settings_env(data_dir)).fusion_weight
+    assert f"(default RERANKER_FUSION_WEIGHT, {weight:g})" in help_text
+    assert weight != 0.5 and "(default 0.5)" not in help_text
 
 
 def test_a_query_index_mismatch_is_an_error(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

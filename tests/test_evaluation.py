@@ -173,8 +173,11 @@ def test_json_round_trip() -> None:
     assert "randomisation" in body["significance_test"]
     assert EvaluationResult.from_json(body) == result
     assert "per_query" not in result.to_json()
-    with pytest.raises(InputError, match="not an evaluation result"):
+    # The reason is the reader's to act on, not Python's name for it ("KeyError: 'queries'").
+    with pytest.raises(InputError, match=r"^not an evaluation result \(no 'queries' field\)$"):
         EvaluationResult.from_json({"dataset": "x"})
+    with pytest.raises(InputError, match=r"^not an evaluation result \(invalid literal for int\(\) with base 10: 'x'\)$"):
+        EvaluationResult.from_json({"dataset": "x", "queries": "x"})
 
 
 def test_precision_bins_are_exact_shares() -> None:

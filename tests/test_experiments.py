@@ -524,7 +524,10 @@ def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> 
     body = client.post("/search", json={"query": QUERIES[0], "size": 5, "client_id": "c1"}).get_json()
     assert client.post("/events", json=_click(body["hits"][1], body["query_id"])).status_code == 201
     _error(client.delete("/experiments/gone?events=delete"), 401, "security_exception")
-    assert "[events] must be keep or delete" in _error(client.delete("/experiments/gone", headers=AUTH), 400)
+    missing = _error(client.delete("/experiments/gone", headers=AUTH), 400)
+    assert missing.startswith("[events] must be keep or delete (?events=keep or ?events=delete)")
+    assert missing.endswith("; it is missing") and "None" not in missing
+    assert _error(client.delete("/experiments/gone?events=maybe", headers=AUTH), 400).endswith("; got 'maybe'")
     assert "is running: stop it first" in _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 409, "conflict_exception")
     assert client.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
     answer = client.delete("/experiments/gone?events=keep", headers=AUTH)

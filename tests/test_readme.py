@@ -330,6 +330,39 @@ QUICKSTART = [
 CI_PLUMBING = [r"^set -euo pipefail$", r"^cd ", r"^if ! command -v chromium\b", r"^fi$", r'^sudo=""', r"^trap "]
 
 
+def printed_examples(pages: list[Path]) -> list[tuple[Block, list[str], list[str]]]:
+    """The ```text blocks that show what a search of the sample corpus prints: the first line
+    is the command (`$ reranker search ...` or `$ reranker similar ...`), the rest its output,
+    where a line ending in `...` is shortened. (Other shown outputs come from runs that cannot
+    be repeated here, such as experiments.md's simulated users.)"""
+    found = []
+    for page in pages:
+        for block in fenced_blocks(page):
+            first, *shown = block.text.splitlines()
+            if block.language == "text" and first.startswith(("$ reranker search ", "$ reranker similar ")):
+                found.append((block, shell_words(first[2:])[1:], shown))
+    return found
+
+
+def test_a_printed_example_is_what_its_command_prints(data_dir: Path) -> None:
+    # The example of `search --explain` in cli.md once showed an earlier default ranker's
+    # output, numbers and all: nothing ran it.
+    examples = printed_examples(MANUAL)
+    assert examples, "cli.md shows what `reranker search --explain` prints"
+    code, out = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert code == 0, out
+    for block, argv, shown in examples:
+        code, out = run(data_dir, *argv)
+        printed = [line.rstrip() for line in out.splitlines()]
+        where = f"{block.page.name}:{block.line}"
+        assert code == 0 and len(printed) == len(shown), f"{where}: `reranker {' '.join(argv)}` printed:\n{out}"
+        for line, expected in zip(printed, shown):
+            if expected.endswith("..."):
+                assert line.startswith(expected[:-3]), f"{where}: printed {line!r}, the page shows {expected!r}"
+            else:
+                assert line == expected.rstrip(), f"{where}: printed {line!r}, the page shows {expected!r}"
+
+
 def test_the_quickstart_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     quickstart = [block.text.strip() for block in fenced_blocks(README) if block.language == "sh"][:2]

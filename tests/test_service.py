@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, TINY_CORPUS, run, settings_env, write_jsonl
+from conftest import SAMPLE, TINY_CORPUS, Service, http_json, run, settings_env, write_jsonl
 from flask.testing import FlaskClient
 
 import reranker.rankers as rankers
@@ -495,6 +495,34 @@ def test_reranker_serve_runs_gunicorn_workers_that_share_metrics(indexed: Path) 
     assert len(searches) == 14, output[-3000:]
     assert sum(" status=200 " in line for line in searches) == 13 and sum(" status=400 " in line for line in searches) == 1
     assert re.search(r"^\[.+\] \[\d+\] \[INFO\] method=POST path=/search status=200 duration_ms=\d+\.\d request_id=lb-42 remote=127\.0\.0\.1$", output, re.M)
+
+
+def test_serve_on_an_empty_index_warns_what_the_rerank_routes_really_do(tmp_path: Path, glove: object) -> None:
+    # The warning once said "/rerank works on sent texts", while the default ranker answered
+    # every rerank degraded, in the order sent: it reads the index's word statistics.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    service = Service(empty, {"RERANKER_API_KEYS": "k"})
+    try:
+        texts = ["a beam search decoder for phrase-based statistical machine translation", "bread is baked from flour"]
+        status, _, default = http_json(service.url + "/rerank", {"query": "machine translation", "documents": texts[::-1]})
+        assert status == 200 and default["status"] == "degraded" and [r["index"] for r in default["results"]] == [0, 1]
+        status, _, fused = http_json(service.url + "/rerank", {"query": "machine translation", "documents": texts[::-1], "ranker": "hidden_topics+bm25"})
+        assert status == 200 and fused["status"] == "ok" and fused["first_stage"] == "order"
+        status, _, alone = http_json(service.url + "/rerank", {"query": "machine translation", "documents": texts[::-1], "ranker": "hidden_topics"})
+        assert status == 200 and alone["status"] == "ok" and [r["index"] for r in alone["results"]] == [1, 0], "the translation paper first"
+        cohere = urllib.request.Request(
+            service.url + "/v1/rerank", data=json.dumps({"query": "machine translation", "documents": texts}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer k"},
+        )  # fmt: skip
+        with urllib.request.urlopen(cohere) as answer:
+            assert json.loads(answer.read())["status"] == "degraded"
+    finally:
+        output = service.stop()
+    warning = next(line for line in output.splitlines() if "the index is empty" in line)
+    assert "/search finds nothing until `reranker index CORPUS.jsonl`" in warning
+    assert f"the default ranker {DEFAULT_RANKER} reads the index's word statistics" in warning
+    assert "keep the order sent (status degraded)" in warning and "such as hidden_topics+bm25, reranks sent texts" in warning
 
 
 def test_every_answer_has_a_request_id_and_one_access_line(client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:

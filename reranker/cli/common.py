@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from reranker.config import Settings
+from reranker.config import DEFAULT_FUSION_WEIGHT, Settings
 from reranker.errors import ConfigError, IndexMismatchError, InputError
 from reranker.types import Filter
 
@@ -77,7 +77,11 @@ def parse_filter(raw: str) -> Filter:
 
 def add_ranking_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=positive_int, help="BM25 candidates to rerank (default 100)")
-    parser.add_argument("--fusion-weight", type=fraction, help="weight of the ranker in the min-max and z-score fusions with BM25, e.g. wmd+bm25:zscore (default 0.5)")
+    parser.add_argument(
+        "--fusion-weight",
+        type=fraction,
+        help=f"weight of the ranker in the min-max and z-score fusions with BM25, e.g. wmd+bm25:zscore (default RERANKER_FUSION_WEIGHT, {DEFAULT_FUSION_WEIGHT:g})",
+    )
 
 def open_engine(
     settings: Settings,

@@ -226,9 +226,11 @@ def delete(experiment_id: str) -> Any:
     rt = runtime()
     choice = request.args.get("events")
     if choice not in ("keep", "delete"):
+        # A missing parameter is the usual mistake: say so, not "got None" (Python's word).
+        got = "it is missing" if choice is None else f"got {choice!r}"
         raise bad_request(
-            "[events] must be keep or delete: say whether the experiment's shown queries and click events stay in the "
-            f"store (for analysis) or go with it, got {choice!r}"
+            "[events] must be keep or delete (?events=keep or ?events=delete): say whether the experiment's shown "
+            f"queries and click events stay in the store (for analysis) or go with it; {got}"
         )
     try:
         deleted = ex.delete(rt.experiments.store(), experiment_id, events=choice == "delete")
