@@ -17,9 +17,12 @@ of the same window, 10,000 sign flips; W/T/L against it):
   /rerank, texts only       texts, no scores: BM25 of the texts with the index's statistics
   /rerank, ids only         stored ids, no scores: the same, on the stored texts
   /v1/rerank, /v2/rerank    the Cohere routes, texts only, as the clusters call them
-  order only                texts, no scores, a store without term statistics (no index,
-                            or a cluster that cannot score artificial documents, as
-                            osmem-server): the order itself, -ln(rank)
+  order only                texts, no scores, a store without term statistics (a cluster
+                            that cannot score artificial documents, as osmem-server): the
+                            order itself, -ln(rank), with the index's centering
+  no index, /v1/rerank      the Cohere route of a service with nothing indexed (a reranker
+                            in front of a cluster whose documents it never saw): the order
+                            as first stage, and the vectors' own centering (prior_centering)
   proxy                     POST /reranker/_search {"query": {"match": {"body": QUERY}}}
                             through the service's OpenSearch-compatible proxy, with
                             osmem-server (the in-memory OpenSearch-compatible server) as the
@@ -71,16 +74,18 @@ class _NoStatistics:
         return getattr(self._store, name)
 
 
-def _routes(client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[str, list[Any]], list[int]]]:
-    """route name -> function(query, window candidates) -> the route's order (positions)."""
+def _routes(client: Any, empty_client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[str, list[Any]], list[int]]]:
+    """route name -> function(query, window candidates) -> the route's order (positions).
+    `empty_client`: the app of a service with nothing indexed."""
     from reranker.rankers import CandidateSet
 
     bearer = {"Authorization": f"Bearer {KEY}"}
 
-    def post(path: str, body: dict[str, Any], headers: dict[str, str] | None = None, first_stage: str | None = None) -> Any:
-        """The route's answer; raises unless it reranked (ok or tied) with the first stage
-        expected, so that a degraded answer is never scored as the route's quality."""
-        answer = client.post(path, json=body, headers=headers or {})
+    def post(path: str, body: dict[str, Any], headers: dict[str, str] | None = None, first_stage: str | None = None, on: Any = None) -> Any:
+        """The route's answer (of `on`, else the indexed service); raises unless it
+        reranked (ok or tied) with the first stage expected, so that a degraded answer is
+        never scored as the route's quality."""
+        answer = (on or client).post(path, json=body, headers=headers or {})
         if answer.status_code != 200:
             raise RuntimeError(f"{path} answered {answer.status_code}: {answer.get_data(as_text=True)[:300]}")
         found = answer.get_json()
@@ -111,9 +116,13 @@ def _routes(client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[s
             return [r["index"] for r in found["results"]]
         return call
 
-    def cohere(version: str) -> Callable[[str, list[Any]], list[int]]:
+    def cohere(version: str, indexed: bool = True) -> Callable[[str, list[Any]], list[int]]:
         def call(query: str, candidates: list[Any]) -> list[int]:
-            found = post(f"/{version}/rerank", {"query": query, "documents": texts(candidates)}, bearer, first_stage="index_bm25")
+            body = {"query": query, "documents": texts(candidates)}
+            if indexed:
+                found = post(f"/{version}/rerank", body, bearer, first_stage="index_bm25")
+            else:
+                found = post(f"/{version}/rerank", body, bearer, first_stage="order", on=empty_client)
             return [r["index"] for r in found["results"]]
         return call
 
@@ -140,6 +149,7 @@ def _routes(client: Any, engine: Any, ranker_name: str) -> dict[str, Callable[[s
         "/v1/rerank": cohere("v1"),
         "/v2/rerank": cohere("v2"),
         "order only": order_only,
+        "no index, /v1/rerank": cohere("v1", indexed=False),
     }
 
 
@@ -166,7 +176,10 @@ def evaluate_dataset(name: str, sizes: Sequence[int]) -> dict[str, Any]:
         index_corpus(DATA / name / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords)
         print(f"{name}: indexed in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         app = create_app(settings)
-        routes = _routes(app.test_client(), engine, DEFAULT_RANKER)
+        empty = Path(folder) / "nothing-indexed"
+        empty.mkdir()
+        empty_app = create_app(Settings.from_env({**os.environ, "RERANKER_DATA_DIR": str(empty)}))
+        routes = _routes(app.test_client(), empty_app.test_client(), engine, DEFAULT_RANKER)
         for size in sizes:
             per_route: dict[str, list[float]] = {"bm25": []}
             spent: dict[str, float] = {}

@@ -87,6 +87,12 @@ class SortedVocabulary:
     def get(self, token: str, default: int = -1) -> int:
         return self.rows([token])[0] if token else default
 
+    def leading(self, count: int) -> list[str]:
+        """The words of rows 0 .. `count` - 1, in row order."""
+        first = np.flatnonzero(self._rows < count)
+        first = first[np.argsort(self._rows[first], kind="stable")]
+        return [word.decode("utf-8", "surrogatepass") for word in self.words[first].tolist()]
+
     def as_dict(self) -> dict[str, int]:
         """The same map as a dict (built in about 0.3 s for 400,000 words)."""
         return dict(zip((word.decode("utf-8", "surrogatepass") for word in self.words.tolist()), self._rows.tolist()))
@@ -152,6 +158,19 @@ class WordVectors:
                 return index.rows(tokens)
             index = self._index = index.as_dict()
         return [index.get(token, -1) for token in tokens]
+
+    def leading_words(self, count: int) -> list[str]:
+        """The words of the first `count` rows, in row order. Word-vector files list their
+        words most frequent first (GloVe's, word2vec's and fastText's tools write them so,
+        and gensim keeps that order): these are the vectors' `count` most frequent words."""
+        index = self._index
+        if isinstance(index, SortedVocabulary):
+            return index.leading(count)
+        found: list[str | None] = [None] * min(count, len(index))
+        for word, row in index.items():
+            if row < len(found):
+                found[row] = word
+        return [word for word in found if word is not None]
 
     def word_ids(self, tokens: Sequence[str]) -> npt.NDArray[np.int32]:
         """Row numbers of the in-vocabulary `tokens`, in order (unknown tokens skipped)."""

@@ -206,6 +206,8 @@ class Engine:
     k: int = 15
     # The index's centering made ready for extraction, by its digest (one per index).
     _corrections: dict[str, "Correction"] = field(default_factory=dict, repr=False)
+    # The centering texts get while there is no index (`_centering`), made on first use.
+    _prior_centering: Centering | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Rankers get this engine's vectors, and the Doc2Vec model of its index on first use.
@@ -227,15 +229,24 @@ class Engine:
         if "corrected_topics" in ranker.needs:
             self._centering()
 
-    def _centering(self) -> Centering:
-        """The index's centering. Raises IndexNotFoundError when there is no index yet,
-        IndexOutdatedError for an index built before the correction."""
+    def _centering(self, texts: Sequence[str | None] | None = None) -> Centering:
+        """The index's centering. With no index yet, sent `texts` are scored too: with the
+        vectors' own common direction (`prior_centering`) and the texts' own background
+        (`window_background`). Raises IndexOutdatedError for an index built before the
+        correction."""
         info = self.store.index_info()
         if info is None:
-            raise IndexNotFoundError(
-                "the corrected ranker reads the word statistics of an index, and there is none yet: "
-                "run `reranker index CORPUS.jsonl` first (or name a ranker such as hidden_topics)"
-            )
+            from reranker.indexing import prior_centering, window_background
+
+            if self._prior_centering is None:
+                self._prior_centering = prior_centering(self.vectors, self.stopwords)
+            if self._prior_centering is None:  # vectors without one content word
+                raise IndexNotFoundError(
+                    "the corrected ranker reads the word statistics of an index, and there is none yet: "
+                    "run `reranker index CORPUS.jsonl` first (or name a ranker such as hidden_topics)"
+                )
+            sent = [text for text in texts or () if text is not None]
+            return window_background(sent, self.vectors, self._prior_centering, self.stopwords) if sent else self._prior_centering
         if info.centering is None:
             raise IndexOutdatedError(
                 "the corrected ranker needs an index built with the common-direction correction; "
@@ -286,7 +297,7 @@ class Engine:
         if "doc_vectors" in ranker.needs and window.doc_vectors is None:
             window = replace(window, doc_vectors=self._doc_vectors(window))
         if "corrected_topics" in ranker.needs and window.centering is None:
-            window = replace(window, centering=self._centering())
+            window = replace(window, centering=self._centering(window.texts))
         if "corrected_topics" in ranker.needs and window.corrected is None:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
         if "passages" in ranker.needs and window.passage_scores is None and window.query_text is not None and len(window):
@@ -339,12 +350,19 @@ class Engine:
         info = self.store.index_info()
         k = info.k if info is not None else self.k
         variant = "paper" if centering is None else hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
+        correction = None if centering is None else self._correction(centering, variant)
+        # With no index the background is the window's own (`_centering`): a text's cached
+        # topics are the same, but their backgrounds are measured again on this window.
+        window_local = info is None and centering is not None and centering is not self._prior_centering
         found: list[CorrectedTopics] = []
         for doc_id, text in zip(ids, texts):
             if text is not None:
                 if check is not None:
                     check()
-                found.append(self._text_topics(text, centering, k, variant))
+                of_text = self._text_topics(text, correction, k, variant)
+                if window_local and correction is not None:
+                    of_text = correction.with_backgrounds(of_text.topics, of_text.importances)
+                found.append(of_text)
             elif stored is not None and doc_id in rows:
                 row = rows[doc_id]
                 kept = int(np.count_nonzero(stored.importances[row]))
@@ -361,15 +379,24 @@ class Engine:
             backgrounds[row, : f.backgrounds.shape[0]] = f.backgrounds
         return TopicBatch(ids, topics, importances, missing, backgrounds)
 
-    def _text_topics(self, text: str, centering: Centering | None, k: int, variant: str) -> CorrectedTopics:
-        """A text's `k` topics as `reranker index` would store them (with `centering`,
+    def _correction(self, centering: Centering, variant: str) -> "Correction":
+        """`centering` made ready for extraction: the index's, or the vectors' own, kept
+        (by `variant`, the digest of its mu); one with a window's own background (no index)
+        made for that window, as it changes with every window."""
+        from reranker.indexing import Correction  # the write path (and its Doc2Vec imports) only when needed
+
+        if centering is not self._prior_centering and self.store.index_info() is None:
+            return Correction.of(centering, self.vectors)
+        correction = self._corrections.get(variant)
+        if correction is None:
+            correction = self._corrections[variant] = Correction.of(centering, self.vectors)
+        return correction
+
+    def _text_topics(self, text: str, correction: "Correction | None", k: int, variant: str) -> CorrectedTopics:
+        """A text's `k` topics as `reranker index` would store them (with `correction`,
         the corrected ones), cached by content, vectors, K and `variant` ("paper", or a
-        digest of the centering). The paper's come with zero backgrounds."""
-        from reranker.indexing import (  # the write path (and its Doc2Vec imports) only when needed
-            Correction,
-            corrected_topics,
-            document_topics,
-        )
+        digest of the centering's mu). The paper's come with zero backgrounds."""
+        from reranker.indexing import corrected_topics, document_topics
 
         key = f"{_text_key(text)}|{self.vectors.info.checksum}|{k}|{variant}"
         found = self.text_topics.get(key)
@@ -377,13 +404,10 @@ class Engine:
             self.on_text_topics("computed" if found is None else "hit")
         if found is not None:
             return found
-        if centering is None:
+        if correction is None:
             paper, _, _ = document_topics(Document("", "", text), self.vectors, k, self.stopwords)
             found = CorrectedTopics(paper.topics, paper.importances, np.zeros(paper.k, np.float32))
         else:
-            correction = self._corrections.get(variant)
-            if correction is None:
-                correction = self._corrections[variant] = Correction.of(centering, self.vectors)
             found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
         self.text_topics.put(key, found)
         return found

@@ -13,9 +13,9 @@ import pytest
 from conftest import SAMPLE, TINY_CORPUS, run, settings_env, write_jsonl
 
 from reranker.config import OpenSearchSettings
-from reranker.embeddings import WordVectors
+from reranker.embeddings import SortedVocabulary, WordVectors
 from reranker.errors import IndexOutdatedError
-from reranker.indexing import BACKGROUND_WORDS, estimate_centering, index_corpus, read_corpus, sample_corpus
+from reranker.indexing import BACKGROUND_WORDS, PRIOR_WORDS, estimate_centering, index_corpus, prior_centering, read_corpus, sample_corpus
 from reranker.pipeline import Engine
 from reranker.rankers import get_ranker
 from reranker.store.embedded import EmbeddedStore
@@ -187,3 +187,38 @@ def test_the_centering_sample_is_spread_over_the_whole_corpus(tmp_path: Path) ->
     sampled = [doc.id for doc in sample_corpus(corpus, budget)]
     assert sampled == [f"d{i}" for i in range(0, 40, 4)]  # the bad last line (number 40) is skipped
     assert [doc.id for doc in sample_corpus(corpus)] == [f"d{i}" for i in range(40)]
+
+
+def test_the_vectors_lead_with_their_most_frequent_words_in_either_vocabulary_form(glove: WordVectors) -> None:
+    leading = glove.leading_words(12)
+    # GloVe 6B's own order: its file starts with these, most frequent first.
+    assert leading[:6] == ["the", ",", ".", "of", "to", "and"], leading
+    index = glove._index
+    as_dict = index.as_dict() if isinstance(index, SortedVocabulary) else dict(index)
+    twin = WordVectors(glove._vectors, as_dict, glove.info)
+    assert twin.leading_words(PRIOR_WORDS) == glove.leading_words(PRIOR_WORDS)
+    assert [as_dict[word] for word in glove.leading_words(PRIOR_WORDS)] == list(range(PRIOR_WORDS))
+
+
+def test_with_no_index_texts_are_corrected_with_the_vectors_own_centering(store: EmbeddedStore, glove: WordVectors) -> None:
+    prior = prior_centering(glove)
+    assert prior is not None
+    # Content words only, weighted by Zipf's law over the file's order: "said" (GloVe's 20th
+    # word, the first after the stop words and punctuation) leads.
+    assert prior.background_words[0] == "said" and len(prior.background_words) == BACKGROUND_WORDS
+    assert sum(prior.background_weights) == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(prior.background_weights, prior.background_weights[1:]))
+    # Close to a real corpus's own (the sample corpus of papers): the common direction of
+    # English word vectors is what both remove.
+    corpus = estimate_centering(sample_documents(), glove)
+    assert corpus is not None
+    cosine = np.dot(prior.mu, corpus.mu) / np.linalg.norm(prior.mu) / np.linalg.norm(corpus.mu)
+    assert cosine > 0.8, cosine
+    # An engine over an empty store scores sent texts with it, and keeps the index's once
+    # there is one.
+    engine = Engine(store=store, vectors=glove)
+    assert store.index_info() is None
+    assert engine._centering() == prior
+    index_corpus(SAMPLE / "corpus.jsonl", store, glove, 15, show_progress=False)
+    info = store.index_info()
+    assert info is not None and engine._centering() == info.centering != prior

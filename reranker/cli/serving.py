@@ -37,7 +37,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.service.server import serve
     from reranker.store import open_store
 
-    default = get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
+    get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
 
     # Once, in the master: a first run converts the vectors here (the rerank routes need
@@ -52,7 +52,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         spec = settings.vectors or DEFAULT_VECTORS
     else:
         if _is_empty(store):
-            log.warning("the index is empty: /search finds nothing until `reranker index CORPUS.jsonl`; %s", _rerank_without_index(settings.service.default_ranker, default.needs))
+            log.warning(
+                "the index is empty: /search finds nothing until `reranker index CORPUS.jsonl`; /rerank and the Cohere "
+                "routes rerank sent texts meanwhile, by their order and topics (the word statistics are the vectors' own "
+                "and the sent texts', not a corpus's)"
+            )
     finally:
         store.close()
     vectors = load_vectors(spec, settings.vectors_cache, conversion_progress)
@@ -77,17 +81,6 @@ def _is_empty(store: "Store") -> bool:
         return True
     except StoreUnavailableError:  # the cluster's state is /readyz's to report
         return False
-
-def _rerank_without_index(name: str, needs: frozenset[str]) -> str:
-    """What the rerank routes do with sent texts before anything is indexed."""
-    if "corrected_topics" not in needs:
-        return "/rerank and the Cohere routes rerank sent texts"
-    # The corrected topics are centred on the index's own words: with no index the default
-    # cannot score a sent text, and the routes answer degraded, in the order sent.
-    return (
-        f"the default ranker {name} reads the index's word statistics, so /rerank and the Cohere routes keep the order sent "
-        "(status degraded) until then; a ranker that does not, such as hidden_topics+bm25, reranks sent texts"
-    )
 
 def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Run osmem-server in the foreground until Ctrl-C: the OpenSearch walkthrough without Docker."""

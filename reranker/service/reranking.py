@@ -194,6 +194,12 @@ class Runtime:
                             engine.load_wmd()
                     except RerankerError as exc:  # WMD requests say so; the rest is served
                         log.warning("the wmd ranker cannot run: %s", exc)
+                    try:
+                        # What the default ranker reads of the index, made now: with no index
+                        # yet, the vectors' own centering (half a second) for sent texts.
+                        engine.check_ranker(engine.ranker(self.limits.default_ranker))
+                    except RerankerError as exc:  # its requests say so
+                        log.warning("the default ranker cannot run yet: %s", exc)
                     self._engine = engine
         return self._engine
 
