@@ -27,9 +27,10 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
@@ -273,7 +274,7 @@ def _centering_of(counts: Mapping[str, float], vectors: WordVectors) -> Centerin
     )
 
 
-def _background_of(words: Sequence[str], frequencies: "np.ndarray[Any, np.dtype[np.float64]]") -> tuple[tuple[str, ...], tuple[float, ...]]:
+def _background_of(words: Sequence[str], frequencies: npt.NDArray[np.float64]) -> tuple[tuple[str, ...], tuple[float, ...]]:
     """The BACKGROUND_WORDS most frequent of `words` and their shares among them."""
     top = np.argsort(-frequencies, kind="stable")[:BACKGROUND_WORDS]
     weights = frequencies[top] / frequencies[top].sum()
