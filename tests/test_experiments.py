@@ -458,6 +458,19 @@ def test_an_experiment_without_clicks_has_an_empty_timeline(client: FlaskClient)
     assert body["periods"] == [] and body["interval"] == "hour"
 
 
+def test_an_unknown_query_parameter_of_an_experiment_route_is_a_400(client: FlaskClient) -> None:
+    _start(client, "strict")
+    reason = _error(client.get("/experiments/strict/timeline?interval=day&period=week"), 400)
+    assert reason == "unknown query parameter [period]; known parameters: interval"
+    assert _error(client.get("/experiments/strict/timeline?interval=day&interval=hour"), 400) == (
+        "query parameter [interval] is given 2 times; give it once"
+    )
+    assert client.patch("/experiments/strict", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    reason = _error(client.delete("/experiments/strict?events=keep&force=1", headers=AUTH), 400)
+    assert reason == "unknown query parameter [force]; known parameters: events"
+    assert client.get("/experiments/strict").status_code == 200, "a refused delete deletes nothing"
+
+
 def _clicked_queries(data_dir: Path, experiment_id: str) -> list[str]:
     import sqlite3
 

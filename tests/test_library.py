@@ -131,6 +131,19 @@ def test_a_bad_size_is_a_400(client: FlaskClient, size: str) -> None:
     assert "[size] must be an integer from 1 to 100" in reason
 
 
+@pytest.mark.parametrize("query", ["window=0", "bogus=1", "size=5&Size=5", "ranker=bm25&window=20"])
+def test_an_unknown_query_parameter_is_a_400_naming_it_and_the_known_ones(client: FlaskClient, query: str) -> None:
+    reason = _error(client.get(f"/documents/{PAPER}/similar?{query}"), 400, "illegal_argument_exception")
+    name = query.rsplit("&", 1)[-1].split("=")[0]
+    assert reason == f"unknown query parameter [{name}]; known parameters: size, ranker"
+
+
+def test_a_query_parameter_given_twice_is_a_400(client: FlaskClient) -> None:
+    reason = _error(client.get(f"/documents/{PAPER}/similar?size=3&size=4"), 400, "illegal_argument_exception")
+    assert reason == "query parameter [size] is given 2 times; give it once"
+    assert len(client.get(f"/documents/{PAPER}/similar?size=3&ranker=bm25").get_json()["hits"]) == 3
+
+
 def test_the_page_and_its_files_are_served_with_a_strict_policy(client: FlaskClient) -> None:
     page = client.get("/ui")
     assert page.status_code == 200 and page.mimetype == "text/html"

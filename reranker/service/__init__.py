@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     # Imported here, not at the top: prometheus_client picks its multiprocess mode when
     # first imported, and the gunicorn master (which imports this package to serve it)
     # sets PROMETHEUS_MULTIPROC_DIR only when it reads gunicorn.conf.py.
-    from reranker.service import access, api, cohere, errors, experiments, library, proxy, web
+    from reranker.service import access, api, cohere, errors, experiments, library, operations, proxy, web
     from reranker.service.metrics import Metrics
     from reranker.service.reranking import Runtime
     from reranker.threads import limit_native_threads
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["reranker"] = Runtime(settings, metrics)
     errors.install(app)
     access.install(app)  # first: its hooks see every request, the refused ones too
+    operations.install(app)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(cohere.blueprint)
     app.register_blueprint(experiments.blueprint)

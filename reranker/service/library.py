@@ -5,7 +5,8 @@
                                         the query (`Engine.similar`), by the default ranker
                                         or `ranker=NAME`
 
-An unknown id is a 404 (document_missing_exception); a bad `size` a 400. An id may hold
+An unknown id is a 404 (document_missing_exception); a bad `size`, or a query parameter
+not declared here, a 400 (`operations.check_query`). An id may hold
 slashes (a DOI); `/documents/_search` and `/documents/_msearch` stay the search proxy's,
 for an OpenSearch index named "documents".
 """
@@ -20,7 +21,6 @@ from werkzeug.routing import PathConverter
 
 from reranker.rankers import ranker_names
 from reranker.service.api import runtime
-from reranker.service.errors import bad_request
 from reranker.service.operations import Reply, operation
 from reranker.service.schema import DocumentAnswer, SimilarAnswer
 from reranker.text import SNIPPET_WORDS, opening
@@ -83,7 +83,7 @@ def document(doc_id: str) -> Any:
 )
 def similar(doc_id: str) -> Any:
     """Papers like this one: BM25 on its distinctive words, reranked with the paper as the query."""
-    size = _size(request.args.get("size"))
+    size = int(request.args.get("size", 10))  # checked against its declaration (operations.check_query)
     rt = runtime()
     ranker = request.args.get("ranker", rt.limits.default_ranker)  # "ranker=" names no ranker: a 400
     engine = rt.engine()
@@ -97,10 +97,3 @@ def similar(doc_id: str) -> Any:
         answer.append({"id": hit.doc_id, "rank": hit.rank, "title": hit.title, "score": hit.score, "bm25_rank": hit.bm25_rank, "snippet": snippet})
     return jsonify(id=doc_id, hits=answer)
 
-
-def _size(raw: str | None) -> int:
-    if raw is None:
-        return 10
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_SIMILAR:
-        raise bad_request(f"[size] must be an integer from 1 to {MAX_SIMILAR}, got {raw!r}")
-    return int(raw)

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from flask import Flask
+from flask import Flask, request
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from reranker import __version__
 from reranker.config import ServiceSettings
+from reranker.service.errors import bad_request
 from reranker.service.schema import LIMIT_KEY, Error
 
 Schema = dict[str, Any]
@@ -102,6 +103,50 @@ def undocumented(view: View) -> View:
 
 def describe_endpoint(endpoint: str, described: Operation) -> None:
     _BY_ENDPOINT[endpoint] = described
+
+
+def install(app: Flask) -> None:
+    """Check each request's query parameters against its route's declared ones, so that the
+    published `query` schemas are also what the service accepts (as a body's fields are)."""
+
+    @app.before_request
+    def _check_query() -> None:
+        endpoint = request.endpoint
+        if endpoint is None:  # no route: werkzeug's 404 or 405 follows
+            return
+        described = _BY_ENDPOINT[endpoint] if endpoint in _BY_ENDPOINT else getattr(app.view_functions[endpoint], _ATTRIBUTE, None)
+        if described is not None and described.query:
+            check_query(described.query, request.args.lists())
+
+
+def check_query(declared: Mapping[str, Schema], given: Iterable[tuple[str, list[str]]]) -> None:
+    """Raise ApiError 400 for a query parameter `declared` does not name, one given twice,
+    or an integer one that is not a whole number within its schema's minimum and maximum.
+
+    Only routes that declare query parameters are checked: the proxy's pass theirs to the
+    cluster, which judges them. Enumerated strings are left to their views, whose refusals
+    say more (UnknownRankerError lists the rankers).
+    """
+    for name, values in given:
+        schema = declared.get(name)
+        if schema is None:
+            raise bad_request(f"unknown query parameter [{name}]; known parameters: {', '.join(declared)}")
+        if len(values) > 1:
+            raise bad_request(f"query parameter [{name}] is given {len(values)} times; give it once")
+        if schema.get("type") == "integer":
+            _check_integer(name, values[0], schema)
+
+
+def _check_integer(name: str, raw: str, schema: Schema) -> None:
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and high is not None:
+        allowed = f" from {low} to {high}"
+    else:
+        allowed = f" of at least {low}" if low is not None else f" of at most {high}" if high is not None else ""
+    # Digits only (and a minus sign): int() would also take " 5", "+5" and "5_0".
+    number = int(raw) if re.fullmatch(r"-?[0-9]{1,20}", raw) else None
+    if number is None or (low is not None and number < low) or (high is not None and number > high):
+        raise bad_request(f"[{name}] must be an integer{allowed}, got {raw!r}")
 
 
 def openapi_document(app: Flask) -> Schema:
