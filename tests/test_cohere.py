@@ -329,9 +329,13 @@ def test_the_default_ranker_reads_the_texts_first_stage(indexed: Path) -> None:
         ).get_json()
         assert bare["first_stage"] == "index_bm25" and given["first_stage"] == "scores"
         assert [r["index"] for r in bare["results"]][:5] == [r["index"] for r in given["results"]][:5]
-        # A ranker that reads no first stage says nothing about one.
+        # A ranker that reads no first stage: the texts' only first stage is their order
+        # (scores sent are still the caller's first stage).
         alone = client.post("/rerank", json={"query": QUERY, "ranker": "hidden_topics_corrected", "documents": [{"text": t} for t in texts]}).get_json()
-        assert "first_stage" not in alone
+        assert alone["status"] == "ok" and alone["first_stage"] == "order"
+        scored = [{"text": t, "score": s} for t, s in zip(texts, scores)]
+        alone = client.post("/rerank", json={"query": QUERY, "ranker": "hidden_topics_corrected", "documents": scored}).get_json()
+        assert alone["first_stage"] == "scores"
     finally:
         app.extensions["reranker"].close()
 

@@ -245,7 +245,10 @@ def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient)
     assert body["results"][-1]["index"] == 1  # the bread text is least like the query
     reason = _error(client.post("/rerank", json={"query": QUERY, "documents": [{"id": "gone"}, {"id": "P01-1027"}]}), 404, "document_missing_exception")
     assert "'gone'" in reason and "P01-1027" not in reason
-    assert client.post("/rerank", json={"query": QUERY, "documents": []}).get_json()["results"] == []
+    # No documents: nothing scored, and the first stage said all the same (docs/http-api.md).
+    for ranker in ("hidden_topics+bm25", "hidden_topics"):
+        empty = client.post("/rerank", json={"query": QUERY, "ranker": ranker, "documents": []}).get_json()
+        assert empty["results"] == [] and empty["first_stage"] == "order"
 
 
 # --- failing open ------------------------------------------------------------------------
@@ -280,6 +283,9 @@ def test_a_failing_or_slow_ranker_degrades_to_bm25_order(indexed: Path, monkeypa
     assert [h["bm25_rank"] for h in body["hits"]] == [1, 2, 3, 4, 5]
     body = client.post("/rerank", json={"query": QUERY, "ranker": "broken", "documents": ["a ship", "a loaf"]}).get_json()
     assert body["status"] == "degraded" and [r["index"] for r in body["results"]] == [0, 1]
+    assert body["first_stage"] == "order", "a degraded answer keeps the order sent"
+    body = client.post("/rerank", json={"query": QUERY, "ranker": "broken", "documents": [{"text": "a ship", "score": 1.0}, {"text": "a loaf", "score": 2.0}]}).get_json()
+    assert body["status"] == "degraded" and [r["index"] for r in body["results"]] == [0, 1] and body["first_stage"] == "order"
     assert _metric(client, 'reranker_degraded_responses_total{endpoint="search",ranker="slow",reason="timeout"}') == 1
     assert _metric(client, 'reranker_degraded_responses_total{endpoint="search",ranker="broken",reason="ranker_error"}') == 1
 

@@ -12,7 +12,7 @@ from reranker.rankers import ranker_names
 from reranker.service.bodies import json_object
 from reranker.service.errors import api_error
 from reranker.service.operations import Reply, openapi_document, operation
-from reranker.service.reranking import RequestDocument, Runtime, reports_first_stage, status_fields
+from reranker.service.reranking import RequestDocument, Runtime, answer_first_stage, status_fields
 from reranker.service.schema import (
     Candidate,
     Error,
@@ -150,8 +150,7 @@ def rerank() -> Any:
     return jsonify(
         **status_fields(outcome),
         ranker=ranker.name,
-        # (An empty list of documents has nothing to score, so no source either.)
-        **({"first_stage": outcome.first_stage} if reports_first_stage(ranker, outcome) else {}),
+        first_stage=answer_first_stage(outcome),
         results=results,
         query_words=list(query.words),
         oov_words=list(dict.fromkeys(query.oov)),

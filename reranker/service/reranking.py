@@ -546,6 +546,17 @@ def reports_first_stage(ranker: Ranker, outcome: Reranked) -> bool:
     return "first_stage" in ranker.needs and outcome.status != "degraded" and outcome.first_stage != "missing"
 
 
+def answer_first_stage(outcome: Reranked) -> str:
+    """The first stage a /rerank answer stands on: the documents' own `scores`, BM25 of
+    their texts with the index's statistics (`index_bm25`, computed only for a ranker that
+    reads a first stage), or their `order`: a degraded answer keeps the order sent, and
+    documents sent without scores to a ranker that reads none (or no documents) have only
+    their order as a first stage (their bm25_rank is their position)."""
+    if outcome.status == "degraded" or outcome.first_stage == "missing":
+        return "order"
+    return outcome.first_stage
+
+
 def status_fields(outcome: Reranked) -> dict[str, Any]:
     """{"status": ..., "reason": ...} for a response body (reason only when not ok)."""
     return {"status": outcome.status, **({"reason": outcome.reason} if outcome.reason else {})}

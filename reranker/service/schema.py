@@ -554,10 +554,11 @@ class RerankAnswer(Answer):
     status: Status
     reason: str | SkipJsonSchema[None] = None
     ranker: str
-    first_stage: Literal["scores", "index_bm25", "order"] | SkipJsonSchema[None] = Field(
-        None,
-        description="where the first-stage scores a fusion read came from: the documents' own `score`, "
-        "BM25 of their texts with the index's statistics, or their order (-ln rank) where there is no index",
+    first_stage: Literal["scores", "index_bm25", "order"] = Field(
+        description="the first stage the answer stands on: the documents' own `score`; BM25 of their texts with "
+        "the index's statistics (for a ranker that fuses a first stage); or their order (-ln rank): where there is "
+        "no index, for a ranker that reads no first stage, for no documents, and in a degraded answer, which keeps "
+        "the order sent",
     )
     results: list[RerankResult]
     query_words: list[str] | SkipJsonSchema[None] = None
