@@ -340,6 +340,14 @@ def test_the_default_ranker_reads_the_texts_first_stage(indexed: Path) -> None:
         app.extensions["reranker"].close()
 
 
+def test_a_key_given_twice_is_a_400_on_the_cohere_routes(client: FlaskClient) -> None:
+    for route in ("/v1/rerank", "/v2/rerank"):
+        body = b'{"model": "bm25", "query": "ships", "documents": ["a", "b"], "top_n": 1, "top_n": 2}'
+        answer = client.post(route, data=body, content_type="application/json", headers=HEADERS)
+        assert answer.status_code == 400 and answer.get_json()["error"]["type"] == "json_parse_exception"
+        assert answer.get_json()["error"]["reason"] == "request body: Duplicate field 'top_n' at [top_n]; a key may appear once in an object"
+
+
 def test_scores_for_some_documents_only_are_refused(client: FlaskClient) -> None:
     answer = client.post("/rerank", json={"query": QUERY, "documents": [{"text": "a beam search decoder", "score": 3.0}, {"text": "bread and yeast"}]})
     assert answer.status_code == 400

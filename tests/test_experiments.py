@@ -458,6 +458,20 @@ def test_an_experiment_without_clicks_has_an_empty_timeline(client: FlaskClient)
     assert body["periods"] == [] and body["interval"] == "hour"
 
 
+def test_a_key_given_twice_is_a_400_on_the_experiment_routes(client: FlaskClient) -> None:
+    def refused(answer: Any, where: str) -> None:
+        reason = _error(answer, 400, "json_parse_exception")
+        assert reason == f"request body: Duplicate field '{where.rsplit('.', 1)[-1]}' at [{where}]; a key may appear once in an object"
+
+    twice = b'{"id": "twice", "rankers": ["hidden_topics", "bm25"], "traffic": 0.5, "traffic": 1.0}'
+    refused(client.post("/experiments", data=twice, content_type="application/json", headers=AUTH), "traffic")
+    assert _error(client.get("/experiments/twice"), 404), "nothing was started"
+    _start(client, "twice")
+    refused(client.patch("/experiments/twice", data=b'{"status": "stopped", "status": "running"}', content_type="application/json", headers=AUTH), "status")
+    event = b'{"action_name": "click", "query_id": "q", "event_attributes": {"object": {"object_id": "a", "object_id": "b"}}}'
+    refused(client.post("/events", data=event, content_type="application/json"), "event_attributes.object.object_id")
+
+
 def test_an_unknown_query_parameter_of_an_experiment_route_is_a_400(client: FlaskClient) -> None:
     _start(client, "strict")
     reason = _error(client.get("/experiments/strict/timeline?interval=day&period=week"), 400)

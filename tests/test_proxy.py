@@ -716,6 +716,11 @@ def test_searches_naming_allowed_indices_or_fields_called_index_still_pass(
         ("/papers/_search?from=%E2%91%A0", b"{}", "[from] URL parameter must be an integer"),
         ("/papers/_search?size=99999999999999999999999", b"{}", "[size] URL parameter must be an integer"),
         ("/papers/_search", b'{"query": {"match": {"text": "\\ud800"}}}', "lone surrogate"),
+        # A repeated key, as the cluster refuses it (json_parse_exception), not one of the two forwarded.
+        ("/papers/_search", b'{"query": {"match": {"text": "ships", "text": "boats"}}}', "Duplicate field 'text' at [query.match.text]"),
+        ("/papers/_search", b'{"size": 3, "ext": {"rerank": {"window": 20, "window": 50}}}', "Duplicate field 'window' at [ext.rerank.window]"),
+        ("/papers/_msearch", b'{}\n{"query": {"match_all": {}}, "size": 1, "size": 2}\n', "_msearch line 2: Duplicate field 'size' at [size]"),
+        ("/papers/_msearch", b'{"index": "papers", "index": "other"}\n{}\n', "_msearch line 1: Duplicate field 'index' at [index]"),
     ],
 )
 def test_malformed_searches_are_400(client: FlaskClient, url: str, data: bytes, expected: str) -> None:

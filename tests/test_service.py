@@ -359,6 +359,22 @@ def test_bad_input_is_a_clear_4xx(client: FlaskClient, path: str, body: bytes, s
     assert len(reason) > 10
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "key", "where"),
+    [
+        ("/search", b'{"query": "translation", "query": "x"}', "query", "query"),
+        ("/search", b'{"query": "ships", "filters": [{"field": "year", "value": 1}, {"field": "year", "op": "eq", "op": "gt", "value": 2}]}', "op", "filters[1].op"),
+        ("/rerank", b'{"query": "ships", "documents": [{"text": "a"}, {"id": "P01-1027", "text": "b", "id": "c"}]}', "id", "documents[1].id"),
+        ("/rerank", b'{"query": "ships", "documents": [{"text": "a", "text": "a"}], "documents": []}', "documents", "documents"),
+    ],
+)
+def test_a_key_given_twice_is_a_400_naming_it_and_its_path(client: FlaskClient, path: str, body: bytes, key: str, where: str) -> None:
+    """As OpenSearch and Elasticsearch answer it (Jackson's duplicate detection), not the
+    last value silently kept; an outer object's repeat is named before an inner one's."""
+    reason = _error(client.post(path, data=body, content_type="application/json"), 400, "json_parse_exception")
+    assert reason == f"request body: Duplicate field '{key}' at [{where}]; a key may appear once in an object"
+
+
 def test_limits_are_413_with_the_setting_named(indexed: Path) -> None:
     client = create_app(_settings(indexed, RERANKER_MAX_BODY_BYTES="2000", RERANKER_MAX_DOCUMENTS="3", RERANKER_MAX_TEXT_CHARS="50")).test_client()
     assert "RERANKER_MAX_BODY_BYTES" in _error(client.post("/search", json={"query": "x" * 3000}), 413, "content_too_long_exception")

@@ -27,8 +27,50 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class _DuplicateKey(ValueError):
+    """A key given twice in one JSON object (raised while parsing, answered as a 400)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads would keep the last of a repeated key without a word; OpenSearch and
+    # Elasticsearch refuse it (Jackson's strict duplicate detection), so the two readings of
+    # {"query": "a", "query": "b"} cannot differ between the proxy and the cluster.
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _DuplicateKey()
+    return found
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """An object as its key/value pairs, in order, repeats kept (to find a repeated key)."""
+
+
+def _duplicate_key(text: str) -> tuple[str, str]:
+    """(key, path) of a repeated key of `text` (valid JSON): an object's own repeats before
+    those of the objects inside it, earlier objects first; a path as `ext.rerank.window` or
+    `documents[2].id`. Run only once a repeat was found, so it costs the valid bodies nothing."""
+    tree = json.loads(text, object_pairs_hook=_Pairs, parse_float=float)
+    stack: list[tuple[Any, str]] = [(tree, "")]
+    while stack:  # depth first, without recursion: the body may be nested deeply
+        value, path = stack.pop()
+        children: list[tuple[Any, str]] = []
+        if isinstance(value, _Pairs):
+            seen: set[str] = set()
+            for key, child in value:
+                child_path = f"{path}.{key}" if path else key
+                if key in seen:
+                    return key, child_path
+                seen.add(key)
+                children.append((child, child_path))
+        elif isinstance(value, list):
+            children = [(child, f"{path}[{i}]") for i, child in enumerate(value)]
+        stack.extend(reversed(children))
+    return "?", "?"  # not reached: the caller found a repeat
+
+
 def parse_json(raw: bytes, what: str = "request body") -> Any:
-    """`raw` as JSON. Raises ApiError 400 (parse_exception) for bytes that are not UTF-8 JSON."""
+    """`raw` as JSON. Raises ApiError 400 (parse_exception) for bytes that are not UTF-8 JSON,
+    and (json_parse_exception, as OpenSearch answers it) for an object with a key twice."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -36,9 +78,14 @@ def parse_json(raw: bytes, what: str = "request body") -> Any:
     if not text.strip():
         raise ApiError(400, "parse_exception", f"{what} is empty; expected JSON")
     try:
-        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ApiError(400, "parse_exception", f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except _DuplicateKey:
+        key, path = _duplicate_key(text)
+        raise ApiError(
+            400, "json_parse_exception", f"{what}: Duplicate field '{key}' at [{path}]; a key may appear once in an object"
+        ) from None
     # NaN / Infinity, numbers beyond a double, integers of over 4,300 digits. Integers of
     # any other size are read exactly: each field the service reads has its bounds (and the
     # proxy passes the rest to the cluster as sent, for it to judge).
