@@ -48,6 +48,7 @@ def test_index_then_search(data_dir: Path) -> None:
     query = "A maximum entropy named entity recognizer that uses global features from the whole document."
     code, out = run(data_dir, "search", query, "--size", "4", "--explain")
     assert code == 0
+    assert [line for line in out.splitlines() if line != line.rstrip()] == []  # the sample's titles are empty
     assert out.startswith("hidden_topics_corrected+bm25:maxp: 4 of the BM25 top 100")  # the default ranker
     assert out.count("topics' contributions") == 4 and out.count("other 5 topics together") == 4  # K = 10
     code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20", "--explain")
@@ -75,6 +76,7 @@ def test_index_then_search(data_dir: Path) -> None:
 def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> None:
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
+    assert [line for line in out.splitlines() if line != line.rstrip()] == []
     assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
@@ -191,6 +193,25 @@ def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path
     assert "indexed 1, unchanged 0, skipped 2" in out
     assert f"skipped {corpus}:2: not valid JSON" in out
     assert f"skipped {corpus}:3: document 'x': missing 'text' string" in out
+
+
+def test_evaluate_names_the_corpus_lines_it_skipped(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    dataset = tmp_path / "broken"
+    dataset.mkdir()
+    for name in ("queries.jsonl", "qrels.tsv"):
+        (dataset / name).write_bytes((SAMPLE / name).read_bytes())
+    bad = ["{broken", '{"id": "x"}'] + [f'{{"id": "e{i}", "text": ""}}' for i in range(5)]
+    corpus = dataset / "corpus.jsonl"
+    corpus.write_text((SAMPLE / "corpus.jsonl").read_text(encoding="utf-8") + "\n".join(bad) + "\n", encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        code, out = run(data_dir, "evaluate", str(dataset), "--json", "--rankers", "bm25", "--no-progress")
+    assert code == 0 and json.loads(out)["queries"] == 5
+    warning = next(r.getMessage() for r in caplog.records if "skipped while indexing" in r.getMessage()).splitlines()
+    assert warning[0] == "7 corpus lines skipped while indexing (not in the evaluation):"
+    assert warning[1:3] == [f"  {corpus}:26: not valid JSON (Expecting property name enclosed in double quotes at column 2)",
+                            f"  {corpus}:27: document 'x': missing 'text' string"]
+    assert warning[3:6] == [f"  {corpus}:{28 + i}: document 'e{i}': empty text" for i in range(3)]
+    assert warning[6:] == ["  ... and 2 more (run with -v to list them all)"]
 
 
 def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -515,7 +515,8 @@ def test_msearch_pages_of_stored_documents_come_from_one_mget(recorded: tuple[Fl
     ("data", "expected"),
     [
         (b"", "empty"),
-        (b'{"index": "papers"}\n', "the last header has no body"),
+        (b'{"index": "papers"}\n', "_msearch body has 1 line; expected a header line and a body line per search (the last header has no body)"),
+        (b'{}\n{}\n{}\n', "_msearch body has 3 lines; expected"),
         (b'{"index": "papers"}\n{"query": \n', "line 2 is not valid JSON"),
         (b'{"index": "papers"}\n[1, 2]\n', "line 2 must be a JSON object"),
         (b'{"index": "papers"}\n{"query": "\xff"}\n', "not UTF-8"),

@@ -173,6 +173,11 @@ def with_trained_vectors(
         )
     return dataclasses.replace(settings, vectors=trained.info.source)
 
+def describe_skip(item: Any) -> str:
+    """A skipped corpus line as `index` and `evaluate` report it: `file:line (id): reason`."""
+    doc = f" ({item.doc_id})" if item.doc_id else ""
+    return f"{item.location}{doc}: {item.reason}"
+
 def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     print(
         f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
@@ -191,8 +196,7 @@ def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
         print(f"alias now points at {published.current}{kept}", file=out)
     shown = report.skipped if every_skip else report.skipped[:20]
     for item in shown:
-        doc = f" ({item.doc_id})" if item.doc_id else ""
-        print(f"  skipped {item.location}{doc}: {item.reason}", file=out)
+        print(f"  skipped {describe_skip(item)}", file=out)
     if len(report.skipped) > len(shown):
         print(f"  ... and {len(report.skipped) - len(shown)} more (run with -v to list them all)", file=out)
 

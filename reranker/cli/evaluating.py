@@ -14,6 +14,7 @@ from reranker.cli import judging
 from reranker.cli.common import (
     EXIT_REGRESSION,
     add_ranking_options,
+    describe_skip,
     index_file,
     log,
     open_engine,
@@ -328,6 +329,18 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     return 0
 
 _Result = TypeVar("_Result")
+# Skipped corpus lines an evaluation names (all of them with -v); `index` shows 20, but
+# here they precede a report the reader came for.
+SHOWN_SKIPS = 5
+
+def _skipped_warning(skipped: Sequence[Any], *, every_skip: bool) -> str:
+    """Which corpus lines were left out of the evaluation index and why, as `index` says it."""
+    shown = skipped if every_skip else skipped[:SHOWN_SKIPS]
+    lines = [f"{len(skipped)} corpus line{'' if len(skipped) == 1 else 's'} skipped while indexing (not in the evaluation):"]
+    lines += [f"  {describe_skip(item)}" for item in shown]
+    if len(skipped) > len(shown):
+        lines.append(f"  ... and {len(skipped) - len(shown)} more (run with -v to list them all)")
+    return "\n".join(lines)
 
 def offline_run(
     args: argparse.Namespace,
@@ -355,7 +368,7 @@ def offline_run(
     try:
         report = index_file(engine, dataset.corpus_path, settings, rebuild=args.rebuild, progress=show)
         if report.skipped:
-            log.warning("%d corpus documents were skipped while indexing", len(report.skipped))
+            log.warning("%s", _skipped_warning(report.skipped, every_skip=getattr(args, "verbose", False)))
         if any("doc_vectors" in ranker.needs for ranker in rankers):
             _ensure_doc2vec(engine, dataset.corpus_path, settings, progress=show)
         config = {

@@ -183,12 +183,16 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
         print(
             f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  bm25 {hit.bm25_score:7.2f} "
-            f"(rank {hit.bm25_rank}, {arrow})  {hit.title[:50]}",
+            f"(rank {hit.bm25_rank}, {arrow}){_title(hit.title)}",
             file=out,
         )
         if explain and hit.explanation is not None:
             for line in explanation_lines(hit.explanation):
                 print("       " + line, file=out)
+
+def _title(title: str) -> str:
+    """A hit line's last column: the title's start, or nothing (no trailing spaces) without one."""
+    return f"  {title[:50]}" if title else ""
 
 def explanation_lines(explanation: "Explanation") -> list[str]:
     """An explanation as text: the parts of the score (a fusion's), then the topic
@@ -227,7 +231,7 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     print(f"{ranker}: {len(hits)} papers like {args.doc_id} of the BM25 top {settings.window} for its distinctive words", file=out)
     for hit in hits:
         own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
-        print(f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank})  {hit.title[:50]}", file=out)
+        print(f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
     return 0
 
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

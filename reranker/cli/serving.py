@@ -65,7 +65,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     service = settings.service
     print(
         f"serving {where} with {vectors.info.name} on http://{service.bind} "
-        f"({service.workers} workers x {service.threads} threads); API: http://{service.bind}/openapi.json",
+        f"({_count(service.workers, 'worker')} x {_count(service.threads, 'thread')}); API: http://{service.bind}/openapi.json",
         file=out,
         flush=True,
     )
@@ -113,3 +113,7 @@ def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -
 
 
 COMMANDS = {"serve": cmd_serve, "dev-cluster": cmd_dev_cluster}
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

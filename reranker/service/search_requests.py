@@ -365,7 +365,7 @@ def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict
     if not lines:
         raise ApiError(400, "parse_exception", "_msearch body is empty; expected NDJSON: a header line and a body line per search")
     if len(lines) % 2:
-        raise ApiError(400, "parse_exception", f"_msearch body has {len(lines)} lines; expected a header line and a body line per search (the last header has no body)")
+        raise ApiError(400, "parse_exception", f"_msearch body has {len(lines)} line{'' if len(lines) == 1 else 's'}; expected a header line and a body line per search (the last header has no body)")
     if len(lines) // 2 > rt.limits.max_searches:
         raise ApiError(
             413, "content_too_long_exception",
