@@ -12,6 +12,8 @@ A view declares its operation where it is defined, with the typed models of `sch
 route and method, with the models' JSON Schemas (pydantic's, as FastAPI publishes them)
 under components/schemas. A route without an operation fails the document, so nothing is
 served undocumented; schemathesis then fuzzes the app against the document (tests/test_fuzz.py).
+`install(app)` holds requests to the declared query parameters, as the models hold bodies
+to their fields.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ SECURITY_SCHEMES: Schema = {
 
 # What each error status means on this service's routes.
 ERROR_REASONS = {
-    400: "malformed JSON, wrong types, unknown field or ranker, empty query",
+    400: "malformed JSON or a key given twice, wrong types, unknown field, query parameter or ranker, empty query",
     401: "missing or wrong API key",
     403: "not a read-only search endpoint, an index the proxy may not forward to, or a part of a search the proxy does not forward (RERANKER_PROXY_ALLOW); experiment changes with no RERANKER_ADMIN_API_KEY set",
     404: "no such index, document, experiment or interleaved query",
