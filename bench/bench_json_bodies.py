@@ -1,9 +1,9 @@
 """What refusing duplicate keys costs a request body's parsing: this checkout's `parse_json`
 (the service's one JSON reader, whose `object_pairs_hook` checks every object's keys)
-against another commit's (default: main, without the check), in the same run.
+against another commit's (default: c949aed, the last without the check), in the same run.
 
-    python bench/bench_json_bodies.py                  # bodies of about 10 MB, against main
-    python bench/bench_json_bodies.py --baseline c949aed --mb 2 --rounds 5
+    python bench/bench_json_bodies.py                  # bodies of about 10 MB, against c949aed
+    python bench/bench_json_bodies.py --baseline COMMIT --mb 2 --rounds 5
 
 The baseline is `reranker/service/bodies.py` as `git show BASELINE:...` gives it, loaded as
 a module of its own.
@@ -33,6 +33,7 @@ product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS); nothing
 from reranker.service.bodies import parse_json
 
 REPO = Path(__file__).resolve().parents[1]
+BEFORE = "c949aed"  # the last commit whose parse_json kept a repeated key's last value
 
 
 def _bodies(megabytes: float) -> dict[str, bytes]:
@@ -66,7 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=10.0, help="body size in megabytes (default 10)")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per reader (default 7)")
-    parser.add_argument("--baseline", default="main", help="the commit to compare with (default main)")
+    parser.add_argument("--baseline", default=BEFORE, help=f"the commit to compare with (default {BEFORE}, the last without the check)")
     args = parser.parse_args()
     baseline = _baseline(args.baseline)
     rows = []
