@@ -269,6 +269,7 @@ def test_a_degraded_answer_still_conforms(indexed: Path, monkeypatch: pytest.Mon
     body = answer.get_json()
     assert body["status"] == "degraded" and "ranker 'broken' failed" in body["meta"]["warnings"][0]
     assert answer.headers["X-Reranker-Status"] == "degraded"
+    assert answer.headers["X-Reranker-First-Stage"] == "order", "a degraded answer keeps the order sent, and says so"
 
 
 def test_a_ranker_that_ties_every_document_says_so(client: FlaskClient) -> None:

@@ -39,7 +39,7 @@ from reranker.service.api import request_documents, runtime
 from reranker.service.bodies import json_object, require_bearer
 from reranker.service.errors import bad_request
 from reranker.service.operations import Reply, operation
-from reranker.service.reranking import reports_first_stage
+from reranker.service.reranking import answer_first_stage
 from reranker.service.schema import CohereAnswer, CohereRequest, read
 
 blueprint = Blueprint("cohere", __name__)
@@ -140,7 +140,6 @@ def _rerank(version: str) -> Response:
     response = Response(body, mimetype="application/json")
     response.headers["X-Reranker-Status"] = outcome.status
     response.headers["X-Reranker-Ranker"] = ranker.name
-    if reports_first_stage(ranker, outcome):
-        # Where the fusion's first-stage evidence came from (the clusters send none).
-        response.headers["X-Reranker-First-Stage"] = outcome.first_stage
+    # Where the first-stage evidence came from (the clusters send none), as /rerank says it.
+    response.headers["X-Reranker-First-Stage"] = answer_first_stage(outcome)
     return response

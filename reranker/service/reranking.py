@@ -539,15 +539,9 @@ class Runtime:
             self._engine.store.close()
 
 
-def reports_first_stage(ranker: Ranker, outcome: Reranked) -> bool:
-    """Whether an answer says where its first-stage scores came from: when the ranker read
-    them and they were read (not an empty list of documents, not a degraded answer, which
-    keeps the caller's order without scoring)."""
-    return "first_stage" in ranker.needs and outcome.status != "degraded" and outcome.first_stage != "missing"
-
-
 def answer_first_stage(outcome: Reranked) -> str:
-    """The first stage a /rerank answer stands on: the documents' own `scores`, BM25 of
+    """The first stage a rerank answer stands on (/rerank's `first_stage`, the Cohere
+    routes' X-Reranker-First-Stage): the documents' own `scores`, BM25 of
     their texts with the index's statistics (`index_bm25`, computed only for a ranker that
     reads a first stage), or their `order`: a degraded answer keeps the order sent, and
     documents sent without scores to a ranker that reads none (or no documents) have only
