@@ -445,9 +445,13 @@ class TopicExtractor:
                 worker.kill()
         # What is written stays written (each batch lands whole or not at all): a second
         # run skips it and goes on.
+        # A script of the caller's own that starts indexing at import, without a __main__
+        # guard, gets here too: each spawned worker imports it again and fails at once
+        # (CPython prints why above this error).
         return WorkerError(
-            "a topic-extraction worker process ended abruptly (killed, or out of memory?); the documents "
-            "written before it are kept: run the same command again to go on (--workers 1 uses no workers)"
+            "a topic-extraction worker process ended abruptly (killed, or out of memory? or, from a script of your "
+            "own, one that starts indexing without an `if __name__ == \"__main__\":` guard); the documents written "
+            "before it are kept: run the same command again to go on (--workers 1 uses no workers)"
         )
 
     def close(self) -> None:

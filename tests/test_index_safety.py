@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import run, write_jsonl
+from conftest import run, settings_env, write_jsonl
 
 from reranker.store.embedded import EmbeddedStore
 
@@ -426,8 +426,6 @@ def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(da
     have counted it yet and the run may complete: then it must have indexed everything.
     (Killed as it started, the other worker once hung the run for good: see
     `TopicExtractor._worker_ended`.)"""
-    from conftest import settings_env
-
     from reranker.indexing import PARALLEL_MIN_BYTES
 
     # Large enough for `--workers 2` to start workers: 1,600 documents of about 15 KB.
@@ -496,3 +494,27 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_script_without_a_main_guard_gets_an_error_that_names_the_guard_not_a_hang(tmp_path: Path) -> None:
+    # Each spawned worker imports the caller's script again, which starts a pool of its
+    # own and fails; the pool breaks. That once hung for good (a worker left blocked on a
+    # pipe); the error then only guessed "killed, or out of memory?".
+    script = tmp_path / "index_mine.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from reranker.config import DEFAULT_VECTORS, Settings\n"
+        "from reranker.embeddings import load_vectors\n"
+        "from reranker.indexing import TopicExtractor\n"
+        "from reranker.types import Document\n"
+        "vectors = load_vectors(DEFAULT_VECTORS, Settings.from_env().vectors_cache)\n"
+        "with TopicExtractor(vectors, 15, None, workers=2) as extractor:\n"
+        "    documents = [Document(str(i), '', 'ships sail across the ocean ' * 20) for i in range(8)]\n"
+        "    print(len(extractor.submit(documents)()))\n"
+    )
+    env = {**os.environ, **settings_env(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert done.returncode == 1, (done.stdout, done.stderr[-2000:])
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("reranker.errors.WorkerError: a topic-extraction worker process ended abruptly"), last
+    assert 'without an `if __name__ == "__main__":` guard' in last, last
