@@ -34,7 +34,7 @@ from reranker.indexing import (
     read_corpus,
 )
 from reranker.pipeline import Engine
-from reranker.store import IndexInfo
+from reranker.store import Doc2VecInfo, IndexInfo
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.opensearch_encoding import (
     decode_topics,
@@ -510,3 +510,134 @@ def test_sent_texts_keep_their_order_where_the_cluster_cannot_score_them(
     engine = Engine(store=os_store, vectors=glove)
     window = CandidateSet(tuple(Candidate(str(i), 0.0, i + 1) for i in range(2)), texts=tuple(texts), first_stage="missing")
     assert engine.first_stage(engine.query("machine translation"), window).first_stage == "order"
+
+
+# --- best passages ---------------------------------------------------------------------------
+
+# 30 common words: filler for long documents that holds no query word.
+FILLER = (
+    "garden river mountain forest valley village castle market bridge church library school teacher student painter "
+    "music window table chair summer winter morning evening letter journey friend kitchen island harvest meadow"
+).split()
+WHALES = "whale harpoon"
+
+
+def filler(n: int, start: int = 0) -> str:
+    return " ".join(FILLER[(start + i) % len(FILLER)] for i in range(n))
+
+
+# Three 400-word documents: "near" holds both query words side by side (in one passage),
+# "spread" the same two words 399 words apart (never in one passage: 150 words every 75),
+# "none" neither. Their whole texts match the query equally well (same counts, same length).
+LONG = [
+    {"id": "near", "title": "", "text": f"{filler(199)} {WHALES} {filler(199, 199)}"},
+    {"id": "spread", "title": "", "text": f"whale {filler(398)} harpoon"},
+    {"id": "none", "title": "", "text": filler(400, 7)},
+]
+
+
+def without_passages(templates: Any) -> Any:
+    """The templates as they were before passages (index template one version older)."""
+    components = json.loads(json.dumps(templates.components))
+    mappings = components["reranker-mappings"]["template"]["mappings"]
+    del mappings["properties"]["passages"], mappings["_source"]
+    return replace(templates, components=components, index_template=dict(templates.index_template, version=templates.index_template["version"] - 1))
+
+
+def test_passages_are_cut_as_the_embedded_store_cuts_them(glove: WordVectors) -> None:
+    words = [f"w{i}" for i in range(400)]
+    doc = Document("long", "", " ".join(words))
+    source = document_source(StoredDocument(doc, document_topics(doc, glove, 5)[0], "h", 0, 400, " ".join(words)), passages=True)
+    # 150 words every 75, the last ending at the text's end: ceil((400 - 150) / 75) + 1 = 5.
+    assert source["passages"] == [{"text": " ".join(words[a:b])} for a, b in [(0, 150), (75, 225), (150, 300), (225, 375), (300, 400)]]
+    short = document_source(StoredDocument(doc, document_topics(doc, glove, 5)[0], "h", 0, 3, "one two three"), passages=True)
+    assert short["passages"] == [{"text": "one two three"}]
+    assert "passages" not in document_source(StoredDocument(doc, document_topics(doc, glove, 5)[0], "h", 0, 3))
+
+
+def test_written_documents_carry_passages_the_source_leaves_out(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    report = index_papers(tmp_path, os_store, glove, LONG)
+    assert report.indexed == 3 and not report.skipped
+    stored = raw(os_store, "GET", "/papers/_doc/near")
+    assert stored["found"] and "passages" not in stored["_source"] and stored["_source"]["body"] == LONG[0]["text"]
+    assert "passages" not in os_store.documents(["near"])["near"].fields
+    # ... and yet they are indexed: a nested query finds the document by a passage's words.
+    nested = {"query": {"nested": {"path": "passages", "query": {"match": {"passages.text": "harpoon"}}}}}
+    found = os_store.client.search(index="papers", body=nested)["hits"]["hits"]
+    assert {hit["_id"] for hit in found} == {"near", "spread"}
+
+
+def test_passage_bm25_scores_each_documents_best_passage(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, os_store, glove, LONG)
+    first_stage = {hit.doc_id: hit.bm25_score for hit in os_store.bm25(WHALES, 10)}
+    assert first_stage["near"] == pytest.approx(first_stage["spread"], rel=1e-3)  # the whole texts match alike
+    scores = os_store.passage_bm25(WHALES, ["spread", "none", "near", "missing"], [None] * 4)
+    assert scores is not None
+    spread, none, near, missing = scores
+    assert near > spread > 0 and none == missing == 0.0
+    # Sent texts have no passages in the cluster: the fusion weighs BM25 alone.
+    assert os_store.passage_bm25(WHALES, ["near", "sent"], [None, "a whale and a harpoon"]) is None
+
+
+def test_doc2vec_vectors_written_later_keep_the_passages(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    """A partial update rewrites a document from its `_source`, which holds no passages."""
+    index_papers(tmp_path, os_store, glove, LONG)
+    info = Doc2VecInfo(checksum="c" * 64, dim=4, mode="dbow", epochs=1, min_count=1, window=5, seed=1, infer_epochs=1)
+    assert os_store.store_doc_vectors(info, {"near": np.ones(4, np.float32), "spread": np.ones(4, np.float32)}) == []
+    os_store.client.indices.refresh(index="papers")
+    assert os_store.doc_vectors(["near"]).missing == ()
+    # (The scores themselves move: the replaced nested documents still count in the
+    # statistics until their segments merge, as in Lucene.)
+    near, spread = os_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) or [0.0, 0.0]
+    assert near > spread > 0
+
+
+def test_an_index_created_before_passages_keeps_working_without_them(
+    tmp_path: Path, cluster: OpenSearchSettings, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    old = OpenSearchStore(cluster, templates=without_passages(load_templates()), sleep=lambda seconds: None)
+    assert index_papers(tmp_path, old, glove, LONG[:2]).indexed == 2
+    assert old.passage_bm25(WHALES, ["near", "spread"], [None, None]) is None
+    # This version's templates are installed, and writes into the old index still succeed
+    # (it is `dynamic: strict`; its `_source` cannot be changed to leave passages out, so
+    # it gets none until a rebuild).
+    report = index_corpus(write_jsonl(tmp_path / "more.jsonl", LONG[2:]), os_store, glove, 5, show_progress=False)
+    assert report.indexed == 1 and not report.skipped
+    assert "passages" not in os_store.client.indices.get_mapping(index="papers")["papers-v000001"]["mappings"]["properties"]
+    assert os_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) is None
+    result = Engine(store=os_store, vectors=glove).search(WHALES, "hidden_topics_corrected+bm25:maxp", explain=True)
+    explanation = result.hits[0].explanation
+    assert explanation is not None and [name for name, _ in explanation.parts] == ["topics", "bm25"]
+    # A rebuild makes a new version from the current templates, with passages.
+    assert index_papers(tmp_path, os_store, glove, LONG, rebuild=True).indexed == 3
+    assert os_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) is not None
+    old.close()
+
+
+def test_search_fuses_the_best_passages_three_ways(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, os_store, glove, LONG)
+    result = Engine(store=OpenSearchStore(os_store.config), vectors=glove).search(WHALES, "hidden_topics_corrected+bm25:maxp", explain=True)
+    assert [hit.doc_id for hit in result.hits] == ["near", "spread"]  # BM25 alone ties them
+    explanation = result.hits[0].explanation
+    assert explanation is not None and [name for name, _ in explanation.parts] == ["topics", "bm25", "passages"]
+    second = result.hits[1].explanation
+    assert second is not None and dict(explanation.parts)["passages"] > dict(second.parts)["passages"] == 0.0  # min-max over the two
+
+
+def test_a_failing_passage_search_leaves_the_fusion_two_way_and_is_said_once(
+    osmem_clone: Any, tmp_path: Path, glove: WordVectors, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="papers"))
+    index_papers(tmp_path, store, glove, LONG)
+    slow = ClusterProxy(osmem_clone.url, delay={"_search": 1.0})  # every search outlasts the timeout
+    try:
+        reader = OpenSearchStore(OpenSearchSettings(hosts=(slow.url,), alias="papers", timeout=0.2, retries=0))
+        with caplog.at_level(logging.WARNING, logger="reranker.store.opensearch"):
+            assert reader.passage_bm25(WHALES, ["near"], [None]) is None
+            assert reader.passage_bm25(WHALES, ["near"], [None]) is None
+        said = [r.getMessage() for r in caplog.records if r.name == "reranker.store.opensearch"]
+        assert len(said) == 1 and "no best passages from the cluster" in said[0] and "cannot reach OpenSearch" in said[0]
+        reader.close()
+    finally:
+        slow.close()
+        store.close()

@@ -101,7 +101,7 @@ def without_timing(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 # The service's own fields in every document's _source (index_templates/reranker-mappings).
-INTERNAL = {"hidden_topics", "corrected_topics", "indexed", "doc2vec"}
+INTERNAL = {"hidden_topics", "corrected_topics", "indexed", "doc2vec", "passages"}
 
 
 def internal_in(answer: Any) -> list[str]:
@@ -135,6 +135,21 @@ def without_internal(answer: Any) -> Any:
 
 
 # --- reranking ---------------------------------------------------------------------------
+
+
+def test_the_default_ranker_fuses_the_clusters_best_passages_three_ways(client: FlaskClient) -> None:
+    """The proxy's fused scores are /search's, whose explanations hold a passages part."""
+    proxied = client.post("/papers/_search", json=summary(SEA, size=10)).get_json()
+    rerank = proxied["ext"]["rerank"]
+    assert rerank["ranker"].endswith(":maxp") and rerank["status"] == "ok"
+    searched = client.post("/search", json={"query": SEA, "window": 100, "size": 10, "explain": True}).get_json()
+    assert searched["ranker"] == rerank["ranker"]
+    parts = [hit["explanation"]["parts"] for hit in searched["hits"]]
+    assert all(set(part) == {"topics", "bm25", "passages"} for part in parts)
+    assert max(part["passages"] for part in parts) > 0
+    fused = {hit["id"]: hit["score"] for hit in searched["hits"]}
+    assert {s["_id"]: s["score"] for s in rerank["scores"]} == pytest.approx(fused)
+    assert ids(proxied) == [hit["id"] for hit in searched["hits"]]
 
 
 def test_the_window_is_reranked_as_the_engine_does_and_hits_keep_bm25_scores(app: Flask, client: FlaskClient) -> None:

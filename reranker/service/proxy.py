@@ -19,7 +19,10 @@ reranked. (2) The page: the original request with its query wrapped in an `ids` 
 for the page's hits, so highlight, `_source`, fields etc. are computed for those hits
 only; a search that asks for no highlight or computed field gets its page from one `_mget`
 of those hits instead (a lookup by id, not a second run of the query). The answer is (1) with its hits replaced by (2)'s in the new order, each keeping
-its BM25 `_score`, plus an `ext.rerank` block saying what ran.
+its BM25 `_score`, plus an `ext.rerank` block saying what ran. A `:maxp` fusion (the
+default ranker's) costs one more, between the two: a nested query over the window's ids
+for each hit's best-passage BM25 (`OpenSearchStore.passage_bm25`); an index without
+passages, or a failure there, leaves that fusion two-way (the hits' BM25 alone).
 
 Online experiments: a `_search` that names no ranker and falls in a running experiment's
 traffic share (`ext.rerank.client_id` keeps a client in one arm) gets the interleaving of
@@ -201,8 +204,8 @@ TOPIC_FIELDS = {"topics": "hidden_topics", "corrected_topics": "corrected_topics
 
 def _behind_alias(store: OpenSearchStore, ranker: Ranker, layouts: dict[str, TopicLayout]) -> str | None:
     """Why `ranker` cannot rerank these indices (None: it can). The paper's topics come
-    with each hit; WMD's words, Doc2Vec's vectors and the corrected topics' centering are
-    read through the alias, not from each hit's index."""
+    with each hit; WMD's words, Doc2Vec's vectors, the corrected topics' centering and
+    the best passages are read through the alias, not from each hit's index."""
     if not ranker.needs - {"topics", "first_stage"}:
         return None
     serving = store.alias_index()

@@ -56,6 +56,17 @@ def bm25_of_texts(
 # Callan 2019): windows of this many terms, starting every PASSAGE_STRIDE terms.
 PASSAGE_TERMS = 150
 PASSAGE_STRIDE = 75
+
+
+def passage_spans(length: int) -> list[tuple[int, int]]:
+    """(start, end) word offsets of the passages of a text of `length` words, as
+    `best_passage_bm25` cuts them: one passage when length <= PASSAGE_TERMS (none when the
+    text has no words), else ceil((length - PASSAGE_TERMS) / PASSAGE_STRIDE) + 1 windows
+    starting every PASSAGE_STRIDE words, the last one ending at the text's end."""
+    if length <= PASSAGE_TERMS:
+        return [(0, length)] if length else []
+    count = -(-(length - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1
+    return [(i * PASSAGE_STRIDE, min(i * PASSAGE_STRIDE + PASSAGE_TERMS, length)) for i in range(count)]
 _FILTER_SIZE = 1 << 16
 
 

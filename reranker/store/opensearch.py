@@ -11,6 +11,10 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
 - A document's topics and Doc2Vec vector are base64 `binary` fields beside its text
   (reranker/store/opensearch_encoding.py); `_meta.reranker.doc2vec` records the index's
   current Doc2Vec model.
+- A document's best passages (150 content words every 75, as the embedded store cuts
+  them) are `nested` documents of the field `passages`, indexed but left out of `_source`;
+  one nested query scores a window's best passages (`passage_bm25`). An index created
+  before the templates had them keeps none (see `upsert`).
 
 The client (reranker/store/opensearch_client.py) is created on first use and again after
 a fork, so a gunicorn worker never shares a connection pool with its parent. Credentials
@@ -49,6 +53,7 @@ from reranker.store.opensearch_encoding import (
     decode_backgrounds,
     decode_doc_vectors,
     decode_topics,
+    document_passages,
     document_source,
     encode_matrix,
     field_mapping,
@@ -71,9 +76,11 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 # Top-level source fields the store itself writes; a corpus field may not reuse them.
-RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "corrected_topics", "indexed", "doc2vec"})
-# Source fields that are the store's own numbers, never a document's text or metadata.
-INTERNAL_FIELDS = ("hidden_topics", "corrected_topics", "indexed", "doc2vec")
+RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "corrected_topics", "indexed", "doc2vec", "passages"})
+# Source fields that are the store's own, never a document's text or metadata (`passages`
+# is kept out of `_source` by the mapping; it is listed so that nothing filters on it or
+# shows it, should an index keep it there).
+INTERNAL_FIELDS = ("hidden_topics", "corrected_topics", "indexed", "doc2vec", "passages")
 # The mapping of a document's corrected topics (as in index_templates/), put into an empty
 # index created before it was in the templates when it is first indexed into.
 CORRECTED_MAPPING: dict[str, Any] = {
@@ -174,6 +181,7 @@ class OpenSearchStore:
         self.config = config
         self.alias = config.alias
         self._cannot_score_texts = False  # the cluster refused artificial documents (see text_bm25)
+        self._passages_failed = False  # a passage search failed and was logged (see passage_bm25)
         # The cluster's analyzers read the text itself.
         self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = None
         self._stopwords = stopwords
@@ -497,6 +505,7 @@ class OpenSearchStore:
         assert info is not None
         failures: list[WriteFailure] = []
         actions: dict[str, dict[str, Any]] = {}
+        passages = "passages" in self._mapping_properties(target)
         for stored in documents:
             doc = stored.document
             reserved = sorted(RESERVED_FIELDS & doc.fields.keys())
@@ -509,7 +518,7 @@ class OpenSearchStore:
                     "_op_type": "index",
                     "_index": target,
                     "_id": doc.id,
-                    "_source": document_source(stored, self.topic_dtype),
+                    "_source": document_source(stored, self.topic_dtype, passages=passages, stopwords=self._stopwords),
                 }
         failures.extend(self._map_new_fields(target, actions))
         failures.extend(self._bulk(actions))
@@ -613,7 +622,11 @@ class OpenSearchStore:
                 f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
                 "run `reranker index CORPUS.jsonl` first"
             )
-        if "doc2vec" not in self._mapping_properties(index):
+        properties = self._mapping_properties(index)
+        # A partial update rewrites the document from its `_source`, which holds no
+        # passages: they are sent again, from its stored text, or the update drops them.
+        texts = self._read_documents(index, list(vectors)) if "passages" in properties else {}
+        if "doc2vec" not in properties:
             # Indices are `dynamic: strict`: map the field before writing it.
             self._call("adding field 'doc2vec' to the mapping", self.client.indices.put_mapping, index=index, body={"properties": {"doc2vec": DOC2VEC_MAPPING}})
             self._properties_of = None
@@ -623,7 +636,9 @@ class OpenSearchStore:
             if vector.shape != (info.dim,):
                 failures.append(WriteFailure(doc_id, f"vector of shape {vector.shape}, the model has dim={info.dim}"))
                 continue
-            update = {"doc2vec": {"vector": encode_matrix(vector), "model": info.checksum}}
+            update: dict[str, Any] = {"doc2vec": {"vector": encode_matrix(vector), "model": info.checksum}}
+            if doc_id in texts:
+                update["passages"] = document_passages(texts[doc_id], self._stopwords)
             actions[doc_id] = {"_op_type": "update", "_index": index, "_id": doc_id, "_source": {"doc": update}}
         for failure in self._bulk(actions):
             missing = failure.reason.startswith("document_missing_exception")
@@ -659,9 +674,43 @@ class OpenSearchStore:
         return self._properties
 
     def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
-        # No passages are kept in the cluster (a document's stems would be another field
-        # to store and read per hit): the fusions weigh the hits' own BM25 alone.
-        return None
+        # One nested query over the window's ids: each hit's score is its best passage's
+        # BM25 (score_mode max), as the cluster scores `body`; an id without a passage
+        # holding a query word is not a hit and scores 0. Sent texts have no passages in
+        # the cluster, and an index created before the templates mapped them has none:
+        # then None, and the fusions weigh the first stage's BM25 alone.
+        if any(text is not None for text in texts) or not doc_ids:
+            return None
+        tokens = tokenize(query, self._stopwords)
+        if not tokens:
+            return None
+        text = query if len(tokens) <= MAX_QUERY_TERMS else " ".join(tokens[:MAX_QUERY_TERMS])
+        ids = list(dict.fromkeys(doc_ids))
+        body = {
+            "size": len(ids),
+            "_source": False,
+            "track_total_hits": False,
+            "query": {
+                "bool": {
+                    "filter": [{"ids": {"values": ids}}],
+                    "must": [{"nested": {"path": "passages", "score_mode": "max", "query": {"match": {"passages.text": text}}}}],
+                }
+            },
+        }
+        try:
+            self.index_info()  # re-reads the alias's mapping once it is older than METADATA_TTL
+            index = self._target or self.alias
+            if "passages" not in self._mapping_properties(index):
+                return None
+            found = self._call("best-passage search", self.client.search, index=index, body=body)
+            scores = {str(hit["_id"]): float(hit["_score"]) for hit in found["hits"]["hits"]}
+        except (StoreError, KeyError, TypeError, ValueError) as exc:
+            # A search is still answered, with the first stage's BM25 for the passages'
+            # share; a cluster that keeps failing is said once, not once per search.
+            (log.debug if self._passages_failed else log.warning)("no best passages from the cluster (%s); the fusion weighs BM25 alone", exc)
+            self._passages_failed = True
+            return None
+        return [scores.get(doc_id, 0.0) for doc_id in doc_ids]
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
         # The cluster's terms are its analyser's (stemmed), not these words; "papers like
@@ -825,7 +874,10 @@ class OpenSearchStore:
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         if not doc_ids:
             return {}
-        docs = self._mget(self._target or self.alias, doc_ids, excludes=list(INTERNAL_FIELDS))
+        return self._read_documents(self._target or self.alias, doc_ids)
+
+    def _read_documents(self, index: str, doc_ids: Sequence[str]) -> dict[str, Document]:
+        docs = self._mget(index, doc_ids, excludes=list(INTERNAL_FIELDS))
         found: dict[str, Document] = {}
         for doc in docs:
             if not doc.get("found"):

@@ -16,7 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reranker.types import StoredDocument
+from reranker.store.bm25 import passage_spans
+from reranker.text import tokenize
+from reranker.types import Document, StoredDocument
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +109,27 @@ def decode_doc_vectors(sources: Sequence[dict[str, Any] | None], dim: int, model
     return vectors, present
 
 
-def document_source(stored: StoredDocument, dtype: str = "float32") -> dict[str, Any]:
-    """The `_source` written for one document (what index_templates/ maps)."""
+def passages_of(words: Sequence[str]) -> list[dict[str, str]]:
+    """The `passages` of a text's content words (in order): the embedded store's best
+    passages (`passage_spans`), each one's words joined by spaces, for the cluster to
+    analyse and score as it scores `body`."""
+    return [{"text": " ".join(words[start:end])} for start, end in passage_spans(len(words))]
+
+
+def document_passages(document: Document, stopwords: frozenset[str] | None = None) -> list[dict[str, str]]:
+    """The `passages` of a document written before (its content words taken again)."""
+    return passages_of(tokenize(document.full_text, stopwords))
+
+
+def document_source(
+    stored: StoredDocument, dtype: str = "float32", *, passages: bool = False, stopwords: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """The `_source` written for one document (what index_templates/ maps).
+
+    passages: add the document's best passages (`passages_of` its content words: the
+    write path's `content_words`, else its text tokenized with `stopwords`), for an index
+    that maps them; the mapping keeps them out of the stored `_source`.
+    """
     doc, topics = stored.document, stored.doc_topics
     source: dict[str, Any] = {"title": doc.title, "body": doc.text}
     for name, value in doc.fields.items():
@@ -135,6 +156,9 @@ def document_source(stored: StoredDocument, dtype: str = "float32") -> dict[str,
         "n_tokens": stored.n_tokens,
         "n_oov": stored.n_oov,
     }
+    if passages:
+        words = stored.content_words.split() if stored.content_words is not None else tokenize(doc.full_text, stopwords)
+        source["passages"] = passages_of(words)
     return source
 
 
