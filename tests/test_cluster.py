@@ -84,7 +84,11 @@ def test_the_cluster_accepts_the_templates_and_applies_them(cluster_store: OpenS
 
 
 def test_bm25_scores_are_lucenes(cluster_store: OpenSearchStore) -> None:
-    """score = idf * f / (f + k1 (1 - b + b dl/avgdl)), idf = ln(1 + (N - n + 0.5) / (n + 0.5))."""
+    """score = idf * f / (f + k1 (1 - b + b dl/avgdl)), idf = ln(1 + (N - n + 0.5) / (n + 0.5)).
+
+    The documents carry their passages as nested Lucene documents: N and avgdl of `body`
+    count the top-level documents only (osmem-server counts the nested ones too). Each
+    body here is one passage, so its best passage scores as the body does."""
     cluster_store.initialise(IndexInfo(EMBEDDING, 2))
     bodies = {"a": "ocean ship", "b": "ocean ocean bread", "c": "bread cheese wine butter"}
     assert cluster_store.upsert([stored(doc_id, body) for doc_id, body in bodies.items()]) == []
@@ -102,6 +106,8 @@ def test_bm25_scores_are_lucenes(cluster_store: OpenSearchStore) -> None:
     assert [h.doc_id for h in hits] == ["b", "a"]
     for hit in hits:
         assert hit.bm25_score == pytest.approx(expected(hit.doc_id), rel=1e-5)
+    passages = cluster_store.passage_bm25("ocean", ["a", "b", "c"], [None] * 3)
+    assert passages == pytest.approx([expected("a"), expected("b"), 0.0], rel=1e-5)
 
 
 def test_a_rebuild_is_invisible_until_published(cluster_store: OpenSearchStore) -> None:
