@@ -23,10 +23,16 @@ Run:  python bench/proxy_passages.py [DATASET ...]    (about 5 minutes; needs ..
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import sys
+
+if __name__ == "__main__":
+    from benchlib import product_threads
+
+    product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
+
+import io
+import json
 import tempfile
 import time
 from dataclasses import replace

@@ -17,10 +17,18 @@ from reranker.embeddings import WordVectors
 from reranker.errors import StoreError
 from reranker.indexing import Correction, corrected_topics, estimate_centering, index_corpus
 from reranker.pipeline import Engine
-from reranker.store.bm25 import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query
+from reranker.store.bm25 import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query, passage_spans
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import WordPositions, stable_hashes
 from reranker.types import Document
+
+
+def _starts(length: int) -> list[int]:
+    """Where the reference's passages start (each runs PASSAGE_TERMS words, or to the end)."""
+    starts = [0]
+    while starts[-1] + PASSAGE_TERMS < length:
+        starts.append(starts[-1] + PASSAGE_STRIDE)
+    return starts
 
 
 def _reference(
@@ -34,11 +42,8 @@ def _reference(
 ) -> float:
     """The best passage's BM25 by the definition, one passage at a time, over both fields:
     a word counts as itself in the exact field and as its stem in the stemmed field."""
-    starts = [0]
-    while starts[-1] + PASSAGE_TERMS < len(words):
-        starts.append(starts[-1] + PASSAGE_STRIDE)
     best = 0.0
-    for start in starts:
+    for start in _starts(len(words)):
         passage = words[start : start + PASSAGE_TERMS]
         norm = BM25_K1 * (1 - BM25_B + BM25_B * len(passage) / average)
         score = 0.0
@@ -81,6 +86,14 @@ def test_best_passage_bm25_is_the_best_window_by_the_definition() -> None:
     # Lengths around the passage edges: empty, shorter than one, exactly one, one and a bit,
     # several with a ragged end.
     _passages_by_both_ways(words, stem, exact, [0, 7, 150, 151, 225, 600, 1013], seed=3)
+
+
+def test_passage_spans_are_the_windows_best_passage_bm25_scores() -> None:
+    """What the OpenSearch store writes as a document's passages is what the reference
+    above (checked against `best_passage_bm25`) cuts."""
+    for length in range(1, 1000):
+        assert passage_spans(length) == [(start, min(start + PASSAGE_TERMS, length)) for start in _starts(length)]
+    assert passage_spans(0) == []  # no words, no passage (it would score 0)
 
 
 def test_a_text_past_65535_words_keeps_its_positions_in_32_bits() -> None:

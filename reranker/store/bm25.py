@@ -67,6 +67,8 @@ def passage_spans(length: int) -> list[tuple[int, int]]:
         return [(0, length)] if length else []
     count = -(-(length - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1
     return [(i * PASSAGE_STRIDE, min(i * PASSAGE_STRIDE + PASSAGE_TERMS, length)) for i in range(count)]
+
+
 _FILTER_SIZE = 1 << 16
 
 
