@@ -34,7 +34,7 @@ from reranker.indexing import (
     read_corpus,
 )
 from reranker.pipeline import Engine
-from reranker.store import Doc2VecInfo, IndexInfo
+from reranker.store import Doc2VecInfo, IndexInfo, opensearch
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.opensearch_encoding import (
     decode_topics,
@@ -579,9 +579,12 @@ def test_passage_bm25_scores_each_documents_best_passage(tmp_path: Path, os_stor
     assert os_store.passage_bm25(WHALES, ["near", "sent"], [None, "a whale and a harpoon"]) is None
 
 
-def test_doc2vec_vectors_written_later_keep_the_passages(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+def test_doc2vec_vectors_written_later_keep_the_passages(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A partial update rewrites a document from its `_source`, which holds no passages."""
     index_papers(tmp_path, os_store, glove, LONG)
+    monkeypatch.setattr(opensearch, "DOC2VEC_TEXT_CHUNK", 1)  # each document's text read and sent alone
     info = Doc2VecInfo(checksum="c" * 64, dim=4, mode="dbow", epochs=1, min_count=1, window=5, seed=1, infer_epochs=1)
     assert os_store.store_doc_vectors(info, {"near": np.ones(4, np.float32), "spread": np.ones(4, np.float32)}) == []
     os_store.client.indices.refresh(index="papers")

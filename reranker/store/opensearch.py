@@ -97,6 +97,8 @@ CORRECTED_MAPPING: dict[str, Any] = {
 DOC2VEC_MAPPING: dict[str, Any] = {
     "properties": {"vector": {"type": "binary"}, "model": {"type": "keyword", "index": False}}
 }
+# Documents whose texts `store_doc_vectors` reads at a time to send their passages again.
+DOC2VEC_TEXT_CHUNK = 500
 # Lucene's default limit on clauses in one boolean query is 1,024; a multi_match query
 # has one clause per query token per field.
 MAX_QUERY_CLAUSES = 1000
@@ -623,26 +625,34 @@ class OpenSearchStore:
                 "run `reranker index CORPUS.jsonl` first"
             )
         properties = self._mapping_properties(index)
-        # A partial update rewrites the document from its `_source`, which holds no
-        # passages: they are sent again, from its stored text, or the update drops them.
-        texts = self._read_documents(index, list(vectors)) if "passages" in properties else {}
         if "doc2vec" not in properties:
             # Indices are `dynamic: strict`: map the field before writing it.
             self._call("adding field 'doc2vec' to the mapping", self.client.indices.put_mapping, index=index, body={"properties": {"doc2vec": DOC2VEC_MAPPING}})
             self._properties_of = None
+        # A partial update rewrites the document from its `_source`, which holds no
+        # passages: they are sent again, from its stored text, or the update drops them.
+        # Then the texts are read and sent a chunk at a time (a whole corpus's would not
+        # fit in memory: `reranker train doc2vec` stores every document's vector at once).
+        passages = "passages" in properties
         failures: list[WriteFailure] = []
-        actions: dict[str, dict[str, Any]] = {}
-        for doc_id, vector in vectors.items():
-            if vector.shape != (info.dim,):
-                failures.append(WriteFailure(doc_id, f"vector of shape {vector.shape}, the model has dim={info.dim}"))
-                continue
-            update: dict[str, Any] = {"doc2vec": {"vector": encode_matrix(vector), "model": info.checksum}}
-            if doc_id in texts:
-                update["passages"] = document_passages(texts[doc_id], self._stopwords)
-            actions[doc_id] = {"_op_type": "update", "_index": index, "_id": doc_id, "_source": {"doc": update}}
-        for failure in self._bulk(actions):
-            missing = failure.reason.startswith("document_missing_exception")
-            failures.append(WriteFailure(failure.doc_id, "not in the index") if missing else failure)
+        ids = list(vectors)
+        chunk = DOC2VEC_TEXT_CHUNK if passages else max(1, len(ids))
+        for first in range(0, len(ids), chunk):
+            some = ids[first : first + chunk]
+            texts = self._read_documents(index, some) if passages else {}
+            actions: dict[str, dict[str, Any]] = {}
+            for doc_id in some:
+                vector = vectors[doc_id]
+                if vector.shape != (info.dim,):
+                    failures.append(WriteFailure(doc_id, f"vector of shape {vector.shape}, the model has dim={info.dim}"))
+                    continue
+                update: dict[str, Any] = {"doc2vec": {"vector": encode_matrix(vector), "model": info.checksum}}
+                if doc_id in texts:
+                    update["passages"] = document_passages(texts[doc_id], self._stopwords)
+                actions[doc_id] = {"_op_type": "update", "_index": index, "_id": doc_id, "_source": {"doc": update}}
+            for failure in self._bulk(actions):
+                missing = failure.reason.startswith("document_missing_exception")
+                failures.append(WriteFailure(failure.doc_id, "not in the index") if missing else failure)
         meta = self._meta(index)
         if meta.get("doc2vec") != info.to_json():
             self._put_meta(index, {**meta, "doc2vec": info.to_json()})
