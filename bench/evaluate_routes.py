@@ -28,9 +28,7 @@ of the same window, 10,000 sign flips; W/T/L against it):
                             osmem-server (the in-memory OpenSearch-compatible server) as the
                             cluster: its own BM25 window, reranked; its baseline is the same
                             search sent to the cluster directly (osmem's BM25 is not Lucene's,
-                            so that row has its own BM25 figure; osmem counts the index's nested
-                            passage documents in `body`'s statistics, which lowers it: see
-                            bench/proxy_passages.py for the fusion with the first stage kept)
+                            so that row has its own BM25 figure)
 
 Run:  python bench/evaluate_routes.py [--json FILE]    (about 2 minutes on 2 cores)
 """
@@ -229,9 +227,6 @@ def evaluate_proxy(name: str, sizes: Sequence[int]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as folder:
             os.environ["RERANKER_DATA_DIR"] = folder
             os.environ["OPENSEARCH_URL"] = server.url
-            # osmem-server indexes a 5 MB bulk of long papers, each with its passages as
-            # nested documents (36 a paper on CL-SciSumm), in more than the default 10 s.
-            os.environ.setdefault("OPENSEARCH_TIMEOUT", "120")
             started = time.perf_counter()
             if cli(["index", str(DATA / name / "corpus.jsonl"), "--no-progress"], stdout=io.StringIO()) != 0:
                 raise RuntimeError(f"indexing {name} into osmem-server failed")

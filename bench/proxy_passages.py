@@ -8,9 +8,9 @@ in the same index, osmem's own BM25 window falls (CL-SciSumm 0.673 -> 0.363, CIS
 0.299 nDCG@10), and evaluate_routes.py's proxy rows then measure that, not the fusion.
 
 This replay keeps osmem's first stage as it was: each data set is indexed twice into one
-osmem-server, under the alias `reranker` with the previous templates (no passages: the
-window, and today's two-way fusion) and under `withpassages` with the current ones; the
-three-way row takes its best-passage scores from the second index (same ids). Rows, for a
+osmem-server, under the alias `reranker` as by default (no passages: the window, and the
+two-way fusion) and under `withpassages` with RERANKER_PASSAGES=true; the three-way row
+takes its best-passage scores from the second index (same ids). Rows, for a
 100-hit window and a 10-hit page, nDCG@10 (p: paired randomisation test against the
 cluster's BM25 order; W/T/L; mean ms per proxied search through Flask's test client):
 
@@ -32,12 +32,10 @@ if __name__ == "__main__":
     product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
 
 import io
-import json
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -45,18 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 DATASETS = ("clscisumm2018-train", "cisi")
 ROWS = ("cluster bm25", "proxy two-way", "proxy three-way")
-
-
-def previous_templates() -> Any:
-    """The templates without passages, versioned above the current ones so that the
-    indexer does not replace them before it creates its index."""
-    from reranker.store.templates import load_templates
-
-    current = load_templates()
-    components = json.loads(json.dumps(current.components))
-    mappings = components["reranker-mappings"]["template"]["mappings"]
-    del mappings["properties"]["passages"], mappings["_source"]
-    return replace(current, components=components, index_template=dict(current.index_template, version=10_000))
 
 
 def replay(name: str) -> None:
@@ -76,15 +62,11 @@ def replay(name: str) -> None:
         with tempfile.TemporaryDirectory() as folder:
             # osmem-server takes more than the default 10 s for a bulk of long papers with passages.
             os.environ.update(RERANKER_DATA_DIR=folder, OPENSEARCH_URL=server.url, OPENSEARCH_TIMEOUT="120", RERANKER_DEADLINE_MS="60000")
-            os.environ["RERANKER_INDEX"] = "reranker"
-            old = OpenSearchStore(Settings.from_env().opensearch_store, templates=previous_templates())
-            old.install_templates()
-            old.close()
-            for alias in ("reranker", "withpassages"):
-                os.environ["RERANKER_INDEX"] = alias
+            for alias, passages in (("reranker", "false"), ("withpassages", "true")):
+                os.environ.update(RERANKER_INDEX=alias, RERANKER_PASSAGES=passages)
                 if cli(["index", corpus, "--no-progress"], stdout=io.StringIO()) != 0:
                     raise RuntimeError(f"indexing {name} into osmem-server ({alias}) failed")
-            os.environ["RERANKER_INDEX"] = "reranker"
+            os.environ.update(RERANKER_INDEX="reranker", RERANKER_PASSAGES="false")
             app = create_app(Settings.from_env())
             client = app.test_client()
             store = app.extensions["reranker"].engine().store

@@ -74,6 +74,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_INDEX": "the read alias; versioned indices are named ALIAS-v000001, ... (default reranker)",
     "RERANKER_SEARCH_FIELDS": f"BM25 fields with boosts (default {DEFAULT_SEARCH_FIELDS})",
     "RERANKER_TOPIC_DTYPE": "topic matrices stored as float32 (default) or float16 (half the bytes)",
+    "RERANKER_PASSAGES": "an OpenSearch index version created from now on keeps each document's best passages for the :maxp fusions (default false: about twice the index's terms; the embedded store always keeps them)",
     "RERANKER_BULK_BYTES": "bulk request size in bytes (default 5000000)",
     # The HTTP service (reranker serve, gunicorn.conf.py).
     "RERANKER_BIND": "service address HOST:PORT (default 127.0.0.1:8000; the container sets 0.0.0.0:8000)",
@@ -211,6 +212,10 @@ class OpenSearchSettings:
     search_fields: tuple[tuple[str, float], ...] = parse_search_fields(DEFAULT_SEARCH_FIELDS)
     topic_dtype: str = "float32"
     bulk_bytes: int = 5_000_000
+    # Best passages as nested documents (store/opensearch.py): a property of an index version,
+    # chosen when one is created. Off by default: they double the index's terms, and
+    # osmem-server, the dev cluster, counts nested documents in body's BM25 statistics.
+    passages: bool = False
 
     @property
     def display_hosts(self) -> str:
@@ -413,6 +418,7 @@ class Settings:
                 search_fields=parse_search_fields(env.get("RERANKER_SEARCH_FIELDS") or DEFAULT_SEARCH_FIELDS),
                 topic_dtype=env.get("RERANKER_TOPIC_DTYPE") or "float32",
                 bulk_bytes=_int(env, "RERANKER_BULK_BYTES", 5_000_000, minimum=10_000),
+                passages=_bool(env, "RERANKER_PASSAGES", False),
             ),
             service=ServiceSettings.from_env(env),
         )
@@ -467,6 +473,7 @@ class Settings:
             "RERANKER_SEARCH_FIELDS": ",".join(name if boost == 1 else f"{name}^{boost:g}" for name, boost in opensearch.search_fields),
             "RERANKER_TOPIC_DTYPE": opensearch.topic_dtype,
             "RERANKER_BULK_BYTES": str(opensearch.bulk_bytes),
+            "RERANKER_PASSAGES": str(opensearch.passages).lower(),
             "RERANKER_BIND": service.bind,
             "RERANKER_WORKERS": str(service.workers),
             "RERANKER_THREADS": str(service.threads),

@@ -56,6 +56,7 @@ def cluster_store() -> Iterator[OpenSearchStore]:
         verify_certs=os.environ.get("OPENSEARCH_VERIFY_CERTS", "true").lower() != "false",
         alias=alias,
         search_fields=parse_search_fields("body"),
+        passages=True,  # what only a real cluster can settle: Lucene's statistics with nested passages
     )
     store = OpenSearchStore(config)
     yield store

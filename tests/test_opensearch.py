@@ -63,6 +63,14 @@ def os_store(cluster: OpenSearchSettings) -> Iterator[OpenSearchStore]:
     store.close()
 
 
+@pytest.fixture
+def passages_store(cluster: OpenSearchSettings) -> Iterator[OpenSearchStore]:
+    """The store with RERANKER_PASSAGES: the index versions it creates keep best passages."""
+    store = OpenSearchStore(replace(cluster, passages=True), sleep=lambda seconds: None)
+    yield store
+    store.close()
+
+
 def index_papers(tmp_path: Path, store: OpenSearchStore, glove: WordVectors, records: list[Any] = PAPERS, **kwargs: Any) -> Any:
     return index_corpus(write_jsonl(tmp_path / "papers.jsonl", records), store, glove, 5, show_progress=False, **kwargs)
 
@@ -536,14 +544,6 @@ LONG = [
 ]
 
 
-def without_passages(templates: Any) -> Any:
-    """The templates as they were before passages (index template one version older)."""
-    components = json.loads(json.dumps(templates.components))
-    mappings = components["reranker-mappings"]["template"]["mappings"]
-    del mappings["properties"]["passages"], mappings["_source"]
-    return replace(templates, components=components, index_template=dict(templates.index_template, version=templates.index_template["version"] - 1))
-
-
 def test_passages_are_cut_as_the_embedded_store_cuts_them(glove: WordVectors) -> None:
     words = [f"w{i}" for i in range(400)]
     doc = Document("long", "", " ".join(words))
@@ -555,71 +555,70 @@ def test_passages_are_cut_as_the_embedded_store_cuts_them(glove: WordVectors) ->
     assert "passages" not in document_source(StoredDocument(doc, document_topics(doc, glove, 5)[0], "h", 0, 3))
 
 
-def test_written_documents_carry_passages_the_source_leaves_out(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
-    report = index_papers(tmp_path, os_store, glove, LONG)
+def test_written_documents_carry_passages_the_source_leaves_out(tmp_path: Path, passages_store: OpenSearchStore, glove: WordVectors) -> None:
+    report = index_papers(tmp_path, passages_store, glove, LONG)
     assert report.indexed == 3 and not report.skipped
-    stored = raw(os_store, "GET", "/papers/_doc/near")
+    stored = raw(passages_store, "GET", "/papers/_doc/near")
     assert stored["found"] and "passages" not in stored["_source"] and stored["_source"]["body"] == LONG[0]["text"]
-    assert "passages" not in os_store.documents(["near"])["near"].fields
+    assert "passages" not in passages_store.documents(["near"])["near"].fields
     # ... and yet they are indexed: a nested query finds the document by a passage's words.
     nested = {"query": {"nested": {"path": "passages", "query": {"match": {"passages.text": "harpoon"}}}}}
-    found = os_store.client.search(index="papers", body=nested)["hits"]["hits"]
+    found = passages_store.client.search(index="papers", body=nested)["hits"]["hits"]
     assert {hit["_id"] for hit in found} == {"near", "spread"}
 
 
-def test_passage_bm25_scores_each_documents_best_passage(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
-    index_papers(tmp_path, os_store, glove, LONG)
-    first_stage = {hit.doc_id: hit.bm25_score for hit in os_store.bm25(WHALES, 10)}
+def test_passage_bm25_scores_each_documents_best_passage(tmp_path: Path, passages_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, passages_store, glove, LONG)
+    first_stage = {hit.doc_id: hit.bm25_score for hit in passages_store.bm25(WHALES, 10)}
     assert first_stage["near"] == pytest.approx(first_stage["spread"], rel=1e-3)  # the whole texts match alike
-    scores = os_store.passage_bm25(WHALES, ["spread", "none", "near", "missing"], [None] * 4)
+    scores = passages_store.passage_bm25(WHALES, ["spread", "none", "near", "missing"], [None] * 4)
     assert scores is not None
     spread, none, near, missing = scores
     assert near > spread > 0 and none == missing == 0.0
     # Sent texts have no passages in the cluster: the fusion weighs BM25 alone.
-    assert os_store.passage_bm25(WHALES, ["near", "sent"], [None, "a whale and a harpoon"]) is None
+    assert passages_store.passage_bm25(WHALES, ["near", "sent"], [None, "a whale and a harpoon"]) is None
 
 
 def test_doc2vec_vectors_written_later_keep_the_passages(
-    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, passages_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A partial update rewrites a document from its `_source`, which holds no passages."""
-    index_papers(tmp_path, os_store, glove, LONG)
+    index_papers(tmp_path, passages_store, glove, LONG)
     monkeypatch.setattr(opensearch, "DOC2VEC_TEXT_CHUNK", 1)  # each document's text read and sent alone
     info = Doc2VecInfo(checksum="c" * 64, dim=4, mode="dbow", epochs=1, min_count=1, window=5, seed=1, infer_epochs=1)
-    assert os_store.store_doc_vectors(info, {"near": np.ones(4, np.float32), "spread": np.ones(4, np.float32)}) == []
-    os_store.client.indices.refresh(index="papers")
-    assert os_store.doc_vectors(["near"]).missing == ()
+    assert passages_store.store_doc_vectors(info, {"near": np.ones(4, np.float32), "spread": np.ones(4, np.float32)}) == []
+    passages_store.client.indices.refresh(index="papers")
+    assert passages_store.doc_vectors(["near"]).missing == ()
     # (The scores themselves move: the replaced nested documents still count in the
     # statistics until their segments merge, as in Lucene.)
-    near, spread = os_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) or [0.0, 0.0]
+    near, spread = passages_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) or [0.0, 0.0]
     assert near > spread > 0
 
 
-def test_an_index_created_before_passages_keeps_working_without_them(
-    tmp_path: Path, cluster: OpenSearchSettings, os_store: OpenSearchStore, glove: WordVectors
+def test_a_version_created_without_passages_keeps_none_until_a_rebuild_with_them(
+    tmp_path: Path, os_store: OpenSearchStore, passages_store: OpenSearchStore, glove: WordVectors
 ) -> None:
-    old = OpenSearchStore(cluster, templates=without_passages(load_templates()), sleep=lambda seconds: None)
-    assert index_papers(tmp_path, old, glove, LONG[:2]).indexed == 2
-    assert old.passage_bm25(WHALES, ["near", "spread"], [None, None]) is None
-    # This version's templates are installed, and writes into the old index still succeed
-    # (it is `dynamic: strict`; its `_source` cannot be changed to leave passages out, so
-    # it gets none until a rebuild).
-    report = index_corpus(write_jsonl(tmp_path / "more.jsonl", LONG[2:]), os_store, glove, 5, show_progress=False)
-    assert report.indexed == 1 and not report.skipped
+    # The default: no passages mapped, none written, none scored.
+    assert index_papers(tmp_path, os_store, glove, LONG[:2]).indexed == 2
     assert "passages" not in os_store.client.indices.get_mapping(index="papers")["papers-v000001"]["mappings"]["properties"]
     assert os_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) is None
-    result = Engine(store=os_store, vectors=glove).search(WHALES, "hidden_topics_corrected+bm25:maxp", explain=True)
+    # Turned on later, it does not change that version (its `_source` cannot be changed to
+    # leave passages out), and writes into it still succeed (it is `dynamic: strict`).
+    report = index_corpus(write_jsonl(tmp_path / "more.jsonl", LONG[2:]), passages_store, glove, 5, show_progress=False)
+    assert report.indexed == 1 and not report.skipped
+    assert "passages" not in passages_store.client.indices.get_mapping(index="papers")["papers-v000001"]["mappings"]["properties"]
+    assert passages_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) is None
+    result = Engine(store=passages_store, vectors=glove).search(WHALES, "hidden_topics_corrected+bm25:maxp", explain=True)
     explanation = result.hits[0].explanation
     assert explanation is not None and [name for name, _ in explanation.parts] == ["topics", "bm25"]
-    # A rebuild makes a new version from the current templates, with passages.
-    assert index_papers(tmp_path, os_store, glove, LONG, rebuild=True).indexed == 3
-    assert os_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) is not None
-    old.close()
+    # A rebuild with it creates a version that keeps them.
+    assert index_papers(tmp_path, passages_store, glove, LONG, rebuild=True).indexed == 3
+    assert passages_store.passage_bm25(WHALES, ["near", "spread"], [None, None]) is not None
 
 
-def test_search_fuses_the_best_passages_three_ways(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
-    index_papers(tmp_path, os_store, glove, LONG)
-    result = Engine(store=OpenSearchStore(os_store.config), vectors=glove).search(WHALES, "hidden_topics_corrected+bm25:maxp", explain=True)
+def test_search_fuses_the_best_passages_three_ways(tmp_path: Path, passages_store: OpenSearchStore, glove: WordVectors) -> None:
+    index_papers(tmp_path, passages_store, glove, LONG)
+    result = Engine(store=OpenSearchStore(passages_store.config), vectors=glove).search(WHALES, "hidden_topics_corrected+bm25:maxp", explain=True)
     assert [hit.doc_id for hit in result.hits] == ["near", "spread"]  # BM25 alone ties them
     explanation = result.hits[0].explanation
     assert explanation is not None and [name for name, _ in explanation.parts] == ["topics", "bm25", "passages"]
@@ -630,7 +629,7 @@ def test_search_fuses_the_best_passages_three_ways(tmp_path: Path, os_store: Ope
 def test_a_failing_passage_search_leaves_the_fusion_two_way_and_is_said_once(
     osmem_clone: Any, tmp_path: Path, glove: WordVectors, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="papers"))
+    store = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="papers", passages=True))
     index_papers(tmp_path, store, glove, LONG)
     slow = ClusterProxy(osmem_clone.url, delay={"_search": 1.0})  # every search outlasts the timeout
     try:

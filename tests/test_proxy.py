@@ -137,9 +137,15 @@ def without_internal(answer: Any) -> Any:
 # --- reranking ---------------------------------------------------------------------------
 
 
-def test_the_default_ranker_fuses_the_clusters_best_passages_three_ways(client: FlaskClient) -> None:
-    """The proxy's fused scores are /search's, whose explanations hold a passages part."""
-    proxied = client.post("/papers/_search", json=summary(SEA, size=10)).get_json()
+def test_the_default_ranker_fuses_the_clusters_best_passages_three_ways(papers: tuple[str, Path], glove: WordVectors) -> None:
+    """On an index version built with RERANKER_PASSAGES, the proxy's fused scores are
+    /search's, whose explanations hold a passages part."""
+    url, data_dir = papers
+    store = OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="passages", passages=True))
+    index_corpus(write_jsonl(data_dir.parent / "passages.jsonl", CORPUS), store, glove, 5, show_progress=False)
+    store.close()
+    client = make_app(papers, RERANKER_INDEX="passages").test_client()
+    proxied = client.post("/passages/_search", json=summary(SEA, size=10)).get_json()
     rerank = proxied["ext"]["rerank"]
     assert rerank["ranker"].endswith(":maxp") and rerank["status"] == "ok"
     searched = client.post("/search", json={"query": SEA, "window": 100, "size": 10, "explain": True}).get_json()
@@ -150,6 +156,14 @@ def test_the_default_ranker_fuses_the_clusters_best_passages_three_ways(client: 
     fused = {hit["id"]: hit["score"] for hit in searched["hits"]}
     assert {s["_id"]: s["score"] for s in rerank["scores"]} == pytest.approx(fused)
     assert ids(proxied) == [hit["id"] for hit in searched["hits"]]
+
+
+def test_without_passages_the_default_ranker_fuses_two_ways(client: FlaskClient) -> None:
+    """An index version built without RERANKER_PASSAGES (the default) has none: the fusion
+    is two-way, as the embedded store's for a store without passages."""
+    searched = client.post("/search", json={"query": SEA, "window": 100, "size": 10, "explain": True}).get_json()
+    assert searched["ranker"].endswith(":maxp")
+    assert all(set(hit["explanation"]["parts"]) == {"topics", "bm25"} for hit in searched["hits"])
 
 
 def test_the_window_is_reranked_as_the_engine_does_and_hits_keep_bm25_scores(app: Flask, client: FlaskClient) -> None:
@@ -274,9 +288,12 @@ def test_a_page_of_stored_documents_is_fetched_without_the_services_own_fields(r
 
 
 def test_the_services_own_fields_are_the_ones_the_index_template_adds() -> None:
-    """What the proxy strips is what `reranker index` writes beside a document's own fields."""
+    """What the proxy strips is what `reranker index` writes beside a document's own fields
+    (the templates', and the passages a version created with RERANKER_PASSAGES adds)."""
+    from reranker.store.opensearch import PASSAGES_MAPPINGS
+
     mappings = json.loads((REPO / "index_templates" / "reranker-mappings.component.json").read_text())
-    properties = set(mappings["template"]["mappings"]["properties"])
+    properties = set(mappings["template"]["mappings"]["properties"]) | set(PASSAGES_MAPPINGS["properties"])
     assert set(INTERNAL_FIELDS) == INTERNAL == properties - {"title", "abstract", "body"}
 
 

@@ -19,10 +19,11 @@ reranked. (2) The page: the original request with its query wrapped in an `ids` 
 for the page's hits, so highlight, `_source`, fields etc. are computed for those hits
 only; a search that asks for no highlight or computed field gets its page from one `_mget`
 of those hits instead (a lookup by id, not a second run of the query). The answer is (1) with its hits replaced by (2)'s in the new order, each keeping
-its BM25 `_score`, plus an `ext.rerank` block saying what ran. A `:maxp` fusion (the
-default ranker's) costs one more, between the two: a nested query over the window's ids
-for each hit's best-passage BM25 (`OpenSearchStore.passage_bm25`); an index without
-passages, or a failure there, leaves that fusion two-way (the hits' BM25 alone).
+its BM25 `_score`, plus an `ext.rerank` block saying what ran. Over an index version
+created with RERANKER_PASSAGES a `:maxp` fusion (the default ranker's) costs one more,
+between the two: a nested query over the window's ids for each hit's best-passage BM25
+(`OpenSearchStore.passage_bm25`); without passages, or on a failure there, that fusion is
+two-way (the hits' BM25 alone).
 
 Online experiments: a `_search` that names no ranker and falls in a running experiment's
 traffic share (`ext.rerank.client_id` keeps a client in one arm) gets the interleaving of

@@ -11,10 +11,10 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
 - A document's topics and Doc2Vec vector are base64 `binary` fields beside its text
   (reranker/store/opensearch_encoding.py); `_meta.reranker.doc2vec` records the index's
   current Doc2Vec model.
-- A document's best passages (150 content words every 75, as the embedded store cuts
-  them) are `nested` documents of the field `passages`, indexed but left out of `_source`;
-  one nested query scores a window's best passages (`passage_bm25`). An index created
-  before the templates had them keeps none (see `upsert`).
+- With RERANKER_PASSAGES, a version created from then on keeps each document's best
+  passages (150 content words every 75, as the embedded store cuts them) as `nested`
+  documents of the field `passages`, indexed but left out of `_source`; one nested query
+  scores a window's best passages (`passage_bm25`). Other versions keep none (see `upsert`).
 
 The client (reranker/store/opensearch_client.py) is created on first use and again after
 a fork, so a gunicorn worker never shares a connection pool with its parent. Credentials
@@ -96,6 +96,13 @@ CORRECTED_MAPPING: dict[str, Any] = {
 # created before it was in the templates when vectors are first written.
 DOC2VEC_MAPPING: dict[str, Any] = {
     "properties": {"vector": {"type": "binary"}, "model": {"type": "keyword", "index": False}}
+}
+# What a version created with RERANKER_PASSAGES adds to the templates' mappings: each
+# document's best passages (150 content words every 75) as nested documents, indexed with
+# body's analyzer and left out of `_source` (the body holds their words).
+PASSAGES_MAPPINGS: dict[str, Any] = {
+    "_source": {"excludes": ["passages"]},
+    "properties": {"passages": {"type": "nested", "properties": {"text": {"type": "text", "analyzer": "english"}}}},
 }
 # Documents whose texts `store_doc_vectors` reads at a time to send their passages again.
 DOC2VEC_TEXT_CHUNK = 500
@@ -430,8 +437,13 @@ class OpenSearchStore:
     def _create_version(self, versions: Sequence[IndexVersion], info: IndexInfo) -> str:
         numbers = [int(v.name.rsplit("-v", 1)[1]) for v in versions]
         name = f"{self.alias}-v{max(numbers, default=0) + 1:06d}"
+        mappings: dict[str, Any] = {"_meta": {"reranker": self._new_meta(info, "building")}}
+        if self.config.passages:
+            # Merged with the templates' mappings. `_source` cannot change once an index
+            # exists, which is why passages are a property of a version, chosen here.
+            mappings.update(PASSAGES_MAPPINGS)
         body = {
-            "mappings": {"_meta": {"reranker": self._new_meta(info, "building")}},
+            "mappings": mappings,
             # No refreshes while a new version fills up; publish() refreshes once.
             "settings": {"index": {"refresh_interval": "-1"}},
         }
@@ -687,7 +699,7 @@ class OpenSearchStore:
         # One nested query over the window's ids: each hit's score is its best passage's
         # BM25 (score_mode max), as the cluster scores `body`; an id without a passage
         # holding a query word is not a hit and scores 0. Sent texts have no passages in
-        # the cluster, and an index created before the templates mapped them has none:
+        # the cluster, and an index version created without RERANKER_PASSAGES has none:
         # then None, and the fusions weigh the first stage's BM25 alone.
         if any(text is not None for text in texts) or not doc_ids:
             return None
