@@ -350,10 +350,10 @@ class Engine:
         info = self.store.index_info()
         k = info.k if info is not None else self.k
         variant = "paper" if centering is None else hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
-        correction = None if centering is None else self._correction(centering, variant)
         # With no index the background is the window's own (`_centering`): a text's cached
         # topics are the same, but their backgrounds are measured again on this window.
         window_local = info is None and centering is not None and centering is not self._prior_centering
+        correction = None if centering is None else self._correction(centering, variant, keep=not window_local)
         found: list[CorrectedTopics] = []
         for doc_id, text in zip(ids, texts):
             if text is not None:
@@ -379,13 +379,13 @@ class Engine:
             backgrounds[row, : f.backgrounds.shape[0]] = f.backgrounds
         return TopicBatch(ids, topics, importances, missing, backgrounds)
 
-    def _correction(self, centering: Centering, variant: str) -> "Correction":
+    def _correction(self, centering: Centering, variant: str, *, keep: bool) -> "Correction":
         """`centering` made ready for extraction: the index's, or the vectors' own, kept
-        (by `variant`, the digest of its mu); one with a window's own background (no index)
-        made for that window, as it changes with every window."""
+        (`keep`; by `variant`, the digest of its mu); one with a window's own background
+        (no index) made for that window, as it changes with every window."""
         from reranker.indexing import Correction  # the write path (and its Doc2Vec imports) only when needed
 
-        if centering is not self._prior_centering and self.store.index_info() is None:
+        if not keep:
             return Correction.of(centering, self.vectors)
         correction = self._corrections.get(variant)
         if correction is None:

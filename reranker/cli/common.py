@@ -173,10 +173,14 @@ def with_trained_vectors(
         )
     return dataclasses.replace(settings, vectors=trained.info.source)
 
-def describe_skip(item: Any) -> str:
-    """A skipped corpus line as `index` and `evaluate` report it: `file:line (id): reason`."""
-    doc = f" ({item.doc_id})" if item.doc_id else ""
-    return f"{item.location}{doc}: {item.reason}"
+def skipped_lines(skipped: Any, shown: int, *, every_skip: bool, label: str = "") -> list[str]:
+    """The skipped corpus lines as `index` and `evaluate` report them, `file:line (id):
+    reason` each: the first `shown` (every one with `every_skip`), then how many more."""
+    listed = skipped if every_skip else skipped[:shown]
+    lines = [f"  {label}{item.location}{f' ({item.doc_id})' if item.doc_id else ''}: {item.reason}" for item in listed]
+    if len(skipped) > len(listed):
+        lines.append(f"  ... and {len(skipped) - len(listed)} more (run with -v to list them all)")
+    return lines
 
 def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     print(
@@ -194,11 +198,8 @@ def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     if published is not None and getattr(published, "swapped", False):
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
         print(f"alias now points at {published.current}{kept}", file=out)
-    shown = report.skipped if every_skip else report.skipped[:20]
-    for item in shown:
-        print(f"  skipped {describe_skip(item)}", file=out)
-    if len(report.skipped) > len(shown):
-        print(f"  ... and {len(report.skipped) - len(shown)} more (run with -v to list them all)", file=out)
+    for line in skipped_lines(report.skipped, 20, every_skip=every_skip, label="skipped "):
+        print(line, file=out)
 
 def ranker_list(raw: str) -> list[str]:
     names = [name.strip() for name in raw.split(",") if name.strip()]

@@ -14,13 +14,13 @@ from reranker.cli import judging
 from reranker.cli.common import (
     EXIT_REGRESSION,
     add_ranking_options,
-    describe_skip,
     index_file,
     log,
     open_engine,
     persistence,
     positive_int,
     ranker_list,
+    skipped_lines,
     with_trained_vectors,
     writable,
     writable_folder,
@@ -335,12 +335,8 @@ SHOWN_SKIPS = 5
 
 def _skipped_warning(skipped: Sequence[Any], *, every_skip: bool) -> str:
     """Which corpus lines were left out of the evaluation index and why, as `index` says it."""
-    shown = skipped if every_skip else skipped[:SHOWN_SKIPS]
-    lines = [f"{len(skipped)} corpus line{'' if len(skipped) == 1 else 's'} skipped while indexing (not in the evaluation):"]
-    lines += [f"  {describe_skip(item)}" for item in shown]
-    if len(skipped) > len(shown):
-        lines.append(f"  ... and {len(skipped) - len(shown)} more (run with -v to list them all)")
-    return "\n".join(lines)
+    head = f"{len(skipped)} corpus line{'' if len(skipped) == 1 else 's'} skipped while indexing (not in the evaluation):"
+    return "\n".join([head, *skipped_lines(skipped, SHOWN_SKIPS, every_skip=every_skip)])
 
 def offline_run(
     args: argparse.Namespace,

@@ -157,8 +157,8 @@ def document_source(
         "n_oov": stored.n_oov,
     }
     if passages:
-        words = stored.content_words.split() if stored.content_words is not None else tokenize(doc.full_text, stopwords)
-        source["passages"] = passages_of(words)
+        words = stored.content_words
+        source["passages"] = passages_of(words.split()) if words is not None else document_passages(doc, stopwords)
     return source
 
 
