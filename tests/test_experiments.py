@@ -480,6 +480,8 @@ def test_an_unknown_query_parameter_of_an_experiment_route_is_a_400(client: Flas
         "query parameter [interval] is given 2 times; give it once"
     )
     assert client.patch("/experiments/strict", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    # The key is checked first: a caller without it learns nothing of the route's parameters.
+    assert _error(client.delete("/experiments/strict?events=keep&force=1"), 401, "security_exception").startswith("missing API key")
     reason = _error(client.delete("/experiments/strict?events=keep&force=1", headers=AUTH), 400)
     assert reason == "unknown query parameter [force]; known parameters: events"
     assert client.get("/experiments/strict").status_code == 200, "a refused delete deletes nothing"

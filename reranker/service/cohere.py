@@ -38,7 +38,7 @@ from reranker.rankers import RANKERS
 from reranker.service.api import request_documents, runtime
 from reranker.service.bodies import json_object, require_bearer
 from reranker.service.errors import bad_request
-from reranker.service.operations import Reply, operation
+from reranker.service.operations import Reply, guards, operation
 from reranker.service.reranking import answer_first_stage
 from reranker.service.schema import CohereAnswer, CohereRequest, read
 
@@ -83,6 +83,7 @@ def ranker_for_model(model: str | None, default: str) -> tuple[str, str | None]:
     )
 
 
+@guards("bearer")
 def _require_key() -> None:
     require_bearer(runtime().limits.api_keys, unset="this service accepts no API keys yet: set RERANKER_API_KEYS or RERANKER_API_KEYS_FILE")
 
@@ -100,7 +101,6 @@ def rerank_v2() -> Response:
 
 
 def _rerank(version: str) -> Response:
-    _require_key()
     rt = runtime()
     asked = read(CohereRequest, json_object(), limits=rt.limits)
     documents = request_documents(asked.documents)

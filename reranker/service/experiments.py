@@ -30,7 +30,7 @@ from reranker.errors import DuplicateEventError, InputError, NotFoundError, Quot
 from reranker.service.api import runtime
 from reranker.service.bodies import client_source, json_object, require_bearer
 from reranker.service.errors import ApiError, bad_request
-from reranker.service.operations import Reply, operation
+from reranker.service.operations import Reply, guards, operation
 from reranker.service.schema import (
     EventRecorded,
     ExperimentAnswer,
@@ -63,6 +63,7 @@ def _register_converter(state: BlueprintSetupState) -> None:
     state.app.url_map.converters["experiment_id"] = ExperimentIdConverter
 
 
+@guards("admin")
 def _require_admin() -> None:
     key = runtime().limits.admin_api_key
     require_bearer(
@@ -146,7 +147,6 @@ def experiments() -> Any:
     errors=(400, 401, 403, 409, 413, 502, 503),
 )
 def create() -> Any:
-    _require_admin()
     rt = runtime()
     asked = read(NewExperiment, json_object())
     experiment = ex.new_experiment(asked.id, asked.rankers, method=asked.method, traffic=asked.traffic, min_queries=asked.min_queries)
@@ -197,7 +197,6 @@ def timeline(experiment_id: str) -> Any:
     errors=(400, 401, 403, 404, 409, 413, 502, 503),
 )
 def change(experiment_id: str) -> Any:
-    _require_admin()
     rt = runtime()
     asked = read(ExperimentChange, json_object())
     if asked.status == "running":
@@ -222,7 +221,6 @@ def change(experiment_id: str) -> Any:
     errors=(400, 401, 403, 404, 409, 502, 503),
 )
 def delete(experiment_id: str) -> Any:
-    _require_admin()
     rt = runtime()
     choice = request.args.get("events")
     if choice not in ("keep", "delete"):

@@ -12,8 +12,9 @@ A view declares its operation where it is defined, with the typed models of `sch
 route and method, with the models' JSON Schemas (pydantic's, as FastAPI publishes them)
 under components/schemas. A route without an operation fails the document, so nothing is
 served undocumented; schemathesis then fuzzes the app against the document (tests/test_fuzz.py).
-`install(app)` holds requests to the declared query parameters, as the models hold bodies
-to their fields.
+`install(app)` holds requests to the declared security and query parameters, as the models
+hold bodies to their fields: a route's declared scheme is enforced by the check registered for
+it (`guards`) before anything else of the request is looked at.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from reranker.service.schema import LIMIT_KEY, Error
 
 Schema = dict[str, Any]
 View = TypeVar("View", bound=Callable[..., Any])
+Guard = TypeVar("Guard", bound=Callable[[], None])
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ ERROR_REASONS = {
 }
 
 _ATTRIBUTE = "__operation__"
+# The check that enforces each scheme of SECURITY_SCHEMES, registered by the module whose
+# routes declare it (`guards`).
+_GUARDS: dict[str, Callable[[], None]] = {}
 # Views that are not ours to decorate (a blueprint's static files), by endpoint.
 _BY_ENDPOINT: dict[str, Operation | None] = {}
 
@@ -97,6 +102,19 @@ def operation(summary: str, **details: Any) -> Callable[[View], View]:
     return declare
 
 
+def guards(scheme: str) -> Callable[[Guard], Guard]:
+    """Register a check (raising ApiError 401 or 403) as what enforces `scheme` on every
+    operation declaring it."""
+    if scheme not in SECURITY_SCHEMES:
+        raise ValueError(f"unknown security scheme {scheme!r}; known: {', '.join(SECURITY_SCHEMES)}")
+
+    def register(check: Guard) -> Guard:
+        _GUARDS[scheme] = check
+        return check
+
+    return register
+
+
 def undocumented(view: View) -> View:
     """A catch-all that only refuses (the proxy's answer to routes it does not forward)."""
     setattr(view, _ATTRIBUTE, None)
@@ -108,16 +126,22 @@ def describe_endpoint(endpoint: str, described: Operation) -> None:
 
 
 def install(app: Flask) -> None:
-    """Check each request's query parameters against its route's declared ones, so that the
-    published `query` schemas are also what the service accepts (as a body's fields are)."""
+    """Hold each request to its route's declared operation: its security scheme first (a
+    caller without the key learns nothing of the route's parameters from a 400), then its
+    query parameters, so that the published `query` schemas are also what the service
+    accepts (as a body's fields are)."""
 
     @app.before_request
-    def _check_query() -> None:
+    def _check_request() -> None:
         endpoint = request.endpoint
         if endpoint is None:  # no route: werkzeug's 404 or 405 follows
             return
         described = _BY_ENDPOINT[endpoint] if endpoint in _BY_ENDPOINT else getattr(app.view_functions[endpoint], _ATTRIBUTE, None)
-        if described is not None and described.query:
+        if described is None:
+            return
+        if described.security is not None:
+            _GUARDS[described.security]()
+        if described.query:
             check_query(described.query, request.args.lists())
 
 
