@@ -10,11 +10,15 @@ same process and run:
   text_bm25    BM25 of the window's texts with the index's statistics, texts' terms cached
                (the same texts come back request after request)
   text_bm25, new texts   the same with an empty terms cache (every text tokenized)
+  no index               the whole rerank of the texts (order as first stage, Engine.complete +
+                         rerank) by a service with nothing indexed (`Engine._centering`: the
+                         vectors' centering, the texts' own background), texts seen before
+  no index, new texts    the same with empty text caches (every text tokenized, its topics made)
 
 Data: CL-SciSumm's 567 papers (about 5,300 words) and its 40 summaries, BM25 top 100 (from
 ../shared/data; else the bundled sample's 25 papers and 5 queries). GloVe 6B 50-d, K = 15.
 
-Run:  python bench/bench_text_bm25.py      (about 1 minute)
+Run:  python bench/bench_text_bm25.py      (about 2 minutes)
 """
 
 from __future__ import annotations
@@ -42,8 +46,11 @@ def main() -> int:
     from reranker.config import DEFAULT_RANKER, Settings
     from reranker.datasets import load_dataset
     from reranker.indexing import index_corpus
-    from reranker.pipeline import build_engine
+    from reranker.pipeline import build_engine, text_topic_cache
+    from reranker.rankers import CandidateSet
+    from reranker.store import LruCache
     from reranker.store.embedded import EmbeddedStore
+    from reranker.types import Candidate
 
     folder = SHARED if SHARED.is_dir() else ROOT / "reranker" / "sample"
     dataset = load_dataset(folder)
@@ -54,7 +61,10 @@ def main() -> int:
         index_corpus(folder / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords)
         ranker = engine.ranker(DEFAULT_RANKER)
         store_dir = engine.store.directory  # type: ignore[attr-defined]  # the embedded store's
-        timings: dict[str, list[float]] = {"rerank": [], "text_bm25": [], "text_bm25, new texts": []}
+        timings: dict[str, list[float]] = {"rerank": [], "text_bm25": [], "text_bm25, new texts": [], "no index": [], "no index, new texts": []}
+        empty_dir = tempfile.TemporaryDirectory()
+        unindexed = replace(engine, store=EmbeddedStore(Path(empty_dir.name), engine.stopwords), text_topics=text_topic_cache(2**26))
+        unindexed.check_ranker(ranker)  # the vectors' own centering, made at a worker's start
         for _, text in dataset.queries:
             query = engine.query(text)
             window = engine.window(query, 100)
@@ -73,7 +83,18 @@ def main() -> int:
             started = time.perf_counter()
             engine.rerank(query, engine.complete(replace(window, exact_top=10), ranker), ranker)
             timings["rerank"].append(time.perf_counter() - started)
+            # The Cohere route's window: the texts in the cluster's order, no scores.
+            sent = CandidateSet(
+                tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))), texts=tuple(texts), first_stage="order", exact_top=10
+            )
+            fresh = replace(unindexed, text_topics=text_topic_cache(2**26), word_id_cache=LruCache(2**26, lambda ids: ids.nbytes + 64))
+            for name, scoring in (("no index, new texts", fresh), ("no index", fresh)):
+                started = time.perf_counter()
+                scoring.rerank(query, scoring.complete(sent, ranker), ranker)
+                timings[name].append(time.perf_counter() - started)
         engine.store.close()
+        unindexed.store.close()
+        empty_dir.cleanup()
     base = float(np.median(timings["rerank"]))
     print(f"{folder.name}: {len(dataset.queries)} queries, windows of 100 documents, default ranker {DEFAULT_RANKER}")
     print(f"{'per query':<24} {'p50 ms':>8} {'p90 ms':>8} {'x rerank':>9}")

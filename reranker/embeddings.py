@@ -71,6 +71,7 @@ class SortedVocabulary:
     def __init__(self, words: npt.NDArray[np.bytes_], rows: npt.NDArray[np.int32]) -> None:
         self.words = words
         self._rows = rows
+        self._positions: npt.NDArray[np.int64] | None = None
 
     def rows(self, tokens: Sequence[str]) -> list[int]:
         """The row of each token, -1 for a word not in the vocabulary."""
@@ -92,6 +93,13 @@ class SortedVocabulary:
         first = np.flatnonzero(self._rows < count)
         first = first[np.argsort(self._rows[first], kind="stable")]
         return [word.decode("utf-8", "surrogatepass") for word in self.words[first].tolist()]
+
+    def words_of(self, rows: npt.NDArray[np.int32]) -> list[str]:
+        """The words of `rows` (each a row of the vectors)."""
+        if self._positions is None:  # row -> position in `words`, made on first use
+            self._positions = np.empty(len(self._rows), dtype=np.int64)
+            self._positions[self._rows] = np.arange(len(self._rows))
+        return [word.decode("utf-8", "surrogatepass") for word in self.words[self._positions[rows]].tolist()]
 
     def as_dict(self) -> dict[str, int]:
         """The same map as a dict (built in about 0.3 s for 400,000 words)."""
@@ -124,6 +132,7 @@ class WordVectors:
         self._vectors = vectors
         self._index = key_to_index
         self._looked_up = 0
+        self._words_by_row: list[str] | None = None
         self._keyed = keyed_vectors
         self.info = info
         self.path = path  # the native file, when loaded from one (worker processes reopen it)
@@ -171,6 +180,18 @@ class WordVectors:
             if row < len(found):
                 found[row] = word
         return [word for word in found if word is not None]
+
+    def words_of(self, rows: npt.NDArray[np.int32]) -> list[str]:
+        """The words of `rows` (the inverse of `word_ids`)."""
+        index = self._index
+        if isinstance(index, SortedVocabulary):
+            return index.words_of(rows)
+        if self._words_by_row is None:  # made once, on first use (about 0.03 s for 400,000 words)
+            by_row = [""] * len(self._vectors)
+            for word, row in index.items():
+                by_row[row] = word
+            self._words_by_row = by_row
+        return [self._words_by_row[row] for row in rows.tolist()]
 
     def word_ids(self, tokens: Sequence[str]) -> npt.NDArray[np.int32]:
         """Row numbers of the in-vocabulary `tokens`, in order (unknown tokens skipped)."""

@@ -241,19 +241,18 @@ def prior_centering(vectors: WordVectors, stopwords: frozenset[str] | None = Non
     return _centering_of(counts, vectors)
 
 
-def window_background(
-    texts: Iterable[str], vectors: WordVectors, centering: Centering, stopwords: frozenset[str] | None = None
-) -> Centering:
-    """`centering` with the background of the texts' own word distribution (their
-    BACKGROUND_WORDS most frequent in-vocabulary content words), as an index built from
-    them would have; `centering` itself when they hold no such word."""
-    counts: Counter[str] = Counter()
-    for text in texts:
-        counts.update(tokenize(text, stopwords))
-    found = vectors.lookup(list(counts))
-    if not found.words:
+def window_background(word_ids: Sequence[npt.NDArray[np.int32]], vectors: WordVectors, centering: Centering) -> Centering:
+    """`centering` with the background of some texts' own word distribution (the
+    BACKGROUND_WORDS most frequent of their content words with vectors, `word_ids` holding
+    each text's, as `WordVectors.word_ids` gives them), as an index built from them would
+    have; `centering` itself when they hold no such word."""
+    rows = np.concatenate(word_ids) if word_ids else np.zeros(0, np.int32)
+    if rows.size == 0:
         return centering
-    words, weights = _background_of(found.words, np.array([counts[word] for word in found.words], dtype=np.float64))
+    distinct, counts = np.unique(rows, return_counts=True)
+    # The most frequent first; ties in the vectors' own frequency order (their rows).
+    top = np.argsort(-counts, kind="stable")[:BACKGROUND_WORDS]
+    words, weights = _background_of(vectors.words_of(distinct[top]), counts[top].astype(np.float64))
     return replace(centering, background_words=words, background_weights=weights)
 
 

@@ -229,11 +229,11 @@ class Engine:
         if "corrected_topics" in ranker.needs:
             self._centering()
 
-    def _centering(self, texts: Sequence[str | None] | None = None) -> Centering:
-        """The index's centering. With no index yet, sent `texts` are scored too: with the
-        vectors' own common direction (`prior_centering`) and the texts' own background
-        (`window_background`). Raises IndexOutdatedError for an index built before the
-        correction."""
+    def _centering(self, window: CandidateSet | None = None) -> Centering:
+        """The index's centering. With no index yet, the texts sent with `window` are scored
+        too: with the vectors' own common direction (`prior_centering`) and the texts' own
+        background (`window_background`, of their cached word ids). Raises
+        IndexOutdatedError for an index built before the correction."""
         info = self.store.index_info()
         if info is None:
             from reranker.indexing import prior_centering, window_background
@@ -245,8 +245,10 @@ class Engine:
                     "the corrected ranker reads the word statistics of an index, and there is none yet: "
                     "run `reranker index CORPUS.jsonl` first (or name a ranker such as hidden_topics)"
                 )
-            sent = [text for text in texts or () if text is not None]
-            return window_background(sent, self.vectors, self._prior_centering, self.stopwords) if sent else self._prior_centering
+            if window is None or window.texts is None:
+                return self._prior_centering
+            sent = [ids for ids, text in zip(self._word_ids(window), window.texts) if text is not None and ids is not None]
+            return window_background(sent, self.vectors, self._prior_centering)
         if info.centering is None:
             raise IndexOutdatedError(
                 "the corrected ranker needs an index built with the common-direction correction; "
@@ -297,7 +299,7 @@ class Engine:
         if "doc_vectors" in ranker.needs and window.doc_vectors is None:
             window = replace(window, doc_vectors=self._doc_vectors(window))
         if "corrected_topics" in ranker.needs and window.centering is None:
-            window = replace(window, centering=self._centering(window.texts))
+            window = replace(window, centering=self._centering(window))
         if "corrected_topics" in ranker.needs and window.corrected is None:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
         if "passages" in ranker.needs and window.passage_scores is None and window.query_text is not None and len(window):

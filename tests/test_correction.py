@@ -17,11 +17,12 @@ from reranker.embeddings import SortedVocabulary, WordVectors
 from reranker.errors import IndexOutdatedError
 from reranker.indexing import BACKGROUND_WORDS, PRIOR_WORDS, estimate_centering, index_corpus, prior_centering, read_corpus, sample_corpus
 from reranker.pipeline import Engine
-from reranker.rankers import get_ranker
+from reranker.rankers import CandidateSet, get_ranker
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.opensearch import OpenSearchStore
+from reranker.text import tokenize
 from reranker.topics import center, topic_background
-from reranker.types import Document
+from reranker.types import Candidate, Document
 
 QUERY = "statistical machine translation with word alignment models and phrase tables"
 
@@ -198,6 +199,38 @@ def test_the_vectors_lead_with_their_most_frequent_words_in_either_vocabulary_fo
     twin = WordVectors(glove._vectors, as_dict, glove.info)
     assert twin.leading_words(PRIOR_WORDS) == glove.leading_words(PRIOR_WORDS)
     assert [as_dict[word] for word in glove.leading_words(PRIOR_WORDS)] == list(range(PRIOR_WORDS))
+    # And give back the words of any rows, the inverse of word_ids, in both forms.
+    words = ["topic", "said", "translation", "the", "zygote"]
+    for vectors in (glove, twin):
+        assert vectors.words_of(vectors.word_ids(words)) == words
+
+
+def test_with_no_index_a_window_background_is_its_texts_own_word_distribution(store: EmbeddedStore, glove: WordVectors) -> None:
+    texts = [document.full_text for document in sample_documents()[:6]]
+    engine = Engine(store=store, vectors=glove)
+    candidates = tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts)))
+    window = CandidateSet(candidates, texts=(*texts[:-1], None), first_stage="order")  # the last one unsent
+    centering = engine._centering(window)
+    prior = prior_centering(glove)
+    assert prior is not None and (centering.mu, centering.direction) == (prior.mu, prior.direction)
+    # The sent texts' BACKGROUND_WORDS most frequent content words with a vector, each
+    # weighted by its count among them.
+    counts: dict[str, int] = {}
+    for text in texts[:-1]:
+        for word in tokenize(text):
+            if word in glove:
+                counts[word] = counts.get(word, 0) + 1
+    assert len(counts) > BACKGROUND_WORDS, "the cut is exercised"
+    cut = sorted(counts.values(), reverse=True)[BACKGROUND_WORDS - 1]
+    background = centering.background_words
+    assert len(background) == BACKGROUND_WORDS and len(set(background)) == BACKGROUND_WORDS
+    assert {w for w, c in counts.items() if c > cut} <= set(background) and all(counts[w] >= cut for w in background)
+    total = sum(counts[w] for w in background)
+    assert list(centering.background_weights) == pytest.approx([counts[w] / total for w in background])
+    assert list(centering.background_weights) == sorted(centering.background_weights, reverse=True)
+    # The texts' word ids are kept: a window of the same texts does not tokenize them again.
+    kept = len(engine.word_id_cache)
+    assert kept == len(texts) - 1 and engine._centering(window) == centering and len(engine.word_id_cache) == kept
 
 
 def test_with_no_index_texts_are_corrected_with_the_vectors_own_centering(store: EmbeddedStore, glove: WordVectors) -> None:
