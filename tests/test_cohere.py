@@ -176,6 +176,15 @@ def test_a_missing_or_wrong_key_is_401(client: FlaskClient, headers: dict[str, s
         assert answer.get_json()["error"] == {"root_cause": [{"type": "security_exception", "reason": reason}], "type": "security_exception", "reason": reason}
 
 
+def test_the_key_is_checked_before_the_query_parameters(client: FlaskClient) -> None:
+    # A caller without the key learns nothing of what the route takes.
+    answer = client.post("/v1/rerank?top_n=3", json={"query": QUERY, "documents": ["a"]})
+    assert answer.status_code == 401 and answer.get_json()["error"]["reason"] == _MISSING
+    answer = client.post("/v1/rerank?top_n=3", json={"query": QUERY, "documents": ["a"]}, headers=HEADERS)
+    assert answer.status_code == 400
+    assert answer.get_json()["error"]["reason"] == "unknown query parameter [top_n]; this route takes no query parameters"
+
+
 def test_keys_come_from_a_file_and_none_configured_refuses_all(indexed: Path, tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("# rotated 2026-11\nfile-key\n")

@@ -138,6 +138,15 @@ def test_an_unknown_query_parameter_is_a_400_naming_it_and_the_known_ones(client
     assert reason == f"unknown query parameter [{name}]; known parameters: size, ranker"
 
 
+@pytest.mark.parametrize("method, path", [("POST", "/search?size=5"), ("POST", "/rerank?pretty"), ("GET", "/healthz?verbose=1"), ("GET", f"/documents/{PAPER}?fields=title")])
+def test_a_route_without_query_parameters_refuses_one_rather_than_ignore_it(client: FlaskClient, method: str, path: str) -> None:
+    # POST /search?size=5 would otherwise answer 10 hits, as if the size had been heard.
+    body = {"query": "translation"} if method == "POST" else None
+    reason = _error(client.open(path, method=method, json=body), 400, "illegal_argument_exception")
+    name = path.split("?")[1].split("=")[0]
+    assert reason == f"unknown query parameter [{name}]; this route takes no query parameters"
+
+
 def test_a_query_parameter_given_twice_is_a_400(client: FlaskClient) -> None:
     reason = _error(client.get(f"/documents/{PAPER}/similar?size=3&size=4"), 400, "illegal_argument_exception")
     assert reason == "query parameter [size] is given 2 times; give it once"

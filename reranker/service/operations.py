@@ -60,6 +60,9 @@ class Operation:
     path: Mapping[str, Schema] = field(default_factory=dict)
     query: Mapping[str, Schema] = field(default_factory=dict)
     required_query: tuple[str, ...] = ()  # the query parameters a request must give
+    # The proxy's routes pass their URL parameters on to the cluster, which judges them;
+    # every other route takes only those it declares (none, when `query` is empty).
+    forwards_query: bool = False
 
 
 SECURITY_SCHEMES: Schema = {
@@ -141,7 +144,7 @@ def install(app: Flask) -> None:
             return
         if described.security is not None:
             _GUARDS[described.security]()
-        if described.query:
+        if not described.forwards_query:
             check_query(described.query, request.args.lists())
 
 
@@ -149,14 +152,15 @@ def check_query(declared: Mapping[str, Schema], given: Iterable[tuple[str, list[
     """Raise ApiError 400 for a query parameter `declared` does not name, one given twice,
     or an integer one that is not a whole number within its schema's minimum and maximum.
 
-    Only routes that declare query parameters are checked: the proxy's pass theirs to the
-    cluster, which judges them. Enumerated strings are left to their views, whose refusals
-    say more (UnknownRankerError lists the rankers).
+    A parameter a route does not take is refused rather than ignored: `POST /search?size=5`
+    would otherwise answer 10 hits as if it had been heard. Enumerated strings are left to
+    their views, whose refusals say more (UnknownRankerError lists the rankers).
     """
     for name, values in given:
         schema = declared.get(name)
         if schema is None:
-            raise bad_request(f"unknown query parameter [{name}]; known parameters: {', '.join(declared)}")
+            known = f"known parameters: {', '.join(declared)}" if declared else "this route takes no query parameters"
+            raise bad_request(f"unknown query parameter [{name}]; {known}")
         if len(values) > 1:
             raise bad_request(f"query parameter [{name}] is given {len(values)} times; give it once")
         if schema.get("type") == "integer":

@@ -109,6 +109,7 @@ def _proxied(summary: str, body: type[BaseModel] = OpenSearchSearch, ndjson: boo
         body=body,
         body_required=False,
         ndjson=ndjson,
+        forwards_query=True,
         answers={
             200: Reply("the cluster's answer, reranked; `ext.rerank` says how"),
             "default": Reply("an error the cluster returned, passed through unchanged"),
