@@ -6,6 +6,12 @@ Generates 2,000-word documents (words drawn 1/rank from GloVe's frequent words),
 them into a fresh embedded store with `workers=1` and `workers=2`, alternating, and prints
 documents per second and the ratio. Worker start-up (spawning, importing numpy/gensim,
 opening the memory-mapped vectors) is included: it is what a user waits for.
+
+First it times what a worker does to each document's text: its words and the words that read
+as words in one pass (`text.content_words`, what the write path calls) against the two passes
+it made before (`tokenize`, then `readable_words`), and a worker's whole document
+(`indexing._topics_of`: topics, corrected topics, stems, passages' words), on CL-SciSumm's
+papers when ../shared is there (else the generated documents), best of 3, same run.
 """
 
 from __future__ import annotations
@@ -23,9 +29,38 @@ product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before 
 import numpy as np
 
 from reranker.config import Settings
-from reranker.embeddings import load_vectors
-from reranker.indexing import index_documents, read_corpus
+from reranker.embeddings import WordVectors, load_vectors
+from reranker.indexing import Correction, _topics_of, estimate_centering, index_documents, read_corpus
 from reranker.store.embedded import EmbeddedStore
+from reranker.store.text_index import stem_words
+from reranker.text import content_words, readable_words, tokenize
+from reranker.types import Document
+
+PAPERS = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "clscisumm2018-train" / "corpus.jsonl"
+
+
+def tokenizing(corpus: Path, glove: WordVectors) -> None:
+    """Per document: one tokenizing pass, two, and a worker's whole document (ms)."""
+    source = PAPERS if PAPERS.is_file() else corpus
+    documents = [item for _, item, _ in read_corpus(source) if isinstance(item, Document)][:300]
+    centering = estimate_centering(documents, glove)
+    assert centering is not None
+    correction = Correction.of(centering, glove)
+
+    def best(run: object) -> float:
+        seconds = []
+        for _ in range(3):
+            started = time.perf_counter()
+            run()  # type: ignore[operator]
+            seconds.append(time.perf_counter() - started)
+        return 1000 * min(seconds) / len(documents)
+
+    one = best(lambda: [content_words(d.full_text) for d in documents])
+    two = best(lambda: [(tokenize(d.full_text), readable_words(d.full_text)) for d in documents])
+    whole = best(lambda: _topics_of(documents, glove, 15, None, correction, stem_words))
+    print(f"{len(documents)} documents of {source.parent.name if source == PAPERS else 'generated text'}, per document:")
+    print(f"  tokenizing, one pass {one:.2f} ms, two passes {two:.2f} ms ({two / one:.2f}x)")
+    print(f"  a worker's whole document {whole:.2f} ms; with two passes it would be {whole + two - one:.2f} ms ({(whole + two - one) / whole:.2f}x)")
 
 
 def main() -> None:
@@ -45,6 +80,7 @@ def main() -> None:
             text = " ".join(rng.choice(words, args.words, p=weights / weights.sum()))
             handle.write(json.dumps({"id": str(i), "text": text}) + "\n")
     size_mb = corpus.stat().st_size / 1e6
+    tokenizing(corpus, glove)
     print(f"{args.docs} documents of {args.words} words ({size_mb:.1f} MB), GloVe 50-d, K = 15, embedded store")
     rates: dict[int, list[float]] = {1: [], 2: []}
     for round_ in range(args.rounds):

@@ -37,7 +37,7 @@ from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError, WorkerError
 from reranker.store import IndexInfo, Store
 from reranker.store.text_index import passage_words
-from reranker.text import readable_words, tokenize
+from reranker.text import content_words, readable_words, tokenize
 from reranker.topics import center, corpus_centering, extract_topic_pair, extract_topics, unit_rows
 from reranker.types import (
     Centering,
@@ -497,8 +497,11 @@ def _topics_of(
 ) -> list[Extraction]:
     extracted: list[Extraction] = []
     for doc in documents:
-        tokens = tokenize(doc.full_text, stopwords)
-        readable = Counter(readable_words(doc.full_text, stopwords)) if correction is not None else None
+        if correction is not None:
+            tokens, readable_list = content_words(doc.full_text, stopwords)
+            readable: Counter[str] | None = Counter(readable_list)
+        else:
+            tokens, readable = tokenize(doc.full_text, stopwords), None
         topics, n_tokens, oov, corrected = _topics_of_tokens(tokens, vectors, k, correction, readable)
         stems, passages = None, None
         if stemmer is not None:

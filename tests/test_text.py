@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reranker.errors import ConfigError
-from reranker.text import default_stopwords, load_stopwords, tokenize
+from reranker.text import content_words, default_stopwords, load_stopwords, readable_words, tokenize
 
 
 def test_preprocessing_follows_the_paper() -> None:
@@ -44,3 +44,15 @@ def test_the_digit_rule_is_the_regular_expressions(text: str) -> None:
         if len(w) > 1 and w not in default_stopwords() and not re.search(r"\d", w)
     ]
     assert tokenize(text) == expected
+
+
+# Letters whose lower case is longer ("İ") or another letter ("Σ", "ǅ", "Ⅻ"), ligatures,
+# two-letter words in either case, Roman numerals, digits, soft hyphens.
+_MIXED = list("aAbBiIvVxXcCmMdDlL İΣσǅﬁẞⅫ5٣²_-' .\u00ad\n") + ["et", "al", "MT", "ii", "XIV", "mix"]
+
+
+@given(st.lists(st.sampled_from(_MIXED), max_size=40).map("".join))
+def test_one_pass_gives_what_tokenize_and_readable_words_give(text: str) -> None:
+    # The write path takes both from one pass (content_words); they must be the same words.
+    assert content_words(text) == (tokenize(text), readable_words(text))
+    assert content_words(text, frozenset({"mt"})) == (tokenize(text, frozenset({"mt"})), readable_words(text, frozenset({"mt"})))
