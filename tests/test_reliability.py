@@ -189,6 +189,39 @@ def test_chunked_bodies_malformed_or_too_large_are_4xx(data_dir: Path) -> None:
     assert re.search(r"method=GET path=/healthz status=431 duration_ms=[0-9.]+ request_id=gw-7f3a remote=127\.0\.0\.1", output), output[-2000:]
 
 
+def test_requests_gunicorns_parser_refuses_get_json_with_a_request_id(data_dir: Path) -> None:
+    """What passes the worker's framing check but not gunicorn's parser (a path typed with
+    a space or an accent, a lowercase method, a malformed header) is refused in JSON, with a
+    request id and an access-log line, as every other refusal: not gunicorn's HTML page."""
+    service = Service(data_dir, {})
+    close = b"Host: x\r\nConnection: close\r\n\r\n"
+    try:
+        for request, status, words in [
+            ("GET /documents/caf\u00e9 HTTP/1.1\r\n".encode() + close, b"400", b"percent-encoded"),
+            (b"GET /documents/a b HTTP/1.1\r\n" + close, b"400", b"percent-encoded"),
+            (b"get /healthz HTTP/1.1\r\n" + close, b"400", b"METHOD (upper case)"),
+            (b"GET /healthz HTTP/1.1\r\nBad Header: 1\r\n" + close, b"400", b"Bad Header"),
+            (b"GET /healthz HTTP/1.1\r\nX-A: a\x00b\r\n" + close, b"400", b"X-A"),
+            (b"GET /healthz HTTP/1.1\r\nX-A: 1\r\n  folded\r\n" + close, b"400", b"folding"),
+            (b"POST /search HTTP/1.1\r\nExpect: later\r\nContent-Length: 0\r\n" + close, b"417", b"expectation"),
+            (b"GET /healthz HTTP/1.1\r\nX-A: " + b"a" * 9000 + b"\r\n" + close, b"431", b"longer than 8190 bytes"),
+        ]:
+            answer = _raw(service.port, request, timeout=5)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 " + status) and b"Content-Type: application/json" in head, answer[:300]
+            assert re.search(rb"\r\nX-Request-Id: [0-9a-f]{32}(\r\n|$)", head), head
+            error = json.loads(body)
+            assert error["status"] == int(status) and words.lower() in error["error"]["reason"].encode().lower(), error
+        # The caller's own id comes back, and the refusal is logged under it.
+        answer = _raw(service.port, b"GET /healthz HTTP/1.1\r\nX-Request-Id: gw-9c1d\r\nBad Header: 1\r\n" + close, timeout=5)
+        assert answer.startswith(b"HTTP/1.1 400") and b"\r\nX-Request-Id: gw-9c1d\r\n" in answer, answer[:300]
+        assert http_json(service.url + "/healthz")[0] == 200  # the worker goes on serving
+    finally:
+        output = service.stop()
+    assert "Traceback" not in output, output
+    assert re.search(r"method=GET path=/healthz status=400 duration_ms=[0-9.]+ request_id=gw-9c1d remote=127\.0\.0\.1", output), output[-2000:]
+
+
 def test_slow_clients_hold_no_thread_and_get_408(data_dir: Path, tmp_path: Path) -> None:
     """16 clients trickling headers or bodies (one byte every 0.3 s) against 1 worker of
     4 threads: the service keeps answering, and each slow client gets 408 after

@@ -34,9 +34,11 @@ import json
 import os
 import selectors
 import time
+import weakref
 from functools import cache, partial
 from typing import Any
 
+from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import ThreadWorker
 
 from reranker.config import ServiceSettings
@@ -58,12 +60,17 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         # reads at most RERANKER_MAX_BODY_BYTES + 1 bytes, all buffered, and answers 413.
         self.max_buffer = service.max_body_bytes + HEAD_BYTES
         self.reading: dict[Any, float] = {}  # connection -> when its request must be complete
+        # socket -> (the head of the request handed to a thread, when): what a refusal of
+        # gunicorn's parser reads its request id and access-log line from (handle_error).
+        self.handed: weakref.WeakKeyDictionary[Any, tuple[bytes, float]] = weakref.WeakKeyDictionary()
         self.max_reading = service.max_pending
 
     def enqueue_req(self, conn: Any) -> None:
         if getattr(conn, "buffered", False) or self.cfg.is_ssl or self._has_read_ahead(conn):
             # A complete request (or TLS, whose bytes only the thread can decrypt, or
             # bytes a previous request already read ahead): to a thread.
+            if not getattr(conn, "buffered", False):
+                self.handed.pop(conn.sock, None)  # the head kept is an earlier request's
             conn.buffered = False
             super().enqueue_req(conn)
             return
@@ -122,6 +129,8 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         conn.sock.setblocking(True)
         conn.init()  # the parser (plain HTTP here: TLS never comes this way)
         conn.parser.unreader.unread(bytes(conn.pending_bytes))
+        head_end = conn.pending_bytes.find(b"\r\n\r\n")
+        self.handed[conn.sock] = (bytes(conn.pending_bytes[: head_end + 4 if head_end >= 0 else HEAD_BYTES]), time.monotonic())
         conn.pending_bytes = bytearray()
         conn.data_ready = True  # gthread's own wait for a first byte is over
         conn.buffered = True
@@ -144,17 +153,35 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         phrase, kind = kinds.get(status, ("Bad Request", "parse_exception"))
         self._answer(conn, status, phrase, kind, reason)
 
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """A request gunicorn's parser refuses (framing `RequestProgress` lets through: raw
+        non-ASCII or a space in the path, a lowercase method, a header name with a space, a
+        NUL in a header, obsolete line folding, an `Expect` other than 100-continue, a header
+        line over its limit) answered in JSON with a request id and an access-log line, as
+        every other refusal: gunicorn's own answer is an HTML page without either. Other
+        failures stay gunicorn's."""
+        refusal = parser_refusal(exc, self.cfg.limit_request_field_size)
+        if refusal is None:
+            super().handle_error(req, client, addr, exc)
+            return
+        status, phrase, kind, reason = refusal
+        self.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
+        received, handed_at = self.handed.pop(client, (b"", time.monotonic()))
+        identifier = raw_request_id(received)
+        remote = str(addr[0]) if isinstance(addr, tuple) and addr else "-"
+        log_raw_answer(received, status, identifier, 1000 * (time.monotonic() - handed_at), remote)
+        try:
+            client.sendall(_json_answer(status, phrase, kind, reason, identifier))
+        except OSError:
+            pass
+
     def _answer(self, conn: Any, status: int, phrase: str, kind: str, reason: str, *, registered: bool = True) -> None:
         """A JSON error answer, sent best effort (the socket is non-blocking), then close
         (`registered`: the connection is in the poller and `reading`, as `_drop` expects).
         It carries a request id and is logged, as the app's answers are (access.py)."""
         received = conn.pending_bytes
         identifier = raw_request_id(received)
-        body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
-        answer = (
-            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (status, phrase.encode(), identifier.encode(), len(body), body)
-        )
+        answer = _json_answer(status, phrase, kind, reason, identifier)
         # Reading began read_timeout before its deadline; a connection turned away at once took none.
         deadline = self.reading.get(conn)
         waited = 1000 * (time.monotonic() - (deadline - self.read_timeout)) if deadline is not None else 0.0
@@ -180,6 +207,45 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
                 self._answer(conn, 408, "Request Timeout", "request_timeout_exception", reason)
                 continue
             self._drop(conn)
+
+
+def _json_answer(status: int, phrase: str, kind: str, reason: str, identifier: str) -> bytes:
+    """A whole HTTP answer carrying a JSON error, after which the connection closes."""
+    body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (status, phrase.encode(), identifier.encode(), len(body), body)
+    )
+
+
+# gunicorn's statuses for what its parser refuses (Worker.handle_error); anything else it refuses is a 400.
+_PARSER_STATUSES: list[tuple[type[Exception], int, str, str]] = [
+    (http_errors.LimitRequestLine, 414, "URI Too Long", "too_long_frame_exception"),
+    (http_errors.LimitRequestHeaders, 431, "Request Header Fields Too Large", "too_long_frame_exception"),
+    (http_errors.ExpectationFailed, 417, "Expectation Failed", "expectation_failed_exception"),
+    (http_errors.UnsupportedTransferCoding, 501, "Not Implemented", "parse_exception"),
+    (http_errors.ForbiddenProxyRequest, 403, "Forbidden", "security_exception"),
+]
+_REQUEST_LINE = "a request line is METHOD (upper case), a path with its spaces and non-ASCII characters percent-encoded, and HTTP/1.1 or HTTP/1.0"
+
+
+def parser_refusal(exc: BaseException, field_bytes: int) -> tuple[int, str, str, str] | None:
+    """(status, phrase, error type, reason) of a request gunicorn's parser refused, or
+    None for any other failure (a server fault, or a response header the app made).
+    field_bytes: gunicorn's limit on one header field (limit_request_field_size)."""
+    if not isinstance(exc, http_errors.ParseException) or isinstance(
+        exc, (http_errors.ConfigurationProblem, http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName)
+    ):
+        return None
+    reason = f"the request could not be read: {exc}"
+    if isinstance(exc, (http_errors.InvalidRequestLine, http_errors.InvalidRequestMethod, http_errors.InvalidHTTPVersion)):
+        reason += f" ({_REQUEST_LINE})"
+    elif isinstance(exc, http_errors.LimitRequestHeaders) and "size" in str(exc):  # too many fields never get here (RequestProgress)
+        reason = f"the request has a header field longer than {field_bytes} bytes"
+    for cls, status, phrase, kind in _PARSER_STATUSES:
+        if isinstance(exc, cls):
+            return status, phrase, kind, reason
+    return 400, "Bad Request", "parse_exception", reason
 
 
 # --- memory a request freed -------------------------------------------------------------------
