@@ -315,6 +315,8 @@ def read_event(raw: Mapping[str, Any], fields: EventFields, store: EventStore) -
             f"no interleaved query with id {query_id!r}: events are recorded for the query_id of a "
             "search answered by a running experiment"
         )
+    if shown.client_id is not None and client_id is None:
+        raise InputError(f"[client_id] is required: the search of query {query_id!r} sent one")
     if shown.client_id is not None and client_id != shown.client_id:
         raise InputError(f"[client_id] {client_id!r} is not the client that ran query {query_id!r}")
     if object_id is not None:

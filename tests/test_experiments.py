@@ -332,7 +332,8 @@ def test_bad_events_are_4xx_that_say_why(client: FlaskClient) -> None:
         (_click({"id": hit["id"], "rank": 4}, qid), 400, "shown at rank 1"),
         (_click({"id": hit["id"], "rank": 0}, qid), 400, "[event_attributes.position.ordinal] must be >= 1, got 0"),
         (_click(hit, qid, client_id="someone-else"), 400, "not the client"),
-        (_click(hit, qid, client_id=None), 400, "not the client"),
+        (_click(hit, qid, client_id=None), 400, f"[client_id] is required: the search of query '{qid}' sent one"),
+        (_click({"id": "", "rank": 1}, qid), 400, "[event_attributes.object.object_id] must not be empty"),
         (_click(hit, "00000000-0000-0000-0000-000000000000"), 404, "no interleaved query"),
     ]
     too_big = _click(hit, qid)

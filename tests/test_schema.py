@@ -58,6 +58,10 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (SearchRequest, {"query": "ships", "filters": [{"field": "year"}]}, 400, "[filters[0].value] is required"),
         (SearchRequest, {"query": "ships", "filters": [{"field": "open", "op": "gt", "value": True}]}, 400, "[filters[0]] a boolean value can only be compared with op eq"),
         (SearchRequest, {"query": "ships", "filters": [{"field": "year", "value": 1, "colour": 2}]}, 400, "unknown field [filters[0].colour]; known fields: field, op, value"),
+        # A filter's value takes several types: the refusal names the field, not a type pydantic tried.
+        (SearchRequest, {"query": "ships", "filters": [{"field": "year", "value": [1]}]}, 400, "[filters[0].value] must be a string, a number or a boolean, got an array"),
+        (SearchRequest, {"query": "ships", "filters": [{"field": "year", "value": 10**400}]}, 400, "[filters[0].value] must be a number within a double's range (about ±1.8e308), got an integer of 401 digits"),
+        (SearchRequest, {"query": "ships", "fusion_weight": 10**309}, 400, "[fusion_weight] must be a number within a double's range (about ±1.8e308), got an integer of 310 digits"),
         (SearchRequest, {"query": "ships", "client_id": "c" * 101}, 400, "[client_id] must be at most 100 characters, got 101"),
         (RerankRequest, {"query": "ships"}, 400, "[documents] is required"),
         (RerankRequest, {"query": "ships", "documents": ["a"] * 4}, 413, "[documents] has 4 documents; the limit is 3 (RERANKER_MAX_DOCUMENTS)"),
@@ -65,6 +69,7 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (RerankRequest, {"query": "ships", "documents": [{}]}, 400, '[documents[0]] needs a "text" or an "id"'),
         (RerankRequest, {"query": "ships", "documents": [{"id": ["a"]}]}, 400, "[documents[0].id] must be a string, got an array"),
         (RerankRequest, {"query": "ships", "documents": [{"text": "x" * 51}]}, 413, "[documents[0].text] has 51 characters; the limit is 50 (RERANKER_MAX_TEXT_CHARS)"),
+        (RerankRequest, {"query": "ships", "documents": [{"text": "a", "score": -(10**400)}]}, 400, "[documents[0].score] must be a number within a double's range (about ±1.8e308), got an integer of 401 digits"),
         (RerankRequest, {"query": "ships", "documents": [{"text": "a", "title": "b"}]}, 400, "unknown field [documents[0].title]; known fields: id, score, text"),
         (CohereRequest, {"query": "ships", "documents": ["a"], "top_n": 0}, 400, "[top_n] must be >= 1, got 0"),
         (NewExperiment, {"id": "Bad Id", "rankers": ["bm25", "wmd"]}, 400, "[id] must match ^[a-z0-9][a-z0-9_-]{0,63}$, got 'Bad Id'"),

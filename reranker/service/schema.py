@@ -709,7 +709,42 @@ def read(model: type[Model], body: Any, *, where: str = "", limits: ServiceSetti
     try:
         return model.model_validate(body, context=limits)
     except ValidationError as exc:
-        raise _api_error(model, exc.errors(include_url=False)[0], where) from None
+        errors = exc.errors(include_url=False)
+        alternatives = _union_errors(model, errors)
+        if alternatives:
+            raise _union_error(alternatives, where) from None
+        raise _api_error(model, errors[0], where) from None
+
+
+def _union_errors(model: type[BaseModel], errors: list[Any]) -> list[Any]:
+    """The errors of each type a union field allows (a filter's `value`), when the first
+    error is one: pydantic tags each with the type it tried (`filters[0].value.str`),
+    which is no field of the request."""
+    loc = tuple(errors[0]["loc"])
+    if errors[0]["type"] in ("missing", "extra_forbidden") or len(loc) < 2 or not isinstance(loc[-1], str):
+        return []
+    if loc[-1] in _field_names(model, loc[:-1]):
+        return []
+    alternatives = [error for error in errors if tuple(error["loc"])[:-1] == loc[:-1] and error.get("input") is errors[0].get("input")]
+    return alternatives if len(alternatives) > 1 else []
+
+
+def _union_error(alternatives: list[Any], where: str) -> ApiError:
+    """The ApiError (400) of a union field's value: its type is none the field takes (which are
+    listed), or (of a type it takes) out of range."""
+    first = alternatives[0]
+    loc, value = tuple(first["loc"])[:-1], first.get("input")
+    kinds = [error["type"] for error in alternatives]
+    if isinstance(value, int) and not isinstance(value, bool) and "float_type" in kinds:
+        reason = _reason("float_type", {}, value, "")  # an integer a double cannot hold
+    elif any(kind not in _EXPECTED for kind in kinds):  # of a type it takes, but out of bounds
+        error = next(error for error in alternatives if error["type"] not in _EXPECTED)
+        reason = _reason(error["type"], error.get("ctx") or {}, value, error["msg"])
+    else:
+        said = {"int_type": "a number", "float_type": "a number", "bool_type": "a boolean"}
+        names = list(dict.fromkeys(said.get(kind, _EXPECTED[kind]) for kind in kinds))
+        reason = f"must be {', '.join(names[:-1])} or {names[-1]}, got {json_type(value)}" if len(names) > 1 else f"must be {names[0]}, got {json_type(value)}"
+    return ApiError(400, "illegal_argument_exception", f"[{_path(where, loc)}] {reason}")
 
 
 def _api_error(model: type[BaseModel], error: Any, where: str) -> ApiError:
@@ -735,6 +770,9 @@ def _reason(kind: str, ctx: dict[str, Any], value: Any, message: str) -> str:
     """The service's words for one pydantic error (its own message as the last resort)."""
     if kind == "missing":
         return "is required"
+    if kind == "float_type" and isinstance(value, int) and not isinstance(value, bool):
+        # An integer read exactly (bodies.parse_json) that no double can hold.
+        return f"must be a number within a double's range (about ±1.8e308), got an integer of {len(str(abs(value)))} digits"
     if kind in _EXPECTED:
         return f"must be {_EXPECTED[kind]}, got {json_type(value)}"
     if kind == "string_too_short" or (kind == "string_pattern_mismatch" and ctx.get("pattern") == r"\S"):
@@ -743,6 +781,8 @@ def _reason(kind: str, ctx: dict[str, Any], value: Any, message: str) -> str:
         return f"must match {ctx['pattern']}, got {_shown(value)}"
     if kind == "string_too_long":
         return f"must be at most {ctx['max_length']} characters, got {len(value)}"
+    if kind == "too_short" and isinstance(value, str) and ctx.get("min_length") == 1:  # a string's length, checked after a BeforeValidator
+        return "must not be empty"
     if kind in ("too_short", "too_long"):
         bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
         return f"must have {'at least' if kind == 'too_short' else 'at most'} {bound} items, got {ctx.get('actual_length')}"
