@@ -21,10 +21,11 @@ QUERY = {"multi_match": {"query": "ocean sea storm boats", "fields": ["title", "
 EXT = {"rerank": {"ranker": "hidden_topics"}}
 
 
-def run(client: str, url: str, opaque_id: str) -> dict[str, Any]:
+def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[str, Any]:
     module = importlib.import_module(client)
     if client == "opensearchpy":
-        os_client = module.OpenSearch(hosts=[url])
+        # http_compress: request bodies sent as gzip (Content-Encoding: gzip).
+        os_client = module.OpenSearch(hosts=[url], http_compress=compress == "gzip")
         info = os_client.info()
         found = os_client.search(index="papers", body={"query": QUERY, "size": 3, "ext": EXT}, opaque_id=opaque_id)
         counted = os_client.count(index="papers", body={"query": QUERY}, opaque_id=opaque_id)
@@ -38,4 +39,4 @@ def run(client: str, url: str, opaque_id: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(*sys.argv[1:4])))
+    print(json.dumps(run(*sys.argv[1:5])))

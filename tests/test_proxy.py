@@ -855,14 +855,18 @@ def elasticsearch9(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.filterwarnings("ignore:a deprecation")
-@pytest.mark.parametrize(("client", "major"), [("opensearchpy", None), ("elasticsearch", "8"), ("elasticsearch9", "9")])
+@pytest.mark.parametrize(
+    ("client", "major", "compress"),
+    [("opensearchpy", None, "plain"), ("opensearchpy", None, "gzip"), ("elasticsearch", "8", "plain"), ("elasticsearch9", "9", "plain")],
+)
 def test_search_clients_search_and_count_through_the_proxy(
-    served: tuple[str, ClusterProxy, dict[str, Any]], direct: OpenSearchStore, request: pytest.FixtureRequest, client: str, major: str | None
+    served: tuple[str, ClusterProxy, dict[str, Any]], direct: OpenSearchStore, request: pytest.FixtureRequest, client: str, major: str | None, compress: str
 ) -> None:
     """opensearch-py and elasticsearch-py 8 and 9 pointed at the proxy, each in its own
     process (tests/search_clients.py): `info()` is the cluster's, the search is reranked and
     its documents come without the service's own fields, the count is the cluster's, and
-    the X-Opaque-Id the client sets reaches the cluster with every call made for it."""
+    the X-Opaque-Id the client sets reaches the cluster with every call made for it.
+    opensearch-py also with `http_compress=True`, which sends its bodies as gzip."""
     proxy, recorder, cluster = served
     env = dict(os.environ)
     if client == "elasticsearch9":
@@ -870,7 +874,7 @@ def test_search_clients_search_and_count_through_the_proxy(
     recorder.request_headers.clear()
     opaque = f"app-{client}"
     done = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "search_clients.py"), client, proxy, opaque], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, str(REPO / "tests" / "search_clients.py"), client, proxy, opaque, compress], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout)

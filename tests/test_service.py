@@ -7,6 +7,7 @@ word has no GloVe vector). `test_gunicorn_*` starts `reranker serve` as a subpro
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -634,6 +635,26 @@ def test_a_body_not_declared_json_is_a_415(client: FlaskClient) -> None:
             assert error["type"] == "media_type_header_exception" and "application/json" in error["reason"]
     assert client.post("/search", data=body, content_type="application/json; charset=utf-8").status_code == 200
     assert client.post("/search", data=body, content_type="application/vnd.elasticsearch+json; compatible-with=8").status_code == 200
+
+
+def test_a_gzip_body_is_read_and_another_coding_refused(client: FlaskClient) -> None:
+    """Content-Encoding: gzip (opensearch-py's and elasticsearch-py's http_compress) is read
+    as OpenSearch reads it, within RERANKER_MAX_BODY_BYTES once decompressed; a coding the
+    service does not read is a 415 that names it, not a JSON error about the bytes."""
+    body = json.dumps({"query": "machine translation", "size": 3}).encode()
+    plain = client.post("/search", data=body, content_type="application/json").get_json()
+    gzipped = client.post("/search", data=gzip.compress(body), content_type="application/json", headers={"Content-Encoding": "gzip"})
+    assert gzipped.status_code == 200 and [h["id"] for h in gzipped.get_json()["hits"]] == [h["id"] for h in plain["hits"]]
+    reason = _error(client.post("/search", data=body, content_type="application/json", headers={"Content-Encoding": "br"}), 415, "media_type_header_exception")
+    assert "Content-Encoding 'br' is not supported" in reason
+    reason = _error(client.post("/search", data=body, content_type="application/json", headers={"Content-Encoding": "gzip"}), 400, "parse_exception")
+    assert "not valid gzip" in reason
+    reason = _error(client.post("/search", data=gzip.compress(body)[:-6], content_type="application/json", headers={"Content-Encoding": "gzip"}), 400, "parse_exception")
+    assert "cut short" in reason
+    bomb = gzip.compress(b'{"query": "' + b"a" * 11_000_000 + b'"}')  # 11 MB in about 11 kB
+    assert len(bomb) < 100_000
+    reason = _error(client.post("/rerank", data=bomb, content_type="application/json", headers={"Content-Encoding": "gzip"}), 413, "content_too_long_exception")
+    assert "RERANKER_MAX_BODY_BYTES" in reason
 
 
 def test_options_tells_the_methods_a_route_really_has(client: FlaskClient) -> None:

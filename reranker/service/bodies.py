@@ -14,6 +14,7 @@ import hmac
 import ipaddress
 import json
 import math
+import zlib
 from typing import Any, Collection, Sequence
 
 from flask import current_app, g, request
@@ -113,7 +114,8 @@ def _finite_float(literal: str) -> float:
 
 def body_bytes() -> bytes:
     """The request body (read once per request), whether sent with a Content-Length or
-    chunked. Raises ApiError 413 when it is longer than RERANKER_MAX_BODY_BYTES (werkzeug
+    chunked, decompressed when sent as gzip (`_gunzipped`). Raises ApiError 413 when it is
+    longer than RERANKER_MAX_BODY_BYTES, sent or decompressed (werkzeug
     would cut a chunked body at the limit without a word, and the JSON parser would then
     report a truncated string), and 400 when its chunked encoding is malformed.
     """
@@ -137,8 +139,32 @@ def body_bytes() -> bytes:
         raise
     if limit is not None and len(raw) > limit:
         raise RequestEntityTooLarge()  # worded by the app's error handler, as werkzeug's own
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if raw and encoding not in ("", "identity"):
+        raw = _gunzipped(raw, encoding, limit)
     g.body = raw
     return raw
+
+
+def _gunzipped(raw: bytes, encoding: str, limit: int | None) -> bytes:
+    """A body sent with `Content-Encoding: gzip` (opensearch-py's and elasticsearch-py's
+    `http_compress=True` send them so, and OpenSearch reads them), decompressed: at most
+    `limit` bytes of it (RERANKER_MAX_BODY_BYTES), so a small bomb is a 413, not memory.
+    Raises ApiError 415 for another coding, 400 for bytes that are not one whole gzip stream."""
+    if encoding not in ("gzip", "x-gzip"):
+        raise ApiError(
+            415, "media_type_header_exception", f"Content-Encoding {encoding!r} is not supported: send the body uncompressed or as gzip"
+        )
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # 16+: the gzip header and trailer
+    try:
+        body = inflater.decompress(raw, 0 if limit is None else limit + 1)
+    except zlib.error as exc:
+        raise ApiError(400, "parse_exception", f"the request body is not valid gzip (Content-Encoding: gzip): {exc}") from None
+    if limit is not None and len(body) > limit:
+        raise RequestEntityTooLarge()
+    if not inflater.eof or inflater.unused_data:
+        raise ApiError(400, "parse_exception", "the request body is not one whole gzip stream (Content-Encoding: gzip): it is cut short or has bytes after its end")
+    return body
 
 
 def require_json_type(*accepted: str) -> None:
