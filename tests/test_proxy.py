@@ -802,6 +802,8 @@ def test_the_proxy_takes_a_fusion_weight_per_request(client: FlaskClient) -> Non
     assert order({"ranker": "hidden_topics+bm25", "fusion_weight": 1}) == topics
     refused = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "hidden_topics+bm25", "fusion_weight": 2}}))
     assert refused.status_code == 400 and "[ext.rerank.fusion_weight] must be <= 1.0, got 2" in refused.get_json()["error"]["reason"]
+    refused = client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "bm25", "fusion_weight": 0.5}}))
+    assert refused.status_code == 400 and "[ext.rerank.fusion_weight] weighs a min-max, z-score or maxp fusion with BM25; ranker 'bm25' has no weight" in refused.get_json()["error"]["reason"]
 
 
 @pytest.fixture(scope="module")

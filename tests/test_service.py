@@ -621,6 +621,13 @@ def test_the_fusion_weight_is_set_per_request(client: FlaskClient) -> None:
     for bad in (1.5, -0.1, "0.3", True):
         answer = client.post("/search", json={**search, "ranker": "hidden_topics+bm25", "fusion_weight": bad})
         assert answer.status_code == 400 and "fusion_weight" in answer.get_json()["error"]["reason"]
+    # A ranker without a weight refuses one, rather than answer as if it had been applied.
+    assert ids("/search", {**search, "fusion_weight": 0.5}) != []  # the default ranker is a weighted fusion
+    for unweighted in ("bm25", "hidden_topics", "wmd", "hidden_topics+bm25:rrf"):
+        for path, body in (("/search", search), ("/rerank", {"query": QUERY, "documents": documents})):
+            answer = client.post(path, json={**body, "ranker": unweighted, "fusion_weight": 0.5})
+            reason = _error(answer, 400, "illegal_argument_exception")
+            assert f"[fusion_weight] weighs a min-max, z-score or maxp fusion with BM25; ranker '{unweighted}' has no weight" in reason
 
 
 def test_a_body_not_declared_json_is_a_415(client: FlaskClient) -> None:

@@ -171,7 +171,7 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     experiments: let a running experiment interleave the search when it names no ranker
     and falls in the experiment's traffic share.
     """
-    ranker = rt.ranker(search.options.ranker, search.options.fusion_weight)  # an unknown name is a 400 either way
+    ranker = rt.ranker(search.options.ranker, search.options.fusion_weight, "ext.rerank")  # an unknown name is a 400 either way
     reason = unrerankable(search, rt.limits.max_window)
     if reason is not None:
         return Plan(ranker, reason=reason)

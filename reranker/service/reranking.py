@@ -36,7 +36,7 @@ from reranker.experiments import Experiments, unit_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
 from reranker.pipeline import Ranking, explained_ranker, uses_word_vectors
 from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker
-from reranker.rankers.fusion import FusionPart
+from reranker.rankers.fusion import Fusion, FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
 from reranker.store.events import Experiment, ShownQuery
 from reranker.text import SNIPPET_WORDS, opening
@@ -224,11 +224,19 @@ class Runtime:
         loaded = "engine and WMD" if self.limits.preload_wmd else "engine (not WMD: RERANKER_PRELOAD_WMD=false)"
         return f"{loaded} loaded in {time.perf_counter() - started:.2f} s ({engine.vectors.info.name})"
 
-    def ranker(self, name: str | None, fusion_weight: float | None = None) -> Ranker:
+    def ranker(self, name: str | None, fusion_weight: float | None = None, where: str = "") -> Ranker:
         """The ranker a request names (or the default), with the request's fusion weight
-        (or RERANKER_FUSION_WEIGHT). UnknownRankerError lists the valid names."""
+        (or RERANKER_FUSION_WEIGHT). UnknownRankerError lists the valid names; ApiError 400
+        for a fusion weight given for a ranker that has none (`where`: the path of the
+        request's block that holds them, such as "ext.rerank")."""
         name = self.limits.default_ranker if name is None else name  # "" names no ranker: a 400
-        get_ranker(name)  # a typo is the caller's error (400) even while the engine cannot be built
+        weighted = get_ranker(name)  # a typo is the caller's error (400) even while the engine cannot be built
+        if fusion_weight is not None and not (isinstance(weighted, Fusion) and weighted.method != "rrf"):
+            # Heard and ignored, it would answer as if the weight had been applied.
+            raise bad_request(
+                f"[{where + '.' if where else ''}fusion_weight] weighs a min-max, z-score or maxp fusion with BM25; ranker {name!r} has no weight "
+                "(reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion"
+            )
         return self.engine().ranker(name, fusion_weight)
 
     # --- reranking ---------------------------------------------------------------------

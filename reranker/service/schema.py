@@ -140,7 +140,7 @@ NonBlank = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 QueryText = Annotated[NonBlank, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 Text = Annotated[str, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 RankerName = Annotated[str, Field(json_schema_extra=_ranker_enum, description="a registered ranker (GET /rankers); default RERANKER_DEFAULT_RANKER")]
-FusionWeight = Annotated[float, Field(ge=0, le=1, description="weight of the ranker in a fusion with BM25 (default RERANKER_FUSION_WEIGHT)")]
+FusionWeight = Annotated[float, Field(ge=0, le=1, description="weight of the ranker in a min-max, z-score or maxp fusion with BM25 (default RERANKER_FUSION_WEIGHT); refused for a ranker without a weight")]
 # At most RERANKER_MAX_WINDOW: a window, a page's size or its start.
 WindowSize = Annotated[
     int, Field(ge=1, description="BM25 candidates to rerank (default RERANKER_WINDOW)"), INTEGRAL,
