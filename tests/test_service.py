@@ -142,6 +142,9 @@ def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> 
     # A field no document has: the index's state (a later corpus may have it), not a malformed request.
     reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "colour", "value": "red"}]}), 409, "unknown_field_exception")
     assert "colour" in reason and "year" in reason
+    # Also when the query has no word to search (stop words only): not a 200 with no hits.
+    reason = _error(client.post("/search", json={"query": "a the", "filters": [{"field": "colour", "value": "red"}]}), 409, "unknown_field_exception")
+    assert "colour" in reason
 
 
 def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:

@@ -275,6 +275,9 @@ def test_a_filter_finds_any_field_name(ready: EmbeddedStore) -> None:
         assert [hit.doc_id for hit in ready.bm25("ships", 10, [Filter(name, "eq", i)])] == [f"d{i}"], name
     with pytest.raises(UnknownFieldError, match="cannot filter on 'colour'; filterable fields: a.b, année"):
         ready.bm25("ships", 10, [Filter("colour", "eq", 1)])
+    # Whatever the query: one of stop words only (no terms to search) too.
+    with pytest.raises(UnknownFieldError, match="cannot filter on 'colour'"):
+        ready.bm25("the of a", 10, [Filter("colour", "eq", 1)])
 
 
 # --- older stores ----------------------------------------------------------------------

@@ -893,11 +893,14 @@ class EmbeddedStore:
         # Repeated query words stay repeated: the text index weighs a word by its count
         # in the query. Only the first MAX_QUERY_TERMS count, as in the OpenSearch store.
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
-        if not terms or size < 1:
+        if (not terms or size < 1) and not filters:
             return []
         self._commit_pending()
         with self._snapshot() as view:
+            # Checked first: a query of stop words only must not make a filter typo a success.
             self._check_filter_fields(filters, view.watermark)
+            if not terms or size < 1:
+                return []
             allowed: list[int] | None = None
             if filters:
                 where, params = _filter_sql(filters)
