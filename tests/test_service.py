@@ -388,9 +388,9 @@ def test_limits_are_413_with_the_setting_named(indexed: Path) -> None:
 
 
 def test_unknown_routes_and_methods_answer_json(client: FlaskClient) -> None:
-    _error(client.get("/search"), 405, "method_not_allowed_exception")
-    assert client.get("/search").headers["Allow"]
-    _error(client.post("/rankers"), 405, "method_not_allowed_exception")
+    assert _error(client.get("/search"), 405, "method_not_allowed_exception") == "GET is not a method of /search; it takes OPTIONS, POST"
+    assert client.get("/search").headers["Allow"] == "OPTIONS, POST"
+    assert _error(client.post("/rankers"), 405, "method_not_allowed_exception") == "POST is not a method of /rankers; it takes GET, HEAD, OPTIONS"
 
 
 # --- probes, metrics, OpenAPI ------------------------------------------------------------

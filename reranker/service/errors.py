@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from reranker.errors import (
@@ -132,6 +132,8 @@ def install(app: Flask) -> None:
         headers = {}
         if status == 405 and error.valid_methods:  # type: ignore[attr-defined]
             headers["Allow"] = ", ".join(error.valid_methods)  # type: ignore[attr-defined]
+            # werkzeug's words name neither the method nor the ones the route has.
+            reason = f"{request.method} is not a method of {request.path}; it takes {headers['Allow']}"
         return error_response(ApiError(status, type_, reason, headers))
 
     @app.errorhandler(Exception)
