@@ -610,6 +610,11 @@ def test_the_native_routes_win_over_the_catch_all(app: Flask, client: FlaskClien
     wrong = client.get("/search")  # a native route with another method: 405, not the proxy's 403
     assert wrong.status_code == 405 and "POST" in wrong.headers["Allow"]
     assert client.post("/healthz").status_code == 405
+    # An index named like a path Flask would serve itself (its default /static) is the proxy's,
+    # whatever the method: GET /static/_search was a bare 404.
+    for method in ("GET", "POST"):
+        answer = client.open("/static/_search", method=method, json={})
+        assert answer.status_code == 403 and "does not forward to index [static]" in answer.get_json()["error"]["reason"], method
 
 
 def test_the_library_and_the_page_win_over_the_catch_all(app: Flask, client: FlaskClient) -> None:

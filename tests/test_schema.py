@@ -173,7 +173,7 @@ def test_word_lists_the_models_spell_out_match_the_packages() -> None:
 
 
 def test_the_document_is_generated_from_the_routes_and_their_models() -> None:
-    app = Flask("t")
+    app = Flask("t", static_folder=None)  # as create_app: no route without an operation
 
     @app.post("/things")
     @operation("make a thing", body=SearchRequest, answers={201: Reply("made")}, errors=(400,))

@@ -54,7 +54,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     # serve`, the Docker image, gunicorn with any config) builds its app with this, in
     # each worker.
     limit_native_threads(settings.blas_threads)
-    app = Flask("reranker")
+    # No /static of Flask's own (the page's files are under /ui/static): it would take
+    # GET /static/_search from the proxy, whose index names it may not shadow.
+    app = Flask("reranker", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.service.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     metrics = Metrics()

@@ -194,8 +194,6 @@ def openapi_document(app: Flask) -> Schema:
 def _build(app: Flask) -> Schema:
     found: list[tuple[str, str, Operation, set[str]]] = []
     for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":  # Flask's own /static, unused: the page has /ui/static
-            continue
         view = app.view_functions[rule.endpoint]
         if rule.endpoint in _BY_ENDPOINT:
             described = _BY_ENDPOINT[rule.endpoint]
