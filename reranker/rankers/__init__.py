@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 
 import numpy as np
@@ -187,3 +188,13 @@ RANKERS: dict[str, RankerFactory] = _registry()
 
 def ranker_names() -> list[str]:
     return list(RANKERS)
+
+
+@cache
+def weighted_ranker_names() -> tuple[str, ...]:
+    """The rankers a fusion weight applies to: the min-max, z-score and maxp fusions with
+    BM25 (not `:rrf`, which reads ranks only, nor a ranker alone)."""
+    from reranker.rankers.fusion import Fusion
+
+    built = {name: get_ranker(name) for name in RANKERS}  # cheap: models load on first use
+    return tuple(name for name, ranker in built.items() if isinstance(ranker, Fusion) and ranker.method != "rrf")

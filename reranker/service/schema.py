@@ -46,7 +46,7 @@ from pydantic_core import PydanticCustomError
 from reranker.config import ServiceSettings
 from reranker.experiments import DEFAULT_MIN_QUERIES, DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_QUERIES, TIMESTAMP_PATTERN
 from reranker.pipeline import EXPLAIN_TOPICS
-from reranker.rankers import ranker_names
+from reranker.rankers import ranker_names, weighted_ranker_names
 from reranker.service.bodies import json_type
 from reranker.service.errors import ApiError
 from reranker.store.events import CLICK_ACTIONS
@@ -140,7 +140,27 @@ NonBlank = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 QueryText = Annotated[NonBlank, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 Text = Annotated[str, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 RankerName = Annotated[str, Field(json_schema_extra=_ranker_enum, description="a registered ranker (GET /rankers); default RERANKER_DEFAULT_RANKER")]
-FusionWeight = Annotated[float, Field(ge=0, le=1, description="weight of the ranker in a min-max, z-score or maxp fusion with BM25 (default RERANKER_FUSION_WEIGHT); refused for a ranker without a weight")]
+def _weighs_the_ranker(weight: float, info: ValidationInfo) -> float:
+    # Heard and ignored, a weight would be answered as if it had been applied. (An unknown
+    # ranker is refused by name later; the default ranker, by the Runtime.)
+    named = info.data.get("ranker")
+    if named in ranker_names() and named not in weighted_ranker_names():
+        raise PydanticCustomError(
+            "invalid", "weighs a min-max, z-score or maxp fusion with BM25; ranker '{ranker}' has no weight "
+            "(reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion", {"ranker": named},
+        )
+    return weight
+
+
+# After `ranker` in each model that has both (the check reads it).
+FusionWeight = Annotated[
+    float, Field(ge=0, le=1, description="weight of the ranker in a min-max, z-score or maxp fusion with BM25 (default RERANKER_FUSION_WEIGHT); refused for a ranker without a weight"),
+    AfterValidator(_weighs_the_ranker),
+]
+# _weighs_the_ranker: a fusion weight only with no ranker named, or a weighted one.
+_WEIGHT_NEEDS_A_WEIGHTED_RANKER = {
+    "anyOf": [{"properties": {"fusion_weight": {"type": "null"}}}, {"properties": {"ranker": {"enum": [*weighted_ranker_names(), None]}}}]
+}
 # At most RERANKER_MAX_WINDOW: a window, a page's size or its start.
 WindowSize = Annotated[
     int, Field(ge=1, description="BM25 candidates to rerank (default RERANKER_WINDOW)"), INTEGRAL,
@@ -176,6 +196,8 @@ class FilterClause(Body):
 
 class SearchRequest(Body):
     """POST /search: a summary query -> BM25 window -> rerank -> one page."""
+
+    schema_rules: ClassVar[dict[str, Any]] = _WEIGHT_NEEDS_A_WEIGHTED_RANKER
 
     query: QueryText = Field(description="the summary: an abstract, a few sentences")
     ranker: RankerName | None = None
@@ -259,6 +281,8 @@ CohereDocuments = Annotated[
 class RerankRequest(Body):
     """POST /rerank: reorder the caller's candidates."""
 
+    schema_rules: ClassVar[dict[str, Any]] = _WEIGHT_NEEDS_A_WEIGHTED_RANKER
+
     query: QueryText
     ranker: RankerName | None = None
     fusion_weight: FusionWeight | None = None
@@ -303,6 +327,8 @@ class CohereRequest(Body):
 
 class RerankExt(Body):
     """The proxy's `ext.rerank` block of an OpenSearch search body."""
+
+    schema_rules: ClassVar[dict[str, Any]] = _WEIGHT_NEEDS_A_WEIGHTED_RANKER
 
     query_text: QueryText | None = Field(None, description="the summary to rerank by (default: the query's match / multi_match text)")
     ranker: RankerName | None = None
