@@ -9,7 +9,7 @@ the block's `reranker serve` stands for, served by werkzeug in a thread. A comma
 run here is in SKIP with the reason; any other command must run, exit 0 and print what
 EXPECTED says it prints, so a new command in the docs fails here until it runs or is listed.
 
-The links of README.md and every page under docs/ are checked too: each relative link names a
+The links of README.md, every page under docs/ and the READMEs of bench/ and docker/ are checked too: each relative link names a
 file or folder that exists, and each #fragment a heading of the page it points at.
 """
 
@@ -530,7 +530,7 @@ def anchors(page: Path) -> set[str]:
     return set(seen)
 
 
-MARKDOWN = [README, *sorted(DOCS.rglob("*.md"))]
+MARKDOWN = [README, *sorted(DOCS.rglob("*.md")), REPO / "bench" / "README.md", REPO / "docker" / "README.md"]
 
 
 @pytest.mark.parametrize("page", MARKDOWN, ids=[str(page.relative_to(REPO)) for page in MARKDOWN])
