@@ -453,6 +453,20 @@ def test_every_setting_is_in_a_settings_table_with_the_codes_default() -> None:
     assert checked >= 30, "the tables show most defaults as values"
 
 
+def test_the_layout_names_every_module() -> None:
+    """docs/layout.md is where a newcomer looks for a concept: a module it does not name
+    (tuning.py and query_dsl.py were missing) is one they will not find."""
+    text = (DOCS / "layout.md").read_text(encoding="utf-8")
+    package = REPO / "reranker"
+    missing = [
+        str(path.relative_to(REPO))
+        for path in sorted(package.rglob("*.py"))
+        if path.stem not in {"__init__", "__main__"} and not re.search(rf"(?<![\w.]){re.escape(path.stem)}(\.py)?(?!\w)", text)
+    ]
+    missing += [f"{folder.relative_to(REPO)}/" for folder in sorted(package.iterdir()) if folder.is_dir() and not folder.name.startswith("__") and f"{folder.name}/" not in text]
+    assert missing == [], "docs/layout.md does not name these"
+
+
 def test_the_quickstart_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     quickstart = [block.text.strip() for block in fenced_blocks(README) if block.language == "sh"][:2]
