@@ -100,7 +100,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_PRELOAD_WMD": "load the wmd ranker's machinery when a worker starts (default true; false saves about 110 MB per worker, and the first wmd request loads it inside its deadline)",
     "RERANKER_API_KEYS": "comma-separated bearer keys accepted by /v1/rerank and /v2/rerank",
     "RERANKER_API_KEYS_FILE": "file with one accepted bearer key per line (adds to RERANKER_API_KEYS)",
-    "RERANKER_ADMIN_API_KEY": "bearer key that may create and change experiments (POST/PATCH /experiments); unset: experiments are read-only over HTTP",
+    "RERANKER_ADMIN_API_KEY": "bearer key that may create, change and delete experiments (POST, PATCH and DELETE /experiments); unset: experiments are read-only over HTTP",
     "RERANKER_PROXY_INDICES": "index patterns the search proxy may forward to, comma-separated (default: RERANKER_INDEX and its versions; * for any)",
     "RERANKER_DEFAULT_RANKER": f"ranker used when a request or `reranker search` names none (default {DEFAULT_RANKER})",
 }

@@ -247,7 +247,7 @@ class Engine:
                 )
             if window is None or window.texts is None:
                 return self._prior_centering
-            sent = [ids for ids, text in zip(self._word_ids(window), window.texts) if text is not None and ids is not None]
+            sent = [self._text_word_ids(text) for text in window.texts if text is not None]
             return window_background(sent, self.vectors, self._prior_centering)
         if info.centering is None:
             raise IndexOutdatedError(
@@ -462,10 +462,18 @@ class Engine:
                 if document is None:
                     continue
                 text = document.full_text
+            found[position] = self._text_word_ids(text, key)
+        return tuple(found)
+
+    def _text_word_ids(self, text: str, key: str | None = None) -> WordIds:
+        """A text's word ids, kept in `word_id_cache` by `key` (by default the text's
+        content hash, as `_word_ids` keys a sent text)."""
+        key = key or _text_key(text)
+        ids = self.word_id_cache.get(key)
+        if ids is None:
             ids = self.vectors.word_ids(tokenize(text, self.stopwords))
             self.word_id_cache.put(key, ids)
-            found[position] = ids
-        return tuple(found)
+        return ids
 
     def rerank(self, query: Query, window: CandidateSet, ranker: Ranker) -> Ranking:
         """The ranker's order of the window's candidates, and its scores.

@@ -82,3 +82,15 @@ def test_every_variable_the_code_reads_is_documented() -> None:
     read = set(re.findall(r'env(?:\.get)?\(\s*"([A-Z_]+)"|env\["([A-Z_]+)"\]|"((?:RERANKER|OPENSEARCH)_[A-Z_]+)"', source))
     names = {name for group in read for name in group if name.startswith(("RERANKER_", "OPENSEARCH_"))}
     assert names - {"OPENSEARCH_TEST_URL"} <= set(ENVIRONMENT)
+
+
+def test_a_default_the_variables_list_states_is_the_codes() -> None:
+    """`reranker config` shows ENVIRONMENT's meanings beside the values in force: a
+    "(default N)" there must be the value the code falls back to."""
+    import re
+
+    effective = Settings.from_env({"HOME": "/nonexistent"}).effective()
+    stated = {name: found[1] for name, meaning in ENVIRONMENT.items() if (found := re.search(r"\(default ([\w.:+-]+)[;)]", meaning))}
+    assert len(stated) >= 25, stated
+    for name, default in stated.items():
+        assert default == effective[name], f"ENVIRONMENT says {name} defaults to {default}; the code's default is {effective[name]}"

@@ -205,8 +205,11 @@ def test_the_vectors_lead_with_their_most_frequent_words_in_either_vocabulary_fo
         assert vectors.words_of(vectors.word_ids(words)) == words
 
 
-def test_with_no_index_a_window_background_is_its_texts_own_word_distribution(store: EmbeddedStore, glove: WordVectors) -> None:
+@pytest.mark.parametrize("kind", ["embedded", "opensearch"])
+def test_with_no_index_a_window_background_is_its_texts_own_word_distribution(kind: str, request: pytest.FixtureRequest, glove: WordVectors) -> None:
+    # Over a cluster with no index too (an id sent without its text has no part in it).
     texts = [document.full_text for document in sample_documents()[:6]]
+    store = request.getfixturevalue("store" if kind == "embedded" else "os_store")
     engine = Engine(store=store, vectors=glove)
     candidates = tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts)))
     window = CandidateSet(candidates, texts=(*texts[:-1], None), first_stage="order")  # the last one unsent

@@ -9,7 +9,7 @@ the block's `reranker serve` stands for, served by werkzeug in a thread. A comma
 run here is in SKIP with the reason; any other command must run, exit 0 and print what
 EXPECTED says it prints, so a new command in the docs fails here until it runs or is listed.
 
-The links of README.md and every page under docs/ are checked too: each relative link names a
+The links of README.md, every page under docs/ and the READMEs of bench/ and docker/ are checked too: each relative link names a
 file or folder that exists, and each #fragment a heading of the page it points at.
 """
 
@@ -364,6 +364,110 @@ def test_a_printed_example_is_what_its_command_prints(data_dir: Path) -> None:
                 assert line == expected.rstrip(), f"{where}: printed {line!r}, the page shows {expected!r}"
 
 
+def shown_explanation() -> dict[str, Any]:
+    """The ```json block of http-api.md that shows an `explanation`: the default ranker's
+    top hit for the sample query it names."""
+    page = DOCS / "http-api.md"
+    found = [block for block in fenced_blocks(page) if block.language == "json" and '"topic_ranker"' in block.text]
+    assert len(found) == 1, "http-api.md shows one explanation"
+    shown: dict[str, Any] = json.loads(found[0].text)
+    return shown
+
+
+def test_the_shown_explanation_is_what_search_answers(data_dir: Path) -> None:
+    # The example once showed the previous default's explanation (parts topics and bm25,
+    # no passages) after the default had changed: nothing compared it.
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    shown = shown_explanation()
+    code, out = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    assert code == 0, out
+    app = create_app(Settings.from_env({**os.environ, "RERANKER_DATA_DIR": str(data_dir)}))
+    try:
+        query = "a maximum entropy named entity recognizer using global features"
+        answer = app.test_client().post("/search", json={"query": query, "size": 1, "explain": True}).get_json()
+    finally:
+        app.extensions["reranker"].close()
+    actual = answer["hits"][0]["explanation"]
+
+    def close(shown_value: float, actual_value: float) -> bool:  # the page rounds some figures
+        return abs(shown_value - actual_value) <= 1e-3 * abs(actual_value) + 1e-9
+
+    assert set(shown) == set(actual)
+    assert shown["topic_ranker"] == actual["topic_ranker"]
+    assert close(shown["score"], actual["score"]) and close(shown["topic_score"], actual["topic_score"])
+    assert shown["parts"].keys() == actual["parts"].keys(), f"the page shows parts {list(shown['parts'])}, /search answers {list(actual['parts'])}"
+    assert all(close(value, actual["parts"][name]) for name, value in shown["parts"].items())
+    assert shown["rest"]["topics"] == actual["rest"]["topics"] and close(shown["rest"]["contribution"], actual["rest"]["contribution"])
+    assert shown["topics"], "the page shows some topics"
+    for shown_topic, topic in zip(shown["topics"], actual["topics"]):  # the first ones, in order
+        assert set(shown_topic) == set(topic)
+        for key, value in shown_topic.items():
+            assert close(value, topic[key]) if isinstance(value, float) else value == topic[key], f"topic {topic['topic']}: {key}"
+
+
+# The pages whose tables document the settings, and the heading of each table's section.
+SETTINGS_TABLES = {"cli.md": "Global options", "opensearch.md": "Settings", "operations.md": "Service settings"}
+
+
+def settings_rows() -> dict[str, list[tuple[str, str]]]:
+    """Each variable a settings table documents: [(page, its default cell)], one a table
+    (OPENSEARCH_URL is a global option and the OpenSearch store's first setting)."""
+    rows: dict[str, list[tuple[str, str]]] = {}
+    for name, heading in SETTINGS_TABLES.items():
+        text = (DOCS / name).read_text(encoding="utf-8")
+        section = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+        assert section, f"{name} has no section {heading!r}"
+        table = [line for line in section[1].splitlines() if line.startswith("|")]
+        header = [cell.strip() for cell in table[0].strip("|").split("|")]
+        for line in table[2:]:
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            for variable in re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[header.index("environment")]):
+                rows.setdefault(variable, []).append((name, cells[header.index("default")]))
+    return rows
+
+
+def test_every_setting_is_in_a_settings_table_with_the_codes_default() -> None:
+    """cli.md, opensearch.md and operations.md list every variable of ENVIRONMENT, with its
+    default; operations.md names them all. A default shown as one value (a number, or one
+    `word`) is the one `reranker config` prints in an empty environment."""
+    from reranker.config import ENVIRONMENT, Settings
+
+    rows = settings_rows()
+    assert sorted(set(ENVIRONMENT) - set(rows)) == [], "variables no settings table documents"
+    assert sorted(set(rows) - set(ENVIRONMENT)) == [], "variables in a settings table that the code does not read"
+    operations = (DOCS / "operations.md").read_text(encoding="utf-8")
+    assert [name for name in ENVIRONMENT if f"`{name}`" not in operations] == [], "operations.md's list of settings misses these"
+    effective = Settings.from_env({"HOME": "/nonexistent"}).effective()
+    checked = 0
+    for variable, page, default in ((variable, *row) for variable, found in rows.items() for row in found):
+        value = default.replace(",", "") if re.fullmatch(r"[\d,.]+", default) else default
+        if re.fullmatch(r"`[^`]+`", value):
+            value = value.strip("`")
+        elif not re.fullmatch(r"[\d.]+", value):
+            continue  # said in words: "CPU count", "unset", "the index's own" ...
+        shown_number = re.fullmatch(r"[\d.]+", value) and re.fullmatch(r"[\d.]+", effective[variable])
+        same = float(value) == float(effective[variable]) if shown_number else value == effective[variable]
+        assert same, f"{page}: {variable}'s default is shown as {default}; the code's is {effective[variable]}"
+        checked += 1
+    assert checked >= 30, "the tables show most defaults as values"
+
+
+def test_the_layout_names_every_module() -> None:
+    """docs/layout.md is where a newcomer looks for a concept: a module it does not name
+    (tuning.py and query_dsl.py were missing) is one they will not find."""
+    text = (DOCS / "layout.md").read_text(encoding="utf-8")
+    package = REPO / "reranker"
+    missing = [
+        str(path.relative_to(REPO))
+        for path in sorted(package.rglob("*.py"))
+        if path.stem not in {"__init__", "__main__"} and not re.search(rf"(?<![\w.]){re.escape(path.stem)}(\.py)?(?!\w)", text)
+    ]
+    missing += [f"{folder.relative_to(REPO)}/" for folder in sorted(package.iterdir()) if folder.is_dir() and not folder.name.startswith("__") and f"{folder.name}/" not in text]
+    assert missing == [], "docs/layout.md does not name these"
+
+
 def test_the_quickstart_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     quickstart = [block.text.strip() for block in fenced_blocks(README) if block.language == "sh"][:2]
@@ -441,7 +545,7 @@ def anchors(page: Path) -> set[str]:
     return set(seen)
 
 
-MARKDOWN = [README, *sorted(DOCS.rglob("*.md"))]
+MARKDOWN = [README, *sorted(DOCS.rglob("*.md")), REPO / "bench" / "README.md", REPO / "docker" / "README.md"]
 
 
 @pytest.mark.parametrize("page", MARKDOWN, ids=[str(page.relative_to(REPO)) for page in MARKDOWN])

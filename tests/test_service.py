@@ -530,6 +530,9 @@ def test_serve_on_an_empty_index_reranks_sent_texts_and_says_how(tmp_path: Path,
     empty.mkdir()
     service = Service(empty, {"RERANKER_API_KEYS": "k"})
     try:
+        # /search has nothing to find: an answer, not an error (docs/operations.md, 404's row).
+        status, _, searched = http_json(service.url + "/search", {"query": "machine translation"})
+        assert status == 200 and searched["status"] == "ok" and searched["hits"] == [], searched
         texts = ["a beam search decoder for phrase-based statistical machine translation", "bread is baked from flour"]
         status, _, default = http_json(service.url + "/rerank", {"query": "machine translation", "documents": texts[::-1]})
         assert status == 200 and default["status"] == "ok" and default["first_stage"] == "order", default
