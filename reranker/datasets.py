@@ -1,8 +1,8 @@
 """Judged data sets: a corpus, its queries, and which documents are relevant to each.
 
 A dataset folder holds `corpus.jsonl` ({"id", "title", "text"} per line),
-`queries.jsonl` ({"id", "text"}) and `qrels.tsv` (query_id, doc_id, relevance; no
-header), the layout of the data sets under ../shared/data.
+`queries.jsonl` ({"id", "text"}) and `qrels.tsv` (query_id, doc_id, relevance; a
+header line is skipped), the layout of the data sets under ../shared/data.
 
 The judgments may instead come from the body of an OpenSearch (or Elasticsearch)
 `_rank_eval` request, the rated-documents JSON search teams already keep:
@@ -25,6 +25,8 @@ from typing import Any
 from reranker.errors import InputError
 
 QRELS_FILE = "qrels.tsv"
+# What a header line calls the relevance column (BEIR: score); any other word is an error.
+_RELEVANCE_HEADINGS = frozenset({"relevance", "score", "rel", "rating", "label", "grade", "judgment"})
 # The full-text queries whose text `query_text` reads out of a `_rank_eval` request.
 _TEXT_QUERIES = ("match", "match_phrase", "match_bool_prefix", "multi_match", "query_string", "simple_query_string")
 
@@ -64,7 +66,8 @@ def load_queries(path: Path) -> list[tuple[str, str]]:
 
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped."""
+    """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped. A first line
+    that names its columns (BEIR's `query-id corpus-id score`) is skipped."""
     qrels: dict[str, dict[str, int]] = {}
     for number, line in enumerate(_read_lines(path), start=1):
         if not line.strip():
@@ -81,6 +84,8 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
         try:
             relevance = int(raw)
         except ValueError:
+            if number == 1 and raw.strip().lower() in _RELEVANCE_HEADINGS:
+                continue
             raise InputError(f"relevance must be an integer, got {raw!r}", f"{path}:{number}") from None
         if relevance > 0:
             qrels.setdefault(query_id, {})[doc_id] = relevance
@@ -93,7 +98,9 @@ def _read_lines(path: Path) -> list[str]:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark (as Windows tools write) is no part of the first
+        # query id, which then matched no judgment, or of the first JSON line.
+        return path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise InputError("no such file", str(path)) from None
     except IsADirectoryError:

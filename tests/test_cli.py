@@ -243,6 +243,48 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
 
 
+def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_corpus(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A byte-order mark on qrels.tsv made the first query id "\\ufeffC00-2123": its first
+    judgment was dropped without a word and the metrics changed; on queries.jsonl it was a
+    "not valid JSON" error. A header line (BEIR's qrels have one) was an error; judgments
+    of ids the corpus lacks scored every ranker 0 with exit 0."""
+    def dataset(name: str, qrels: bytes, queries: bytes = (SAMPLE / "queries.jsonl").read_bytes()) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "corpus.jsonl").write_bytes((SAMPLE / "corpus.jsonl").read_bytes())
+        (folder / "queries.jsonl").write_bytes(queries)
+        (folder / "qrels.tsv").write_bytes(qrels)
+        return folder
+
+    qrels = (SAMPLE / "qrels.tsv").read_bytes()
+    bom = b"\xef\xbb\xbf"
+    plain = run(data_dir, "evaluate", str(dataset("plain", qrels)), "--json", "--per-query", "--rankers", "bm25", "--no-progress")
+    for name, folder in [
+        ("bom", dataset("bom", bom + qrels, bom + (SAMPLE / "queries.jsonl").read_bytes())),
+        ("header", dataset("header", b"query-id\tcorpus-id\tscore\r\n" + qrels)),
+    ]:
+        code, out = run(data_dir, "evaluate", str(folder), "--json", "--per-query", "--rankers", "bm25", "--no-progress")
+        assert code == 0, name
+        assert json.loads(out)["rankers"] == json.loads(plain[1])["rankers"], name
+    assert run(data_dir, "evaluate", str(dataset("late", qrels + b"q\td\tscore\n")), "--rankers", "bm25")[0] == 1
+    assert "qrels.tsv:" in capsys.readouterr().err  # a word past the first line is still an error
+    first = qrels.split(b"\n", 1)[0].split(b"\t")
+    some = dataset("some", b"\t".join([first[0], b"NOT-IN-CORPUS", b"1"]) + b"\n" + qrels)
+    with caplog.at_level("WARNING"):
+        code, out = run(data_dir, "evaluate", str(some), "--json", "--rankers", "bm25", "--no-progress")
+    assert code == 0
+    judged = len({line.split(b"\t")[1] for line in qrels.splitlines()}) + 1
+    assert f"1 of the {judged} relevant documents in {some / 'qrels.tsv'} are not in the index" in caplog.text
+    assert "NOT-IN-CORPUS" in caplog.text
+    none = dataset("none", b"".join(line.split(b"\t")[0] + b"\tX" + line.split(b"\t")[1] + b"\t1\n" for line in qrels.splitlines()))
+    assert run(data_dir, "evaluate", str(none), "--rankers", "bm25", "--no-progress")[0] == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"reranker: error: {none / 'qrels.tsv'}: no relevant document it names (")
+    assert f"match the ids in {none / 'corpus.jsonl'}?" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("command", ["search", "similar", "evaluate", "compare", "evaluate-similar", "tune"])
 def test_help_states_the_fusion_weight_in_force(data_dir: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
     # The help once said 0.5 while the setting's default was 0.3: a reader who left the flag
