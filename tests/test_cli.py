@@ -135,6 +135,15 @@ def test_train_word2vec_then_use_the_vectors(data_dir: Path, tmp_path: Path) -> 
     assert code == 0 and json.loads(out)["hits"]
 
 
+def test_train_word2vec_into_a_folder_is_a_one_line_error_before_training(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --out naming a folder was a traceback from gensim's save, after the training.
+    code, out = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(tmp_path), "--epochs", "1")
+    assert (code, out) == (1, "")  # nothing trained, nothing claimed
+    assert capsys.readouterr().err == f"reranker: error: {tmp_path}: is a folder; expected a file name\n"
+
+
 def test_index_train_vectors_end_to_end(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`index --train-vectors` trains word2vec on the corpus and indexes with it in one
     command; search, train doc2vec and serve's engine then use those vectors unasked."""
