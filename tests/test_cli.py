@@ -294,6 +294,38 @@ def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_
     assert f"match the ids in {none / 'corpus.jsonl'}?" in err and len(err.splitlines()) == 1
 
 
+def test_a_read_only_data_dir_is_an_error_that_says_what_to_do(data_dir: Path) -> None:
+    """SQLite said only "attempt to write a readonly database" (or a bare permission
+    error), which does not tell a user that searching needs write access too."""
+    import shutil
+    import stat
+    import subprocess
+    import sys
+
+    # As root, permissions bind only without the capability to override them.
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root without setpriv: file permissions do not apply")
+        drop = "-dac_override,-dac_read_search"
+        prefix = [setpriv, f"--bounding-set={drop}", f"--inh-caps={drop}", "--"]
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    paths = [data_dir, *data_dir.rglob("*")]
+    for path in paths:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        env = {**os.environ, **settings_env(data_dir), "PYTHONPATH": str(REPO)}
+        for argv in (["search", "named entity recognition"], ["--data-dir", str(data_dir / "new"), "index", str(SAMPLE / "corpus.jsonl")]):
+            done = subprocess.run([*prefix, sys.executable, "-m", "reranker", *argv], env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 1, done.stderr
+            assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("reranker: error: cannot open the embedded store in ")
+            assert "needs write access to its folder, also to search: make it writable, or choose another data dir (--data-dir" in done.stderr
+    finally:
+        for path in paths:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
 @pytest.mark.parametrize("command", ["search", "similar", "evaluate", "compare", "evaluate-similar", "tune"])
 def test_help_states_the_fusion_weight_in_force(data_dir: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
     # The help once said 0.5 while the setting's default was 0.3: a reader who left the flag
