@@ -17,12 +17,15 @@ Every loader raises InputError naming the file (and line or request) and the rea
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reranker.errors import InputError
+
+log = logging.getLogger(__name__)
 
 QRELS_FILE = "qrels.tsv"
 # What a header line calls the relevance column (BEIR: score); any other word is an error.
@@ -254,7 +257,27 @@ def load_dataset(directory: Path, queries_file: str = "queries.jsonl", judgments
     judged = tuple((qid, text) for qid, text in queries if qrels.get(qid))
     if not judged:
         raise InputError(f"no query has a relevant document in {QRELS_FILE}", str(directory))
+    _warn_unmatched(queries, qrels, directory / queries_file, directory / QRELS_FILE)
     return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels)
+
+
+def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], queries_path: Path, qrels_path: Path) -> None:
+    """Say which queries the evaluation leaves out, and which judged query ids no query has
+    (ids spelled differently in the two files look like this), rather than only count fewer."""
+    unjudged = [qid for qid, _ in queries if not qrels.get(qid)]
+    if unjudged:
+        log.warning(
+            "%d of the %d queries in %s have no relevant document in %s and are not evaluated: %s",
+            len(unjudged), len(queries), queries_path, qrels_path, _some(unjudged),
+        )
+    asked = {qid for qid, _ in queries}
+    textless = [qid for qid in qrels if qid not in asked]
+    if textless:
+        log.warning("%d query ids judged in %s are not in %s (not evaluated): %s", len(textless), qrels_path, queries_path, _some(textless))
+
+
+def _some(ids: list[str], shown: int = 5) -> str:
+    return ", ".join(ids[:shown]) + (f" ... and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def _rank_eval_dataset(name: str, corpus: Path, queries_path: Path, judgments: Path) -> Dataset:
