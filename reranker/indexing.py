@@ -136,6 +136,9 @@ def check_corpus(path: Path) -> None:
     """InputError unless `path` is a corpus file with something in it."""
     if path.is_dir():
         raise InputError("is a directory, not a corpus file (JSONL: one {id, title, text} object per line)", str(path))
+    if path.exists() and not path.is_file():
+        # A pipe (`<(zcat corpus.jsonl.gz)`) or a device: indexing reads the file more than once.
+        raise InputError("not a regular file (a pipe or a device?): save the corpus to a file and index that", str(path))
     if not path.is_file():
         raise InputError("no such corpus file", str(path))
     if path.stat().st_size == 0:

@@ -487,6 +487,11 @@ def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: p
     # One-line errors for what is not a corpus; a BOM is accepted.
     assert run(data_dir, "index", str(tmp_path))[0] == 1
     assert capsys.readouterr().err.strip() == f"reranker: error: {tmp_path}: is a directory, not a corpus file (JSONL: one {{id, title, text}} object per line)"
+    # A pipe exists: "no such corpus file" sent the user looking for a typo.
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    assert run(data_dir, "index", str(pipe))[0] == 1
+    assert capsys.readouterr().err.strip() == f"reranker: error: {pipe}: not a regular file (a pipe or a device?): save the corpus to a file and index that"
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     assert run(data_dir, "index", str(empty))[0] == 1
