@@ -486,7 +486,8 @@ def _interrupts_deferred() -> Iterator[None]:
     sending it its start-up message made the worker fail with a traceback."""
     noted: list[int] = []
     handler = None
-    if threading.current_thread() is threading.main_thread():
+    # Only Python's own handler: one that ignores Ctrl-C (a background job) keeps ignoring it.
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         handler = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
