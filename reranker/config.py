@@ -529,6 +529,8 @@ def read_config_file(path: Path) -> dict[str, str]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:  # tomllib decodes the bytes itself and lets this through
+        raise ConfigError(f"config file {path} is not valid TOML: not UTF-8 text") from None
     values: dict[str, str] = {}
     for key, value in raw.items():
         if key not in ENVIRONMENT or key == "RERANKER_CONFIG":

@@ -1,8 +1,8 @@
 """Judged data sets: a corpus, its queries, and which documents are relevant to each.
 
 A dataset folder holds `corpus.jsonl` ({"id", "title", "text"} per line),
-`queries.jsonl` ({"id", "text"}) and `qrels.tsv` (query_id, doc_id, relevance; no
-header), the layout of the data sets under ../shared/data.
+`queries.jsonl` ({"id", "text"}) and `qrels.tsv` (query_id, doc_id, relevance; a
+header line is skipped), the layout of the data sets under ../shared/data.
 
 The judgments may instead come from the body of an OpenSearch (or Elasticsearch)
 `_rank_eval` request, the rated-documents JSON search teams already keep:
@@ -17,6 +17,7 @@ Every loader raises InputError naming the file (and line or request) and the rea
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,11 @@ from typing import Any
 
 from reranker.errors import InputError
 
+log = logging.getLogger(__name__)
+
 QRELS_FILE = "qrels.tsv"
+# What a header line calls the relevance column (BEIR: score); any other word is an error.
+_RELEVANCE_HEADINGS = frozenset({"relevance", "score", "rel", "rating", "label", "grade", "judgment"})
 # The full-text queries whose text `query_text` reads out of a `_rank_eval` request.
 _TEXT_QUERIES = ("match", "match_phrase", "match_bool_prefix", "multi_match", "query_string", "simple_query_string")
 
@@ -64,7 +69,8 @@ def load_queries(path: Path) -> list[tuple[str, str]]:
 
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped."""
+    """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped. A first line
+    that names its columns (BEIR's `query-id corpus-id score`) is skipped."""
     qrels: dict[str, dict[str, int]] = {}
     for number, line in enumerate(_read_lines(path), start=1):
         if not line.strip():
@@ -81,6 +87,8 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
         try:
             relevance = int(raw)
         except ValueError:
+            if number == 1 and raw.strip().lower() in _RELEVANCE_HEADINGS:
+                continue
             raise InputError(f"relevance must be an integer, got {raw!r}", f"{path}:{number}") from None
         if relevance > 0:
             qrels.setdefault(query_id, {})[doc_id] = relevance
@@ -93,7 +101,9 @@ def _read_lines(path: Path) -> list[str]:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark (as Windows tools write) is no part of the first
+        # query id, which then matched no judgment, or of the first JSON line.
+        return path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise InputError("no such file", str(path)) from None
     except IsADirectoryError:
@@ -247,7 +257,27 @@ def load_dataset(directory: Path, queries_file: str = "queries.jsonl", judgments
     judged = tuple((qid, text) for qid, text in queries if qrels.get(qid))
     if not judged:
         raise InputError(f"no query has a relevant document in {QRELS_FILE}", str(directory))
+    _warn_unmatched(queries, qrels, directory / queries_file, directory / QRELS_FILE)
     return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels)
+
+
+def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], queries_path: Path, qrels_path: Path) -> None:
+    """Say which queries the evaluation leaves out, and which judged query ids no query has
+    (ids spelled differently in the two files look like this), rather than only count fewer."""
+    unjudged = [qid for qid, _ in queries if not qrels.get(qid)]
+    if unjudged:
+        log.warning(
+            "%d of the %d queries in %s have no relevant document in %s and are not evaluated: %s",
+            len(unjudged), len(queries), queries_path, qrels_path, _some(unjudged),
+        )
+    asked = {qid for qid, _ in queries}
+    textless = [qid for qid in qrels if qid not in asked]
+    if textless:
+        log.warning("%d query ids judged in %s are not in %s (not evaluated): %s", len(textless), qrels_path, queries_path, _some(textless))
+
+
+def _some(ids: list[str], shown: int = 5) -> str:
+    return ", ".join(ids[:shown]) + (f" ... and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def _rank_eval_dataset(name: str, corpus: Path, queries_path: Path, judgments: Path) -> Dataset:

@@ -21,10 +21,15 @@ import json
 import logging
 import math
 import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Mapping, Protocol, Sequence
@@ -131,6 +136,9 @@ def check_corpus(path: Path) -> None:
     """InputError unless `path` is a corpus file with something in it."""
     if path.is_dir():
         raise InputError("is a directory, not a corpus file (JSONL: one {id, title, text} object per line)", str(path))
+    if path.exists() and not path.is_file():
+        # A pipe (`<(zcat corpus.jsonl.gz)`) or a device: indexing reads the file more than once.
+        raise InputError("not a regular file (a pipe or a device?): save the corpus to a file and index that", str(path))
     if not path.is_file():
         raise InputError("no such corpus file", str(path))
     if path.stat().st_size == 0:
@@ -416,7 +424,13 @@ class TopicExtractor:
             return lambda: done
         size = -(-len(documents) // (self.workers * 2))
         try:
-            futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
+            # The pool starts its workers here. They inherit SIGINT blocked: Ctrl-C, which the
+            # terminal sends to every process of the group, is the parent's to handle (it stops
+            # the pool and says what is kept); a worker interrupted while it started printed a
+            # traceback of its imports, or of a half-sent start-up message. Blocked, not
+            # ignored: an interrupt meanwhile reaches this process when the mask is restored.
+            with _interrupts_deferred():
+                futures = [self._pool.submit(_worker_topics, documents[i : i + size]) for i in range(0, len(documents), size)]
         except BrokenProcessPool:
             raise self._worker_ended() from None
 
@@ -464,6 +478,28 @@ class TopicExtractor:
         self.close()
 
 
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C held back while inside, then raised: SIGINT blocked in this thread and in the
+    processes it starts, and (in the main thread) Python's handler only noting it, since
+    another thread may receive it. A parent interrupted between starting a worker and
+    sending it its start-up message made the worker fail with a traceback."""
+    noted: list[int] = []
+    handler = None
+    # Only Python's own handler: one that ignores Ctrl-C (a background job) keeps ignoring it.
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        handler = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+    if noted:
+        raise KeyboardInterrupt
+
+
 _WORKER: tuple[WordVectors, int, frozenset[str] | None, Correction | None, Stemmer | None] | None = None
 
 
@@ -478,8 +514,22 @@ def _init_worker(
     global _WORKER
     from threadpoolctl import threadpool_limits
 
+    # Ctrl-C is the parent's (see TopicExtractor.submit): ignored here, which also drops one
+    # that arrived while this process started with SIGINT blocked.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # So a worker must not outlive its parent: one the parent started just as it was
+    # interrupted (or killed) is never told to stop, and would wait for batches forever.
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent.sentinel,), daemon=True).start()
     threadpool_limits(limits=1, user_api="blas")
     _WORKER = (open_native(path, info), k, stopwords, correction, stemmer)
+
+
+def _exit_with_parent(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
 
 
 def _worker_topics(documents: list[Document]) -> list[Extraction]:

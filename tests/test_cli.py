@@ -135,6 +135,15 @@ def test_train_word2vec_then_use_the_vectors(data_dir: Path, tmp_path: Path) -> 
     assert code == 0 and json.loads(out)["hits"]
 
 
+def test_train_word2vec_into_a_folder_is_a_one_line_error_before_training(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --out naming a folder was a traceback from gensim's save, after the training.
+    code, out = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(tmp_path), "--epochs", "1")
+    assert (code, out) == (1, "")  # nothing trained, nothing claimed
+    assert capsys.readouterr().err == f"reranker: error: {tmp_path}: is a folder; expected a file name\n"
+
+
 def test_index_train_vectors_end_to_end(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`index --train-vectors` trains word2vec on the corpus and indexes with it in one
     command; search, train doc2vec and serve's engine then use those vectors unasked."""
@@ -241,6 +250,90 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--window", "0")
     assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_corpus(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A byte-order mark on qrels.tsv made the first query id "\\ufeffC00-2123": its first
+    judgment was dropped without a word and the metrics changed; on queries.jsonl it was a
+    "not valid JSON" error. A header line (BEIR's qrels have one) was an error; judgments
+    of ids the corpus lacks scored every ranker 0 with exit 0."""
+    def dataset(name: str, qrels: bytes, queries: bytes = (SAMPLE / "queries.jsonl").read_bytes()) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "corpus.jsonl").write_bytes((SAMPLE / "corpus.jsonl").read_bytes())
+        (folder / "queries.jsonl").write_bytes(queries)
+        (folder / "qrels.tsv").write_bytes(qrels)
+        return folder
+
+    qrels = (SAMPLE / "qrels.tsv").read_bytes()
+    bom = b"\xef\xbb\xbf"
+    plain = run(data_dir, "evaluate", str(dataset("plain", qrels)), "--json", "--per-query", "--rankers", "bm25", "--no-progress")
+    for name, folder in [
+        ("bom", dataset("bom", bom + qrels, bom + (SAMPLE / "queries.jsonl").read_bytes())),
+        ("header", dataset("header", b"query-id\tcorpus-id\tscore\r\n" + qrels)),
+    ]:
+        code, out = run(data_dir, "evaluate", str(folder), "--json", "--per-query", "--rankers", "bm25", "--no-progress")
+        assert code == 0, name
+        assert json.loads(out)["rankers"] == json.loads(plain[1])["rankers"], name
+    assert run(data_dir, "evaluate", str(dataset("late", qrels + b"q\td\tscore\n")), "--rankers", "bm25")[0] == 1
+    assert "qrels.tsv:" in capsys.readouterr().err  # a word past the first line is still an error
+    first = qrels.split(b"\n", 1)[0].split(b"\t")
+    some = dataset("some", b"\t".join([first[0], b"NOT-IN-CORPUS", b"1"]) + b"\n" + qrels)
+    with caplog.at_level("WARNING"):
+        code, out = run(data_dir, "evaluate", str(some), "--json", "--rankers", "bm25", "--no-progress")
+    assert code == 0
+    judged = len({line.split(b"\t")[1] for line in qrels.splitlines()}) + 1
+    assert f"1 of the {judged} relevant documents in {some / 'qrels.tsv'} are not in the index" in caplog.text
+    assert "NOT-IN-CORPUS" in caplog.text
+    # Queries without judgments, and judgments of query ids no query has, are named.
+    extra = b'{"id": "unjudged", "text": "parsing"}\n'
+    partial = dataset("partial", qrels + b"lost\t" + first[1] + b"\t1\n", (SAMPLE / "queries.jsonl").read_bytes() + extra)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        code, out = run(data_dir, "evaluate", str(partial), "--json", "--rankers", "bm25", "--no-progress")
+    assert code == 0 and json.loads(out)["queries"] == json.loads(plain[1])["queries"]
+    queries_path, qrels_path = partial / "queries.jsonl", partial / "qrels.tsv"
+    assert f"1 of the 6 queries in {queries_path} have no relevant document in {qrels_path} and are not evaluated: unjudged" in caplog.text
+    assert f"1 query ids judged in {qrels_path} are not in {queries_path} (not evaluated): lost" in caplog.text
+    none = dataset("none", b"".join(line.split(b"\t")[0] + b"\tX" + line.split(b"\t")[1] + b"\t1\n" for line in qrels.splitlines()))
+    assert run(data_dir, "evaluate", str(none), "--rankers", "bm25", "--no-progress")[0] == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"reranker: error: {none / 'qrels.tsv'}: no relevant document it names (")
+    assert f"match the ids in {none / 'corpus.jsonl'}?" in err and len(err.splitlines()) == 1
+
+
+def test_a_read_only_data_dir_is_an_error_that_says_what_to_do(data_dir: Path) -> None:
+    """SQLite said only "attempt to write a readonly database" (or a bare permission
+    error), which does not tell a user that searching needs write access too."""
+    import shutil
+    import stat
+    import subprocess
+    import sys
+
+    # As root, permissions bind only without the capability to override them.
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root without setpriv: file permissions do not apply")
+        drop = "-dac_override,-dac_read_search"
+        prefix = [setpriv, f"--bounding-set={drop}", f"--inh-caps={drop}", "--"]
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    paths = [data_dir, *data_dir.rglob("*")]
+    for path in paths:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        env = {**os.environ, **settings_env(data_dir), "PYTHONPATH": str(REPO)}
+        for argv in (["search", "named entity recognition"], ["--data-dir", str(data_dir / "new"), "index", str(SAMPLE / "corpus.jsonl")]):
+            done = subprocess.run([*prefix, sys.executable, "-m", "reranker", *argv], env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 1, done.stderr
+            assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("reranker: error: cannot open the embedded store in ")
+            assert "needs write access to its folder, also to search: make it writable, or choose another data dir (--data-dir" in done.stderr
+    finally:
+        for path in paths:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
 @pytest.mark.parametrize("command", ["search", "similar", "evaluate", "compare", "evaluate-similar", "tune"])
@@ -394,6 +487,11 @@ def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: p
     # One-line errors for what is not a corpus; a BOM is accepted.
     assert run(data_dir, "index", str(tmp_path))[0] == 1
     assert capsys.readouterr().err.strip() == f"reranker: error: {tmp_path}: is a directory, not a corpus file (JSONL: one {{id, title, text}} object per line)"
+    # A pipe exists: "no such corpus file" sent the user looking for a typo.
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    assert run(data_dir, "index", str(pipe))[0] == 1
+    assert capsys.readouterr().err.strip() == f"reranker: error: {pipe}: not a regular file (a pipe or a device?): save the corpus to a file and index that"
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     assert run(data_dir, "index", str(empty))[0] == 1

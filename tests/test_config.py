@@ -67,6 +67,10 @@ def test_a_bad_config_file_is_named(tmp_path: Path) -> None:
         Settings.from_env({"HOME": "/h"}, config_file=bad)
     with pytest.raises(ConfigError, match="cannot read config file"):
         Settings.from_env({"HOME": "/h"}, config_file=tmp_path / "missing.toml")
+    # tomllib lets a UnicodeDecodeError through: it was a traceback (a Latin-1 file, a binary).
+    bad.write_bytes(b'RERANKER_STOPWORDS = "/caf\xe9.txt"\n')
+    with pytest.raises(ConfigError, match=f"config file {bad} is not valid TOML: not UTF-8 text"):
+        Settings.from_env({"HOME": "/h"}, config_file=bad)
 
 
 def test_urls_lose_their_credentials_in_messages() -> None:

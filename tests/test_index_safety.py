@@ -10,6 +10,7 @@ document's text.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -465,6 +466,69 @@ def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(da
         assert [hit.doc_id for hit in store.bm25(own_word(1_234), 1)] == ["d1234"]
     finally:
         store.close()
+
+
+def test_ctrl_c_while_topic_workers_start_is_one_line_and_leaves_no_process(data_dir: Path, tmp_path: Path) -> None:
+    """Ctrl-C reaches every process of the terminal's group. A worker interrupted while it
+    started printed a traceback of its imports under the one-line message; told to ignore
+    it instead, one the pool started as the interrupt came was never told to stop and
+    waited for batches for good. Now: one line, exit 130, no process left, and the next
+    run completes the index."""
+    records = [
+        {"id": f"d{n}", "text": f"{own_word(n)} " + " ".join(random.Random(n).choices(_TOPIC_WORDS, k=2_400))}
+        for n in range(1_600)
+    ]
+    path = write_jsonl(tmp_path / "big.jsonl", records)
+    command = [sys.executable, "-m", "reranker", "index", str(path), "--workers", "2", "--no-progress"]
+    env = {**os.environ, **settings_env(data_dir), "PYTHONPATH": str(REPO)}
+    # A session of its own, as a terminal's foreground job; SIGINT as the terminal sends it
+    # (a shell starts background jobs with it ignored, and children would inherit that).
+    indexer = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        # A worker importing its modules: a fifth of a second of CPU spent (Python installs
+        # its KeyboardInterrupt handler before that; imports take about a second).
+        starting = False
+        while not starting and indexer.poll() is None:
+            starting = any(b"spawn_main" in _cmdline(pid) and _cpu_ticks(pid) >= 20 for pid in _children(indexer.pid))
+        assert starting, "the indexer ended before it started a worker"
+        os.killpg(indexer.pid, signal.SIGINT)
+        out, errors = indexer.communicate(timeout=120)
+        left = _session(indexer.pid)
+        for _ in range(300):  # a worker still starting sees its parent gone when it is up
+            if not left:
+                break
+            threading.Event().wait(0.1)
+            left = _session(indexer.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(indexer.pid, signal.SIGKILL)
+    assert indexer.returncode == 130, (out, errors)
+    assert errors == "reranker: interrupted (already indexed batches are kept)\n"
+    assert left == [], [_cmdline(pid) for pid in left]
+    code, again = run(data_dir, "index", str(path), "--no-progress")
+    assert code == 0, again
+    store = EmbeddedStore(data_dir / "index")
+    try:
+        assert store.count() == len(records)
+    finally:
+        store.close()
+
+
+def _session(sid: int) -> list[int]:
+    """The live processes of session `sid` (zombies are gone in all but name)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
 
 
 def _children(pid: int) -> list[int]:

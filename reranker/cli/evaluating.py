@@ -338,6 +338,26 @@ def _skipped_warning(skipped: Sequence[Any], *, every_skip: bool) -> str:
     head = f"{len(skipped)} corpus line{'' if len(skipped) == 1 else 's'} skipped while indexing (not in the evaluation):"
     return "\n".join([head, *skipped_lines(skipped, SHOWN_SKIPS, every_skip=every_skip)])
 
+def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
+    """Judgments of documents the index lacks score as misses for every ranker: name them
+    (a warning), or refuse when the index has none of them (every metric would be 0)."""
+    judged = sorted({doc_id for query_id, _ in dataset.queries for doc_id in dataset.qrels.get(query_id, {})})
+    missing = sorted(set(judged) - set(engine.store.content_hashes(judged)))
+    if not missing:
+        return
+    judgments = str(dataset.corpus_path.parent / dataset.judgments)  # a `_rank_eval` file's path is absolute
+    if len(missing) == len(judged):
+        raise InputError(
+            f"no relevant document it names ({len(judged)}) is in the corpus, or each one's line was skipped: "
+            f"do its document ids (e.g. {missing[0]!r}) match the ids in {dataset.corpus_path}?",
+            judgments,
+        )
+    shown = ", ".join(missing[:SHOWN_SKIPS]) + (f" ... and {len(missing) - SHOWN_SKIPS} more" if len(missing) > SHOWN_SKIPS else "")
+    log.warning(
+        "%d of the %d relevant documents in %s are not in the index (no ranker can find them): %s",
+        len(missing), len(judged), judgments, shown,
+    )
+
 def offline_run(
     args: argparse.Namespace,
     settings: Settings,
@@ -365,6 +385,7 @@ def offline_run(
         report = index_file(engine, dataset.corpus_path, settings, rebuild=args.rebuild, progress=show)
         if report.skipped:
             log.warning("%s", _skipped_warning(report.skipped, every_skip=getattr(args, "verbose", False)))
+        _check_judged_documents(engine, dataset)
         if any("doc_vectors" in ranker.needs for ranker in rankers):
             _ensure_doc2vec(engine, dataset.corpus_path, settings, progress=show)
         config = {

@@ -18,9 +18,10 @@ from reranker.cli.common import (
     positive_int,
     print_report,
     with_trained_vectors,
+    writable,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
-from reranker.errors import ConfigError, RerankerError
+from reranker.errors import ConfigError, InputError, RerankerError
 
 
 def add_parsers(commands: Any) -> None:
@@ -113,11 +114,15 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         return _train_doc2vec(args, settings, out)
     if args.out is None:
         raise ConfigError("reranker train word2vec needs --out FILE (where to save the vectors)")
+    writable(args.out)  # before minutes of training, not after
     sentences, documents, skipped = corpus_sentences(args.corpus, load_stopwords(settings.stopwords_file))
     params = Word2VecParams(**given(args, "dim", "window", "min_count", "epochs"))
     show = not args.no_progress and sys.stderr.isatty()
     with tqdm(total=params.epochs, unit="epoch", desc="training word2vec", disable=not show, leave=False) as bar:
-        info = train_word2vec(sentences, args.out, params, workers=args.workers, on_epoch=lambda _: bar.update(1))
+        try:
+            info = train_word2vec(sentences, args.out, params, workers=args.workers, on_epoch=lambda _: bar.update(1))
+        except OSError as exc:  # only the saving touches files
+            raise InputError(f"cannot write the vectors: {exc.strerror or exc}", str(args.out)) from None
     print(
         f"trained CBOW word2vec (d={info.dim}, {params.epochs} epochs) on {documents} documents "
         f"({len(sentences)} lines with words) of {args.corpus}"

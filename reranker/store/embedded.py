@@ -1052,6 +1052,12 @@ def _store_error(failed: str, exc: BaseException, directory: Path) -> StoreError
             return full_disk(failed, str(exc))
         if code == sqlite3.SQLITE_IOERR and free_bytes(directory) < NEARLY_FULL:
             return full_disk(failed, f"{exc}, {free_bytes(directory):,} bytes free")
+    if isinstance(exc, PermissionError) or (isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_READONLY):
+        # Searching writes too: SQLite's write-ahead log keeps its shared-memory file beside the database.
+        return StoreError(
+            f"{failed}: {exc}; the embedded store needs write access to its folder, also to search: "
+            "make it writable, or choose another data dir (--data-dir, RERANKER_DATA_DIR)"
+        )
     return StoreError(f"{failed}: {exc}")
 
 
