@@ -338,6 +338,7 @@ def _skipped_warning(skipped: Sequence[Any], *, every_skip: bool) -> str:
     head = f"{len(skipped)} corpus line{'' if len(skipped) == 1 else 's'} skipped while indexing (not in the evaluation):"
     return "\n".join([head, *skipped_lines(skipped, SHOWN_SKIPS, every_skip=every_skip)])
 
+
 def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
     """Judgments of documents the index lacks score as misses for every ranker: name them
     (a warning), or refuse when the index has none of them (every metric would be 0)."""
@@ -357,6 +358,7 @@ def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
         "%d of the %d relevant documents in %s are not in the index (no ranker can find them): %s",
         len(missing), len(judged), judgments, shown,
     )
+
 
 def offline_run(
     args: argparse.Namespace,
