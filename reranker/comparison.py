@@ -274,7 +274,8 @@ def check_rankers(ranker_names: Sequence[str], baseline: str) -> list[str]:
     if baseline not in names:
         raise ConfigError(f"the baseline {baseline!r} is not one of the rankers compared ({', '.join(names)})")
     if len(names) < 2:
-        raise ConfigError("a comparison needs at least two rankers")
+        given = f" (given: {', '.join(ranker_names)}, the same ranker each time)" if len(ranker_names) > 1 else ""
+        raise ConfigError(f"a comparison needs at least two different rankers{given}")
     return names
 
 

@@ -273,7 +273,10 @@ def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, i
     asked = {qid for qid, _ in queries}
     textless = [qid for qid in qrels if qid not in asked]
     if textless:
-        log.warning("%d query ids judged in %s are not in %s (not evaluated): %s", len(textless), qrels_path, queries_path, _some(textless))
+        log.warning(
+            "%d query %s judged in %s %s not in %s (not evaluated): %s", len(textless), "id" if len(textless) == 1 else "ids",
+            qrels_path, "is" if len(textless) == 1 else "are", queries_path, _some(textless),
+        )
 
 
 def _some(ids: list[str], shown: int = 5) -> str:

@@ -78,6 +78,7 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
     assert [line for line in out.splitlines() if line != line.rstrip()] == []
     assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
+    assert run(data_dir, "similar", "P01-1027", "--size", "1")[1].startswith("hidden_topics_corrected+bm25:maxp: 1 paper like P01-1027 ")
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
     assert [h["bm25_rank"] for h in body["hits"]] == list(range(1, 11))
@@ -296,7 +297,7 @@ def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_
     assert code == 0 and json.loads(out)["queries"] == json.loads(plain[1])["queries"]
     queries_path, qrels_path = partial / "queries.jsonl", partial / "qrels.tsv"
     assert f"1 of the 6 queries in {queries_path} have no relevant document in {qrels_path} and are not evaluated: unjudged" in caplog.text
-    assert f"1 query ids judged in {qrels_path} are not in {queries_path} (not evaluated): lost" in caplog.text
+    assert f"1 query id judged in {qrels_path} is not in {queries_path} (not evaluated): lost" in caplog.text
     none = dataset("none", b"".join(line.split(b"\t")[0] + b"\tX" + line.split(b"\t")[1] + b"\t1\n" for line in qrels.splitlines()))
     assert run(data_dir, "evaluate", str(none), "--rankers", "bm25", "--no-progress")[0] == 1
     err = capsys.readouterr().err.strip()

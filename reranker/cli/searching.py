@@ -228,7 +228,7 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
         json.dump({"id": args.doc_id, "ranker": ranker, "hits": [hit.to_json() for hit in hits]}, out, indent=2)
         out.write("\n")
         return 0
-    print(f"{ranker}: {len(hits)} papers like {args.doc_id} of the BM25 top {settings.window} for its distinctive words", file=out)
+    print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {args.doc_id} of the BM25 top {settings.window} for its distinctive words", file=out)
     for hit in hits:
         own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
         print(f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
