@@ -350,7 +350,12 @@ def corrected_topics(
 ) -> CorrectedTopics:
     """The corrected topics of one document (for a text sent to the service): of the words
     that read as words (see `_topics_of_tokens`)."""
-    lookup, counts, _ = vectors.lookup_counts(readable_words(document.full_text, stopwords))
+    return corrected_topics_of_words(readable_words(document.full_text, stopwords), vectors, k, correction)
+
+
+def corrected_topics_of_words(readable: Sequence[str], vectors: WordVectors, k: int, correction: Correction) -> CorrectedTopics:
+    """`corrected_topics` of a text's `readable_words`, already read."""
+    lookup, counts, _ = vectors.lookup_counts(readable)
     return correction.topics(lookup.vectors, counts, k)
 
 

@@ -41,7 +41,7 @@ from reranker.rankers import (
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import LruCache, Store
-from reranker.text import readable_words, tokenize
+from reranker.text import content_words, readable_words, tokenize
 from reranker.topics import (
     best_aligned,
     center,
@@ -299,7 +299,7 @@ class Engine:
         if "doc_vectors" in ranker.needs and window.doc_vectors is None:
             window = replace(window, doc_vectors=self._doc_vectors(window))
         if "corrected_topics" in ranker.needs and window.centering is None:
-            window = replace(window, centering=self._centering(window))
+            window = replace(window, centering=self._centering())
         if "corrected_topics" in ranker.needs and window.corrected is None:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
         if "passages" in ranker.needs and window.passage_scores is None and window.query_text is not None and len(window):
@@ -352,19 +352,17 @@ class Engine:
         info = self.store.index_info()
         k = info.k if info is not None else self.k
         variant = "paper" if centering is None else hashlib.sha256(np.asarray(centering.mu, dtype=np.float32).tobytes()).hexdigest()[:16]
-        # With no index the background is the window's own (`_centering`): a text's cached
-        # topics are the same, but their backgrounds are measured again on this window.
-        window_local = info is None and centering is not None and centering is not self._prior_centering
-        correction = None if centering is None else self._correction(centering, variant, keep=not window_local)
+        # With no index the background is the window's own (`_centering(window)`), counted
+        # from the texts' word ids, which reading a new text for its topics keeps too: a
+        # text's cached topics are the same, their backgrounds measured again on each window.
+        window_local = info is None and centering is not None
+        correction = None if centering is None else self._correction(centering, variant, keep=True)
         found: list[CorrectedTopics] = []
         for doc_id, text in zip(ids, texts):
             if text is not None:
                 if check is not None:
                     check()
-                of_text = self._text_topics(text, correction, k, variant)
-                if window_local and correction is not None:
-                    of_text = correction.with_backgrounds(of_text.topics, of_text.importances)
-                found.append(of_text)
+                found.append(self._text_topics(text, correction, k, variant, keep_word_ids=window_local))
             elif stored is not None and doc_id in rows:
                 row = rows[doc_id]
                 kept = int(np.count_nonzero(stored.importances[row]))
@@ -372,6 +370,11 @@ class Engine:
                 found.append(CorrectedTopics(stored.topics[row, :kept], stored.importances[row, :kept], backgrounds))
             else:
                 found.append(CorrectedTopics(np.zeros((0, self.vectors.dim), np.float32), np.zeros(0, np.float32), np.zeros(0, np.float32)))
+        if window_local:
+            background = self._correction(self._centering(window), variant, keep=False)
+            found = [
+                background.with_backgrounds(f.topics, f.importances) if text is not None else f for f, text in zip(found, texts)
+            ]
         topics, importances = stack_topics([DocTopics(f.topics, f.importances) for f in found], self.vectors.dim)
         missing = tuple(doc_id for doc_id, f in zip(ids, found) if f.importances.shape[0] == 0)
         if not corrected:
@@ -394,13 +397,18 @@ class Engine:
             correction = self._corrections[variant] = Correction.of(centering, self.vectors)
         return correction
 
-    def _text_topics(self, text: str, correction: "Correction | None", k: int, variant: str) -> CorrectedTopics:
+    def _text_topics(
+        self, text: str, correction: "Correction | None", k: int, variant: str, *, keep_word_ids: bool = False
+    ) -> CorrectedTopics:
         """A text's `k` topics as `reranker index` would store them (with `correction`,
         the corrected ones), cached by content, vectors, K and `variant` ("paper", or a
-        digest of the centering's mu). The paper's come with zero backgrounds."""
-        from reranker.indexing import corrected_topics, document_topics
+        digest of the centering's mu). The paper's come with zero backgrounds.
+        keep_word_ids: a text read for its corrected topics also leaves its word ids in
+        `word_id_cache` (for the window's background with no index), from the same pass."""
+        from reranker.indexing import corrected_topics, corrected_topics_of_words, document_topics
 
-        key = f"{_text_key(text)}|{self.vectors.info.checksum}|{k}|{variant}"
+        text_key = _text_key(text)
+        key = f"{text_key}|{self.vectors.info.checksum}|{k}|{variant}"
         found = self.text_topics.get(key)
         if self.on_text_topics is not None:
             self.on_text_topics("computed" if found is None else "hit")
@@ -409,6 +417,11 @@ class Engine:
         if correction is None:
             paper, _, _ = document_topics(Document("", "", text), self.vectors, k, self.stopwords)
             found = CorrectedTopics(paper.topics, paper.importances, np.zeros(paper.k, np.float32))
+        elif keep_word_ids:
+            tokens, readable = content_words(text, self.stopwords)
+            if self.word_id_cache.get(text_key) is None:
+                self.word_id_cache.put(text_key, self.vectors.word_ids(tokens))
+            found = corrected_topics_of_words(readable, self.vectors, k, correction)
         else:
             found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
         self.text_topics.put(key, found)

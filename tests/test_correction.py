@@ -236,6 +236,42 @@ def test_with_no_index_a_window_background_is_its_texts_own_word_distribution(ki
     assert kept == len(texts) - 1 and engine._centering(window) == centering and len(engine.word_id_cache) == kept
 
 
+def test_with_no_index_a_new_text_is_read_once_for_its_topics_and_its_window_background(
+    store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reranker.indexing
+    import reranker.pipeline
+
+    texts = tuple(document.full_text for document in sample_documents()[:4])
+    reads: list[str] = []
+    for module, name in ((reranker.pipeline, "content_words"), (reranker.pipeline, "tokenize"), (reranker.indexing, "readable_words")):
+        original = getattr(module, name, None)
+        if original is None:
+            continue
+        monkeypatch.setattr(module, name, lambda text, *rest, _f=original, _n=name: (reads.append(_n) if text in texts else None, _f(text, *rest))[1])
+    seen: list[str] = []
+    engine = Engine(store=store, vectors=glove, on_text_topics=seen.append)
+    ranker = engine.ranker("hidden_topics_corrected+bm25:maxp")
+    query = engine.query("statistical machine translation")
+    window = CandidateSet(tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))), texts=texts, first_stage="order", query_text=query.text)
+    first = engine.rerank(query, engine.complete(window, ranker), ranker)
+    # One pass over each text gave its topics and the word ids its window's background is
+    # counted from; the service's count says each was computed once.
+    assert reads == ["content_words"] * len(texts) and seen == ["computed"] * len(texts)
+    reads.clear(), seen.clear()
+    again = engine.rerank(query, engine.complete(window, ranker), ranker)
+    assert reads == [] and seen == ["hit"] * len(texts)
+    np.testing.assert_array_equal(first.scores, again.scores)
+    # The backgrounds are the window's own: as `_centering(window)` gives them.
+    background = engine._correction(engine._centering(window), "any", keep=False)
+    corrected = engine.complete(window, ranker).corrected
+    assert corrected is not None and corrected.backgrounds is not None
+    for row in range(len(texts)):
+        kept = int(np.count_nonzero(corrected.importances[row]))
+        expected = background.with_backgrounds(corrected.topics[row, :kept], corrected.importances[row, :kept]).backgrounds
+        np.testing.assert_allclose(corrected.backgrounds[row, :kept], expected, rtol=1e-6)
+
+
 def test_with_no_index_texts_are_corrected_with_the_vectors_own_centering(store: EmbeddedStore, glove: WordVectors) -> None:
     prior = prior_centering(glove)
     assert prior is not None
