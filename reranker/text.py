@@ -88,13 +88,7 @@ def is_readable(token: str, word: str) -> bool:
 def readable_words(text: str, stopwords: frozenset[str] | None = None) -> list[str]:
     """The content words of `text` (`tokenize`) that read as words (`is_readable`), in
     order, with repeats."""
-    stop = default_stopwords() if stopwords is None else stopwords
-    readable: list[str] = []
-    for token in _TOKEN.findall(text.replace(_SOFT_HYPHEN, "")):
-        word = token.lower()
-        if len(word) > 1 and word not in stop and (word.isalpha() or not _DIGIT.search(word)) and is_readable(token, word):
-            readable.append(word)
-    return readable
+    return content_words(text, stopwords)[1]
 
 
 def content_words(text: str, stopwords: frozenset[str] | None = None) -> tuple[list[str], list[str]]:
@@ -102,21 +96,21 @@ def content_words(text: str, stopwords: frozenset[str] | None = None) -> tuple[l
     path needs both of every document, and the text's tokenizing was half a topic worker's
     time when it was done twice."""
     text = text.replace(_SOFT_HYPHEN, "")
-    # `tokenize` finds the words of the lowered text, `readable_words` those of the text as
-    # written, lowered one by one: the same words wherever lowering keeps every character
-    # one character (it does not for a few, "İ" -> "i" + a combining dot, which is no
-    # letter), as then the two texts align character for character.
-    if not text.isascii() and len(text.lower()) != len(text):
-        return tokenize(text, stopwords), readable_words(text, stopwords)
     stop = default_stopwords() if stopwords is None else stopwords
     tokens: list[str] = []
     readable: list[str] = []
+    # The words of the text as written, lowered one by one (is_readable reads their case).
     for token in _TOKEN.findall(text):
         word = token.lower()
         if len(word) > 1 and word not in stop and (word.isalpha() or not _DIGIT.search(word)):
             tokens.append(word)
             if is_readable(token, word):
                 readable.append(word)
+    # `tokenize` finds the words of the lowered text: the same ones wherever lowering keeps
+    # every character one character, as the two texts then align character for character.
+    # A few letters do not ("İ" -> "i" + a combining dot, which is no letter).
+    if not text.isascii() and len(text.lower()) != len(text):
+        tokens = tokenize(text, stopwords)
     return tokens, readable
 
 

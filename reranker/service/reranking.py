@@ -35,9 +35,10 @@ from reranker.errors import (
 from reranker.experiments import Experiments, unit_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
 from reranker.pipeline import Ranking, explained_ranker, uses_word_vectors
-from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker
-from reranker.rankers.fusion import Fusion, FusionPart
+from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, weighted_ranker_names
+from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
+from reranker.service.schema import unweighted_reason
 from reranker.store.events import Experiment, ShownQuery
 from reranker.text import SNIPPET_WORDS, opening
 from reranker.types import Candidate, Explanation, Filter, Query, TopicBatch
@@ -230,13 +231,10 @@ class Runtime:
         for a fusion weight given for a ranker that has none (`where`: the path of the
         request's block that holds them, such as "ext.rerank")."""
         name = self.limits.default_ranker if name is None else name  # "" names no ranker: a 400
-        weighted = get_ranker(name)  # a typo is the caller's error (400) even while the engine cannot be built
-        if fusion_weight is not None and not (isinstance(weighted, Fusion) and weighted.method != "rrf"):
+        get_ranker(name)  # a typo is the caller's error (400) even while the engine cannot be built
+        if fusion_weight is not None and name not in weighted_ranker_names():
             # Heard and ignored, it would answer as if the weight had been applied.
-            raise bad_request(
-                f"[{where + '.' if where else ''}fusion_weight] weighs a min-max, z-score or maxp fusion with BM25; ranker {name!r} has no weight "
-                "(reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion"
-            )
+            raise bad_request(f"[{where + '.' if where else ''}fusion_weight] {unweighted_reason(name)}")
         return self.engine().ranker(name, fusion_weight)
 
     # --- reranking ---------------------------------------------------------------------

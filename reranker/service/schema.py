@@ -140,15 +140,20 @@ NonBlank = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 QueryText = Annotated[NonBlank, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 Text = Annotated[str, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 RankerName = Annotated[str, Field(json_schema_extra=_ranker_enum, description="a registered ranker (GET /rankers); default RERANKER_DEFAULT_RANKER")]
+def unweighted_reason(ranker: str) -> str:
+    """Why a fusion weight is refused for `ranker` (one not in `weighted_ranker_names`)."""
+    return (
+        f"weighs a min-max, z-score or maxp fusion with BM25; ranker {ranker!r} has no weight "
+        "(reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion"
+    )
+
+
 def _weighs_the_ranker(weight: float, info: ValidationInfo) -> float:
     # Heard and ignored, a weight would be answered as if it had been applied. (An unknown
     # ranker is refused by name later; the default ranker, by the Runtime.)
     named = info.data.get("ranker")
     if named in ranker_names() and named not in weighted_ranker_names():
-        raise PydanticCustomError(
-            "invalid", "weighs a min-max, z-score or maxp fusion with BM25; ranker '{ranker}' has no weight "
-            "(reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion", {"ranker": named},
-        )
+        raise PydanticCustomError("invalid", unweighted_reason(named))  # ranker names hold no braces
     return weight
 
 
