@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reranker.errors import InputError
+from reranker.text import listed
 
 log = logging.getLogger(__name__)
 
@@ -268,19 +269,15 @@ def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, i
     if unjudged:
         log.warning(
             "%d of the %d queries in %s have no relevant document in %s and are not evaluated: %s",
-            len(unjudged), len(queries), queries_path, qrels_path, _some(unjudged),
+            len(unjudged), len(queries), queries_path, qrels_path, listed(unjudged, 5),
         )
     asked = {qid for qid, _ in queries}
     textless = [qid for qid in qrels if qid not in asked]
     if textless:
         log.warning(
             "%d query %s judged in %s %s not in %s (not evaluated): %s", len(textless), "id" if len(textless) == 1 else "ids",
-            qrels_path, "is" if len(textless) == 1 else "are", queries_path, _some(textless),
+            qrels_path, "is" if len(textless) == 1 else "are", queries_path, listed(textless, 5),
         )
-
-
-def _some(ids: list[str], shown: int = 5) -> str:
-    return ", ".join(ids[:shown]) + (f" ... and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def _rank_eval_dataset(name: str, corpus: Path, queries_path: Path, judgments: Path) -> Dataset:

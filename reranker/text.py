@@ -14,6 +14,7 @@ import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Sequence
 
 from reranker.errors import ConfigError
 
@@ -117,6 +118,12 @@ def content_words(text: str, stopwords: frozenset[str] | None = None) -> tuple[l
 # The opening of a document shown in a list of hits, in words (`opening`): a line or two,
 # enough to tell documents without a title apart.
 SNIPPET_WORDS = 30
+
+
+def listed(items: Sequence[str], shown: int) -> str:
+    """The first `shown` of `items`, comma-separated, and how many more there are (for a
+    message that names what it is about without printing thousands of ids)."""
+    return ", ".join(items[:shown]) + (f" ... and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def opening(text: str, words: int) -> tuple[str, bool]:

@@ -28,6 +28,7 @@ from reranker.cli.common import (
 )
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.errors import ConfigError, InputError, UnknownRankerError
+from reranker.text import listed
 
 if TYPE_CHECKING:
     from reranker.datasets import Dataset
@@ -353,10 +354,9 @@ def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
             f"do its document ids (e.g. {missing[0]!r}) match the ids in {dataset.corpus_path}?",
             judgments,
         )
-    shown = ", ".join(missing[:SHOWN_SKIPS]) + (f" ... and {len(missing) - SHOWN_SKIPS} more" if len(missing) > SHOWN_SKIPS else "")
     log.warning(
         "%d of the %d relevant documents in %s are not in the index (no ranker can find them): %s",
-        len(missing), len(judged), judgments, shown,
+        len(missing), len(judged), judgments, listed(missing, SHOWN_SKIPS),
     )
 
 

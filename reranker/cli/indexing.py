@@ -22,6 +22,7 @@ from reranker.cli.common import (
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
 from reranker.errors import ConfigError, InputError, RerankerError
+from reranker.text import listed
 
 
 def add_parsers(commands: Any) -> None:
@@ -177,8 +178,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
     )
     for label, ids in [("not in the index", report.not_in_index), ("no word known to the model", report.no_known_words)]:
         if ids:
-            more = f" ... and {len(ids) - 20} more" if len(ids) > 20 else ""
-            print(f"  {len(ids)} corpus documents {label}: {', '.join(ids[:20])}{more}", file=out)
+            print(f"  {len(ids)} corpus documents {label}: {listed(ids, 20)}", file=out)
     for failure in report.failures[:20]:
         print(f"  not stored {failure.doc_id}: {failure.reason}", file=out)
     print('use it with: reranker search "..." --ranker doc2vec', file=out)
