@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -172,6 +173,58 @@ def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenS
     assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, both)] == ["cooking"]
     with pytest.raises(UnknownFieldError, match="cannot filter on 'colour'; filterable fields: .*venue.*year"):
         os_store.bm25("bread", 10, [Filter("colour", "eq", "red")])
+
+
+FILTERED = [
+    dict(TINY_CORPUS[0], year=1998, date="2014-12-31", code="2010", tags=["sea", "wind"], open=True),
+    dict(TINY_CORPUS[1], year=2005, date="2016-01-01", code="0042", tags=["bread"], open=False),
+    dict(TINY_CORPUS[2], year=2012, date="2015-06-30", code="x1", tags=[], open=True),
+]
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        # A value is read as the field's values are, as OpenSearch reads it by the mapping.
+        ([Filter("year", "gte", "2005")], {"cooking", "chess"}),
+        ([Filter("year", "lt", "2005.5")], {"ships", "cooking"}),
+        ([Filter("code", "eq", 2010)], {"ships"}),
+        ([Filter("open", "eq", "false")], {"cooking"}),
+        # Text compares whole: "2014-12-31" holds the word "31", which is above "2015".
+        ([Filter("date", "gte", "2015-01-01")], {"cooking", "chess"}),
+        ([Filter("date", "lt", "2015-01-01"), Filter("year", "gt", 1990)], {"ships"}),
+        # An array field matches when one of its values does.
+        ([Filter("tags", "eq", "wind")], {"ships"}),
+        ([Filter("tags", "gte", "bread")], {"ships", "cooking"}),
+    ],
+)
+def test_filters_read_values_by_the_field_and_both_stores_agree(
+    tmp_path: Path, os_store: OpenSearchStore, store: Any, glove: WordVectors, filters: list[Filter], expected: set[str]
+) -> None:
+    query = "ocean bread chess sailing cooking game"
+    for each in (os_store, store):
+        index_corpus(write_jsonl(tmp_path / "filtered.jsonl", FILTERED), each, glove, 5, show_progress=False)
+        assert {hit.doc_id for hit in each.bm25(query, 10, filters)} == expected, type(each).__name__
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (Filter("year", "gte", "abc"), "'year' (gte 'abc'): the field holds numbers and 'abc' is not one"),
+        (Filter("year", "eq", True), "the field holds numbers, not true or false"),
+        (Filter("open", "gte", True), "the field holds true or false, which only = compares"),
+        (Filter("open", "eq", 1), "the field holds true or false"),
+    ],
+)
+def test_a_filter_value_the_field_cannot_hold_is_refused(
+    tmp_path: Path, os_store: OpenSearchStore, store: Any, glove: WordVectors, bad: Filter, reason: str
+) -> None:
+    """Before, `year>=abc` found nothing with exit 0 (and over the embedded store a text
+    value for a field of numbers sorted above every number)."""
+    for each in (os_store, store):
+        index_corpus(write_jsonl(tmp_path / "filtered.jsonl", FILTERED), each, glove, 5, show_progress=False)
+        with pytest.raises(InputError, match=re.escape(reason)):
+            each.bm25("ocean bread", 10, [bad])
 
 
 def test_title_boost_changes_the_candidate_order(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
@@ -455,6 +508,9 @@ def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
     code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--filter", "year>=2000", "--json")
     hits = json.loads(out)["hits"]
     assert code == 0 and [h["id"] for h in hits][0] == "chess" and "ships" not in {h["id"] for h in hits}
+    # A value the field cannot hold: one line and exit 1 (as for an unknown field), not no hits and 0.
+    assert run(data_dir, *url, "search", "a grandmaster", "--filter", "year>=abc")[0] == 1
+    assert capsys.readouterr().err == "reranker: error: cannot filter 'year' (gte 'abc'): the field holds numbers and 'abc' is not one\n"
     code, out = run(data_dir, *url, "index", str(corpus), "--no-progress", "--rebuild")
     assert "alias now points at reranker-v000002; kept reranker-v000001" in out
     code, out = run(data_dir, *url, "indices", "list")

@@ -145,6 +145,11 @@ def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> 
     # Also when the query has no word to search (stop words only): not a 200 with no hits.
     reason = _error(client.post("/search", json={"query": "a the", "filters": [{"field": "colour", "value": "red"}]}), 409, "unknown_field_exception")
     assert "colour" in reason
+    # A value the field cannot hold: a malformed request, which says why (it found nothing before).
+    reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "year", "op": "gte", "value": "abc"}]}), 400, "illegal_argument_exception")
+    assert reason == "cannot filter 'year' (gte 'abc'): the field holds numbers and 'abc' is not one"
+    as_text = client.post("/search", json={"query": QUERY, "size": 100, "filters": [{"field": "year", "op": "gte", "value": "2005"}]}).get_json()
+    assert as_text["hits"] == body["hits"]
 
 
 def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:

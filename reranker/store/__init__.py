@@ -8,6 +8,7 @@ the cluster, topic matrices as base64 `binary` fields) is selected by
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -20,7 +21,7 @@ import cachetools
 import numpy as np
 
 from reranker.config import Settings
-from reranker.errors import IndexMismatchError
+from reranker.errors import IndexMismatchError, InputError
 from reranker.text import load_stopwords
 from reranker.types import (
     Candidate,
@@ -199,6 +200,47 @@ class LruCache(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def filter_for_field(item: Filter, kind: str | None) -> Filter:
+    """`item` with its value read as the field's values are, as OpenSearch reads a term or
+    range value by the field's mapping: "2010" for a field of numbers is 2010, 2010 for a
+    field of text is "2010". `kind`: "number", "text" or "boolean"; None (values of
+    several kinds, or a kind this does not know) leaves the value as it is.
+
+    Raises InputError for a value the field's values cannot be compared with ("abc" for
+    a field of numbers): without it the filter would silently match nothing (or, in
+    SQLite's order, where every number sorts before every text, everything)."""
+    value = item.value
+    shown = f"{item.field!r} ({item.op} {value!r})"
+    if kind == "number":
+        if isinstance(value, bool):
+            raise InputError(f"cannot filter {shown}: the field holds numbers, not true or false")
+        if isinstance(value, str):
+            text = value.strip()
+            if _INTEGER.fullmatch(text):
+                return Filter(item.field, item.op, int(text))
+            try:
+                number = float(text)
+            except ValueError:
+                number = float("nan")
+            if number != number or number in (float("inf"), float("-inf")):
+                raise InputError(f"cannot filter {shown}: the field holds numbers and {value!r} is not one")
+            return Filter(item.field, item.op, number)
+    elif kind == "text" and not isinstance(value, str):
+        # JSON's spelling, as OpenSearch turns a number into a keyword term: true, 2010, 1.5.
+        return Filter(item.field, item.op, json.dumps(value))
+    elif kind == "boolean":
+        if item.op != "eq":
+            raise InputError(f"cannot filter {shown}: the field holds true or false, which only = compares")
+        if value in ("true", "false"):
+            return Filter(item.field, item.op, value == "true")
+        if not isinstance(value, bool):
+            raise InputError(f"cannot filter {shown}: the field holds true or false")
+    return item
 
 
 class Store(Protocol):

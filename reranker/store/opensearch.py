@@ -45,7 +45,7 @@ from reranker.errors import (
     StoreUnavailableError,
     UnknownFieldError,
 )
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, filter_for_field
 from reranker.store.bm25 import bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
 from reranker.store.opensearch_encoding import (
@@ -838,13 +838,21 @@ class OpenSearchStore:
         if mapping is None or mapping.get("index") is False or mapping.get("type") in ("binary", "object", None):
             filterable = sorted(_filterable(properties))
             raise UnknownFieldError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(filterable)}")
+        # Read as the cluster would read it, but refused here with a 400 that says why, not
+        # by the cluster as a failed search (a 502).
+        item = filter_for_field(item, _FIELD_KINDS.get(mapping["type"]))
+        field = item.field
+        if mapping["type"] == "text":
+            if "raw" not in mapping.get("fields", {}):
+                if item.op == "eq":
+                    return {"match_phrase": {field: item.value}}
+                raise InputError(f"cannot filter {field!r} ({item.op} {item.value!r}): it is text without an exact sub-field; only = compares it")
+            # The exact value, as the embedded store compares it: a range over the analysed
+            # field would compare each word of the value ("2014-12-31" holds "31" > "2015").
+            field = f"{field}.raw"
         if item.op == "eq":
-            if mapping.get("type") == "text":
-                if "raw" in mapping.get("fields", {}):
-                    return {"term": {f"{item.field}.raw": item.value}}
-                return {"match_phrase": {item.field: item.value}}
-            return {"term": {item.field: item.value}}
-        return {"range": {item.field: {item.op: item.value}}}
+            return {"term": {field: item.value}}
+        return {"range": {field: {item.op: item.value}}}
 
     def _mget(self, index: str, doc_ids: Sequence[str], *, includes: list[str] | None = None, excludes: list[str] | None = None) -> list[dict[str, Any]]:
         params: dict[str, Any] = {}
@@ -1030,6 +1038,14 @@ def _info_from_meta(meta: dict[str, Any]) -> IndexInfo | None:
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+# How `filter_for_field` reads a value for a field of each mapping type.
+_FIELD_KINDS = {
+    **dict.fromkeys(("long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float", "unsigned_long"), "number"),
+    **dict.fromkeys(("text", "keyword", "match_only_text", "wildcard", "constant_keyword"), "text"),
+    "boolean": "boolean",
+}
 
 
 def _lookup_field(properties: dict[str, Any], path: str) -> dict[str, Any] | None:
