@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reranker.errors import IndexMismatchError, StoreError
-from reranker.store import MAX_QUERY_TERMS, IndexInfo, LruCache
+from reranker.errors import IndexMismatchError, InputError, StoreError
+from reranker.store import MAX_QUERY_TERMS, IndexInfo, LruCache, filter_for_field
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import tokenize
@@ -258,6 +258,44 @@ def test_filters_restrict_the_candidates_before_the_top_n(ready: EmbeddedStore) 
     assert [hit.doc_id for hit in ready.bm25("ships", 2)] == ["d0", "d1"]
     assert [hit.doc_id for hit in ready.bm25("ships", 2, [Filter("year", "gte", 2007)])] == ["d7", "d8"]
     assert ready.bm25("ships", 2, [Filter("year", "gt", 2100)]) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "read"),
+    [
+        ("number", " 2010 ", 2010), ("number", "-3", -3), ("number", "2010.5", 2010.5), ("number", "1e3", 1000.0),
+        ("number", 7, 7), ("text", 2010, "2010"), ("text", 1.5, "1.5"), ("text", True, "true"), ("text", "x", "x"),
+        ("boolean", "true", True), ("boolean", "false", False), ("boolean", False, False),
+        (None, "2010", "2010"), (None, 2010, 2010),  # values of several kinds: as given
+    ],
+)  # fmt: skip
+def test_a_filter_value_is_read_as_the_field_holds_it(kind: str | None, value: str | int | float | bool, read: object) -> None:
+    found = filter_for_field(Filter("f", "eq", value), kind).value
+    assert found == read and type(found) is type(read)
+
+
+@pytest.mark.parametrize(
+    ("kind", "op", "value"),
+    [("number", "gte", "abc"), ("number", "eq", "nan"), ("number", "lt", "1e999"), ("number", "eq", "0x10"), ("number", "eq", True),
+     ("boolean", "eq", 1), ("boolean", "eq", "yes"), ("boolean", "gte", True)],
+)  # fmt: skip
+def test_a_filter_value_the_field_cannot_hold_says_so(kind: str, op: str, value: str | int | bool) -> None:
+    with pytest.raises(InputError, match=r"^cannot filter 'f' \("):
+        filter_for_field(Filter("f", op, value), kind)
+
+
+def test_an_embedded_filter_reads_array_items_and_skips_nulls(ready: EmbeddedStore) -> None:
+    """An array matches by any item (OpenSearch's rule); nulls and empty arrays hold no
+    value, so they neither match nor make a field of numbers one of several kinds."""
+    values = {"a": [3, 9], "b": 5, "c": None, "d": [], "e": [None, 12]}
+    ready.upsert([
+        StoredDocument(Document(doc_id, "", "ships sea", {"n": value}), stored(doc_id, "ships").doc_topics, f"h{doc_id}", 5, 0)
+        for doc_id, value in values.items()
+    ])  # fmt: skip
+    found = lambda op, value: sorted(hit.doc_id for hit in ready.bm25("ships", 10, [Filter("n", op, value)]))  # noqa: E731
+    assert found("gte", "9") == ["a", "e"] and found("eq", 3) == ["a"] and found("lt", "6") == ["a", "b"]
+    with pytest.raises(InputError, match="the field holds numbers"):
+        found("eq", "many")
 
 
 def test_a_filter_finds_any_field_name(ready: EmbeddedStore) -> None:
