@@ -161,6 +161,16 @@ def test_indexed_topics_come_back_exactly_through_mget(tmp_path: Path, os_store:
     assert list(docs) == ["ships"] and docs["ships"].fields == {"year": 1998, "venue": "Maritime Review"}
 
 
+def test_ids_like_the_apis_endpoints_are_ordinary_ids(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    """OpenSearch's `_id` is any string of at most 512 bytes: `_search` or `_doc/x` is an
+    id like any other, sent in bulk bodies and `_mget` docs, never in a URL."""
+    records = [{**record, "id": doc_id} for record, doc_id in zip(PAPERS, ["_search", "_count", "_doc/x"])]
+    assert index_papers(tmp_path, os_store, glove, records).indexed == 3
+    assert list(os_store.documents(["_search", "_count", "_doc/x"])) == ["_search", "_count", "_doc/x"]
+    assert os_store.topics(["_doc/x"]).topics.any()
+    assert [hit.doc_id for hit in os_store.bm25("sailing ships across the ocean", 1)] == ["_search"]
+
+
 def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     index_papers(tmp_path, os_store, glove)
     hits = os_store.bm25("sailors on a ship at sea in a storm", 10)
