@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import math
 from importlib import resources
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run, settings_env
+from conftest import SAMPLE, TINY_CORPUS, run, settings_env, write_jsonl
 from flask.testing import FlaskClient
 
 from reranker.config import Settings
@@ -123,6 +124,40 @@ def test_an_unknown_document_is_a_404(client: FlaskClient) -> None:
                          ("/documents/10.1145%2F3397271", "10.1145/3397271"), ("/documents/a/b/similar", "a/b")]:
         reason = _error(client.get(path), 404, "document_missing_exception")
         assert reason == f"no stored document with id {doc_id!r}"
+
+
+def test_ids_the_plain_form_leaves_to_the_proxy_are_named_by_the_doc_form(data_dir: Path) -> None:
+    """A document may be called `_search`, `_msearch` or `_count` (the corpus, both stores
+    and OpenSearch's `_id` allow it), but /documents/_search is the proxy's search of an
+    index named "documents": GET /documents/_doc/<id> names every id, as OpenSearch's own
+    GET /<index>/_doc/<id> does."""
+    ids = ["_search", "_msearch", "_count", "_doc/x"]
+    corpus = [{**record, "id": doc_id} for record, doc_id in zip(TINY_CORPUS * 2, ids)]
+    assert run(data_dir, "index", str(write_jsonl(data_dir / "corpus.jsonl", corpus)), "--no-progress")[0] == 0
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    client = app.test_client()
+    try:
+        for record in corpus:
+            paper = client.get(f"/documents/_doc/{record['id']}")
+            assert paper.status_code == 200 and paper.get_json()["id"] == record["id"] and paper.get_json()["title"] == record["title"]
+            similar = client.get(f"/documents/_doc/{record['id']}/similar")
+            assert similar.status_code == 200 and similar.get_json()["id"] == record["id"]
+            assert record["id"] not in {h["id"] for h in similar.get_json()["hits"]}
+        # "_search" and "_doc/x" hold the same text: each is the other's most similar paper.
+        assert client.get("/documents/_doc/_search/similar").get_json()["hits"][0]["id"] == "_doc/x"
+        assert client.get("/documents/_doc/_doc/x/similar").get_json()["hits"][0]["id"] == "_search"
+        assert client.get("/documents/_doc/_search/similar?size=2&bogus=1").status_code == 400  # the same checks as the plain form
+        assert _error(client.get("/documents/_doc/nope"), 404, "document_missing_exception") == "no stored document with id 'nope'"
+        # The plain form of these ids is the proxy's (GET /documents/_count was the document
+        # route's until the proxy had it too); its refusal says how to name the document.
+        for endpoint in ("_search", "_msearch", "_count"):
+            reason = _error(client.get(f"/documents/{endpoint}"), 403, "security_exception")
+            assert reason.endswith(f"for the stored document whose id is {endpoint!r}: GET /documents/_doc/{endpoint}"), reason
+        assert "GET /documents/_doc/" not in _error(client.get("/papers/_count"), 403, "security_exception")
+        # Other ids keep their plain form.
+        assert client.get("/documents/_doc").get_json()["error"]["reason"] == "no stored document with id '_doc'"
+    finally:
+        app.extensions["reranker"].close()
 
 
 @pytest.mark.parametrize("size", ["0", "101", "-1", "1.5", "ten", "", "²"])

@@ -41,8 +41,10 @@ from reranker.store.opensearch_encoding import (
     decode_topics,
     document_source,
     encode_matrix,
+    passages_of,
 )
 from reranker.store.templates import load_templates
+from reranker.text import tokenize
 from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
 
 PAPERS = [
@@ -160,6 +162,16 @@ def test_indexed_topics_come_back_exactly_through_mget(tmp_path: Path, os_store:
     assert not batch.topics[1].any() and not batch.importances[1].any()  # unknown id: zero topics
     docs = os_store.documents(["ships", "missing"])
     assert list(docs) == ["ships"] and docs["ships"].fields == {"year": 1998, "venue": "Maritime Review"}
+
+
+def test_ids_like_the_apis_endpoints_are_ordinary_ids(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    """OpenSearch's `_id` is any string of at most 512 bytes: `_search` or `_doc/x` is an
+    id like any other, sent in bulk bodies and `_mget` docs, never in a URL."""
+    records = [{**record, "id": doc_id} for record, doc_id in zip(PAPERS, ["_search", "_count", "_doc/x"])]
+    assert index_papers(tmp_path, os_store, glove, records).indexed == 3
+    assert list(os_store.documents(["_search", "_count", "_doc/x"])) == ["_search", "_count", "_doc/x"]
+    assert os_store.topics(["_doc/x"]).topics.any()
+    assert [hit.doc_id for hit in os_store.bm25("sailing ships across the ocean", 1)] == ["_search"]
 
 
 def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
@@ -680,6 +692,23 @@ def test_search_fuses_the_best_passages_three_ways(tmp_path: Path, passages_stor
     assert explanation is not None and [name for name, _ in explanation.parts] == ["topics", "bm25", "passages"]
     second = result.hits[1].explanation
     assert second is not None and dict(explanation.parts)["passages"] > dict(second.parts)["passages"] == 0.0  # min-max over the two
+
+
+def test_a_document_past_the_clusters_default_nested_limit_keeps_all_its_passages(
+    tmp_path: Path, passages_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """10,000 nested documents per document is the cluster's default (osmem-server holds
+    to it as OpenSearch does); a version created with passages raises it, so a document of
+    more than 750,000 content words is indexed whole rather than refused."""
+    words = 75 * 10_000 + 150  # 10,001 passages
+    text = f"{filler(words - 2)} {WHALES}"  # the query's words in its last passage only
+    assert len(passages_of(tokenize(text))) == 10_001  # as the store cuts them
+    report = index_papers(tmp_path, passages_store, glove, [{"id": "tome", "title": "", "text": text}, *LONG[:1]])
+    assert report.indexed == 2 and not report.skipped, report
+    settings = passages_store.client.indices.get_settings(index="papers")["papers-v000001"]["settings"]["index"]
+    assert int(settings["mapping"]["nested_objects"]["limit"]) == opensearch.NESTED_OBJECTS_LIMIT > 10_000
+    tome, near = passages_store.passage_bm25(WHALES, ["tome", "near"], [None, None]) or [0.0, 0.0]
+    assert tome > 0 and near > 0  # its last passage is indexed and scored like any other
 
 
 def test_a_failing_passage_search_leaves_the_fusion_two_way_and_is_said_once(

@@ -166,6 +166,20 @@ def test_a_document_matching_the_query_in_one_place_has_the_better_passage(engin
     assert found.hits[0].doc_id == "together"
 
 
+def test_a_document_of_more_passages_than_opensearchs_nested_limit_keeps_its_last_one(engine: Engine, tmp_path: Path) -> None:
+    """The embedded store cuts passages from word positions when it scores (32-bit past
+    65,535 words): no count of passages per document to outgrow, unlike OpenSearch's
+    nested documents (10,000 by default)."""
+    filler = [f"filler{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(300)]
+    words = [filler[i % 300] for i in range(PASSAGE_STRIDE * 10_000)] + filler[:148] + ["whale", "harpoon"]
+    assert len(passage_spans(len(words))) == 10_001
+    last = words[-PASSAGE_TERMS:]  # the passage that holds the query's words
+    corpus = [{"id": "tome", "text": " ".join(words)}, {"id": "last", "text": " ".join(last)}]
+    index_corpus(write_jsonl(tmp_path / "corpus.jsonl", corpus), engine.store, engine.vectors, 3, show_progress=False)
+    tome, alone = engine.store.passage_bm25("whale harpoon", ["tome", "last"], [None, None]) or [0.0, 0.0]
+    assert tome > 0 and tome == pytest.approx(alone, rel=1e-9)  # the same passage, the same statistics
+
+
 def test_a_words_other_forms_count_through_its_stem_as_the_first_stage_counts_them(engine: Engine, tmp_path: Path) -> None:
     # The query says "translation"; the paper says "translations" and "translating": the
     # stemmed field matches them (the first stage does), the exact field does not.

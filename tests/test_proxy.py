@@ -624,8 +624,14 @@ def test_the_library_and_the_page_win_over_the_catch_all(app: Flask, client: Fla
                            ("/ui", "web.page"), ("/ui/static/app.js", "web.static")]:
         assert adapter.match(path, "GET")[0] == expected, path
     # An index named "documents" is still searched through the proxy.
-    assert adapter.match("/documents/_search", "POST")[0] == "proxy.search"
-    assert adapter.match("/documents/_msearch", "POST")[0] == "proxy.msearch"
+    for method in ("GET", "POST"):
+        assert adapter.match("/documents/_search", method)[0] == "proxy.search"
+        assert adapter.match("/documents/_msearch", method)[0] == "proxy.msearch"
+        assert adapter.match("/documents/_count", method)[0] == "proxy.count", method  # GET was the document route's
+    # ... and a document of any id, those ones too, is named by the _doc form.
+    assert adapter.match("/documents/_doc/_count", "GET") == ("library.document_by_id", {"doc_id": "_count"})
+    assert adapter.match("/documents/_doc/_search/similar", "GET") == ("library.similar_by_id", {"doc_id": "_search"})
+    assert adapter.match("/documents/_doc/10.1145/3397271", "GET") == ("library.document_by_id", {"doc_id": "10.1145/3397271"})
     assert adapter.match("/documents/10.1145/3397271/similar", "GET") == ("library.similar", {"doc_id": "10.1145/3397271"})
     paper = client.get("/documents/ships")  # served from the OpenSearch store
     assert paper.status_code == 200 and paper.get_json()["title"] == "Sailing ships"
@@ -645,6 +651,7 @@ def test_the_experiment_routes_win_over_the_catch_all(app: Flask) -> None:
     # An index named "experiments" is still searched through the proxy.
     assert adapter.match("/experiments/_search", "GET")[0] == "proxy.search"
     assert adapter.match("/experiments/_msearch", "POST")[0] == "proxy.msearch"
+    assert adapter.match("/experiments/_count", "GET")[0] == "proxy.count"  # was experiments.show
 
 
 def test_only_the_allowed_indices_are_searched(client: FlaskClient, papers: tuple[str, Path]) -> None:

@@ -49,13 +49,14 @@ blueprint = Blueprint("experiments", __name__)
 
 
 class ExperimentIdConverter(BaseConverter):
-    """One path segment, except the proxy's `_search` and `_msearch`, so that
-    /experiments/_search still reaches an OpenSearch index named "experiments"."""
+    """One path segment, except the proxy's `_search`, `_msearch` and `_count`, so that
+    /experiments/_search still reaches an OpenSearch index named "experiments" (no
+    experiment id starts with "_": `experiments.ID_PATTERN`)."""
 
-    regex = r"(?!_m?search$)[^/]+"
+    regex = r"(?!(?:_m?search|_count)$)[^/]+"
 
 
-EXPERIMENT_ID = {"experiment_id": {"type": "string", "minLength": 1, "pattern": "^(?!_m?search$)[^/]+$"}}
+EXPERIMENT_ID = {"experiment_id": {"type": "string", "minLength": 1, "pattern": "^(?!(?:_m?search|_count)$)[^/]+$"}}
 
 
 @blueprint.record_once

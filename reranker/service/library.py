@@ -4,11 +4,14 @@
     GET /documents/<id>/similar?size=N  the N papers most like it: a search with the paper as
                                         the query (`Engine.similar`), by the default ranker
                                         or `ranker=NAME`
+    GET /documents/_doc/<id>[/similar]  the same, for any id (OpenSearch's GET /<index>/_doc/<id>)
 
 An unknown id is a 404 (document_missing_exception); a bad `size`, or a query parameter
-not declared here, a 400 (`operations.check_query`). An id may hold
-slashes (a DOI); `/documents/_search` and `/documents/_msearch` stay the search proxy's,
-for an OpenSearch index named "documents".
+not declared here, a 400 (`operations.check_query`). An id may hold slashes (a DOI).
+`/documents/_search`, `/documents/_msearch` and `/documents/_count` stay the search proxy's,
+for an OpenSearch index named "documents", so the plain form cannot name a document whose
+id is one of them (or starts with `_doc/`): the `_doc` form names every id. It is not a
+percent-encoded id: the server decodes the path before routing it.
 """
 
 from __future__ import annotations
@@ -28,14 +31,25 @@ from reranker.text import SNIPPET_WORDS, opening
 blueprint = Blueprint("library", __name__)
 
 
+# What the plain form /documents/<id> leaves to other routes: the proxy's endpoints (so that
+# /<index>/_search, _msearch and _count still reach an index named "documents") and the
+# `_doc/` form. Python's and JSON Schema's regex dialects read it alike.
+_NOT_PLAIN = r"(?!(?:_m?search|_count)(?:/|$)|_doc/)"
+
+
 class DocIdConverter(PathConverter):
-    """A document id: any path (ids may contain "/"), except the proxy's `_search` and
-    `_msearch`, so that /<index>/_search still reaches an index named "documents"."""
+    """A document id named plainly: any path (ids may contain "/") but `_NOT_PLAIN`."""
 
-    regex = r"(?!_m?search(?:/|$))[^/].*?"
+    regex = _NOT_PLAIN + r"[^/].*?"
 
 
-DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "pattern": "^(?!_m?search(/|$))", "description": "a stored document's id"}}
+DOC_ID = {
+    "doc_id": {
+        "type": "string", "minLength": 1, "pattern": f"^{_NOT_PLAIN}",
+        "description": "a stored document's id; one that is _search, _msearch or _count or starts with _doc/ is named by /documents/_doc/{doc_id}",
+    }
+}  # fmt: skip
+ANY_DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "description": "a stored document's id, whatever it is"}}
 
 
 @blueprint.record_once
@@ -57,6 +71,22 @@ MAX_SIMILAR = 100
 )
 def document(doc_id: str) -> Any:
     """A stored paper: title, the opening of its text, and its hidden topics."""
+    return _document(doc_id)
+
+
+@blueprint.get("/documents/_doc/<path:doc_id>")
+@operation(
+    "a stored paper by any id (_search, _msearch and _count included), as OpenSearch's GET /<index>/_doc/<id> names one",
+    path=ANY_DOC_ID,
+    answers={200: Reply("the paper", DocumentAnswer)},
+    errors=(404, 502, 503),
+)
+def document_by_id(doc_id: str) -> Any:
+    """The paper of any id: the form for ids the plain one leaves to the proxy."""
+    return _document(doc_id)
+
+
+def _document(doc_id: str) -> Any:
     engine = runtime().engine()
     engine.check_index()
     found, topics = engine.document_topics(doc_id)
@@ -70,19 +100,39 @@ def document(doc_id: str) -> Any:
     )
 
 
+SIMILAR_QUERY = {
+    "size": {"type": "integer", "minimum": 1, "maximum": MAX_SIMILAR, "default": 10},
+    "ranker": {"type": "string", "enum": ranker_names(), "description": "a ranker's name (default: the default ranker)"},
+}
+
+
 @blueprint.get("/documents/<doc_id:doc_id>/similar")
 @operation(
     "papers like this one: BM25 on its most distinctive words, reranked with the whole paper as the query",
     path=DOC_ID,
-    query={
-        "size": {"type": "integer", "minimum": 1, "maximum": MAX_SIMILAR, "default": 10},
-        "ranker": {"type": "string", "enum": ranker_names(), "description": "a ranker's name (default: the default ranker)"},
-    },
+    query=SIMILAR_QUERY,
     answers={200: Reply("the most similar papers first", SimilarAnswer)},
     errors=(400, 404, 409, 502, 503),
 )
 def similar(doc_id: str) -> Any:
     """Papers like this one: BM25 on its distinctive words, reranked with the paper as the query."""
+    return _similar(doc_id)
+
+
+@blueprint.get("/documents/_doc/<path:doc_id>/similar")
+@operation(
+    "papers like the paper of any id (_search, _msearch and _count included)",
+    path=ANY_DOC_ID,
+    query=SIMILAR_QUERY,
+    answers={200: Reply("the most similar papers first", SimilarAnswer)},
+    errors=(400, 404, 409, 502, 503),
+)
+def similar_by_id(doc_id: str) -> Any:
+    """Papers like the paper of any id: the form for ids the plain one leaves to the proxy."""
+    return _similar(doc_id)
+
+
+def _similar(doc_id: str) -> Any:
     size = int(request.args.get("size", 10))  # checked against its declaration (operations.check_query)
     rt = runtime()
     ranker = request.args.get("ranker", rt.limits.default_ranker)  # "ranker=" names no ranker: a 400

@@ -145,6 +145,21 @@ def cluster(rt: Runtime) -> OpenSearchStore:
     return store
 
 
+def target(rt: Runtime, index: str | None, endpoint: str) -> tuple[str, OpenSearchStore]:
+    """The index expression a proxied `endpoint` searches (the alias when the URL names
+    none) and the cluster; ApiError 403 or 404 as `check_indices` and `cluster` refuse.
+
+    /documents/_search is also what someone asking for the stored document of id
+    "_search" may have typed: a refusal of the index "documents" says how to ask for it."""
+    try:
+        return check_indices(index or rt.settings.opensearch.alias, rt.settings), cluster(rt)
+    except ApiError as refused:
+        if index != "documents":
+            raise
+        hint = f"; for the stored document whose id is {endpoint!r}: GET /documents/_doc/{endpoint}"
+        raise ApiError(refused.status, refused.type, refused.reason + hint, refused.headers) from None
+
+
 def _path(index: str, endpoint: str) -> str:
     return f"/{quote(index, safe=',*')}/{endpoint}"
 
@@ -323,8 +338,7 @@ def search(index: str | None = None) -> Response:
     """One search: forwarded, reranked when it can be, one page answered."""
     started = time.perf_counter()
     rt = runtime()
-    expression = check_indices(index or rt.settings.opensearch.alias, rt.settings)
-    store = cluster(rt)
+    expression, store = target(rt, index, "_search")
     deadline = Deadline(rt.limits.deadline_ms)
     params = url_params()
     raw = json_object(required=False)
@@ -365,8 +379,7 @@ def msearch(index: str | None = None) -> Response:
     """Several searches: all windows in one _msearch, all pages in a second."""
     started = time.perf_counter()
     rt = runtime()
-    default_index = check_indices(index or rt.settings.opensearch.alias, rt.settings)
-    store = cluster(rt)
+    default_index, store = target(rt, index, "_msearch")
     deadline = Deadline(rt.limits.deadline_ms)
     params = url_params()
     raw = body_bytes()
@@ -466,8 +479,7 @@ def scroll() -> Response:
 def count(index: str | None = None) -> Response:
     """A count: the same indices and query clauses as a search may use, nothing reranked."""
     rt = runtime()
-    expression = check_indices(index or rt.settings.opensearch.alias, rt.settings)
-    store = cluster(rt)
+    expression, store = target(rt, index, "_count")
     params = url_params()
     body = json_object(required=False)
     for key in body:

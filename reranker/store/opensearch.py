@@ -15,6 +15,7 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
   passages (150 content words every 75, as the embedded store cuts them) as `nested`
   documents of the field `passages`, indexed but left out of `_source`; one nested query
   scores a window's best passages (`passage_bm25`). Other versions keep none (see `upsert`).
+  Such a version takes every passage of a long document (`NESTED_OBJECTS_LIMIT`).
 
 The client (reranker/store/opensearch_client.py) is created on first use and again after
 a fork, so a gunicorn worker never shares a connection pool with its parent. Credentials
@@ -46,7 +47,7 @@ from reranker.errors import (
     UnknownFieldError,
 )
 from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, filter_for_field
-from reranker.store.bm25 import bm25_of_texts
+from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
 from reranker.store.opensearch_encoding import (
     DTYPES,
@@ -104,6 +105,18 @@ PASSAGES_MAPPINGS: dict[str, Any] = {
     "_source": {"excludes": ["passages"]},
     "properties": {"passages": {"type": "nested", "properties": {"text": {"type": "text", "analyzer": "english"}}}},
 }
+# `index.mapping.nested_objects.limit` of a version created with passages. The cluster's
+# default, 10,000 nested documents per document, refuses a document of more than about
+# 750,000 content words (a passage every 75), which was then lost from the index. Rather
+# than keep only some of its passages (which would change its best passage, and so its
+# score), the limit is raised past any document a bulk request can carry: each passage's
+# text alone is at least 150 content words of 2 characters or more, spaces between, and a
+# request holds at most `http.max_content_length` bytes (100mb unless the cluster's nodes
+# raise it). The limit guards the cluster against documents that explode into nested
+# ones; here the store decides how many there are, and the request size still bounds them.
+HTTP_MAX_CONTENT_LENGTH = 100 * 1024 * 1024
+MIN_PASSAGE_BYTES = 3 * PASSAGE_TERMS - 1
+NESTED_OBJECTS_LIMIT = HTTP_MAX_CONTENT_LENGTH // MIN_PASSAGE_BYTES + 1
 # Documents whose texts `store_doc_vectors` reads at a time to send their passages again.
 DOC2VEC_TEXT_CHUNK = 500
 # Lucene's default limit on clauses in one boolean query is 1,024; a multi_match query
@@ -438,15 +451,14 @@ class OpenSearchStore:
         numbers = [int(v.name.rsplit("-v", 1)[1]) for v in versions]
         name = f"{self.alias}-v{max(numbers, default=0) + 1:06d}"
         mappings: dict[str, Any] = {"_meta": {"reranker": self._new_meta(info, "building")}}
+        # No refreshes while a new version fills up; publish() refreshes once.
+        settings: dict[str, Any] = {"refresh_interval": "-1"}
         if self.config.passages:
             # Merged with the templates' mappings. `_source` cannot change once an index
             # exists, which is why passages are a property of a version, chosen here.
             mappings.update(PASSAGES_MAPPINGS)
-        body = {
-            "mappings": mappings,
-            # No refreshes while a new version fills up; publish() refreshes once.
-            "settings": {"index": {"refresh_interval": "-1"}},
-        }
+            settings["mapping"] = {"nested_objects": {"limit": NESTED_OBJECTS_LIMIT}}
+        body = {"mappings": mappings, "settings": {"index": settings}}
         self._call(f"creating index {name}", self.client.indices.create, index=name, body=body)
         log.info("created index %s", name)
         return name

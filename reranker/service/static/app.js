@@ -493,7 +493,8 @@
     byId("paper-topics").replaceChildren();
     byId("paper-similar").replaceChildren();
     say("Loading the paper…", "busy");
-    const path = "/documents/" + encodeURIComponent(id);
+    // The _doc form names every id, those the plain one leaves to the proxy (_search, ...) too.
+    const path = "/documents/_doc/" + encodeURIComponent(id);
     const [paper, similar] = await Promise.allSettled([api("GET", path), api("GET", `${path}/similar?size=${PAGE_SIZE}`)]);
     if (request !== paperRequest) return; // another paper was asked for meanwhile
     if (paper.status === "rejected") {
