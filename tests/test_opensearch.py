@@ -274,6 +274,17 @@ def test_bulk_reports_each_refused_document_and_writes_the_rest(
     assert all(item.location.startswith(str(tmp_path)) for item in report.skipped)
 
 
+def test_an_id_past_opensearchs_limit_is_refused_alone(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    """One id over 512 UTF-8 bytes failed the whole bulk request (the cluster validates
+    every id first): the documents beside it were lost too."""
+    long_id = "é" * 257  # 514 bytes, 257 characters
+    records = [dict(TINY_CORPUS[0]), dict(TINY_CORPUS[1], id=long_id), dict(TINY_CORPUS[2]), dict(TINY_CORPUS[1], id="é" * 256)]
+    report = index_papers(tmp_path, os_store, glove, records)
+    assert report.indexed == 3 and [item.doc_id for item in report.skipped] == [long_id]
+    assert report.skipped[0].reason == "an id of 514 bytes; OpenSearch takes ids of at most 512 (UTF-8)"
+    assert set(os_store.documents(["ships", "chess", "é" * 256])) == {"ships", "chess", "é" * 256}
+
+
 def test_reindexing_is_idempotent_and_changed_documents_are_replaced(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     index_papers(tmp_path, os_store, glove)
     again = index_papers(tmp_path, os_store, glove)

@@ -76,6 +76,10 @@ from reranker.types import (
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+# OpenSearch's limit on `_id`, in UTF-8 bytes. It checks every id of a bulk request before
+# any is written, and one id past it fails the whole request: the store refuses that
+# document alone, as the cluster refuses a field it cannot map.
+MAX_ID_BYTES = 512
 # Top-level source fields the store itself writes; a corpus field may not reuse them.
 RESERVED_FIELDS = frozenset({"title", "body", "hidden_topics", "corrected_topics", "indexed", "doc2vec", "passages"})
 # Source fields that are the store's own, never a document's text or metadata (`passages`
@@ -535,7 +539,10 @@ class OpenSearchStore:
         for stored in documents:
             doc = stored.document
             reserved = sorted(RESERVED_FIELDS & doc.fields.keys())
-            if reserved:
+            id_bytes = len(doc.id.encode("utf-8", "surrogatepass"))
+            if id_bytes > MAX_ID_BYTES:
+                failures.append(WriteFailure(doc.id, f"an id of {id_bytes} bytes; OpenSearch takes ids of at most {MAX_ID_BYTES} (UTF-8)"))
+            elif reserved:
                 failures.append(WriteFailure(doc.id, f"field name(s) {', '.join(reserved)} are reserved by the reranker"))
             elif stored.doc_topics.topics.shape[1:] != (info.embedding.dim,):
                 failures.append(WriteFailure(doc.id, f"topics of shape {stored.doc_topics.topics.shape}, the index holds d={info.embedding.dim}"))
