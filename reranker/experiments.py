@@ -306,7 +306,8 @@ def read_event(raw: Mapping[str, Any], fields: EventFields, store: EventStore) -
     raw: the event as sent (stored as it is); fields: what it says, already checked for
     shape. InputError (400) for an event too large to store or one that contradicts its
     query (a doc that was not shown, a wrong position, another client); NotFoundError
-    (404) for a query id that was never interleaved.
+    (404) for a query id that was never interleaved, or whose experiment was deleted (a
+    stopped one still takes events: a list shown before the stop may be clicked after).
     """
     size = len(json.dumps(raw, ensure_ascii=False).encode("utf-8"))
     if size > MAX_EVENT_BYTES:
@@ -317,6 +318,12 @@ def read_event(raw: Mapping[str, Any], fields: EventFields, store: EventStore) -
         raise NotFoundError(
             f"no interleaved query with id {query_id!r}: events are recorded for the query_id of a "
             "search answered by a running experiment"
+        )
+    if store.experiment(shown.experiment_id) is None:
+        # Deleted with its events kept: they stay for analysis, but no report counts a new
+        # one, and a 201 naming the experiment would tell the client it took part.
+        raise NotFoundError(
+            f"experiment {shown.experiment_id!r} of query {query_id!r} was deleted (its events were kept): it records no more events"
         )
     if shown.client_id is not None and client_id is None:
         raise InputError(f"[client_id] is required: the search of query {query_id!r} sent one")

@@ -609,19 +609,24 @@ def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> 
     assert _error(client.delete("/experiments/gone?events=maybe", headers=AUTH), 400).endswith("; got 'maybe'")
     assert "is running: stop it first" in _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 409, "conflict_exception")
     assert client.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    # A list shown before the stop may be clicked after it: stopped, the experiment still counts it.
+    assert client.post("/events", json=_click(body["hits"][0], body["query_id"])).status_code == 201
     answer = client.delete("/experiments/gone?events=keep", headers=AUTH)
     assert answer.status_code == 200, answer.get_data(as_text=True)
     deleted = answer.get_json()
     assert deleted["deleted"] == "gone" and deleted["experiment"]["status"] == "stopped"
-    assert (deleted["events"], deleted["queries"], deleted["event_count"]) == ("kept", 1, 1)
+    assert (deleted["events"], deleted["queries"], deleted["event_count"]) == ("kept", 1, 2)
     _error(client.get("/experiments/gone"), 404)
+    # Deleted, it takes no more: the kept records stay as they were.
+    late = _error(client.post("/events", json=_click(body["hits"][2], body["query_id"])), 404, "resource_not_found_exception")
+    assert late == f"experiment 'gone' of query '{body['query_id']}' was deleted (its events were kept): it records no more events"
     assert client.get("/experiments").get_json() == {"experiments": []}
     store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
-    assert store.recorded("gone") == Recorded(queries=1, events=1), "kept: still in the store"
+    assert store.recorded("gone") == Recorded(queries=1, events=2), "kept: still in the store"
     assert "still holds 1 shown queries" in _error(client.post("/experiments", json={"id": "gone", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH), 409)
     assert "are kept" in _error(client.delete("/experiments/gone?events=keep", headers=AUTH), 404)
     answer = client.delete("/experiments/gone?events=delete", headers=AUTH)
-    assert answer.status_code == 200 and answer.get_json() == {"deleted": "gone", "experiment": None, "events": "deleted", "queries": 1, "event_count": 1}
+    assert answer.status_code == 200 and answer.get_json() == {"deleted": "gone", "experiment": None, "events": "deleted", "queries": 1, "event_count": 2}
     assert store.recorded("gone") == Recorded(queries=0, events=0)
     store.close()
     _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 404)
