@@ -18,7 +18,9 @@ and clicks on it say which ranker the user preferred for that query.
   document at l in A and in B, the ranker whose top k holds more clicked documents wins.
 - Per-query credit (+1, -1 or 0 per query) and the sign test over queries with a
   preference: Chapelle, Joachims, Radlinski & Yue (2012), "Large-scale validation and
-  analysis of interleaved search evaluation", ACM TOIS 30(1).
+  analysis of interleaved search evaluation", ACM TOIS 30(1). Their queries are each
+  interleaved with fresh coins; where several share one interleaving's coins, `outcome`
+  counts them as one unit (the sign of their summed credit), since they are one trial.
 
 Pure functions over document ids: no IO, no logging. Randomness comes only from the
 `random.Random` passed in, or from a seed (ints as they are, strings through SHA-256, so
