@@ -20,6 +20,11 @@ Run:  python bench/bench_peeking.py                   (a few seconds)
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    from benchlib import product_threads
+
+    product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
+
 import argparse
 
 import numpy as np
