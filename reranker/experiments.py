@@ -5,11 +5,14 @@ that name no ranker (`traffic`) is answered with the interleaving of both ranker
 of the same BM25 window (`reranker.interleaving`); the list shown and which ranker put
 each hit there are recorded under a query id (`store.events.ShownQuery`). Clients send
 User Behavior Insights events for that query id; the report credits each clicked query
-to a ranker and runs a sign test over the queries with a preference.
+to a ranker and runs a sign test over the units with a preference (a unit is one
+client's query text, or a query text searched without a client id: its searches share
+one interleaving's coins, so they are one trial, see `store.events.randomisation_unit`).
 
 One experiment runs at a time, so a search never has to choose between two. Whether a
 search takes part is a hash of (experiment id, client id) against the share, so one
-client sees the same arm for the whole experiment; without a client id it is a coin flip.
+client sees the same arm for the whole experiment; without a client id, a hash of the
+query text.
 
 Used by the service (routes and search) and by `reranker ab` (the same store, no HTTP).
 """
@@ -303,7 +306,8 @@ def read_event(raw: Mapping[str, Any], fields: EventFields, store: EventStore) -
     raw: the event as sent (stored as it is); fields: what it says, already checked for
     shape. InputError (400) for an event too large to store or one that contradicts its
     query (a doc that was not shown, a wrong position, another client); NotFoundError
-    (404) for a query id that was never interleaved.
+    (404) for a query id that was never interleaved, or whose experiment was deleted (a
+    stopped one still takes events: a list shown before the stop may be clicked after).
     """
     size = len(json.dumps(raw, ensure_ascii=False).encode("utf-8"))
     if size > MAX_EVENT_BYTES:
@@ -314,6 +318,12 @@ def read_event(raw: Mapping[str, Any], fields: EventFields, store: EventStore) -
         raise NotFoundError(
             f"no interleaved query with id {query_id!r}: events are recorded for the query_id of a "
             "search answered by a running experiment"
+        )
+    if store.experiment(shown.experiment_id) is None:
+        # Deleted with its events kept: they stay for analysis, but no report counts a new
+        # one, and a 201 naming the experiment would tell the client it took part.
+        raise NotFoundError(
+            f"experiment {shown.experiment_id!r} of query {query_id!r} was deleted (its events were kept): it records no more events"
         )
     if shown.client_id is not None and client_id is None:
         raise InputError(f"[client_id] is required: the search of query {query_id!r} sent one")
@@ -365,6 +375,7 @@ class Report:
             "queries_with_clicks": o.queries_with_clicks,
             "clicks": self.click_events,
             "clicked_hits": o.clicks,
+            "units_with_clicks": o.units_with_clicks,
             "wins": {a: o.wins_a, b: o.wins_b},
             "ties": o.ties,
             "winner": self.winner,
@@ -378,7 +389,7 @@ class Report:
 
 def report(store: EventStore, experiment: Experiment) -> Report:
     data = store.experiment_data(experiment.id)
-    found = outcome(data.clicked, min_queries=experiment.min_queries, labels=experiment.rankers)
+    found = outcome(data.clicked, min_queries=experiment.min_queries, labels=experiment.rankers, units=data.units)
     # outcome() saw only the clicked queries; the store counted every query shown.
     return Report(experiment, replace(found, queries=data.queries), data.click_events)
 
@@ -394,18 +405,48 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class Tally:
-    """Per-query credit counted over some clicked queries (as `interleaving.outcome` counts)."""
+    """Credit counted over some clicked queries, as `interleaving.outcome` counts it: the
+    queries, and the units they fall in with each unit's summed credit's sign."""
 
     queries_with_clicks: int = 0
+    units_with_clicks: int = 0
     wins_a: int = 0
     wins_b: int = 0
     ties: int = 0
 
-    def add(self, preference: int) -> "Tally":
-        return Tally(self.queries_with_clicks + 1, self.wins_a + (preference > 0), self.wins_b + (preference < 0), self.ties + (preference == 0))
-
     def to_json(self, rankers: tuple[str, str]) -> dict[str, Any]:
-        return {"queries_with_clicks": self.queries_with_clicks, "wins": {rankers[0]: self.wins_a, rankers[1]: self.wins_b}, "ties": self.ties}
+        return {
+            "queries_with_clicks": self.queries_with_clicks,
+            "units_with_clicks": self.units_with_clicks,
+            "wins": {rankers[0]: self.wins_a, rankers[1]: self.wins_b},
+            "ties": self.ties,
+        }
+
+
+class _Votes:
+    """Running sums of credit per unit, kept so each added query moves only its unit's
+    vote between wins and ties (a timeline re-counts no unit per period)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, int] = {}
+        self._queries = 0
+        self._counts = [0, 0, 0]  # units whose sum is > 0, < 0, == 0
+
+    @staticmethod
+    def _kind(total: int) -> int:
+        return 0 if total > 0 else 1 if total < 0 else 2
+
+    def add(self, unit: str, preference: int) -> None:
+        self._queries += 1
+        if unit in self._sums:
+            self._counts[self._kind(self._sums[unit])] -= 1
+        total = self._sums.get(unit, 0) + preference
+        self._sums[unit] = total
+        self._counts[self._kind(total)] += 1
+
+    def tally(self) -> Tally:
+        wins_a, wins_b, ties = self._counts
+        return Tally(self._queries, len(self._sums), wins_a, wins_b, ties)
 
 
 @dataclass(frozen=True)
@@ -477,22 +518,24 @@ def timeline(store: EventStore, experiment: Experiment, interval: str = "auto") 
     if interval != "auto" and interval not in INTERVALS:
         raise InputError(f"[interval] must be one of auto, {', '.join(INTERVALS)}, got {interval!r}")
     data = store.experiment_data(experiment.id)
-    clicked: list[tuple[_dt.datetime, Interleaving, frozenset[str]]] = sorted(
-        ((_shown_time(at), shown, ids) for at, (shown, ids) in zip(data.shown_at, data.clicked)), key=lambda row: row[0]
+    clicked: list[tuple[_dt.datetime, str, Interleaving, frozenset[str]]] = sorted(
+        ((_shown_time(at), unit, shown, ids) for at, unit, (shown, ids) in zip(data.shown_at, data.units, data.clicked)),
+        key=lambda row: row[0],
     )
     if interval == "auto":
         span = clicked[-1][0] - clicked[0][0] if clicked else _dt.timedelta(0)
         interval = "hour" if span <= HOURLY_SPAN else "day"
     periods: list[Period] = []
-    so_far = Tally()
-    for at, shown, ids in clicked:
+    so_far, within = _Votes(), _Votes()
+    for at, unit, shown, ids in clicked:
         if not ids.intersection(shown.ids):
             continue  # no shown hit clicked (a click event without an object): as outcome()
         preference = credit(shown, ids)
         start = _period_start(at, interval)
         if not periods or periods[-1].start != start:
-            periods.append(Period(start, start + INTERVALS[interval], Tally(), so_far))
-        last = periods[-1]
-        so_far = so_far.add(preference)
-        periods[-1] = replace(last, within=last.within.add(preference), so_far=so_far)
+            within = _Votes()
+            periods.append(Period(start, start + INTERVALS[interval], Tally(), so_far.tally()))
+        so_far.add(unit, preference)
+        within.add(unit, preference)
+        periods[-1] = replace(periods[-1], within=within.tally(), so_far=so_far.tally())
     return Timeline(experiment, interval, tuple(periods))

@@ -18,7 +18,9 @@ and clicks on it say which ranker the user preferred for that query.
   document at l in A and in B, the ranker whose top k holds more clicked documents wins.
 - Per-query credit (+1, -1 or 0 per query) and the sign test over queries with a
   preference: Chapelle, Joachims, Radlinski & Yue (2012), "Large-scale validation and
-  analysis of interleaved search evaluation", ACM TOIS 30(1).
+  analysis of interleaved search evaluation", ACM TOIS 30(1). Their queries are each
+  interleaved with fresh coins; where several share one interleaving's coins, `outcome`
+  counts them as one unit (the sign of their summed credit), since they are one trial.
 
 Pure functions over document ids: no IO, no logging. Randomness comes only from the
 `random.Random` passed in, or from a seed (ints as they are, strings through SHA-256, so
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 TEAM_A, TEAM_B = "A", "B"
@@ -220,11 +222,13 @@ class Outcome:
     """The aggregate of an interleaving experiment (per-query wins, Chapelle et al. 2012).
 
     queries: queries shown. queries_with_clicks: of those, with a click on a shown id.
-    clicks: distinct shown ids clicked, summed over queries. wins_a / wins_b: queries
-    whose credit preferred A / B. ties: queries with clicks but no preference.
+    clicks: distinct shown ids clicked, summed over queries. units_with_clicks: the units
+    (see `outcome`) those clicked queries fall in, each one trial of the test.
+    wins_a / wins_b: units whose summed credit preferred A / B. ties: units with clicks
+    but no preference.
     p_value: two-sided sign test on wins_a vs wins_b (ties dropped), None with no wins.
     winner: TEAM_A or TEAM_B when the verdict is "significant", else None.
-    verdict: "not_enough_data" (fewer than min_queries queries with a preference),
+    verdict: "not_enough_data" (fewer than min_queries units with a preference),
         "no_significant_difference" or "significant" (p_value < alpha).
     message: one sentence for people.
     """
@@ -232,6 +236,7 @@ class Outcome:
     queries: int
     queries_with_clicks: int
     clicks: int
+    units_with_clicks: int
     wins_a: int
     wins_b: int
     ties: int
@@ -246,18 +251,27 @@ def outcome(
     min_queries: int = 20,
     alpha: float = 0.05,
     labels: tuple[str, str] = (TEAM_A, TEAM_B),
+    units: Sequence[Hashable] | None = None,
 ) -> Outcome:
     """Count per-query credit over `results` (the list shown, the ids clicked) and test it.
 
-    `labels` name A and B in the message only (e.g. the rankers' names).
-    Raises ValueError if min_queries < 1 or alpha is not in (0, 1).
+    `units`: per result, the unit it was randomised in (None: each result is its own).
+    The sign test assumes independent trials, and results that share the coins of one
+    interleaving are not: if everyone who searches one text sees the same list, a
+    popular text whose users click the top hit, whoever placed it, repeats one coin's
+    verdict on every search. So the results of a unit count as one trial: the sign of
+    the sum of their credits (Chapelle et al. 2012 credit per query impression, each
+    interleaved with its own coins). `labels` name A and B in the message only.
+    Raises ValueError if min_queries < 1, alpha is not in (0, 1), or `units` is shorter
+    than `results`.
     """
     if min_queries < 1:
         raise ValueError(f"min_queries must be at least 1, got {min_queries}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
-    queries = queries_with_clicks = clicks = wins_a = wins_b = ties = 0
-    for shown, clicked in results:
+    queries = queries_with_clicks = clicks = 0
+    summed: dict[Hashable, int] = {}  # unit -> the sum of its clicked queries' credit
+    for index, (shown, clicked) in enumerate(results):
         queries += 1
         if isinstance(clicked, str):
             raise TypeError("clicked must be a collection of ids, not a string")
@@ -266,17 +280,21 @@ def outcome(
             continue
         queries_with_clicks += 1
         clicks += shown_clicks
-        preference = credit(shown, clicked)
-        wins_a += preference > 0
-        wins_b += preference < 0
-        ties += preference == 0
+        if units is not None and index >= len(units):
+            raise ValueError(f"units has {len(units)} entries, fewer than the results")
+        unit = index if units is None else units[index]
+        summed[unit] = summed.get(unit, 0) + credit(shown, clicked)
+    wins_a = sum(1 for total in summed.values() if total > 0)
+    wins_b = sum(1 for total in summed.values() if total < 0)
+    ties = len(summed) - wins_a - wins_b
     decided = wins_a + wins_b
+    counted = "queries" if units is None else "units"
     p_value = sign_test(wins_a, wins_b) if decided else None
     winner: str | None = None
     if decided < min_queries:
         verdict = "not_enough_data"
         message = (
-            f"not enough data yet: {decided} of the {min_queries} queries with a "
+            f"not enough data yet: {decided} of the {min_queries} {counted} with a "
             "preference needed"
         )
     else:
@@ -287,7 +305,7 @@ def outcome(
             if wins_a == wins_b
             else f"{labels[leader]} preferred on {leader_wins}"
         )
-        summary = f"{preferred} of {decided} queries with a preference ({_format_p(p_value)})"
+        summary = f"{preferred} of {decided} {counted} with a preference ({_format_p(p_value)})"
         if p_value < alpha:
             verdict = "significant"
             winner = (TEAM_A, TEAM_B)[leader]
@@ -299,6 +317,7 @@ def outcome(
         queries=queries,
         queries_with_clicks=queries_with_clicks,
         clicks=clicks,
+        units_with_clicks=len(summed),
         wins_a=wins_a,
         wins_b=wins_b,
         ties=ties,

@@ -99,6 +99,19 @@ def _test_note() -> str:
     )
 
 
+def _power_note(queries: int) -> list[str]:
+    """A warning when no difference over `queries` queries can reach SIGNIFICANCE_LEVEL:
+    the sign flips of n differences give the observed mean's magnitude at least 2 of 2^n
+    times (its own signs and their negation), so the exact p is never below 2 / 2^n.
+    Without it a table with no mark reads as "no difference" when the test had no chance."""
+    if queries < 1 or 2.0 / 2**queries < SIGNIFICANCE_LEVEL:
+        return []
+    return [
+        f"With {queries} queries no ranker can be marked: the randomisation test's smallest "
+        f"two-sided p over {queries} queries is 2/2^{queries} = {2.0 / 2**queries:.3g}."
+    ]
+
+
 def _approximate_note(approximate: dict[str, int]) -> list[str]:
     counts = ", ".join(f"{name} {n}" for name, n in approximate.items() if n)
     return [f"Answered approximately (time budget ran out): {counts} queries."] if counts else []
@@ -129,6 +142,7 @@ def evaluation_caption(result: EvaluationResult) -> str:
             "corrected for multiple comparisons). W/T/L: queries where nDCG@"
             f"{NDCG_CUTOFF} is above / equal to / below {result.baselines[0]}'s."
         )
+        parts.extend(_power_note(result.queries))
     return " ".join([*parts, *_approximate_note(result.approximate)])
 
 
@@ -182,6 +196,7 @@ def comparison_caption(comparison: Comparison) -> str:
         f"Overlap with {base}'s ranking, mean over queries: Jaccard of the top {comparison.jaccard_depth} "
         f"and rank-biased overlap over the whole window (RBO_ext, p = {comparison.rbo_p:g}; Webber, "
         "Moffat & Zobel 2010).",
+        *_power_note(comparison.queries),
     ]
     return " ".join([*parts, *_approximate_note(comparison.approximate)])
 

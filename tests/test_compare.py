@@ -24,7 +24,7 @@ from reranker.comparison import (
 )
 from reranker.datasets import Dataset, load_dataset, load_rank_eval, query_text
 from reranker.errors import ConfigError, InputError
-from reranker.evaluation import RankerRun, metric_names
+from reranker.evaluation import RankerRun, metric_names, paired_randomization_p
 from reranker.reports import comparison_plots, comparison_table
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -250,6 +250,15 @@ def test_the_shape_is_the_same_whatever_the_judgments(tmp_path: Path) -> None:
     assert from_rank_eval.judgments == str(judgments)
     assert dataclasses.replace(from_rank_eval, judgments="qrels.tsv") == from_qrels
     assert list(from_rank_eval.to_json()) == list(from_qrels.to_json())
+
+
+def test_too_few_queries_to_mark_anything_are_said_so(tmp_path: Path) -> None:
+    # On 5 queries even a ranker better on every one gets p of about 2/2^5: no mark can appear,
+    # and a table without one must not read as "no difference found".
+    assert paired_randomization_p([1.0] * 5, [0.0] * 5) == pytest.approx(0.0625, abs=0.01)
+    assert paired_randomization_p([1.0] * 6, [0.0] * 6) < 0.05
+    caption = comparison_table(compare_rankings(qrels_dataset(tmp_path), RUN, "copy")).splitlines()[0]
+    assert caption.endswith("With 3 queries no ranker can be marked: the randomisation test's smallest two-sided p over 3 queries is 2/2^3 = 0.25.")
 
 
 def test_json_round_trip_and_markdown(tmp_path: Path) -> None:

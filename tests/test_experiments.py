@@ -390,6 +390,55 @@ def test_the_report_picks_the_ranker_users_prefer(client: FlaskClient, method: s
     assert report["winner"] == "bm25" and report["verdict"] == "significant", report
 
 
+def _click_the_top_hit(client: FlaskClient, searches: int, client_ids: list[str | None]) -> list[str]:
+    """Users with no preference between the rankers (they click whatever is on top) search
+    the sample's queries in turn; returns the query ids."""
+    query_ids = []
+    for number in range(searches):
+        client_id = client_ids[number % len(client_ids)]
+        ask: dict[str, Any] = {"query": QUERIES[number % len(QUERIES)], "size": 5}
+        if client_id is not None:
+            ask["client_id"] = client_id
+        body = client.post("/search", json=ask).get_json()
+        event = _click(body["hits"][0], body["query_id"], client_id=client_id, event_id=str(number))
+        assert client.post("/events", json=event).status_code == 201
+        query_ids.append(body["query_id"])
+    return query_ids
+
+
+def test_searches_sharing_one_interleaving_are_one_trial(client: FlaskClient, data_dir: Path) -> None:
+    # Without a client id everyone who searches a text sees the same interleaving (so that
+    # its pages agree), so 200 searches of 5 texts whose users click the top hit, whoever
+    # placed it, are 5 trials: counted one per search they made a winner (120 to 80, p = 0.006).
+    _start(client, "no-preference", (DEFAULT_RANKER, "bm25"), min_queries=1)
+    _click_the_top_hit(client, 200, [None])
+    report = client.get("/experiments/no-preference").get_json()["report"]
+    assert (report["queries_with_clicks"], report["units_with_clicks"]) == (200, len(QUERIES))
+    assert report["wins"][DEFAULT_RANKER] + report["wins"]["bm25"] + report["ties"] == len(QUERIES)
+    assert report["verdict"] == "no_significant_difference" and report["winner"] is None, report
+    last = client.get("/experiments/no-preference/timeline").get_json()["periods"][-1]["cumulative"]
+    assert (last["wins"], last["ties"], last["p_value"], last["units_with_clicks"]) == (
+        report["wins"], report["ties"], report["p_value"], len(QUERIES)
+    )
+
+
+def test_one_client_gets_new_coins_for_each_query(client: FlaskClient, data_dir: Path) -> None:
+    # A client's searches of one text share coins (its pages agree), but its other texts
+    # get their own: one coin for all of them would credit the top hit of every query the
+    # client makes to the same ranker, the client's flood of searches one verdict repeated.
+    _start(client, "one-client", (DEFAULT_RANKER, "bm25"))
+    query_ids = _click_the_top_hit(client, 4 * len(QUERIES), ["heavy-user"])
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    shown = [store.shown_query(query_id) for query_id in query_ids]
+    store.close()
+    first_picks = {s.user_query: s.interleaving.teams[0] for s in shown if s is not None}
+    # Team draft's first pick is the first coin's: with this experiment id the five texts'
+    # coins differ (one seed for the client would make them all the same).
+    assert len(first_picks) == len(QUERIES) and set(first_picks.values()) == {"A", "B"}
+    report = client.get("/experiments/one-client").get_json()["report"]
+    assert (report["queries_with_clicks"], report["units_with_clicks"]) == (4 * len(QUERIES), len(QUERIES))
+
+
 def _backdate(data_dir: Path, query_ids: list[str], times: list[str]) -> None:
     """Say each query was shown at its time (as if the experiment had run for days)."""
     store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
@@ -560,19 +609,24 @@ def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> 
     assert _error(client.delete("/experiments/gone?events=maybe", headers=AUTH), 400).endswith("; got 'maybe'")
     assert "is running: stop it first" in _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 409, "conflict_exception")
     assert client.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    # A list shown before the stop may be clicked after it: stopped, the experiment still counts it.
+    assert client.post("/events", json=_click(body["hits"][0], body["query_id"])).status_code == 201
     answer = client.delete("/experiments/gone?events=keep", headers=AUTH)
     assert answer.status_code == 200, answer.get_data(as_text=True)
     deleted = answer.get_json()
     assert deleted["deleted"] == "gone" and deleted["experiment"]["status"] == "stopped"
-    assert (deleted["events"], deleted["queries"], deleted["event_count"]) == ("kept", 1, 1)
+    assert (deleted["events"], deleted["queries"], deleted["event_count"]) == ("kept", 1, 2)
     _error(client.get("/experiments/gone"), 404)
+    # Deleted, it takes no more: the kept records stay as they were.
+    late = _error(client.post("/events", json=_click(body["hits"][2], body["query_id"])), 404, "resource_not_found_exception")
+    assert late == f"experiment 'gone' of query '{body['query_id']}' was deleted (its events were kept): it records no more events"
     assert client.get("/experiments").get_json() == {"experiments": []}
     store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
-    assert store.recorded("gone") == Recorded(queries=1, events=1), "kept: still in the store"
+    assert store.recorded("gone") == Recorded(queries=1, events=2), "kept: still in the store"
     assert "still holds 1 shown queries" in _error(client.post("/experiments", json={"id": "gone", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH), 409)
     assert "are kept" in _error(client.delete("/experiments/gone?events=keep", headers=AUTH), 404)
     answer = client.delete("/experiments/gone?events=delete", headers=AUTH)
-    assert answer.status_code == 200 and answer.get_json() == {"deleted": "gone", "experiment": None, "events": "deleted", "queries": 1, "event_count": 1}
+    assert answer.status_code == 200 and answer.get_json() == {"deleted": "gone", "experiment": None, "events": "deleted", "queries": 1, "event_count": 2}
     assert store.recorded("gone") == Recorded(queries=0, events=0)
     store.close()
     _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 404)

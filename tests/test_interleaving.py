@@ -408,6 +408,7 @@ def test_outcome_counts_and_not_enough_data() -> None:
         queries=6,
         queries_with_clicks=4,
         clicks=6,
+        units_with_clicks=4,
         wins_a=2,
         wins_b=1,
         ties=1,
@@ -452,6 +453,28 @@ def test_outcome_significant_and_not() -> None:
     assert small.p_value is not None and small.p_value < 0.05
     assert (small.verdict, small.winner) == ("not_enough_data", None)
     assert outcome([(HAND_SHOWN, ["d1"])] * 10, min_queries=10).winner == TEAM_A
+
+
+def test_outcome_counts_a_unit_of_searches_once() -> None:
+    # One text searched by everyone, one coin: 30 searches whose users click the top hit
+    # are one trial, not 30 (they would make a significant winner of A otherwise).
+    flood = [(HAND_SHOWN, ["d1"])] * 30
+    assert outcome(flood, min_queries=1).verdict == "significant"
+    one = outcome(flood, min_queries=1, units=["text"] * 30)
+    assert (one.queries, one.queries_with_clicks, one.units_with_clicks, one.wins_a, one.wins_b, one.ties) == (30, 30, 1, 1, 0, 0)
+    assert (one.verdict, one.winner, one.p_value) == ("no_significant_difference", None, 1.0)
+    assert one.message == "no significant difference: A preferred on 1 of 1 units with a preference (p = 1)"
+    # A unit's credit is summed: 2 for A and 1 for B prefer A; one each is a tie. Searches
+    # without a click on a shown hit are in no unit.
+    mixed = outcome(
+        [(HAND_SHOWN, ["d1"]), (HAND_SHOWN, ["d2"]), (HAND_SHOWN, ["d1"]), (HAND_SHOWN, ["d1"]), (HAND_SHOWN, ["d2"]), (HAND_SHOWN, [])],
+        units=["u", "u", "u", "v", "v", "w"],
+    )
+    assert (mixed.queries, mixed.queries_with_clicks, mixed.units_with_clicks) == (6, 5, 2)
+    assert (mixed.wins_a, mixed.wins_b, mixed.ties) == (1, 0, 1)
+    assert mixed.message == "not enough data yet: 1 of the 20 units with a preference needed"
+    with pytest.raises(ValueError, match="units has 1 entries"):
+        outcome([(HAND_SHOWN, ["d1"])] * 2, units=["u"])
 
 
 def test_outcome_bad_arguments() -> None:

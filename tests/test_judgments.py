@@ -181,11 +181,14 @@ def test_judgments_from_clicks_rank_the_rankers_as_the_truth_does(simulated: str
     assert report["queries_judged"] == len(QUERIES) and report["queries_dropped"] == 1
     assert f"judged {len(QUERIES)} of {len(QUERIES) + 1} queries" in out and "1 queries left with no judged pair" in out
     assert query_id(RARE_QUERY) not in (out_dir / "queries.jsonl").read_text()
-    # Position corrected: the click-through rate falls with the rank.
+    # Position corrected: the click-through rate falls with the rank. Compared over bands of
+    # ranks: below rank 4 a rank has a handful of clicks in 203 lists, and the order of two
+    # single ranks there is the coins' (rank 10 above rank 5 in some runs).
     ctr = report["ctr_by_rank"]
-    assert ctr["1"] > ctr["5"] > ctr["10"]
-    # The grades carry the truth: most pairs graded above 0 are relevant (17 of 25 in this
-    # run; low ranks' few expected clicks make COEC noisy), few graded 0 are (2 of 28).
+    top, middle, bottom = (sum(ctr[str(r)] for r in ranks) / len(ranks) for ranks in ((1,), (2, 3, 4), range(5, 11)))
+    assert top > middle > bottom, ctr
+    # The grades carry the truth: most pairs graded above 0 are relevant (19 of 26 in this
+    # run; low ranks' few expected clicks make COEC noisy), few graded 0 are (0 of 27).
     text_to_truth = {query_id(text): TRUTH[qid] for qid, text in QUERIES}
     rows = [line.split("\t") for line in (out_dir / "qrels.tsv").read_text().splitlines()]
     relevant = [d in text_to_truth[q] for q, d, g in rows if int(g) > 0]
@@ -195,7 +198,7 @@ def test_judgments_from_clicks_rank_the_rankers_as_the_truth_does(simulated: str
 
     truth = _ndcg(indexed, SAMPLE)
     assert truth["bm25"] > truth["hidden_topics"] + 0.1, truth  # the premise: a clear order
-    by_clicks = _ndcg(indexed, out_dir)  # 0.696 against 0.326 in this run (0.780 and 0.338 by the truth)
+    by_clicks = _ndcg(indexed, out_dir)  # 0.736 against 0.386 in this run (0.780 and 0.338 by the truth)
     assert by_clicks["bm25"] > by_clicks["hidden_topics"], (by_clicks, truth)
 
 

@@ -364,6 +364,7 @@ def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", ser
         card = page.locator('[data-experiment="web-ab"]')
         expect(card.locator('[data-field="clicks"]')).to_have_text("1")
         expect(card.locator('[data-field="queries"]')).to_have_text("1 (1 with clicks)")
+        expect(card.locator('[data-field="units"]')).to_have_text("1")
         expect(card.locator('[data-field="traffic"]')).to_have_text("100%")
         expect(card.locator('[data-field="verdict"]')).not_to_be_empty()
 
@@ -654,8 +655,8 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
         last = points[-1]["cumulative"]
         decided = last["wins"]["hidden_topics"] + last["wins"]["bm25"]
         label = plot.get_attribute("aria-label") or ""
-        assert label.startswith(f"hidden_topics's share of the queries with a preference: {_percent(last['share'])} "
-                                f"(95% interval {_percent(last['low'])} to {_percent(last['high'])}) after {decided} such queries")
+        assert label.startswith(f"hidden_topics's share of the units with a preference: {_percent(last['share'])} "
+                                f"(95% interval {_percent(last['low'])} to {_percent(last['high'])}) after {decided} such units")
         # Each point's tooltip is its period's statistics; the band is the interval's, point by point.
         first = points[0]["cumulative"]
         assert plot.locator("circle.plot-dot title").first.text_content() == (
@@ -667,7 +668,7 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
         dots = [float(plot.locator("circle.plot-dot").nth(i).get_attribute("cy") or "nan") for i in range(len(points))]
         uppers, lowers = band[: len(points)], band[len(points):][::-1]
         assert all(upper <= dot <= lower for upper, dot, lower in zip(uppers, dots, lowers))  # SVG's y grows downwards
-        expect(card.locator("figcaption")).to_contain_text("only after 5 queries with a preference")
+        expect(card.locator("figcaption")).to_contain_text("only after 5 units with a preference")
         _screenshot(page, "experiments.png")
 
         # Stopping needs the key too.

@@ -75,7 +75,7 @@ ERROR_REASONS = {
     400: "malformed JSON or a key given twice, wrong types, unknown field, query parameter or ranker, empty query",
     401: "missing or wrong API key",
     403: "not a read-only search endpoint, an index the proxy may not forward to, or a part of a search the proxy does not forward (RERANKER_PROXY_ALLOW); experiment changes with no RERANKER_ADMIN_API_KEY set",
-    404: "no such index, document, experiment or interleaved query",
+    404: "no such index, document, experiment or interleaved query (or the query's experiment was deleted)",
     405: "method not allowed",
     409: "the ranker cannot run on this index yet (no Doc2Vec model); a filter on a field no document of the index has (the reason lists the filterable ones); an event recorded before; an experiment id taken, another running, or a ranker removed",
     413: "body, document count or text longer than the configured limits; an _msearch over its bounds",

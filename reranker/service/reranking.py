@@ -39,7 +39,7 @@ from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranke
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
 from reranker.service.schema import unweighted_reason
-from reranker.store.events import Experiment, ShownQuery
+from reranker.store.events import Experiment, ShownQuery, randomisation_unit
 from reranker.text import SNIPPET_WORDS, opening
 from reranker.types import Candidate, Explanation, Filter, Query, TopicBatch
 
@@ -347,8 +347,9 @@ class Runtime:
         a, b = outcomes
         ids = [c.doc_id for c in window.candidates]
         query_id = str(uuid.uuid4())
-        # The pages of one query (by one client) are pages of one interleaving.
-        seed = f"{experiment.id}\x00{unit_key(client_id, text)}"
+        # The pages of one query (by one client) are pages of one interleaving; one client's
+        # other queries get coins of their own (the report counts each unit as one trial).
+        seed = f"{experiment.id}\x00{randomisation_unit(client_id, text)}"
         shown = interleave(experiment.method, [ids[p] for p in a.order], [ids[p] for p in b.order], offset + size, seed)
         if len(shown.ids) <= offset:  # a page past the end shows nothing to click
             return None, built

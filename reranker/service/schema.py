@@ -675,15 +675,16 @@ class ExperimentReport(Answer):
 
 class TimelineTally(Answer):
     queries_with_clicks: int
-    wins: dict[str, int] = Field(description="queries whose clicks preferred each ranker")
+    units_with_clicks: int = Field(description="the units (one client's query text, or a text searched without a client id) those queries fall in: each is one trial")
+    wins: dict[str, int] = Field(description="units whose clicks preferred each ranker (the sign of their queries' summed credit)")
     ties: int
 
 
 class TimelineTotals(TimelineTally):
-    share: float | None = Field(description="the share of the queries with a preference so far that preferred `share_of`; null before the first")
+    share: float | None = Field(description="the share of the units with a preference so far that preferred `share_of`; null before the first")
     low: float = Field(description="the share's exact (Clopper-Pearson) confidence interval: its lower end")
     high: float
-    p_value: float | None = Field(description="the report's sign test over the queries so far; null before the first preference")
+    p_value: float | None = Field(description="the report's sign test over the units so far; null before the first preference")
 
 
 class TimelinePeriod(TimelineTally):

@@ -80,6 +80,14 @@ class Experiment:
         )
 
 
+def randomisation_unit(client_id: str | None, text: str) -> str:
+    """The searches interleaved with the same coins: one client's searches of one query
+    text, or without a client id every search of the text. The coins must be fixed
+    within a unit so that the pages of one query are pages of one interleaving; the
+    report counts each unit as one trial, since its searches are not independent."""
+    return f"client\x00{client_id}\x00{text}" if client_id is not None else f"query\x00{text}"
+
+
 @dataclass(frozen=True)
 class ShownQuery:
     """One interleaved result list as it was shown (the UBI query record)."""
@@ -95,6 +103,11 @@ class ShownQuery:
     @property
     def shown(self) -> tuple[str, ...]:
         return self.interleaving.ids[self.offset :]
+
+    @property
+    def unit(self) -> str:
+        """The searches that share this list's coins (`randomisation_unit`)."""
+        return randomisation_unit(self.client_id, self.user_query)
 
     def to_json(self) -> dict[str, Any]:
         inter = self.interleaving
@@ -174,6 +187,7 @@ class ExperimentData:
     click_events: int
     clicked: list[tuple[Interleaving, frozenset[str]]]
     shown_at: list[str] = field(default_factory=list)  # ISO 8601 timestamps, in the order of `clicked`
+    units: list[str] = field(default_factory=list)  # each clicked query's randomisation unit, in that order
 
 
 @dataclass(frozen=True)
@@ -404,6 +418,7 @@ class EmbeddedEventStore:
         ids = sorted(clicked)
         shown: list[tuple[Interleaving, frozenset[str]]] = []
         shown_at: list[str] = []
+        units: list[str] = []
         for start in range(0, len(ids), _PAGE):
             batch = ids[start : start + _PAGE]
             marks = ",".join("?" * len(batch))
@@ -411,7 +426,8 @@ class EmbeddedEventStore:
                 query = ShownQuery.from_json(json.loads(body))
                 shown.append((query.interleaving, frozenset(clicked[query.query_id])))
                 shown_at.append(query.timestamp)
-        return ExperimentData(queries=int(queries), click_events=len(rows), clicked=shown, shown_at=shown_at)
+                units.append(query.unit)
+        return ExperimentData(queries=int(queries), click_events=len(rows), clicked=shown, shown_at=shown_at, units=units)
 
     def impressions(self, experiment_id: str) -> Iterator[tuple[ShownQuery, frozenset[str]]]:
         clicked = _clicked_ids(
@@ -634,6 +650,7 @@ class OpenSearchEventStore:
         ids = sorted(clicked)
         shown: list[tuple[Interleaving, frozenset[str]]] = []
         shown_at: list[str] = []
+        units: list[str] = []
         for start in range(0, len(ids), _PAGE):
             batch = ids[start : start + _PAGE]
             docs = self._call("reading queries", client.mget, index=queries_index, body={"ids": batch})["docs"]
@@ -642,7 +659,8 @@ class OpenSearchEventStore:
                     query = ShownQuery.from_json(doc["_source"])
                     shown.append((query.interleaving, frozenset(clicked[query.query_id])))
                     shown_at.append(query.timestamp)
-        return ExperimentData(queries=int(counted["count"]), click_events=len(rows), clicked=shown, shown_at=shown_at)
+                    units.append(query.unit)
+        return ExperimentData(queries=int(counted["count"]), click_events=len(rows), clicked=shown, shown_at=shown_at, units=units)
 
     def impressions(self, experiment_id: str) -> Iterator[tuple[ShownQuery, frozenset[str]]]:
         client = self._store.client

@@ -625,6 +625,8 @@
     append(facts, field("traffic", "Traffic share", percent(experiment.traffic)));
     if (report) {
       append(facts, field("queries", "Queries", `${report.queries} (${report.queries_with_clicks} with clicks)`));
+      // Wins and ties count units: one client's searches of a text share coins, so one trial.
+      append(facts, field("units", "Units with clicks", String(report.units_with_clicks ?? 0)));
       append(facts, field("clicks", "Clicks", String(report.clicks)));
       for (const name of experiment.rankers) append(facts, field(`wins-${name}`, `Wins for ${name}`, String((report.wins || {})[name] ?? 0)));
       append(facts, field("ties", "Ties", String(report.ties)));
@@ -668,10 +670,11 @@
       el(
         "figcaption",
         { class: "hint" },
-        `The share of the queries with a preference that preferred ${first}, counted up to the end of each ` +
+        `The share of the units with a preference (a client's query, or a query without a client id) that preferred ${first}, counted up to the end of each ` +
           `${body.interval} (UTC), with its ${level}% confidence band (exact binomial). ` +
           `The band leaves the dashed 50% line when the sign test finds p < ${((100 - level) / 100).toFixed(2)}; ` +
-          `the report names a winner only after ${body.min_queries} queries with a preference.`
+          `the report names a winner only after ${body.min_queries} units with a preference, and its verdict holds for one look, ` +
+          `not for the first crossing of a band watched as it grows.`
       )
     );
     return figure;

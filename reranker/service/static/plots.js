@@ -68,10 +68,10 @@ window.RerankerPlots = (function () {
       .map((period) => ({ period, t: Date.parse(period.end), ...period.cumulative }));
     const last = points[points.length - 1];
     const label = last
-      ? `${first}'s share of the queries with a preference: ${percent(last.share)} ` +
+      ? `${first}'s share of the units with a preference: ${percent(last.share)} ` +
         `(${percent(body.confidence)} interval ${percent(last.low)} to ${percent(last.high)}) ` +
-        `after ${last.wins[first] + last.wins[second]} such queries, by ${when(last.period.end, body.interval)} UTC`
-      : "No query with a preference yet.";
+        `after ${last.wins[first] + last.wins[second]} such units, by ${when(last.period.end, body.interval)} UTC`
+      : "No unit with a preference yet.";
     const svg = frame(width, label);
     const left = MARGIN.left;
     const right = width - MARGIN.right;
