@@ -103,8 +103,10 @@ def test_the_mapping_is_strict_english_and_stores_topics_compactly() -> None:
     mappings = load_templates().mappings
     properties = mappings["properties"]
     assert mappings["dynamic"] == "strict"
-    for field in ("title", "abstract", "body"):
+    for field in ("abstract", "body"):
         assert properties[field] == {"type": "text", "analyzer": "english"}
+    # A title filter matches the whole title exactly through `raw`, as the embedded store does.
+    assert properties["title"] == {"type": "text", "analyzer": "english", "fields": {"raw": {"type": "keyword", "ignore_above": 256}}}
     topics = properties["hidden_topics"]["properties"]
     assert topics["matrix"] == {"type": "binary"}
     assert topics["k"] == topics["d"] == {"type": "integer", "index": False}
@@ -205,6 +207,10 @@ FILTERED = [
         # Text compares whole: "2014-12-31" holds the word "31", which is above "2015".
         ([Filter("date", "gte", "2015-01-01")], {"cooking", "chess"}),
         ([Filter("date", "lt", "2015-01-01"), Filter("year", "gt", 1990)], {"ships"}),
+        # The whole title, exactly (it was a phrase match on the cluster: "ships" found it).
+        ([Filter("title", "eq", "Sailing ships")], {"ships"}),
+        ([Filter("title", "eq", "ships")], set()),
+        ([Filter("title", "gte", "S")], {"ships"}),
         # An array field matches when one of its values does.
         ([Filter("tags", "eq", "wind")], {"ships"}),
         ([Filter("tags", "gte", "bread")], {"ships", "cooking"}),
