@@ -728,6 +728,21 @@ def test_a_document_past_the_clusters_default_nested_limit_keeps_all_its_passage
     assert tome > 0 and near > 0  # its last passage is indexed and scored like any other
 
 
+def test_a_version_with_passages_made_before_the_limit_gets_it_when_written_to(
+    tmp_path: Path, passages_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """A version created with passages before the store set the limit keeps the cluster's
+    10,000 until the store next writes to it: then it gets the limit, and a long document
+    written in place is indexed whole."""
+    index_papers(tmp_path, passages_store, glove, LONG[:1])
+    passages_store.client.indices.put_settings(index="papers-v000001", body={"index": {"mapping": {"nested_objects": {"limit": 10_000}}}})
+    text = f"{filler(75 * 10_000 + 148)} {WHALES}"  # 10,001 passages
+    report = index_papers(tmp_path, passages_store, glove, [*LONG[:1], {"id": "tome", "title": "", "text": text}])
+    assert report.indexed == 1 and not report.skipped, report
+    settings = passages_store.client.indices.get_settings(index="papers")["papers-v000001"]["settings"]["index"]
+    assert int(settings["mapping"]["nested_objects"]["limit"]) == opensearch.NESTED_OBJECTS_LIMIT
+
+
 def test_a_failing_passage_search_leaves_the_fusion_two_way_and_is_said_once(
     osmem_clone: Any, tmp_path: Path, glove: WordVectors, caplog: pytest.LogCaptureFixture
 ) -> None:

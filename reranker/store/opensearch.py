@@ -429,15 +429,35 @@ class OpenSearchStore:
                     self._properties_of = None
                 self._put_meta(current, {**self._new_meta(info, "ready"), "created": meta.get("created")})
             self._target, self._target_fresh = current, False
+            self._allow_every_passage(current)
             return
         versions = self.versions()
         resumable = self._resumable_version(versions, info, exclude=current)
         if resumable is not None:
             log.warning("resuming the unfinished build of %s (%d documents so far)", resumable.name, resumable.documents)
             self._target = resumable.name
+            self._allow_every_passage(resumable.name)
         else:
             self._target = self._create_version(versions, info)
         self._target_fresh = True
+
+    def _allow_every_passage(self, index: str) -> None:
+        """Give a version with passages created before `NESTED_OBJECTS_LIMIT` (a dynamic
+        setting) that limit before writing to it, so that its long documents are indexed
+        whole too. A cluster that refuses (the user may lack the right to change settings)
+        leaves the version as it is, said in the log: only documents of more than 750,000
+        content words are then refused, each with the cluster's reason."""
+        if "passages" not in self._mapping_properties(index):
+            return
+        found = self._call("reading the index settings", self.client.indices.get_settings, index=index)
+        limit = found.get(index, {}).get("settings", {}).get("index", {}).get("mapping", {}).get("nested_objects", {}).get("limit")
+        if limit is not None and int(limit) >= NESTED_OBJECTS_LIMIT:
+            return
+        body = {"index": {"mapping": {"nested_objects": {"limit": NESTED_OBJECTS_LIMIT}}}}
+        try:
+            self._call("raising the nested-object limit", self.client.indices.put_settings, index=index, body=body)
+        except StoreError as exc:
+            log.warning("%s keeps the cluster's limit of nested documents; a document of more than 750,000 content words will be refused (%s)", index, exc)
 
     def _resumable_version(self, versions: Sequence[IndexVersion], info: IndexInfo, exclude: str | None) -> IndexVersion | None:
         for version in reversed(versions):
