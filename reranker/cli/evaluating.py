@@ -139,7 +139,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
     create.add_argument("--method", choices=("team_draft", "balanced"), default="team_draft", help="interleaving method (default team_draft)")
     create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
-    create.add_argument("--min-queries", type=positive_int, default=20, help="units (a client's query, or a query without a client id) with a preference needed before a winner is named (default 20)")
+    create.add_argument("--min-queries", type=positive_int, default=20, help="units (a client's query, or a query without a client id) with a preference needed before a winner is named, and the size the always-valid test is tuned for (default 20)")
     ab_action.add_parser("list", help="every experiment")
     report = ab_action.add_parser("report", help="clicks, wins per ranker, winner and sign-test p-value")
     report.add_argument("id")
