@@ -270,7 +270,8 @@ def outcome(
 
     `results` come in the order they were shown: the always-valid p-value is the smallest
     over the counts after each clicked result (a unit whose summed credit changes sign is
-    moved between wins and ties as it happens). `units`: per result, the unit it was randomised in (None: each result is its own).
+    moved between wins and ties as it happens; Ville's bound is exact only for units that
+    keep the sign they were first counted with). `units`: per result, the unit it was randomised in (None: each result is its own).
     The sign test assumes independent trials, and results that share the coins of one
     interleaving are not: if everyone who searches one text sees the same list, a
     popular text whose users click the top hit, whoever placed it, repeats one coin's
