@@ -21,7 +21,8 @@ for interleaved ones, 201 for events).
 Then simulated users who judge by one ranker's top 3 (position-biased: a hit at rank r is
 examined with probability 0.9^(r-1); clicked with 0.8 when liked, 0.05 otherwise) search
 the 40 summaries as distinct clients, and the report's verdict is printed for both
-methods, with each ranker as the preferred one. These are simulated users, not real ones.
+methods, with each ranker as the preferred one: its always-valid p-value (the verdict's)
+beside the fixed-horizon sign test's; then `reranker ab report` of the last experiment. These are simulated users, not real ones.
 
 Run:  python bench/bench_experiments.py            (about 2 minutes on 2 cores)
       python bench/bench_experiments.py --rounds 2 (quicker)
@@ -164,7 +165,9 @@ def main() -> int:
             verdicts.append([
                 method, liked_by, str(report["queries"]), str(report["queries_with_clicks"]),
                 f"{wins['hidden_topics']} / {wins['bm25']} / {report['ties']}",
-                "-" if report["p_value"] is None else f"{report['p_value']:.2g}", str(report["winner"]),
+                "-" if report["p_value"] is None else f"{report['p_value']:.2g}",
+                "-" if report["fixed_horizon_p_value"] is None else f"{report['fixed_horizon_p_value']:.2g}",
+                str(report["winner"]),
                 "PASS" if report["winner"] == liked_by else "FAIL",
             ])
 
@@ -174,7 +177,14 @@ def main() -> int:
     print(table(["kind", "n", "p50", "p99", "vs single"], rows))
     print()
     print(f"Simulated users ({args.users} searches per experiment; users like one ranker's top 3):")
-    print(table(["method", "users like", "queries", "clicked", "wins ht / bm25 / ties", "p", "winner", ""], verdicts))
+    print(table(["method", "users like", "queries", "clicked", "wins ht / bm25 / ties", "p (always valid)", "p (fixed horizon)", "winner", ""], verdicts))
+    # What a team reads: the command line's report of the last experiment (the store is this run's).
+    from reranker.cli import main as cli
+
+    print()
+    print(f"$ reranker ab report {experiment_id}")
+    sys.stdout.flush()
+    cli(["ab", "report", experiment_id])
     return 0 if all(row[-1] == "PASS" for row in verdicts) else 1
 
 

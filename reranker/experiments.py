@@ -7,7 +7,9 @@ each hit there are recorded under a query id (`store.events.ShownQuery`). Client
 User Behavior Insights events for that query id; the report credits each clicked query
 to a ranker and runs a sign test over the units with a preference (a unit is one
 client's query text, or a query text searched without a client id: its searches share
-one interleaving's coins, so they are one trial, see `store.events.randomisation_unit`).
+one interleaving's coins, so they are one trial, see `store.events.randomisation_unit`),
+in its always-valid form (`reranker.sequential`): the report and its timeline may be
+read at any time, and the experiment stopped at the first "significant".
 
 One experiment runs at a time, so a search never has to choose between two. Whether a
 search takes part is a hash of (experiment id, client id) against the share, so one
@@ -29,14 +31,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol
 
+import numpy as np
+
 from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
-from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, credit, outcome, sign_test, win_share_interval
+from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, credit, outcome, sign_test
 from reranker.rankers import RANKERS, get_ranker
+from reranker.sequential import always_valid_p_values, confidence_sequence, mixing_parameter
 from reranker.store.events import (
     Event,
     EventStore,
     Experiment,
+    ExperimentData,
     Recorded,
     open_event_store,
 )
@@ -47,6 +53,9 @@ ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_TRAFFIC = 0.1
 DEFAULT_MIN_QUERIES = 20
 MAX_MIN_QUERIES = 1_000_000
+# The report's significance level, and the confidence of the timeline's band (its dual).
+ALPHA = 0.05
+CONFIDENCE = 0.95
 STATUSES = ("running", "stopped")
 # How long a worker trusts its copy of the running experiment (changes made through
 # another worker or the CLI are seen within this time).
@@ -380,6 +389,8 @@ class Report:
             "ties": o.ties,
             "winner": self.winner,
             "p_value": o.p_value,
+            "fixed_horizon_p_value": o.fixed_horizon_p_value,
+            "mixing": o.mixing,
             "verdict": o.verdict,
             "min_queries": self.experiment.min_queries,
             "message": o.message,
@@ -389,9 +400,22 @@ class Report:
 
 def report(store: EventStore, experiment: Experiment) -> Report:
     data = store.experiment_data(experiment.id)
-    found = outcome(data.clicked, min_queries=experiment.min_queries, labels=experiment.rankers, units=data.units)
+    clicked = _in_shown_order(data)
+    found = outcome(
+        ((shown, ids) for _, _, shown, ids in clicked), min_queries=experiment.min_queries,
+        alpha=ALPHA, labels=experiment.rankers, units=[unit for _, unit, _, _ in clicked],
+    )
     # outcome() saw only the clicked queries; the store counted every query shown.
     return Report(experiment, replace(found, queries=data.queries), data.click_events)
+
+
+def _in_shown_order(data: ExperimentData) -> list[tuple[_dt.datetime, str, Interleaving, frozenset[str]]]:
+    """The clicked queries by when they were shown (the store's order among equal times):
+    the order the always-valid p-value reads them in, the same for the report and timeline."""
+    return sorted(
+        ((_shown_time(at), unit, shown, ids) for at, unit, (shown, ids) in zip(data.shown_at, data.units, data.clicked)),
+        key=lambda row: row[0],
+    )
 
 
 # --- the report over time ------------------------------------------------------------------
@@ -400,7 +424,6 @@ INTERVALS = {"hour": _dt.timedelta(hours=1), "day": _dt.timedelta(days=1)}
 # "auto": hours while the clicked queries span at most this long, else days (a week by
 # the hour is 168 points, about what a plot a phone's width can show apart).
 HOURLY_SPAN = _dt.timedelta(days=7)
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -451,20 +474,27 @@ class _Votes:
 
 @dataclass(frozen=True)
 class Period:
-    """One interval of an experiment: its clicked queries, and everything up to its end."""
+    """One interval of an experiment: its clicked queries, and everything up to its end.
+
+    p_value, low, high: the always-valid p-value and confidence sequence (of the share of
+    the units with a preference that preferred the first ranker) at the period's end.
+    """
 
     start: _dt.datetime  # UTC, the interval's first instant
     end: _dt.datetime
     within: Tally
     so_far: Tally
+    p_value: float | None = None
+    low: float = 0.0
+    high: float = 1.0
 
 
 @dataclass(frozen=True)
 class Timeline:
     """An experiment's report over time: per interval (by when each query was shown), the
     wins so far, the share of the queries with a preference that preferred the first
-    ranker, its exact confidence interval and the sign test's p-value: the report's own
-    statistics, so the last period's are the report's."""
+    ranker, its always-valid confidence sequence and p-value, and the fixed-horizon sign
+    test: the report's own statistics, so the last period's are the report's."""
 
     experiment: Experiment
     interval: str
@@ -477,7 +507,6 @@ class Timeline:
         for period in self.periods:
             so_far = period.so_far
             decided = so_far.wins_a + so_far.wins_b
-            low, high = win_share_interval(so_far.wins_a, so_far.wins_b, self.confidence)
             periods.append({
                 "start": period.start.isoformat(),
                 "end": period.end.isoformat(),
@@ -485,15 +514,17 @@ class Timeline:
                 "cumulative": {
                     **so_far.to_json(rankers),
                     "share": so_far.wins_a / decided if decided else None,
-                    "low": low,
-                    "high": high,
-                    "p_value": sign_test(so_far.wins_a, so_far.wins_b) if decided else None,
+                    "low": period.low,
+                    "high": period.high,
+                    "p_value": period.p_value,
+                    "fixed_horizon_p_value": sign_test(so_far.wins_a, so_far.wins_b) if decided else None,
                 },
             })
         return {
             "interval": self.interval,
             "share_of": rankers[0],
             "confidence": self.confidence,
+            "mixing": mixing_parameter(self.experiment.min_queries, ALPHA),
             "min_queries": self.experiment.min_queries,
             "periods": periods,
         }
@@ -517,15 +548,13 @@ def timeline(store: EventStore, experiment: Experiment, interval: str = "auto") 
     """
     if interval != "auto" and interval not in INTERVALS:
         raise InputError(f"[interval] must be one of auto, {', '.join(INTERVALS)}, got {interval!r}")
-    data = store.experiment_data(experiment.id)
-    clicked: list[tuple[_dt.datetime, str, Interleaving, frozenset[str]]] = sorted(
-        ((_shown_time(at), unit, shown, ids) for at, unit, (shown, ids) in zip(data.shown_at, data.units, data.clicked)),
-        key=lambda row: row[0],
-    )
+    clicked = _in_shown_order(store.experiment_data(experiment.id))
     if interval == "auto":
         span = clicked[-1][0] - clicked[0][0] if clicked else _dt.timedelta(0)
         interval = "hour" if span <= HOURLY_SPAN else "day"
     periods: list[Period] = []
+    ends: list[int] = []  # per period, the index in `history` of its last query
+    history: list[tuple[int, int]] = []  # (wins_a, wins_b) so far after each clicked query
     so_far, within = _Votes(), _Votes()
     for at, unit, shown, ids in clicked:
         if not ids.intersection(shown.ids):
@@ -535,7 +564,31 @@ def timeline(store: EventStore, experiment: Experiment, interval: str = "auto") 
         if not periods or periods[-1].start != start:
             within = _Votes()
             periods.append(Period(start, start + INTERVALS[interval], Tally(), so_far.tally()))
+            ends.append(-1)
         so_far.add(unit, preference)
         within.add(unit, preference)
-        periods[-1] = replace(periods[-1], within=within.tally(), so_far=so_far.tally())
-    return Timeline(experiment, interval, tuple(periods))
+        tally = so_far.tally()
+        history.append((tally.wins_a, tally.wins_b))
+        periods[-1] = replace(periods[-1], within=within.tally(), so_far=tally)
+        ends[-1] = len(history) - 1
+    return Timeline(experiment, interval, _with_sequential(periods, ends, history, experiment.min_queries))
+
+
+def _with_sequential(periods: list[Period], ends: list[int], history: list[tuple[int, int]], min_queries: int) -> tuple[Period, ...]:
+    """`periods` with the always-valid p-value and confidence sequence at each one's end,
+    computed over every clicked query in order (the running minimum and intersection see
+    every step, not only the ends of periods)."""
+    if not history:
+        return tuple(periods)
+    counts = np.array(history)
+    mixing = mixing_parameter(min_queries, ALPHA)
+    p_values = always_valid_p_values(counts[:, 0], counts[:, 1], mixing)
+    low, high = confidence_sequence(counts[:, 0], counts[:, 1], mixing, ALPHA)
+    return tuple(
+        replace(
+            period,
+            p_value=float(p_values[end]) if period.so_far.wins_a + period.so_far.wins_b else None,
+            low=float(low[end]), high=float(high[end]),
+        )
+        for period, end in zip(periods, ends)
+    )

@@ -21,6 +21,8 @@ and clicks on it say which ranker the user preferred for that query.
   analysis of interleaved search evaluation", ACM TOIS 30(1). Their queries are each
   interleaved with fresh coins; where several share one interleaving's coins, `outcome`
   counts them as one unit (the sign of their summed credit), since they are one trial.
+  The verdict reads the always-valid form of that test (`reranker.sequential`), so it may
+  be watched as results arrive; the exact test for one planned look is reported beside it.
 
 Pure functions over document ids: no IO, no logging. Randomness comes only from the
 `random.Random` passed in, or from a seed (ints as they are, strings through SHA-256, so
@@ -33,6 +35,10 @@ import hashlib
 import random
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+
+from reranker.sequential import always_valid_p_values, mixing_parameter
 
 TEAM_A, TEAM_B = "A", "B"
 METHODS = ("team_draft", "balanced")
@@ -226,7 +232,12 @@ class Outcome:
     (see `outcome`) those clicked queries fall in, each one trial of the test.
     wins_a / wins_b: units whose summed credit preferred A / B. ties: units with clicks
     but no preference.
-    p_value: two-sided sign test on wins_a vs wins_b (ties dropped), None with no wins.
+    p_value: the always-valid p-value of the sign test (`reranker.sequential`) over the
+        counts as the results arrived, None with no wins: safe to read after every result.
+    fixed_horizon_p_value: the exact two-sided sign test on the final wins_a vs wins_b
+        (ties dropped), None with no wins: valid only for one look at a size fixed in advance.
+    mixing: a of the Beta(a, a) mixture behind p_value (`sequential.mixing_parameter` of
+        min_queries and alpha).
     winner: TEAM_A or TEAM_B when the verdict is "significant", else None.
     verdict: "not_enough_data" (fewer than min_queries units with a preference),
         "no_significant_difference" or "significant" (p_value < alpha).
@@ -241,6 +252,8 @@ class Outcome:
     wins_b: int
     ties: int
     p_value: float | None
+    fixed_horizon_p_value: float | None
+    mixing: float
     winner: str | None
     verdict: str
     message: str
@@ -255,7 +268,10 @@ def outcome(
 ) -> Outcome:
     """Count per-query credit over `results` (the list shown, the ids clicked) and test it.
 
-    `units`: per result, the unit it was randomised in (None: each result is its own).
+    `results` come in the order they were shown: the always-valid p-value is the smallest
+    over the counts after each clicked result (a unit whose summed credit changes sign is
+    moved between wins and ties as it happens; Ville's bound is exact only for units that
+    keep the sign they were first counted with). `units`: per result, the unit it was randomised in (None: each result is its own).
     The sign test assumes independent trials, and results that share the coins of one
     interleaving are not: if everyone who searches one text sees the same list, a
     popular text whose users click the top hit, whoever placed it, repeats one coin's
@@ -271,6 +287,8 @@ def outcome(
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     queries = queries_with_clicks = clicks = 0
     summed: dict[Hashable, int] = {}  # unit -> the sum of its clicked queries' credit
+    wins_a = wins_b = 0
+    history: list[tuple[int, int]] = []  # (wins_a, wins_b) after each clicked result
     for index, (shown, clicked) in enumerate(results):
         queries += 1
         if isinstance(clicked, str):
@@ -283,13 +301,19 @@ def outcome(
         if units is not None and index >= len(units):
             raise ValueError(f"units has {len(units)} entries, fewer than the results")
         unit = index if units is None else units[index]
-        summed[unit] = summed.get(unit, 0) + credit(shown, clicked)
-    wins_a = sum(1 for total in summed.values() if total > 0)
-    wins_b = sum(1 for total in summed.values() if total < 0)
+        before = summed.get(unit, 0)
+        after = summed[unit] = before + credit(shown, clicked)
+        wins_a += (after > 0) - (before > 0)
+        wins_b += (after < 0) - (before < 0)
+        history.append((wins_a, wins_b))
     ties = len(summed) - wins_a - wins_b
     decided = wins_a + wins_b
     counted = "queries" if units is None else "units"
-    p_value = sign_test(wins_a, wins_b) if decided else None
+    mixing = mixing_parameter(min_queries, alpha)
+    p_value: float | None = None
+    if decided:
+        counts = np.array(history)
+        p_value = float(always_valid_p_values(counts[:, 0], counts[:, 1], mixing)[-1])
     winner: str | None = None
     if decided < min_queries:
         verdict = "not_enough_data"
@@ -305,7 +329,7 @@ def outcome(
             if wins_a == wins_b
             else f"{labels[leader]} preferred on {leader_wins}"
         )
-        summary = f"{preferred} of {decided} {counted} with a preference ({_format_p(p_value)})"
+        summary = f"{preferred} of {decided} {counted} with a preference (always-valid {format_p_value(p_value)})"
         if p_value < alpha:
             verdict = "significant"
             winner = (TEAM_A, TEAM_B)[leader]
@@ -322,6 +346,8 @@ def outcome(
         wins_b=wins_b,
         ties=ties,
         p_value=p_value,
+        fixed_horizon_p_value=sign_test(wins_a, wins_b) if decided else None,
+        mixing=mixing,
         winner=winner,
         verdict=verdict,
         message=message,
@@ -346,32 +372,8 @@ def sign_test(wins_a: int, wins_b: int) -> float:
     return min(1.0, float(binomtest(min(wins_a, wins_b), n, 0.5).pvalue))
 
 
-def win_share_interval(wins_a: int, wins_b: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Exact (Clopper-Pearson 1934) interval of A's share of the queries with a preference.
-
-    With n = wins_a + wins_b and k = wins_a: low = B(a/2; k, n - k + 1) and
-    high = B(1 - a/2; k + 1, n - k), B the Beta distribution's quantile, a = 1 - confidence;
-    low = 0 when k = 0, high = 1 when k = n, (0, 1) when n = 0. It is the sign test's own
-    interval: at confidence 1 - alpha it leaves out 1/2 exactly when `sign_test` < alpha
-    (both double the smaller binomial tail), so a plotted band crosses the 50% line until
-    the report can call the difference significant.
-    Raises ValueError for negative counts or a confidence outside (0, 1).
-    """
-    if wins_a < 0 or wins_b < 0:
-        raise ValueError(f"win counts must be non-negative, got {wins_a} and {wins_b}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
-    # Imported here: only reports over time need it, and scipy.special costs ~0.15 s to import.
-    from scipy.special import betaincinv
-
-    n, k = wins_a + wins_b, wins_a
-    tail = (1.0 - confidence) / 2.0
-    low = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, tail))
-    high = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1.0 - tail))
-    return low, high
-
-
-def _format_p(p_value: float) -> str:
+def format_p_value(p_value: float) -> str:
+    """A sign test's p-value as reports print it: p < 0.0001, or p = 0.03 (two digits)."""
     return "p < 0.0001" if p_value < 1e-4 else f"p = {p_value:.2g}"
 
 

@@ -27,7 +27,8 @@ from flask.testing import FlaskClient
 
 from reranker import experiments as ex
 from reranker.config import DEFAULT_RANKER, Settings
-from reranker.interleaving import TEAM_A
+from reranker.interleaving import TEAM_A, sign_test
+from reranker.sequential import mixing_parameter
 from reranker.service import create_app
 from reranker.store.events import EmbeddedEventStore, Experiment
 
@@ -486,10 +487,19 @@ def test_the_timeline_is_the_report_over_time(client: FlaskClient, data_dir: Pat
             decided = total["hidden_topics"] + total["bm25"]
             assert so_far["share"] == pytest.approx(total["hidden_topics"] / decided)
             assert so_far["low"] <= so_far["share"] <= so_far["high"]
-            assert (so_far["low"] > 0.5 or so_far["high"] < 0.5) == (so_far["p_value"] < 0.05)
+            # The band is the always-valid confidence sequence: it leaves out 50% exactly when
+            # the always-valid p-value reaches 0.05; the fixed-horizon test is reported beside it.
+            assert (so_far["low"] > 0.5 or so_far["high"] < 0.5) == (so_far["p_value"] <= 0.05)
+            assert so_far["fixed_horizon_p_value"] == sign_test(total["hidden_topics"], total["bm25"])
+        # Read at every period's end, the always-valid p-value and band never move back.
+        cumulative = [period["cumulative"] for period in periods]
+        assert all(later["p_value"] <= earlier["p_value"] for earlier, later in zip(cumulative, cumulative[1:]))
+        assert all(later["low"] >= earlier["low"] and later["high"] <= earlier["high"] for earlier, later in zip(cumulative, cumulative[1:]))
+        assert timeline["mixing"] == report["mixing"] == mixing_parameter(5)
         last = periods[-1]["cumulative"]
         assert last["wins"] == report["wins"] and last["ties"] == report["ties"]
         assert last["queries_with_clicks"] == report["queries_with_clicks"] and last["p_value"] == report["p_value"]
+        assert last["fixed_horizon_p_value"] == report["fixed_horizon_p_value"]
     # The band narrows as evidence comes in.
     first, last = by_day["periods"][0]["cumulative"], by_day["periods"][-1]["cumulative"]
     assert last["high"] - last["low"] < first["high"] - first["low"]
@@ -561,8 +571,12 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     printed = json.loads(out)
     assert printed == client.get("/experiments/cli-exp").get_json()
     assert printed["report"]["clicks"] == 1
+    # One unit with a preference: no evidence either way, by both tests.
+    assert printed["report"]["p_value"] == pytest.approx(1.0) and printed["report"]["fixed_horizon_p_value"] == 1.0
+    assert printed["report"]["mixing"] == mixing_parameter(20)
     code, out = run(data_dir, "ab", "report", "cli-exp")
     assert code == 0 and "not enough data yet" in out and "clicks 1" in out
+    assert "  fixed-horizon sign test (one look at a planned size only): p = 1\n" in out
     code, out = run(data_dir, "ab", "set", "cli-exp", "--status", "stopped")
     assert code == 0 and "stopped" in out
     code, out = run(data_dir, "ab", "list")

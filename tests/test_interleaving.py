@@ -34,8 +34,8 @@ from reranker.interleaving import (
     seeded_rng,
     sign_test,
     team_draft,
-    win_share_interval,
 )
+from reranker.sequential import always_valid_p_values, mixing_parameter
 
 seeds = st.integers(min_value=0, max_value=2**64) | st.text(max_size=10)
 
@@ -360,35 +360,9 @@ def test_sign_test_very_large_n() -> None:
     assert sign_test(501_000, 499_000) < sign_test(500_500, 499_500)
 
 
-@given(st.integers(0, 400), st.integers(0, 400))
-def test_the_win_share_interval_is_scipys_exact_interval_and_the_sign_tests_dual(wins_a: int, wins_b: int) -> None:
-    from scipy.stats import binomtest
-
-    low, high = win_share_interval(wins_a, wins_b)
-    if wins_a + wins_b:
-        reference = binomtest(wins_a, wins_a + wins_b).proportion_ci(0.95, method="exact")
-        assert (low, high) == (pytest.approx(reference.low, abs=1e-12), pytest.approx(reference.high, abs=1e-12))
-        assert low <= wins_a / (wins_a + wins_b) <= high
-    # The band leaves out "no difference" exactly when the report's sign test rejects it.
-    assert (low > 0.5 or high < 0.5) == (sign_test(wins_a, wins_b) < 0.05)
-    assert win_share_interval(wins_b, wins_a) == pytest.approx((1 - high, 1 - low), abs=1e-12)
-
-
-def test_the_win_share_interval_at_its_edges() -> None:
-    assert win_share_interval(0, 0) == (0.0, 1.0)
-    low, high = win_share_interval(5, 0)
-    assert high == 1.0 and low == pytest.approx(0.025 ** (1 / 5))  # B(0.025; 5, 1) = 0.025^(1/5)
-    assert win_share_interval(0, 5)[0] == 0.0
-    wide, narrow = win_share_interval(6, 4), win_share_interval(600, 400)
-    assert wide[0] < narrow[0] < 0.6 < narrow[1] < wide[1]
-    assert win_share_interval(6, 4, confidence=0.5)[1] < wide[1]
-    for bad in ((-1, 2, 0.95), (1, 2, 1.0), (1, 2, 0.0)):
-        with pytest.raises(ValueError):
-            win_share_interval(*bad)
-
-
 # --- outcome ----------------------------------------------------------------------------
 
+MIXING_20 = mixing_parameter(20, 0.05)  # the mixture of the default min_queries
 HAND_SHOWN = Interleaving(
     "team_draft", ("d1", "d2", "d3", "d4"), ("A", "B", "B", "A"), ("d1", "d4"), ("d2", "d3")
 )
@@ -412,7 +386,10 @@ def test_outcome_counts_and_not_enough_data() -> None:
         wins_a=2,
         wins_b=1,
         ties=1,
-        p_value=1.0,
+        # Largest after A, A: Lambda = B(a + 2, a) / B(a, a) * 2^2 = 2 (a + 1) / (2a + 1).
+        p_value=pytest.approx((2 * MIXING_20 + 1) / (2 * (MIXING_20 + 1)), rel=1e-12),
+        fixed_horizon_p_value=1.0,
+        mixing=MIXING_20,
         winner=None,
         verdict="not_enough_data",
         message="not enough data yet: 3 of the 20 queries with a preference needed",
@@ -426,33 +403,74 @@ def test_outcome_without_clicks() -> None:
     assert outcome([]).queries == 0
 
 
+A_WINS, B_WINS, TIE = (HAND_SHOWN, ["d1"]), (HAND_SHOWN, ["d2"]), (HAND_SHOWN, ["d1", "d2"])
+
+
+def _mixed(wins_a: int, wins_b: int) -> list[tuple[Interleaving, list[str]]]:
+    """wins_a and wins_b results spread evenly through one stream (no run of either)."""
+    keys = sorted([(i / wins_a, 0) for i in range(wins_a)] + [(i / wins_b, 1) for i in range(wins_b)])
+    return [B_WINS if side else A_WINS for _, side in keys]
+
+
 def test_outcome_significant_and_not() -> None:
-    results = (
-        [(HAND_SHOWN, ["d1"])] * 34 + [(HAND_SHOWN, ["d2"])] * 16 + [(HAND_SHOWN, ["d1", "d2"])] * 7
-    )
+    # 70 to 30, spread through the stream: the fixed-horizon test's p = 0.00008 for one
+    # planned look; the always-valid p, safe at every look, is larger (0.003).
+    results = _mixed(70, 30) + [TIE] * 7
     result = outcome(results, labels=("bm25", "hidden_topics"))
-    assert (result.wins_a, result.wins_b, result.ties) == (34, 16, 7)
-    assert result.p_value == sign_test(34, 16)
+    assert (result.wins_a, result.wins_b, result.ties) == (70, 30, 7)
+    assert result.fixed_horizon_p_value == sign_test(70, 30)
+    assert result.p_value is not None and result.fixed_horizon_p_value < result.p_value < 0.05
     assert (result.verdict, result.winner) == ("significant", TEAM_A)
-    assert result.message == "bm25 preferred on 34 of 50 queries with a preference (p = 0.015)"
+    assert result.message == f"bm25 preferred on 70 of 100 queries with a preference (always-valid p = {result.p_value:.2g})"
 
-    flipped = outcome([(HAND_SHOWN, ["d2"])] * 34 + [(HAND_SHOWN, ["d1"])] * 16)
-    assert (flipped.verdict, flipped.winner) == ("significant", TEAM_B)
+    flipped = outcome([(HAND_SHOWN, [ids[0].replace("1", "x").replace("2", "1").replace("x", "2")]) for _, ids in _mixed(70, 30)])
+    assert (flipped.wins_a, flipped.wins_b, flipped.verdict, flipped.winner) == (30, 70, "significant", TEAM_B)
 
-    close = outcome([(HAND_SHOWN, ["d1"])] * 26 + [(HAND_SHOWN, ["d2"])] * 24)
+    # 34 to 16 over 50 is significant for one planned look (p = 0.015), but not at every look
+    # (always-valid p = 0.26): the price of being free to look.
+    close = outcome(_mixed(34, 16))
+    assert close.fixed_horizon_p_value == pytest.approx(0.01535, abs=1e-5)
     assert (close.verdict, close.winner) == ("no_significant_difference", None)
-    assert close.message.startswith("no significant difference: A preferred on 26 of 50")
+    assert close.message.startswith("no significant difference: A preferred on 34 of 50")
 
-    even = outcome([(HAND_SHOWN, ["d1"])] * 10 + [(HAND_SHOWN, ["d2"])] * 10)
+    even = outcome(_mixed(10, 10))
     assert even.message == (
         "no significant difference: A and B each preferred on 10 of 20 queries with a "
-        "preference (p = 1)"
+        "preference (always-valid p = 1)"
     )
     # A lopsided but small sample: significant p, still not enough data, so no winner.
-    small = outcome([(HAND_SHOWN, ["d1"])] * 10)
+    small = outcome([A_WINS] * 10)
     assert small.p_value is not None and small.p_value < 0.05
     assert (small.verdict, small.winner) == ("not_enough_data", None)
-    assert outcome([(HAND_SHOWN, ["d1"])] * 10, min_queries=10).winner == TEAM_A
+    assert outcome([A_WINS] * 10, min_queries=10).winner == TEAM_A
+
+
+def test_outcome_reads_the_results_in_the_order_they_came() -> None:
+    # The same final counts: a run of 26 wins for A first is evidence that a later run of
+    # 24 for B does not erase (the p-value is the smallest so far); spread evenly, 26 to
+    # 24 is nothing. The fixed-horizon test sees only the final counts.
+    run_first = outcome([A_WINS] * 26 + [B_WINS] * 24)
+    spread = outcome(_mixed(26, 24))
+    assert (run_first.wins_a, run_first.wins_b) == (spread.wins_a, spread.wins_b) == (26, 24)
+    assert run_first.fixed_horizon_p_value == spread.fixed_horizon_p_value == sign_test(26, 24)
+    assert run_first.p_value is not None and run_first.p_value < 0.05 and run_first.verdict == "significant"
+    assert spread.p_value == 1.0 and spread.verdict == "no_significant_difference"
+    history_a = np.cumsum([1] * 26 + [0] * 24)
+    expected = always_valid_p_values(history_a, np.arange(1, 51) - history_a, mixing_parameter(20))[-1]
+    assert run_first.p_value == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_unit_that_changes_its_preference_moves_as_it_happens() -> None:
+    # Unit "u" prefers A (+1), then is a tie (0), then prefers B (-1); other units follow.
+    # The history counts u for A, for neither, then for B: never twice.
+    others = _mixed(12, 12)
+    moved = outcome([A_WINS, B_WINS, B_WINS, *others], units=["u", "u", "u"] + [f"v{i}" for i in range(24)])
+    assert (moved.units_with_clicks, moved.wins_a, moved.wins_b, moved.ties) == (25, 12, 13, 0)
+    later_a = np.cumsum([result is A_WINS for result in others])
+    history_a = np.concatenate([[1, 0, 0], later_a])
+    history_b = np.concatenate([[0, 0, 1], 1 + np.arange(1, 25) - later_a])
+    expected = always_valid_p_values(history_a, history_b, MIXING_20)[-1]
+    assert moved.p_value == pytest.approx(expected, rel=1e-12)
 
 
 def test_outcome_counts_a_unit_of_searches_once() -> None:
@@ -462,8 +480,9 @@ def test_outcome_counts_a_unit_of_searches_once() -> None:
     assert outcome(flood, min_queries=1).verdict == "significant"
     one = outcome(flood, min_queries=1, units=["text"] * 30)
     assert (one.queries, one.queries_with_clicks, one.units_with_clicks, one.wins_a, one.wins_b, one.ties) == (30, 30, 1, 1, 0, 0)
-    assert (one.verdict, one.winner, one.p_value) == ("no_significant_difference", None, 1.0)
-    assert one.message == "no significant difference: A preferred on 1 of 1 units with a preference (p = 1)"
+    # One trial is no evidence: Lambda_1 = B(a + 1, a) / B(a, a) * 2 = 1.
+    assert (one.verdict, one.winner, one.p_value) == ("no_significant_difference", None, pytest.approx(1.0, abs=1e-12))
+    assert one.message == "no significant difference: A preferred on 1 of 1 units with a preference (always-valid p = 1)"
     # A unit's credit is summed: 2 for A and 1 for B prefer A; one each is a tie. Searches
     # without a click on a shown hit are in no unit.
     mixed = outcome(

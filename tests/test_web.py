@@ -564,6 +564,11 @@ def test_the_compare_view_shows_a_judged_data_sets_figures_for_its_two_rankers(p
     expect(figures.locator('tr[data-metric="ndcg@10"] td').nth(2)).to_have_text("< 0.0001" if p_value < 1e-4 else f"{p_value:.4f}")
 
 
+def _shown_p(p_value: float | None) -> str:
+    """A p-value as the experiment card writes it."""
+    return "—" if p_value is None else "< 0.0001" if p_value < 1e-4 else f"{p_value:.4f}"
+
+
 def _percent(share: float) -> str:
     """A share as the page writes it (JavaScript's Math.round rounds halves up)."""
     return f"{math.floor(share * 100 + 0.5)}%"
@@ -656,19 +661,26 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
         decided = last["wins"]["hidden_topics"] + last["wins"]["bm25"]
         label = plot.get_attribute("aria-label") or ""
         assert label.startswith(f"hidden_topics's share of the units with a preference: {_percent(last['share'])} "
-                                f"(95% interval {_percent(last['low'])} to {_percent(last['high'])}) after {decided} such units")
-        # Each point's tooltip is its period's statistics; the band is the interval's, point by point.
+                                f"(95% always-valid interval {_percent(last['low'])} to {_percent(last['high'])}) after {decided} such units")
+        # Each point's tooltip is its period's statistics; the band is the confidence sequence's, point by point.
         first = points[0]["cumulative"]
         assert plot.locator("circle.plot-dot title").first.text_content() == (
             f"by {points[0]['end'][5:10]} {points[0]['end'][11:16]} UTC: hidden_topics preferred on {first['wins']['hidden_topics']} of "
             f"{first['wins']['hidden_topics'] + first['wins']['bm25']} ({_percent(first['share'])}, "
-            f"interval {_percent(first['low'])}-{_percent(first['high'])}), p = {first['p_value']:.4f}"
+            f"always-valid interval {_percent(first['low'])}-{_percent(first['high'])}), p = {first['p_value']:.4f}"
         )
         band = [float(v) for point in (plot.locator("polygon.plot-band").get_attribute("points") or "").split() for v in point.split(",")[1:]]
         dots = [float(plot.locator("circle.plot-dot").nth(i).get_attribute("cy") or "nan") for i in range(len(points))]
         uppers, lowers = band[: len(points)], band[len(points):][::-1]
         assert all(upper <= dot <= lower for upper, dot, lower in zip(uppers, dots, lowers))  # SVG's y grows downwards
         expect(card.locator("figcaption")).to_contain_text("only after 5 units with a preference")
+        expect(card.locator("figcaption")).to_contain_text("always-valid confidence band (a confidence sequence")
+        # The card shows both p-values, each under the name of the look it is valid for.
+        report = _api(served, "GET", "/experiments/web-plot")[1]["report"]
+        assert report["p_value"] == last["p_value"] and report["fixed_horizon_p_value"] == last["fixed_horizon_p_value"]
+        for name, label in (("p_value", "p-value (always valid)"), ("fixed_horizon_p_value", "p-value (one look at a planned size)")):
+            expect(card.locator(f'dd[data-field="{name}"]')).to_have_text(_shown_p(report[name]))
+            expect(card.locator(f'dd[data-field="{name}"]').locator("xpath=preceding-sibling::dt[1]")).to_have_text(label)
         _screenshot(page, "experiments.png")
 
         # Stopping needs the key too.

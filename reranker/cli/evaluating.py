@@ -139,7 +139,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
     create.add_argument("--method", choices=("team_draft", "balanced"), default="team_draft", help="interleaving method (default team_draft)")
     create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
-    create.add_argument("--min-queries", type=positive_int, default=20, help="units (a client's query, or a query without a client id) with a preference needed before a winner is named (default 20)")
+    create.add_argument("--min-queries", type=positive_int, default=20, help="units (a client's query, or a query without a client id) with a preference needed before a winner is named, and the size the always-valid test is tuned for (default 20)")
     ab_action.add_parser("list", help="every experiment")
     report = ab_action.add_parser("report", help="clicks, wins per ranker, winner and sign-test p-value")
     report.add_argument("id")
@@ -448,6 +448,7 @@ def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 
 def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: TextIO) -> int:
     from reranker import experiments as ex
+    from reranker.interleaving import format_p_value
 
     if args.action == "create":
         rankers = [name.strip() for name in args.rankers.split(",") if name.strip()]
@@ -475,6 +476,9 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             print(f"  units with clicks {o.units_with_clicks} (a client's query, or a query without a client id: one trial each)", file=out)
             print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
             print(f"  {o.message}", file=out)
+            if o.fixed_horizon_p_value is not None:
+                # For a team that planned its size and looks once, there; the verdict above is the one to watch.
+                print(f"  fixed-horizon sign test (one look at a planned size only): {format_p_value(o.fixed_horizon_p_value)}", file=out)
     else:
         listed = store.experiments()
         if not listed:

@@ -670,7 +670,7 @@ class ExperimentDeleted(Answer):
 
 class ExperimentReport(Answer):
     experiment: Experiment
-    report: dict[str, Any] = Field(description="clicks, wins per ranker, winner, sign-test p-value")
+    report: dict[str, Any] = Field(description="clicks, wins per ranker, winner, the sign test's always-valid p-value (the verdict's: safe to read at any time) and its fixed-horizon p-value (for one look at a planned size)")
 
 
 class TimelineTally(Answer):
@@ -682,9 +682,10 @@ class TimelineTally(Answer):
 
 class TimelineTotals(TimelineTally):
     share: float | None = Field(description="the share of the units with a preference so far that preferred `share_of`; null before the first")
-    low: float = Field(description="the share's exact (Clopper-Pearson) confidence interval: its lower end")
+    low: float = Field(description="the share's always-valid confidence sequence (mSPRT, Beta mixture): its lower end, safe to watch")
     high: float
-    p_value: float | None = Field(description="the report's sign test over the units so far; null before the first preference")
+    p_value: float | None = Field(description="the report's always-valid sign-test p-value so far (the verdict's); null before the first preference")
+    fixed_horizon_p_value: float | None = Field(description="the exact sign test over the units so far, valid for one look at a size fixed in advance; null before the first preference")
 
 
 class TimelinePeriod(TimelineTally):
@@ -698,6 +699,7 @@ class ExperimentTimeline(Answer):
     interval: Literal["hour", "day"]
     share_of: str = Field(description="the ranker whose share of the preferences `share` is (the experiment's first)")
     confidence: float
+    mixing: float = Field(description="a of the Beta(a, a) mixture of the always-valid test, matched to min_queries")
     min_queries: int
     periods: list[TimelinePeriod] = Field(description="the periods with a clicked query, oldest first")
 

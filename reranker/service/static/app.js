@@ -631,7 +631,9 @@
       for (const name of experiment.rankers) append(facts, field(`wins-${name}`, `Wins for ${name}`, String((report.wins || {})[name] ?? 0)));
       append(facts, field("ties", "Ties", String(report.ties)));
       append(facts, field("winner", "Current winner", report.winner || "none yet"));
-      append(facts, field("p_value", "p-value", pValue(report.p_value)));
+      append(facts, field("p_value", "p-value (always valid)", pValue(report.p_value)));
+      // The exact test is for a team that fixed the size in advance and reads it once, there.
+      append(facts, field("fixed_horizon_p_value", "p-value (one look at a planned size)", pValue(report.fixed_horizon_p_value)));
       append(facts, field("verdict", "Verdict", report.message || report.verdict));
     } else {
       append(facts, field("report", "Report", `unavailable: ${describe(fetched.reason)}`));
@@ -671,10 +673,9 @@
         "figcaption",
         { class: "hint" },
         `The share of the units with a preference (a client's query, or a query without a client id) that preferred ${first}, counted up to the end of each ` +
-          `${body.interval} (UTC), with its ${level}% confidence band (exact binomial). ` +
-          `The band leaves the dashed 50% line when the sign test finds p < ${((100 - level) / 100).toFixed(2)}; ` +
-          `the report names a winner only after ${body.min_queries} units with a preference, and its verdict holds for one look, ` +
-          `not for the first crossing of a band watched as it grows.`
+          `${body.interval} (UTC), with its ${level}% always-valid confidence band (a confidence sequence: it holds at every moment at once, ` +
+          `so it is safe to watch and to stop at). The band leaves the dashed 50% line when the always-valid p-value falls to ` +
+          `${((100 - level) / 100).toFixed(2)}; the report names a winner only after ${body.min_queries} units with a preference.`
       )
     );
     return figure;

@@ -2,6 +2,7 @@
 // not need one, and the page loads nothing from elsewhere).
 //
 //   timeline(body, width)   an experiment's share of preferences over time, with its band
+//                           (the always-valid confidence sequence: safe to watch)
 //   deltas(rows, width)     one bar per query: a ranker's figure minus the baseline's
 //
 // Both return an <svg> sized to `width` CSS pixels (the space its container has), so its
@@ -69,7 +70,7 @@ window.RerankerPlots = (function () {
     const last = points[points.length - 1];
     const label = last
       ? `${first}'s share of the units with a preference: ${percent(last.share)} ` +
-        `(${percent(body.confidence)} interval ${percent(last.low)} to ${percent(last.high)}) ` +
+        `(${percent(body.confidence)} always-valid interval ${percent(last.low)} to ${percent(last.high)}) ` +
         `after ${last.wins[first] + last.wins[second]} such units, by ${when(last.period.end, body.interval)} UTC`
       : "No unit with a preference yet.";
     const svg = frame(width, label);
@@ -101,7 +102,7 @@ window.RerankerPlots = (function () {
       const dot = node("circle", { cx: x(p.t), cy: y(p.share), r: 3.5, class: "plot-dot" });
       const decided = p.wins[first] + p.wins[second];
       dot.append(node("title", {}, `by ${when(p.period.end, body.interval)} UTC: ${first} preferred on ${p.wins[first]} of ${decided} ` +
-        `(${percent(p.share)}, interval ${percent(p.low)}-${percent(p.high)}), ${p.p_value < 1e-4 ? "p < 0.0001" : `p = ${p.p_value.toFixed(4)}`}`));
+        `(${percent(p.share)}, always-valid interval ${percent(p.low)}-${percent(p.high)}), ${p.p_value < 1e-4 ? "p < 0.0001" : `p = ${p.p_value.toFixed(4)}`}`));
       svg.append(dot);
     }
     // Labels at both ends of the time axis (and the middle when there is room).

@@ -1,0 +1,160 @@
+"""The always-valid sign test (reranker.sequential) against its definitions.
+
+The likelihood ratio against numeric integration over theta; the p-value against
+min(1, 1 / max Lambda) computed with the standard library's lgamma; the confidence
+sequence's ends against the ratio they are defined by; and simulated streams of equal
+rankers (seeded) read after every unit: the always-valid verdict crosses alpha rarely, the
+fixed-horizon test read the same way often.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.integrate import quad
+from scipy.stats import beta as beta_distribution
+from scipy.stats import binom
+
+from reranker.interleaving import sign_test
+from reranker.sequential import (
+    MIN_MIXING,
+    always_valid_p_values,
+    confidence_sequence,
+    log_likelihood_ratio,
+    mixing_parameter,
+    optimal_mixture_ratio,
+)
+
+
+def _integrated_ratio(wins_a: int, wins_b: int, mixing: float, theta0: float) -> float:
+    """Lambda_n by quadrature: the Beta(a, a)-weighted likelihood over the null's."""
+    def density(theta: float) -> float:
+        return float(theta**wins_a * (1 - theta) ** wins_b * beta_distribution.pdf(theta, mixing, mixing))
+
+    marginal, _ = quad(density, 0.0, 1.0, epsabs=0.0, epsrel=1e-11, limit=200)
+    return marginal / (theta0**wins_a * (1 - theta0) ** wins_b)
+
+
+@pytest.mark.parametrize("mixing", [0.5, 0.72, 3.0, 20.0])
+@pytest.mark.parametrize("theta0", [0.5, 0.3, 0.85])
+def test_the_likelihood_ratio_is_the_integral_over_theta(mixing: float, theta0: float) -> None:
+    for wins_a, wins_b in [(0, 0), (1, 0), (0, 3), (4, 4), (9, 1), (7, 12), (25, 5)]:
+        computed = float(log_likelihood_ratio(wins_a, wins_b, mixing, theta0))
+        assert computed == pytest.approx(math.log(_integrated_ratio(wins_a, wins_b, mixing, theta0)), abs=1e-8)
+
+
+def test_the_likelihood_ratio_is_vectorised_and_stays_finite() -> None:
+    wins = np.array([0, 10, 10_000, 1_000_000])
+    ratios = log_likelihood_ratio(wins, wins[::-1], 2.0)
+    assert ratios.shape == (4,) and np.all(np.isfinite(ratios))
+    assert ratios[0] == ratios[3] > 1e5  # a million to none: overwhelming, and symmetric
+    for bad in ((-1, 2, 1.0, 0.5), (1, 2, 0.0, 0.5), (1, 2, 1.0, 1.0), (1, 2, 1.0, 0.0)):
+        with pytest.raises(ValueError):
+            log_likelihood_ratio(*bad)
+
+
+def _reference_p_values(wins_a: list[int], wins_b: list[int], mixing: float) -> list[float]:
+    """min(1, 1 / max over k <= n of Lambda_k(1/2)) with math.lgamma, one step at a time."""
+    def log_beta(x: float, y: float) -> float:
+        return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+
+    best, out = -math.inf, []
+    for s, f in zip(wins_a, wins_b):
+        best = max(best, log_beta(mixing + s, mixing + f) - log_beta(mixing, mixing) + (s + f) * math.log(2))
+        out.append(min(1.0, math.exp(-best)))
+    return out
+
+
+def test_the_p_value_is_the_running_minimum_of_one_over_lambda() -> None:
+    rng = np.random.default_rng(7)
+    for theta in (0.5, 0.6, 0.75):
+        steps = rng.random(300) < theta
+        wins_a = np.cumsum(steps)
+        wins_b = np.arange(1, 301) - wins_a
+        mixing = mixing_parameter(20)
+        p_values = always_valid_p_values(wins_a, wins_b, mixing)
+        assert np.all(np.diff(p_values) <= 0), "p never rises as units arrive"
+        assert p_values == pytest.approx(_reference_p_values(wins_a.tolist(), wins_b.tolist(), mixing), rel=1e-9, abs=1e-300)
+        assert np.all((0 < p_values) & (p_values <= 1))
+    assert always_valid_p_values([1, 1], [0, 1], 0.72) == pytest.approx([1.0, 1.0])
+    with pytest.raises(ValueError):
+        always_valid_p_values([1, 2], [0], 1.0)
+
+
+def test_the_mixture_is_matched_to_the_planned_size() -> None:
+    ratio = optimal_mixture_ratio(0.05)
+    assert ratio == pytest.approx(2 * math.log(20) + math.log1p(ratio), abs=1e-10) and 8.1 < ratio < 8.3
+    # The Beta(a, a) variance 1 / (4 (2a + 1)) equals the normal mixture's r / (4 n).
+    for planned in (100, 1000, 10_000):
+        mixing = mixing_parameter(planned)
+        assert 1 / (4 * (2 * mixing + 1)) == pytest.approx(ratio / (4 * planned))
+    assert mixing_parameter(1) == mixing_parameter(16) == MIN_MIXING
+    assert mixing_parameter(20) < mixing_parameter(200) < mixing_parameter(2000)
+    # Tuned to a size, the test needs fewer wins to reject there than a mixture tuned far away.
+    def lead_needed(planned: int, n: int) -> int:
+        mixing = mixing_parameter(planned)
+        return next(k for k in range(n // 2, n + 1) if log_likelihood_ratio(k, n - k, mixing)[()] >= math.log(20))
+
+    assert lead_needed(1000, 1000) < lead_needed(20, 1000)
+    assert lead_needed(20, 40) < lead_needed(1000, 40)
+    for bad in ((0, 0.05), (10, 0.0), (10, 1.0)):
+        with pytest.raises(ValueError):
+            mixing_parameter(*bad)
+
+
+def test_the_confidence_sequence_is_the_set_where_the_ratio_stays_below_one_over_alpha() -> None:
+    wins_a = np.array([0, 1, 2, 2, 3, 8, 15, 15, 16, 30])
+    wins_b = np.array([0, 0, 0, 1, 1, 2, 5, 9, 9, 10])
+    mixing, alpha = mixing_parameter(20), 0.05
+    low, high = confidence_sequence(wins_a, wins_b, mixing, alpha)
+    assert (low[0], high[0]) == (0.0, 1.0)
+    assert np.all(np.diff(low) >= 0) and np.all(np.diff(high) <= 0), "a running intersection"
+    # Where a step's own interval is the narrowest so far, its ends are where Lambda = 1/alpha.
+    own_low, own_high = zip(*(confidence_sequence([s], [f], mixing, alpha) for s, f in zip(wins_a, wins_b)))
+    for step, (s, f) in enumerate(zip(wins_a, wins_b)):
+        if s > 0 and low[step] == own_low[step][0]:
+            assert float(log_likelihood_ratio(s, f, mixing, low[step])) == pytest.approx(math.log(1 / alpha), abs=1e-6)
+        if f > 0 and high[step] == own_high[step][0]:
+            assert float(log_likelihood_ratio(s, f, mixing, high[step])) == pytest.approx(math.log(1 / alpha), abs=1e-6)
+    # It leaves out 1/2 exactly when the always-valid p-value reaches alpha.
+    p_values = always_valid_p_values(wins_a, wins_b, mixing)
+    assert list((low > 0.5) | (high < 0.5)) == list(p_values <= alpha)
+    assert p_values[-1] < alpha < p_values[-2]
+    # One win: every theta0 with 1 / (2 theta0) < 20 (Lambda_1 = B(a+1, a) / B(a, a) / theta0 = 1 / (2 theta0)).
+    one_low, one_high = confidence_sequence([1], [0], mixing, alpha)
+    assert (one_low[0], one_high[0]) == (pytest.approx(0.025, abs=1e-12), 1.0)
+
+
+def _equal_rankers(runs: int, units: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(runs, units) counts of wins for A and B after each unit, each unit a fair coin."""
+    wins_a = np.cumsum(np.random.default_rng(seed).integers(0, 2, size=(runs, units)), axis=1)
+    return wins_a, np.arange(1, units + 1) - wins_a
+
+
+def test_equal_rankers_read_after_every_unit_rarely_cross_alpha() -> None:
+    runs, units, alpha, start = 400, 500, 0.05, 20
+    wins_a, wins_b = _equal_rankers(runs, units, seed=11)
+    mixing = mixing_parameter(start)
+    crossed = np.array([(always_valid_p_values(a, b, mixing)[start - 1 :] < alpha).any() for a, b in zip(wins_a, wins_b)])
+    # Ville: at most alpha; 400 runs put 3 standard errors at 3.3 points.
+    assert crossed.mean() <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / runs)
+    # The fixed-horizon test on the same streams, read after every unit, crosses far more
+    # often. For a fair coin sign_test is 2 P(X <= min(S, F)), capped at 1: vectorised here.
+    fixed_p = np.minimum(1.0, 2 * binom.cdf(np.minimum(wins_a, wins_b), wins_a + wins_b, 0.5))
+    assert [fixed_p[0, n] for n in (19, 99, 499)] == [pytest.approx(sign_test(int(wins_a[0, n]), int(wins_b[0, n])), rel=1e-9) for n in (19, 99, 499)]
+    assert (fixed_p[:, start - 1 :] < alpha).any(axis=1).mean() > 3 * alpha
+
+
+def test_the_confidence_sequence_holds_the_true_share_throughout() -> None:
+    runs, units, alpha = 300, 400, 0.05
+    rng = np.random.default_rng(3)
+    wins_a = np.cumsum(rng.random((runs, units)) < 0.6, axis=1)
+    wins_b = np.arange(1, units + 1) - wins_a
+    mixing = mixing_parameter(20)
+    missed = 0
+    for a, b in zip(wins_a, wins_b):
+        low, high = confidence_sequence(a, b, mixing, alpha)
+        missed += bool(((low > 0.6) | (high < 0.6)).any())
+    assert missed / runs <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / runs)
