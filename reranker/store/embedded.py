@@ -759,16 +759,16 @@ class EmbeddedStore:
         known = getattr(self._local, "fields", None)
         if known is None or known[0] != watermark:
             known = self._local.fields = (watermark, {})
-        held: dict[str, tuple[str | None, bool] | None] = known[1]
+        held: dict[str, tuple[str | None, bool]] = known[1]
         read, arrays = [], set()
         for item in filters:
             if item.field == "title":
                 read.append(filter_for_field(item, "text"))
                 continue
-            if item.field not in held:
-                held[item.field] = self._field_values(item.field, watermark)
-            found = held[item.field]
-            if found is None:
+            found = held.get(item.field) or self._field_values(item.field, watermark)
+            if found is not None:
+                held[item.field] = found  # not a field no document has: a client's typos would pile up
+            else:
                 rows = self._db.execute(
                     "SELECT DISTINCT json_each.key FROM docs, json_each(docs.fields) WHERE docs.rowid <= ?", (watermark,)
                 )
