@@ -449,13 +449,14 @@ class OpenSearchStore:
         content words are then refused, each with the cluster's reason."""
         if "passages" not in self._mapping_properties(index):
             return
-        found = self._call("reading the index settings", self.client.indices.get_settings, index=index)
-        limit = found.get(index, {}).get("settings", {}).get("index", {}).get("mapping", {}).get("nested_objects", {}).get("limit")
-        if limit is not None and int(limit) >= NESTED_OBJECTS_LIMIT:
-            return
         body = {"index": {"mapping": {"nested_objects": {"limit": NESTED_OBJECTS_LIMIT}}}}
         try:
-            self._call("raising the nested-object limit", self.client.indices.put_settings, index=index, body=body)
+            found = self._call("reading the index settings", self.client.indices.get_settings, index=index)
+            limit = found.get(index, {}).get("settings", {}).get("index", {}).get("mapping", {}).get("nested_objects", {}).get("limit")
+            if limit is None or int(limit) < NESTED_OBJECTS_LIMIT:
+                self._call("raising the nested-object limit", self.client.indices.put_settings, index=index, body=body)
+        except StoreUnavailableError:
+            raise  # the cluster is out of reach: the run cannot write either
         except StoreError as exc:
             log.warning("%s keeps the cluster's limit of nested documents; a document of more than 750,000 content words will be refused (%s)", index, exc)
 
