@@ -402,3 +402,135 @@ def test_texts_without_a_query_word_keep_their_order_as_first_stage(client: Flas
     answer = client.post("/rerank", json={"query": "statistical machine translation", "ranker": "bm25", "documents": [{"text": "bread and yeast"}, {"text": "cheese and wine"}]})
     assert answer.get_json()["first_stage"] == "order"
     assert [r["index"] for r in answer.get_json()["results"]] == [0, 1]
+
+
+# --- the cluster configurations in docs/cohere-rerank.md -----------------------------------
+# No cluster runs here, so what a reader copies from the page is checked against what the
+# clusters do with it (ml-commons' parameter substitution, Elasticsearch's custom-service
+# templates, both documented) and against the compose stack it names: a wrong host, port,
+# key, field or placeholder in the page fails here instead of on the reader's cluster.
+
+COHERE_PAGE = SAMPLE.parents[1] / "docs" / "cohere-rerank.md"
+COMPOSE = SAMPLE.parents[1] / "docker" / "compose.yaml"
+MAPPINGS = SAMPLE.parents[1] / "index_templates" / "reranker-mappings.component.json"
+_REQUEST_LINE = re.compile(r"^(GET|POST|PUT|DELETE) (\S+)$")
+
+
+def _page_requests() -> list[tuple[str, str, Any]]:
+    """(method, path, parsed body) of every request in the page's ```json blocks."""
+    text = COHERE_PAGE.read_text(encoding="utf-8")
+    found: list[tuple[str, str, Any]] = []
+    for block in re.findall(r"```json\n(.*?)```", text, flags=re.S):
+        current: list[str] = []
+        for line in block.splitlines() + ["END /"]:
+            start = _REQUEST_LINE.match(line) or line == "END /"
+            if start and current:
+                method, path = current[0].split(" ", 1)
+                found.append((method, path, json.loads("\n".join(current[1:]))))
+                current = []
+            if start or current:
+                current.append(line) if line.strip() else None
+    return found
+
+
+def _one(requests: list[tuple[str, str, Any]], method: str, pattern: str) -> tuple[str, Any]:
+    matches = [(path, body) for m, path, body in requests if m == method and re.fullmatch(pattern, path)]
+    assert len(matches) == 1, f"want one {method} {pattern} in {COHERE_PAGE.name}, found {[p for p, _ in matches]}"
+    return matches[0]
+
+
+def _compose_reranker() -> tuple[dict[str, str], int, str]:
+    """The compose reranker's environment, its container port and the alias it serves."""
+    import yaml
+
+    service = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]["reranker"]
+    env = {key: str(value) for key, value in service["environment"].items()}
+    (port,) = {int(str(mapping).rsplit(":", 1)[1]) for mapping in service["ports"]}
+    return env, port, env["RERANKER_INDEX"]
+
+
+@pytest.fixture(scope="module")
+def compose_client(indexed: Path) -> Iterator[FlaskClient]:
+    """The app with the compose stack's keys (the page's JSON uses its development key)."""
+    app = _app(indexed, RERANKER_API_KEYS=_compose_reranker()[0]["RERANKER_API_KEYS"])
+    yield app.test_client()
+    app.extensions["reranker"].close()
+
+
+def _the_stacks_service(url: str) -> str:
+    """Assert `url` is the compose reranker's; returns its path."""
+    env, port, _ = _compose_reranker()
+    parts = re.fullmatch(r"http://([^:/]+):(\d+)(/.*)", url)
+    assert parts and parts[1] == "reranker" and int(parts[2]) == port, f"{url} is not the compose service reranker:{port}"
+    return parts[3]
+
+
+def _mapped_fields() -> set[str]:
+    return set(json.loads(MAPPINGS.read_text(encoding="utf-8"))["template"]["mappings"]["properties"])
+
+
+def test_the_pages_opensearch_connector_and_pipeline_work_against_the_stack(compose_client: FlaskClient) -> None:
+    requests = _page_requests()
+    _, settings = _one(requests, "PUT", "/_cluster/settings")
+    _, connector = _one(requests, "POST", "/_plugins/_ml/connectors/_create")
+    pipeline_path, pipeline = _one(requests, "PUT", "/_search/pipeline/[^/]+")
+    search_path, search = _one(requests, "POST", r"/[^/]+/_search\?search_pipeline=[^&]+")
+    (action,) = connector["actions"]
+    persistent = settings["persistent"]
+    # ml-commons calls a connector only if a trusted regex matches its whole URL (Java's matches()).
+    assert any(re.fullmatch(rx, action["url"]) for rx in persistent["plugins.ml_commons.trusted_connector_endpoints_regex"])
+    assert persistent["plugins.ml_commons.connector.private_ip_enabled"] is True and persistent["plugins.ml_commons.only_run_on_ml_node"] is False
+    assert (action["pre_process_function"], action["post_process_function"]) == ("connector.pre_process.cohere.rerank", "connector.post_process.cohere.rerank")
+    env, _, alias = _compose_reranker()
+    path = _the_stacks_service(action["url"])
+    # The request as ml-commons builds it: ${credential.x} from the credential, the
+    # pre-process function's query (escaped inside the template's quotes), documents (a JSON
+    # array) and top_n (their number), and the connector's own parameters.
+    documents = _documents(5) + [""]
+    values = {"parameters.query": json.dumps(QUERY)[1:-1], "parameters.documents": json.dumps(documents), "parameters.top_n": str(len(documents))}
+    values |= {f"parameters.{k}": str(v) for k, v in connector["parameters"].items()} | {f"credential.{k}": v for k, v in connector["credential"].items()}
+    fill = lambda template: re.sub(r"\$\{([\w.]+)\}", lambda m: values[m[1]], template)  # noqa: E731 (KeyError: a placeholder nothing fills)
+    assert set(connector["credential"].values()) <= {key.strip() for key in env["RERANKER_API_KEYS"].split(",")}
+    headers = {name: fill(value) for name, value in action["headers"].items()}
+    answer = compose_client.post(path, data=fill(action["request_body"]), headers={**headers, "Content-Type": "application/json"})
+    assert answer.status_code == 200, answer.get_data()
+    _conforms(answer.get_data(), len(documents))
+    assert answer.headers["X-Reranker-Ranker"] == connector["parameters"]["model"] and "warnings" not in answer.get_json()["meta"]
+    # The pipeline's fields are the index's, and the search names the pipeline and the alias.
+    (processor,) = pipeline["response_processors"]
+    assert set(processor["rerank"]["context"]["document_fields"]) <= _mapped_fields()
+    assert search_path == f"/{alias}/_search?search_pipeline={pipeline_path.rsplit('/', 1)[1]}"
+    assert search["ext"]["rerank"]["query_context"]["query_text"]
+
+
+def test_the_pages_elasticsearch_endpoint_and_retriever_work_against_the_stack(compose_client: FlaskClient) -> None:
+    requests = _page_requests()
+    endpoint_path, endpoint = _one(requests, "PUT", "_inference/rerank/[^/]+")
+    _, search = _one(requests, "POST", r"/[^/]+/_search")
+    assert endpoint["service"] == "custom"
+    service = endpoint["service_settings"]
+    env, _, _ = _compose_reranker()
+    path = _the_stacks_service(service["url"])
+    secrets = service["secret_parameters"]
+    assert set(secrets.values()) <= {key.strip() for key in env["RERANKER_API_KEYS"].split(",")}
+    # The custom service fills ${input} with a JSON array and ${query} with a JSON string, and
+    # the secrets by name; text_similarity_reranker sends no top_n, so the template names none.
+    placeholders = set(re.findall(r"\$\{(\w+)\}", service["request"]))
+    assert placeholders == {"input", "query"}, f"the request template names {sorted(placeholders)}"
+    documents = _documents(4)
+    values = {"input": json.dumps(documents), "query": json.dumps(QUERY), **secrets}
+    fill = lambda template: re.sub(r"\$\{(\w+)\}", lambda m: values[m[1]], template)  # noqa: E731
+    headers = {name: fill(value) for name, value in service["headers"].items()}
+    answer = compose_client.post(path, data=fill(service["request"]), headers=headers)
+    assert answer.status_code == 200, answer.get_data()
+    _conforms(answer.get_data(), len(documents))
+    model = json.loads(fill(service["request"]))["model"]
+    assert answer.headers["X-Reranker-Ranker"] == model and "warnings" not in answer.get_json()["meta"]
+    # The response parser's paths name the answer's own keys.
+    parser = service["response"]["json_parser"]
+    results = answer.get_json()["results"]
+    for role, key in (("reranked_index", "index"), ("relevance_score", "relevance_score")):
+        assert parser[role] == f"$.results[*].{key}" and all(key in result for result in results)
+    retriever = search["retriever"]["text_similarity_reranker"]
+    assert retriever["inference_id"] == endpoint_path.rsplit("/", 1)[1] and retriever["field"] in _mapped_fields()
+    assert retriever["inference_text"] and isinstance(retriever["rank_window_size"], int)
