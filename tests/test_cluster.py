@@ -5,7 +5,7 @@ other.
 
 Runs when OPENSEARCH_TEST_URL is set, e.g. against the compose cluster:
 
-    docker compose -f docker/compose.yaml up -d opensearch
+    docker compose -f docker/compose.yaml up -d --wait opensearch
     OPENSEARCH_TEST_URL=http://localhost:9200 python -m pytest tests/test_cluster.py
 
 Each test works under its own alias (`rrtest-<random>`) and deletes its indices after.

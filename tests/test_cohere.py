@@ -421,15 +421,12 @@ def _page_requests() -> list[tuple[str, str, Any]]:
     text = COHERE_PAGE.read_text(encoding="utf-8")
     found: list[tuple[str, str, Any]] = []
     for block in re.findall(r"```json\n(.*?)```", text, flags=re.S):
-        current: list[str] = []
-        for line in block.splitlines() + ["END /"]:
-            start = _REQUEST_LINE.match(line) or line == "END /"
-            if start and current:
-                method, path = current[0].split(" ", 1)
-                found.append((method, path, json.loads("\n".join(current[1:]))))
-                current = []
-            if start or current:
-                current.append(line) if line.strip() else None
+        # A request is its method line and the lines up to the next one.
+        starts = [i for i, line in enumerate(block.splitlines()) if _REQUEST_LINE.match(line)]
+        lines = block.splitlines()
+        for start, end in zip(starts, starts[1:] + [len(lines)]):
+            method, path = lines[start].split(" ", 1)
+            found.append((method, path, json.loads("\n".join(lines[start + 1 : end]))))
     return found
 
 
@@ -465,6 +462,12 @@ def _the_stacks_service(url: str) -> str:
     return parts[3]
 
 
+def _fill(values: dict[str, str], template: str) -> str:
+    """`template` with each ${name} replaced by values[name] (a KeyError: a placeholder the
+    cluster would have nothing for)."""
+    return re.sub(r"\$\{([\w.]+)\}", lambda m: values[m[1]], template)
+
+
 def _mapped_fields() -> set[str]:
     return set(json.loads(MAPPINGS.read_text(encoding="utf-8"))["template"]["mappings"]["properties"])
 
@@ -489,10 +492,9 @@ def test_the_pages_opensearch_connector_and_pipeline_work_against_the_stack(comp
     documents = _documents(5) + [""]
     values = {"parameters.query": json.dumps(QUERY)[1:-1], "parameters.documents": json.dumps(documents), "parameters.top_n": str(len(documents))}
     values |= {f"parameters.{k}": str(v) for k, v in connector["parameters"].items()} | {f"credential.{k}": v for k, v in connector["credential"].items()}
-    fill = lambda template: re.sub(r"\$\{([\w.]+)\}", lambda m: values[m[1]], template)  # noqa: E731 (KeyError: a placeholder nothing fills)
     assert set(connector["credential"].values()) <= {key.strip() for key in env["RERANKER_API_KEYS"].split(",")}
-    headers = {name: fill(value) for name, value in action["headers"].items()}
-    answer = compose_client.post(path, data=fill(action["request_body"]), headers={**headers, "Content-Type": "application/json"})
+    headers = {name: _fill(values, value) for name, value in action["headers"].items()}
+    answer = compose_client.post(path, data=_fill(values, action["request_body"]), headers={**headers, "Content-Type": "application/json"})
     assert answer.status_code == 200, answer.get_data()
     _conforms(answer.get_data(), len(documents))
     assert answer.headers["X-Reranker-Ranker"] == connector["parameters"]["model"] and "warnings" not in answer.get_json()["meta"]
@@ -519,12 +521,11 @@ def test_the_pages_elasticsearch_endpoint_and_retriever_work_against_the_stack(c
     assert placeholders == {"input", "query"}, f"the request template names {sorted(placeholders)}"
     documents = _documents(4)
     values = {"input": json.dumps(documents), "query": json.dumps(QUERY), **secrets}
-    fill = lambda template: re.sub(r"\$\{(\w+)\}", lambda m: values[m[1]], template)  # noqa: E731
-    headers = {name: fill(value) for name, value in service["headers"].items()}
-    answer = compose_client.post(path, data=fill(service["request"]), headers=headers)
+    headers = {name: _fill(values, value) for name, value in service["headers"].items()}
+    answer = compose_client.post(path, data=_fill(values, service["request"]), headers=headers)
     assert answer.status_code == 200, answer.get_data()
     _conforms(answer.get_data(), len(documents))
-    model = json.loads(fill(service["request"]))["model"]
+    model = json.loads(_fill(values, service["request"]))["model"]
     assert answer.headers["X-Reranker-Ranker"] == model and "warnings" not in answer.get_json()["meta"]
     # The response parser's paths name the answer's own keys.
     parser = service["response"]["json_parser"]

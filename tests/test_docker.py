@@ -330,6 +330,22 @@ def test_opensearch_is_a_pinned_2x_single_node() -> None:
     assert len(megabytes) == 1 and 512 <= megabytes.pop() <= 1024, f"heap -Xms = -Xmx within 512m..1g, got {heap}"
 
 
+def test_opensearch_settings_reach_the_node() -> None:
+    """The image's entry point passes an environment variable on as `-Ekey=value` only when its
+    name is lower-case dotted words (opensearch-build's opensearch-docker-entrypoint.sh:
+    `^[a-z0-9_]+\\.[a-z0-9_]+`); any other dotted name is dropped without a word. And a locked
+    heap needs the memlock limit lifted, as OpenSearch's compose example does."""
+    svc = service("opensearch")
+    env = env_of(svc)
+    dropped = sorted(key for key in env if "." in key and not re.match(r"^[a-z0-9_]+\.[a-z0-9_]+", key))
+    assert not dropped, f"the entry point ignores {dropped}"
+    ulimits = svc.get("ulimits", {})
+    if env.get("bootstrap.memory_lock") == "true":
+        assert ulimits.get("memlock") == {"soft": -1, "hard": -1}, f"memory_lock without an unlimited memlock: {ulimits}"
+    nofile = ulimits.get("nofile", {})
+    assert min(nofile.get("soft", 0), nofile.get("hard", 0)) >= 65536, f"OpenSearch wants nofile >= 65536, got {nofile}"
+
+
 def test_opensearch_is_published_on_loopback_only() -> None:
     ports = published_ports(service("opensearch"))
     assert ports, "opensearch publishes no port (the cluster tests need localhost:9200)"
