@@ -94,7 +94,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_EVENTS_PER_CLIENT": "most UBI events one client (network address; an IPv6 /64) may store per experiment (default 10000; then 429)",
     "RERANKER_TRUSTED_PROXIES": "comma-separated addresses or networks (CIDR) of reverse proxies whose X-Forwarded-For names the client (default: none; the peer address is the client)",
     "RERANKER_MAX_EVENTS": "most UBI events the event store holds in all (default 1000000; then 429)",
-    "RERANKER_PROXY_ALLOW": "comma-separated parts of a search body the proxy forwards although it refuses them by default: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll, or a clause it does not know (default: none)",
+    "RERANKER_PROXY_ALLOW": "comma-separated parts of a search body the proxy forwards although it refuses them by default: script, script_score, wrapper, template, more_like_this, percolate, pinned, terms_lookup, collate, script_fields, runtime_mappings, scroll, search_pipeline (the URL's search_pipeline and verbose_pipeline), or a clause it does not know (default: none)",
     "RERANKER_MAX_TOTAL_WINDOW": "most BM25 candidates one proxied _msearch may ask the service to rerank, all its searches' windows together (default 2000)",
     "RERANKER_TOPIC_CACHE_MB": "per-worker cache of topics computed from request texts, in MB (default 64)",
     "RERANKER_PRELOAD_WMD": "load the wmd ranker's machinery when a worker starts (default true; false saves about 110 MB per worker, and the first wmd request loads it inside its deadline)",
@@ -240,11 +240,11 @@ class OpenSearchSettings:
             raise ConfigError(f"RERANKER_INDEX must be a lower-case index name without spaces or \\/*?\"<>|,#:, got {alias!r}")
 
 
-# The guarded parts of a search body (and scroll) that RERANKER_PROXY_ALLOW may name: see
+# The guarded parts of a search body (and scroll, and the URL's search pipeline) that RERANKER_PROXY_ALLOW may name: see
 # reranker/service/query_dsl.py.
 PROXY_GUARDS = (
     "script", "script_score", "wrapper", "template", "more_like_this", "percolate", "pinned", "terms_lookup",
-    "collate", "script_fields", "runtime_mappings", "scroll",
+    "collate", "script_fields", "runtime_mappings", "scroll", "search_pipeline",
 )
 
 

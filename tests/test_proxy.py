@@ -1097,6 +1097,11 @@ ATTACKS: list[tuple[str, str, str, str, str, dict[str, str], set[int]]] = [
     ("a search template", "POST", "/papers/_search/template", json.dumps({"source": {"query": {"match_all": {}}}}), "application/json", {}, {403}),
     ("a point in time", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "pit": {"id": "x"}}), "application/json", {}, {403}),
     ("a script in runtime_mappings", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "runtime_mappings": {"f": {"type": "keyword", "script": "emit('x')"}}}), "application/json", {}, {403}),
+    ("a search pipeline named in the URL (the Cohere one calls the service with its key)", "POST", "/papers/_search?search_pipeline=hidden-topics", json.dumps(summary("ocean")), "application/json", {}, {403}),
+    ("the index's default search pipeline skipped", "POST", "/papers/_search?search_pipeline=_none", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("a search pipeline for an _msearch", "POST", "/papers/_msearch?search_pipeline=_none", _msearch(({}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
+    ("a search pipeline for a count", "POST", "/papers/_count?search_pipeline=_none", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    ("the default pipeline's workings", "POST", "/papers/_search?verbose_pipeline=true", json.dumps(MATCH_ALL), "application/json", {}, {403}),
     ("a get of a secret document", "GET", "/secret/_doc/2", "", "application/json", {}, {403}),
     ("an _mget of a secret document", "POST", "/_mget", json.dumps({"docs": [{"_index": "secret", "_id": "2"}]}), "application/json", {}, {403}),
     ("a count of secret", "POST", "/secret/_count", json.dumps(MATCH_ALL), "application/json", {}, {403}),
@@ -1143,4 +1148,19 @@ def test_the_attacks_on_the_proxy_reach_nothing(
         assert b"secret" not in sent and "secret" not in sent_path, (what, sent_method, sent_path)
         assert not any(api in sent_path for api in ("_search", "_msearch", "_mget", "_count", "_doc")), (what, sent_method, sent_path)
     # The same app still answers an honest search: the refusal was the proxy's, not a broken cluster.
+    assert client.post("/papers/_search", json=summary("ocean")).status_code == 200
+
+
+def test_a_search_pipeline_reaches_the_cluster_only_when_the_operator_allows_it(attacked: tuple[Any, ClusterProxy]) -> None:
+    """The refusal of `search_pipeline` is the proxy's policy, and RERANKER_PROXY_ALLOW lifts
+    it: the parameter then reaches the cluster (osmem-server answers, as OpenSearch does,
+    that the pipeline does not exist), and a search without one is unaffected either way."""
+    app_for, recorder = attacked
+    refused = app_for({}).test_client().post("/papers/_search?search_pipeline=nowhere", json=summary("ocean"))
+    assert refused.status_code == 403 and "RERANKER_PROXY_ALLOW=search_pipeline" in refused.get_json()["error"]["reason"]
+    client = app_for({"RERANKER_PROXY_ALLOW": "search_pipeline"}).test_client()
+    recorder.requests.clear()
+    forwarded = client.post("/papers/_search?search_pipeline=nowhere", json=summary("ocean"))
+    assert forwarded.status_code == 400 and "nowhere" in forwarded.get_data(as_text=True)
+    assert any("search_pipeline=nowhere" in path for _, path, _ in recorder.requests)
     assert client.post("/papers/_search", json=summary("ocean")).status_code == 200

@@ -59,7 +59,7 @@ from reranker.service.api import runtime
 from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
-from reranker.service.query_dsl import check_scroll, check_search_body
+from reranker.service.query_dsl import check_params, check_scroll, check_search_body
 from reranker.service.reranking import Deadline, Runtime, status_fields
 from reranker.service.schema import OpenSearchCount, OpenSearchSearch, ScrollRequest, read
 from reranker.service.search_requests import (
@@ -321,8 +321,10 @@ def cluster_info() -> Response:
 
 
 def url_params() -> dict[str, str]:
-    """The URL parameters (first value of each); only JSON answers are offered."""
+    """The URL parameters (first value of each); only JSON answers are offered, and no
+    search pipeline but by the operator's leave (`check_params`)."""
     params = request.args.to_dict()
+    check_params(params, runtime().limits.proxy_allow)
     if params.get("format", "json") != "json":
         raise bad_request(f"[format] the reranker proxy answers JSON only, got {params['format']!r}")
     return params

@@ -66,7 +66,14 @@ GUARDED: dict[str, str] = {
     "runtime_mappings": "it defines fields by scripts",
 }
 
-assert set(GUARDED) | {"scroll"} == set(PROXY_GUARDS), "config.PROXY_GUARDS lists what RERANKER_PROXY_ALLOW may name"
+# URL parameters the proxy passes on only when RERANKER_PROXY_ALLOW names their guard. A
+# search pipeline is the operator's: a named one may call out with credentials the client
+# lacks (the Cohere-compatible rerank processor calls this service with its API key), and
+# `_none` skips the index's default pipeline, which may be what filters the documents
+# clients may see; `verbose_pipeline` shows each processor's work.
+GUARDED_PARAMS: dict[str, str] = {"search_pipeline": "search_pipeline", "verbose_pipeline": "search_pipeline"}
+
+assert set(GUARDED) | {"scroll", *GUARDED_PARAMS.values()} == set(PROXY_GUARDS), "config.PROXY_GUARDS lists what RERANKER_PROXY_ALLOW may name"
 
 # Aggregation types. Bucket aggregations may hold sub-aggregations; `filter` and `filters`
 # hold queries. Pipeline aggregations that run a script (bucket_script, bucket_selector,
@@ -112,6 +119,20 @@ def check_scroll(keep_alive: str | None, allowed: Iterable[str] = ()) -> None:
         raise ApiError(400, "illegal_argument_exception", f"[scroll] must be a time such as 1m, got {keep_alive!r}")
     if int(found.group(1)) * _SECONDS[found.group(2)] > MAX_SCROLL_SECONDS:
         raise ApiError(400, "illegal_argument_exception", f"[scroll] keeps a scroll open at most {MAX_SCROLL_SECONDS // 60}m, got {keep_alive}")
+
+
+def check_params(params: Iterable[str], allowed: Iterable[str] = ()) -> None:
+    """ApiError 403 for a URL parameter of GUARDED_PARAMS unless RERANKER_PROXY_ALLOW names
+    its guard (the others go to the cluster, which refuses those it does not know)."""
+    allowed = set(allowed)
+    for name in params:
+        guard = GUARDED_PARAMS.get(name)
+        if guard is not None and guard not in allowed:
+            raise ApiError(
+                403, "security_exception",
+                f"[{name}] is refused: search pipelines are the operator's (a pipeline can call out with its own "
+                f"credentials, and _none skips the index's default one); an operator can allow it with RERANKER_PROXY_ALLOW={guard}",
+            )
 
 
 def check_search_body(body: dict[str, Any], allowed: Iterable[str] = ()) -> None:
