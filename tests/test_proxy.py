@@ -16,6 +16,7 @@ import sys
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -1102,6 +1103,12 @@ ATTACKS: list[tuple[str, str, str, str, str, dict[str, str], set[int]]] = [
     ("a search pipeline for an _msearch", "POST", "/papers/_msearch?search_pipeline=_none", _msearch(({}, MATCH_ALL)), "application/x-ndjson", {}, {403}),
     ("a search pipeline for a count", "POST", "/papers/_count?search_pipeline=_none", json.dumps(MATCH_ALL), "application/json", {}, {403}),
     ("the default pipeline's workings", "POST", "/papers/_search?verbose_pipeline=true", json.dumps(MATCH_ALL), "application/json", {}, {403}),
+    # OpenSearch reads `source` as the body of a request that has none (the proxy sends a
+    # bodiless count and scroll so): a query the proxy never read.
+    ("a terms lookup on secret in a count's `source` parameter", "GET", "/papers/_count?source_content_type=application/json&source=" + quote(json.dumps({"query": TERMS_LOOKUP})), "", "application/json", {}, {403}),
+    ("a wrapper in a search's `source` parameter", "GET", "/papers/_search?source_content_type=application/json&source=" + quote(json.dumps({"query": {"wrapper": {"query": _b64(TERMS_LOOKUP)}}})), "", "application/json", {}, {403}),
+    ("an _msearch in the `source` parameter", "GET", "/papers/_msearch?source_content_type=application/x-ndjson&source=" + quote(_msearch(({"index": "secret"}, MATCH_ALL))), "", "application/json", {}, {403}),
+    ("a day's scroll in the `source` parameter, scroll allowed", "GET", "/_search/scroll?source=" + quote(json.dumps({"scroll": "1d", "scroll_id": "x"})), "", "application/json", {"RERANKER_PROXY_ALLOW": "scroll"}, {403}),
     ("a get of a secret document", "GET", "/secret/_doc/2", "", "application/json", {}, {403}),
     ("an _mget of a secret document", "POST", "/_mget", json.dumps({"docs": [{"_index": "secret", "_id": "2"}]}), "application/json", {}, {403}),
     ("a count of secret", "POST", "/secret/_count", json.dumps(MATCH_ALL), "application/json", {}, {403}),
