@@ -51,8 +51,11 @@ PHONE = (390, 844)
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 BOLD = "<b>bold</b>"
+# Unlike a <script>, which innerHTML never runs, an image's handler would run if the page
+# parsed the title as HTML (and the CSP, which refuses inline handlers, did not stop it).
+IMAGE = '<img src=x onerror="window.__pwned = 2">'
 HOSTILE_ID = "xss-<i>1</i>"
-HOSTILE_TITLE = f"{SCRIPT} Statistical machine translation {BOLD}"
+HOSTILE_TITLE = f"{SCRIPT} Statistical machine translation {BOLD} {IMAGE}"
 HOSTILE_TEXT = (
     f"Statistical machine translation with word alignment models. {SCRIPT} The {BOLD} claim: "
     "a beam search over phrase tables and a lexicon model improve translation quality; "
@@ -273,13 +276,13 @@ def test_document_text_is_shown_as_text_never_run_or_rendered(page: "Page") -> N
     assert hostile.inner_text() == HOSTILE_TITLE
     expect(page.locator("#column-left .hit-title", has_text=SCRIPT)).to_have_count(1)
     assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert page.locator("main b, main i, main script").count() == 0
+    assert page.locator("main b, main i, main script, main img").count() == 0
     hostile.click()  # its paper page: title, id and text, all as text
     expect(page.locator("#paper-title")).to_have_text(HOSTILE_TITLE)
     expect(page.locator("#view-paper .paper-id")).to_have_text(f"id {HOSTILE_ID}")
     expect(page.locator("#paper-excerpt")).to_contain_text(f"models. {SCRIPT} The {BOLD} claim")
     assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert page.locator("main b, main i, main script").count() == 0
+    assert page.locator("main b, main i, main script, main img").count() == 0
     assert page.evaluate("[...document.scripts].map((s) => s.getAttribute('src'))") == ["/ui/static/plots.js", "/ui/static/app.js"]
 
 
