@@ -1171,3 +1171,19 @@ def test_a_search_pipeline_reaches_the_cluster_only_when_the_operator_allows_it(
     assert forwarded.status_code == 400 and "nowhere" in forwarded.get_data(as_text=True)
     assert any("search_pipeline=nowhere" in path for _, path, _ in recorder.requests)
     assert client.post("/papers/_search", json=summary("ocean")).status_code == 200
+
+
+def test_a_clients_credentials_never_reach_the_cluster(attacked: tuple[Any, ClusterProxy]) -> None:
+    """The proxy calls the cluster with the service's own credentials (none here), never the
+    client's: an `Authorization` or cookie sent to the proxy would otherwise act on the
+    cluster with whatever rights it carries."""
+    app_for, recorder = attacked
+    recorder.requests.clear()
+    recorder.authorization.clear()
+    recorder.request_headers.clear()
+    sent = {"Authorization": "Basic YWRtaW46YWRtaW4=", "Cookie": "security_authentication=stolen", "X-Forwarded-For": "10.0.0.1"}
+    assert app_for({}).test_client().post("/papers/_search", json=summary("ocean"), headers=sent).status_code == 200
+    assert any("_search" in path for _, path, _ in recorder.requests)
+    assert recorder.authorization and set(recorder.authorization) == {None}
+    forwarded = {name.lower() for _, _, headers in recorder.request_headers for name in headers}
+    assert not forwarded & {"cookie", "x-forwarded-for"}, forwarded
