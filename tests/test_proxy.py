@@ -1109,6 +1109,7 @@ ATTACKS: list[tuple[str, str, str, str, str, dict[str, str], set[int]]] = [
     ("a wrapper in a search's `source` parameter", "GET", "/papers/_search?source_content_type=application/json&source=" + quote(json.dumps({"query": {"wrapper": {"query": _b64(TERMS_LOOKUP)}}})), "", "application/json", {}, {403}),
     ("an _msearch in the `source` parameter", "GET", "/papers/_msearch?source_content_type=application/x-ndjson&source=" + quote(_msearch(({"index": "secret"}, MATCH_ALL))), "", "application/json", {}, {403}),
     ("a day's scroll in the `source` parameter, scroll allowed", "GET", "/_search/scroll?source=" + quote(json.dumps({"scroll": "1d", "scroll_id": "x"})), "", "application/json", {"RERANKER_PROXY_ALLOW": "scroll"}, {403}),
+    ("the cluster's stack traces", "POST", "/papers/_search?error_trace=true&q=title:((", "", "application/json", {}, {403}),
     ("a get of a secret document", "GET", "/secret/_doc/2", "", "application/json", {}, {403}),
     ("an _mget of a secret document", "POST", "/_mget", json.dumps({"docs": [{"_index": "secret", "_id": "2"}]}), "application/json", {}, {403}),
     ("a count of secret", "POST", "/secret/_count", json.dumps(MATCH_ALL), "application/json", {}, {403}),

@@ -121,23 +121,25 @@ def check_scroll(keep_alive: str | None, allowed: Iterable[str] = ()) -> None:
         raise ApiError(400, "illegal_argument_exception", f"[scroll] keeps a scroll open at most {MAX_SCROLL_SECONDS // 60}m, got {keep_alive}")
 
 
-# URL parameters that carry a request body: OpenSearch (and Elasticsearch) read `source` as
-# the body of a request sent without one, so a count with `?source={...}` would reach the
-# cluster with a query the proxy never read (a terms lookup on any index, a script).
-BODY_PARAMS = frozenset({"source", "source_content_type"})
+# URL parameters the proxy never passes on, with why. OpenSearch (and Elasticsearch) read
+# `source` as the body of a request sent without one, so a count with `?source={...}` would
+# reach the cluster with a query the proxy never read (a terms lookup on any index, a
+# script); `error_trace` adds the cluster's Java stack traces to its errors.
+REFUSED_PARAMS = {
+    "source": "the proxy reads a search only from the request body; send it there",
+    "source_content_type": "the proxy reads a search only from the request body; send it there",
+    "error_trace": "the cluster's stack traces are not passed on",
+}
 
 
 def check_params(params: Iterable[str], allowed: Iterable[str] = ()) -> None:
-    """ApiError 403 for a URL parameter that carries a body (BODY_PARAMS), and for one of
-    GUARDED_PARAMS unless RERANKER_PROXY_ALLOW names its guard (the others go to the
-    cluster, which refuses those it does not know)."""
+    """ApiError 403 for a URL parameter of REFUSED_PARAMS, and for one of GUARDED_PARAMS
+    unless RERANKER_PROXY_ALLOW names its guard (the others go to the cluster, which
+    refuses those it does not know)."""
     allowed = set(allowed)
     for name in params:
-        if name in BODY_PARAMS:
-            raise ApiError(
-                403, "security_exception",
-                f"[{name}] is refused: the proxy reads a search only from the request body; send it there",
-            )
+        if name in REFUSED_PARAMS:
+            raise ApiError(403, "security_exception", f"[{name}] is refused: {REFUSED_PARAMS[name]}")
         guard = GUARDED_PARAMS.get(name)
         if guard is not None and guard not in allowed:
             raise ApiError(
