@@ -1110,6 +1110,10 @@ ATTACKS: list[tuple[str, str, str, str, str, dict[str, str], set[int]]] = [
     ("an _msearch in the `source` parameter", "GET", "/papers/_msearch?source_content_type=application/x-ndjson&source=" + quote(_msearch(({"index": "secret"}, MATCH_ALL))), "", "application/json", {}, {403}),
     ("a day's scroll in the `source` parameter, scroll allowed", "GET", "/_search/scroll?source=" + quote(json.dumps({"scroll": "1d", "scroll_id": "x"})), "", "application/json", {"RERANKER_PROXY_ALLOW": "scroll"}, {403}),
     ("the cluster's stack traces", "POST", "/papers/_search?error_trace=true&q=title:((", "", "application/json", {}, {403}),
+    # indices_boost reads no document, but the cluster's 404 for a name no index has tells which exist.
+    ("indices_boost naming secret", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "indices_boost": [{"secret": 2.0}]}), "application/json", {}, {403}),
+    ("indices_boost naming secret, object form", "POST", "/papers/_search", json.dumps({**MATCH_ALL, "indices_boost": {"papers": 1.0, "secret": 2.0}}), "application/json", {}, {403}),
+    ("indices_boost naming secret, in _msearch", "POST", "/papers/_msearch", _msearch(({}, {**MATCH_ALL, "indices_boost": [{"secret": 2.0}]})), "application/x-ndjson", {}, {403}),
     ("a get of a secret document", "GET", "/secret/_doc/2", "", "application/json", {}, {403}),
     ("an _mget of a secret document", "POST", "/_mget", json.dumps({"docs": [{"_index": "secret", "_id": "2"}]}), "application/json", {}, {403}),
     ("a count of secret", "POST", "/secret/_count", json.dumps(MATCH_ALL), "application/json", {}, {403}),
@@ -1188,3 +1192,13 @@ def test_a_clients_credentials_never_reach_the_cluster(attacked: tuple[Any, Clus
     assert recorder.authorization and set(recorder.authorization) == {None}
     forwarded = {name.lower() for _, _, headers in recorder.request_headers for name in headers}
     assert not forwarded & {"cookie", "x-forwarded-for"}, forwarded
+
+
+def test_indices_boost_may_name_the_allowed_indices(client: FlaskClient, direct: OpenSearchStore) -> None:
+    """A boost of an allowed index is forwarded (the cluster's answer passes), so the
+    refusal of other names is the allow-list's, not of indices_boost as such."""
+    body = {**summary("ocean"), "indices_boost": [{"papers": 2.0}], "ext": {"rerank": {"ranker": "bm25"}}}
+    answer = client.post("/papers/_search", json=body)
+    assert answer.status_code == 200, answer.get_data(as_text=True)[:300]
+    status, own = direct.forward("POST", "/papers/_search", {}, {key: value for key, value in body.items() if key != "ext"})
+    assert status == 200 and ids(answer.get_json()) == ids(own)

@@ -101,6 +101,7 @@ def check_body_indices(body: Any, settings: Settings, where: str = "") -> None:
     names a stored document). A field that happens to be called `index` is refused only
     beside a field called `id` in the same object, which no query clause has.
     """
+    _check_boosted_indices(body, settings, where)
     stack: list[tuple[Any, str]] = [(body, where)]
     while stack:
         value, path = stack.pop()
@@ -120,6 +121,22 @@ def check_body_indices(body: Any, settings: Settings, where: str = "") -> None:
             stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in value.items())
         elif isinstance(value, list):
             stack.extend((child, f"{path}[{i}]") for i, child in enumerate(value))
+
+
+def _check_boosted_indices(body: Any, settings: Settings, where: str) -> None:
+    """ApiError 403 if `indices_boost` names an index that is not allowed. It reads no
+    documents, but the cluster answers 404 for a name that matches no index: a way to learn
+    which indices exist beyond the allowed ones. Both its forms are read, a list of
+    one-key objects and (older) one object; any other shape is the cluster's to refuse."""
+    boosts = body.get("indices_boost") if isinstance(body, dict) else None
+    items = boosts if isinstance(boosts, list) else [boosts] if isinstance(boosts, dict) else []
+    path = f"{where}.indices_boost" if where else "indices_boost"
+    for item in items:
+        for name in item if isinstance(item, dict) else ():
+            try:
+                check_indices(name, settings)
+            except ApiError as exc:
+                raise ApiError(403, exc.type, f"[{path}] names another index: {exc.reason}") from None
 
 
 # --- reading a search -------------------------------------------------------------------
