@@ -35,7 +35,7 @@ import numpy as np
 
 from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
-from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, credit, outcome, sign_test
+from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, UnitVotes, credit, outcome, sign_test
 from reranker.rankers import RANKERS, get_ranker
 from reranker.sequential import always_valid_p_values, confidence_sequence, mixing_parameter
 from reranker.store.events import (
@@ -446,30 +446,8 @@ class Tally:
         }
 
 
-class _Votes:
-    """Running sums of credit per unit, kept so each added query moves only its unit's
-    vote between wins and ties (a timeline re-counts no unit per period)."""
-
-    def __init__(self) -> None:
-        self._sums: dict[str, int] = {}
-        self._queries = 0
-        self._counts = [0, 0, 0]  # units whose sum is > 0, < 0, == 0
-
-    @staticmethod
-    def _kind(total: int) -> int:
-        return 0 if total > 0 else 1 if total < 0 else 2
-
-    def add(self, unit: str, preference: int) -> None:
-        self._queries += 1
-        if unit in self._sums:
-            self._counts[self._kind(self._sums[unit])] -= 1
-        total = self._sums.get(unit, 0) + preference
-        self._sums[unit] = total
-        self._counts[self._kind(total)] += 1
-
-    def tally(self) -> Tally:
-        wins_a, wins_b, ties = self._counts
-        return Tally(self._queries, len(self._sums), wins_a, wins_b, ties)
+def _tally(votes: UnitVotes) -> Tally:
+    return Tally(votes.results, votes.units, votes.wins_a, votes.wins_b, votes.ties)
 
 
 @dataclass(frozen=True)
@@ -555,21 +533,21 @@ def timeline(store: EventStore, experiment: Experiment, interval: str = "auto") 
     periods: list[Period] = []
     ends: list[int] = []  # per period, the index in `history` of its last query
     history: list[tuple[int, int]] = []  # (wins_a, wins_b) so far after each clicked query
-    so_far, within = _Votes(), _Votes()
+    so_far, within = UnitVotes(), UnitVotes()
     for at, unit, shown, ids in clicked:
         if not ids.intersection(shown.ids):
             continue  # no shown hit clicked (a click event without an object): as outcome()
         preference = credit(shown, ids)
         start = _period_start(at, interval)
         if not periods or periods[-1].start != start:
-            within = _Votes()
-            periods.append(Period(start, start + INTERVALS[interval], Tally(), so_far.tally()))
+            within = UnitVotes()
+            periods.append(Period(start, start + INTERVALS[interval], Tally(), _tally(so_far)))
             ends.append(-1)
         so_far.add(unit, preference)
         within.add(unit, preference)
-        tally = so_far.tally()
+        tally = _tally(so_far)
         history.append((tally.wins_a, tally.wins_b))
-        periods[-1] = replace(periods[-1], within=within.tally(), so_far=tally)
+        periods[-1] = replace(periods[-1], within=_tally(within), so_far=tally)
         ends[-1] = len(history) - 1
     return Timeline(experiment, interval, _with_sequential(periods, ends, history, experiment.min_queries))
 

@@ -259,6 +259,31 @@ class Outcome:
     message: str
 
 
+class UnitVotes:
+    """Credit summed per unit as results arrive (`outcome`'s count): each added result
+    moves only its own unit between wins and ties, so counts after every result cost
+    nothing more. results: the results added; units: the units they fell in."""
+
+    def __init__(self) -> None:
+        self._sums: dict[Hashable, int] = {}
+        self.results = self.wins_a = self.wins_b = 0
+
+    def add(self, unit: Hashable, preference: int) -> None:
+        before = self._sums.get(unit, 0)
+        after = self._sums[unit] = before + preference
+        self.results += 1
+        self.wins_a += (after > 0) - (before > 0)
+        self.wins_b += (after < 0) - (before < 0)
+
+    @property
+    def units(self) -> int:
+        return len(self._sums)
+
+    @property
+    def ties(self) -> int:
+        return self.units - self.wins_a - self.wins_b
+
+
 def outcome(
     results: Iterable[tuple[Interleaving, Collection[str]]],
     min_queries: int = 20,
@@ -286,8 +311,7 @@ def outcome(
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     queries = queries_with_clicks = clicks = 0
-    summed: dict[Hashable, int] = {}  # unit -> the sum of its clicked queries' credit
-    wins_a = wins_b = 0
+    votes = UnitVotes()
     history: list[tuple[int, int]] = []  # (wins_a, wins_b) after each clicked result
     for index, (shown, clicked) in enumerate(results):
         queries += 1
@@ -301,12 +325,9 @@ def outcome(
         if units is not None and index >= len(units):
             raise ValueError(f"units has {len(units)} entries, fewer than the results")
         unit = index if units is None else units[index]
-        before = summed.get(unit, 0)
-        after = summed[unit] = before + credit(shown, clicked)
-        wins_a += (after > 0) - (before > 0)
-        wins_b += (after < 0) - (before < 0)
-        history.append((wins_a, wins_b))
-    ties = len(summed) - wins_a - wins_b
+        votes.add(unit, credit(shown, clicked))
+        history.append((votes.wins_a, votes.wins_b))
+    wins_a, wins_b, ties = votes.wins_a, votes.wins_b, votes.ties
     decided = wins_a + wins_b
     counted = "queries" if units is None else "units"
     mixing = mixing_parameter(min_queries, alpha)
@@ -341,7 +362,7 @@ def outcome(
         queries=queries,
         queries_with_clicks=queries_with_clicks,
         clicks=clicks,
-        units_with_clicks=len(summed),
+        units_with_clicks=votes.units,
         wins_a=wins_a,
         wins_b=wins_b,
         ties=ties,

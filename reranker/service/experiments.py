@@ -161,7 +161,7 @@ def create() -> Any:
 
 @blueprint.get("/experiments/<experiment_id:experiment_id>")
 @operation(
-    "an experiment and its report: clicks, wins per ranker, winner, sign-test p-value",
+    "an experiment and its report: clicks, wins per ranker, winner, always-valid p-value",
     path=EXPERIMENT_ID,
     answers={200: Reply("the report so far", ExperimentReport)},
     errors=(404, 502, 503),
