@@ -223,14 +223,15 @@ def update(store: EventStore, experiment_id: str, *, traffic: float | None = Non
     return changed
 
 
-def unit_key(client_id: str | None, text: str) -> str:
-    """What a search is assigned by: its client, or without one its query text (so the
-    pages of one query stay together either way)."""
+def assignment_key(client_id: str | None, text: str) -> str:
+    """What a search is assigned to an experiment's share by: its client, or without one
+    its query text (so the pages of one query stay together either way). Not the unit the
+    report counts, which is narrower (`store.events.randomisation_unit`: a client's text)."""
     return f"client\x00{client_id}" if client_id is not None else f"query\x00{text}"
 
 
 def in_share(experiment: Experiment, unit: str) -> bool:
-    """Does a search of this unit (`unit_key`) take part? Stable per (experiment, unit)."""
+    """Does a search of this key (`assignment_key`) take part? Stable per (experiment, unit)."""
     digest = hashlib.sha256(f"{experiment.id}\x00{unit}".encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < experiment.traffic
 

@@ -242,14 +242,14 @@ def test_searches_naming_a_ranker_or_outside_the_share_are_not_interleaved(clien
 
 def test_traffic_share_is_stable_per_client_and_close_to_the_setting() -> None:
     experiment = ex.new_experiment("share", ["hidden_topics", "bm25"], traffic=0.2)
-    chosen = [ex.in_share(experiment, ex.unit_key(f"client-{i}", "same query")) for i in range(5000)]
+    chosen = [ex.in_share(experiment, ex.assignment_key(f"client-{i}", "same query")) for i in range(5000)]
     assert 0.18 < sum(chosen) / 5000 < 0.22
-    assert chosen == [ex.in_share(experiment, ex.unit_key(f"client-{i}", "another query")) for i in range(5000)]
+    assert chosen == [ex.in_share(experiment, ex.assignment_key(f"client-{i}", "another query")) for i in range(5000)]
     # Without a client, the query text decides: a share of the distinct queries.
-    by_query = [ex.in_share(experiment, ex.unit_key(None, f"query {i}")) for i in range(5000)]
+    by_query = [ex.in_share(experiment, ex.assignment_key(None, f"query {i}")) for i in range(5000)]
     assert 0.18 < sum(by_query) / 5000 < 0.22
     other = ex.new_experiment("other", ["hidden_topics", "bm25"], traffic=0.2)
-    assert by_query != [ex.in_share(other, ex.unit_key(None, f"query {i}")) for i in range(5000)], "each experiment draws its own share"
+    assert by_query != [ex.in_share(other, ex.assignment_key(None, f"query {i}")) for i in range(5000)], "each experiment draws its own share"
 
 
 def test_pages_without_a_client_are_pages_of_one_interleaving(client: FlaskClient, data_dir: Path) -> None:

@@ -141,7 +141,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
     create.add_argument("--min-queries", type=positive_int, default=20, help="units (a client's query, or a query without a client id) with a preference needed before a winner is named, and the size the always-valid test is tuned for (default 20)")
     ab_action.add_parser("list", help="every experiment")
-    report = ab_action.add_parser("report", help="clicks, wins per ranker, winner and sign-test p-value")
+    report = ab_action.add_parser("report", help="clicks, wins per ranker, winner and always-valid p-value")
     report.add_argument("id")
     report.add_argument("--json", action="store_true", help="print one JSON object (the same as GET /experiments/ID)")
     change = ab_action.add_parser("set", help="change an experiment's traffic share or status")

@@ -53,7 +53,7 @@ from werkzeug.exceptions import MethodNotAllowed
 from werkzeug.routing import Map, Rule
 
 from reranker.errors import IndexMismatchError
-from reranker.experiments import unit_key
+from reranker.experiments import assignment_key
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.api import runtime
 from reranker.service.bodies import body_bytes, json_object, require_json_type
@@ -204,7 +204,7 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
         return Plan(ranker, reason=reason)
     wanted = search.options.window or rt.settings.window
     window = min(max(search.offset + search.size, wanted), rt.limits.max_window)
-    unit = unit_key(search.options.client_id, text)
+    unit = assignment_key(search.options.client_id, text)
     named = search.options.ranker is not None or search.options.fusion_weight is not None
     experiment = rt.experiments.pick(unit) if experiments and not named else None
     if experiment is not None and any(_behind_alias(store, rt.ranker(name), layouts) for name in experiment.rankers):

@@ -32,7 +32,7 @@ from reranker.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from reranker.experiments import Experiments, unit_key, utc_now
+from reranker.experiments import Experiments, assignment_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
 from reranker.pipeline import Ranking, explained_ranker, uses_word_vectors
 from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, weighted_ranker_names
@@ -387,7 +387,7 @@ class Runtime:
         engine = self.engine()
         deadline = Deadline(self.limits.deadline_ms)
         engine.check_index()
-        experiment = self.experiments.pick(unit_key(client_id, text)) if ranker is None else None
+        experiment = self.experiments.pick(assignment_key(client_id, text)) if ranker is None else None
         chosen = ranker or self.ranker(None)
         query = engine.query(text)
         started = time.perf_counter()
