@@ -2,7 +2,10 @@
 
 A dataset folder holds `corpus.jsonl` ({"id", "title", "text"} per line),
 `queries.jsonl` ({"id", "text"}) and `qrels.tsv` (query_id, doc_id, relevance; a
-header line is skipped), the layout of the data sets under ../shared/data.
+header line is skipped), the layout of the data sets under ../shared/data. A folder in
+BEIR's layout (Thakur et al., NeurIPS 2021 Datasets and Benchmarks), the one public IR
+data sets are most often shipped in, reads as it is: its records name their ids `_id`,
+and its judgments are `qrels/test.tsv` (another split: `qrels_file="qrels/dev.tsv"`).
 
 The judgments may instead come from the body of an OpenSearch (or Elasticsearch)
 `_rank_eval` request, the rated-documents JSON search teams already keep:
@@ -29,6 +32,8 @@ from reranker.text import listed
 log = logging.getLogger(__name__)
 
 QRELS_FILE = "qrels.tsv"
+# Where a BEIR folder keeps the judgments of its test split, read when there is no qrels.tsv.
+BEIR_QRELS_FILE = "qrels/test.tsv"
 # What a header line calls the relevance column (BEIR: score); any other word is an error.
 _RELEVANCE_HEADINGS = frozenset({"relevance", "score", "rel", "rating", "label", "grade", "judgment"})
 # The full-text queries whose text `query_text` reads out of a `_rank_eval` request.
@@ -60,13 +65,27 @@ def load_queries(path: Path) -> list[tuple[str, str]]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
-        if not isinstance(record, dict) or not isinstance(record.get("id"), (str, int)):
+        if not isinstance(record, dict):
             raise InputError("expected a JSON object with an 'id'", location)
+        query_id = record_id(record, location)
         text = record.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise InputError(f"query {record['id']!r} has no 'text'", location)
-        queries.append((str(record["id"]), text))
+            raise InputError(f"query {query_id!r} has no 'text'", location)
+        queries.append((query_id, text))
     return queries
+
+
+def record_id(record: dict[str, Any], location: str) -> str:
+    """A corpus or query record's id: its "id", or BEIR's "_id". Raises InputError naming
+    `location` when there is none, it is not a non-empty string or integer, or the record
+    gives both and they differ (which one the judgments mean could not be told)."""
+    given = [record[key] for key in ("id", "_id") if key in record]
+    if len(given) == 2 and str(given[0]) != str(given[1]):
+        raise InputError(f"'id' {given[0]!r} and '_id' {given[1]!r} differ: give one", location)
+    value = given[0] if given else None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value).strip() == "":
+        raise InputError("missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)", location)
+    return str(value)
 
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -238,8 +257,12 @@ def query_text(query: Any) -> str | None:
 # --- a dataset folder -----------------------------------------------------------------
 
 
-def load_dataset(directory: Path, queries_file: str = "queries.jsonl", judgments: Path | None = None) -> Dataset:
+def load_dataset(
+    directory: Path, queries_file: str = "queries.jsonl", judgments: Path | None = None, qrels_file: str | None = None
+) -> Dataset:
     """Read a dataset folder; only queries with at least one relevant document are kept.
+
+    qrels_file: the judgments inside the folder (default: `judgments_file`'s choice).
 
     judgments: a `_rank_eval` body to use instead of the folder's qrels.tsv. Its
     requests are the queries; each one's text comes from the folder's query file (by
@@ -254,12 +277,26 @@ def load_dataset(directory: Path, queries_file: str = "queries.jsonl", judgments
     if judgments is not None:
         return _rank_eval_dataset(name, corpus, directory / queries_file, judgments)
     queries = load_queries(directory / queries_file)
-    qrels = load_qrels(directory / QRELS_FILE)
+    qrels_file = judgments_file(directory, qrels_file)
+    qrels = load_qrels(directory / qrels_file)
     judged = tuple((qid, text) for qid, text in queries if qrels.get(qid))
     if not judged:
-        raise InputError(f"no query has a relevant document in {QRELS_FILE}", str(directory))
-    _warn_unmatched(queries, qrels, directory / queries_file, directory / QRELS_FILE)
-    return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels)
+        raise InputError(f"no query has a relevant document in {qrels_file}", str(directory))
+    _warn_unmatched(queries, qrels, directory / queries_file, directory / qrels_file)
+    return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels, judgments=qrels_file)
+
+
+def judgments_file(directory: Path, qrels_file: str | None = None) -> str:
+    """The folder's judgments, relative to it: `qrels_file` when given, else qrels.tsv, else
+    BEIR's qrels/test.tsv. Raises InputError naming what was looked for."""
+    if qrels_file is not None:
+        if not (directory / qrels_file).is_file():
+            raise InputError("no such file", str(directory / qrels_file))
+        return qrels_file
+    for candidate in (QRELS_FILE, BEIR_QRELS_FILE):
+        if (directory / candidate).is_file():
+            return candidate
+    raise InputError(f"no judgments: expected {QRELS_FILE} (or BEIR's {BEIR_QRELS_FILE}) in the folder", str(directory))
 
 
 def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], queries_path: Path, qrels_path: Path) -> None:
@@ -349,7 +386,7 @@ def _id_shape(doc_id: str) -> str:
     return "".join("9" if c.isdigit() else "A" if c.isalpha() else c for c in doc_id)
 
 
-def load_cocitation_dataset(directory: Path) -> Dataset:
+def load_cocitation_dataset(directory: Path, qrels_file: str | None = None) -> Dataset:
     """A dataset folder's document-to-document task: every paper with a co-citing partner
     is a query (its id is both the query id and the query's text: the query is the stored
     paper itself), judged by `cocitation_judgments` of the folder's qrels.tsv.
@@ -361,7 +398,8 @@ def load_cocitation_dataset(directory: Path) -> Dataset:
     corpus = directory / "corpus.jsonl"
     if not corpus.is_file():
         raise InputError("no such file", str(corpus))
-    qrels_path = directory / QRELS_FILE
+    qrels_file = judgments_file(directory, qrels_file)
+    qrels_path = directory / qrels_file
     try:
         judgments = cocitation_judgments(load_qrels(qrels_path))
     except InputError as exc:
@@ -369,4 +407,4 @@ def load_cocitation_dataset(directory: Path) -> Dataset:
     if not judgments:
         raise InputError("no two papers cite the same reference paper", str(qrels_path))
     papers = tuple((paper, paper) for paper in sorted(judgments))
-    return Dataset(name=directory.resolve().name, corpus_path=corpus, queries=papers, qrels=judgments, judgments=f"co-citation ({QRELS_FILE})")
+    return Dataset(name=directory.resolve().name, corpus_path=corpus, queries=papers, qrels=judgments, judgments=f"co-citation ({qrels_file})")

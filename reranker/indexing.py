@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Iterator, Literal, Mapping, Protocol, Seq
 import numpy as np
 import numpy.typing as npt
 
+from reranker.datasets import record_id
 from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError, WorkerError
@@ -107,8 +108,8 @@ class IndexReport:
 def parse_document(line: str, location: str) -> Document:
     """One JSONL corpus line -> Document. Raises InputError naming `location`.
 
-    Required: "id" (string or integer) and "text" (string). Optional: "title" (string).
-    Other keys are kept as metadata fields.
+    Required: "id" (string or integer; BEIR's "_id" is read too) and "text" (string).
+    Optional: "title" (string). Other keys are kept as metadata fields.
     """
     try:
         record = json.loads(line)
@@ -116,9 +117,7 @@ def parse_document(line: str, location: str) -> Document:
         raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
     if not isinstance(record, dict):
         raise InputError("expected a JSON object", location)
-    doc_id = record.get("id")
-    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or str(doc_id).strip() == "":
-        raise InputError("missing or invalid 'id' (a non-empty string or integer)", location)
+    doc_id = record_id(record, location)
     text, title = record.get("text"), record.get("title", "")
     if not isinstance(text, str):
         raise InputError(f"document {doc_id!r}: missing 'text' string", location)
@@ -128,8 +127,9 @@ def parse_document(line: str, location: str) -> Document:
         raise InputError(f"document {doc_id!r}: 'title' must be a string", location)
     if not (title.strip() or text.strip()):
         raise InputError(f"document {doc_id!r}: empty text", location)
-    fields = {key: value for key, value in record.items() if key not in ("id", "title", "text")}
-    return Document(id=str(doc_id), title=title, text=text, fields=fields)
+    # `_id` is no field: OpenSearch refuses it inside a document's source.
+    fields = {key: value for key, value in record.items() if key not in ("id", "_id", "title", "text")}
+    return Document(id=doc_id, title=title, text=text, fields=fields)
 
 
 def check_corpus(path: Path) -> None:

@@ -392,3 +392,60 @@ def test_cli_evaluates_papers_like_this_one_on_the_sample(data_dir: Path, tmp_pa
     assert code == 0 and "| bm25 |" in table and "| hidden_topics |" in table
     assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() in table
     assert run(data_dir, "evaluate-similar", str(SHARED_DATA.parent / "nowhere"))[0] == 1
+
+
+def _as_beir(folder: Path, source: Path) -> Path:
+    """`source` (a dataset folder of ours) in BEIR's layout: `_id` keys, `metadata` objects,
+    qrels/test.tsv with its header line, and a dev split of the first two judged queries."""
+    folder.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        records = [json.loads(line) for line in (source / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+        write_jsonl(folder / name, [{"_id": r.pop("id"), **r, "metadata": {}} for r in records])
+    (folder / "qrels").mkdir()
+    rows = [line for line in (source / "qrels.tsv").read_text(encoding="utf-8").splitlines() if line.strip()]
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    dev = sorted({row.split("\t")[0] for row in rows})[:2]
+    (folder / "qrels" / "dev.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "\n".join(r for r in rows if r.split("\t")[0] in dev) + "\n", encoding="utf-8"
+    )
+    return folder
+
+
+def test_a_beir_folder_reads_as_it_is_shipped(tmp_path: Path) -> None:
+    beir = _as_beir(tmp_path / "beir", SAMPLE)
+    ours, theirs = load_dataset(SAMPLE), load_dataset(beir)
+    assert theirs.queries == ours.queries and theirs.qrels == ours.qrels
+    assert theirs.judgments == "qrels/test.tsv"
+    dev = load_dataset(beir, qrels_file="qrels/dev.tsv")
+    assert len(dev.queries) == 2 and dev.judgments == "qrels/dev.tsv"
+    with pytest.raises(InputError, match=r"qrels/train.tsv: no such file"):
+        load_dataset(beir, qrels_file="qrels/train.tsv")
+    (beir / "qrels" / "test.tsv").unlink()
+    with pytest.raises(InputError, match=r"no judgments: expected qrels.tsv \(or BEIR's qrels/test.tsv\)"):
+        load_dataset(beir)
+
+
+def test_a_record_names_its_id_once(tmp_path: Path) -> None:
+    queries = write_jsonl(tmp_path / "queries.jsonl", [{"_id": 7, "text": "a query"}])
+    assert load_queries(queries) == [("7", "a query")]
+    write_jsonl(queries, [{"id": "q1", "_id": "q1", "text": "the same id twice"}, {"id": "q2", "_id": "q3", "text": "two ids"}])
+    with pytest.raises(InputError, match=r"queries.jsonl:2: 'id' 'q2' and '_id' 'q3' differ: give one"):
+        load_queries(queries)
+    write_jsonl(queries, [{"_id": "", "text": "no id"}])
+    with pytest.raises(InputError, match=r"queries.jsonl:1: missing or invalid 'id'"):
+        load_queries(queries)
+
+
+def test_cli_evaluates_a_beir_folder_as_ours(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    beir = _as_beir(tmp_path / "beir", SAMPLE)
+    evaluate = ["evaluate", "--json", "--rankers", "bm25,hidden_topics_corrected+bm25:maxp", "--no-progress"]
+    code, out = run(data_dir, *evaluate, str(SAMPLE))
+    code_beir, out_beir = run(data_dir, *evaluate, str(beir))
+    assert code == code_beir == 0
+    ours, theirs = json.loads(out), json.loads(out_beir)
+    assert theirs["results"] == ours["results"] and theirs["config"]["judgments"] == "qrels/test.tsv"
+    code, out = run(data_dir, *evaluate, str(beir), "--qrels-file", "qrels/dev.tsv")
+    assert code == 0 and json.loads(out)["queries"] == 2
+    assert run(data_dir, *evaluate, str(beir), "--qrels-file", "qrels/train.tsv")[0] == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "qrels/train.tsv: no such file" in err

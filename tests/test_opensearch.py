@@ -550,6 +550,17 @@ def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
     assert run(data_dir, *url, "indices", "delete", "reranker-v000002")[0] == 0
 
 
+def test_a_beir_corpus_indexes_as_it_is_shipped(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
+    """BEIR names a document's id `_id` (which OpenSearch refuses inside a source) and gives
+    each one a `metadata` object."""
+    url = ["--opensearch-url", osmem_clone.url]
+    papers = [{"_id": p["id"], **{k: v for k, v in p.items() if k != "id"}, "metadata": {"url": "https://example.org"}} for p in PAPERS]
+    code, out = run(data_dir, *url, "index", str(write_jsonl(tmp_path / "beir.jsonl", papers)), "--no-progress")
+    assert code == 0 and f"indexed {len(PAPERS)}" in out
+    code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--json")
+    assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
+
+
 def test_the_cli_says_what_is_wrong_with_the_cluster(
     osmem_clone: Any, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -75,6 +75,16 @@ def parse_filter(raw: str) -> Filter:
         raise argparse.ArgumentTypeError(f"a range filter needs a number or a date, got {value!r}")
     return Filter(name, _FILTER_OPS[op], parsed)
 
+def add_dataset_files(parser: argparse.ArgumentParser, *, queries: bool = True) -> None:
+    """Which files of a dataset folder hold its queries and its judgments."""
+    if queries:
+        parser.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    parser.add_argument(
+        "--qrels-file", metavar="PATH",
+        help="judgments inside the folder (default: qrels.tsv, else BEIR's qrels/test.tsv; e.g. qrels/dev.tsv)",
+    )
+
+
 def add_ranking_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=positive_int, help="BM25 candidates to rerank (default 100)")
     parser.add_argument(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO, TypeVar
 from reranker.cli import judging
 from reranker.cli.common import (
     EXIT_REGRESSION,
+    add_dataset_files,
     add_ranking_options,
     index_file,
     log,
@@ -55,8 +56,8 @@ def _add_offline_options(parser: argparse.ArgumentParser) -> None:
 def add_parsers(commands: Any) -> None:
     """The command-line parsers of evaluate, compare, evaluate-similar, ab."""
     evaluate = commands.add_parser("evaluate", help="IR metrics of rankers on a judged dataset folder")
-    evaluate.add_argument("dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
-    evaluate.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    evaluate.add_argument("dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv (or a BEIR folder)")
+    add_dataset_files(evaluate)
     evaluate.add_argument(
         "--rankers",
         default=f"bm25,hidden_topics,hidden_topics_code,hidden_topics+bm25,{DEFAULT_RANKER}",
@@ -88,14 +89,16 @@ def add_parsers(commands: Any) -> None:
         "compare",
         help="rankers side by side against a baseline on a judged dataset: metrics, tests, rank overlap",
     )
-    compare.add_argument("--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    compare.add_argument(
+        "--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv (or a BEIR folder)"
+    )
     compare.add_argument("--rankers", required=True, help="comma-separated ranker names (two or more)")
     compare.add_argument("--baseline", help="the ranker the others are tested against; one of --rankers (default: the first)")
     compare.add_argument(
         "--judgments", type=Path, metavar="FILE",
         help="an OpenSearch _rank_eval request body (requests[].id, ratings[]._id/rating) instead of qrels.tsv",
     )
-    compare.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    add_dataset_files(compare)
     compare.add_argument("--k", type=positive_int, help="topics per document (default 15)")
     add_ranking_options(compare)
     compare.add_argument(
@@ -120,6 +123,7 @@ def add_parsers(commands: Any) -> None:
         "dataset", type=Path,
         help="folder with corpus.jsonl and qrels.tsv of citation data: query ids <RP> or <RP>_<x>, relevant = papers citing RP",
     )
+    add_dataset_files(similar, queries=False)
     similar.add_argument(
         "--rankers", default=DEFAULT_RANKER,
         help=f"comma-separated ranker names, each reordering the same first stage (default {DEFAULT_RANKER}; bm25 is always added)",
@@ -175,7 +179,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     if args.run_dir is not None:
         writable_folder(args.run_dir)
     saved = _saved_run(args, settings) if args.baseline_run is not None else None
-    dataset = load_dataset(args.dataset, args.queries_file)
+    dataset = load_dataset(args.dataset, args.queries_file, qrels_file=args.qrels_file)
     result = offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: evaluate(
@@ -260,7 +264,7 @@ def cmd_evaluate_similar(args: argparse.Namespace, settings: Settings, out: Text
         writable(args.markdown)
     if args.run_dir is not None:
         writable_folder(args.run_dir)
-    dataset = load_cocitation_dataset(args.dataset)
+    dataset = load_cocitation_dataset(args.dataset, args.qrels_file)
     result = offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: evaluate_similar(
@@ -300,7 +304,9 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
         writable_folder(args.plots)
     if args.run_dir is not None:
         writable_folder(args.run_dir)
-    dataset = load_dataset(args.dataset, args.queries_file, args.judgments)
+    if args.judgments is not None and args.qrels_file is not None:
+        raise ConfigError("--judgments and --qrels-file both name the judgments: give one")
+    dataset = load_dataset(args.dataset, args.queries_file, args.judgments, args.qrels_file)
     comparison = offline_run(
         args, settings, dataset, rankers,
         lambda engine, tick, config: compare(

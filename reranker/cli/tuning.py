@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from reranker.cli.common import add_ranking_options, positive_int, writable
+from reranker.cli.common import add_dataset_files, add_ranking_options, positive_int, writable
 from reranker.cli.evaluating import offline_run
 from reranker.config import Settings, config_file_path, write_config_values
 from reranker.errors import ConfigError
@@ -32,7 +32,7 @@ def add_parsers(commands: Any) -> None:
         "tune",
         help="choose a fusion's weight and normalisation on a judged dataset, with k-fold cross-validation by query",
     )
-    tune.add_argument("dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv")
+    tune.add_argument("dataset", type=Path, help="folder with corpus.jsonl, queries.jsonl, qrels.tsv (or a BEIR folder)")
     tune.add_argument("--ranker", help="the fused ranker to tune (default: the default ranker in force, RERANKER_DEFAULT_RANKER)")
     tune.add_argument("--folds", type=positive_int, default=DEFAULT_FOLDS, help=f"folds of queries (default {DEFAULT_FOLDS})")
     tune.add_argument(
@@ -44,7 +44,7 @@ def add_parsers(commands: Any) -> None:
         help=f"comma-separated normalisations to try, of {', '.join(METHODS)} (default: all; maxp is min-max with the best passage's BM25)",
     )
     tune.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"seed of the folds' random split (default {DEFAULT_SEED})")
-    tune.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+    add_dataset_files(tune)
     tune.add_argument("--k", type=positive_int, help="topics per document (default 15)")
     add_ranking_options(tune)
     tune.add_argument(
@@ -83,7 +83,7 @@ def cmd_tune(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     default = Setting(fusion.method, None if fusion.method == "rrf" else settings.fusion_weight)
     settings_grid = grid([m.strip() for m in args.normalisations.split(",") if m.strip()], args.weights, default)
     target = _config_target(args)
-    dataset = load_dataset(args.dataset, args.queries_file)
+    dataset = load_dataset(args.dataset, args.queries_file, qrels_file=args.qrels_file)
     if not 2 <= args.folds <= len(dataset.queries):
         raise ConfigError(f"--folds must lie between 2 and the {len(dataset.queries)} judged queries, got {args.folds}")
     if not args.no_progress:
