@@ -106,7 +106,7 @@ def test_the_mapping_is_strict_english_and_stores_topics_compactly() -> None:
     for field in ("abstract", "body"):
         assert properties[field] == {"type": "text", "analyzer": "english"}
     # A title filter matches the whole title exactly through `raw`, as the embedded store does.
-    assert properties["title"] == {"type": "text", "analyzer": "english", "fields": {"raw": {"type": "keyword", "ignore_above": 256}}}
+    assert properties["title"] == {"type": "text", "analyzer": "english", "fields": {"raw": {"type": "keyword", "ignore_above": 8191}}}
     topics = properties["hidden_topics"]["properties"]
     assert topics["matrix"] == {"type": "binary"}
     assert topics["k"] == topics["d"] == {"type": "integer", "index": False}
@@ -223,6 +223,17 @@ def test_filters_read_values_by_the_field_and_both_stores_agree(
     for each in (os_store, store):
         index_corpus(write_jsonl(tmp_path / "filtered.jsonl", FILTERED), each, glove, 5, show_progress=False)
         assert {hit.doc_id for hit in each.bm25(query, 10, filters)} == expected, type(each).__name__
+
+
+def test_a_long_title_is_matched_exactly_on_both_stores(tmp_path: Path, os_store: OpenSearchStore, store: Any, glove: WordVectors) -> None:
+    """A keyword sub-field leaves out values longer than its `ignore_above`: at 256 (the
+    usual bound) a 300-character title was found by the embedded store and not the cluster."""
+    title = ("A very long title about sailing ships, " * 8)[:300]
+    records = [dict(TINY_CORPUS[0], title=title), dict(TINY_CORPUS[1])]
+    for each in (os_store, store):
+        index_corpus(write_jsonl(tmp_path / "long-title.jsonl", records), each, glove, 5, show_progress=False)
+        found = {hit.doc_id for hit in each.bm25("sailing ships bread", 10, [Filter("title", "eq", title)])}
+        assert found == {TINY_CORPUS[0]["id"]}, type(each).__name__
 
 
 @pytest.mark.parametrize(
