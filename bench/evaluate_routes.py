@@ -1,7 +1,7 @@
 """Relevance of every way into the service, replayed the way the clusters call it.
 
-For each judged data set (../shared/data/clscisumm2018-train and ../shared/data/cisi),
-the corpus is indexed into a fresh embedded store (bundled GloVe 6B 50-d, K = 15), and
+For each judged data set (../shared/data/clscisumm2018-train and ../shared/data/cisi, or
+the dataset folders named on the command line, ours or BEIR's layout), the corpus is indexed into a fresh embedded store (bundled GloVe 6B 50-d, K = 15), and
 the service's Flask app is built over it (its real routes, called through Flask's test
 client: no sockets, the same code a request runs). Then each query's BM25 window (the
 store's own top 100, or the top 10: OpenSearch's rerank processor reranks only the page
@@ -31,6 +31,7 @@ of the same window, 10,000 sign flips; W/T/L against it):
                             so that row has its own BM25 figure)
 
 Run:  python bench/evaluate_routes.py [--json FILE]    (about 2 minutes on 2 cores)
+      python bench/evaluate_routes.py path/to/dataset ...  (your own judged data sets)
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def _routes(client: Any, empty_client: Any, engine: Any, ranker_name: str) -> di
     }
 
 
-def evaluate_dataset(name: str, sizes: Sequence[int]) -> dict[str, Any]:
+def evaluate_dataset(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
     from reranker.config import DEFAULT_RANKER, Settings
     from reranker.datasets import load_dataset
     from reranker.evaluation import paired_randomization_p, ranking_metrics
@@ -161,10 +162,10 @@ def evaluate_dataset(name: str, sizes: Sequence[int]) -> dict[str, Any]:
     from reranker.pipeline import build_engine
     from reranker.service import create_app
 
-    dataset = load_dataset(DATA / name)
+    dataset = load_dataset(folder)
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        os.environ["RERANKER_DATA_DIR"] = folder
+    with tempfile.TemporaryDirectory() as scratch:
+        os.environ["RERANKER_DATA_DIR"] = scratch
         os.environ["RERANKER_API_KEYS"] = KEY
         # This replay measures relevance, not speed (bench_service.py does): a window of 100
         # long papers sent as texts costs their topics and passages on the first call, and on
@@ -173,10 +174,10 @@ def evaluate_dataset(name: str, sizes: Sequence[int]) -> dict[str, Any]:
         settings = Settings.from_env()
         engine = build_engine(settings)
         started = time.perf_counter()
-        index_corpus(DATA / name / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords)
-        print(f"{name}: indexed in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        index_corpus(dataset.corpus_path, engine.store, engine.vectors, settings.k, stopwords=engine.stopwords)
+        print(f"{dataset.name}: indexed in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         app = create_app(settings)
-        empty = Path(folder) / "nothing-indexed"
+        empty = Path(scratch) / "nothing-indexed"
         empty.mkdir()
         empty_app = create_app(Settings.from_env({**os.environ, "RERANKER_DATA_DIR": str(empty)}))
         routes = _routes(app.test_client(), empty_app.test_client(), engine, DEFAULT_RANKER)
@@ -209,7 +210,7 @@ def evaluate_dataset(name: str, sizes: Sequence[int]) -> dict[str, Any]:
     return {"queries": len(dataset.queries), "windows": results}
 
 
-def evaluate_proxy(name: str, sizes: Sequence[int]) -> dict[str, Any]:
+def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
     """The proxy over osmem-server: nDCG@10 of the cluster's own BM25 order and of the
     proxy's (the default ranker over a window of `size` hits), per window size."""
     from osmem_server import OsmemServer
@@ -220,17 +221,17 @@ def evaluate_proxy(name: str, sizes: Sequence[int]) -> dict[str, Any]:
     from reranker.evaluation import paired_randomization_p, ranking_metrics
     from reranker.service import create_app
 
-    dataset = load_dataset(DATA / name)
+    dataset = load_dataset(folder)
     results: dict[str, Any] = {}
     server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
     try:
-        with tempfile.TemporaryDirectory() as folder:
-            os.environ["RERANKER_DATA_DIR"] = folder
+        with tempfile.TemporaryDirectory() as scratch:
+            os.environ["RERANKER_DATA_DIR"] = scratch
             os.environ["OPENSEARCH_URL"] = server.url
             started = time.perf_counter()
-            if cli(["index", str(DATA / name / "corpus.jsonl"), "--no-progress"], stdout=io.StringIO()) != 0:
-                raise RuntimeError(f"indexing {name} into osmem-server failed")
-            print(f"{name}: indexed into osmem-server in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            if cli(["index", str(dataset.corpus_path), "--no-progress"], stdout=io.StringIO()) != 0:
+                raise RuntimeError(f"indexing {dataset.name} into osmem-server failed")
+            print(f"{dataset.name}: indexed into osmem-server in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
             app = create_app(Settings.from_env())
             client = app.test_client()
             for size in sizes:
@@ -268,26 +269,40 @@ def evaluate_proxy(name: str, sizes: Sequence[int]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "datasets", nargs="*", type=Path, metavar="DATASET",
+        help="judged dataset folders (default: ../shared/data's clscisumm2018-train and cisi)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    missing = [name for name in DATASETS if not (DATA / name).is_dir()]
+    folders = args.datasets or [DATA / name for name in DATASETS]
+    missing = [folder for folder in folders if not folder.is_dir()]
     if missing:
-        print(f"needs ../shared/data/{missing[0]} beside the repository", file=sys.stderr)
+        print(f"no dataset folder {missing[0]}" + ("" if args.datasets else " (../shared/data beside the repository)"), file=sys.stderr)
         return 2
     from reranker.config import DEFAULT_RANKER
+    from reranker.errors import InputError
 
-    found = {name: evaluate_dataset(name, (100, 10)) for name in DATASETS}
-    for name in DATASETS:  # the proxy's rows, against the cluster's own BM25 order
-        for size, rows in evaluate_proxy(name, (100, 10)).items():
-            found[name]["windows"][size].update(rows)
+    names = [folder.resolve().name for folder in folders]
+    if len(set(names)) < len(names):
+        print("two dataset folders have the same name: the table could not tell them apart", file=sys.stderr)
+        return 2
+    try:
+        found = {name: evaluate_dataset(folder, (100, 10)) for name, folder in zip(names, folders)}
+        for name, folder in zip(names, folders):  # the proxy's rows, against the cluster's own BM25 order
+            for size, rows in evaluate_proxy(folder, (100, 10)).items():
+                found[name]["windows"][size].update(rows)
+    except InputError as exc:
+        print(f"evaluate_routes: {exc}", file=sys.stderr)
+        return 2
     print(f"Default ranker `{DEFAULT_RANKER}`; nDCG@10 (p vs the BM25 order of the same window; W/T/L; ms per query)\n")
     for size in ("100", "10"):
         print(f"Window of {size} hits:\n")
-        print("| route | " + " | ".join(f"{name} ({found[name]['queries']})" for name in DATASETS) + " |")
-        print("|---|" + "---:|" * len(DATASETS))
-        for route in found[DATASETS[0]]["windows"][size]:
+        print("| route | " + " | ".join(f"{name} ({found[name]['queries']})" for name in names) + " |")
+        print("|---|" + "---:|" * len(names))
+        for route in found[names[0]]["windows"][size]:
             cells = []
-            for name in DATASETS:
+            for name in names:
                 row = found[name]["windows"][size][route]
                 if row["p_vs_bm25"] is None:
                     cells.append(f"{row['ndcg@10']:.3f}")
