@@ -709,7 +709,7 @@ def test_the_ab_command_deletes_an_experiment_so_its_walkthrough_runs_twice(clie
     code, out = run(data_dir, *create)
     assert code == 0 and "walk running" in out
     code, out = run(data_dir, "ab", "report", "walk")
-    assert code == 0 and "queries 0, with clicks 0, clicks 0" in out, "a new experiment, counted from nothing"
+    assert code == 0 and "searches interleaved 0, with clicks 0, clicks 0" in out, "a new experiment, counted from nothing"
     assert run(data_dir, "ab", "delete", "nope", "--delete-events")[0] == 1
     assert "no experiment 'nope'" in capsys.readouterr().err
 

@@ -491,7 +491,7 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             o = found.outcome
             a, b = experiment.rankers
             print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
-            print(f"  queries {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
+            print(f"  searches interleaved {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
             print(f"  units with clicks {o.units_with_clicks} (a client's query, or a query without a client id: one trial each)", file=out)
             print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
             print(f"  {o.message}", file=out)
