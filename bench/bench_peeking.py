@@ -13,12 +13,12 @@ and prints, in one run:
 
        once        read once, at the last unit
        every 100   read after every 100 units
-       every unit  read after every unit from `min_queries` (20) on
+       every unit  read after every unit from `min_units` (20) on
 
 2. Unequal rankers (theta = 0.55 and 0.60): the share of experiments in which a winner (the
    right one) is named by n units, at a few n (power): the fixed-horizon test read once at n,
    against the always-valid test read after every unit up to n, with the product's mixture
-   (a matched to `min_queries` = 20) and with one matched to n (what planning for n buys).
+   (a matched to `min_units` = 20) and with one matched to n (what planning for n buys).
 
 Critical counts of the fixed-horizon test come from the product's own `sign_test`, once per
 n; the always-valid p-values from `sequential.log_likelihood_ratio` over whole runs at once.
@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from reranker.experiments import ALPHA, DEFAULT_MIN_QUERIES
+from reranker.experiments import ALPHA, DEFAULT_MIN_UNITS
 from reranker.interleaving import sign_test
 from reranker.sequential import log_likelihood_ratio, mixing_parameter
 
@@ -49,10 +49,10 @@ SIZES = (200, 500, 1000, 2000)
 
 def critical_leads(units: int) -> np.ndarray:
     """(units + 1,) the smallest leading ranker's win count with sign_test < ALPHA at each n
-    (units + 1 where none is, and below `DEFAULT_MIN_QUERIES`, where no winner is named)."""
+    (units + 1 where none is, and below `DEFAULT_MIN_UNITS`, where no winner is named)."""
     critical = np.full(units + 1, units + 1)
     lead = 0
-    for n in range(DEFAULT_MIN_QUERIES, units + 1):
+    for n in range(DEFAULT_MIN_UNITS, units + 1):
         # From one below the last n's lead (the critical lead moves by at most one per unit),
         # so the search costs a few sign tests per n instead of n / 2.
         lead = max(lead - 1, (n + 1) // 2)
@@ -69,10 +69,10 @@ def simulate(theta: float, runs: int, units: int, seed: int) -> np.ndarray:
 
 def always_valid_verdicts(wins: np.ndarray, mixing: float) -> np.ndarray:
     """(runs, units) whether the always-valid verdict is "significant" at each n: the running
-    maximum of Lambda_n(1/2) has reached 1/ALPHA (p < ALPHA), from `DEFAULT_MIN_QUERIES` on."""
+    maximum of Lambda_n(1/2) has reached 1/ALPHA (p < ALPHA), from `DEFAULT_MIN_UNITS` on."""
     n = np.arange(1, wins.shape[1] + 1)
     reached = np.maximum.accumulate(log_likelihood_ratio(wins, n - wins, mixing), axis=1) > math.log(1 / ALPHA)
-    reached[:, : DEFAULT_MIN_QUERIES - 1] = False
+    reached[:, : DEFAULT_MIN_UNITS - 1] = False
     return reached
 
 
@@ -80,7 +80,7 @@ def false_positives(args: argparse.Namespace, critical: np.ndarray) -> None:
     wins = simulate(0.5, args.runs, args.units, args.seed)
     n = np.arange(1, args.units + 1)
     fixed = np.maximum(wins, n - wins) >= critical[1 : args.units + 1]  # (runs, units): the fixed-horizon verdict at each n
-    valid = always_valid_verdicts(wins, mixing_parameter(DEFAULT_MIN_QUERIES, ALPHA))
+    valid = always_valid_verdicts(wins, mixing_parameter(DEFAULT_MIN_UNITS, ALPHA))
     hundreds = np.arange(99, args.units, 100)
     once = fixed[:, -1].mean()
     print(f"1. Equal rankers, {args.units} units with a preference, {args.runs} simulated experiments (seed {args.seed}),")
@@ -103,11 +103,11 @@ def false_positives(args: argparse.Namespace, critical: np.ndarray) -> None:
 
 def power(args: argparse.Namespace, critical: np.ndarray) -> None:
     sizes = SIZES
-    product_mixing = mixing_parameter(DEFAULT_MIN_QUERIES, ALPHA)
+    product_mixing = mixing_parameter(DEFAULT_MIN_UNITS, ALPHA)
     print()
     print(f"2. Unequal rankers: share of {args.power_runs} experiments that named the preferred ranker by n units")
     print(f"   (fixed-horizon: read once at n; always valid: read after every unit up to n, a = {product_mixing:.2f}")
-    print("   matched to min_queries = 20 as the product does, or a matched to n)")
+    print("   matched to min_units = 20 as the product does, or a matched to n)")
     print(f"   {'theta':>5} {'n':>5} {'fixed, once':>12} {'always valid':>13} {'vs fixed':>9} {'a for n':>8} {'vs fixed':>9}")
     for index, theta in enumerate(SHARES):
         wins = simulate(theta, args.power_runs, max(sizes), args.seed + 1 + index)
@@ -133,8 +133,8 @@ def main() -> int:
     parser.add_argument("--power-runs", type=int, default=2000, help="simulated experiments per share in part 2 (default 2000)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    if args.units < DEFAULT_MIN_QUERIES or args.runs < 1 or args.power_runs < 1:
-        parser.error(f"--units must be at least {DEFAULT_MIN_QUERIES}, --runs and --power-runs at least 1")
+    if args.units < DEFAULT_MIN_UNITS or args.runs < 1 or args.power_runs < 1:
+        parser.error(f"--units must be at least {DEFAULT_MIN_UNITS}, --runs and --power-runs at least 1")
     critical = critical_leads(max(args.units, *SIZES))
     false_positives(args, critical)
     power(args, critical)

@@ -51,8 +51,8 @@ log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_TRAFFIC = 0.1
-DEFAULT_MIN_QUERIES = 20
-MAX_MIN_QUERIES = 1_000_000
+DEFAULT_MIN_UNITS = 20
+MAX_MIN_UNITS = 1_000_000
 # The report's significance level, and the confidence of the timeline's band (its dual).
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -87,7 +87,7 @@ def new_experiment(
     *,
     method: str = "team_draft",
     traffic: float = DEFAULT_TRAFFIC,
-    min_queries: int = DEFAULT_MIN_QUERIES,
+    min_units: int = DEFAULT_MIN_UNITS,
 ) -> Experiment:
     """A validated, running experiment. InputError / UnknownRankerError (400) otherwise."""
     if not isinstance(experiment_id, str) or not ID_PATTERN.fullmatch(experiment_id):
@@ -98,7 +98,7 @@ def new_experiment(
         get_ranker(name)  # UnknownRankerError lists the valid names
     experiment = Experiment(
         id=experiment_id, rankers=(rankers[0], rankers[1]), method=method, traffic=traffic,
-        status="running", created=utc_now(), min_queries=min_queries,
+        status="running", created=utc_now(), min_units=min_units,
     )
     return _checked(experiment)
 
@@ -110,8 +110,8 @@ def _checked(experiment: Experiment) -> Experiment:
         raise InputError(f"[traffic] is the share of searches interleaved: 0 < traffic <= 1, got {experiment.traffic!r}")
     if experiment.status not in STATUSES:
         raise InputError(f"[status] must be one of {', '.join(STATUSES)}, got {experiment.status!r}")
-    if not 1 <= experiment.min_queries <= MAX_MIN_QUERIES:
-        raise InputError(f"[min_queries] must be between 1 and {MAX_MIN_QUERIES}, got {experiment.min_queries}")
+    if not 1 <= experiment.min_units <= MAX_MIN_UNITS:
+        raise InputError(f"[min_units] must be between 1 and {MAX_MIN_UNITS}, got {experiment.min_units}")
     return experiment
 
 
@@ -393,7 +393,8 @@ class Report:
             "fixed_horizon_p_value": o.fixed_horizon_p_value,
             "mixing": o.mixing,
             "verdict": o.verdict,
-            "min_queries": self.experiment.min_queries,
+            "min_units": self.experiment.min_units,
+            "min_queries": self.experiment.min_units,  # its old name, for clients that read it
             "message": o.message,
             "removed_rankers": removed_rankers(self.experiment),
         }
@@ -403,7 +404,7 @@ def report(store: EventStore, experiment: Experiment) -> Report:
     data = store.experiment_data(experiment.id)
     clicked = _in_shown_order(data)
     found = outcome(
-        ((shown, ids) for _, _, shown, ids in clicked), min_queries=experiment.min_queries,
+        ((shown, ids) for _, _, shown, ids in clicked), min_units=experiment.min_units,
         alpha=ALPHA, labels=experiment.rankers, units=[unit for _, unit, _, _ in clicked],
     )
     # outcome() saw only the clicked queries; the store counted every query shown.
@@ -503,8 +504,9 @@ class Timeline:
             "interval": self.interval,
             "share_of": rankers[0],
             "confidence": self.confidence,
-            "mixing": mixing_parameter(self.experiment.min_queries, ALPHA),
-            "min_queries": self.experiment.min_queries,
+            "mixing": mixing_parameter(self.experiment.min_units, ALPHA),
+            "min_units": self.experiment.min_units,
+            "min_queries": self.experiment.min_units,  # its old name, for clients that read it
             "periods": periods,
         }
 
@@ -550,17 +552,17 @@ def timeline(store: EventStore, experiment: Experiment, interval: str = "auto") 
         history.append((tally.wins_a, tally.wins_b))
         periods[-1] = replace(periods[-1], within=_tally(within), so_far=tally)
         ends[-1] = len(history) - 1
-    return Timeline(experiment, interval, _with_sequential(periods, ends, history, experiment.min_queries))
+    return Timeline(experiment, interval, _with_sequential(periods, ends, history, experiment.min_units))
 
 
-def _with_sequential(periods: list[Period], ends: list[int], history: list[tuple[int, int]], min_queries: int) -> tuple[Period, ...]:
+def _with_sequential(periods: list[Period], ends: list[int], history: list[tuple[int, int]], min_units: int) -> tuple[Period, ...]:
     """`periods` with the always-valid p-value and confidence sequence at each one's end,
     computed over every clicked query in order (the running minimum and intersection see
     every step, not only the ends of periods)."""
     if not history:
         return tuple(periods)
     counts = np.array(history)
-    mixing = mixing_parameter(min_queries, ALPHA)
+    mixing = mixing_parameter(min_units, ALPHA)
     p_values = always_valid_p_values(counts[:, 0], counts[:, 1], mixing)
     low, high = confidence_sequence(counts[:, 0], counts[:, 1], mixing, ALPHA)
     return tuple(

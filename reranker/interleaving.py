@@ -237,9 +237,9 @@ class Outcome:
     fixed_horizon_p_value: the exact two-sided sign test on the final wins_a vs wins_b
         (ties dropped), None with no wins: valid only for one look at a size fixed in advance.
     mixing: a of the Beta(a, a) mixture behind p_value (`sequential.mixing_parameter` of
-        min_queries and alpha).
+        min_units and alpha).
     winner: TEAM_A or TEAM_B when the verdict is "significant", else None.
-    verdict: "not_enough_data" (fewer than min_queries units with a preference),
+    verdict: "not_enough_data" (fewer than min_units units with a preference),
         "no_significant_difference" or "significant" (p_value < alpha).
     message: one sentence for people.
     """
@@ -286,7 +286,7 @@ class UnitVotes:
 
 def outcome(
     results: Iterable[tuple[Interleaving, Collection[str]]],
-    min_queries: int = 20,
+    min_units: int = 20,
     alpha: float = 0.05,
     labels: tuple[str, str] = (TEAM_A, TEAM_B),
     units: Sequence[Hashable] | None = None,
@@ -303,11 +303,11 @@ def outcome(
     verdict on every search. So the results of a unit count as one trial: the sign of
     the sum of their credits (Chapelle et al. 2012 credit per query impression, each
     interleaved with its own coins). `labels` name A and B in the message only.
-    Raises ValueError if min_queries < 1, alpha is not in (0, 1), or `units` is shorter
+    Raises ValueError if min_units < 1, alpha is not in (0, 1), or `units` is shorter
     than `results`.
     """
-    if min_queries < 1:
-        raise ValueError(f"min_queries must be at least 1, got {min_queries}")
+    if min_units < 1:
+        raise ValueError(f"min_units must be at least 1, got {min_units}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
     queries = queries_with_clicks = clicks = 0
@@ -330,16 +330,16 @@ def outcome(
     wins_a, wins_b, ties = votes.wins_a, votes.wins_b, votes.ties
     decided = wins_a + wins_b
     counted = "queries" if units is None else "units"
-    mixing = mixing_parameter(min_queries, alpha)
+    mixing = mixing_parameter(min_units, alpha)
     p_value: float | None = None
     if decided:
         counts = np.array(history)
         p_value = float(always_valid_p_values(counts[:, 0], counts[:, 1], mixing)[-1])
     winner: str | None = None
-    if decided < min_queries:
+    if decided < min_units:
         verdict = "not_enough_data"
         message = (
-            f"not enough data yet: {decided} of the {min_queries} {counted} with a "
+            f"not enough data yet: {decided} of the {min_units} {counted} with a "
             "preference needed"
         )
     else:

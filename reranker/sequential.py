@@ -69,7 +69,7 @@ def mixing_parameter(planned_units: int, alpha: float = 0.05) -> float:
     Beta(a, a) has variance 1 / (4 (2a + 1)) around 1/2; the normal mixture over a trial of
     variance 1/4 is narrowest at n units when tau^2 = r / (4 n) (`optimal_mixture_ratio`);
     equating the two gives a = (n / r - 1) / 2, at least MIN_MIXING. The product plans for
-    `min_queries` units, the first size at which it names a winner: a smaller a (wider
+    `min_units` units, the first size at which it names a winner: a smaller a (wider
     mixture) finds large preferences sooner, a larger one small preferences at large sizes;
     away from its size the boundary widens only like sqrt(log n) in the share's scale.
     Raises ValueError for planned_units < 1 or alpha outside (0, 1).

@@ -131,8 +131,79 @@ def test_a_bad_experiment_is_a_400_that_says_why(client: FlaskClient, body: dict
     assert client.get("/experiments").get_json() == {"experiments": []}
 
 
+# --- min_units, and min_queries, its old name -------------------------------------------------
+
+
+def test_min_units_names_what_decides_and_its_old_name_is_still_read(client: FlaskClient) -> None:
+    started = _start(client, "units", min_units=7)
+    assert (started["min_units"], started["min_queries"]) == (7, 7), "answers carry both names, one number"
+    shown = client.get("/experiments/units").get_json()
+    assert shown["report"]["min_units"] == shown["report"]["min_queries"] == 7
+    assert "0 of the 7 units with a preference needed" in shown["report"]["message"]
+    timeline = client.get("/experiments/units/timeline").get_json()
+    assert timeline["min_units"] == 7 and timeline["mixing"] == mixing_parameter(7)
+    assert client.patch("/experiments/units", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    # A client written before the rename sends min_queries alone, and gets what it asked for.
+    old = _start(client, "old-client", min_queries=9)
+    assert (old["min_units"], old["min_queries"]) == (9, 9)
+    assert client.get("/experiments/old-client").get_json()["report"]["mixing"] == mixing_parameter(9)
+    assert client.patch("/experiments/old-client", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    assert _start(client, "default")["min_units"] == ex.DEFAULT_MIN_UNITS
+
+
+@pytest.mark.parametrize(
+    "names, fragment",
+    [
+        ({"min_units": 30, "min_queries": 20}, "[min_queries] is the old name of [min_units]: send only min_units (got both, which differ: 30 and 20)"),
+        ({"min_units": 20, "min_queries": 20}, "send only min_units (got both, the same number twice)"),
+        ({"min_queries": 0}, "[min_queries] must be >= 1"),
+        ({"min_units": 0}, "[min_units] must be >= 1"),
+    ],
+)
+def test_min_units_and_min_queries_together_are_a_400(client: FlaskClient, names: dict[str, int], fragment: str) -> None:
+    body = {"id": "both", "rankers": ["hidden_topics", "bm25"], **names}
+    assert fragment in _error(client.post("/experiments", json=body, headers=AUTH), 400, "illegal_argument_exception")
+    assert client.get("/experiments").get_json() == {"experiments": []}
+    # null is absent: with the other name null, one name is sent.
+    assert client.post("/experiments", json={**body, "min_units": None, "min_queries": 5}, headers=AUTH).status_code == 201
+
+
+def test_the_published_schema_marks_min_queries_deprecated(client: FlaskClient) -> None:
+    schemas = client.get("/openapi.json").get_json()["components"]["schemas"]
+    new = schemas["NewExperiment"]
+    assert new["properties"]["min_queries"]["deprecated"] is True and "deprecated" not in new["properties"]["min_units"]
+    assert new["not"]["required"] == ["min_units", "min_queries"]
+    assert schemas["Experiment"]["properties"]["min_queries"]["deprecated"] is True
+
+
+def _stored_before_the_rename(experiment_id: str, min_queries: int) -> dict[str, Any]:
+    """An experiment as the version before min_units stored it (its to_json, field for field)."""
+    return {"id": experiment_id, "rankers": ["hidden_topics", "bm25"], "method": "team_draft", "traffic": 1.0,
+            "status": "stopped", "created": "2026-11-20T10:00:00.000+00:00", "min_queries": min_queries}
+
+
+def test_an_experiment_stored_with_min_queries_loads_in_sqlite(client: FlaskClient, data_dir: Path) -> None:
+    import sqlite3
+
+    client.get("/experiments")  # the store's tables, as the service makes them
+    with sqlite3.connect(data_dir / "experiments.sqlite3") as db:
+        db.execute("INSERT INTO experiments (id, created, body) VALUES (?, ?, ?)",
+                   ("before", "2026-11-20T10:00:00.000+00:00", json.dumps(_stored_before_the_rename("before", 7))))
+    db.close()
+    found = client.get("/experiments/before").get_json()
+    assert found["experiment"]["min_units"] == 7 and found["report"]["min_units"] == 7
+    assert found["report"]["mixing"] == mixing_parameter(7)
+    changed = client.patch("/experiments/before", json={"traffic": 0.5}, headers=AUTH).get_json()["experiment"]
+    assert (changed["min_units"], changed["traffic"]) == (7, 0.5)
+    with sqlite3.connect(data_dir / "experiments.sqlite3") as db:
+        (body,) = db.execute("SELECT body FROM experiments WHERE id = 'before'").fetchone()
+    db.close()
+    # Rewritten with both names: a version from before the rename, rolled back to, still reads 7.
+    assert (json.loads(body)["min_units"], json.loads(body)["min_queries"]) == (7, 7)
+
+
 def test_numbers_that_overflow_are_a_400(client: FlaskClient) -> None:
-    for raw in (b'{"id": "e", "rankers": ["hidden_topics", "bm25"], "min_queries": 1e400}',
+    for raw in (b'{"id": "e", "rankers": ["hidden_topics", "bm25"], "min_units": 1e400}',
                 b'{"id": "e", "rankers": ["hidden_topics", "bm25"], "traffic": 1e-400, "min_queries": -1e309}'):
         answer = client.post("/experiments", data=raw, content_type="application/json", headers=AUTH)
         assert "out of range" in _error(answer, 400, "parse_exception")
@@ -380,13 +451,13 @@ def _simulate(client: FlaskClient, experiment_id: str, liked_by: str, searches: 
 @pytest.mark.parametrize("method", ["team_draft", "balanced"])
 def test_the_report_picks_the_ranker_users_prefer(client: FlaskClient, method: str) -> None:
     # Users judge by hidden_topics' top 3; then, in a second experiment, by BM25's.
-    _start(client, f"{method}-1", ("hidden_topics", "bm25"), method=method, min_queries=10)
+    _start(client, f"{method}-1", ("hidden_topics", "bm25"), method=method, min_units=10)
     report = _simulate(client, f"{method}-1", "hidden_topics", searches=60, seed=1)
     assert report["winner"] == "hidden_topics" and report["verdict"] == "significant", report
     assert report["p_value"] < 0.05 and report["wins"]["hidden_topics"] > report["wins"]["bm25"]
     assert client.patch(f"/experiments/{method}-1", json={"status": "stopped"}, headers=AUTH).status_code == 200
 
-    _start(client, f"{method}-2", ("hidden_topics", "bm25"), method=method, min_queries=10)
+    _start(client, f"{method}-2", ("hidden_topics", "bm25"), method=method, min_units=10)
     report = _simulate(client, f"{method}-2", "bm25", searches=60, seed=2)
     assert report["winner"] == "bm25" and report["verdict"] == "significant", report
 
@@ -411,7 +482,7 @@ def test_searches_sharing_one_interleaving_are_one_trial(client: FlaskClient, da
     # Without a client id everyone who searches a text sees the same interleaving (so that
     # its pages agree), so 200 searches of 5 texts whose users click the top hit, whoever
     # placed it, are 5 trials: counted one per search they made a winner (120 to 80, p = 0.006).
-    _start(client, "no-preference", (DEFAULT_RANKER, "bm25"), min_queries=1)
+    _start(client, "no-preference", (DEFAULT_RANKER, "bm25"), min_units=1)
     _click_the_top_hit(client, 200, [None])
     report = client.get("/experiments/no-preference").get_json()["report"]
     assert (report["queries_with_clicks"], report["units_with_clicks"]) == (200, len(QUERIES))
@@ -451,7 +522,7 @@ def _backdate(data_dir: Path, query_ids: list[str], times: list[str]) -> None:
 
 
 def test_the_timeline_is_the_report_over_time(client: FlaskClient, data_dir: Path) -> None:
-    _start(client, "tl", ("hidden_topics", "bm25"), min_queries=5)
+    _start(client, "tl", ("hidden_topics", "bm25"), min_units=5)
     _simulate(client, "tl", "hidden_topics", searches=24, seed=3)
     clicked = _clicked_queries(data_dir, "tl")
     # Spread the searches over three days, at hours 9, 10 and 11 of each (UTC; one in another zone).
@@ -463,7 +534,7 @@ def test_the_timeline_is_the_report_over_time(client: FlaskClient, data_dir: Pat
 
     by_day = client.get("/experiments/tl/timeline?interval=day").get_json()
     assert by_day["interval"] == "day" and by_day["share_of"] == "hidden_topics" and by_day["confidence"] == 0.95
-    assert by_day["experiment"]["id"] == "tl" and by_day["min_queries"] == 5
+    assert by_day["experiment"]["id"] == "tl" and by_day["min_units"] == 5
     assert [p["start"] for p in by_day["periods"]] == [f"2026-11-{d}T00:00:00+00:00" for d in (20, 21, 22)]
     assert [p["end"] for p in by_day["periods"]] == [f"2026-11-{d}T00:00:00+00:00" for d in (21, 22, 23)]
     by_hour = client.get("/experiments/tl/timeline?interval=hour").get_json()
@@ -585,6 +656,39 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     assert code == 1
 
 
+def test_ab_create_takes_min_units_and_still_min_queries(data_dir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    assert run(data_dir, "ab", "create", "cli-units", "--rankers", "hidden_topics,bm25", "--min-units", "7")[0] == 0
+    code, out = run(data_dir, "ab", "report", "cli-units", "--json")
+    assert code == 0 and json.loads(out)["experiment"]["min_units"] == 7 and json.loads(out)["report"]["mixing"] == mixing_parameter(7)
+    assert "0 of the 7 units with a preference needed" in run(data_dir, "ab", "report", "cli-units")[1]
+    assert run(data_dir, "ab", "set", "cli-units", "--status", "stopped")[0] == 0
+    assert "--min-queries" not in caplog.text
+    # The old name still works, with a note that it is deprecated.
+    assert run(data_dir, "ab", "create", "cli-old", "--rankers", "hidden_topics,bm25", "--min-queries", "9")[0] == 0
+    assert "--min-queries is deprecated: use --min-units" in caplog.text
+    assert json.loads(run(data_dir, "ab", "report", "cli-old", "--json")[1])["experiment"]["min_units"] == 9
+    assert run(data_dir, "ab", "set", "cli-old", "--status", "stopped")[0] == 0
+    assert run(data_dir, "ab", "create", "cli-same", "--rankers", "hidden_topics,bm25", "--min-units", "4", "--min-queries", "4")[0] == 0
+    assert run(data_dir, "ab", "set", "cli-same", "--status", "stopped")[0] == 0
+    capsys.readouterr()
+    # Both names, two numbers: one line that says so, exit 2, nothing created.
+    code, _ = run(data_dir, "ab", "create", "cli-both", "--rankers", "hidden_topics,bm25", "--min-units", "30", "--min-queries", "20")
+    err = capsys.readouterr().err
+    assert code == 2 and err == (
+        "reranker: error: --min-units 30 and --min-queries 20 differ: --min-queries is the old name of --min-units, give one\n"
+    )
+    assert "cli-both" not in run(data_dir, "ab", "list")[1]
+    assert "--min-units N" in _help(capsys, "ab", "create", "--help")
+
+
+def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    from reranker.cli import main
+
+    with pytest.raises(SystemExit):
+        main(list(argv))
+    return capsys.readouterr().out
+
+
 def test_the_ab_command_deletes_an_experiment_so_its_walkthrough_runs_twice(client: FlaskClient, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     create = ("ab", "create", "walk", "--rankers", "hidden_topics,bm25", "--traffic", "1")
     assert run(data_dir, *create)[0] == 0
@@ -605,7 +709,7 @@ def test_the_ab_command_deletes_an_experiment_so_its_walkthrough_runs_twice(clie
     code, out = run(data_dir, *create)
     assert code == 0 and "walk running" in out
     code, out = run(data_dir, "ab", "report", "walk")
-    assert code == 0 and "queries 0, with clicks 0, clicks 0" in out, "a new experiment, counted from nothing"
+    assert code == 0 and "searches interleaved 0, with clicks 0, clicks 0" in out, "a new experiment, counted from nothing"
     assert run(data_dir, "ab", "delete", "nope", "--delete-events")[0] == 1
     assert "no experiment 'nope'" in capsys.readouterr().err
 
@@ -803,6 +907,37 @@ def test_delete_an_experiment_on_the_cluster_event_store(cluster_app: tuple[Any,
         assert store.recorded("gone") == Recorded(queries=0, events=0) and store.recorded("other") == Recorded(queries=1, events=2)
         assert client.get("/experiments/other").get_json()["report"]["clicks"] == 2
         assert _start(client, "gone")["id"] == "gone"
+    finally:
+        store.close()
+        app.extensions["reranker"].close()
+
+
+def test_an_experiment_stored_with_min_queries_loads_on_the_cluster(cluster_app: tuple[Any, Path, str]) -> None:
+    """An experiments index made before min_units (its strict mapping without the field) and
+    a document in it as that version stored it: read, changed and written back."""
+    from reranker.config import OpenSearchSettings
+    from reranker.store.events import MAPPINGS
+    from reranker.store.opensearch import OpenSearchStore
+
+    make, _, url = cluster_app
+    store = OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers"))
+    old_mapping = {**MAPPINGS["experiments"], "properties": {k: v for k, v in MAPPINGS["experiments"]["properties"].items() if k != "min_units"}}
+    store.client.indices.create(index="papers-experiments", body={"settings": {"number_of_shards": 1}, "mappings": old_mapping})
+    store.client.index(index="papers-experiments", id="before", body=_stored_before_the_rename("before", 7), refresh="true")
+    app = make()
+    client = app.test_client()
+    try:
+        found = client.get("/experiments/before").get_json()
+        assert found["experiment"]["min_units"] == 7 and found["report"]["min_units"] == 7
+        assert found["report"]["mixing"] == mixing_parameter(7)
+        # Written back with min_units: the strict mapping must have gained the field first.
+        changed = client.patch("/experiments/before", json={"traffic": 0.5}, headers=AUTH)
+        assert changed.status_code == 200, changed.get_data(as_text=True)
+        source = store.client.get(index="papers-experiments", id="before")["_source"]
+        assert (source["min_units"], source["min_queries"], source["traffic"]) == (7, 7, 0.5)
+        assert store.client.indices.get_mapping(index="papers-experiments")["papers-experiments"]["mappings"]["properties"]["min_units"] == {"type": "integer"}
+        assert _start(client, "after", min_units=11)["min_units"] == 11
+        assert [(e["id"], e["min_units"]) for e in client.get("/experiments").get_json()["experiments"]] == [("before", 7), ("after", 11)]
     finally:
         store.close()
         app.extensions["reranker"].close()

@@ -362,7 +362,7 @@ def test_sign_test_very_large_n() -> None:
 
 # --- outcome ----------------------------------------------------------------------------
 
-MIXING_20 = mixing_parameter(20, 0.05)  # the mixture of the default min_queries
+MIXING_20 = mixing_parameter(20, 0.05)  # the mixture of the default min_units
 HAND_SHOWN = Interleaving(
     "team_draft", ("d1", "d2", "d3", "d4"), ("A", "B", "B", "A"), ("d1", "d4"), ("d2", "d3")
 )
@@ -442,7 +442,7 @@ def test_outcome_significant_and_not() -> None:
     small = outcome([A_WINS] * 10)
     assert small.p_value is not None and small.p_value < 0.05
     assert (small.verdict, small.winner) == ("not_enough_data", None)
-    assert outcome([A_WINS] * 10, min_queries=10).winner == TEAM_A
+    assert outcome([A_WINS] * 10, min_units=10).winner == TEAM_A
 
 
 def test_outcome_reads_the_results_in_the_order_they_came() -> None:
@@ -477,8 +477,8 @@ def test_outcome_counts_a_unit_of_searches_once() -> None:
     # One text searched by everyone, one coin: 30 searches whose users click the top hit
     # are one trial, not 30 (they would make a significant winner of A otherwise).
     flood = [(HAND_SHOWN, ["d1"])] * 30
-    assert outcome(flood, min_queries=1).verdict == "significant"
-    one = outcome(flood, min_queries=1, units=["text"] * 30)
+    assert outcome(flood, min_units=1).verdict == "significant"
+    one = outcome(flood, min_units=1, units=["text"] * 30)
     assert (one.queries, one.queries_with_clicks, one.units_with_clicks, one.wins_a, one.wins_b, one.ties) == (30, 30, 1, 1, 0, 0)
     # One trial is no evidence: Lambda_1 = B(a + 1, a) / B(a, a) * 2 = 1.
     assert (one.verdict, one.winner, one.p_value) == ("no_significant_difference", None, pytest.approx(1.0, abs=1e-12))
@@ -498,7 +498,7 @@ def test_outcome_counts_a_unit_of_searches_once() -> None:
 
 def test_outcome_bad_arguments() -> None:
     with pytest.raises(ValueError):
-        outcome([], min_queries=0)
+        outcome([], min_units=0)
     with pytest.raises(ValueError):
         outcome([], alpha=1.5)
 

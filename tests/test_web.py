@@ -626,7 +626,7 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
     page.get_by_label("First ranker").select_option("hidden_topics")
     page.get_by_label("Second ranker").select_option("bm25")
     page.get_by_label("Traffic share", exact=True).fill("1")
-    page.get_by_label("Queries to decide").fill("5")
+    page.get_by_label("Units to decide").fill("5")
     start = page.get_by_role("button", name="Start experiment")
     start.click()
     expect(result).to_have_text("Enter the admin API key first.")
@@ -645,10 +645,13 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
         status, stored = _api(served, "GET", "/experiments/web-plot")
         assert stored["experiment"] | {"created": None} == {
             "id": "web-plot", "rankers": ["hidden_topics", "bm25"], "method": "team_draft", "traffic": 1.0,
-            "status": "running", "created": None, "min_queries": 5,
+            "status": "running", "created": None, "min_units": 5, "min_queries": 5,  # the old name, for older clients
         }
         assert ADMIN_KEY not in page.url and page.evaluate("sessionStorage.getItem('reranker.admin_key')") == ADMIN_KEY
         expect(card.locator("figcaption")).to_contain_text("No clicked query yet")
+        expect(card.locator('dd[data-field="min_units"]')).to_have_text("5 with a preference before a winner is named")
+        expect(card.locator('dd[data-field="min_units"]').locator("xpath=preceding-sibling::dt[1]")).to_have_text("Units to decide")
+        expect(card.locator('dd[data-field="queries"]').locator("xpath=preceding-sibling::dt[1]")).to_have_text("Searches interleaved")
 
         # Users search and click for three days; the card plots the preference as it came.
         _spread_over_days(data_dir, _clicked_searches(served, searches=30, seed=5), days=3)
@@ -685,6 +688,7 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
             expect(card.locator(f'dd[data-field="{name}"]')).to_have_text(_shown_p(report[name]))
             expect(card.locator(f'dd[data-field="{name}"]').locator("xpath=preceding-sibling::dt[1]")).to_have_text(label)
         _screenshot(page, "experiments.png")
+        card.screenshot(path=str(ARTIFACTS / "experiment-card.png"))  # docs/img/web-experiment.png
 
         # Stopping needs the key too.
         _refused_then_done(page, card, card.get_by_role("button", name="Stop experiment"))
@@ -751,3 +755,71 @@ def test_every_view_fits_a_390_px_screen(phone: "Page", served: str, tmp_path: P
         _screenshot(phone, "phone-experiments.png")
     finally:
         _api(served, "PATCH", "/experiments/web-phone", {"status": "stopped"}, key=ADMIN_KEY)
+
+
+def _preferences_that_turn(data_dir: Path, experiment_id: str, turns: list[tuple[str, int, str]]) -> None:
+    """A stopped experiment (hidden_topics vs bm25, min_units 5) in the store the server
+    reads, with one clicked search per unit, each by a client of its own: per (day, units,
+    preferred ranker) in `turns`, that many units on that day whose click preferred it."""
+    from reranker.interleaving import TEAM_A, TEAM_B, Interleaving
+    from reranker.store.events import EmbeddedEventStore, Event, Experiment, ShownQuery
+
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    store.create_experiment(Experiment(experiment_id, ("hidden_topics", "bm25"), "team_draft", 1.0, "stopped", "2026-11-01T00:00:00+00:00", 5))
+    number = 0
+    for day, units, preferred in turns:
+        for _ in range(units):
+            number += 1
+            shown = Interleaving("team_draft", ("P1", "P2"), (TEAM_A, TEAM_B), ("P1", "P2"), ("P2", "P1"))
+            query_id, client_id = f"{experiment_id}-q{number}", f"{experiment_id}-c{number}"
+            store.record_query(ShownQuery(query_id, experiment_id, client_id, "a query", f"{day}T10:{number % 60:02d}:00+00:00", shown))
+            clicked, rank = ("P1", 1) if preferred == "hidden_topics" else ("P2", 2)
+            store.record_event(Event(f"{query_id}-e", query_id, experiment_id, client_id, "click", clicked, rank, f"{day}T11:00:00Z"))
+    store.close()
+
+
+def test_an_empty_confidence_sequence_is_said_and_not_drawn(page: "Page", served: str, data_dir: Path) -> None:
+    """The always-valid interval is the running intersection of every interval so far: when
+    the preference turns (hidden_topics first, then bm25 on far more units), no share fits
+    every moment and the API's `low` passes its `high`. The card says so in words, draws no
+    band for those points, and never prints an interval that runs backwards."""
+    from playwright.sync_api import expect
+
+    from reranker.store.events import EmbeddedEventStore
+
+    _preferences_that_turn(data_dir, "web-turned", [("2026-11-20", 10, "hidden_topics"), ("2026-11-21", 25, "bm25"), ("2026-11-22", 15, "bm25")])
+    try:
+        timeline = _api(served, "GET", "/experiments/web-turned/timeline")[1]  # as the page reads it: by the hour
+        ends = [(p["cumulative"]["low"], p["cumulative"]["high"]) for p in timeline["periods"]]
+        assert len(ends) == 3 and ends[0][0] < ends[0][1] and ends[-1][0] > ends[-1][1], "the last interval is empty"
+        page.goto("/ui#/experiments")
+        card = page.locator('[data-experiment="web-turned"]')
+        plot = card.locator("svg.plot-svg")
+        expect(plot).to_have_count(1)
+        label = plot.get_attribute("aria-label") or ""
+        assert "95% always-valid interval is empty" in label and " to " not in label
+        tips = [plot.locator("circle.plot-dot title").nth(i).text_content() or "" for i in range(3)]
+        assert f"always-valid interval {_percent(ends[0][0])}-{_percent(ends[0][1])}" in tips[0]
+        assert "always-valid interval empty" in tips[-1]
+        for tip in tips:  # no interval whose lower end is above its upper
+            found = re.search(r"interval (\d+)%-(\d+)%", tip)
+            assert found is None or int(found[1]) <= int(found[2])
+        # The band is drawn over the points where the interval is not empty, and only there.
+        band = plot.locator("polygon.plot-band")
+        shown = [p for p in timeline["periods"] if p["cumulative"]["low"] <= p["cumulative"]["high"]]
+        if len(shown) >= 2:
+            expect(band).to_have_count(1)
+            assert len((band.get_attribute("points") or "").split()) == 2 * len(shown)
+        else:
+            expect(band).to_have_count(0)
+        note = card.locator(".plot-empty")
+        emptied = next(p for p in timeline["periods"] if p["cumulative"]["low"] > p["cumulative"]["high"])
+        expect(note).to_have_count(1)
+        expect(note).to_contain_text(f"By {emptied['end'][5:10]} {emptied['end'][11:16]} UTC the 95% always-valid interval was empty, and it stays so")
+        expect(note).to_contain_text("no single share of preferences fits every moment of the experiment so far")
+        expect(note).to_contain_text("chance at most 5%")
+        _screenshot(page, "experiment-empty-interval.png")
+    finally:
+        store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+        store.delete_experiment("web-turned", events=True)
+        store.close()

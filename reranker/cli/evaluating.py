@@ -143,7 +143,12 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
     create.add_argument("--method", choices=("team_draft", "balanced"), default="team_draft", help="interleaving method (default team_draft)")
     create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
-    create.add_argument("--min-queries", type=positive_int, default=20, help="units (a client's query, or a query without a client id) with a preference needed before a winner is named, and the size the always-valid test is tuned for (default 20)")
+    create.add_argument(
+        "--min-units", type=positive_int, metavar="N",
+        help="units (a client's query text, or a text searched without a client id: one trial each) with a preference "
+        "needed before a winner is named, and the size the always-valid test is tuned for (default 20)",
+    )
+    create.add_argument("--min-queries", type=positive_int, metavar="N", help="deprecated: the old name of --min-units")
     ab_action.add_parser("list", help="every experiment")
     report = ab_action.add_parser("report", help="clicks, wins per ranker, winner and always-valid p-value")
     report.add_argument("id")
@@ -452,13 +457,27 @@ def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     finally:
         store.close()
 
+def _min_units(args: argparse.Namespace) -> int:
+    """--min-units, or its old name --min-queries (with a deprecation warning); both only if they agree."""
+    from reranker.experiments import DEFAULT_MIN_UNITS
+
+    if args.min_queries is None:
+        return int(args.min_units or DEFAULT_MIN_UNITS)
+    if args.min_units is not None and args.min_units != args.min_queries:
+        raise ConfigError(
+            f"--min-units {args.min_units} and --min-queries {args.min_queries} differ: --min-queries is the old name of --min-units, give one"
+        )
+    log.warning("--min-queries is deprecated: use --min-units (the same number; it counts units, not searches)")
+    return int(args.min_queries)
+
+
 def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: TextIO) -> int:
     from reranker import experiments as ex
     from reranker.interleaving import format_p_value
 
     if args.action == "create":
         rankers = [name.strip() for name in args.rankers.split(",") if name.strip()]
-        experiment = ex.create(store, ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_queries=args.min_queries))
+        experiment = ex.create(store, ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_units=_min_units(args)))
         print(f"experiment {experiment.id} running: {' vs '.join(experiment.rankers)}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
     elif args.action == "set":
         if args.traffic is None and args.status is None:
@@ -478,7 +497,7 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             o = found.outcome
             a, b = experiment.rankers
             print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
-            print(f"  queries {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
+            print(f"  searches interleaved {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
             print(f"  units with clicks {o.units_with_clicks} (a client's query, or a query without a client id: one trial each)", file=out)
             print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
             print(f"  {o.message}", file=out)

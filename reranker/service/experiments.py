@@ -150,7 +150,7 @@ def experiments() -> Any:
 def create() -> Any:
     rt = runtime()
     asked = read(NewExperiment, json_object())
-    experiment = ex.new_experiment(asked.id, asked.rankers, method=asked.method, traffic=asked.traffic, min_queries=asked.min_queries)
+    experiment = ex.new_experiment(asked.id, asked.rankers, method=asked.method, traffic=asked.traffic, min_units=asked.units_to_decide)
     _runnable(experiment.rankers)
     ex.create(rt.experiments.store(), experiment)
     rt.experiments.changed()

@@ -40,11 +40,12 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from reranker.config import ServiceSettings
-from reranker.experiments import DEFAULT_MIN_QUERIES, DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_QUERIES, TIMESTAMP_PATTERN
+from reranker.experiments import DEFAULT_MIN_UNITS, DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_UNITS, TIMESTAMP_PATTERN
 from reranker.pipeline import EXPLAIN_TOPICS
 from reranker.rankers import ranker_names, weighted_ranker_names
 from reranker.service.bodies import json_type
@@ -370,6 +371,16 @@ class ScrollRequest(Body):
 # --- experiments and events -----------------------------------------------------------------
 
 
+_MIN_UNITS = (
+    "units (one client's query text, or a text searched without a client id) with a preference needed before "
+    "a winner is named, and the size the always-valid test is tuned for"
+)
+_OLD_NAME = "deprecated: the old name of min_units, still read (send one of the two)"
+# OpenAPI 3.1's mark for a property kept only for older clients.
+_DEPRECATED: JsonDict = {"deprecated": True}
+UnitCount = Annotated[int, Field(ge=1, le=MAX_MIN_UNITS), INTEGRAL]
+
+
 class NewExperiment(Body):
     """POST /experiments: interleave two rankers on a share of the searches."""
 
@@ -377,7 +388,28 @@ class NewExperiment(Body):
     rankers: Annotated[list[RankerName], Field(min_length=2, max_length=2, description="two different registered rankers", json_schema_extra={"uniqueItems": True})]
     method: Literal["team_draft", "balanced"] = "team_draft"
     traffic: Annotated[float, Field(gt=0, le=1, description="the share of searches interleaved")] = DEFAULT_TRAFFIC
-    min_queries: Annotated[int, Field(ge=1, le=MAX_MIN_QUERIES), INTEGRAL] = DEFAULT_MIN_QUERIES
+    min_units: Annotated[UnitCount, Field(description=_MIN_UNITS)] = DEFAULT_MIN_UNITS
+    min_queries: Annotated[UnitCount | None, Field(description=_OLD_NAME, json_schema_extra=_DEPRECATED)] = None
+
+    # Not both: an old client sends min_queries alone, a new one min_units alone, and a
+    # rule that two numbers must be equal is one JSON Schema cannot publish.
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "not": {"required": ["min_units", "min_queries"], "properties": {name: {"not": {"type": "null"}} for name in ("min_units", "min_queries")}},
+    }
+
+    @model_validator(mode="after")
+    def _one_name(self) -> NewExperiment:
+        if self.min_queries is not None and "min_units" in self.model_fields_set:
+            differ = f"which differ: {self.min_units} and {self.min_queries}" if self.min_units != self.min_queries else "the same number twice"
+            raise PydanticCustomError(
+                "invalid", "[min_queries] is the old name of [min_units]: send only min_units (got both, {differ})", {"differ": differ}
+            )
+        return self
+
+    @property
+    def units_to_decide(self) -> int:
+        """min_units, or its old name min_queries when an older client sent that."""
+        return self.min_units if self.min_queries is None else self.min_queries
 
 
 class ExperimentChange(Body):
@@ -649,7 +681,8 @@ class Experiment(Answer):
     traffic: float
     status: Literal["running", "stopped"]
     created: str
-    min_queries: int
+    min_units: int = Field(description=_MIN_UNITS)
+    min_queries: int = Field(description="deprecated: the old name of min_units, the same number", json_schema_extra=_DEPRECATED)
 
 
 class Experiments(Answer):
@@ -682,7 +715,10 @@ class TimelineTally(Answer):
 
 class TimelineTotals(TimelineTally):
     share: float | None = Field(description="the share of the units with a preference so far that preferred `share_of`; null before the first")
-    low: float = Field(description="the share's always-valid confidence sequence (mSPRT, Beta mixture): its lower end, safe to watch")
+    low: float = Field(
+        description="the share's always-valid confidence sequence (mSPRT, Beta mixture): its lower end, safe to watch; "
+        "above `high` when the sequence is empty (no share fits every moment so far: chance at most 1 - confidence, if the preference never changed)"
+    )
     high: float
     p_value: float | None = Field(description="the report's always-valid sign-test p-value so far (the verdict's); null before the first preference")
     fixed_horizon_p_value: float | None = Field(description="the exact sign test over the units so far, valid for one look at a size fixed in advance; null before the first preference")
@@ -699,8 +735,9 @@ class ExperimentTimeline(Answer):
     interval: Literal["hour", "day"]
     share_of: str = Field(description="the ranker whose share of the preferences `share` is (the experiment's first)")
     confidence: float
-    mixing: float = Field(description="a of the Beta(a, a) mixture of the always-valid test, matched to min_queries")
-    min_queries: int
+    mixing: float = Field(description="a of the Beta(a, a) mixture of the always-valid test, matched to min_units")
+    min_units: int = Field(description=_MIN_UNITS)
+    min_queries: int = Field(description="deprecated: the old name of min_units, the same number", json_schema_extra=_DEPRECATED)
     periods: list[TimelinePeriod] = Field(description="the periods with a clicked query, oldest first")
 
 

@@ -52,8 +52,9 @@ class Experiment:
     """An online comparison of two rankers by interleaving.
 
     traffic: the share of eligible searches (those naming no ranker) that are
-    interleaved, 0 < traffic <= 1. min_queries: queries with a preference needed
-    before the report names a winner.
+    interleaved, 0 < traffic <= 1. min_units: randomisation units (`randomisation_unit`)
+    with a preference needed before the report names a winner, and the size the
+    always-valid test is tuned for.
     """
 
     id: str
@@ -62,10 +63,12 @@ class Experiment:
     traffic: float
     status: str  # "running" | "stopped"
     created: str  # ISO 8601, UTC
-    min_queries: int = 20
+    min_units: int = 20
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "rankers": list(self.rankers)}
+        # min_queries is min_units's old name, written too: clients of the API read it,
+        # and a version before the rename, rolled back to, reads stored experiments by it.
+        return {**asdict(self), "rankers": list(self.rankers), "min_queries": self.min_units}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> "Experiment":
@@ -76,7 +79,8 @@ class Experiment:
             traffic=float(raw["traffic"]),
             status=str(raw["status"]),
             created=str(raw["created"]),
-            min_queries=int(raw.get("min_queries", 20)),
+            # Stored before the rename, an experiment has only min_queries.
+            min_units=int(raw.get("min_units", raw.get("min_queries", 20))),
         )
 
 
@@ -474,7 +478,9 @@ MAPPINGS: dict[str, dict[str, Any]] = {
         "dynamic": "strict",
         "properties": {
             "id": _KEYWORD, "rankers": _KEYWORD, "method": _KEYWORD, "traffic": {"type": "float"},
-            "status": _KEYWORD, "created": {"type": "date"}, "min_queries": {"type": "integer"},
+            "status": _KEYWORD, "created": {"type": "date"},
+            # min_queries: min_units's old name (stored experiments have it; still written)
+            "min_units": {"type": "integer"}, "min_queries": {"type": "integer"},
         },
     },
     "ubi_queries": {

@@ -624,9 +624,10 @@
     append(facts, field("rankers", "Rankers", `${a} vs ${b} (${experiment.method})`));
     append(facts, field("traffic", "Traffic share", percent(experiment.traffic)));
     if (report) {
-      append(facts, field("queries", "Queries", `${report.queries} (${report.queries_with_clicks} with clicks)`));
-      // Wins and ties count units: one client's searches of a text share coins, so one trial.
+      // Searches, not trials: wins and ties count units (one client's searches of a text share coins, so one trial).
+      append(facts, field("queries", "Searches interleaved", `${report.queries} (${report.queries_with_clicks} with clicks)`));
       append(facts, field("units", "Units with clicks", String(report.units_with_clicks ?? 0)));
+      append(facts, field("min_units", "Units to decide", `${report.min_units} with a preference before a winner is named`));
       append(facts, field("clicks", "Clicks", String(report.clicks)));
       for (const name of experiment.rankers) append(facts, field(`wins-${name}`, `Wins for ${name}`, String((report.wins || {})[name] ?? 0)));
       append(facts, field("ties", "Ties", String(report.ties)));
@@ -668,6 +669,22 @@
     // The card's padding and border are inside clientWidth; the plot takes the rest.
     figure.append(window.RerankerPlots.timeline(body, width - 34));
     const level = Math.round(body.confidence * 100);
+    const emptied = body.periods.find((period) => period.cumulative.share !== null && window.RerankerPlots.isEmpty(period.cumulative));
+    if (emptied) {
+      // The band would end there without a word; say what an empty interval means.
+      const end = window.RerankerPlots.when(emptied.end, body.interval);
+      figure.append(
+        el("p", {
+          class: "plot-empty",
+          text:
+            `By ${end} UTC the ${level}% always-valid interval was empty, and it stays so: no single share of preferences fits ` +
+            `every moment of the experiment so far, so the band stops there. If the share never changed, this happens with chance ` +
+            `at most ${100 - level}%; it also happens when the preference changed while the experiment ran (a ranker, the index ` +
+            `or the traffic changed). The p-value still tests "no preference at all", but no one share describes the units any more: ` +
+            `read the wins over time, and start a new experiment to measure the preference as it is now.`,
+        })
+      );
+    }
     figure.append(
       el(
         "figcaption",
@@ -675,7 +692,7 @@
         `The share of the units with a preference (a client's query, or a query without a client id) that preferred ${first}, counted up to the end of each ` +
           `${body.interval} (UTC), with its ${level}% always-valid confidence band (a confidence sequence: it holds at every moment at once, ` +
           `so it is safe to watch and to stop at). The band leaves the dashed 50% line when the always-valid p-value falls to ` +
-          `${((100 - level) / 100).toFixed(2)}; the report names a winner only after ${body.min_queries} units with a preference.`
+          `${((100 - level) / 100).toFixed(2)}; the report names a winner only after ${body.min_units} units with a preference.`
       )
     );
     return figure;
@@ -752,13 +769,13 @@
     const id = byId("create-id").value.trim();
     const rankers = [byId("create-ranker-a").value, byId("create-ranker-b").value];
     const traffic = Number(byId("create-traffic").value);
-    const minQueries = Number(byId("create-min-queries").value);
+    const minUnits = Number(byId("create-min-units").value);
     // The service checks everything again; these catch what a browser's form would let through.
     let problem = null;
     if (!/^[a-z0-9][a-z0-9_-]{0,63}$/.test(id)) problem = ["create-id", "The name is 1-64 characters of a-z, 0-9, \"_\" and \"-\", starting with a letter or digit."];
     else if (rankers[0] === rankers[1]) problem = ["create-ranker-b", "Pick two different rankers."];
     else if (!(traffic > 0 && traffic <= 1)) problem = ["create-traffic", "The traffic share is a number above 0 and at most 1."];
-    else if (!(Number.isInteger(minQueries) && minQueries >= 1)) problem = ["create-min-queries", "The queries to decide are a whole number, at least 1."];
+    else if (!(Number.isInteger(minUnits) && minUnits >= 1)) problem = ["create-min-units", "The units to decide are a whole number, at least 1."];
     if (problem) {
       result.textContent = problem[1];
       byId(problem[0]).focus();
@@ -767,7 +784,7 @@
     const key = adminKey(result);
     if (!key) return;
     result.textContent = "Starting…";
-    const body = { id, rankers, method: byId("create-method").value, traffic, min_queries: minQueries };
+    const body = { id, rankers, method: byId("create-method").value, traffic, min_units: minUnits };
     try {
       await api("POST", "/experiments", body, { Authorization: `Bearer ${key}` });
     } catch (error) {

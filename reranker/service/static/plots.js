@@ -4,8 +4,9 @@
 //   timeline(body, width)   an experiment's share of preferences over time, with its band
 //                           (the always-valid confidence sequence: safe to watch)
 //   deltas(rows, width)     one bar per query: a ranker's figure minus the baseline's
+//   isEmpty(point), when(iso, interval)   what the card's words about the plot share with it
 //
-// Both return an <svg> sized to `width` CSS pixels (the space its container has), so its
+// The two plots return an <svg> sized to `width` CSS pixels (the space its container has), so its
 // text stays legible on a phone instead of shrinking with a fixed viewBox. Every text is
 // set with textContent. Colours come from app.css (classes), not from inline styles.
 "use strict";
@@ -56,6 +57,11 @@ window.RerankerPlots = (function () {
 
   // --- an experiment over time -------------------------------------------------------
 
+  // Is a point's always-valid interval empty (no share fits every moment so far)?
+  function isEmpty(point) {
+    return point.low > point.high;
+  }
+
   function when(iso, interval) {
     // UTC, as the API buckets: "2026-11-20" by the day, "11-20 09:00" by the hour.
     return interval === "day" ? iso.slice(0, 10) : `${iso.slice(5, 10)} ${iso.slice(11, 16)}`;
@@ -68,9 +74,15 @@ window.RerankerPlots = (function () {
       .filter((period) => period.cumulative.share !== null)
       .map((period) => ({ period, t: Date.parse(period.end), ...period.cumulative }));
     const last = points[points.length - 1];
+    // The confidence sequence is the running intersection of every interval so far: with
+    // chance at most 1 - confidence (or when the preference changed) it is empty, low > high,
+    // and stays so. Those points get no band and no interval written backwards.
+    const interval = (p) => (isEmpty(p) ? "empty" : `${percent(p.low)}-${percent(p.high)}`);
     const label = last
       ? `${first}'s share of the units with a preference: ${percent(last.share)} ` +
-        `(${percent(body.confidence)} always-valid interval ${percent(last.low)} to ${percent(last.high)}) ` +
+        (isEmpty(last)
+          ? `(the ${percent(body.confidence)} always-valid interval is empty) `
+          : `(${percent(body.confidence)} always-valid interval ${percent(last.low)} to ${percent(last.high)}) `) +
         `after ${last.wins[first] + last.wins[second]} such units, by ${when(last.period.end, body.interval)} UTC`
       : "No unit with a preference yet.";
     const svg = frame(width, label);
@@ -90,19 +102,22 @@ window.RerankerPlots = (function () {
     const t0 = Date.parse(body.periods[0].start);
     const t1 = Date.parse(body.periods[body.periods.length - 1].end);
     const x = scale(t0, t1, left, right);
-    if (points.length === 1) {
-      const at = x(last.t);
-      svg.append(node("line", { x1: at, x2: at, y1: y(last.low), y2: y(last.high), class: "plot-band-bar" }));
-    } else {
-      const outline = [...points.map((p) => `${x(p.t)},${y(p.high)}`), ...points.slice().reverse().map((p) => `${x(p.t)},${y(p.low)}`)];
+    const banded = points.filter((p) => !isEmpty(p)); // a prefix: once empty, always empty
+    if (banded.length === 1) {
+      const at = x(banded[0].t);
+      svg.append(node("line", { x1: at, x2: at, y1: y(banded[0].low), y2: y(banded[0].high), class: "plot-band-bar" }));
+    } else if (banded.length > 1) {
+      const outline = [...banded.map((p) => `${x(p.t)},${y(p.high)}`), ...banded.slice().reverse().map((p) => `${x(p.t)},${y(p.low)}`)];
       svg.append(node("polygon", { points: outline.join(" "), class: "plot-band" }));
+    }
+    if (points.length > 1) {
       svg.append(node("polyline", { points: points.map((p) => `${x(p.t)},${y(p.share)}`).join(" "), class: "plot-line" }));
     }
     for (const p of points) {
       const dot = node("circle", { cx: x(p.t), cy: y(p.share), r: 3.5, class: "plot-dot" });
       const decided = p.wins[first] + p.wins[second];
       dot.append(node("title", {}, `by ${when(p.period.end, body.interval)} UTC: ${first} preferred on ${p.wins[first]} of ${decided} ` +
-        `(${percent(p.share)}, always-valid interval ${percent(p.low)}-${percent(p.high)}), ${p.p_value < 1e-4 ? "p < 0.0001" : `p = ${p.p_value.toFixed(4)}`}`));
+        `(${percent(p.share)}, always-valid interval ${interval(p)}), ${p.p_value < 1e-4 ? "p < 0.0001" : `p = ${p.p_value.toFixed(4)}`}`));
       svg.append(dot);
     }
     // Labels at both ends of the time axis (and the middle when there is room).
@@ -157,5 +172,5 @@ window.RerankerPlots = (function () {
     return svg;
   }
 
-  return { timeline, deltas };
+  return { timeline, deltas, isEmpty, when };
 })();
