@@ -332,9 +332,13 @@ def outcome(
     counted = "queries" if units is None else "units"
     mixing = mixing_parameter(min_units, alpha)
     p_value: float | None = None
+    crossed: int | None = None  # the first step whose p-value fell below alpha
     if decided:
         counts = np.array(history)
-        p_value = float(always_valid_p_values(counts[:, 0], counts[:, 1], mixing)[-1])
+        p_values = always_valid_p_values(counts[:, 0], counts[:, 1], mixing)
+        p_value = float(p_values[-1])
+        if p_value < alpha:
+            crossed = int(np.argmax(p_values < alpha))
     winner: str | None = None
     if decided < min_units:
         verdict = "not_enough_data"
@@ -351,10 +355,24 @@ def outcome(
             else f"{labels[leader]} preferred on {leader_wins}"
         )
         summary = f"{preferred} of {decided} {counted} with a preference (always-valid {format_p_value(p_value)})"
-        if p_value < alpha:
+        if crossed is not None:
+            # The direction is the one the evidence had when it first sufficed: the
+            # confidence sequence then left 1/2 on that side, and it holds every moment at
+            # once, so that side is wrong with chance at most alpha. The leader now can
+            # differ only if the preference changed since (the sequence is then empty or
+            # nearly so); naming it would claim what the test did not show.
+            then_a, then_b = history[crossed]
+            side = 0 if then_a > then_b else 1
             verdict = "significant"
-            winner = (TEAM_A, TEAM_B)[leader]
-            message = summary
+            winner = (TEAM_A, TEAM_B)[side]
+            if side == leader and wins_a != wins_b:
+                message = summary
+            else:
+                message = (
+                    f"{labels[side]} was preferred significantly, on {max(then_a, then_b)} of the first "
+                    f"{then_a + then_b} {counted} with a preference; since then the preference has changed "
+                    f"({summary}): start a new experiment to measure it as it is now"
+                )
         else:
             verdict = "no_significant_difference"
             message = f"no significant difference: {summary}"

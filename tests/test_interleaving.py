@@ -460,6 +460,26 @@ def test_outcome_reads_the_results_in_the_order_they_came() -> None:
     assert run_first.p_value == pytest.approx(expected, rel=1e-12)
 
 
+def test_the_winner_is_the_side_the_evidence_was_on_when_it_sufficed() -> None:
+    """The always-valid p-value is the smallest so far; its direction is the one the counts
+    had when it first fell below alpha. A preference that turns afterwards (15 units for A,
+    then 40 for B: the confidence sequence empties) once named B, the leader at the end,
+    on evidence that was A's; now A, with a message that says the preference changed."""
+    turned = outcome([A_WINS] * 15 + [B_WINS] * 40, labels=("bm25", "hidden_topics"))
+    assert (turned.wins_a, turned.wins_b, turned.verdict, turned.winner) == (15, 40, "significant", TEAM_A)
+    history_a = np.minimum(np.arange(1, 56), 15)
+    p_values = always_valid_p_values(history_a, np.arange(1, 56) - history_a, MIXING_20)
+    first = int(np.argmax(p_values < 0.05))
+    assert first < 15  # it sufficed during A's run
+    assert turned.message.startswith(
+        f"bm25 was preferred significantly, on {first + 1} of the first {first + 1} queries with a preference; "
+        "since then the preference has changed (hidden_topics preferred on 40 of 55"
+    )
+    assert turned.message.endswith("start a new experiment to measure it as it is now")
+    # A preference that holds keeps the plain message.
+    assert outcome([A_WINS] * 15 + _mixed(20, 20)).message.startswith("A preferred on 35 of 55 queries")
+
+
 def test_a_unit_that_changes_its_preference_moves_as_it_happens() -> None:
     # Unit "u" prefers A (+1), then is a tie (0), then prefers B (-1); other units follow.
     # The history counts u for A, for neither, then for B: never twice.
