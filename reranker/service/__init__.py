@@ -9,6 +9,7 @@
     api.py        native API: /search, /rerank, /rankers, probes, /metrics, /openapi.json
     cohere.py     Cohere-compatible /v1/rerank and /v2/rerank (for OpenSearch / Elasticsearch)
     library.py    the digital library: /documents/<id> (topics) and /documents/<id>/similar
+    paths.py      a document's id in the path as sent (%2F is part of it), for the routes above
     web.py        the web page at /ui (static HTML/JS/CSS in static/)
     experiments.py  online experiments: POST /events (UBI), /experiments and their reports
     proxy.py      the OpenSearch-compatible search proxy (/<index>/_search, /_msearch)
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     # sets PROMETHEUS_MULTIPROC_DIR only when it reads gunicorn.conf.py.
     from reranker.service import access, api, cohere, errors, experiments, library, operations, proxy, web
     from reranker.service.metrics import Metrics
+    from reranker.service.paths import DocumentPaths
     from reranker.service.reranking import Runtime
     from reranker.threads import limit_native_threads
 
@@ -79,6 +81,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         return found
 
     app.make_default_options_response = options_response  # type: ignore[method-assign]
+    # Routes read a document's id from the path as sent, not as the server decoded it.
+    app.wsgi_app = DocumentPaths(app.wsgi_app)  # type: ignore[method-assign]
 
     runtime = app.extensions["reranker"]
     limits = settings.service

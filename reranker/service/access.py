@@ -30,6 +30,7 @@ from urllib.parse import quote
 from flask import Flask, g, request
 from flask.wrappers import Response
 
+from reranker.service.paths import raw_path
 from reranker.store import end_opaque_id, start_opaque_id
 
 log = logging.getLogger("reranker.access")
@@ -108,8 +109,11 @@ def install(app: Flask) -> None:
 
 def _quoted_path(path: str | None = None) -> str:
     """The path percent-encoded (no spaces, quotes or line breaks in a log line), without
-    the query string (which may hold a user's search text)."""
-    return quote(request.path if path is None else path, safe="/:@!$&'()*+,;=-._~")[:2048]
+    the query string (which may hold a user's search text). A request's own path is
+    logged as sent, its %-escapes kept: notes%2Fsimilar is not notes/similar."""
+    if path is None:
+        return quote(raw_path(request.environ), safe="/:@!$&'()*+,;=-._~%")[:2048]
+    return quote(path, safe="/:@!$&'()*+,;=-._~")[:2048]
 
 
 # --- answers made before Flask sees the request ---------------------------------------------

@@ -37,6 +37,7 @@ from reranker.errors import (
     UnknownRankerError,
     VectorsError,
 )
+from reranker.service.paths import sent_path
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def error_response(error: ApiError) -> Response:
 # Werkzeug's own refusals (unknown route, wrong method, body too large) as JSON.
 _HTTP_TYPES = {
     404: "resource_not_found_exception",
+    400: "illegal_argument_exception",  # a document id that is not UTF-8 (paths.AnyDocIdConverter)
     405: "method_not_allowed_exception",
     413: "content_too_long_exception",
 }
@@ -133,7 +135,7 @@ def install(app: Flask) -> None:
         if status == 405 and error.valid_methods:  # type: ignore[attr-defined]
             headers["Allow"] = ", ".join(error.valid_methods)  # type: ignore[attr-defined]
             # werkzeug's words name neither the method nor the ones the route has.
-            reason = f"{request.method} is not a method of {request.path}; it takes {headers['Allow']}"
+            reason = f"{request.method} is not a method of {sent_path()}; it takes {headers['Allow']}"
         return error_response(ApiError(status, type_, reason, headers))
 
     @app.errorhandler(Exception)

@@ -7,11 +7,12 @@
     GET /documents/_doc/<id>[/similar]  the same, for any id (OpenSearch's GET /<index>/_doc/<id>)
 
 An unknown id is a 404 (document_missing_exception); a bad `size`, or a query parameter
-not declared here, a 400 (`operations.check_query`). An id may hold slashes (a DOI).
+not declared here, a 400 (`operations.check_query`). How a path names an id (slashes,
+`%2F`, an id ending in `/similar`) is `paths.py`'s rule: the routes get the id decoded.
 `/documents/_search`, `/documents/_msearch` and `/documents/_count` stay the search proxy's,
 for an OpenSearch index named "documents", so the plain form cannot name a document whose
-id is one of them (or starts with `_doc/`): the `_doc` form names every id. It is not a
-percent-encoded id: the server decodes the path before routing it.
+id is one of them (or starts with one and a literal `/`, or with `_doc/`): the `_doc` form
+names every id.
 """
 
 from __future__ import annotations
@@ -20,41 +21,30 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 from flask.blueprints import BlueprintSetupState
-from werkzeug.routing import PathConverter
 
 from reranker.rankers import ranker_names
 from reranker.service.api import runtime
 from reranker.service.operations import Reply, operation
+from reranker.service.paths import NOT_PLAIN, AnyDocIdConverter, DocIdConverter
 from reranker.service.schema import DocumentAnswer, SimilarAnswer
 from reranker.text import SNIPPET_WORDS, opening
 
 blueprint = Blueprint("library", __name__)
 
 
-# What the plain form /documents/<id> leaves to other routes: the proxy's endpoints (so that
-# /<index>/_search, _msearch and _count still reach an index named "documents") and the
-# `_doc/` form. Python's and JSON Schema's regex dialects read it alike.
-_NOT_PLAIN = r"(?!(?:_m?search|_count)(?:/|$)|_doc/)"
-
-
-class DocIdConverter(PathConverter):
-    """A document id named plainly: any path (ids may contain "/") but `_NOT_PLAIN`."""
-
-    regex = _NOT_PLAIN + r"[^/].*?"
-
-
 DOC_ID = {
     "doc_id": {
-        "type": "string", "minLength": 1, "pattern": f"^{_NOT_PLAIN}",
-        "description": "a stored document's id; one that is _search, _msearch or _count or starts with _doc/ is named by /documents/_doc/{doc_id}",
+        "type": "string", "minLength": 1, "pattern": f"^{NOT_PLAIN}",
+        "description": "a stored document's id, percent-encoded (a / in it may be sent as it is, but as %2F where the id ends in /similar); one that is _search, _msearch or _count or starts with _doc/ is named by /documents/_doc/{doc_id}",
     }
 }  # fmt: skip
-ANY_DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "description": "a stored document's id, whatever it is"}}
+ANY_DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "description": "a stored document's id, whatever it is, percent-encoded (a / in it may be sent as it is, but as %2F where the id ends in /similar)"}}
 
 
 @blueprint.record_once
 def _register_converter(state: BlueprintSetupState) -> None:
     state.app.url_map.converters["doc_id"] = DocIdConverter
+    state.app.url_map.converters["any_doc_id"] = AnyDocIdConverter
 
 
 # The opening of a paper shown with its topics, in words.
@@ -74,7 +64,7 @@ def document(doc_id: str) -> Any:
     return _document(doc_id)
 
 
-@blueprint.get("/documents/_doc/<path:doc_id>")
+@blueprint.get("/documents/_doc/<any_doc_id:doc_id>")
 @operation(
     "a stored paper by any id (_search, _msearch and _count included), as OpenSearch's GET /<index>/_doc/<id> names one",
     path=ANY_DOC_ID,
@@ -119,7 +109,7 @@ def similar(doc_id: str) -> Any:
     return _similar(doc_id)
 
 
-@blueprint.get("/documents/_doc/<path:doc_id>/similar")
+@blueprint.get("/documents/_doc/<any_doc_id:doc_id>/similar")
 @operation(
     "papers like the paper of any id (_search, _msearch and _count included)",
     path=ANY_DOC_ID,

@@ -59,6 +59,7 @@ from reranker.service.api import runtime
 from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
+from reranker.service.paths import doc_id_hint
 from reranker.service.query_dsl import check_params, check_scroll, check_search_body
 from reranker.service.reranking import Deadline, Runtime, status_fields
 from reranker.service.schema import OpenSearchCount, OpenSearchSearch, ScrollRequest, read
@@ -145,8 +146,8 @@ def cluster(rt: Runtime) -> OpenSearchStore:
     return store
 
 
-def target(rt: Runtime, index: str | None, endpoint: str) -> tuple[str, OpenSearchStore]:
-    """The index expression a proxied `endpoint` searches (the alias when the URL names
+def target(rt: Runtime, index: str | None) -> tuple[str, OpenSearchStore]:
+    """The index expression a proxied search (the alias when the URL names
     none) and the cluster; ApiError 403 or 404 as `check_indices` and `cluster` refuse.
 
     /documents/_search is also what someone asking for the stored document of id
@@ -156,8 +157,7 @@ def target(rt: Runtime, index: str | None, endpoint: str) -> tuple[str, OpenSear
     except ApiError as refused:
         if index != "documents":
             raise
-        hint = f"; for the stored document whose id is {endpoint!r}: GET /documents/_doc/{endpoint}"
-        raise ApiError(refused.status, refused.type, refused.reason + hint, refused.headers) from None
+        raise ApiError(refused.status, refused.type, refused.reason + doc_id_hint(), refused.headers) from None
 
 
 def _path(index: str, endpoint: str) -> str:
@@ -340,7 +340,7 @@ def search(index: str | None = None) -> Response:
     """One search: forwarded, reranked when it can be, one page answered."""
     started = time.perf_counter()
     rt = runtime()
-    expression, store = target(rt, index, "_search")
+    expression, store = target(rt, index)
     deadline = Deadline(rt.limits.deadline_ms)
     params = url_params()
     raw = json_object(required=False)
@@ -381,7 +381,7 @@ def msearch(index: str | None = None) -> Response:
     """Several searches: all windows in one _msearch, all pages in a second."""
     started = time.perf_counter()
     rt = runtime()
-    default_index, store = target(rt, index, "_msearch")
+    default_index, store = target(rt, index)
     deadline = Deadline(rt.limits.deadline_ms)
     params = url_params()
     raw = body_bytes()
@@ -481,7 +481,7 @@ def scroll() -> Response:
 def count(index: str | None = None) -> Response:
     """A count: the same indices and query clauses as a search may use, nothing reranked."""
     rt = runtime()
-    expression, store = target(rt, index, "_count")
+    expression, store = target(rt, index)
     params = url_params()
     body = json_object(required=False)
     for key in body:
@@ -502,9 +502,12 @@ def refuse(path: str) -> NoReturn:
     allowed = native_routes().bind("localhost").allowed_methods(f"/{path}")
     if allowed:
         raise MethodNotAllowed(valid_methods=sorted(allowed))
+    # /documents/_search/similar and the like: a document's path that the proxy's names
+    # shadow says how to name the document, as a refused /documents/_search does.
+    hint = doc_id_hint() if request.method in ("GET", "HEAD") else ""
     if not runtime().settings.opensearch_url:
-        raise ApiError(404, "resource_not_found_exception", f"no such route: {request.method} /{path} (the service's routes: GET /openapi.json)")
-    raise ApiError(403, "security_exception", f"the reranker proxy forwards only searches ({PROXIED}); {request.method} /{path} is refused")
+        raise ApiError(404, "resource_not_found_exception", f"no such route: {request.method} /{path} (the service's routes: GET /openapi.json){hint}")
+    raise ApiError(403, "security_exception", f"the reranker proxy forwards only searches ({PROXIED}); {request.method} /{path} is refused{hint}")
 
 
 def native_routes() -> Map:

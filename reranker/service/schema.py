@@ -457,7 +457,9 @@ def _iso_timestamp(value: str) -> str:
 class EventObject(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
-    object_id: Annotated[str, BeforeValidator(_id_as_text, json_schema_input_type=str | int), StringConstraints(min_length=1, max_length=256)] | None = Field(
+    # No length bound but the body's: any stored id may be clicked (the embedded store
+    # bounds none, OpenSearch at 512 bytes), and one not among the search's hits is refused.
+    object_id: Annotated[str, BeforeValidator(_id_as_text, json_schema_input_type=str | int), StringConstraints(min_length=1)] | None = Field(
         None, description="the hit's id"
     )
 
@@ -856,7 +858,8 @@ def _reason(kind: str, ctx: dict[str, Any], value: Any, message: str) -> str:
         return "must not be empty"
     if kind in ("too_short", "too_long"):
         bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
-        return f"must have {'at least' if kind == 'too_short' else 'at most'} {bound} items, got {ctx.get('actual_length')}"
+        unit = "characters" if isinstance(value, str) else "items"  # a string checked after a BeforeValidator
+        return f"must have {'at least' if kind == 'too_short' else 'at most'} {bound} {unit}, got {ctx.get('actual_length')}"
     bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
     if kind in bounds:
         sign, key = bounds[kind]

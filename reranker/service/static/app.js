@@ -200,7 +200,16 @@
       show("paper", moveFocus);
       const back = byId("paper-back");
       back.setAttribute("href", state.previousRoute.startsWith("#/paper/") ? "#/compare" : state.previousRoute);
-      loadPaper(decodeURIComponent(rest.join("/")));
+      // A link the page made is encodeURIComponent's; one typed by hand may hold a bare "%".
+      let id;
+      try {
+        id = decodeURIComponent(rest.join("/"));
+      } catch (error) {
+        byId("paper-title").textContent = "Paper not available";
+        say(`Not a paper link: ${rest.join("/")} (percent-encode the id, a "%" as %25)`, "error");
+        return;
+      }
+      loadPaper(id);
     } else if (name === "experiments") {
       show("experiments", moveFocus);
       loadExperiments();
