@@ -557,3 +557,114 @@ def test_every_relative_link_resolves(page: Path) -> None:
         if fragment:
             assert target.suffix == ".md", f"{page.relative_to(REPO)}: `{path}#{fragment}` points into a file that is not Markdown"
             assert fragment in anchors(target), f"{page.relative_to(REPO)}: `{path}#{fragment}`: no such heading in {target.relative_to(REPO)}"
+
+
+# --- names the pages use: settings, command-line options, routes ---------------------------
+
+
+def test_every_variable_the_pages_name_is_read_somewhere() -> None:
+    """A RERANKER_* or OPENSEARCH_* name in any page is a setting of ENVIRONMENT, or one the
+    tests, CI or the Docker files read (OPENSEARCH_TEST_URL, RERANKER_BROWSER_TESTS ...): a
+    renamed or removed setting must leave the prose too, not only the settings tables."""
+    from reranker.config import ENVIRONMENT
+
+    readers = [*sorted((REPO / "tests").glob("*.py")), REPO / ".ci" / "run", *sorted((REPO / "docker").rglob("*.*"))]
+    read = " ".join(path.read_text(encoding="utf-8", errors="replace") for path in readers if path.is_file() and path.suffix != ".md")
+    named: dict[str, str] = {}
+    for page in MARKDOWN:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for name in re.findall(r"\b((?:RERANKER|OPENSEARCH)_[A-Z0-9_]*[A-Z0-9])\b", line):
+                named.setdefault(name, f"{page.relative_to(REPO)}:{number}")
+    assert set(ENVIRONMENT) <= set(named), "the pages name every setting (the settings tables do)"
+    unknown = [f"{where}: {name}" for name, where in sorted(named.items()) if name not in ENVIRONMENT and not re.search(rf"\b{name}\b", read)]
+    assert unknown == [], "names no code, test or deployment file reads"
+
+
+def subcommands(parser: Any) -> dict[str, Any]:
+    import argparse
+
+    found = [action.choices for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(found[0]) if found else {}
+
+
+def option_strings(parser: Any) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def test_every_option_the_pages_give_a_command_is_the_commands() -> None:
+    """`reranker COMMAND [ACTION] ... --option`, in a code block or in the prose (where nothing
+    runs it), names an option that command's parser has, or a global one."""
+    from reranker.cli import build_parser
+
+    root = build_parser()
+    commands = subcommands(root)
+    checked, wrong = 0, []
+    for page in MARKDOWN:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            # Up to the end of the command: a closing backtick, a comment, a table cell.
+            for found in re.finditer(r"(?<![\w/.-])reranker ([a-z][a-z-]*)((?: [a-z][a-z0-9-]*)?)([^`#|\n]*)", line):
+                if found[1] not in commands:
+                    continue
+                parser, rest = commands[found[1]], found[2] + found[3]
+                actions = subcommands(parser)
+                if actions and found[2].strip() in actions:
+                    parser, rest = actions[found[2].strip()], found[3]
+                known = option_strings(parser) | option_strings(root)
+                for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest):
+                    checked += 1
+                    if option not in known:
+                        wrong.append(f"{page.relative_to(REPO)}:{number}: reranker {found[1]}{found[2]} has no {option}")
+    assert checked >= 80, "the pages give commands many options: the pattern finds them"
+    assert wrong == []
+
+
+def routes_table() -> list[tuple[str, str]]:
+    """(method, path) of every route the first column of http-api.md's Routes table names; a
+    path written without a method has the one before it in the cell ("`POST /v1/rerank`,
+    `/v2/rerank`"), and `GET\\|POST` stands for both."""
+    text = (DOCS / "http-api.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Routes\n(.*?)(?=^## )", text, flags=re.MULTILINE | re.DOTALL)
+    assert section, "http-api.md has a Routes section"
+    named = []
+    for row in section[1].splitlines():
+        if not row.startswith("| `"):
+            continue
+        methods = ["GET"]
+        for token in re.findall(r"`([^`]+)`", row.split(" | ")[0]):
+            given = re.match(r"^((?:[A-Z]+\\?\|?)+) ", token)
+            if given:
+                methods = [method for method in re.split(r"\\?\|", given[1]) if method]
+                token = token[given.end() :]
+            path = token.split("?")[0]
+            named += [(method, path) for method in methods]
+    return named
+
+
+def shape(path: str) -> str:
+    """A path with every parameter, `{name}` or `<name>`, as `<>`."""
+    return re.sub(r"\{[^}]+\}|<[^>]+>", "<>", path)
+
+
+def test_the_routes_table_names_every_route_of_the_openapi_document(tmp_path: Path) -> None:
+    """http-api.md's table against GET /openapi.json, which is generated from the routes: each
+    operation is in the table (the proxy's routes also as their index-less form, as the table
+    writes them), and each route the table names is an operation."""
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    app = create_app(Settings.from_env({**os.environ, "RERANKER_DATA_DIR": str(tmp_path)}))
+    try:
+        document = app.test_client().get("/openapi.json").get_json()
+    finally:
+        app.extensions["reranker"].close()
+    operations = {(method.upper(), shape(path)) for path, item in document["paths"].items() for method in item if method in {"get", "post", "put", "patch", "delete"}}
+    named = {(method, shape(path)) for method, path in routes_table()}
+    assert len(operations) >= 30 and len(named) >= 20
+    missing = [
+        f"{method} {path}"
+        for method, path in sorted(operations)
+        if (method, path) not in named and (method, path.removeprefix("/<>")) not in named and (method, f"/<>{path}") not in named
+    ]
+    assert missing == [], "routes of the OpenAPI document that http-api.md's Routes table does not name"
+    unknown = [f"{method} {path}" for method, path in sorted(named) if (method, path) not in operations and (method, f"/<>{path}") not in operations]
+    assert unknown == [], "routes http-api.md's Routes table names that the service does not have"
