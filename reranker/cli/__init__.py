@@ -5,8 +5,9 @@ fix print one line, `reranker: error: ...`, and exit non-zero; nothing else catc
 
     common.py      argument types, the engine, indexing a file, reports, output paths
     indexing.py    index, train, templates, indices
-    searching.py   demo, search, rankers, config
-    evaluating.py  evaluate, compare, ab
+    searching.py   demo, search, similar, rankers, config
+    evaluating.py  evaluate, evaluate-similar, compare, ab
+    judging.py     ab judgments: an experiment's clicks written as a judged data set
     tuning.py      tune
     serving.py     serve, dev-cluster
 """
