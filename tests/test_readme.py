@@ -668,3 +668,37 @@ def test_the_routes_table_names_every_route_of_the_openapi_document(tmp_path: Pa
     assert missing == [], "routes of the OpenAPI document that http-api.md's Routes table does not name"
     unknown = [f"{method} {path}" for method, path in sorted(named) if (method, path) not in operations and (method, f"/<>{path}") not in operations]
     assert unknown == [], "routes http-api.md's Routes table names that the service does not have"
+
+
+def test_the_proxys_allow_list_table_is_the_codes() -> None:
+    """proxy.md's table of what the proxy forwards, against the sets query_dsl.py and
+    search_requests.py walk: the body keys, query clauses and `_msearch` header keys it says
+    are forwarded are exactly the code's, every aggregation it names is one the code allows,
+    and the names RERANKER_PROXY_ALLOW takes are config.PROXY_GUARDS."""
+    from reranker.config import PROXY_GUARDS
+    from reranker.service import query_dsl
+    from reranker.service.search_requests import MSEARCH_HEADER_KEYS
+
+    text = (DOCS / "proxy.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if line.startswith("| ") and len(cells) == 4:
+            rows[re.sub(r" \(.*", "", cells[0])] = cells
+
+    def forwarded(part: str) -> set[str]:
+        assert part in rows, f"proxy.md's table has no row {part!r}"
+        return set(re.findall(r"`([^`]+)`", rows[part][1]))
+
+    # `ext` may hold only the proxy's own block, which the table writes as `ext.rerank`.
+    assert forwarded("body keys") == (query_dsl.BODY_KEYS - {"ext"}) | {"ext.rerank"}
+    # function_score's functions are named beside it (`weight`, `field_value_factor`, ...).
+    clauses = query_dsl.LEAF_CLAUSES | set(query_dsl.COMPOUND_CLAUSES)
+    assert forwarded("query clauses") - {"weight", "field_value_factor", "random_score"} == clauses
+    assert forwarded("`_msearch` headers") == set(MSEARCH_HEADER_KEYS)
+    named_aggregations = forwarded("aggregations")
+    assert len(named_aggregations) >= 20
+    assert [name for name in sorted(named_aggregations) if name not in query_dsl.AGGREGATIONS and not (name.startswith("*") and any(a.endswith(name[1:]) for a in query_dsl.AGGREGATIONS))] == []
+    allow = re.search(r"`RERANKER_PROXY_ALLOW` takes a comma-separated list of the middle column's names \(([^)]*)\)", text)
+    assert allow, "proxy.md lists the names RERANKER_PROXY_ALLOW takes"
+    assert re.findall(r"`([^`]+)`", allow[1]) == list(PROXY_GUARDS)
