@@ -10,7 +10,11 @@ run here is in SKIP with the reason; any other command must run, exit 0 and prin
 EXPECTED says it prints, so a new command in the docs fails here until it runs or is listed.
 
 The links of README.md, every page under docs/ and the READMEs of bench/ and docker/ are checked too: each relative link names a
-file or folder that exists, and each #fragment a heading of the page it points at.
+file or folder that exists, and each #fragment a heading of the page it points at. So are
+the names the pages use, where nothing runs them: every RERANKER_* / OPENSEARCH_* variable,
+every option given to a `reranker` command, every route of GET /openapi.json (in
+http-api.md's Routes table, and no route there that the service lacks), and proxy.md's
+allow-list table against the sets the proxy walks.
 """
 
 from __future__ import annotations
