@@ -129,12 +129,16 @@ def _read_query(raw: str) -> str:
     return text
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.rankers import get_ranker
+
     query = _read_query(args.query)
+    ranker = args.ranker or settings.service.default_ranker
+    get_ranker(ranker)  # a misspelt name is a usage error (exit 2) before the index is read
     engine = open_engine(settings, require_documents=True)
     try:
         result = engine.search(
             query,
-            args.ranker or settings.service.default_ranker,
+            ranker,
             window=settings.window,
             size=args.size,
             explain=args.explain,
