@@ -228,8 +228,9 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     assert run(data_dir, "search", "ships")[0] == 1
     assert "the index is empty" in capsys.readouterr().err
     # A misspelt ranker is said first, whatever the index holds (it said "the index is empty").
-    assert run(data_dir, "search", "ships", "--ranker", "nope")[0] == 2
-    assert "unknown ranker 'nope'" in capsys.readouterr().err
+    for command in (["search", "ships"], ["similar", "P01-1027"]):
+        assert run(data_dir, *command, "--ranker", "nope")[0] == 2
+        assert "unknown ranker 'nope'" in capsys.readouterr().err
     assert run(data_dir, "index", str(tmp_path / "missing.jsonl"))[0] == 1
     assert capsys.readouterr().err.strip() == f"reranker: error: {tmp_path / 'missing.jsonl'}: no such corpus file"
     run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")

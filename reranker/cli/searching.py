@@ -20,7 +20,7 @@ from reranker.cli.common import (
 )
 from reranker.config import Settings
 from reranker.errors import InputError
-from reranker.rankers import ranker_names
+from reranker.rankers import get_ranker, ranker_names
 
 if TYPE_CHECKING:
     from reranker.pipeline import Engine
@@ -129,8 +129,6 @@ def _read_query(raw: str) -> str:
     return text
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.rankers import get_ranker
-
     query = _read_query(args.query)
     ranker = args.ranker or settings.service.default_ranker
     get_ranker(ranker)  # a misspelt name is a usage error (exit 2) before the index is read
@@ -223,6 +221,7 @@ def explanation_lines(explanation: "Explanation") -> list[str]:
 def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Engine.similar, the code path of GET /documents/<id>/similar and `evaluate-similar`."""
     ranker = args.ranker or settings.service.default_ranker
+    get_ranker(ranker)  # as in `search`: a usage error first
     engine = open_engine(settings, require_documents=True)
     try:
         hits = engine.similar(args.doc_id, ranker, size=args.size, window=max(settings.window, args.size))
