@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from reranker.config import DEFAULT_FUSION_WEIGHT, Settings
+from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_K, DEFAULT_WINDOW, Settings
 from reranker.errors import ConfigError, IndexMismatchError, InputError
 from reranker.types import Filter
 
@@ -85,8 +85,14 @@ def add_dataset_files(parser: argparse.ArgumentParser, *, queries: bool = True) 
     )
 
 
+def add_k_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--k", type=positive_int, help=f"topics per document (default {DEFAULT_K}, env RERANKER_K)")
+
+
 def add_ranking_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--window", type=positive_int, help="BM25 candidates to rerank (default 100)")
+    parser.add_argument(
+        "--window", type=positive_int, help=f"BM25 candidates to rerank (default {DEFAULT_WINDOW}, env RERANKER_WINDOW)"
+    )
     parser.add_argument(
         "--fusion-weight",
         type=fraction,
