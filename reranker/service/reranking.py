@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+from flask import current_app
 
 from reranker.errors import (
     RankerUnavailableError,
@@ -544,6 +545,12 @@ class Runtime:
         self.experiments.close()
         if self._engine is not None:
             self._engine.store.close()
+
+
+def runtime() -> Runtime:
+    """The Runtime of the app serving this request (create_app puts it in app.extensions)."""
+    found: Runtime = current_app.extensions["reranker"]
+    return found
 
 
 def answer_first_stage(outcome: Reranked) -> str:
