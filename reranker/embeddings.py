@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import shutil
 import threading
 from collections import Counter
@@ -523,8 +524,10 @@ def _load_keyed(path: Path) -> "KeyedVectors":
 
     try:
         keyed = KeyedVectors.load(str(path), mmap="r")
-    except (OSError, ValueError, EOFError) as exc:
-        raise VectorsError(f"cannot load word vectors {path}: {exc}") from None
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError, ImportError, AttributeError) as exc:
+        # .save() writes a pickle: a file of any other kind (a text file, another program's
+        # pickle) fails to unpickle, or names classes this environment does not have.
+        raise VectorsError(f"cannot load word vectors {path} (kv: expects gensim KeyedVectors saved with .save()): {exc}") from None
     if not isinstance(keyed, KeyedVectors):  # a full Word2Vec/FastText model
         keyed = getattr(keyed, "wv", None)
         if not isinstance(keyed, KeyedVectors):
