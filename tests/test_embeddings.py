@@ -249,6 +249,19 @@ def test_missing_or_broken_files_raise_vectors_error(tmp_path: Path) -> None:
     for path in (text, foreign):
         with pytest.raises(VectorsError, match="cannot load word vectors .*KeyedVectors"):
             load_vectors(f"kv:{path}", tmp_path / "cache")
+    # Files gensim reads without complaint, or fails on with errors of its own.
+    for spec, content, message in [
+        ("glove", "hidden\ntopics\n", "no vectors in it"),  # words without numbers: vectors of size 0
+        ("glove", "\n\n", "no vectors in it"),
+        ("glove", "hidden 0.1 nan\ntopics 0.2 0.3\n", "NaN or infinite"),
+        ("fasttext", "not a model\n", "cannot read fasttext word vectors"),
+    ]:
+        source = tmp_path / f"{spec}-{len(content)}.txt"
+        source.write_text(content, encoding="utf-8")
+        with pytest.raises(VectorsError, match=message):
+            load_vectors(f"{spec}:{source}", tmp_path / "cache")
+    # Nothing half-converted is left to be opened as an entry next time.
+    assert sorted(entry.name for entry in (tmp_path / "cache").iterdir() if entry.is_dir()) == ["sources"]
 
 
 def test_train_word2vec_writes_loadable_vectors(tmp_path: Path) -> None:
