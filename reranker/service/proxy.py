@@ -259,10 +259,10 @@ def rerank_window(
         for rank, hit in enumerate(hits, start=1)
     )
     dtypes = {name: layout.dtype for name, layout in plan_.layouts.items()}
-    read = {field: store.topics_from_hits(hits, engine.vectors.dim, dtypes, corrected=field == "corrected_topics") for field in plan_.fields}
+    topic_sets = {field: store.topics_from_hits(hits, engine.vectors.dim, dtypes, corrected=field == "corrected_topics") for field in plan_.fields}
     offset, size = page
     window = CandidateSet(
-        candidates, read.get("hidden_topics"), corrected=read.get("corrected_topics"), exact_top=offset + size, query_text=plan_.text
+        candidates, topic_sets.get("hidden_topics"), corrected=topic_sets.get("corrected_topics"), exact_top=offset + size, query_text=plan_.text
     )
     query = engine.query(plan_.text)
     if plan_.experiment is not None:
