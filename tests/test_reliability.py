@@ -70,6 +70,7 @@ def test_a_hung_cluster_costs_a_request_its_budget_and_health_checks_nothing(own
             ("/search", {"query": QUERY}), ("/search", {"query": QUERY}),
             ("/reranker/_search", {"query": {"match": {"text": QUERY}}}), ("/reranker/_search", {"query": {"match": {"text": QUERY}}}),
             ("/rerank", {"query": QUERY, "documents": [{"id": "ships"}]}),
+            ("/", None),  # the cluster's own GET /, through the proxy
         ]]  # fmt: skip
         for client in clients:
             client.start()

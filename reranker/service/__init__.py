@@ -39,6 +39,8 @@ from reranker.store import end_time_limit, start_time_limit
 # Routes that answer from this process alone: they never wait on the cluster or a ranker,
 # so they need no time limit and no search slot, and they answer while searches are stuck.
 LOCAL_ENDPOINTS = frozenset({"api.root", "api.healthz", "api.metrics", "api.openapi", "web.page", "web.static"})
+# GET / is local only without a cluster: with one, it answers with the cluster's own GET /.
+CLUSTER_ENDPOINTS = frozenset({"api.root"})
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 # /readyz asks the cluster, but a probe must get its answer within a second or two.
 READINESS_SECONDS = 1.5
@@ -90,12 +92,13 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     runtime = app.extensions["reranker"]
     limits = settings.service
+    local_endpoints = LOCAL_ENDPOINTS - CLUSTER_ENDPOINTS if settings.opensearch_url else LOCAL_ENDPOINTS
 
     @app.before_request
     def _start_clock() -> None:
         g.started = time.perf_counter()
         endpoint = request.endpoint or ""
-        if endpoint in LOCAL_ENDPOINTS:
+        if endpoint in local_endpoints:
             return
         if endpoint == "api.readyz":
             seconds = READINESS_SECONDS
