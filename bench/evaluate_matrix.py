@@ -182,7 +182,7 @@ def train_argv(args: argparse.Namespace, data_dir: Path, corpus: Path, out: Path
     ]  # fmt: skip
 
 
-def vectors_info(spec: str, data_dir: Path) -> dict[str, Any]:
+def vectors_info(spec: str) -> dict[str, Any]:
     from reranker.config import Settings
     from reranker.embeddings import load_vectors
 
@@ -634,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     trained += 1
                 else:
                     print(f"reusing {display_path(out)} (pass --retrain to train it again)")
-            info = vectors_info(spec, args.data_dir)
+            info = vectors_info(spec)
             if command:
                 info["train_command"] = command
             vectors[f"{kind}:{dataset}"] = info

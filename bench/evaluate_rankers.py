@@ -170,11 +170,11 @@ def vectors_used(runs: Sequence[Run], data_dir: Path) -> dict[str, dict[str, Any
     for run in runs:
         name = run.result["config"]["vectors"]
         if run.vectors == "glove":
-            used[f"glove:{run.query_set.dataset}"] = vectors_info(GLOVE, data_dir)
+            used[f"glove:{run.query_set.dataset}"] = vectors_info(GLOVE)
             continue
         # --train-vectors keeps them as <data dir>/word2vec/<name>.kv, their record beside.
         path = data_dir / "word2vec" / f"{name}.kv"
-        info = vectors_info(display_path(path), data_dir)
+        info = vectors_info(display_path(path))
         record = json.loads(path.with_suffix(".kv.json").read_text(encoding="utf-8"))
         used[f"word2vec:{run.query_set.dataset}"] = {**info, "params": record.get("params", {})}
     return used

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from reranker.config import DEFAULT_WINDOW
 from reranker.datasets import Dataset
 from reranker.errors import ConfigError, InputError
 from reranker.evaluation import (
@@ -285,7 +286,7 @@ def compare(
     ranker_names: Sequence[str],
     baseline: str,
     *,
-    window: int = 100,
+    window: int = DEFAULT_WINDOW,
     rbo_p: float = RBO_P,
     on_query: Callable[[], object] | None = None,
     config: dict[str, Any] | None = None,

@@ -22,7 +22,9 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import shutil
+import struct
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -523,8 +525,10 @@ def _load_keyed(path: Path) -> "KeyedVectors":
 
     try:
         keyed = KeyedVectors.load(str(path), mmap="r")
-    except (OSError, ValueError, EOFError) as exc:
-        raise VectorsError(f"cannot load word vectors {path}: {exc}") from None
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError, ImportError, AttributeError) as exc:
+        # .save() writes a pickle: a file of any other kind (a text file, another program's
+        # pickle) fails to unpickle, or names classes this environment does not have.
+        raise VectorsError(f"cannot load word vectors {path} (kv: expects gensim KeyedVectors saved with .save()): {exc}") from None
     if not isinstance(keyed, KeyedVectors):  # a full Word2Vec/FastText model
         keyed = getattr(keyed, "wv", None)
         if not isinstance(keyed, KeyedVectors):
@@ -584,20 +588,30 @@ def _read_source(fmt: str, path: Path | None) -> "KeyedVectors":
 
     try:
         if path is None:
-            return _read_builtin_glove()
-        if fmt == "word2vec":
-            return KeyedVectors.load_word2vec_format(str(path), binary=False)
-        if fmt == "word2vec-bin":
-            return KeyedVectors.load_word2vec_format(str(path), binary=True)
-        if fmt == "glove":
-            return KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=True)
-        if fmt == "fasttext":
+            keyed = _read_builtin_glove()
+        elif fmt == "word2vec":
+            keyed = KeyedVectors.load_word2vec_format(str(path), binary=False)
+        elif fmt == "word2vec-bin":
+            keyed = KeyedVectors.load_word2vec_format(str(path), binary=True)
+        elif fmt == "glove":
+            keyed = KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=True)
+        elif fmt == "fasttext":
             from gensim.models.fasttext import load_facebook_vectors
 
-            return load_facebook_vectors(str(path))
-    except (OSError, ValueError, UnicodeDecodeError, EOFError) as exc:
+            keyed = load_facebook_vectors(str(path))
+        else:
+            raise VectorsError(f"unknown word-vector format {fmt!r}; use one of {', '.join(FORMATS)}")
+    # struct.error and NotImplementedError: gensim's fastText reader on a file that is not
+    # an unsupervised fastText .bin model.
+    except (OSError, ValueError, UnicodeDecodeError, EOFError, struct.error, NotImplementedError) as exc:
         raise VectorsError(f"cannot read {fmt} word vectors {path}: {exc}") from None
-    raise VectorsError(f"unknown word-vector format {fmt!r}; use one of {', '.join(FORMATS)}")
+    # gensim reads a file of bare words (or blank lines) as vectors of 0 numbers, and
+    # "nan" as a number: either would fail later, deep in indexing or a ranker.
+    if len(keyed) == 0 or keyed.vector_size < 1:
+        raise VectorsError(f"cannot read {fmt} word vectors {path}: no vectors in it (expected a word and its numbers per line)")
+    if not np.isfinite(keyed.vectors).all():
+        raise VectorsError(f"cannot read {fmt} word vectors {path}: some vectors hold NaN or infinite numbers")
+    return keyed
 
 
 def _builtin_glove_files() -> tuple[Path, Path]:

@@ -1,7 +1,8 @@
 """One exception hierarchy for the whole package.
 
-Every failure a user can cause or fix is a `RerankerError`; the CLI (and later the HTTP
-service) maps these classes to exit codes / status codes in exactly one place each.
+Every failure a user can cause or fix is a `RerankerError`; the CLI (`reranker.cli.main`)
+and the HTTP service (`reranker.service.errors.STATUS`) map these classes to exit codes /
+status codes in exactly one place each.
 Nothing here imports from the rest of the package.
 """
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from reranker.config import DEFAULT_WINDOW
 from reranker.datasets import Dataset
 from reranker.errors import InputError
 from reranker.pipeline import Engine
@@ -269,7 +270,7 @@ def run_rankers(
     dataset: Dataset,
     ranker_names: Sequence[str],
     *,
-    window: int = 100,
+    window: int = DEFAULT_WINDOW,
     on_query: Callable[[], object] | None = None,
 ) -> RankerRun:
     """Rerank every judged query's BM25 window with each ranker (duplicate names run once).
@@ -325,7 +326,7 @@ def evaluate(
     dataset: Dataset,
     ranker_names: Sequence[str],
     *,
-    window: int = 100,
+    window: int = DEFAULT_WINDOW,
     baselines: Sequence[str] = ("bm25", "hidden_topics"),
     on_query: Callable[[], object] | None = None,
     config: dict[str, Any] | None = None,
@@ -350,7 +351,7 @@ def evaluate_similar(
     dataset: Dataset,
     ranker_names: Sequence[str],
     *,
-    window: int = 100,
+    window: int = DEFAULT_WINDOW,
     on_query: Callable[[], object] | None = None,
     config: dict[str, Any] | None = None,
     run_dir: Path | None = None,

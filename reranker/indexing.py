@@ -695,6 +695,8 @@ def index_documents(
             if in_flight is not None:
                 write(in_flight[0], in_flight[1]())
             raise
+        # Twice: a flush writes the batch in flight and starts the next, so the first
+        # starts the last batch and the second writes it.
         flush()
         flush()
     published = store.publish()
@@ -773,7 +775,8 @@ def index_corpus(
     """Index a JSONL corpus file, with a progress bar over its bytes on stderr.
 
     `workers` topic-extraction processes are used for corpora of PARALLEL_MIN_BYTES and up.
-    Raises InputError for a path that is not a corpus file, or one without any document.
+    Raises InputError for a path that is not a corpus file, or an empty one; lines that are
+    not documents are reported in `skipped`, not raised.
     """
     from tqdm import tqdm
 

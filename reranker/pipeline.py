@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from reranker.config import DEFAULT_VECTORS
+from reranker.config import DEFAULT_K, DEFAULT_VECTORS
 from reranker.embeddings import ProgressFactory, WordVectors
 from reranker.errors import (
     DocumentNotFoundError,
@@ -203,7 +203,7 @@ class Engine:
     # Told "hit" or "computed" for each text whose topics a window needs (the service counts them).
     on_text_topics: Callable[[str], None] | None = None
     # K for texts while the store holds no index yet (else the index's own K).
-    k: int = 15
+    k: int = DEFAULT_K
     # The index's centering made ready for extraction, by its digest (one per index).
     _corrections: dict[str, "Correction"] = field(default_factory=dict, repr=False)
     # The centering texts get while there is no index (`_centering`), made on first use.

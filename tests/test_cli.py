@@ -418,6 +418,17 @@ def test_config_prints_each_setting_in_force_readably(data_dir: Path, monkeypatc
     assert out.startswith("store: OpenSearch at https://***@search.example:9200")
 
 
+def test_config_names_the_config_file_it_read(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # RERANKER_CONFIG with a ~: the line names the file Settings read (its home expanded).
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "reranker.toml").write_text("RERANKER_K = 12\n")
+    monkeypatch.setenv("RERANKER_CONFIG", "~/reranker.toml")
+    code, out = run(data_dir, "config")
+    assert code == 0 and f"config file: {tmp_path / 'reranker.toml'};" in out
+    in_force = out.split("What each one means")[0]
+    assert any(line.split() == ["RERANKER_K", "12"] for line in in_force.splitlines())
+
+
 def test_skipped_lines_are_reported_once_and_a_closed_pipe_keeps_exit_1(data_dir: Path, tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -240,6 +240,28 @@ def test_missing_or_broken_files_raise_vectors_error(tmp_path: Path) -> None:
     broken.write_text("2 4\nword 1 2\n", encoding="utf-8")
     with pytest.raises(VectorsError, match="cannot read"):
         load_vectors(str(broken), tmp_path / "cache")
+    # kv: is read by unpickling: a file that is no pickle, or a pickle of classes that do
+    # not exist here, is the user's wrong file, not a crash.
+    text = tmp_path / "text.kv"
+    text.write_text('{"id": 1, "text": "a"}\n', encoding="utf-8")
+    foreign = tmp_path / "foreign.kv"
+    foreign.write_bytes(b"cnowhere_module\nThing\n.")
+    for path in (text, foreign):
+        with pytest.raises(VectorsError, match="cannot load word vectors .*KeyedVectors"):
+            load_vectors(f"kv:{path}", tmp_path / "cache")
+    # Files gensim reads without complaint, or fails on with errors of its own.
+    for spec, content, message in [
+        ("glove", "hidden\ntopics\n", "no vectors in it"),  # words without numbers: vectors of size 0
+        ("glove", "\n\n", "no vectors in it"),
+        ("glove", "hidden 0.1 nan\ntopics 0.2 0.3\n", "NaN or infinite"),
+        ("fasttext", "not a model\n", "cannot read fasttext word vectors"),
+    ]:
+        source = tmp_path / f"{spec}-{len(content)}.txt"
+        source.write_text(content, encoding="utf-8")
+        with pytest.raises(VectorsError, match=message):
+            load_vectors(f"{spec}:{source}", tmp_path / "cache")
+    # Nothing half-converted is left to be opened as an entry next time.
+    assert sorted(entry.name for entry in (tmp_path / "cache").iterdir() if entry.is_dir()) == ["sources"]
 
 
 def test_train_word2vec_writes_loadable_vectors(tmp_path: Path) -> None:

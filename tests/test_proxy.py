@@ -777,10 +777,14 @@ def test_malformed_searches_are_400(client: FlaskClient, url: str, data: bytes, 
 
 def test_without_a_cluster_the_proxy_routes_say_what_is_missing(tmp_path: Path, data_dir: Path) -> None:
     client = create_app(Settings.from_env(settings_env(data_dir, HOME=str(tmp_path)))).test_client()
-    for path in ("/_search", "/reranker/_search", "/_msearch", "/_search/scroll"):
+    # An index outside RERANKER_PROXY_INDICES too: the cluster is what is missing, not a pattern.
+    for path in ("/_search", "/reranker/_search", "/_msearch", "/_search/scroll", "/papers/_search", "/papers/_count", "/papers/_msearch"):
         answer = client.post(path, json={})
         assert answer.status_code == 404 and "OPENSEARCH_URL" in answer.get_json()["error"]["reason"], path
         assert answer.get_json()["error"]["type"] == "resource_not_found_exception"
+    # /documents/_search may name the document "_search": the answer says how to ask for it.
+    answer = client.get("/documents/_search")
+    assert answer.status_code == 404 and "/documents/_doc/" in answer.get_json()["error"]["reason"]
     # Any other route is simply not there (README: "unknown routes are 404").
     for method, path in (("DELETE", "/reranker"), ("GET", "/nowhere"), ("POST", "/a/b/c")):
         answer = client.open(path, method=method)

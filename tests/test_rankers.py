@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from conftest import TINY_CORPUS, write_jsonl
 
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.doc2vec import Doc2VecParams, train_for_store
 from reranker.embeddings import WordVectors
 from reranker.errors import UnknownRankerError
 from reranker.indexing import index_corpus
 from reranker.pipeline import Engine, uses_word_vectors
-from reranker.rankers import RANKERS, CandidateSet, get_ranker, rank_candidates
+from reranker.rankers import RANKERS, CandidateSet, RankerOptions, get_ranker, rank_candidates
 from reranker.rankers.fusion import Fusion, min_max, z_score
 from reranker.store.embedded import EmbeddedStore
 from reranker.types import Candidate, Document, TopicBatch
@@ -110,6 +111,16 @@ def test_ties_keep_the_bm25_order() -> None:
         rank_candidates(np.array([0.5, np.nan, 0.5, 0.7]), window)
     with pytest.raises(ValueError, match="3 scores"):
         rank_candidates(np.zeros(3), window)
+
+
+def test_rankers_built_without_options_weigh_fusions_as_the_settings_do(tmp_path: Path) -> None:
+    # An Engine built by hand (benchmarks, tests) and `get_ranker(name)` take RankerOptions'
+    # defaults: a fusion must then weigh the ranker as the product does, not by its own number.
+    settings = Settings.from_env({"HOME": str(tmp_path)})
+    fusion = get_ranker(DEFAULT_RANKER)
+    assert isinstance(fusion, Fusion) and fusion.weight == settings.fusion_weight
+    assert Fusion(get_ranker("hidden_topics")).weight == settings.fusion_weight
+    assert RankerOptions().wmd_budget_ms == settings.wmd_budget_ms
 
 
 def test_an_unknown_ranker_lists_the_valid_names() -> None:

@@ -1,7 +1,8 @@
 """The `reranker` command: demo, index, search, evaluate, compare, train, rankers, serve, ab, ...
 
 `main(argv) -> int` runs in-process (the tests call it directly). Errors the user can
-fix print one line, `reranker: error: ...`, and exit non-zero; nothing else catches.
+fix print one line, `reranker: error: ...`, and exit non-zero; beside them only a closed
+pipe and Ctrl-C are caught: anything else is a bug, and its traceback is shown.
 
     common.py      argument types, the engine, indexing a file, reports, output paths
     indexing.py    index, train, templates, indices

@@ -12,13 +12,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from reranker.config import DEFAULT_FUSION_WEIGHT, Settings
+from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_K, DEFAULT_WINDOW, Settings
 from reranker.errors import ConfigError, IndexMismatchError, InputError
 from reranker.types import Filter
 
 if TYPE_CHECKING:
     from reranker.embeddings import Progress, WordVectors
+    from reranker.indexing import DuplicatePolicy, IndexReport
     from reranker.pipeline import Engine
+    from reranker.store.opensearch import OpenSearchStore
 
 
 
@@ -85,8 +87,14 @@ def add_dataset_files(parser: argparse.ArgumentParser, *, queries: bool = True) 
     )
 
 
+def add_k_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--k", type=positive_int, help=f"topics per document (default {DEFAULT_K}, env RERANKER_K)")
+
+
 def add_ranking_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--window", type=positive_int, help="BM25 candidates to rerank (default 100)")
+    parser.add_argument(
+        "--window", type=positive_int, help=f"BM25 candidates to rerank (default {DEFAULT_WINDOW}, env RERANKER_WINDOW)"
+    )
     parser.add_argument(
         "--fusion-weight",
         type=fraction,
@@ -122,8 +130,8 @@ def conversion_progress(what: str, *, show_bar: bool = True) -> "Progress":
     return bar
 
 def index_file(
-    engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool, on_duplicate: str = "last"
-) -> Any:
+    engine: "Engine", corpus: Path, settings: Settings, *, rebuild: bool, progress: bool, on_duplicate: "DuplicatePolicy" = "last"
+) -> "IndexReport":
     from reranker.indexing import index_corpus
 
     return index_corpus(
@@ -136,7 +144,7 @@ def index_file(
         show_progress=progress and sys.stderr.isatty(),
         workers=settings.index_workers,
         data_dir=engine.data_dir,  # documents added to an index with a Doc2Vec model get vectors
-        on_duplicate="error" if on_duplicate == "error" else "last",
+        on_duplicate=on_duplicate,
     )
 
 def with_trained_vectors(
@@ -258,7 +266,7 @@ def check_port_free(bind: str) -> None:
     except OSError as exc:
         raise InputError(f"cannot listen on {bind}: {exc.strerror or exc} (is another server running there? choose another with --bind)") from None
 
-def cluster_store(settings: Settings) -> Any:
+def cluster_store(settings: Settings) -> "OpenSearchStore":
     from reranker.store.opensearch import OpenSearchStore
 
     cluster = settings.opensearch_store

@@ -14,6 +14,7 @@ from reranker.cli import judging
 from reranker.cli.common import (
     EXIT_REGRESSION,
     add_dataset_files,
+    add_k_option,
     add_ranking_options,
     index_file,
     log,
@@ -63,7 +64,7 @@ def add_parsers(commands: Any) -> None:
         default=f"bm25,hidden_topics,hidden_topics_code,hidden_topics+bm25,{DEFAULT_RANKER}",
         help="comma-separated ranker names (default: BM25, the paper's formulas alone and fused, and the default ranker)",
     )
-    evaluate.add_argument("--k", type=positive_int, help="topics per document (default 15)")
+    add_k_option(evaluate)
     add_ranking_options(evaluate)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.add_argument("--per-query", action="store_true", help="include per-query metrics in the JSON")
@@ -99,7 +100,7 @@ def add_parsers(commands: Any) -> None:
         help="an OpenSearch _rank_eval request body (requests[].id, ratings[]._id/rating) instead of qrels.tsv",
     )
     add_dataset_files(compare)
-    compare.add_argument("--k", type=positive_int, help="topics per document (default 15)")
+    add_k_option(compare)
     add_ranking_options(compare)
     compare.add_argument(
         "--rbo-p", type=persistence, default=0.9, help="persistence p of rank-biased overlap, in (0, 1) (default 0.9)"
@@ -128,7 +129,7 @@ def add_parsers(commands: Any) -> None:
         "--rankers", default=DEFAULT_RANKER,
         help=f"comma-separated ranker names, each reordering the same first stage (default {DEFAULT_RANKER}; bm25 is always added)",
     )
-    similar.add_argument("--k", type=positive_int, help="topics per document (default 15)")
+    add_k_option(similar)
     add_ranking_options(similar)
     similar.add_argument("--json", action="store_true", help="print one JSON object")
     similar.add_argument("--per-query", action="store_true", help="include per-paper metrics in the JSON")

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from reranker.cli.common import (
     EXIT_ERROR,
+    add_k_option,
     cluster_store,
     given,
     index_file,
@@ -29,7 +30,7 @@ def add_parsers(commands: Any) -> None:
     """The command-line parsers of index, train, templates, indices."""
     index = commands.add_parser("index", help="index a JSONL corpus ({id, title, text} per line)")
     index.add_argument("corpus", type=Path)
-    index.add_argument("--k", type=positive_int, help="topics per document (default 15, env RERANKER_K)")
+    add_k_option(index)
     index.add_argument(
         "--rebuild", action="store_true",
         help="build a new index (needed to change vectors or K); in OpenSearch the alias moves to it when done",

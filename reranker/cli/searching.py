@@ -1,10 +1,9 @@
-"""Commands that search and show: demo, search, rankers, config."""
+"""Commands that search and show: demo, search, similar, rankers, config."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import textwrap
 from importlib import resources
@@ -243,10 +242,10 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     return 0
 
 def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.config import ENVIRONMENT
+    from reranker.config import ENVIRONMENT, config_file_path
 
     cluster = settings.opensearch_store
-    source = args.config or (Path(os.environ["RERANKER_CONFIG"]) if os.environ.get("RERANKER_CONFIG") else None)
+    source = config_file_path(args.config)  # the file Settings.from_env read, as it read it
     print(f"store: {'OpenSearch at ' + cluster.display_hosts if cluster else 'embedded, in ' + str(settings.data_dir / 'index')}", file=out)
     print(f"config file: {source or '(none)'}; the environment overrides it\n", file=out)
     width = max(len(name) for name in ENVIRONMENT)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from reranker.cli.common import add_dataset_files, add_ranking_options, positive_int, writable
+from reranker.cli.common import add_dataset_files, add_k_option, add_ranking_options, positive_int, writable
 from reranker.cli.evaluating import offline_run
 from reranker.config import Settings, config_file_path, write_config_values
 from reranker.errors import ConfigError
@@ -45,7 +45,7 @@ def add_parsers(commands: Any) -> None:
     )
     tune.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"seed of the folds' random split (default {DEFAULT_SEED})")
     add_dataset_files(tune)
-    tune.add_argument("--k", type=positive_int, help="topics per document (default 15)")
+    add_k_option(tune)
     add_ranking_options(tune)
     tune.add_argument(
         "--write-config", nargs="?", type=Path, const=True, metavar="FILE",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_WMD_BUDGET_MS
 from reranker.errors import UnknownRankerError
 from reranker.topics import Variant
 from reranker.types import Candidate, Centering, DocVectorBatch, Query, TopicBatch
@@ -116,8 +117,8 @@ class RankerOptions:
     when none was); called on first use, so listing rankers never loads a model.
     """
 
-    fusion_weight: float = 0.5
-    wmd_budget_ms: float = 1000.0
+    fusion_weight: float = DEFAULT_FUSION_WEIGHT
+    wmd_budget_ms: float = DEFAULT_WMD_BUDGET_MS
     vectors: "WordVectors | None" = None
     doc2vec: "Callable[[], Doc2VecModel] | None" = None
 

@@ -25,6 +25,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from reranker.config import DEFAULT_FUSION_WEIGHT
 from reranker.rankers import CandidateSet, Need, Ranker, Scores, rank_candidates
 from reranker.types import Query
 
@@ -105,7 +106,7 @@ class Fusion:
     and its scores are the `own` scores responses show beside the fused ones.
     """
 
-    def __init__(self, bases: Ranker | Sequence[Ranker], method: Method = "minmax", weight: float = 0.5) -> None:
+    def __init__(self, bases: Ranker | Sequence[Ranker], method: Method = "minmax", weight: float = DEFAULT_FUSION_WEIGHT) -> None:
         if method not in METHODS:
             raise ValueError(f"fusion method must be one of {', '.join(METHODS)}, got {method!r}")
         if not 0.0 <= weight <= 1.0:

@@ -5,7 +5,8 @@
     bodies.py     request bodies: their bytes (size limit), strict JSON, API keys
     schema.py     the wire format: every request body and answer as a typed model
     operations.py each route's @operation, and /openapi.json generated from them
-    reranking.py  the per-process Runtime: Engine, deadlines (fail open), topic cache
+    reranking.py  the per-process Runtime: Engine, deadlines (fail open), topic cache,
+                  experiments' interleaved windows
     api.py        native API: /search, /rerank, /rankers, probes, /metrics, /openapi.json
     cohere.py     Cohere-compatible /v1/rerank and /v2/rerank (for OpenSearch / Elasticsearch)
     library.py    the digital library: /documents/<id> (topics) and /documents/<id>/similar
@@ -14,7 +15,10 @@
     experiments.py  online experiments: POST /events (UBI), /experiments and their reports
     proxy.py      the OpenSearch-compatible search proxy (/<index>/_search, /_msearch)
     search_requests.py  how the proxy reads and rewrites OpenSearch search bodies
+    query_dsl.py  the proxy's allow-list: the search body shapes and URL parameters it forwards
     metrics.py    Prometheus metrics, multiprocess under gunicorn
+    server.py     `reranker serve`: gunicorn run in-process with gunicorn.conf.py
+    worker.py     gunicorn's gthread worker, reading each request whole before a thread takes it
     gunicorn.conf.py  production server settings (`reranker serve` uses it too)
 
 Each worker process builds its own `Runtime` (so its own Engine and OpenSearch client)
@@ -35,6 +39,8 @@ from reranker.store import end_time_limit, start_time_limit
 # Routes that answer from this process alone: they never wait on the cluster or a ranker,
 # so they need no time limit and no search slot, and they answer while searches are stuck.
 LOCAL_ENDPOINTS = frozenset({"api.root", "api.healthz", "api.metrics", "api.openapi", "web.page", "web.static"})
+# GET / is local only without a cluster: with one, it answers with the cluster's own GET /.
+CLUSTER_ENDPOINTS = frozenset({"api.root"})
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 # /readyz asks the cluster, but a probe must get its answer within a second or two.
 READINESS_SECONDS = 1.5
@@ -86,12 +92,13 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     runtime = app.extensions["reranker"]
     limits = settings.service
+    local_endpoints = LOCAL_ENDPOINTS - CLUSTER_ENDPOINTS if settings.opensearch_url else LOCAL_ENDPOINTS
 
     @app.before_request
     def _start_clock() -> None:
         g.started = time.perf_counter()
         endpoint = request.endpoint or ""
-        if endpoint in LOCAL_ENDPOINTS:
+        if endpoint in local_endpoints:
             return
         if endpoint == "api.readyz":
             seconds = READINESS_SECONDS
@@ -123,10 +130,14 @@ def create_app(settings: Settings | None = None) -> Flask:
         # Methods are a label: a made-up one must not make a new series per request.
         method = request.method if request.method in HTTP_METHODS else "other"
         metrics.requests.labels(rule, method, str(response.status_code)).inc()
-        if response.mimetype == "application/json":
-            response.headers["X-Content-Type-Options"] = "nosniff"
         if "started" in g:
             metrics.latency.labels(rule).observe(time.perf_counter() - g.started)
+        return response
+
+    @app.after_request
+    def _nosniff(response: Response) -> Response:
+        if response.mimetype == "application/json":
+            response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
     return app

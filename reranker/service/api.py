@@ -12,7 +12,7 @@ from reranker.rankers import ranker_names
 from reranker.service.bodies import json_object
 from reranker.service.errors import api_error
 from reranker.service.operations import Reply, openapi_document, operation
-from reranker.service.reranking import RequestDocument, Runtime, answer_first_stage, status_fields
+from reranker.service.reranking import RequestDocument, answer_first_stage, runtime, status_fields
 from reranker.service.schema import (
     Candidate,
     Error,
@@ -29,11 +29,6 @@ from reranker.service.schema import (
 from reranker.types import Filter
 
 blueprint = Blueprint("api", __name__)
-
-
-def runtime() -> Runtime:
-    found: Runtime = current_app.extensions["reranker"]
-    return found
 
 
 @blueprint.get("/")

@@ -27,10 +27,10 @@ from werkzeug.routing import BaseConverter
 from reranker import experiments as ex
 from reranker.config import ServiceSettings
 from reranker.errors import DuplicateEventError, InputError, NotFoundError, QuotaExceededError, StoreFullError
-from reranker.service.api import runtime
 from reranker.service.bodies import client_source, json_object, require_bearer
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, guards, operation
+from reranker.service.reranking import runtime
 from reranker.service.schema import (
     EventRecorded,
     ExperimentAnswer,

@@ -23,9 +23,9 @@ from flask import Blueprint, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
 from reranker.rankers import ranker_names
-from reranker.service.api import runtime
 from reranker.service.operations import Reply, operation
 from reranker.service.paths import NOT_PLAIN, AnyDocIdConverter, DocIdConverter
+from reranker.service.reranking import runtime
 from reranker.service.schema import DocumentAnswer, SimilarAnswer
 from reranker.text import SNIPPET_WORDS, opening
 

@@ -55,13 +55,12 @@ from werkzeug.routing import Map, Rule
 from reranker.errors import IndexMismatchError
 from reranker.experiments import assignment_key
 from reranker.rankers import CandidateSet, Ranker
-from reranker.service.api import runtime
 from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
 from reranker.service.paths import doc_id_hint
 from reranker.service.query_dsl import check_params, check_scroll, check_search_body
-from reranker.service.reranking import Deadline, Runtime, status_fields
+from reranker.service.reranking import Deadline, Runtime, runtime, status_fields
 from reranker.service.schema import OpenSearchCount, OpenSearchSearch, ScrollRequest, read
 from reranker.service.search_requests import (
     Search,
@@ -138,12 +137,16 @@ def cluster(rt: Runtime) -> OpenSearchStore:
     """The OpenSearch store; ApiError 404 when the service runs on the embedded store."""
     store = rt.engine().store if rt.settings.opensearch_url else None
     if not isinstance(store, OpenSearchStore):
-        raise ApiError(
-            404, "resource_not_found_exception",
-            "the OpenSearch search proxy needs a cluster: set OPENSEARCH_URL (this service runs on "
-            "the embedded store; use POST /search or /rerank instead)",
-        )
+        raise _no_cluster()
     return store
+
+
+def _no_cluster() -> ApiError:
+    return ApiError(
+        404, "resource_not_found_exception",
+        "the OpenSearch search proxy needs a cluster: set OPENSEARCH_URL (this service runs on "
+        "the embedded store; use POST /search or /rerank instead)",
+    )
 
 
 def target(rt: Runtime, index: str | None) -> tuple[str, OpenSearchStore]:
@@ -153,6 +156,10 @@ def target(rt: Runtime, index: str | None) -> tuple[str, OpenSearchStore]:
     /documents/_search is also what someone asking for the stored document of id
     "_search" may have typed: a refusal of the index "documents" says how to ask for it."""
     try:
+        if not rt.settings.opensearch_url:
+            # Before the index patterns: without a cluster, the allowed patterns
+            # (RERANKER_PROXY_INDICES) are not what the caller is missing.
+            raise _no_cluster()
         return check_indices(index or rt.settings.opensearch.alias, rt.settings), cluster(rt)
     except ApiError as refused:
         if index != "documents":
@@ -252,10 +259,10 @@ def rerank_window(
         for rank, hit in enumerate(hits, start=1)
     )
     dtypes = {name: layout.dtype for name, layout in plan_.layouts.items()}
-    read = {field: store.topics_from_hits(hits, engine.vectors.dim, dtypes, corrected=field == "corrected_topics") for field in plan_.fields}
+    topic_sets = {field: store.topics_from_hits(hits, engine.vectors.dim, dtypes, corrected=field == "corrected_topics") for field in plan_.fields}
     offset, size = page
     window = CandidateSet(
-        candidates, read.get("hidden_topics"), corrected=read.get("corrected_topics"), exact_top=offset + size, query_text=plan_.text
+        candidates, topic_sets.get("hidden_topics"), corrected=topic_sets.get("corrected_topics"), exact_top=offset + size, query_text=plan_.text
     )
     query = engine.query(plan_.text)
     if plan_.experiment is not None:
@@ -347,7 +354,7 @@ def search(index: str | None = None) -> Response:
     check_body_indices(raw, rt.settings)
     check_search_body(raw, rt.limits.proxy_allow)
     check_scroll(params.get("scroll"), rt.limits.proxy_allow)
-    body, options = rerank_options(raw, rt)
+    body, options = rerank_options(raw, rt.settings)
     offset, size = page_bounds(body, params)
     wanted = Search(expression, body, params, offset, size, options)
     hidden = hidden_fields(named_fields(body, params))
@@ -386,7 +393,7 @@ def msearch(index: str | None = None) -> Response:
     params = url_params()
     raw = body_bytes()
     require_json_type("application/x-ndjson")
-    items = read_msearch(raw, default_index, rt)
+    items = read_msearch(raw, default_index, rt.settings)
     plans = [plan(rt, store, wanted) for _, wanted in items]
     total = sum(how.window for how in plans if how.reason is None)
     if total > rt.limits.max_total_window:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+from flask import current_app
 
 from reranker.errors import (
     RankerUnavailableError,
@@ -395,14 +396,14 @@ class Runtime:
         retrieved = time.perf_counter()
         outcome: Reranked
         interleaved: Interleaved | None = None
-        candidate_set: CandidateSet | None = None
+        completed: CandidateSet | None = None  # the window with what the rankers read of it
         window_set = CandidateSet(candidates, exact_top=offset + size, query_text=text)
         if experiment is not None:
-            interleaved, candidate_set = self.interleave(
+            interleaved, completed = self.interleave(
                 query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
             )
         if interleaved is None:
-            outcome, candidate_set = self.rerank(query, window_set, chosen, deadline, "search", len(candidates))
+            outcome, completed = self.rerank(query, window_set, chosen, deadline, "search", len(candidates))
         # (window position, the outcome that scored it, the ranker that placed it) per hit
         page: list[tuple[int, Reranked, Ranker]]
         if interleaved is not None:
@@ -413,7 +414,7 @@ class Runtime:
             ]
         else:
             page = [(position, outcome, chosen) for position in outcome.order[offset : offset + size]]
-        explanations = self._explanations(query, candidate_set, page) if explain else {}
+        explanations = self._explanations(query, completed, page) if explain else {}
         openings = self._snippets([candidates[position].doc_id for position, _, _ in page]) if snippets else {}
         hits = []
         for rank, (position, scored, _) in enumerate(page, start=offset + 1):
@@ -458,12 +459,12 @@ class Runtime:
         return {doc_id: opening(doc.text, SNIPPET_WORDS)[0] for doc_id, doc in stored.items()}
 
     def _explanations(
-        self, query: Query, candidate_set: CandidateSet | None, page: list[tuple[int, Reranked, Ranker]]
+        self, query: Query, completed: CandidateSet | None, page: list[tuple[int, Reranked, Ranker]]
     ) -> dict[int, Explanation]:
-        """Explanations of the page's hits (`Engine.explain`), each by the ranker that
-        placed it and the parts of its score; none for a degraded outcome (no scores) or a
-        ranker that does not score by topics."""
-        if candidate_set is None:
+        """Explanations of the page's hits (`Engine.explain`) over the `completed` window,
+        each by the ranker that placed it and the parts of its score; none for a degraded
+        outcome (no scores) or a ranker that does not score by topics."""
+        if completed is None:
             return {}
         wanted: dict[str, tuple[Ranker, Reranked, list[int]]] = {}
         for position, scored, ranker in page:
@@ -472,7 +473,7 @@ class Runtime:
         found: dict[int, Explanation] = {}
         for ranker, scored, positions in wanted.values():
             try:
-                found.update(self.engine().explain(query, candidate_set, positions, ranker, scored.parts))
+                found.update(self.engine().explain(query, completed, positions, ranker, scored.parts))
             except StoreError as exc:
                 log.warning("explanations unavailable: %s", exc)
         return found
@@ -544,6 +545,12 @@ class Runtime:
         self.experiments.close()
         if self._engine is not None:
             self._engine.store.close()
+
+
+def runtime() -> Runtime:
+    """The Runtime of the app serving this request (create_app puts it in app.extensions)."""
+    found: Runtime = current_app.extensions["reranker"]
+    return found
 
 
 def answer_first_stage(outcome: Reranked) -> str:

@@ -18,7 +18,6 @@ from reranker.config import Settings
 from reranker.service.bodies import json_type, parse_json
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.query_dsl import check_search_body
-from reranker.service.reranking import Runtime
 from reranker.service.schema import RerankExt, read
 from reranker.store.opensearch import INTERNAL_FIELDS
 
@@ -142,7 +141,7 @@ def _check_boosted_indices(body: Any, settings: Settings, where: str) -> None:
 # --- reading a search -------------------------------------------------------------------
 
 
-def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], RerankExt]:
+def rerank_options(body: dict[str, Any], settings: Settings) -> tuple[dict[str, Any], RerankExt]:
     """(the body without `ext.rerank`, what that block asked for). ApiError 400 if malformed.
 
     A null `ext` or `ext.rerank` is an absent one (as null is in every body the service
@@ -152,7 +151,7 @@ def rerank_options(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], R
         return {name: value for name, value in body.items() if name != "ext"}, RerankExt()
     if not isinstance(ext, dict) or "rerank" not in ext:
         return body, RerankExt()
-    asked = RerankExt() if ext["rerank"] is None else read(RerankExt, ext["rerank"], where="ext.rerank", limits=rt.limits)
+    asked = RerankExt() if ext["rerank"] is None else read(RerankExt, ext["rerank"], where="ext.rerank", limits=settings.service)
     rest = {name: value for name, value in ext.items() if name != "rerank"}
     stripped = {name: value for name, value in body.items() if name != "ext"}
     if rest:
@@ -374,7 +373,7 @@ MSEARCH_HEADER_KEYS = (
 )
 
 
-def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict[str, Any], Search]]:
+def read_msearch(raw: bytes, default_index: str, settings: Settings) -> list[tuple[dict[str, Any], Search]]:
     """NDJSON header/body pairs -> (header with its index set, the search). ApiError 400/403."""
     lines = raw.split(b"\n")
     if lines and not lines[-1].strip():
@@ -383,10 +382,10 @@ def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict
         raise ApiError(400, "parse_exception", "_msearch body is empty; expected NDJSON: a header line and a body line per search")
     if len(lines) % 2:
         raise ApiError(400, "parse_exception", f"_msearch body has {len(lines)} line{'' if len(lines) == 1 else 's'}; expected a header line and a body line per search (the last header has no body)")
-    if len(lines) // 2 > rt.limits.max_searches:
+    if len(lines) // 2 > settings.service.max_searches:
         raise ApiError(
             413, "content_too_long_exception",
-            f"_msearch holds {len(lines) // 2} searches; at most {rt.limits.max_searches} (RERANKER_MAX_SEARCHES): send them in several requests",
+            f"_msearch holds {len(lines) // 2} searches; at most {settings.service.max_searches} (RERANKER_MAX_SEARCHES): send them in several requests",
         )
     items = []
     for start in range(0, len(lines), 2):
@@ -403,10 +402,10 @@ def read_msearch(raw: bytes, default_index: str, rt: Runtime) -> list[tuple[dict
                 index = ",".join(index)
             if not isinstance(index, str):
                 raise bad_request("[index] must be a string or an array of strings")
-            check_indices(index, rt.settings)
-            check_body_indices(body, rt.settings)
-            check_search_body(body, rt.limits.proxy_allow)
-            body, options = rerank_options(body, rt)
+            check_indices(index, settings)
+            check_body_indices(body, settings)
+            check_search_body(body, settings.service.proxy_allow)
+            body, options = rerank_options(body, settings)
             offset, size = page_bounds(body, {})
         except ApiError as exc:
             raise ApiError(exc.status, exc.type, f"_msearch search {start // 2 + 1}: {exc.reason}") from None

@@ -435,13 +435,3 @@ class RequestProgress:
             if following > len(data):
                 return False
             self.scanned = following - self.body_start
-
-
-def request_state(data: bytes | bytearray) -> str:
-    """"complete" when `data` holds a whole HTTP/1.x request, "continue" when its headers
-    are in, ask for `Expect: 100-continue` and its body is still to come, else "partial";
-    "malformed" for framing no parser should be handed (see `RequestProgress`)."""
-    try:
-        return RequestProgress().feed(data)
-    except Framing:
-        return "malformed"

@@ -12,10 +12,9 @@ import json
 import re
 import threading
 import time
-from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import cachetools
 import numpy as np
@@ -44,22 +43,12 @@ MAX_QUERY_TERMS = 300
 _DEADLINE: ContextVar[float | None] = ContextVar("reranker_store_deadline", default=None)
 
 
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Store calls made inside (in this thread, or in a thread that runs a copy of this
-    context) must end within `seconds` from now: a cluster call gets only the time left
-    and fails with StoreUnavailableError when none is. The embedded store needs no limit:
-    its first stage is bounded by MAX_QUERY_TERMS."""
-    token = start_time_limit(seconds)
-    try:
-        yield
-    finally:
-        _DEADLINE.reset(token)
-
-
 def start_time_limit(seconds: float) -> Token[float | None]:
-    """`time_limit` for code that starts and ends it in two places (a request's hooks);
-    pass the token to `end_time_limit`."""
+    """Store calls made from here on (in this thread, or in a thread that runs a copy of
+    this context) must end within `seconds` from now: a cluster call gets only the time
+    left and fails with StoreUnavailableError when none is. The embedded store needs no
+    limit: its first stage is bounded by MAX_QUERY_TERMS. A request's hooks start and end
+    it: pass the token to `end_time_limit`."""
     return _DEADLINE.set(time.monotonic() + seconds)
 
 
@@ -68,7 +57,7 @@ def end_time_limit(token: Token[float | None]) -> None:
 
 
 def time_left() -> float | None:
-    """Seconds left under the current `time_limit`, or None when there is none."""
+    """Seconds left under the current time limit (`start_time_limit`), or None when there is none."""
     deadline = _DEADLINE.get()
     return None if deadline is None else deadline - time.monotonic()
 

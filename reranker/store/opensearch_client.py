@@ -17,7 +17,7 @@ _LAST_HEADERS = threading.local()
 
 
 def _budgeted_transport() -> type:
-    """opensearch-py's Transport, with every request bounded by the caller's `time_limit`."""
+    """opensearch-py's Transport, with every request bounded by the caller's `start_time_limit`."""
     from opensearchpy import Transport
     from opensearchpy.exceptions import ConnectionTimeout
 
