@@ -34,6 +34,8 @@ DEFAULT_VECTORS = "glove-6b-50d"
 WORD2VEC_DIM = 100
 WORD2VEC_EPOCHS = 40
 DEFAULT_K = 15
+# More BLAS threads than any machine has cores is a typo, not a setting.
+MAX_BLAS_THREADS = 1024
 DEFAULT_WINDOW = 100
 # No boosts: measured on both shared data sets with Lucene's BM25 and a stemmed field per
 # field (the shape of this store's `most_fields` query), a title boost of 2 cost CISI
@@ -118,7 +120,7 @@ def _default_cache_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "reranker"
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1, maximum: int | None = None) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -128,6 +130,8 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -405,7 +409,8 @@ class Settings:
             stopwords_file=Path(stopwords).expanduser() if stopwords else None,
             fusion_weight=_float(env, "RERANKER_FUSION_WEIGHT", DEFAULT_FUSION_WEIGHT),
             wmd_budget_ms=_float(env, "RERANKER_WMD_BUDGET_MS", DEFAULT_WMD_BUDGET_MS, minimum=0.0),
-            blas_threads=_int(env, "RERANKER_BLAS_THREADS", 1),
+            # Bounded: the BLAS libraries take a C int, and a 20-digit count overflowed it with a traceback.
+            blas_threads=_int(env, "RERANKER_BLAS_THREADS", 1, maximum=MAX_BLAS_THREADS),
             index_workers=_int(env, "RERANKER_INDEX_WORKERS", min(os.cpu_count() or 1, 4)),
             opensearch=OpenSearchSettings(
                 hosts=(),

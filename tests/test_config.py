@@ -47,6 +47,8 @@ def test_the_environment_overrides_the_config_file(tmp_path: Path) -> None:
         ({"OPENSEARCH_TIMEOUT": "0"}, "OPENSEARCH_TIMEOUT must be >= 0.001"),
         ({"RERANKER_SEARCH_FIELDS": "title^x"}, "bad boost"),
         ({"RERANKER_BULK_BYTES": "100"}, "RERANKER_BULK_BYTES must be >= 10000"),
+        # A C int in the BLAS libraries: it overflowed with a traceback.
+        ({"RERANKER_BLAS_THREADS": "9" * 20}, f"RERANKER_BLAS_THREADS must be <= 1024, got {'9' * 20}"),
         ({"RERANKER_BIND": "nonsense"}, "(RERANKER_BIND, --bind) must be HOST:PORT, got 'nonsense'"),
         ({"RERANKER_BIND": "127.0.0.1:0"}, "(RERANKER_BIND, --bind) needs a port from 1 to 65535, got '127.0.0.1:0'"),
         ({"RERANKER_BIND": "127.0.0.1:70000"}, "(RERANKER_BIND, --bind) needs a port from 1 to 65535, got '127.0.0.1:70000'"),

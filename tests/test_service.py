@@ -254,6 +254,9 @@ def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient)
     assert body["results"][-1]["index"] == 1  # the bread text is least like the query
     reason = _error(client.post("/rerank", json={"query": QUERY, "documents": [{"id": "gone"}, {"id": "P01-1027"}]}), 404, "document_missing_exception")
     assert "'gone'" in reason and "P01-1027" not in reason
+    # An id sent twice is named once.
+    reason = _error(client.post("/rerank", json={"query": QUERY, "documents": [{"id": "gone"}, {"id": "gone"}, {"id": "lost"}]}), 404, "document_missing_exception")
+    assert "with id 'gone', 'lost';" in reason
     # No documents: nothing scored, and the first stage said all the same (docs/http-api.md).
     for ranker in ("hidden_topics+bm25", "hidden_topics"):
         empty = client.post("/rerank", json={"query": QUERY, "ranker": ranker, "documents": []}).get_json()

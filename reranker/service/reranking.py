@@ -507,7 +507,8 @@ class Runtime:
                 stored = engine.store.topics(ids, corrected=corrected)
             except StoreUnavailableError as exc:
                 return self.degraded_topics(endpoint, ranker, exc, len(documents)), query
-            unresolved = [doc.id for doc in documents if doc.id in stored.missing and doc.text is None]
+            # Each missing id once, in the order sent (a window may name one twice).
+            unresolved = list(dict.fromkeys(doc.id for doc in documents if doc.id in stored.missing and doc.text is None))
             if unresolved:
                 shown = ", ".join(repr(i) for i in unresolved[:10])
                 more = f" and {len(unresolved) - 10} more" if len(unresolved) > 10 else ""
