@@ -8,7 +8,7 @@ Synthetic word vectors with a shared direction (seed 2018), float32, one BLAS th
    Target: within 1.2x.
 2. Extraction: the corrected topics of a 2,000-word document (800 distinct words with Zipf
    counts, d = 300): centring, `extract_topics` and the backgrounds over 1,000 words
-   (`indexing.Correction.topics`), against `extract_topics` of the same words as indexing did
+   (`extraction.Correction.topics`), against `extract_topics` of the same words as indexing did
    before. Target: within 1.5x. Also printed: what indexing one document costs now (both
    sets of topics from one Gram matrix, `extract_topic_pair`, and the backgrounds) against
    before.
@@ -31,7 +31,7 @@ from typing import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 from benchlib import machine, require, table  # noqa: E402
 
-from reranker.indexing import Correction  # noqa: E402
+from reranker.extraction import Correction  # noqa: E402
 from reranker.topics import (  # noqa: E402
     center,
     corpus_centering,

@@ -30,7 +30,8 @@ import numpy as np
 
 from reranker.config import Settings
 from reranker.embeddings import WordVectors, load_vectors
-from reranker.indexing import Correction, _topics_of, estimate_centering, index_documents, read_corpus
+from reranker.extraction import Correction, estimate_centering
+from reranker.indexing import _topics_of, index_documents, read_corpus
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import stem_words
 from reranker.text import content_words, readable_words, tokenize

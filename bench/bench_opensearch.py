@@ -56,9 +56,9 @@ from benchlib import machine, require, table
 
 from reranker.config import OpenSearchSettings, Settings
 from reranker.embeddings import WordVectors, load_vectors
+from reranker.extraction import document_topics
 from reranker.indexing import (
     TopicExtractor,
-    document_topics,
     index_documents,
     read_corpus,
 )

@@ -28,6 +28,14 @@ from reranker.errors import (
     StoreUnavailableError,
     VectorsError,
 )
+from reranker.extraction import (
+    Correction,
+    corrected_topics,
+    corrected_topics_of_words,
+    document_topics,
+    prior_centering,
+    window_background,
+)
 from reranker.rankers import (
     CandidateSet,
     FirstStage,
@@ -71,7 +79,6 @@ from reranker.types import (
 if TYPE_CHECKING:
     from reranker.config import Settings
     from reranker.doc2vec import Doc2VecModel
-    from reranker.indexing import Correction
 
 EXPLAIN_WORDS = 5
 # Topics an explanation shows, largest contribution first: the CLI, /search and the page
@@ -205,7 +212,7 @@ class Engine:
     # K for texts while the store holds no index yet (else the index's own K).
     k: int = DEFAULT_K
     # The index's centering made ready for extraction, by its digest (one per index).
-    _corrections: dict[str, "Correction"] = field(default_factory=dict, repr=False)
+    _corrections: dict[str, Correction] = field(default_factory=dict, repr=False)
     # The centering texts get while there is no index (`_centering`), made on first use.
     _prior_centering: Centering | None = field(default=None, repr=False)
 
@@ -236,8 +243,6 @@ class Engine:
         IndexOutdatedError for an index built before the correction."""
         info = self.store.index_info()
         if info is None:
-            from reranker.indexing import prior_centering, window_background
-
             if self._prior_centering is None:
                 self._prior_centering = prior_centering(self.vectors, self.stopwords)
             if self._prior_centering is None:  # vectors without one content word
@@ -384,12 +389,10 @@ class Engine:
             backgrounds[row, : f.backgrounds.shape[0]] = f.backgrounds
         return TopicBatch(ids, topics, importances, missing, backgrounds)
 
-    def _correction(self, centering: Centering, variant: str, *, keep: bool) -> "Correction":
+    def _correction(self, centering: Centering, variant: str, *, keep: bool) -> Correction:
         """`centering` made ready for extraction: the index's, or the vectors' own, kept
         (`keep`; by `variant`, the digest of its mu); one with a window's own background
         (no index) made for that window, as it changes with every window."""
-        from reranker.indexing import Correction  # the write path (and its Doc2Vec imports) only when needed
-
         if not keep:
             return Correction.of(centering, self.vectors)
         correction = self._corrections.get(variant)
@@ -398,15 +401,13 @@ class Engine:
         return correction
 
     def _text_topics(
-        self, text: str, correction: "Correction | None", k: int, variant: str, *, keep_word_ids: bool = False
+        self, text: str, correction: Correction | None, k: int, variant: str, *, keep_word_ids: bool = False
     ) -> CorrectedTopics:
         """A text's `k` topics as `reranker index` would store them (with `correction`,
         the corrected ones), cached by content, vectors, K and `variant` ("paper", or a
         digest of the centering's mu). The paper's come with zero backgrounds.
         keep_word_ids: a text read for its corrected topics also leaves its word ids in
         `word_id_cache` (for the window's background with no index), from the same pass."""
-        from reranker.indexing import corrected_topics, corrected_topics_of_words, document_topics
-
         text_key = _text_key(text)
         key = f"{text_key}|{self.vectors.info.checksum}|{k}|{variant}"
         found = self.text_topics.get(key)

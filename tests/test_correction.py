@@ -15,7 +15,8 @@ from conftest import SAMPLE, TINY_CORPUS, run, settings_env, write_jsonl
 from reranker.config import OpenSearchSettings
 from reranker.embeddings import SortedVocabulary, WordVectors
 from reranker.errors import IndexOutdatedError
-from reranker.indexing import BACKGROUND_WORDS, PRIOR_WORDS, estimate_centering, index_corpus, prior_centering, read_corpus, sample_corpus
+from reranker.extraction import BACKGROUND_WORDS, PRIOR_WORDS, estimate_centering, prior_centering
+from reranker.indexing import index_corpus, read_corpus, sample_corpus
 from reranker.pipeline import Engine
 from reranker.rankers import CandidateSet, get_ranker
 from reranker.store.embedded import EmbeddedStore
@@ -239,15 +240,13 @@ def test_with_no_index_a_window_background_is_its_texts_own_word_distribution(ki
 def test_with_no_index_a_new_text_is_read_once_for_its_topics_and_its_window_background(
     store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reranker.indexing
+    import reranker.extraction
     import reranker.pipeline
 
     texts = tuple(document.full_text for document in sample_documents()[:4])
     reads: list[str] = []
-    for module, name in ((reranker.pipeline, "content_words"), (reranker.pipeline, "tokenize"), (reranker.indexing, "readable_words")):
-        original = getattr(module, name, None)
-        if original is None:
-            continue
+    for module, name in ((reranker.pipeline, "content_words"), (reranker.pipeline, "tokenize"), (reranker.extraction, "readable_words")):
+        original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda text, *rest, _f=original, _n=name: (reads.append(_n) if text in texts else None, _f(text, *rest))[1])
     seen: list[str] = []
     engine = Engine(store=store, vectors=glove, on_text_topics=seen.append)

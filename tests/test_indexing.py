@@ -9,7 +9,8 @@ from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 
 from reranker.embeddings import WordVectors
 from reranker.errors import IndexMismatchError, InputError
-from reranker.indexing import document_topics, index_corpus, index_documents, read_corpus
+from reranker.extraction import document_topics
+from reranker.indexing import index_corpus, index_documents, read_corpus
 from reranker.store import IndexInfo
 from reranker.store.embedded import EmbeddedStore
 from reranker.types import Document, StoredDocument

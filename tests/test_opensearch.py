@@ -28,8 +28,8 @@ from reranker.errors import (
     StoreUnavailableError,
     UnknownFieldError,
 )
+from reranker.extraction import document_topics
 from reranker.indexing import (
-    document_topics,
     index_corpus,
     index_documents,
     read_corpus,

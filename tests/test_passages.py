@@ -15,7 +15,8 @@ from conftest import write_jsonl
 from reranker import indexing
 from reranker.embeddings import WordVectors
 from reranker.errors import StoreError
-from reranker.indexing import Correction, corrected_topics, estimate_centering, index_corpus
+from reranker.extraction import Correction, corrected_topics, document_topics, estimate_centering
+from reranker.indexing import index_corpus
 from reranker.pipeline import Engine
 from reranker.store.bm25 import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query, passage_spans
 from reranker.store.embedded import EmbeddedStore
@@ -288,8 +289,8 @@ def test_corrected_topics_are_shaped_by_readable_words_only(glove: WordVectors) 
     fragments = corrected_topics(Document("a", "", noisy), glove, 5, correction)
     np.testing.assert_allclose(np.abs(fragments.topics), np.abs(clean.topics), atol=1e-5)
     # The paper's topics keep the paper's preprocessing: every content word shapes them.
-    paper_clean, _, _ = indexing.document_topics(Document("a", "", text), glove, 5)
-    paper_noisy, _, _ = indexing.document_topics(Document("a", "", noisy), glove, 5)
+    paper_clean, _, _ = document_topics(Document("a", "", text), glove, 5)
+    paper_noisy, _, _ = document_topics(Document("a", "", noisy), glove, 5)
     assert not np.allclose(np.abs(paper_noisy.topics), np.abs(paper_clean.topics), atol=1e-2)
 
 

@@ -19,6 +19,7 @@ allow-list table against the sets the proxy walks.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -470,6 +471,24 @@ def test_the_layout_names_every_module() -> None:
     ]
     missing += [f"{folder.relative_to(REPO)}/" for folder in sorted(package.iterdir()) if folder.is_dir() and not folder.name.startswith("__") and f"{folder.name}/" not in text]
     assert missing == [], "docs/layout.md does not name these"
+
+
+def test_only_the_command_line_imports_the_write_path() -> None:
+    """The data flows one way (docs/layout.md): the read path gets a text's topics from
+    extraction.py, never from indexing.py (corpus reading, worker processes, Doc2Vec). Every
+    import statement counts, one inside a function or under TYPE_CHECKING too: pipeline.py's
+    were inside functions, which hid them from a check of what importing it loads."""
+    importers = []
+    for path in sorted((REPO / "reranker").rglob("*.py")):
+        if path.is_relative_to(REPO / "reranker" / "cli") or path.stem == "indexing":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            if any(name == "reranker.indexing" or name.startswith("reranker.indexing.") for name in names):
+                importers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert importers == []
 
 
 def test_the_quickstart_is_what_ci_runs() -> None:
