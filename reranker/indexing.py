@@ -40,7 +40,7 @@ from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError, WorkerError
 from reranker.extraction import Correction, estimate_centering, topics_of_tokens
-from reranker.store import IndexInfo, Store
+from reranker.store import IndexInfo, PublishResult, Store
 from reranker.store.text_index import passage_words
 from reranker.text import content_words, tokenize
 from reranker.types import (
@@ -96,7 +96,7 @@ class IndexReport:
     replaced: int = 0  # of `indexed`, those that replaced a stored version (other content, or derived by an older DERIVATION)
     # Lines whose id a later line of the same run used again: (the earlier line, the later).
     duplicates: tuple[tuple[str, str], ...] = ()
-    published: object = None  # what Store.publish() reported (an alias swap, for OpenSearch)
+    published: PublishResult | None = None  # what Store.publish() reported (an alias swap, for OpenSearch)
     # Documents written into an index with a Doc2Vec model that got no vector (the model
     # could not be loaded, or knows none of their words).
     without_doc_vector: int = 0

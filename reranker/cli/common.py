@@ -213,7 +213,7 @@ def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     if len(report.duplicates) > len(pairs):
         print(f"  ... and {len(report.duplicates) - len(pairs)} more duplicate ids (run with -v to list them all)", file=out)
     published = report.published
-    if published is not None and getattr(published, "swapped", False):
+    if published is not None and published.swapped:
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
         print(f"alias now points at {published.current}{kept}", file=out)
     for line in skipped_lines(report.skipped, 20, every_skip=every_skip, label="skipped "):

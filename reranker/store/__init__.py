@@ -82,6 +82,16 @@ def opaque_id() -> str | None:
 
 
 @dataclass(frozen=True)
+class PublishResult:
+    """What `Store.publish()` did where readers go through an alias (the OpenSearch store):
+    the alias now points at `current`; `swapped` when this call moved it, from `previous`."""
+
+    current: str
+    previous: tuple[str, ...]
+    swapped: bool
+
+
+@dataclass(frozen=True)
 class Doc2VecInfo:
     """Which Doc2Vec model produced an index's document vectors (`reranker train doc2vec`).
 
@@ -263,11 +273,12 @@ class Store(Protocol):
         """
         ...
 
-    def publish(self) -> object:
+    def publish(self) -> PublishResult | None:
         """Make what this run wrote visible to readers: a rebuilt index replaces the
         current one here (the OpenSearch store swaps its alias, the embedded store swaps
         in one SQLite transaction); other writes are visible as they are written (the
-        embedded store's at each text-index commit)."""
+        embedded store's at each text-index commit). The OpenSearch store says which index
+        its alias points at (`PublishResult`); the embedded store, which has none, None."""
         ...
 
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:

@@ -46,7 +46,7 @@ from reranker.errors import (
     StoreUnavailableError,
     UnknownFieldError,
 )
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field
 from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
 from reranker.store.opensearch_encoding import (
@@ -145,15 +145,6 @@ class IndexVersion:
     state: str  # "building" | "ready" | "unknown" (not made by this package)
     info: IndexInfo | None
     topic_dtype: str | None
-
-
-@dataclass(frozen=True)
-class PublishResult:
-    """What `publish()` did: the alias now points at `current`."""
-
-    current: str
-    previous: tuple[str, ...]
-    swapped: bool
 
 
 @dataclass(frozen=True)
