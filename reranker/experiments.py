@@ -37,7 +37,7 @@ from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
 from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, UnitVotes, credit, outcome, sign_test
 from reranker.rankers import RANKERS, get_ranker
-from reranker.sequential import always_valid_p_values, confidence_sequence, mixing_parameter
+from reranker.sequential import DEFAULT_MIN_UNITS, always_valid_p_values, confidence_sequence, mixing_parameter
 from reranker.store.events import (
     Event,
     EventStore,
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_TRAFFIC = 0.1
-DEFAULT_MIN_UNITS = 20
 MAX_MIN_UNITS = 1_000_000
 # The report's significance level, and the confidence of the timeline's band (its dual).
 ALPHA = 0.05

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reranker.sequential import always_valid_p_values, mixing_parameter
+from reranker.sequential import DEFAULT_MIN_UNITS, always_valid_p_values, mixing_parameter
 
 TEAM_A, TEAM_B = "A", "B"
 METHODS = ("team_draft", "balanced")
@@ -286,7 +286,7 @@ class UnitVotes:
 
 def outcome(
     results: Iterable[tuple[Interleaving, Collection[str]]],
-    min_units: int = 20,
+    min_units: int = DEFAULT_MIN_UNITS,
     alpha: float = 0.05,
     labels: tuple[str, str] = (TEAM_A, TEAM_B),
     units: Sequence[Hashable] | None = None,

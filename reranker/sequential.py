@@ -22,8 +22,8 @@ martingale with mean 1, so by Ville's inequality P(Lambda_k >= 1/alpha for some 
   at every n at once with probability 1 - alpha, and leaves out 1/2 exactly when p_n <= alpha.
 
 The mixture's a is chosen, as Johari et al. choose the mixing variance, to match the size
-the experiment plans for: `mixing_parameter`. Pure functions over counts (numpy arrays for
-sequences); no IO.
+the experiment plans for: `mixing_parameter`, of `DEFAULT_MIN_UNITS` unless an experiment
+says otherwise. Pure functions over counts (numpy arrays for sequences); no IO.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+# An experiment's min_units unless it sets one: the units with a preference before a winner
+# is named, and so the size the mixture is tuned for. Here, below the experiment code and the
+# store that keeps experiments, so that every layer reads the one number.
+DEFAULT_MIN_UNITS = 20
 # a below this puts most of the mixture near theta = 0 or 1 (one ranker preferred by every
 # unit), an effect no two rankers of one window have; 1/2 is the Jeffreys prior.
 MIN_MIXING = 0.5
