@@ -37,7 +37,7 @@ from reranker.errors import (
     StoreFullError,
     StoreUnavailableError,
 )
-from reranker.interleaving import Interleaving
+from reranker.interleaving import Interleaving  # pure, importing only sequential: below the store
 from reranker.sequential import DEFAULT_MIN_UNITS
 
 log = logging.getLogger(__name__)
