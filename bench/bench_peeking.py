@@ -39,9 +39,9 @@ import math
 
 import numpy as np
 
-from reranker.experiments import ALPHA, DEFAULT_MIN_UNITS
+from reranker.experiments import ALPHA
 from reranker.interleaving import sign_test
-from reranker.sequential import log_likelihood_ratio, mixing_parameter
+from reranker.sequential import DEFAULT_MIN_UNITS, log_likelihood_ratio, mixing_parameter
 
 SHARES = (0.55, 0.60)
 SIZES = (200, 500, 1000, 2000)
@@ -107,7 +107,7 @@ def power(args: argparse.Namespace, critical: np.ndarray) -> None:
     print()
     print(f"2. Unequal rankers: share of {args.power_runs} experiments that named the preferred ranker by n units")
     print(f"   (fixed-horizon: read once at n; always valid: read after every unit up to n, a = {product_mixing:.2f}")
-    print("   matched to min_units = 20 as the product does, or a matched to n)")
+    print(f"   matched to min_units = {DEFAULT_MIN_UNITS} as the product does, or a matched to n)")
     print(f"   {'theta':>5} {'n':>5} {'fixed, once':>12} {'always valid':>13} {'vs fixed':>9} {'a for n':>8} {'vs fixed':>9}")
     for index, theta in enumerate(SHARES):
         wins = simulate(theta, args.power_runs, max(sizes), args.seed + 1 + index)

@@ -31,13 +31,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol
 
-import numpy as np
-
 from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
 from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, UnitVotes, credit, outcome, sign_test
 from reranker.rankers import RANKERS, get_ranker
-from reranker.sequential import always_valid_p_values, confidence_sequence, mixing_parameter
+from reranker.sequential import DEFAULT_MIN_UNITS, mixing_parameter, sequential_test
 from reranker.store.events import (
     Event,
     EventStore,
@@ -51,7 +49,6 @@ log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_TRAFFIC = 0.1
-DEFAULT_MIN_UNITS = 20
 MAX_MIN_UNITS = 1_000_000
 # The report's significance level, and the confidence of the timeline's band (its dual).
 ALPHA = 0.05
@@ -561,10 +558,9 @@ def _with_sequential(periods: list[Period], ends: list[int], history: list[tuple
     every step, not only the ends of periods)."""
     if not history:
         return tuple(periods)
-    counts = np.array(history)
-    mixing = mixing_parameter(min_units, ALPHA)
-    p_values = always_valid_p_values(counts[:, 0], counts[:, 1], mixing)
-    low, high = confidence_sequence(counts[:, 0], counts[:, 1], mixing, ALPHA)
+    test = sequential_test(history, min_units, ALPHA)  # as interleaving.outcome reads it
+    p_values = test.p_values
+    low, high = test.band()
     return tuple(
         replace(
             period,

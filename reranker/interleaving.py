@@ -36,9 +36,7 @@ import random
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from reranker.sequential import always_valid_p_values, mixing_parameter
+from reranker.sequential import DEFAULT_MIN_UNITS, sequential_test
 
 TEAM_A, TEAM_B = "A", "B"
 METHODS = ("team_draft", "balanced")
@@ -286,7 +284,7 @@ class UnitVotes:
 
 def outcome(
     results: Iterable[tuple[Interleaving, Collection[str]]],
-    min_units: int = 20,
+    min_units: int = DEFAULT_MIN_UNITS,
     alpha: float = 0.05,
     labels: tuple[str, str] = (TEAM_A, TEAM_B),
     units: Sequence[Hashable] | None = None,
@@ -330,15 +328,9 @@ def outcome(
     wins_a, wins_b, ties = votes.wins_a, votes.wins_b, votes.ties
     decided = wins_a + wins_b
     counted = "queries" if units is None else "units"
-    mixing = mixing_parameter(min_units, alpha)
-    p_value: float | None = None
-    crossed: int | None = None  # the first step whose p-value fell below alpha
-    if decided:
-        counts = np.array(history)
-        p_values = always_valid_p_values(counts[:, 0], counts[:, 1], mixing)
-        p_value = float(p_values[-1])
-        if p_value < alpha:
-            crossed = int(np.argmax(p_values < alpha))
+    test = sequential_test(history, min_units, alpha)
+    p_value = float(test.p_values[-1]) if decided else None
+    crossed = test.first_significant if decided else None
     winner: str | None = None
     if decided < min_units:
         verdict = "not_enough_data"
@@ -386,7 +378,7 @@ def outcome(
         ties=ties,
         p_value=p_value,
         fixed_horizon_p_value=sign_test(wins_a, wins_b) if decided else None,
-        mixing=mixing,
+        mixing=test.mixing,
         winner=winner,
         verdict=verdict,
         message=message,

@@ -22,17 +22,25 @@ martingale with mean 1, so by Ville's inequality P(Lambda_k >= 1/alpha for some 
   at every n at once with probability 1 - alpha, and leaves out 1/2 exactly when p_n <= alpha.
 
 The mixture's a is chosen, as Johari et al. choose the mixing variance, to match the size
-the experiment plans for: `mixing_parameter`. Pure functions over counts (numpy arrays for
-sequences); no IO.
+the experiment plans for: `mixing_parameter`, of `DEFAULT_MIN_UNITS` unless an experiment
+says otherwise. `sequential_test` reads an ordered history of counts once for everyone who
+reports on it (an experiment's report and its timeline). Pure functions over counts (numpy
+arrays for sequences); no IO.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+# An experiment's min_units unless it sets one: the units with a preference before a winner
+# is named, and so the size the mixture is tuned for. Here, below the experiment code and the
+# store that keeps experiments, so that every layer reads the one number.
+DEFAULT_MIN_UNITS = 20
 # a below this puts most of the mixture near theta = 0 or 1 (one ranker preferred by every
 # unit), an effect no two rankers of one window have; 1/2 is the Jeffreys prior.
 MIN_MIXING = 0.5
@@ -148,6 +156,47 @@ def confidence_sequence(wins_a: Counts, wins_b: Counts, mixing: float, alpha: fl
     low = np.where(successes == 0, 0.0, low_out)
     high = np.where(failures == 0, 1.0, high_out)
     return np.maximum.accumulate(low), np.minimum.accumulate(high)
+
+
+@dataclass(frozen=True)
+class SequentialTest:
+    """The always-valid sign test read after every step of an ordered history of counts.
+
+    wins_a, wins_b: (n,) the counts after each step, as given; mixing: a of the Beta(a, a)
+    mixture; alpha: the significance level; p_values: (n,) `always_valid_p_values`. n is 0
+    for an empty history. The confidence sequence (`band`) is computed only when asked: its
+    bisections pass over the history 120 times where the p-values pass once, and the
+    report does not show it.
+    """
+
+    wins_a: Floats
+    wins_b: Floats
+    mixing: float
+    alpha: float
+    p_values: Floats
+
+    @property
+    def first_significant(self) -> int | None:
+        """The first step whose p-value fell below alpha, None if none did (p never rises,
+        so after it every step's p-value is below alpha too)."""
+        below = self.p_values < self.alpha
+        return int(np.argmax(below)) if below.any() else None
+
+    def band(self) -> tuple[Floats, Floats]:
+        """(low, high), each (n,): the (1 - alpha) `confidence_sequence` with the same mixture."""
+        return confidence_sequence(self.wins_a, self.wins_b, self.mixing, self.alpha)
+
+
+def sequential_test(history: Sequence[tuple[int, int]], planned_units: int, alpha: float = 0.05) -> SequentialTest:
+    """The always-valid test over `history`: (wins_a, wins_b) after each step, in the order
+    the steps happened, with the mixture tuned for `planned_units` (`mixing_parameter`).
+
+    Raises ValueError as `mixing_parameter` and `always_valid_p_values`.
+    """
+    counts = np.array(history, dtype=np.float64).reshape(-1, 2)
+    mixing = mixing_parameter(planned_units, alpha)
+    wins_a, wins_b = counts[:, 0], counts[:, 1]
+    return SequentialTest(wins_a, wins_b, mixing, alpha, always_valid_p_values(wins_a, wins_b, mixing))
 
 
 def _counts(wins_a: Counts, wins_b: Counts) -> tuple[Floats, Floats]:

@@ -28,7 +28,7 @@ from flask.testing import FlaskClient
 from reranker import experiments as ex
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.interleaving import TEAM_A, sign_test
-from reranker.sequential import mixing_parameter
+from reranker.sequential import DEFAULT_MIN_UNITS, mixing_parameter
 from reranker.service import create_app
 from reranker.store.events import EmbeddedEventStore, Experiment
 
@@ -148,7 +148,7 @@ def test_min_units_names_what_decides_and_its_old_name_is_still_read(client: Fla
     assert (old["min_units"], old["min_queries"]) == (9, 9)
     assert client.get("/experiments/old-client").get_json()["report"]["mixing"] == mixing_parameter(9)
     assert client.patch("/experiments/old-client", json={"status": "stopped"}, headers=AUTH).status_code == 200
-    assert _start(client, "default")["min_units"] == ex.DEFAULT_MIN_UNITS
+    assert _start(client, "default")["min_units"] == DEFAULT_MIN_UNITS
 
 
 @pytest.mark.parametrize(
@@ -644,7 +644,7 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     assert printed["report"]["clicks"] == 1
     # One unit with a preference: no evidence either way, by both tests.
     assert printed["report"]["p_value"] == pytest.approx(1.0) and printed["report"]["fixed_horizon_p_value"] == 1.0
-    assert printed["report"]["mixing"] == mixing_parameter(20)
+    assert printed["report"]["mixing"] == mixing_parameter(DEFAULT_MIN_UNITS)
     code, out = run(data_dir, "ab", "report", "cli-exp")
     assert code == 0 and "not enough data yet" in out and "clicks 1" in out
     assert "  fixed-horizon sign test (one look at a planned size only): p = 1\n" in out

@@ -35,7 +35,7 @@ from reranker.interleaving import (
     sign_test,
     team_draft,
 )
-from reranker.sequential import always_valid_p_values, mixing_parameter
+from reranker.sequential import DEFAULT_MIN_UNITS, always_valid_p_values, mixing_parameter
 
 seeds = st.integers(min_value=0, max_value=2**64) | st.text(max_size=10)
 
@@ -362,7 +362,7 @@ def test_sign_test_very_large_n() -> None:
 
 # --- outcome ----------------------------------------------------------------------------
 
-MIXING_20 = mixing_parameter(20, 0.05)  # the mixture of the default min_units
+DEFAULT_MIXING = mixing_parameter(DEFAULT_MIN_UNITS, 0.05)  # the mixture of the default min_units
 HAND_SHOWN = Interleaving(
     "team_draft", ("d1", "d2", "d3", "d4"), ("A", "B", "B", "A"), ("d1", "d4"), ("d2", "d3")
 )
@@ -387,9 +387,9 @@ def test_outcome_counts_and_not_enough_data() -> None:
         wins_b=1,
         ties=1,
         # Largest after A, A: Lambda = B(a + 2, a) / B(a, a) * 2^2 = 2 (a + 1) / (2a + 1).
-        p_value=pytest.approx((2 * MIXING_20 + 1) / (2 * (MIXING_20 + 1)), rel=1e-12),
+        p_value=pytest.approx((2 * DEFAULT_MIXING + 1) / (2 * (DEFAULT_MIXING + 1)), rel=1e-12),
         fixed_horizon_p_value=1.0,
-        mixing=MIXING_20,
+        mixing=DEFAULT_MIXING,
         winner=None,
         verdict="not_enough_data",
         message="not enough data yet: 3 of the 20 queries with a preference needed",
@@ -456,7 +456,7 @@ def test_outcome_reads_the_results_in_the_order_they_came() -> None:
     assert run_first.p_value is not None and run_first.p_value < 0.05 and run_first.verdict == "significant"
     assert spread.p_value == 1.0 and spread.verdict == "no_significant_difference"
     history_a = np.cumsum([1] * 26 + [0] * 24)
-    expected = always_valid_p_values(history_a, np.arange(1, 51) - history_a, mixing_parameter(20))[-1]
+    expected = always_valid_p_values(history_a, np.arange(1, 51) - history_a, DEFAULT_MIXING)[-1]
     assert run_first.p_value == pytest.approx(expected, rel=1e-12)
 
 
@@ -468,7 +468,7 @@ def test_the_winner_is_the_side_the_evidence_was_on_when_it_sufficed() -> None:
     turned = outcome([A_WINS] * 15 + [B_WINS] * 40, labels=("bm25", "hidden_topics"))
     assert (turned.wins_a, turned.wins_b, turned.verdict, turned.winner) == (15, 40, "significant", TEAM_A)
     history_a = np.minimum(np.arange(1, 56), 15)
-    p_values = always_valid_p_values(history_a, np.arange(1, 56) - history_a, MIXING_20)
+    p_values = always_valid_p_values(history_a, np.arange(1, 56) - history_a, DEFAULT_MIXING)
     first = int(np.argmax(p_values < 0.05))
     assert first < 15  # it sufficed during A's run
     assert turned.message.startswith(
@@ -489,7 +489,7 @@ def test_a_unit_that_changes_its_preference_moves_as_it_happens() -> None:
     later_a = np.cumsum([result is A_WINS for result in others])
     history_a = np.concatenate([[1, 0, 0], later_a])
     history_b = np.concatenate([[0, 0, 1], 1 + np.arange(1, 25) - later_a])
-    expected = always_valid_p_values(history_a, history_b, MIXING_20)[-1]
+    expected = always_valid_p_values(history_a, history_b, DEFAULT_MIXING)[-1]
     assert moved.p_value == pytest.approx(expected, rel=1e-12)
 
 
@@ -511,7 +511,7 @@ def test_outcome_counts_a_unit_of_searches_once() -> None:
     )
     assert (mixed.queries, mixed.queries_with_clicks, mixed.units_with_clicks) == (6, 5, 2)
     assert (mixed.wins_a, mixed.wins_b, mixed.ties) == (1, 0, 1)
-    assert mixed.message == "not enough data yet: 1 of the 20 units with a preference needed"
+    assert mixed.message == f"not enough data yet: 1 of the {DEFAULT_MIN_UNITS} units with a preference needed"
     with pytest.raises(ValueError, match="units has 1 entries"):
         outcome([(HAND_SHOWN, ["d1"])] * 2, units=["u"])
 

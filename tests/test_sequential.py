@@ -25,6 +25,7 @@ from reranker.sequential import (
     log_likelihood_ratio,
     mixing_parameter,
     optimal_mixture_ratio,
+    sequential_test,
 )
 
 
@@ -125,6 +126,25 @@ def test_the_confidence_sequence_is_the_set_where_the_ratio_stays_below_one_over
     # One win: every theta0 with 1 / (2 theta0) < 20 (Lambda_1 = B(a+1, a) / B(a, a) / theta0 = 1 / (2 theta0)).
     one_low, one_high = confidence_sequence([1], [0], mixing, alpha)
     assert (one_low[0], one_high[0]) == (pytest.approx(0.025, abs=1e-12), 1.0)
+
+
+def test_one_reading_of_a_history_gives_the_p_values_band_and_first_crossing() -> None:
+    # The report and the timeline both read an experiment's history through sequential_test:
+    # its parts are the functions above with the mixture of the planned size.
+    wins_a = [0, 1, 2, 2, 3, 8, 15, 15, 16, 30]
+    wins_b = [0, 0, 0, 1, 1, 2, 5, 9, 9, 10]
+    read = sequential_test(list(zip(wins_a, wins_b)), planned_units=7, alpha=0.05)
+    assert read.mixing == mixing_parameter(7, 0.05)
+    assert list(read.p_values) == list(always_valid_p_values(wins_a, wins_b, read.mixing))
+    low, high = read.band()
+    expected_low, expected_high = confidence_sequence(wins_a, wins_b, read.mixing, 0.05)
+    assert (list(low), list(high)) == (list(expected_low), list(expected_high))
+    assert read.p_values[8] >= 0.05 > read.p_values[9] and read.first_significant == 9
+    assert sequential_test(list(zip(wins_a, wins_b)), planned_units=7, alpha=0.01).first_significant is None
+    empty = sequential_test([], planned_units=7)
+    assert (empty.p_values.shape, empty.first_significant) == ((0,), None)
+    with pytest.raises(ValueError, match="planned_units must be at least 1"):
+        sequential_test([(1, 0)], planned_units=0)
 
 
 def _equal_rankers(runs: int, units: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

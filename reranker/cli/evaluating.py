@@ -30,6 +30,7 @@ from reranker.cli.common import (
 )
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.errors import ConfigError, InputError, UnknownRankerError
+from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.text import listed
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument(
         "--min-units", type=positive_int, metavar="N",
         help="units (a client's query text, or a text searched without a client id: one trial each) with a preference "
-        "needed before a winner is named, and the size the always-valid test is tuned for (default 20)",
+        f"needed before a winner is named, and the size the always-valid test is tuned for (default {DEFAULT_MIN_UNITS})",
     )
     create.add_argument("--min-queries", type=positive_int, metavar="N", help="deprecated: the old name of --min-units")
     ab_action.add_parser("list", help="every experiment")
@@ -460,8 +461,6 @@ def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 
 def _min_units(args: argparse.Namespace) -> int:
     """--min-units, or its old name --min-queries (with a deprecation warning); both only if they agree."""
-    from reranker.experiments import DEFAULT_MIN_UNITS
-
     if args.min_queries is None:
         return int(args.min_units or DEFAULT_MIN_UNITS)
     if args.min_units is not None and args.min_units != args.min_queries:

@@ -45,9 +45,10 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from reranker.config import ServiceSettings
-from reranker.experiments import DEFAULT_MIN_UNITS, DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_UNITS, TIMESTAMP_PATTERN
+from reranker.experiments import DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_UNITS, TIMESTAMP_PATTERN
 from reranker.pipeline import EXPLAIN_TOPICS
 from reranker.rankers import ranker_names, weighted_ranker_names
+from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.service.bodies import json_type
 from reranker.service.errors import ApiError
 from reranker.store.events import CLICK_ACTIONS

@@ -37,7 +37,8 @@ from reranker.errors import (
     StoreFullError,
     StoreUnavailableError,
 )
-from reranker.interleaving import Interleaving
+from reranker.interleaving import Interleaving  # pure, importing only sequential: below the store
+from reranker.sequential import DEFAULT_MIN_UNITS
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Experiment:
     traffic: float
     status: str  # "running" | "stopped"
     created: str  # ISO 8601, UTC
-    min_units: int = 20
+    min_units: int = DEFAULT_MIN_UNITS
 
     def to_json(self) -> dict[str, Any]:
         # min_queries is min_units's old name, written too: clients of the API read it,
@@ -80,7 +81,7 @@ class Experiment:
             status=str(raw["status"]),
             created=str(raw["created"]),
             # Stored before the rename, an experiment has only min_queries.
-            min_units=int(raw.get("min_units", raw.get("min_queries", 20))),
+            min_units=int(raw.get("min_units", raw.get("min_queries", DEFAULT_MIN_UNITS))),
         )
 
 
