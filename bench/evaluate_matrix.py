@@ -6,12 +6,17 @@ The matrix (defaults):
               clscisumm2018-train/queries_abstract.jsonl (the reference papers' abstracts),
               cisi/queries.jsonl
   vectors     glove-6b-50d (the bundled default) and a CBOW word2vec trained on each
-              data set's own corpus (`reranker train word2vec`, d=100, 10 epochs)
-  rankers     bm25, hidden_topics, hidden_topics_code, hidden_topics+bm25
+              data set's own corpus (`reranker train word2vec` with the product's defaults,
+              reranker.config.WORD2VEC_DIM and WORD2VEC_EPOCHS)
+  rankers     bm25, hidden_topics, hidden_topics_code, hidden_topics+bm25, and at the
+              product's fusion weight (reranker.config.DEFAULT_FUSION_WEIGHT) the product's
+              default ranker (reranker.config.DEFAULT_RANKER) and the previous default,
+              hidden_topics_corrected+bm25
   K           5, 10, 15, 18, 25 topics per document; BM25 window 100
 
-The main table is K=15 with every ranker and the fusion weights 0.2, 0.5 and 0.8; the
-K sweep runs hidden_topics, hidden_topics_code and the 0.5 fusion at every K.
+The main table is K=15 with every ranker, the paper's fusion at the weights 0.2, 0.5 and
+0.8, and the two defaults at the product's weight; the K sweep runs hidden_topics,
+hidden_topics_code and the paper's 0.5 fusion at every K.
 
 Every number comes from `reranker ... evaluate DATASET --json` (in-process through
 `reranker.cli.main`, or with --subprocess as a child process), never from a private
@@ -47,6 +52,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+# reranker.config imports neither numpy nor anything that loads it, so the BLAS limit set in
+# main() still applies; the defaults come from there so that the matrix measures what
+# `reranker train word2vec` and `reranker search` do, not a copy that can drift.
+from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_RANKER, WORD2VEC_DIM, WORD2VEC_EPOCHS
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASETS_ROOT = Path("/work/shared/data")
 DEFAULT_DATA_DIR = REPO / ".reranker-data" / "eval-matrix"  # git-ignored (.reranker-data/)
@@ -56,6 +66,10 @@ GLOVE = "glove-6b-50d"
 TOPIC_RANKERS = ("hidden_topics", "hidden_topics_code")
 FUSION = "hidden_topics+bm25"
 ALL_RANKERS = ("bm25", *TOPIC_RANKERS, FUSION)
+PREVIOUS_DEFAULT = "hidden_topics_corrected+bm25"  # the default ranker until 2026-11-26
+# Both run in one `evaluate` at the product's weight: the weight is one per run, and the
+# paper's fusion is swept at other weights.
+DEFAULT_RANKERS = (PREVIOUS_DEFAULT, DEFAULT_RANKER)
 METRICS = ("ndcg@10", "p@1", "p@3", "p@5", "p@10", "map", "mrr")  # + recall@<window>
 SIGNIFICANCE = 0.05
 
@@ -107,7 +121,12 @@ class Run:
     result: dict[str, Any] = field(default_factory=dict)
 
     def ranker_label(self, name: str) -> str:
-        return f"{FUSION} (w={self.fusion_weight:g})" if name == FUSION else name
+        return f"{name} (w={self.fusion_weight:g})" if name in (FUSION, *DEFAULT_RANKERS) else name
+
+
+def default_labels() -> list[str]:
+    """Labels of the previous default and the default, in that order, at the product's weight."""
+    return [f"{name} (w={DEFAULT_FUSION_WEIGHT:g})" for name in DEFAULT_RANKERS]
 
 
 # --- running the CLI ----------------------------------------------------------------
@@ -213,6 +232,7 @@ def plan(args: argparse.Namespace, query_sets: Sequence[QuerySet]) -> list[Run]:
                         for weight in args.fusion_weights:
                             if weight != args.sweep_fusion_weight:
                                 runs.append(Run(qs, vectors, k, weight, (FUSION,)))
+                        runs.append(Run(qs, vectors, k, DEFAULT_FUSION_WEIGHT, DEFAULT_RANKERS))
                     else:
                         runs.append(Run(qs, vectors, k, args.sweep_fusion_weight, (*TOPIC_RANKERS, FUSION)))
     return runs
@@ -251,7 +271,7 @@ def table_rows(runs: Sequence[Run], qs: QuerySet, vectors: str, k: int) -> dict[
 
 
 def ordered_labels(rows: dict[str, Any], weights: Sequence[float]) -> list[str]:
-    wanted = ["bm25", *TOPIC_RANKERS, *(f"{FUSION} (w={w:g})" for w in sorted(weights))]
+    wanted = ["bm25", *TOPIC_RANKERS, *(f"{FUSION} (w={w:g})" for w in sorted(weights)), *default_labels()]
     return [label for label in wanted if label in rows]
 
 
@@ -354,7 +374,11 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
         f"as `evaluate --json` reports it (for nDCG@10 and MAP only; not corrected for the "
         f"number of comparisons in this report). ↑/↓: better/worse than BM25 "
         f"at p < {SIGNIFICANCE}. Fusion = w · minmax(hidden_topics) + (1 − w) · minmax(BM25) over "
-        f"the window.")
+        f"the window. Default = `{DEFAULT_RANKER}`, the product's default ranker: "
+        f"w · minmax(hidden_topics_corrected) + (1 − w)/2 · (minmax(BM25) + minmax(best passage's BM25)); "
+        f"previous default = `{PREVIOUS_DEFAULT}` (the default until 2026-11-26, run under its name today: "
+        f"corrected topics of readable words, no passages); both at the product's "
+        f"w = {DEFAULT_FUSION_WEIGHT:g}.")
     add("")
 
     # Summary tables (README-sized).
@@ -363,7 +387,8 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
         add(f"## Summary: {title} at K = {args.main_k}")
         add("")
         header = ["query set", "vectors", "BM25", "hidden_topics", "hidden_topics_code",
-                  *(f"fusion w={w:g}" for w in weights)]
+                  *(f"fusion w={w:g}" for w in weights),
+                  f"previous default w={DEFAULT_FUSION_WEIGHT:g}", f"**default** w={DEFAULT_FUSION_WEIGHT:g}"]
         add("| " + " | ".join(header) + " |")
         add("|---|---|" + "---:|" * (len(header) - 2))
         for qs in query_sets:
@@ -373,7 +398,7 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
                     continue
                 base = rows["bm25"][metric]
                 cells = []
-                for label in ["bm25", *TOPIC_RANKERS, *(f"{FUSION} (w={w:g})" for w in weights)]:
+                for label in ["bm25", *TOPIC_RANKERS, *(f"{FUSION} (w={w:g})" for w in weights), *default_labels()]:
                     row = rows.get(label)
                     if row is None:
                         cells.append("–")
@@ -525,8 +550,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="fusion weights at the main K (default 0.2,0.5,0.8)")
     parser.add_argument("--sweep-fusion-weight", type=float, default=0.5,
                         help="fusion weight in the K sweep (default 0.5)")
-    parser.add_argument("--w2v-dim", type=int, default=100)
-    parser.add_argument("--w2v-epochs", type=int, default=10)
+    parser.add_argument("--w2v-dim", type=int, default=WORD2VEC_DIM,
+                        help=f"word2vec dimension (default {WORD2VEC_DIM}, `reranker train word2vec`'s)")
+    parser.add_argument("--w2v-epochs", type=int, default=WORD2VEC_EPOCHS,
+                        help=f"word2vec epochs (default {WORD2VEC_EPOCHS}, `reranker train word2vec`'s)")
     parser.add_argument("--w2v-workers", type=int, default=1,
                         help="word2vec threads; 1 (default) makes the trained vectors deterministic")
     parser.add_argument("--blas-threads", type=int, default=1,

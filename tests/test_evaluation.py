@@ -1,14 +1,19 @@
-"""Metrics checked against hand-computed values, and dataset parsing errors."""
+"""Metrics checked against hand-computed values, dataset parsing errors, and the evaluation
+matrix (bench/evaluate_matrix.py) measuring the product's defaults."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
 
+from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_RANKER, WORD2VEC_DIM, WORD2VEC_EPOCHS
 from reranker.datasets import Dataset, cocitation_judgments, load_cocitation_dataset, load_dataset, load_qrels, load_queries
 from reranker.errors import InputError
 from reranker.evaluation import (
@@ -449,3 +454,42 @@ def test_cli_evaluates_a_beir_folder_as_ours(data_dir: Path, tmp_path: Path, cap
     assert run(data_dir, *evaluate, str(beir), "--qrels-file", "qrels/train.tsv")[0] == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "qrels/train.tsv: no such file" in err
+
+
+def test_the_evaluation_matrix_measures_the_products_defaults(tmp_path: Path) -> None:
+    """bench/evaluate_matrix.py, run as docs/evaluation.md is made (a child process, the real
+    CLI, gensim's training) on the sample corpus under a data set name the script knows: the
+    word2vec it trains is `reranker train word2vec`'s default (it was once 10 epochs against
+    the CLI's 40), and its summary shows the default ranker and the previous default at the
+    product's weight, with the figures `evaluate` gave."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root / "cisi")
+    out = tmp_path / "matrix.md"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "evaluate_matrix.py"), "--data-dir", str(tmp_path / "data"),
+         "--datasets-root", str(root), "--datasets", "cisi", "--ks", "15", "--out", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+
+    train = report["vectors"]["word2vec:cisi"]["train_command"].split()
+    assert train[train.index("--epochs") + 1] == str(WORD2VEC_EPOCHS)
+    assert train[train.index("--dim") + 1] == str(WORD2VEC_DIM)
+    assert report["vectors"]["word2vec:cisi"]["dim"] == WORD2VEC_DIM
+
+    summary = out.read_text(encoding="utf-8").split("## Summary: nDCG@10", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in summary.splitlines() if line.startswith("| CISI")]
+    header = next(line for line in summary.splitlines() if line.startswith("| query set"))
+    assert header.rstrip(" |").endswith(f"previous default w={DEFAULT_FUSION_WEIGHT:g} | **default** w={DEFAULT_FUSION_WEIGHT:g}")
+    for vectors, row in zip(("glove", "word2vec"), rows, strict=True):
+        (run_,) = [
+            r for r in report["runs"]
+            if r["vectors"] == vectors and r["k"] == 15 and r["fusion_weight"] == DEFAULT_FUSION_WEIGHT
+        ]  # fmt: skip
+        assert f"--fusion-weight {DEFAULT_FUSION_WEIGHT:g}" in run_["command"]
+        means = run_["result"]["results"]
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        for cell, name in zip(cells[-2:], ("hidden_topics_corrected+bm25", DEFAULT_RANKER), strict=True):
+            assert cell.split()[0] == f"{means[name]['ndcg@10']:.3f}", (name, row)
+            assert name in run_["result"]["p_values"]["bm25"], "no significance test against BM25"
