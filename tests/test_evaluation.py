@@ -241,7 +241,7 @@ def test_evaluate_on_a_tiny_corpus(tmp_path: Path, engine: Engine) -> None:
 
 
 def test_cli_writes_the_figure_and_the_table(data_dir: Path, tmp_path: Path) -> None:
-    plot, markdown = tmp_path / "figures" / "sample.png", tmp_path / "sample.md"
+    plot, markdown = tmp_path / "sample.png", tmp_path / "sample.md"
     code, out = run(
         data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,hidden_topics", "--window", "50",
         "--plot", str(plot), "--markdown", str(markdown), "--no-progress",
@@ -261,8 +261,8 @@ def test_cli_writes_the_figure_and_the_table(data_dir: Path, tmp_path: Path) -> 
 def test_cli_refuses_an_unwritable_output_before_evaluating(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(data_dir, "evaluate", str(SAMPLE), "--plot", str(tmp_path))[0] == 1
-    assert "is a folder; expected a file name" in capsys.readouterr().err
+    assert run(data_dir, "evaluate", str(SAMPLE), "--plot", str(tmp_path))[0] == 2
+    assert capsys.readouterr().err == f"reranker: error: --plot {tmp_path}: is a folder; expected a file\n"
     assert not (data_dir / "eval").exists()  # nothing was indexed
 
 
