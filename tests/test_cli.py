@@ -246,7 +246,42 @@ def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path
     assert code == 1
     assert "indexed 1, unchanged 0, skipped 2" in out
     assert f"skipped {corpus}:2: not valid JSON" in out
-    assert f"skipped {corpus}:3: document 'x': missing 'text' string" in out
+    assert f"skipped {corpus}:3: id 'x': missing 'text' (a string)" in out
+
+
+# Lines with the mistakes a corpus and a query file share, and what each is told.
+BAD_LINES = [
+    ("{broken", "not valid JSON (Expecting property name enclosed in double quotes at column 2)"),
+    ('["x", "some text"]', "expected a JSON object with an 'id' and a 'text'"),
+    ('{"text": "no id"}', "missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)"),
+    ('{"id": " ", "text": "a blank id"}', "missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)"),
+    ('{"id": "a", "_id": "b", "text": "two ids"}', "'id' 'a' and '_id' 'b' differ: give one"),
+    ('{"id": "x"}', "id 'x': missing 'text' (a string)"),
+    ('{"id": "x", "text": 3}', "id 'x': missing 'text' (a string)"),
+    ('{"id": "x", "text": "  "}', "id 'x': empty text"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_LINES, ids=[message[:24] for _, message in BAD_LINES])
+def test_a_bad_line_reads_the_same_in_a_corpus_and_in_a_query_file(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    """`index` skips a bad corpus line and `evaluate` refuses a bad query line: both parse
+    them with one reader (datasets.parse_record), so the user reads one message for one mistake."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text((SAMPLE / "corpus.jsonl").read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and f"  skipped {corpus}:26: {message}\n" in out
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    (dataset / "corpus.jsonl").write_bytes((SAMPLE / "corpus.jsonl").read_bytes())
+    (dataset / "qrels.tsv").write_bytes((SAMPLE / "qrels.tsv").read_bytes())
+    queries = dataset / "queries.jsonl"
+    queries.write_text((SAMPLE / "queries.jsonl").read_text(encoding="utf-8").rstrip("\n") + "\n" + line + "\n", encoding="utf-8")
+    capsys.readouterr()
+    code, out = run(data_dir, "evaluate", str(dataset), "--rankers", "bm25", "--no-progress")
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err == f"reranker: error: {queries}:6: {message}\n"
 
 
 def test_evaluate_names_the_corpus_lines_it_skipped(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -263,8 +298,8 @@ def test_evaluate_names_the_corpus_lines_it_skipped(data_dir: Path, tmp_path: Pa
     warning = next(r.getMessage() for r in caplog.records if "skipped while indexing" in r.getMessage()).splitlines()
     assert warning[0] == "7 corpus lines skipped while indexing (not in the evaluation):"
     assert warning[1:3] == [f"  {corpus}:26: not valid JSON (Expecting property name enclosed in double quotes at column 2)",
-                            f"  {corpus}:27: document 'x': missing 'text' string"]
-    assert warning[3:6] == [f"  {corpus}:{28 + i}: document 'e{i}': empty text" for i in range(3)]
+                            f"  {corpus}:27: id 'x': missing 'text' (a string)"]
+    assert warning[3:6] == [f"  {corpus}:{28 + i}: id 'e{i}': empty text" for i in range(3)]
     assert warning[6:] == ["  ... and 2 more (run with -v to list them all)"]
 
 

@@ -271,7 +271,7 @@ def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"queries.jsonl:2: not valid JSON"):
         load_queries(queries)
     write_jsonl(queries, [{"id": "q1", "text": ""}])
-    with pytest.raises(InputError, match=r"queries.jsonl:1: query 'q1' has no 'text'"):
+    with pytest.raises(InputError, match=r"queries.jsonl:1: id 'q1': empty text"):
         load_queries(queries)
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("q1\td1\t1\nq1 d2 1\n")
