@@ -28,6 +28,7 @@ from typing import Any
 
 from reranker.errors import InputError
 from reranker.text import listed
+from reranker.types import Document
 
 log = logging.getLogger(__name__)
 
@@ -58,21 +59,38 @@ def load_queries(path: Path) -> list[tuple[str, str]]:
     """(id, text) pairs from a JSONL file. Raises InputError naming file and line."""
     queries: list[tuple[str, str]] = []
     for number, line in enumerate(_read_lines(path), start=1):
-        if not line.strip():
-            continue
-        location = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
-        if not isinstance(record, dict):
-            raise InputError("expected a JSON object with an 'id'", location)
-        query_id = record_id(record, location)
-        text = record.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f"query {query_id!r} has no 'text'", location)
-        queries.append((query_id, text))
+        if line.strip():
+            query = parse_record(line, f"{path}:{number}", titled=False)
+            queries.append((query.id, query.text))
     return queries
+
+
+def parse_record(line: str, location: str, *, titled: bool = True) -> Document:
+    """One JSONL line of a corpus (`titled`) or a query file -> its record. The one reader
+    of both, so the same mistake reads the same in `index` and `evaluate`.
+
+    Required: "id" (string or integer; BEIR's "_id" is read too) and "text" (a string, not
+    blank; a document's "title" may stand in for it). Optional, `titled` only: "title" (a
+    string; null is none). Other keys are kept as `fields` (a document's metadata).
+    Raises InputError naming `location` ("file:line").
+    """
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
+    if not isinstance(record, dict):
+        raise InputError("expected a JSON object with an 'id' and a 'text'", location)
+    record_key = record_id(record, location)
+    text, title = record.get("text"), (record.get("title") if titled else None)
+    if not isinstance(text, str):
+        raise InputError(f"id {record_key!r}: missing 'text' (a string)", location)
+    if title is not None and not isinstance(title, str):
+        raise InputError(f"id {record_key!r}: 'title' must be a string", location)
+    if not (text.strip() or (title or "").strip()):
+        raise InputError(f"id {record_key!r}: empty text", location)
+    # `_id` is no field: OpenSearch refuses it inside a document's source.
+    fields = {key: value for key, value in record.items() if key not in ("id", "_id", "title", "text")}
+    return Document(id=record_key, title=title or "", text=text, fields=fields)
 
 
 def record_id(record: dict[str, Any], location: str) -> str:

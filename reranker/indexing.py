@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal, Protocol, Sequence
 
-from reranker.datasets import record_id
+from reranker.datasets import parse_record
 from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError, WorkerError
@@ -102,33 +102,6 @@ class IndexReport:
     without_doc_vector: int = 0
 
 
-def parse_document(line: str, location: str) -> Document:
-    """One JSONL corpus line -> Document. Raises InputError naming `location`.
-
-    Required: "id" (string or integer; BEIR's "_id" is read too) and "text" (string).
-    Optional: "title" (string). Other keys are kept as metadata fields.
-    """
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
-    if not isinstance(record, dict):
-        raise InputError("expected a JSON object", location)
-    doc_id = record_id(record, location)
-    text, title = record.get("text"), record.get("title", "")
-    if not isinstance(text, str):
-        raise InputError(f"document {doc_id!r}: missing 'text' string", location)
-    if title is None:
-        title = ""
-    if not isinstance(title, str):
-        raise InputError(f"document {doc_id!r}: 'title' must be a string", location)
-    if not (title.strip() or text.strip()):
-        raise InputError(f"document {doc_id!r}: empty text", location)
-    # `_id` is no field: OpenSearch refuses it inside a document's source.
-    fields = {key: value for key, value in record.items() if key not in ("id", "_id", "title", "text")}
-    return Document(id=doc_id, title=title, text=text, fields=fields)
-
-
 def check_corpus(path: Path) -> None:
     """InputError unless `path` is a corpus file with something in it."""
     if path.is_dir():
@@ -165,7 +138,7 @@ def read_corpus(path: Path) -> Iterator[tuple[str, Document | Skipped, int]]:
                 yield location, Skipped(location, None, "empty line"), len(raw)
                 continue
             try:
-                yield location, parse_document(line, location), len(raw)
+                yield location, parse_record(line, location), len(raw)
             except InputError as exc:
                 reason = str(exc).removeprefix(f"{location}: ")
                 yield location, Skipped(location, None, reason), len(raw)
@@ -203,7 +176,7 @@ def sample_corpus(path: Path, budget: int = CENTERING_SAMPLE_BYTES) -> Iterator[
             if number % stride:
                 continue
             try:
-                yield parse_document(raw.decode("utf-8"), f"{path}:{number + 1}")
+                yield parse_record(raw.decode("utf-8"), f"{path}:{number + 1}")
             except (UnicodeDecodeError, InputError):
                 continue  # the indexing pass reports it
 

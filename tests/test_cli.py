@@ -126,7 +126,7 @@ def test_evaluation_indexes_are_cached_per_vectors(data_dir: Path, tmp_path: Pat
 
 
 def test_train_word2vec_then_use_the_vectors(data_dir: Path, tmp_path: Path) -> None:
-    out_path = tmp_path / "w2v" / "sample.kv"
+    out_path = tmp_path / "sample.kv"
     code, out = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(out_path), "--dim", "16", "--epochs", "1")
     assert code == 0 and out_path.exists() and "CBOW" in out
     code, out = run(data_dir, "--vectors", str(out_path), "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
@@ -136,13 +136,57 @@ def test_train_word2vec_then_use_the_vectors(data_dir: Path, tmp_path: Path) -> 
     assert code == 0 and json.loads(out)["hits"]
 
 
-def test_train_word2vec_into_a_folder_is_a_one_line_error_before_training(
+# Each command that writes a file or folder after minutes of work, with that option.
+OUTPUT_OPTIONS = [
+    (["evaluate", str(SAMPLE)], "--markdown", "file"),
+    (["evaluate", str(SAMPLE)], "--plot", "file"),
+    (["evaluate", str(SAMPLE)], "--run-dir", "folder"),
+    (["compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics"], "--markdown", "file"),
+    (["compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics"], "--json-file", "file"),
+    (["compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics"], "--plots", "folder"),
+    (["compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics"], "--run-dir", "folder"),
+    (["evaluate-similar", str(SAMPLE)], "--markdown", "file"),
+    (["evaluate-similar", str(SAMPLE)], "--run-dir", "folder"),
+    (["tune", str(SAMPLE), "--ranker", "hidden_topics_corrected+bm25"], "--write-config", "file"),
+    # A corpus that does not exist: refusing the output must come before reading it.
+    (["train", "word2vec", "no-such-corpus.jsonl"], "--out", "file"),
+]
+
+
+@pytest.mark.parametrize("problem", ["missing folder", "wrong kind", "unwritable"])
+@pytest.mark.parametrize(("command", "option", "kind"), OUTPUT_OPTIONS, ids=[f"{c[0]} {o}" for c, o, _ in OUTPUT_OPTIONS])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], option: str, kind: str, problem: str
+) -> None:
+    # These were checked only after the evaluation (or created a missing folder, or let
+    # /proc pass), so minutes of indexing ended in an error.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("kept\n", encoding="utf-8")
+    path, expected = {
+        "missing folder": (tmp_path / "missing" / "out", f"its folder {tmp_path / 'missing'} does not exist"),
+        "wrong kind": (blocker, "is a file; expected a folder") if kind == "folder" else (tmp_path, "is a folder; expected a file"),
+        # Root may write anywhere by the permission bits, yet nothing can be created in /proc.
+        "unwritable": (Path("/proc/reranker-out"), "cannot write there: No such file or directory"),
+    }[problem]
+    code, out = run(data_dir, *command, option, str(path))
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().err == f"reranker: error: {option} {path}: {expected}\n"
+    assert list(data_dir.iterdir()) == []  # nothing indexed, trained or converted
+    assert not (tmp_path / "missing").exists() and blocker.read_text(encoding="utf-8") == "kept\n"
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["a-file", "data"]  # no scratch file left
+
+
+def test_an_existing_output_file_is_kept_when_another_output_is_refused(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # --out naming a folder was a traceback from gensim's save, after the training.
-    code, out = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", str(tmp_path), "--epochs", "1")
-    assert (code, out) == (1, "")  # nothing trained, nothing claimed
-    assert capsys.readouterr().err == f"reranker: error: {tmp_path}: is a folder; expected a file name\n"
+    """The check opens an existing file without truncating it; the run writes it only at the end."""
+    table = tmp_path / "table.md"
+    table.write_text("an earlier table\n", encoding="utf-8")
+    code, _ = run(data_dir, "evaluate", str(SAMPLE), "--markdown", str(table), "--run-dir", str(table))
+    assert code == 2 and "--run-dir" in capsys.readouterr().err
+    assert table.read_text(encoding="utf-8") == "an earlier table\n"
+    code, out = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25", "--markdown", str(table), "--no-progress")
+    assert code == 0 and table.read_text(encoding="utf-8").startswith("sample, 5 queries")
 
 
 def test_index_train_vectors_end_to_end(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,7 +246,42 @@ def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path
     assert code == 1
     assert "indexed 1, unchanged 0, skipped 2" in out
     assert f"skipped {corpus}:2: not valid JSON" in out
-    assert f"skipped {corpus}:3: document 'x': missing 'text' string" in out
+    assert f"skipped {corpus}:3: id 'x': missing 'text' (a string)" in out
+
+
+# Lines with the mistakes a corpus and a query file share, and what each is told.
+BAD_LINES = [
+    ("{broken", "not valid JSON (Expecting property name enclosed in double quotes at column 2)"),
+    ('["x", "some text"]', "expected a JSON object with an 'id' and a 'text'"),
+    ('{"text": "no id"}', "missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)"),
+    ('{"id": " ", "text": "a blank id"}', "missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)"),
+    ('{"id": "a", "_id": "b", "text": "two ids"}', "'id' 'a' and '_id' 'b' differ: give one"),
+    ('{"id": "x"}', "id 'x': missing 'text' (a string)"),
+    ('{"id": "x", "text": 3}', "id 'x': missing 'text' (a string)"),
+    ('{"id": "x", "text": "  "}', "id 'x': empty text"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_LINES, ids=[message[:24] for _, message in BAD_LINES])
+def test_a_bad_line_reads_the_same_in_a_corpus_and_in_a_query_file(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    """`index` skips a bad corpus line and `evaluate` refuses a bad query line: both parse
+    them with one reader (datasets.parse_record), so the user reads one message for one mistake."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text((SAMPLE / "corpus.jsonl").read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and f"  skipped {corpus}:26: {message}\n" in out
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    (dataset / "corpus.jsonl").write_bytes((SAMPLE / "corpus.jsonl").read_bytes())
+    (dataset / "qrels.tsv").write_bytes((SAMPLE / "qrels.tsv").read_bytes())
+    queries = dataset / "queries.jsonl"
+    queries.write_text((SAMPLE / "queries.jsonl").read_text(encoding="utf-8").rstrip("\n") + "\n" + line + "\n", encoding="utf-8")
+    capsys.readouterr()
+    code, out = run(data_dir, "evaluate", str(dataset), "--rankers", "bm25", "--no-progress")
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err == f"reranker: error: {queries}:6: {message}\n"
 
 
 def test_evaluate_names_the_corpus_lines_it_skipped(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -219,8 +298,8 @@ def test_evaluate_names_the_corpus_lines_it_skipped(data_dir: Path, tmp_path: Pa
     warning = next(r.getMessage() for r in caplog.records if "skipped while indexing" in r.getMessage()).splitlines()
     assert warning[0] == "7 corpus lines skipped while indexing (not in the evaluation):"
     assert warning[1:3] == [f"  {corpus}:26: not valid JSON (Expecting property name enclosed in double quotes at column 2)",
-                            f"  {corpus}:27: document 'x': missing 'text' string"]
-    assert warning[3:6] == [f"  {corpus}:{28 + i}: document 'e{i}': empty text" for i in range(3)]
+                            f"  {corpus}:27: id 'x': missing 'text' (a string)"]
+    assert warning[3:6] == [f"  {corpus}:{28 + i}: id 'e{i}': empty text" for i in range(3)]
     assert warning[6:] == ["  ... and 2 more (run with -v to list them all)"]
 
 

@@ -325,6 +325,7 @@ TINY_QRELS = "q1\tships\t1\nq2\tcooking\t1\nq3\tchess\t1\nq3\tships\t0\n"
 def test_cli_compare_writes_markdown_json_and_figures(data_dir: Path, tmp_path: Path) -> None:
     folder = dataset_folder(tmp_path / "tiny", TINY_QUERIES, TINY_QRELS)
     markdown, json_file, plots = tmp_path / "out" / "tiny.md", tmp_path / "out" / "tiny.json", tmp_path / "plots"
+    (tmp_path / "out").mkdir()  # an output's folder must exist; --plots DIR itself may be new
     rankers = "bm25,hidden_topics,hidden_topics+bm25"
     code, out = run(
         data_dir, "compare", "--dataset", str(folder), "--rankers", rankers, "--baseline", "bm25",
@@ -388,6 +389,6 @@ def test_cli_compare_refuses_bad_options(data_dir: Path, tmp_path: Path, capsys:
         f"reranker: error: {broken}: requests[0] (id 'q1'): ratings[0]: 'rating' must be an integer, got \"yes\""
     )
     (tmp_path / "file").write_text("")
-    assert run(data_dir, *common, "--rankers", "bm25,hidden_topics", "--plots", str(tmp_path / "file"))[0] == 1
+    assert run(data_dir, *common, "--rankers", "bm25,hidden_topics", "--plots", str(tmp_path / "file"))[0] == 2
     assert "is a file; expected a folder" in capsys.readouterr().err
     assert not (data_dir / "eval").exists()  # every refusal came before any indexing

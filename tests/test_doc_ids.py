@@ -275,3 +275,38 @@ def test_the_path_rule() -> None:
         "/papers/x",
     ):
         assert parse(path) is None, path
+
+
+# Ids the plain form /documents/<id> serves once percent-encoded, the awkward ones above and
+# ones that start like the proxy's names or the `_doc` form; and the three it leaves to the proxy.
+PLAIN_IDS = [doc_id for doc_id in IDS if doc_id != "_search"] + [
+    "_search/x", "_msearch/", "_count\n", "_countx", "_Search", " _search", "_doc", "_doc/", "_doc/similar", "%5Fsearch",
+]  # fmt: skip
+PROXY_NAMES = ["_search", "_msearch", "_count"]
+
+
+def test_the_published_plain_id_pattern_is_the_rule_the_service_applies(werkzeug_served: str) -> None:
+    """/openapi.json's schema of /documents/{doc_id} accepts each id the route serves and
+    refuses each it leaves to the proxy (it refused `_doc/x` and `_search/x`, which the
+    route serves: schemathesis then never sent them)."""
+    import jsonschema_rs
+
+    status, document = get(werkzeug_served, "/openapi.json")
+    assert status == 200
+    for path in ("/documents/{doc_id}", "/documents/{doc_id}/similar"):
+        (parameter,) = [p for p in document["paths"][path]["get"]["parameters"] if p["name"] == "doc_id"]
+        published = jsonschema_rs.Draft202012Validator(parameter["schema"])
+        for doc_id in PLAIN_IDS:
+            status, answer = get(werkzeug_served, f"/documents/{quote(doc_id, safe='')}")
+            # The document route answered: the paper, or a 404 that names the id it read.
+            served = (status == 200 and answer["id"] == doc_id) or (
+                status == 404 and answer["error"]["reason"] == f"no stored document with id {doc_id!r}"
+            )
+            assert served, (doc_id, status, answer)
+            assert published.is_valid(doc_id), (path, doc_id)
+        for doc_id in PROXY_NAMES:
+            status, answer = get(werkzeug_served, f"/documents/{doc_id}")
+            assert status != 200 and "no stored document" not in answer["error"]["reason"], (doc_id, answer)
+            assert answer["error"]["reason"].endswith(f"GET /documents/_doc/{doc_id}"), answer
+            assert not published.is_valid(doc_id), (path, doc_id)
+        assert not published.is_valid("")

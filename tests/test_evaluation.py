@@ -246,7 +246,7 @@ def test_evaluate_on_a_tiny_corpus(tmp_path: Path, engine: Engine) -> None:
 
 
 def test_cli_writes_the_figure_and_the_table(data_dir: Path, tmp_path: Path) -> None:
-    plot, markdown = tmp_path / "figures" / "sample.png", tmp_path / "sample.md"
+    plot, markdown = tmp_path / "sample.png", tmp_path / "sample.md"
     code, out = run(
         data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25,hidden_topics", "--window", "50",
         "--plot", str(plot), "--markdown", str(markdown), "--no-progress",
@@ -266,8 +266,8 @@ def test_cli_writes_the_figure_and_the_table(data_dir: Path, tmp_path: Path) -> 
 def test_cli_refuses_an_unwritable_output_before_evaluating(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(data_dir, "evaluate", str(SAMPLE), "--plot", str(tmp_path))[0] == 1
-    assert "is a folder; expected a file name" in capsys.readouterr().err
+    assert run(data_dir, "evaluate", str(SAMPLE), "--plot", str(tmp_path))[0] == 2
+    assert capsys.readouterr().err == f"reranker: error: --plot {tmp_path}: is a folder; expected a file\n"
     assert not (data_dir / "eval").exists()  # nothing was indexed
 
 
@@ -276,7 +276,7 @@ def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"queries.jsonl:2: not valid JSON"):
         load_queries(queries)
     write_jsonl(queries, [{"id": "q1", "text": ""}])
-    with pytest.raises(InputError, match=r"queries.jsonl:1: query 'q1' has no 'text'"):
+    with pytest.raises(InputError, match=r"queries.jsonl:1: id 'q1': empty text"):
         load_queries(queries)
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("q1\td1\t1\nq1 d2 1\n")

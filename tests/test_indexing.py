@@ -52,7 +52,7 @@ def test_bad_lines_are_reported_with_file_line_and_reason(tmp_path: Path, store:
     assert "missing 'text'" in reasons["4"]
     assert "empty text" in reasons["5"]
     assert reasons["6"] == "no in-vocabulary words (2 out-of-vocabulary)"
-    assert reasons["7"] == "expected a JSON object"
+    assert reasons["7"] == "expected a JSON object with an 'id' and a 'text'"
     assert reasons["8"] == "empty line"
     assert reasons["10"] == "not UTF-8 text"
     assert all(item.location.startswith(str(corpus)) for item in report.skipped)

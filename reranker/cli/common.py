@@ -6,8 +6,10 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TextIO
@@ -225,23 +227,39 @@ def ranker_list(raw: str) -> list[str]:
         raise ConfigError("--rankers needs at least one ranker name")
     return names
 
-def writable_folder(path: Path) -> None:
-    """Raise InputError now, not after the run, if figures cannot go into folder `path`."""
-    if path.exists() and not path.is_dir():
-        raise InputError("is a file; expected a folder", str(path))
+def check_output(option: str, path: Path | None, *, folder: bool = False) -> None:
+    """ConfigError (exit 2) now, before minutes of indexing or training, when `option`'s
+    output `path` (a file, or with `folder` a folder, new or not) could not be written at
+    the end: a missing parent folder, a folder where a file is wanted (or a file where a
+    folder is), a place the user may not write in. Nothing the user sees is created or
+    changed: an existing file is opened for append (not truncated), a new entry is tried
+    as a scratch file beside it that is removed at once. None: the option was not given."""
+    if path is None:
+        return
+    where = f"{option} {path}"
+    if folder and path.exists() and not path.is_dir():
+        raise ConfigError(f"{where}: is a file; expected a folder")
+    if not folder and path.is_dir():
+        raise ConfigError(f"{where}: is a folder; expected a file")
+    if not path.exists() and not path.parent.is_dir():
+        what = "is not a folder" if path.parent.exists() else "does not exist"
+        raise ConfigError(f"{where}: its folder {path.parent} {what}")
+    if path.exists() and not path.is_dir() and not path.is_file():
+        # A device or a FIFO (/dev/stdout): opening a FIFO would wait for its reader.
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"{where}: cannot write: Permission denied")
+        return
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            with path.open("a", encoding="utf-8"):
+                pass
+        else:
+            # The permission bits are not the whole answer (root may "write" /proc, a mount may be
+            # read-only): only creating an entry tells, in the folder the output will go into.
+            with tempfile.NamedTemporaryFile(dir=path if path.is_dir() else path.parent, prefix=".reranker-check-"):
+                pass
     except OSError as exc:
-        raise InputError(f"cannot create the folder: {exc.strerror or exc}", str(path)) from None
-
-def writable(path: Path) -> None:
-    """Raise InputError now, not after the evaluation, if `path` cannot be written."""
-    if path.is_dir():
-        raise InputError("is a folder; expected a file name", str(path))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create its folder: {exc.strerror or exc}", str(path)) from None
+        raise ConfigError(f"{where}: cannot write there: {exc.strerror or exc}") from None
 
 def write_output(path: Path, write: Callable[[Path], object]) -> None:
     try:

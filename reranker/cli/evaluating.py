@@ -16,6 +16,7 @@ from reranker.cli.common import (
     add_dataset_files,
     add_k_option,
     add_ranking_options,
+    check_output,
     index_file,
     log,
     open_engine,
@@ -24,8 +25,6 @@ from reranker.cli.common import (
     ranker_list,
     skipped_lines,
     with_trained_vectors,
-    writable,
-    writable_folder,
     write_output,
 )
 from reranker.config import DEFAULT_RANKER, Settings
@@ -180,11 +179,9 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
     if args.plot is not None:
         require_plotting("--plot")
-    for path in (args.plot, args.markdown):
-        if path is not None:
-            writable(path)  # and on an unwritable output path
-    if args.run_dir is not None:
-        writable_folder(args.run_dir)
+    check_output("--plot", args.plot)  # and on an unwritable output path
+    check_output("--markdown", args.markdown)
+    check_output("--run-dir", args.run_dir, folder=True)
     saved = _saved_run(args, settings) if args.baseline_run is not None else None
     dataset = load_dataset(args.dataset, args.queries_file, qrels_file=args.qrels_file)
     result = offline_run(
@@ -267,10 +264,8 @@ def cmd_evaluate_similar(args: argparse.Namespace, settings: Settings, out: Text
 
     names = ranker_list(args.rankers)
     rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
-    if args.markdown is not None:
-        writable(args.markdown)
-    if args.run_dir is not None:
-        writable_folder(args.run_dir)
+    check_output("--markdown", args.markdown)
+    check_output("--run-dir", args.run_dir, folder=True)
     dataset = load_cocitation_dataset(args.dataset, args.qrels_file)
     result = offline_run(
         args, settings, dataset, rankers,
@@ -303,14 +298,12 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     except UnknownRankerError as exc:
         raise ConfigError(str(exc)) from None  # a typo on the command line: a usage error, exit 2
     names = check_rankers(names, baseline)
-    for path in (args.markdown, args.json_file):
-        if path is not None:
-            writable(path)
+    check_output("--markdown", args.markdown)
+    check_output("--json-file", args.json_file)
     if args.plots is not None:
         require_plotting("--plots")
-        writable_folder(args.plots)
-    if args.run_dir is not None:
-        writable_folder(args.run_dir)
+    check_output("--plots", args.plots, folder=True)
+    check_output("--run-dir", args.run_dir, folder=True)
     if args.judgments is not None and args.qrels_file is not None:
         raise ConfigError("--judgments and --qrels-file both name the judgments: give one")
     dataset = load_dataset(args.dataset, args.queries_file, args.judgments, args.qrels_file)

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from reranker.cli.common import (
     EXIT_ERROR,
     add_k_option,
+    check_output,
     cluster_store,
     given,
     index_file,
@@ -19,7 +20,6 @@ from reranker.cli.common import (
     positive_int,
     print_report,
     with_trained_vectors,
-    writable,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
 from reranker.errors import ConfigError, InputError, RerankerError
@@ -116,7 +116,7 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         return _train_doc2vec(args, settings, out)
     if args.out is None:
         raise ConfigError("reranker train word2vec needs --out FILE (where to save the vectors)")
-    writable(args.out)  # before minutes of training, not after
+    check_output("--out", args.out)  # before minutes of training, not after
     sentences, documents, skipped = corpus_sentences(args.corpus, load_stopwords(settings.stopwords_file))
     params = Word2VecParams(**given(args, "dim", "window", "min_count", "epochs"))
     show = not args.no_progress and sys.stderr.isatty()

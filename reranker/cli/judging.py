@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, TextIO
 
-from reranker.cli.common import EXIT_ERROR, positive_int
+from reranker.cli.common import EXIT_ERROR, check_output, positive_int
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
 
@@ -65,13 +65,11 @@ def add_parser(ab_action: Any) -> None:
 
 
 def _out_folder(path: Path) -> None:
-    """ConfigError unless `path` is a new or empty folder (a judged set is never mixed with another)."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise ConfigError(f"--out {path}: {'is a file' if not path.is_dir() else 'holds files already'}; give a new or empty folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {path}: cannot create the folder: {exc.strerror or exc}") from None
+    """ConfigError unless `path` can be a new or empty folder (a judged set is never mixed
+    with another); checked before the events are read, created only when writing."""
+    check_output("--out", path, folder=True)
+    if path.is_dir() and any(path.iterdir()):
+        raise ConfigError(f"--out {path}: holds files already; give a new or empty folder")
 
 
 def _read(store: "EventStore", experiment_id: str, total: int, progress: bool) -> list["Impression"]:
@@ -97,6 +95,7 @@ def run(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
         ex.find(store, args.id)  # NotFoundError, naming the experiments there are
     if args.corpus is not None and not args.corpus.is_file():
         raise ConfigError(f"--corpus {args.corpus}: no such file")
+    _out_folder(args.out)
     if not held.queries:
         print(f"reranker: error: experiment {args.id!r} has shown no interleaved result list yet: nothing to judge", file=sys.stderr)
         return EXIT_ERROR
@@ -109,7 +108,10 @@ def run(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             file=sys.stderr,
         )
         return EXIT_ERROR
-    _out_folder(args.out)
+    try:
+        args.out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the folder: {exc.strerror or exc}", str(args.out)) from None
     corpus_note = _write_corpus(args, settings, judged, impressions)
     _write(args.out, judged, experiment_id=args.id, rankers=list(experiment.rankers) if experiment else None)
     summary = judged.summary()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from reranker.cli.common import add_dataset_files, add_k_option, add_ranking_options, positive_int, writable
+from reranker.cli.common import add_dataset_files, add_k_option, add_ranking_options, check_output, positive_int
 from reranker.cli.evaluating import offline_run
 from reranker.config import Settings, config_file_path, write_config_values
 from reranker.errors import ConfigError
@@ -68,7 +68,7 @@ def _config_target(args: argparse.Namespace) -> Path | None:
     target = config_file_path(args.config) if args.write_config is True else args.write_config
     if target is None:
         raise ConfigError("--write-config without FILE writes the config file in force, and there is none: give --write-config FILE")
-    writable(target)
+    check_output("--write-config", Path(target))
     return Path(target)
 
 

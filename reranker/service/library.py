@@ -24,7 +24,7 @@ from flask.blueprints import BlueprintSetupState
 
 from reranker.rankers import ranker_names
 from reranker.service.operations import Reply, operation
-from reranker.service.paths import NOT_PLAIN, AnyDocIdConverter, DocIdConverter
+from reranker.service.paths import PLAIN_ID_PATTERN, AnyDocIdConverter, DocIdConverter
 from reranker.service.reranking import runtime
 from reranker.service.schema import DocumentAnswer, SimilarAnswer
 from reranker.text import SNIPPET_WORDS, opening
@@ -34,8 +34,8 @@ blueprint = Blueprint("library", __name__)
 
 DOC_ID = {
     "doc_id": {
-        "type": "string", "minLength": 1, "pattern": f"^{NOT_PLAIN}",
-        "description": "a stored document's id, percent-encoded (a / in it may be sent as it is, but as %2F where the id ends in /similar); one that is _search, _msearch or _count or starts with _doc/ is named by /documents/_doc/{doc_id}",
+        "type": "string", "minLength": 1, "pattern": PLAIN_ID_PATTERN,
+        "description": "a stored document's id, percent-encoded (a / in it may be sent as it is, but as %2F where the id ends in /similar or starts with _search/, _msearch/, _count/ or _doc/); the ids _search, _msearch and _count are named by /documents/_doc/{doc_id}",
     }
 }  # fmt: skip
 ANY_DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "description": "a stored document's id, whatever it is, percent-encoded (a / in it may be sent as it is, but as %2F where the id ends in /similar)"}}

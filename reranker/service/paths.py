@@ -161,8 +161,18 @@ class AnyDocIdConverter(BaseConverter):
 
 # What the plain form /documents/<id> leaves to other routes: the proxy's endpoints (so that
 # /<index>/_search, _msearch and _count still reach an index named "documents") and the
-# `_doc/` form. Python's and JSON Schema's regex dialects read it alike.
+# `_doc/` form. It reads the path the routes see, where a document's id is one
+# percent-encoded segment (`DocumentPath.canonical`).
 NOT_PLAIN = r"(?!(?:_m?search|_count)(?:/|$)|_doc/)"
+
+
+# The same rule over the id itself, which a client percent-encodes into the path (`%2F` for
+# its slashes), published as /documents/{doc_id}'s pattern: every id but the proxy's three
+# names (`parse` reads `_search`, `%5Fsearch` too, as the proxy's). An id starting with
+# "_search/" or "_doc/" is the plain form's once its slash is encoded, so NOT_PLAIN's other
+# cases never apply to it. `(?![\s\S])`, not `$`: Python's `$` also matches before a final
+# newline, and `_search` + newline is an id like any other.
+PLAIN_ID_PATTERN = r"^(?!(?:_m?search|_count)(?![\s\S]))"
 
 
 class DocIdConverter(AnyDocIdConverter):
