@@ -512,8 +512,6 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
     add("```sh")
     if report["environment"]["blas_threads"]:
         add("export " + " ".join(f"{k}={v}" for k, v in report["environment"]["blas_threads"].items()))
-    if any(info.get("train_command") for info in report["vectors"].values()):
-        add(f"mkdir -p {shlex.quote(display_path(w2v_path(args.data_dir, 'x').parent))}")  # train's --out needs its folder
     for info in report["vectors"].values():
         if info.get("train_command"):
             add(f"reranker {info['train_command']}")
@@ -657,7 +655,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 train = train_argv(args, args.data_dir, args.datasets_root / dataset / "corpus.jsonl", out)
                 command = shlex.join(train)
                 if args.retrain or not out.exists():
-                    out.parent.mkdir(parents=True, exist_ok=True)  # `train --out` refuses a missing folder
                     print(f"training word2vec on {dataset}: reranker {command}", flush=True)
                     output, seconds = run_cli(train, subprocess_mode=args.subprocess)
                     print(f"  {output.splitlines()[0] if output else 'done'} ({seconds:.1f} s)", flush=True)

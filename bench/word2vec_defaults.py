@@ -62,7 +62,6 @@ def main() -> int:
             vectors = data_dir / "w2v" / f"{name}-d{dim}-e{epochs}.kv"
             started = time.perf_counter()
             if not vectors.exists():
-                vectors.parent.mkdir(parents=True, exist_ok=True)  # `train --out` refuses a missing folder
                 run_cli(["--data-dir", str(data_dir), "train", "word2vec", str(folder / "corpus.jsonl"),
                          "--out", str(vectors), "--dim", str(dim), "--epochs", str(epochs), "--workers", "1",
                          "--no-progress"], subprocess_mode=True)  # fmt: skip

@@ -585,6 +585,7 @@ def write_config_values(path: Path, values: Mapping[str, str | float]) -> list[s
             lines.append(rendered)
     staged = path.with_name(f".{path.name}.writing")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         staged.write_text("\n".join(lines) + "\n", encoding="utf-8")
         read_config_file(staged)  # what serve and search will read back
         os.replace(staged, path)

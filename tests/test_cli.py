@@ -153,17 +153,17 @@ OUTPUT_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize("problem", ["missing folder", "wrong kind", "unwritable"])
+@pytest.mark.parametrize("problem", ["parent is a file", "wrong kind", "unwritable"])
 @pytest.mark.parametrize(("command", "option", "kind"), OUTPUT_OPTIONS, ids=[f"{c[0]} {o}" for c, o, _ in OUTPUT_OPTIONS])
 def test_an_output_that_cannot_be_written_is_refused_before_any_work(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], option: str, kind: str, problem: str
 ) -> None:
-    # These were checked only after the evaluation (or created a missing folder, or let
-    # /proc pass), so minutes of indexing ended in an error.
+    # These were checked only after the evaluation (or let /proc pass), so minutes of
+    # indexing ended in an error.
     blocker = tmp_path / "a-file"
     blocker.write_text("kept\n", encoding="utf-8")
     path, expected = {
-        "missing folder": (tmp_path / "missing" / "out", f"its folder {tmp_path / 'missing'} does not exist"),
+        "parent is a file": (blocker / "missing" / "out", f"{blocker} is not a folder"),
         "wrong kind": (blocker, "is a file; expected a folder") if kind == "folder" else (tmp_path, "is a folder; expected a file"),
         # Root may write anywhere by the permission bits, yet nothing can be created in /proc.
         "unwritable": (Path("/proc/reranker-out"), "cannot write there: No such file or directory"),
@@ -172,7 +172,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(
     assert (code, out) == (2, "")
     assert capsys.readouterr().err == f"reranker: error: {option} {path}: {expected}\n"
     assert list(data_dir.iterdir()) == []  # nothing indexed, trained or converted
-    assert not (tmp_path / "missing").exists() and blocker.read_text(encoding="utf-8") == "kept\n"
+    assert blocker.read_text(encoding="utf-8") == "kept\n"
     assert sorted(item.name for item in tmp_path.iterdir()) == ["a-file", "data"]  # no scratch file left
 
 
@@ -186,6 +186,19 @@ def test_an_existing_output_file_is_kept_when_another_output_is_refused(
     assert code == 2 and "--run-dir" in capsys.readouterr().err
     assert table.read_text(encoding="utf-8") == "an earlier table\n"
     code, out = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25", "--markdown", str(table), "--no-progress")
+    assert code == 0 and table.read_text(encoding="utf-8").startswith("sample, 5 queries")
+
+
+def test_an_output_in_missing_folders_is_written_there_once_the_run_succeeds(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Missing parent folders are no reason to refuse an output: they are made at the end,
+    and only when the run succeeded (a refused run leaves none behind)."""
+    table = tmp_path / "new" / "deeper" / "table.md"
+    code, _ = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25", "--markdown", str(table), "--run-dir", "/proc/runs")
+    assert code == 2 and "--run-dir /proc/runs" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    code, _ = run(data_dir, "evaluate", str(SAMPLE), "--rankers", "bm25", "--markdown", str(table), "--no-progress")
     assert code == 0 and table.read_text(encoding="utf-8").startswith("sample, 5 queries")
 
 

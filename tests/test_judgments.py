@@ -224,9 +224,10 @@ def test_bad_requests_are_one_line_errors(simulated: str, indexed: Path, tmp_pat
     code, _ = run(indexed, "ab", "judgments", simulated, "--out", str(tmp_path / "full"))
     assert code == 2 and "holds files already" in capsys.readouterr().err
     # Refused before the events are read, as every output that cannot be written.
-    code, _ = run(indexed, "ab", "judgments", simulated, "--out", str(tmp_path / "missing" / "judged"))
+    (tmp_path / "a-file").write_text("")
+    code, _ = run(indexed, "ab", "judgments", simulated, "--out", str(tmp_path / "a-file" / "judged"))
     assert code == 2
-    assert capsys.readouterr().err == f"reranker: error: --out {tmp_path / 'missing' / 'judged'}: its folder {tmp_path / 'missing'} does not exist\n"
+    assert capsys.readouterr().err == f"reranker: error: --out {tmp_path / 'a-file' / 'judged'}: {tmp_path / 'a-file'} is not a folder\n"
     code, _ = run(indexed, "ab", "judgments", simulated, "--out", "/proc/judged")
     assert (code, capsys.readouterr().err) == (2, "reranker: error: --out /proc/judged: cannot write there: No such file or directory\n")
     code, _ = run(indexed, "ab", "judgments", "nope", "--out", str(tmp_path / "b"))

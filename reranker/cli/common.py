@@ -230,10 +230,12 @@ def ranker_list(raw: str) -> list[str]:
 def check_output(option: str, path: Path | None, *, folder: bool = False) -> None:
     """ConfigError (exit 2) now, before minutes of indexing or training, when `option`'s
     output `path` (a file, or with `folder` a folder, new or not) could not be written at
-    the end: a missing parent folder, a folder where a file is wanted (or a file where a
-    folder is), a place the user may not write in. Nothing the user sees is created or
-    changed: an existing file is opened for append (not truncated), a new entry is tried
-    as a scratch file beside it that is removed at once. None: the option was not given."""
+    the end: a folder where a file is wanted (or a file where a folder is), a parent path
+    that runs through a file, a place the user may not write in. Missing parent folders
+    are fine: `write_output` makes them when the run has succeeded. Nothing the user sees
+    is created or changed now: an existing file is opened for append (not truncated), a
+    new entry is tried as a scratch file in the nearest folder that exists, removed at
+    once. None: the option was not given."""
     if path is None:
         return
     where = f"{option} {path}"
@@ -241,9 +243,11 @@ def check_output(option: str, path: Path | None, *, folder: bool = False) -> Non
         raise ConfigError(f"{where}: is a file; expected a folder")
     if not folder and path.is_dir():
         raise ConfigError(f"{where}: is a folder; expected a file")
-    if not path.exists() and not path.parent.is_dir():
-        what = "is not a folder" if path.parent.exists() else "does not exist"
-        raise ConfigError(f"{where}: its folder {path.parent} {what}")
+    nearest = path.parent
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not path.exists() and not nearest.is_dir():
+        raise ConfigError(f"{where}: {nearest} is not a folder")
     if path.exists() and not path.is_dir() and not path.is_file():
         # A device or a FIFO (/dev/stdout): opening a FIFO would wait for its reader.
         if not os.access(path, os.W_OK):
@@ -256,13 +260,15 @@ def check_output(option: str, path: Path | None, *, folder: bool = False) -> Non
         else:
             # The permission bits are not the whole answer (root may "write" /proc, a mount may be
             # read-only): only creating an entry tells, in the folder the output will go into.
-            with tempfile.NamedTemporaryFile(dir=path if path.is_dir() else path.parent, prefix=".reranker-check-"):
+            with tempfile.NamedTemporaryFile(dir=path if path.is_dir() else nearest, prefix=".reranker-check-"):
                 pass
     except OSError as exc:
         raise ConfigError(f"{where}: cannot write there: {exc.strerror or exc}") from None
 
 def write_output(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(path)`, its missing parent folders made first; OSError becomes InputError."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write(path)
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror or exc}", str(path)) from None

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
         )
         return EXIT_ERROR
     try:
-        args.out.mkdir(exist_ok=True)
+        args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create the folder: {exc.strerror or exc}", str(args.out)) from None
     corpus_note = _write_corpus(args, settings, judged, impressions)
