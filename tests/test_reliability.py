@@ -28,8 +28,10 @@ from conftest import TINY_CORPUS, ClusterProxy, Service, http_json, run, write_j
 QUERY = "A captain and his crew sail a ship across the stormy ocean."
 DEADLINE_MS, BUDGET_MS = 400, 800
 # What a request may take when the cluster hangs: its deadline, its cluster budget, and
-# slack for a loaded 2-core machine running the client, the server and the cluster.
-WORST_SECONDS = (DEADLINE_MS + BUDGET_MS) / 1000 + 1.5
+# slack for a loaded 2-core machine running the client, the server and the cluster (1.5 s
+# of slack failed once at a load average of 5); still far below the 10 s client timeout a
+# request without a budget would wait out.
+WORST_SECONDS = (DEADLINE_MS + BUDGET_MS) / 1000 + 2.5
 
 
 @pytest.fixture
@@ -91,7 +93,7 @@ def test_a_hung_cluster_costs_a_request_its_budget_and_health_checks_nothing(own
         assert max(seconds for _, _, seconds in results) < WORST_SECONDS, results
         # /healthz at once all along; /readyz says "unavailable" within its 1.5 s.
         health = [seconds for path, status, seconds in probes if path == "/healthz" and status == 200]
-        assert len(health) == len(probes) // 2 and max(health) < 0.5, probes
+        assert len(health) == len(probes) // 2 and max(health) < 1.0, probes
         ready = [(status, seconds) for path, status, seconds in probes if path == "/readyz"]
         assert all(status == 503 and seconds < 1.5 + 1.0 for status, seconds in ready), ready
 
