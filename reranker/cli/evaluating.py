@@ -29,6 +29,7 @@ from reranker.cli.common import (
 )
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.errors import ConfigError, InputError, UnknownRankerError
+from reranker.interleaving import METHODS
 from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.text import listed
 
@@ -142,7 +143,7 @@ def add_parsers(commands: Any) -> None:
     create = ab_action.add_parser("create", help="start an experiment (one runs at a time)")
     create.add_argument("id", help="a name: a-z, 0-9, _ and -")
     create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
-    create.add_argument("--method", choices=("team_draft", "balanced"), default="team_draft", help="interleaving method (default team_draft)")
+    create.add_argument("--method", choices=METHODS, default=METHODS[0], help=f"interleaving method (default {METHODS[0]})")
     create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
     create.add_argument(
         "--min-units", type=positive_int, metavar="N",
