@@ -20,10 +20,29 @@ and prints, in one run:
    against the always-valid test read after every unit up to n, with the product's mixture
    (a matched to `min_units` = 20) and with one matched to n (what planning for n buys).
 
+3. Equal rankers, units with several clicked searches each, read after every clicked search
+   up to `--flip-units` units: the share of experiments in which the product's verdict named
+   a winner, beside the same with one clicked search per unit. A unit's vote is the sign of
+   its summed credit, recounted as each search adds to it (`interleaving.UnitVotes`), so a
+   unit first counted for A can later be a tie or a vote for B; Ville's inequality is exact
+   only for votes that never change. Under H0 each clicked search's credit goes to A or B
+   with equal chance, independently of the unit's other searches: the most a unit's vote can
+   flip (a user who clicks the same hit of the same list every time never flips it). Clicked
+   searches per unit: P(k) proportional to k^-2, k = 1..100 (`searches_per_unit`), in two
+   orders: spread (each search at a random moment of the experiment: a unit that comes back
+   to its query) and in sessions (a unit's searches back to back from a random moment: paging
+   and reloads in one visit); and, as a stress case, ten clicked searches for every unit, in
+   sessions. Beside the product's rule, the rate of a rule that counts each unit's first vote
+   and never revises it (for which Ville's bound is exact).
+
+4. The power of the two rules when units have several clicked searches (spread, k^-2 as in 3)
+   and each search's credit goes to A with probability 0.55: the share of experiments that
+   named A by n units.
+
 Critical counts of the fixed-horizon test come from the product's own `sign_test`, once per
 n; the always-valid p-values from `sequential.log_likelihood_ratio` over whole runs at once.
 
-Run:  python bench/bench_peeking.py                   (about ten seconds)
+Run:  python bench/bench_peeking.py                   (about half a minute; it prints its time)
       python bench/bench_peeking.py --units 5000 --runs 2000
 """
 
@@ -36,15 +55,26 @@ if __name__ == "__main__":
 
 import argparse
 import math
+import time
+from collections.abc import Callable
 
 import numpy as np
+from benchlib import require, table
 
 from reranker.experiments import ALPHA
-from reranker.interleaving import sign_test
+from reranker.interleaving import UnitVotes, sign_test
 from reranker.sequential import DEFAULT_MIN_UNITS, log_likelihood_ratio, mixing_parameter
 
 SHARES = (0.55, 0.60)
 SIZES = (200, 500, 1000, 2000)
+# Part 3 and 4: the tail of clicked searches per unit, P(k) ~ k^-TAIL for k = 1..MAX_SEARCHES.
+# How often one user repeats one query in logs is heavy-tailed, close to a power law; an
+# exponent of 2 makes most units one search (61%), some 2-5 (28%) and a few 10 or more (6%).
+TAIL = 2.0
+MAX_SEARCHES = 100
+STRESS_SEARCHES = 10
+SEARCH_SHARE = 0.55  # part 4: the chance that one clicked search credits A
+FLIP_SIZES = (500, 1000, 2000)
 
 
 def critical_leads(units: int) -> np.ndarray:
@@ -126,18 +156,171 @@ def power(args: argparse.Namespace, critical: np.ndarray) -> None:
             print(f"   {theta:>5.2f} {size:>5} {fixed:>12.3f} {right:>13.3f} {right / fixed:>8.2f}x {right_tuned:>8.3f} {right_tuned / fixed:>8.2f}x")
 
 
+def searches_per_unit(rng: np.random.Generator, units: int) -> np.ndarray:
+    """(units,) clicked searches of each unit, P(k) proportional to k^-TAIL for k = 1..MAX_SEARCHES."""
+    sizes = np.arange(1, MAX_SEARCHES + 1)
+    weights = sizes**-TAIL
+    return rng.choice(sizes, size=units, p=weights / weights.sum())
+
+
+def search_order(rng: np.random.Generator, searches: np.ndarray, sessions: bool) -> np.ndarray:
+    """(sum(searches),) the unit of each clicked search, in the order they happen.
+
+    Spread: every search at a uniform random moment. Sessions: a unit starts at a uniform
+    random moment and its searches follow one another a step apart, a step short against the
+    time between two units' starts (1/units), so a session overlaps a few others.
+    """
+    units = np.repeat(np.arange(searches.size), searches)
+    if sessions:
+        within = np.arange(units.size) - np.repeat(np.cumsum(searches) - searches, searches)
+        moments = rng.random(searches.size)[units] + within * (0.2 / searches.size)
+    else:
+        moments = rng.random(units.size)
+    return units[np.argsort(moments, kind="stable")]
+
+
+def unit_counts(units: np.ndarray, credits: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Counts after each clicked search, for clicked searches of `units` with `credits` (+1, -1).
+
+    Returns (wins_a, wins_b, first_a, first_b, seen), each (searches,): the units whose summed
+    credit is now for A / for B (the product's count, `UnitVotes`), the units whose first
+    vote was for A / for B (never revised), and the units seen so far. One pass of numpy:
+    each unit's running sum comes from a sort by unit that keeps the order of its searches.
+    """
+    by_unit = np.argsort(units, kind="stable")
+    sorted_units, sorted_credits = units[by_unit], credits[by_unit]
+    starts = np.flatnonzero(np.r_[True, sorted_units[1:] != sorted_units[:-1]])
+    running = np.cumsum(sorted_credits)
+    lengths = np.diff(np.r_[starts, units.size])
+    after = running - np.repeat(running[starts] - sorted_credits[starts], lengths)
+    before = after - sorted_credits
+    first = np.zeros(units.size, dtype=bool)
+    first[starts] = True  # credits are +-1, so a unit's first search is its first vote
+    steps = np.empty((5, units.size), dtype=np.int64)
+    steps[:, by_unit] = [
+        (after > 0).astype(np.int64) - (before > 0),
+        (after < 0).astype(np.int64) - (before < 0),
+        first & (sorted_credits > 0),
+        first & (sorted_credits < 0),
+        first,
+    ]
+    return tuple(np.cumsum(steps, axis=1))
+
+
+def named_winner(wins_a: np.ndarray, wins_b: np.ndarray, mixing: float) -> int | None:
+    """The first clicked search after which the product's verdict is "significant" (the
+    running maximum of Lambda(1/2) has reached 1/ALPHA and `DEFAULT_MIN_UNITS` units have a
+    preference now, as `interleaving.outcome` reads it), None if none is."""
+    reached = np.maximum.accumulate(log_likelihood_ratio(wins_a, wins_b, mixing)) > math.log(1 / ALPHA)
+    significant = reached & (wins_a + wins_b >= DEFAULT_MIN_UNITS)
+    return int(np.argmax(significant)) if significant.any() else None
+
+
+def check_against_product(rng: np.random.Generator) -> None:
+    """The counts of `unit_counts` are `UnitVotes`' after every search, on one experiment."""
+    units = search_order(rng, searches_per_unit(rng, 300), sessions=False)
+    credits = rng.choice(np.array([-1, 1]), size=units.size)
+    votes = UnitVotes()
+    product = []
+    for unit, preference in zip(units.tolist(), credits.tolist()):
+        votes.add(unit, preference)
+        product.append((votes.wins_a, votes.wins_b))
+    wins_a, wins_b, *_ = unit_counts(units, credits)
+    require(np.array_equal(np.c_[wins_a, wins_b], np.array(product)), "unit_counts differs from UnitVotes")
+
+
+def flips(args: argparse.Namespace) -> None:
+    mixing = mixing_parameter(DEFAULT_MIN_UNITS, ALPHA)
+    rng = np.random.default_rng(args.seed + 10)
+    check_against_product(rng)
+    sizes = np.arange(1, MAX_SEARCHES + 1)
+    tail = sizes**-TAIL / (sizes**-TAIL).sum()
+    print()
+    print(f"3. Equal rankers, {args.flip_units} units, read after every clicked search, {args.flip_runs} simulated")
+    print(f"   experiments (seed {args.seed + 10}): share in which the verdict named a winner (alpha = {ALPHA}), by how")
+    print(f"   many clicked searches each unit has. k^-{TAIL:g} for k = 1..{MAX_SEARCHES}: {tail[0]:.0%} of units 1, "
+          f"{tail[1:5].sum():.0%} 2-5, {tail[9:].sum():.0%} 10 or more, mean {tail @ sizes:.1f}.")
+    print("   product: the unit's summed credit, recounted as it changes; first vote: never revised.")
+    scenarios: list[tuple[str, Callable[[], np.ndarray], bool]] = [
+        ("1 per unit", lambda: np.ones(args.flip_units, dtype=np.int64), False),
+        (f"k^-{TAIL:g}, spread", lambda: searches_per_unit(rng, args.flip_units), False),
+        (f"k^-{TAIL:g}, sessions", lambda: searches_per_unit(rng, args.flip_units), True),
+        (f"{STRESS_SEARCHES} per unit, sessions", lambda: np.full(args.flip_units, STRESS_SEARCHES), True),
+    ]
+    rows = []
+    baseline = None
+    for name, draw, sessions in scenarios:
+        product = first_vote = flipped = 0
+        searches = 0
+        for _ in range(args.flip_runs):
+            units = search_order(rng, draw(), sessions)
+            credits = rng.choice(np.array([-1, 1]), size=units.size)
+            wins_a, wins_b, first_a, first_b, _ = unit_counts(units, credits)
+            product += named_winner(wins_a, wins_b, mixing) is not None
+            first_vote += named_winner(first_a, first_b, mixing) is not None
+            # A count that fell: some unit's vote was revised (the product's rule only).
+            flipped += bool(np.any(np.diff(wins_a) < 0) or np.any(np.diff(wins_b) < 0))
+            searches += units.size
+        rate, first_rate = product / args.flip_runs, first_vote / args.flip_runs
+        baseline = rate if baseline is None else baseline
+        error = math.sqrt(rate * (1 - rate) / args.flip_runs)
+        rows.append([
+            name, f"{searches / args.flip_runs:.0f}", f"{flipped / args.flip_runs:.2f}", f"{rate:.4f}", f"{error:.4f}",
+            f"{(rate - ALPHA) / error:+.1f}" if error else "-", f"{rate / baseline:.2f}x" if baseline else "-", f"{first_rate:.4f}",
+        ])
+    print(indent(table(["units' searches", "searches", "revised", "product", "s.e.", "(r-0.05)/se", "vs 1 per unit", "first vote"], rows)))
+    print("   (searches: clicked searches per experiment; revised: share of experiments in which a unit's")
+    print("   vote was taken back; s.e.: the Monte-Carlo standard error of the product's rate)")
+
+
+def flip_power(args: argparse.Namespace) -> None:
+    mixing = mixing_parameter(DEFAULT_MIN_UNITS, ALPHA)
+    rng = np.random.default_rng(args.seed + 20)
+    horizon = max(FLIP_SIZES)
+    product = np.zeros(len(FLIP_SIZES))
+    first_vote = np.zeros(len(FLIP_SIZES))
+    for _ in range(args.flip_runs):
+        units = search_order(rng, searches_per_unit(rng, horizon), sessions=False)
+        credits = np.where(rng.random(units.size) < SEARCH_SHARE, 1, -1)
+        wins_a, wins_b, first_a, first_b, seen = unit_counts(units, credits)
+        for tally, (for_a, for_b) in ((product, (wins_a, wins_b)), (first_vote, (first_a, first_b))):
+            crossed = named_winner(for_a, for_b, mixing)
+            if crossed is not None and for_a[crossed] > for_b[crossed]:  # named A, the better one
+                tally += seen[crossed] <= np.array(FLIP_SIZES)
+    print()
+    print(f"4. Each clicked search credits A with probability {SEARCH_SHARE} (k^-{TAIL:g} searches per unit, spread):")
+    print(f"   share of {args.flip_runs} experiments that named A by n units (seed {args.seed + 20})")
+    rows = [
+        [f"{size}", f"{old / args.flip_runs:.3f}", f"{new / args.flip_runs:.3f}", f"{new / old if old else float('nan'):.2f}x"]
+        for size, old, new in zip(FLIP_SIZES, product, first_vote)
+    ]
+    print(indent(table(["n", "product", "first vote", "vs product"], rows, label_column=False)))
+
+
+def indent(text: str) -> str:
+    return "\n".join("   " + line for line in text.splitlines())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--units", type=int, default=1000, help="units with a preference at the end of part 1 (default 1000)")
     parser.add_argument("--runs", type=int, default=4000, help="simulated experiments between equal rankers (default 4000)")
     parser.add_argument("--power-runs", type=int, default=2000, help="simulated experiments per share in part 2 (default 2000)")
+    parser.add_argument("--flip-units", type=int, default=2000, help="units per experiment in part 3 (default 2000)")
+    parser.add_argument("--flip-runs", type=int, default=2000, help="simulated experiments per row of parts 3 and 4 (default 2000)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    if args.units < DEFAULT_MIN_UNITS or args.runs < 1 or args.power_runs < 1:
-        parser.error(f"--units must be at least {DEFAULT_MIN_UNITS}, --runs and --power-runs at least 1")
+    if args.units < DEFAULT_MIN_UNITS or args.flip_units < DEFAULT_MIN_UNITS:
+        parser.error(f"--units and --flip-units must be at least {DEFAULT_MIN_UNITS}")
+    if args.runs < 1 or args.power_runs < 1 or args.flip_runs < 1:
+        parser.error("--runs, --power-runs and --flip-runs must be at least 1")
+    started = time.perf_counter()
     critical = critical_leads(max(args.units, *SIZES))
     false_positives(args, critical)
     power(args, critical)
+    flips(args)
+    flip_power(args)
+    print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 
 
