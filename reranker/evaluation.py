@@ -299,17 +299,22 @@ def write_trec_runs(rankings: Rankings, folder: Path, dataset: str) -> list[Path
     """One TREC run file per ranker, `<folder>/<dataset>.<ranker>.run`, for trec_eval,
     ir_measures and the like: `query_id Q0 doc_id rank score tag` per line. The score is
     the rank turned around (window size down to 1): these tools order by score, and the
-    rankers' own scores are on incomparable scales."""
-    folder.mkdir(parents=True, exist_ok=True)
+    rankers' own scores are on incomparable scales. Raises InputError naming the file
+    when one cannot be written (a full disk, say: the CLI checks the folder beforehand)."""
     written = []
-    for name, by_query in rankings.items():
-        tag = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)  # one token, also where ":" is not allowed
-        path = folder / f"{dataset}.{tag}.run"
-        with path.open("w", encoding="utf-8") as handle:
-            for query_id, ranked in by_query.items():
-                for rank, doc_id in enumerate(ranked, start=1):
-                    handle.write(f"{query_id} Q0 {doc_id} {rank} {len(ranked) - rank + 1} {tag}\n")
-        written.append(path)
+    path = folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, by_query in rankings.items():
+            tag = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)  # one token, also where ":" is not allowed
+            path = folder / f"{dataset}.{tag}.run"
+            with path.open("w", encoding="utf-8") as handle:
+                for query_id, ranked in by_query.items():
+                    for rank, doc_id in enumerate(ranked, start=1):
+                        handle.write(f"{query_id} Q0 {doc_id} {rank} {len(ranked) - rank + 1} {tag}\n")
+            written.append(path)
+    except OSError as exc:
+        raise InputError(f"cannot write the run file: {exc.strerror or exc}", str(path)) from None
     return written
 
 

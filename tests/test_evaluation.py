@@ -456,6 +456,17 @@ def test_cli_evaluates_a_beir_folder_as_ours(data_dir: Path, tmp_path: Path, cap
     assert err.count("\n") == 1 and "qrels/train.tsv: no such file" in err
 
 
+def test_a_run_file_that_cannot_be_written_is_a_one_line_error(tmp_path: Path) -> None:
+    """A failure while writing run files (here: a folder where the file goes; a full disk
+    mid-run is the real case) names the file instead of ending in a traceback."""
+    from reranker.evaluation import write_trec_runs
+
+    (tmp_path / "toy.bm25.run").mkdir()
+    with pytest.raises(InputError) as raised:
+        write_trec_runs({"bm25": {"q1": ("d1", "d2")}}, tmp_path, "toy")
+    assert str(raised.value).startswith(f"{tmp_path / 'toy.bm25.run'}: cannot write the run file: ")
+
+
 def test_the_evaluation_matrix_measures_the_products_defaults(tmp_path: Path) -> None:
     """bench/evaluate_matrix.py, run as docs/evaluation.md is made (a child process, the real
     CLI, gensim's training) on the sample corpus under a data set name the script knows: the
