@@ -61,9 +61,8 @@ from collections.abc import Callable
 import numpy as np
 from benchlib import require, table
 
-from reranker.experiments import ALPHA
 from reranker.interleaving import UnitVotes, sign_test
-from reranker.sequential import DEFAULT_MIN_UNITS, log_likelihood_ratio, mixing_parameter
+from reranker.sequential import ALPHA, DEFAULT_MIN_UNITS, log_likelihood_ratio, mixing_parameter
 
 SHARES = (0.55, 0.60)
 SIZES = (200, 500, 1000, 2000)

@@ -35,7 +35,7 @@ from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
 from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, UnitVotes, credit, outcome, sign_test
 from reranker.rankers import RANKERS, get_ranker
-from reranker.sequential import DEFAULT_MIN_UNITS, mixing_parameter, sequential_test
+from reranker.sequential import ALPHA, DEFAULT_MIN_UNITS, mixing_parameter, sequential_test
 from reranker.store.events import (
     Event,
     EventStore,
@@ -50,9 +50,7 @@ log = logging.getLogger(__name__)
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 DEFAULT_TRAFFIC = 0.1
 MAX_MIN_UNITS = 1_000_000
-# The report's significance level, and the confidence of the timeline's band (its dual).
-ALPHA = 0.05
-CONFIDENCE = 0.95
+CONFIDENCE = 1 - ALPHA  # the timeline's band: the dual of the verdict's test
 STATUSES = ("running", "stopped")
 # How long a worker trusts its copy of the running experiment (changes made through
 # another worker or the CLI are seen within this time).

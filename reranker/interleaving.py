@@ -36,7 +36,7 @@ import random
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-from reranker.sequential import DEFAULT_MIN_UNITS, sequential_test
+from reranker.sequential import ALPHA, DEFAULT_MIN_UNITS, sequential_test
 
 TEAM_A, TEAM_B = "A", "B"
 METHODS = ("team_draft", "balanced")
@@ -285,7 +285,7 @@ class UnitVotes:
 def outcome(
     results: Iterable[tuple[Interleaving, Collection[str]]],
     min_units: int = DEFAULT_MIN_UNITS,
-    alpha: float = 0.05,
+    alpha: float = ALPHA,
     labels: tuple[str, str] = (TEAM_A, TEAM_B),
     units: Sequence[Hashable] | None = None,
 ) -> Outcome:

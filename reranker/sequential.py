@@ -41,6 +41,9 @@ import numpy.typing as npt
 # is named, and so the size the mixture is tuned for. Here, below the experiment code and the
 # store that keeps experiments, so that every layer reads the one number.
 DEFAULT_MIN_UNITS = 20
+# The significance level of an experiment's verdict, and so the confidence (1 - ALPHA) of
+# its band: one number for the report, the timeline and every default below.
+ALPHA = 0.05
 # a below this puts most of the mixture near theta = 0 or 1 (one ranker preferred by every
 # unit), an effect no two rankers of one window have; 1/2 is the Jeffreys prior.
 MIN_MIXING = 0.5
@@ -71,7 +74,7 @@ def optimal_mixture_ratio(alpha: float) -> float:
     return ratio
 
 
-def mixing_parameter(planned_units: int, alpha: float = 0.05) -> float:
+def mixing_parameter(planned_units: int, alpha: float = ALPHA) -> float:
     """a of the Beta(a, a) mixture whose test is most sensitive after `planned_units` units.
 
     Beta(a, a) has variance 1 / (4 (2a + 1)) around 1/2; the normal mixture over a trial of
@@ -116,7 +119,7 @@ def always_valid_p_values(wins_a: Counts, wins_b: Counts, mixing: float) -> Floa
     return np.asarray(np.minimum(1.0, np.exp(-np.maximum.accumulate(log_ratio))), dtype=np.float64)
 
 
-def confidence_sequence(wins_a: Counts, wins_b: Counts, mixing: float, alpha: float = 0.05) -> tuple[Floats, Floats]:
+def confidence_sequence(wins_a: Counts, wins_b: Counts, mixing: float, alpha: float = ALPHA) -> tuple[Floats, Floats]:
     """The always-valid (1 - alpha) confidence sequence for theta, A's share, after each step.
 
     wins_a, wins_b: (n,) counts after each step, in order. Returns (low, high), each (n,):
@@ -187,7 +190,7 @@ class SequentialTest:
         return confidence_sequence(self.wins_a, self.wins_b, self.mixing, self.alpha)
 
 
-def sequential_test(history: Sequence[tuple[int, int]], planned_units: int, alpha: float = 0.05) -> SequentialTest:
+def sequential_test(history: Sequence[tuple[int, int]], planned_units: int, alpha: float = ALPHA) -> SequentialTest:
     """The always-valid test over `history`: (wins_a, wins_b) after each step, in the order
     the steps happened, with the mixture tuned for `planned_units` (`mixing_parameter`).
 
