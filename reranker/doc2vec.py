@@ -41,12 +41,12 @@ from gensim.models.doc2vec import Doc2Vec, TaggedDocument
 from gensim.models.doc2vec_inner import train_document_dbow, train_document_dm
 
 from reranker.errors import (
+    NO_DOC2VEC_MODEL,
     ConfigError,
     IndexNotFoundError,
     RankerUnavailableError,
     VectorsError,
 )
-from reranker.rankers.doc2vec import NO_MODEL
 from reranker.store import Doc2VecInfo, IndexInfo, Store
 from reranker.text import tokenize
 from reranker.types import Document, FloatArray, WriteFailure
@@ -377,7 +377,7 @@ def load_for_index(info: IndexInfo | None, data_dir: Path) -> Doc2VecModel:
     """
     record = info.doc2vec if info is not None else None
     if record is None:
-        raise RankerUnavailableError(NO_MODEL)
+        raise RankerUnavailableError(NO_DOC2VEC_MODEL)
     path = model_path(data_dir, record.checksum)
     with _LOAD_LOCK:
         loaded = _LOADED.get(path)
@@ -385,7 +385,7 @@ def load_for_index(info: IndexInfo | None, data_dir: Path) -> Doc2VecModel:
             return loaded
         if not path.is_file():
             raise RankerUnavailableError(
-                f"{NO_MODEL} (the index records model {record.checksum[:12]}, which is not in {path.parent})"
+                f"{NO_DOC2VEC_MODEL} (the index records model {record.checksum[:12]}, which is not in {path.parent})"
             )
         try:
             model = Doc2Vec.load(str(path), mmap="r")

@@ -72,6 +72,11 @@ class RankerUnavailableError(RerankerError):
     was trained for it); the message says what to do."""
 
 
+# Here rather than beside the ranker: both the doc2vec ranker and the model loader
+# (reranker/doc2vec.py, below the rankers) raise it, and neither may import the other.
+NO_DOC2VEC_MODEL = "no Doc2Vec model was trained for this index; run `reranker train doc2vec CORPUS`"
+
+
 class IndexOutdatedError(RankerUnavailableError):
     """The index was built by a version before something a ranker needs; rebuilding it
     (`reranker index --rebuild`) adds it."""

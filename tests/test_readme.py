@@ -473,21 +473,56 @@ def test_the_layout_names_every_module() -> None:
     assert missing == [], "docs/layout.md does not name these"
 
 
-def test_only_the_command_line_imports_the_write_path() -> None:
-    """The data flows one way (docs/layout.md): the read path gets a text's topics from
-    extraction.py, never from indexing.py (corpus reading, worker processes, Doc2Vec). Every
+def imports(path: Path, module: str) -> list[str]:
+    """"file:line" of every statement in `path` that imports `module` or a name in it. Every
     import statement counts, one inside a function or under TYPE_CHECKING too: pipeline.py's
     were inside functions, which hid them from a check of what importing it loads."""
-    importers = []
-    for path in sorted((REPO / "reranker").rglob("*.py")):
-        if path.is_relative_to(REPO / "reranker" / "cli") or path.stem == "indexing":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom):
-                names = [f"{node.module}.{alias.name}" for alias in node.names]
-            if any(name == "reranker.indexing" or name.startswith("reranker.indexing.") for name in names):
-                importers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom):
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        if any(name == module or name.startswith(f"{module}.") for name in names):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    return found
+
+
+def test_only_the_command_line_imports_the_write_path() -> None:
+    """The data flows one way (docs/layout.md): the read path gets a text's topics from
+    extraction.py, never from indexing.py (corpus reading, worker processes, Doc2Vec)."""
+    importers = [
+        found
+        for path in sorted((REPO / "reranker").rglob("*.py"))
+        if not path.is_relative_to(REPO / "reranker" / "cli") and path.stem != "indexing"
+        for found in imports(path, "reranker.indexing")
+    ]
+    assert importers == []
+
+
+def test_the_write_path_and_the_modules_below_it_import_no_ranker() -> None:
+    """Rankers read what the write path stored, never the other way round: doc2vec.py took
+    its "no model" message from the doc2vec ranker (now in errors.py, which both import)."""
+    package = REPO / "reranker"
+    below = [package / f"{name}.py" for name in ("errors", "types", "config", "text", "embeddings", "topics", "extraction", "indexing", "doc2vec")]
+    below += sorted((package / "store").glob("*.py"))
+    importers = [found for path in below for found in imports(path, "reranker.rankers")]
+    assert importers == []
+
+
+def test_route_modules_do_not_import_each_other() -> None:
+    """What two routes share lives in the service's shared modules (reranking.py, bodies.py,
+    schema.py ...): cohere.py took request_documents from api.py. The one exception is GET /,
+    whose answer with a cluster is the proxy's own (api.py's root)."""
+    service = REPO / "reranker" / "service"
+    routes = ("api", "cohere", "experiments", "library", "web", "proxy")
+    allowed = {"api": {"proxy"}}
+    importers = [
+        found
+        for importer in routes
+        for imported in routes
+        if imported != importer and imported not in allowed.get(importer, set())
+        for found in imports(service / f"{importer}.py", f"reranker.service.{imported}")
+    ]
     assert importers == []
 
 

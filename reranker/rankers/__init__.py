@@ -66,7 +66,9 @@ class CandidateSet:
     without a Doc2Vec vector); it gives them its lowest score, and fusions leave them out
     of their scaling (one such outlier would squeeze the others together).
     notes and unscored are a scratch pad of one `Engine.rerank` call, which gives every
-    call fresh ones.
+    call fresh ones. They stay mutable in a frozen value on purpose: `Ranker.score` returns
+    Scores alone (one small interface), so this is where a ranker, and a fusion's base
+    rankers, report what they found; returning it instead would change every ranker.
     """
 
     candidates: tuple[Candidate, ...]

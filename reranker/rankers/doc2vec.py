@@ -12,14 +12,13 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from reranker.errors import IndexMismatchError, RankerUnavailableError
+from reranker.errors import NO_DOC2VEC_MODEL, IndexMismatchError, RankerUnavailableError
 from reranker.rankers import CandidateSet, Formula, Need, RankerOptions, Scores
 from reranker.types import Query
 
 # A candidate without a vector scores the lowest cosine there is, so it sinks to the
 # bottom of the window (below every candidate that has one, ties by BM25 rank).
 MISSING_SCORE = -1.0
-NO_MODEL = "no Doc2Vec model was trained for this index; run `reranker train doc2vec CORPUS`"
 
 
 def cosine_scores(query_vector: npt.NDArray[np.floating], vectors: npt.NDArray[np.floating]) -> Scores:
@@ -52,7 +51,7 @@ class Doc2VecRanker:
         loaded one, ValueError when the window was not completed with document vectors.
         """
         if self.options.doc2vec is None:
-            raise RankerUnavailableError(NO_MODEL)
+            raise RankerUnavailableError(NO_DOC2VEC_MODEL)
         if len(window) == 0:
             return np.zeros(0, dtype=np.float64)
         batch = window.doc_vectors

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
 
@@ -12,9 +12,9 @@ from reranker.rankers import ranker_names
 from reranker.service.bodies import json_object
 from reranker.service.errors import api_error
 from reranker.service.operations import Reply, openapi_document, operation
-from reranker.service.reranking import RequestDocument, answer_first_stage, runtime, status_fields
+from reranker.service.proxy import cluster_info
+from reranker.service.reranking import answer_first_stage, request_documents, runtime, status_fields
 from reranker.service.schema import (
-    Candidate,
     Error,
     Live,
     NotReady,
@@ -41,8 +41,7 @@ def root() -> Any:
     answer, as a search client pointed at the proxy expects (the reranker's own info then
     comes as the X-Reranker header)."""
     if runtime().settings.opensearch_url:
-        from reranker.service.proxy import cluster_info
-
+        # The proxy's: one documented GET / whose answer with a cluster is the cluster's own.
         response = cluster_info()
         response.headers["X-Reranker"] = f"reranker {__version__}; API: /openapi.json"
         return response
@@ -151,8 +150,3 @@ def rerank() -> Any:
         oov_words=list(dict.fromkeys(query.oov)),
         timings_ms={"rerank": round(outcome.rerank_ms, 3)},
     )
-
-
-def request_documents(candidates: Sequence[Candidate]) -> list[RequestDocument]:
-    """The candidates of a rerank request as the runtime takes them."""
-    return [RequestDocument(candidate.id, candidate.text, candidate.score) for candidate in candidates]

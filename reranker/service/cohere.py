@@ -35,11 +35,10 @@ from typing import Any
 from flask import Blueprint, Response
 
 from reranker.rankers import RANKERS
-from reranker.service.api import request_documents
 from reranker.service.bodies import json_object, require_bearer
 from reranker.service.errors import bad_request
 from reranker.service.operations import Reply, guards, operation
-from reranker.service.reranking import answer_first_stage, runtime
+from reranker.service.reranking import answer_first_stage, request_documents, runtime
 from reranker.service.schema import CohereAnswer, CohereRequest, read
 
 blueprint = Blueprint("cohere", __name__)

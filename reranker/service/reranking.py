@@ -39,6 +39,7 @@ from reranker.pipeline import Ranking, explained_ranker, uses_word_vectors
 from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, weighted_ranker_names
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
+from reranker.service.schema import Candidate as SentCandidate
 from reranker.service.schema import unweighted_reason
 from reranker.store.events import Experiment, ShownQuery, randomisation_unit
 from reranker.text import SNIPPET_WORDS, opening
@@ -82,6 +83,11 @@ class RequestDocument:
     id: str | None
     text: str | None
     first_stage_score: float | None = None
+
+
+def request_documents(candidates: Sequence[SentCandidate]) -> list[RequestDocument]:
+    """The candidates of a rerank request (/rerank, Cohere's) as the runtime takes them."""
+    return [RequestDocument(candidate.id, candidate.text, candidate.score) for candidate in candidates]
 
 
 @dataclass(frozen=True)
