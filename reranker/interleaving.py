@@ -293,14 +293,12 @@ def outcome(
 
     `results` come in the order they were shown: the always-valid p-value is the smallest
     over the counts after each clicked result. A unit whose summed credit changes sign is
-    moved between wins and ties as it happens, a step Ville's bound does not strictly cover;
-    measured between equal rankers, 2,000 units read after every clicked search, each
-    search's credit a fair coin (`bench/bench_peeking.py`, part 3; 2,000 experiments each,
-    +- one standard error): a winner was named in 3.6% +- 0.4% with one clicked search per
-    unit, 4.4% +- 0.5% and 5.0% +- 0.5% with P(k searches) ~ k^-2 spread out or back to back,
-    and 6.9% +- 0.6% with ten back to back for every unit. Counting only each unit's first
-    vote would hold the bound exactly but cost a third of the power (part 4), so the sum
-    decides. `units`: per result, the unit it was randomised in (None: each result is its own).
+    moved between wins and ties as it happens, a step Ville's bound does not strictly cover:
+    measured (`bench/bench_peeking.py`, parts 3-4; figures in docs/experiments.md), the
+    false-positive rate stays within alpha for heavy-tailed searches per unit and passes it
+    only when every unit clicks many searches in a row, while counting each unit's first
+    vote alone would hold the bound exactly at a third of the power, so the sum decides.
+    `units`: per result, the unit it was randomised in (None: each result is its own).
     The sign test assumes independent trials, and results that share the coins of one
     interleaving are not: if everyone who searches one text sees the same list, a
     popular text whose users click the top hit, whoever placed it, repeats one coin's
