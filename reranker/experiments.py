@@ -33,7 +33,7 @@ from typing import Any, Mapping, Protocol
 
 from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
-from reranker.interleaving import METHODS, TEAM_A, Interleaving, Outcome, UnitVotes, credit, outcome, sign_test
+from reranker.interleaving import DEFAULT_TRAFFIC, METHODS, TEAM_A, Interleaving, Outcome, UnitVotes, credit, outcome, sign_test
 from reranker.rankers import RANKERS, get_ranker
 from reranker.sequential import ALPHA, DEFAULT_MIN_UNITS, mixing_parameter, sequential_test
 from reranker.store.events import (
@@ -48,7 +48,6 @@ from reranker.store.events import (
 log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-DEFAULT_TRAFFIC = 0.1
 MAX_MIN_UNITS = 1_000_000
 CONFIDENCE = 1 - ALPHA  # the timeline's band: the dual of the verdict's test
 STATUSES = ("running", "stopped")

@@ -40,6 +40,9 @@ from reranker.sequential import ALPHA, DEFAULT_MIN_UNITS, sequential_test
 
 TEAM_A, TEAM_B = "A", "B"
 METHODS = ("team_draft", "balanced")
+# The share of searches naming no ranker that an experiment interleaves unless told (here,
+# not in `experiments`, so that the CLI can name it without importing the event store).
+DEFAULT_TRAFFIC = 0.1
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from flask.testing import FlaskClient
 
 from reranker import experiments as ex
 from reranker.config import DEFAULT_RANKER, Settings
-from reranker.interleaving import TEAM_A, sign_test
+from reranker.interleaving import DEFAULT_TRAFFIC, TEAM_A, sign_test
 from reranker.sequential import DEFAULT_MIN_UNITS, mixing_parameter
 from reranker.service import create_app
 from reranker.store.events import EmbeddedEventStore, Experiment
@@ -660,6 +660,7 @@ def test_ab_create_takes_min_units_and_still_min_queries(data_dir: Path, capsys:
     assert run(data_dir, "ab", "create", "cli-units", "--rankers", "hidden_topics,bm25", "--min-units", "7")[0] == 0
     code, out = run(data_dir, "ab", "report", "cli-units", "--json")
     assert code == 0 and json.loads(out)["experiment"]["min_units"] == 7 and json.loads(out)["report"]["mixing"] == mixing_parameter(7)
+    assert json.loads(out)["experiment"]["traffic"] == DEFAULT_TRAFFIC  # no --traffic: the module's default
     assert "0 of the 7 units with a preference needed" in run(data_dir, "ab", "report", "cli-units")[1]
     assert run(data_dir, "ab", "set", "cli-units", "--status", "stopped")[0] == 0
     assert "--min-queries" not in caplog.text

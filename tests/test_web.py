@@ -27,6 +27,7 @@ from conftest import REPO, SAMPLE, run, settings_env, write_jsonl
 from werkzeug.serving import make_server
 
 from reranker.config import DEFAULT_RANKER, Settings
+from reranker.interleaving import DEFAULT_TRAFFIC
 from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.service import create_app
 
@@ -626,8 +627,9 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
     name.fill("web-plot")
     page.get_by_label("First ranker").select_option("hidden_topics")
     page.get_by_label("Second ranker").select_option("bm25")
+    # The page is static HTML, so its defaults are written there: they must be the service's.
+    expect(page.get_by_label("Traffic share", exact=True)).to_have_value(f"{DEFAULT_TRAFFIC:g}")
     page.get_by_label("Traffic share", exact=True).fill("1")
-    # The page is static HTML, so its default is written there: it must be the service's.
     expect(page.get_by_label("Units to decide")).to_have_value(str(DEFAULT_MIN_UNITS))
     page.get_by_label("Units to decide").fill("5")
     start = page.get_by_role("button", name="Start experiment")

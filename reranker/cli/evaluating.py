@@ -29,7 +29,7 @@ from reranker.cli.common import (
 )
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.errors import ConfigError, InputError, UnknownRankerError
-from reranker.interleaving import METHODS
+from reranker.interleaving import DEFAULT_TRAFFIC, METHODS
 from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.text import listed
 
@@ -144,7 +144,10 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("id", help="a name: a-z, 0-9, _ and -")
     create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
     create.add_argument("--method", choices=METHODS, default=METHODS[0], help=f"interleaving method (default {METHODS[0]})")
-    create.add_argument("--traffic", type=float, default=0.1, help="share of searches naming no ranker that are interleaved, 0 < x <= 1 (default 0.1)")
+    create.add_argument(
+        "--traffic", type=float, default=DEFAULT_TRAFFIC,
+        help=f"share of searches naming no ranker that are interleaved, 0 < x <= 1 (default {DEFAULT_TRAFFIC:g})",
+    )
     create.add_argument(
         "--min-units", type=positive_int, metavar="N",
         help="units (a client's query text, or a text searched without a client id: one trial each) with a preference "

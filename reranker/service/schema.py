@@ -45,7 +45,8 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from reranker.config import ServiceSettings
-from reranker.experiments import DEFAULT_TRAFFIC, ID_PATTERN, MAX_MIN_UNITS, TIMESTAMP_PATTERN
+from reranker.experiments import ID_PATTERN, MAX_MIN_UNITS, TIMESTAMP_PATTERN
+from reranker.interleaving import DEFAULT_TRAFFIC
 from reranker.pipeline import EXPLAIN_TOPICS
 from reranker.rankers import ranker_names, weighted_ranker_names
 from reranker.sequential import DEFAULT_MIN_UNITS
