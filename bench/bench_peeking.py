@@ -39,10 +39,21 @@ and prints, in one run:
    and each search's credit goes to A with probability 0.55: the share of experiments that
    named A by n units.
 
+5. The closed-unit rule, the exact alternative that keeps every search's credit: a unit
+   counts only once it is closed (no clicked search for `--idle-minutes`, default 30, of a
+   simulated clock on which each experiment runs 14 days; or the experiment's end), by the
+   sign of its summed credit, never revised; its searches after that first visit are not
+   counted. The rows of part 3 (false winners, with standard errors) and part 4's power in
+   both orders, beside the product's rule and the first vote on the same draws; "by n units"
+   counts every unit seen, closed or not, so the wait for units to close costs power here
+   as it would cost a team. The vectorised counts are checked against a search-by-search
+   loop (`closed_reference`) before any figure is printed.
+
 Critical counts of the fixed-horizon test come from the product's own `sign_test`, once per
 n; the always-valid p-values from `sequential.log_likelihood_ratio` over whole runs at once.
 
-Run:  python bench/bench_peeking.py                   (about half a minute; it prints its time)
+Run:  python bench/bench_peeking.py                   (about 75 s on 2 cores; it prints its time)
+      python bench/bench_peeking.py --parts 5             (part 5 alone: under a minute)
       python bench/bench_peeking.py --units 5000 --runs 2000
 """
 
@@ -74,6 +85,11 @@ MAX_SEARCHES = 100
 STRESS_SEARCHES = 10
 SEARCH_SHARE = 0.55  # part 4: the chance that one clicked search credits A
 FLIP_SIZES = (500, 1000, 2000)
+# Part 5's clock: moments 0 to 1 are an experiment of EXPERIMENT_DAYS days, and a unit closes
+# after `--idle-minutes` without a clicked search (30: a common web-analytics session timeout).
+EXPERIMENT_DAYS = 14
+IDLE_MINUTES = 30.0
+PARTS = (1, 2, 3, 4, 5)
 
 
 def critical_leads(units: int) -> np.ndarray:
@@ -163,7 +179,13 @@ def searches_per_unit(rng: np.random.Generator, units: int) -> np.ndarray:
 
 
 def search_order(rng: np.random.Generator, searches: np.ndarray, sessions: bool) -> np.ndarray:
-    """(sum(searches),) the unit of each clicked search, in the order they happen.
+    """(sum(searches),) the unit of each clicked search, in the order they happen (`search_times`)."""
+    return search_times(rng, searches, sessions)[0]
+
+
+def search_times(rng: np.random.Generator, searches: np.ndarray, sessions: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(units, moments), each (sum(searches),): each clicked search's unit and moment, in time
+    order, the experiment running from moment 0 to about 1.
 
     Spread: every search at a uniform random moment. Sessions: a unit starts at a uniform
     random moment and its searches follow one another a step apart, a step short against the
@@ -175,7 +197,8 @@ def search_order(rng: np.random.Generator, searches: np.ndarray, sessions: bool)
         moments = rng.random(searches.size)[units] + within * (0.2 / searches.size)
     else:
         moments = rng.random(units.size)
-    return units[np.argsort(moments, kind="stable")]
+    order = np.argsort(moments, kind="stable")
+    return units[order], moments[order]
 
 
 def unit_counts(units: np.ndarray, credits: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -296,6 +319,156 @@ def flip_power(args: argparse.Namespace) -> None:
     print(indent(table(["n", "product", "first vote", "vs product"], rows, label_column=False)))
 
 
+def closed_counts(units: np.ndarray, moments: np.ndarray, credits: np.ndarray, idle: float) -> tuple[np.ndarray, ...]:
+    """Counts under the closed-unit rule, read after each clicked search.
+
+    units, moments, credits: (searches,) each clicked search's unit, moment (in time order)
+    and credit (+1, -1); idle: the idle time, in the moments' scale. A unit's visit is its
+    searches up to its first gap of `idle` or more; the unit closes `idle` after the visit's
+    last search and is then counted once, by the sign of the visit's summed credit, never
+    revised. Its searches after the visit are not counted: they share the unit's coins, so
+    they are no new trial, and counting them would revise a closed vote. The reading after the
+    last search is the experiment's end, where every unit is closed.
+
+    Returns (closed_a, closed_b, closed, counted): the closed units for A, for B and in all
+    (ties too) at each reading, each (searches,), and whether each search was counted.
+    """
+    by_unit = np.argsort(units, kind="stable")
+    sorted_units, sorted_moments = units[by_unit], moments[by_unit]
+    same = np.r_[False, sorted_units[1:] == sorted_units[:-1]]
+    # `>=` against last + idle, as a reading closes a unit (close <= now): a search exactly
+    # at the closing moment finds its unit closed, in both.
+    late = same & (sorted_moments >= np.r_[-np.inf, sorted_moments[:-1]] + idle)
+    starts = np.flatnonzero(~same)
+    breaks = np.cumsum(late)  # a unit's searches after its first late one are all past the visit
+    in_visit = breaks == np.repeat(breaks[starts], np.diff(np.r_[starts, units.size]))
+    sums = np.add.reduceat(np.where(in_visit, credits[by_unit], 0), starts)
+    closes = np.maximum.reduceat(np.where(in_visit, sorted_moments, -np.inf), starts) + idle
+    counts = []
+    for voters in (sums > 0, sums < 0, np.ones(starts.size, dtype=bool)):
+        closed = np.searchsorted(np.sort(closes[voters]), moments, side="right")
+        closed[-1] = voters.sum()  # the experiment's end closes every unit
+        counts.append(closed)
+    counted = np.empty(units.size, dtype=bool)
+    counted[by_unit] = in_visit
+    return (*counts, counted)
+
+
+def closed_reference(units: np.ndarray, moments: np.ndarray, credits: np.ndarray, idle: float) -> np.ndarray:
+    """(searches, 3) `closed_counts`' closed_a, closed_b and closed, search by search, as a
+    service would keep them: before each search, close the units idle since `idle`; a
+    search of a closed unit is ignored. Slow (each search looks at every open unit)."""
+    sums: dict[int, int] = {}
+    last: dict[int, float] = {}
+    closed_a = closed_b = closed = 0
+    rows = []
+    for unit, moment, credit in zip(units.tolist(), moments.tolist(), credits.tolist()):
+        for other in [other for other, seen in last.items() if seen + idle <= moment]:
+            del last[other]
+            closed_a, closed_b, closed = closed_a + (sums[other] > 0), closed_b + (sums[other] < 0), closed + 1
+        if unit not in sums or unit in last:  # new, or still open
+            sums[unit] = sums.get(unit, 0) + credit
+            last[unit] = moment
+        rows.append([closed_a, closed_b, closed])
+    for other in last:  # the end
+        rows[-1][0] += sums[other] > 0
+        rows[-1][1] += sums[other] < 0
+        rows[-1][2] += 1
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def check_closed(rng: np.random.Generator, idle: float) -> None:
+    """`closed_counts` is `closed_reference` on one experiment of each order, with `idle` and
+    ten times it (so that both visits cut short and visits of many searches occur)."""
+    for sessions, wait in ((False, idle), (False, 10 * idle), (True, idle), (True, 10 * idle)):
+        units, moments = search_times(rng, searches_per_unit(rng, 300), sessions)
+        credits = rng.choice(np.array([-1, 1]), size=units.size)
+        closed_a, closed_b, closed, _ = closed_counts(units, moments, credits, wait)
+        reference = closed_reference(units, moments, credits, wait)
+        require(np.array_equal(np.c_[closed_a, closed_b, closed], reference), "closed_counts differs from closed_reference")
+
+
+def closed_units(args: argparse.Namespace) -> None:
+    mixing = mixing_parameter(DEFAULT_MIN_UNITS, ALPHA)
+    rng = np.random.default_rng(args.seed + 30)
+    idle = args.idle_minutes / (EXPERIMENT_DAYS * 24 * 60)
+    check_closed(rng, idle)
+    step = 0.2 / args.flip_units * EXPERIMENT_DAYS * 24 * 60
+    print()
+    print("5. The closed-unit rule: a unit counts once it is closed, by the sign of its summed credit, never revised.")
+    print(f"   A simulated clock: each experiment runs {EXPERIMENT_DAYS} days ({args.flip_units} units, so a session's searches")
+    print(f"   come {step:.1f} min apart); a unit closes {args.idle_minutes:g} min after its visit's last search (a visit ends at")
+    print(f"   a gap of {args.idle_minutes:g} min; the unit's later searches are not counted) or at the experiment's end.")
+    print(f"   Equal rankers, read after every clicked search, {args.flip_runs} experiments per row (seed {args.seed + 30}):")
+    print("   share in which the verdict named a winner (alpha = 0.05), the three rules on the same draws.")
+    scenarios: list[tuple[str, Callable[[], np.ndarray], bool]] = [
+        ("1 per unit", lambda: np.ones(args.flip_units, dtype=np.int64), False),
+        (f"k^-{TAIL:g}, spread", lambda: searches_per_unit(rng, args.flip_units), False),
+        (f"k^-{TAIL:g}, sessions", lambda: searches_per_unit(rng, args.flip_units), True),
+        (f"{STRESS_SEARCHES} per unit, sessions", lambda: np.full(args.flip_units, STRESS_SEARCHES), True),
+    ]
+    rows = []
+    for name, draw, sessions in scenarios:
+        named = np.zeros(3)
+        counted = 0.0
+        for _ in range(args.flip_runs):
+            units, moments = search_times(rng, draw(), sessions)
+            credits = rng.choice(np.array([-1, 1]), size=units.size)
+            wins_a, wins_b, first_a, first_b, _ = unit_counts(units, credits)
+            closed_a, closed_b, _, kept = closed_counts(units, moments, credits, idle)
+            for rule, (for_a, for_b) in enumerate(((wins_a, wins_b), (first_a, first_b), (closed_a, closed_b))):
+                named[rule] += named_winner(for_a, for_b, mixing) is not None
+            counted += kept.mean()
+        rates = named / args.flip_runs
+        errors = np.sqrt(rates * (1 - rates) / args.flip_runs)
+        closed_error = errors[2]
+        rows.append([
+            name, *(f"{rate:.4f} ± {error:.4f}" for rate, error in zip(rates, errors)),
+            f"{(rates[2] - ALPHA) / closed_error:+.1f}" if closed_error else "-", f"{counted / args.flip_runs:.2f}",
+        ])
+    print(indent(table(["units' searches", "product", "first vote", "closed", "closed (r-0.05)/se", "searches counted"], rows)))
+    print("   (± one Monte-Carlo standard error; searches counted: the share of clicked searches in their")
+    print("   unit's first visit, the ones the closed rule counts; the product counts all, first vote one per unit)")
+    closed_power(args, rng, idle, mixing)
+
+
+def closed_power(args: argparse.Namespace, rng: np.random.Generator, idle: float, mixing: float) -> None:
+    horizon = max(FLIP_SIZES)
+    sizes = np.array(FLIP_SIZES)
+    rows = []
+    for sessions in (False, True):
+        named = np.zeros((3, len(FLIP_SIZES)))
+        open_at = np.zeros(len(FLIP_SIZES))
+        for _ in range(args.flip_runs):
+            units, moments = search_times(rng, searches_per_unit(rng, horizon), sessions)
+            credits = np.where(rng.random(units.size) < SEARCH_SHARE, 1, -1)
+            wins_a, wins_b, first_a, first_b, seen = unit_counts(units, credits)
+            closed_a, closed_b, closed, _ = closed_counts(units, moments, credits, idle)
+            for rule, (for_a, for_b) in enumerate(((wins_a, wins_b), (first_a, first_b), (closed_a, closed_b))):
+                crossed = named_winner(for_a, for_b, mixing)
+                if crossed is not None and for_a[crossed] > for_b[crossed]:  # named A, the better one
+                    named[rule] += seen[crossed] <= sizes
+            # At the search that brought the n-th unit: units seen, not yet closed.
+            arrivals = np.searchsorted(seen, sizes)
+            open_at += seen[arrivals] - closed[arrivals]
+        shares = named / args.flip_runs
+        for index, size in enumerate(FLIP_SIZES):
+            product, first_vote, closed_share = shares[:, index]
+            rows.append([
+                "sessions" if sessions else "spread", f"{size}", f"{product:.3f}", f"{first_vote:.3f}", f"{closed_share:.3f}",
+                f"{first_vote / product:.2f}x" if product else "-", f"{closed_share / product:.2f}x" if product else "-",
+                f"{open_at[index] / args.flip_runs:.1f}",
+            ])
+    print()
+    print(f"   Each clicked search credits A with probability {SEARCH_SHARE} (k^-{TAIL:g} searches per unit): share of")
+    print(f"   {args.flip_runs} experiments per order that named A by n units, n counting every unit seen (its first")
+    print("   search), closed or not, for all three rules: the same traffic, so the closed rule's wait shows as lost power")
+    print(indent(table(
+        ["order", "n", "product", "first vote", "closed", "first vs product", "closed vs product", "open at n"], rows,
+    )))
+    print("   (open at n: units seen but not yet closed when the n-th unit arrives, the mean over experiments)")
+
+
 def indent(text: str) -> str:
     return "\n".join("   " + line for line in text.splitlines())
 
@@ -307,18 +480,31 @@ def main() -> int:
     parser.add_argument("--power-runs", type=int, default=2000, help="simulated experiments per share in part 2 (default 2000)")
     parser.add_argument("--flip-units", type=int, default=2000, help="units per experiment in part 3 (default 2000)")
     parser.add_argument("--flip-runs", type=int, default=2000, help="simulated experiments per row of parts 3 and 4 (default 2000)")
+    parser.add_argument("--idle-minutes", type=float, default=IDLE_MINUTES,
+                        help=f"part 5: a unit closes after this long without a clicked search (default {IDLE_MINUTES:g})")
+    parser.add_argument("--parts", type=int, nargs="+", choices=PARTS, default=list(PARTS),
+                        help="the parts to run (default all; each has its own seed, so its figures do not depend on the others)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if args.units < DEFAULT_MIN_UNITS or args.flip_units < DEFAULT_MIN_UNITS:
         parser.error(f"--units and --flip-units must be at least {DEFAULT_MIN_UNITS}")
     if args.runs < 1 or args.power_runs < 1 or args.flip_runs < 1:
         parser.error("--runs, --power-runs and --flip-runs must be at least 1")
+    if not args.idle_minutes > 0:
+        parser.error("--idle-minutes must be positive")
     started = time.perf_counter()
-    critical = critical_leads(max(args.units, *SIZES))
-    false_positives(args, critical)
-    power(args, critical)
-    flips(args)
-    flip_power(args)
+    if 1 in args.parts or 2 in args.parts:
+        critical = critical_leads(max(args.units, *SIZES))
+    if 1 in args.parts:
+        false_positives(args, critical)
+    if 2 in args.parts:
+        power(args, critical)
+    if 3 in args.parts:
+        flips(args)
+    if 4 in args.parts:
+        flip_power(args)
+    if 5 in args.parts:
+        closed_units(args)
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 

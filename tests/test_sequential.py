@@ -4,12 +4,18 @@ The likelihood ratio against numeric integration over theta; the p-value against
 min(1, 1 / max Lambda) computed with the standard library's lgamma; the confidence
 sequence's ends against the ratio they are defined by; and simulated streams of equal
 rankers (seeded) read after every unit: the always-valid verdict crosses alpha rarely, the
-fixed-horizon test read the same way often.
+fixed-horizon test read the same way often. And the counting of the closed-unit rule that
+bench/bench_peeking.py simulates (part 5): a unit counted once, when it closes.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -178,3 +184,73 @@ def test_the_confidence_sequence_holds_the_true_share_throughout() -> None:
         low, high = confidence_sequence(a, b, mixing, alpha)
         missed += bool(((low > 0.6) | (high < 0.6)).any())
     assert missed / runs <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / runs)
+
+
+# The closed-unit rule, simulated by bench/bench_peeking.py (part 5) to measure it before the
+# product adopts it or not; its figures are only as good as its counting, checked here.
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture
+def peeking(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))  # the script imports benchlib by its name, as when run
+    spec = importlib.util.spec_from_file_location("bench_peeking", BENCH / "bench_peeking.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_closed_unit_counts_once_by_its_final_sign_and_an_open_one_not_at_all(peeking: ModuleType) -> None:
+    """By hand, in sixteenths of the experiment with an idle time of 4 (exact in binary, so the
+    boundary case is exact too): unit 0 votes A, then B twice, and is counted once, for B,
+    when it closes (the product counted it for A first, then revised it); unit 1 closes on the
+    very moment of a search and is counted at it; unit 2 is a tie, counted in all but for
+    neither; unit 0's search after its visit is ignored; unit 4 is still open at the reading
+    before the last, and the last reading (the experiment's end) counts it."""
+    units = np.array([0, 0, 0, 1, 2, 2, 3, 0, 4, 4])
+    moments = np.array([0, 1, 2, 3, 4, 5, 7, 10, 12, 13]) / 16
+    credits = np.array([1, -1, -1, 1, 1, -1, 1, 1, -1, -1])
+    closed_a, closed_b, closed, counted = peeking.closed_counts(units, moments, credits, 4 / 16)
+    assert closed_a.tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 2, 2]
+    assert closed_b.tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1, 2]
+    assert closed.tolist() == [0, 0, 0, 0, 0, 0, 2, 3, 4, 5]
+    assert counted.tolist() == [True] * 7 + [False, True, True]
+    wins_a, *_ = peeking.unit_counts(units, credits)
+    assert wins_a[0] == 1 and closed_a[0] == 0, "the product counts unit 0 for A at once; the closed rule waits"
+    reference = peeking.closed_reference(units, moments, credits, 4 / 16)
+    assert reference.tolist() == np.c_[closed_a, closed_b, closed].tolist()
+
+
+@pytest.mark.parametrize("sessions", [False, True])
+def test_closed_counts_are_never_revised_and_match_the_loop_a_service_would_run(peeking: ModuleType, sessions: bool) -> None:
+    """On simulated traffic (heavy-tailed searches per unit, fair-coin credits), with idle
+    times from shorter than a session's step to a tenth of the experiment: the vectorised
+    counts equal the search-by-search loop, never fall (a closed vote is final), and at the
+    end every unit is counted once."""
+    rng = np.random.default_rng(7)
+    for idle in (1e-4, 1e-3, 1e-2, 1e-1):
+        units, moments = peeking.search_times(rng, peeking.searches_per_unit(rng, 200), sessions)
+        credits = rng.choice(np.array([-1, 1]), size=units.size)
+        closed_a, closed_b, closed, counted = peeking.closed_counts(units, moments, credits, idle)
+        assert np.array_equal(np.c_[closed_a, closed_b, closed], peeking.closed_reference(units, moments, credits, idle))
+        for counts in (closed_a, closed_b, closed):
+            assert np.all(np.diff(counts) >= 0)
+        assert np.all(closed_a + closed_b <= closed)
+        assert closed[-1] == 200
+        assert counted[np.unique(units, return_index=True)[1]].all(), "a unit's first search is always counted"
+
+
+def test_the_closed_unit_part_runs_and_refuses_a_bad_idle_time() -> None:
+    """`--parts 5` on a small run prints the three rules side by side; a non-positive idle
+    time is one line of usage error, exit 2, no traceback."""
+    script = [sys.executable, str(BENCH / "bench_peeking.py"), "--parts", "5", "--flip-units", "100", "--flip-runs", "5"]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "5. The closed-unit rule" in done.stdout and "1. Equal rankers" not in done.stdout
+    for row in ("1 per unit", "k^-2, spread", "k^-2, sessions", "10 per unit, sessions"):
+        assert row in done.stdout
+    refused = subprocess.run([*script, "--idle-minutes", "0"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].endswith("--idle-minutes must be positive")
+    assert "Traceback" not in refused.stderr
