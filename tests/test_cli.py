@@ -349,6 +349,25 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
 
 
+def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:
+    """A Latin-1 file piped in (or such bytes in the argument) was searched with escape
+    characters for its accents, and `--json` wrote them out as lone surrogates, which no
+    strict JSON reader (nor this service's own /search) accepts."""
+    import subprocess
+    import sys
+
+    run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    env = {**os.environ, "RERANKER_DATA_DIR": str(data_dir)}
+    search = [sys.executable, "-m", "reranker", "search"]
+    latin1 = "caf\xe9 translation".encode("latin-1")
+    for argv, stdin in [([*search, "-", "--json"], latin1), ([*map(os.fsencode, search), latin1, b"--json"], None)]:
+        done = subprocess.run(argv, input=stdin, env=env, capture_output=True, timeout=120)
+        assert (done.returncode, done.stdout) == (1, b""), done.stdout[:300]
+        assert done.stderr == b"reranker: error: the query is not UTF-8 text (byte 0xe9 at offset 3)\n"
+    done = subprocess.run([*search, "-", "--json", "--size", "1"], input="café translation".encode(), env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout)["query"] == "café translation"
+
+
 def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_corpus(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
