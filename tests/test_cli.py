@@ -73,6 +73,26 @@ def test_index_then_search(data_dir: Path) -> None:
     assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP
 
 
+def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir: Path, tmp_path: Path) -> None:
+    """Identical texts under different ids: every ranker gives them one score, so the
+    order is BM25's. /search said "tied"; the CLI said "ok", passing it off as a ranking."""
+    text = "statistical machine translation with word alignment and a beam search decoder " * 3
+    corpus = write_jsonl(tmp_path / "same.jsonl", [{"id": f"copy-{n}", "text": text} for n in range(4)])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    query = "statistical machine translation"
+    body = json.loads(run(data_dir, "search", query, "--json")[1])
+    from reranker.service import create_app
+
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    served = app.test_client().post("/search", json={"query": query}).get_json()
+    app.extensions["reranker"].close()
+    assert served["status"] == "tied" and len({h["score"] for h in served["hits"]}) == 1
+    assert (body["status"], body["reason"]) == (served["status"], served["reason"])
+    assert [h["id"] for h in body["hits"]] == [h["id"] for h in served["hits"]]
+    header = run(data_dir, "search", query)[1].splitlines()[0]
+    assert header.endswith("[tied: BM25 order kept]"), header
+
+
 def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> None:
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
