@@ -388,6 +388,27 @@ def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None
     assert done.returncode == 0 and json.loads(done.stdout)["query"] == "café translation"
 
 
+@pytest.mark.parametrize(("status", "page", "said"), [
+    (501, "<html>\n<head><title>Error response</title></head>\n<body><h1>Error response</h1>\n<p>Error code: 501</p></body>\n</html>\n",
+     "HTTP 501 not OpenSearch's JSON: 'Error response Error response Error code: 501'"),
+    (404, "", "HTTP 404 an empty answer"),
+])
+def test_a_url_that_is_not_an_opensearch_cluster_is_one_line(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], status: int, page: str, said: str,
+) -> None:
+    """OPENSEARCH_URL at a web server (python -m http.server, a gateway): the error was its
+    whole HTML page over many lines, or only "NotFoundError" for an empty answer."""
+    from conftest import ClusterProxy
+
+    web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (status, page)})  # answers every path itself
+    try:
+        assert run(data_dir, "--opensearch-url", web_server.url, "search", "translation")[0] == 1
+    finally:
+        web_server.close()
+    err = capsys.readouterr().err
+    assert err == f"reranker: error: OpenSearch counting documents failed: {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
+
+
 def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_corpus(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
