@@ -409,6 +409,26 @@ def test_a_url_that_is_not_an_opensearch_cluster_is_one_line(
     assert err == f"reranker: error: OpenSearch counting documents failed: {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
 
 
+def test_indices_at_a_url_that_is_not_an_opensearch_cluster_is_an_error_not_an_empty_list(
+    data_dir: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A web server's "404 Not Found" page was read as "no such alias": `indices list` said
+    "no indices for alias reranker" and exited 0."""
+    from conftest import ClusterProxy
+
+    page = "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>"
+    web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (404, page)})
+    try:
+        code, out = run(data_dir, "--opensearch-url", web_server.url, "indices", "list")
+    finally:
+        web_server.close()
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err == (
+        "reranker: error: OpenSearch reading the alias failed: HTTP 404 not OpenSearch's JSON: "
+        "'404 Not Found Not Found'; is OPENSEARCH_URL an OpenSearch cluster?\n"
+    )
+
+
 def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_corpus(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

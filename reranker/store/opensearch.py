@@ -259,7 +259,9 @@ class OpenSearchStore:
         except ose.AuthorizationException as exc:
             raise StoreError(f"OpenSearch denied {what}: {error_reason(exc)} (the user lacks a permission)") from None
         except ose.NotFoundError as exc:
-            if not_found is not _RAISE:
+            # OpenSearch says "not found" in JSON, or with no body to a HEAD request; a page
+            # (a web server's "404 Not Found") means OPENSEARCH_URL is not a cluster at all.
+            if not_found is not _RAISE and (exc.info is not None or not exc.error):
                 return not_found
             if exc.error == "index_not_found_exception":
                 raise IndexNotFoundError(
