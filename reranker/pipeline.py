@@ -547,11 +547,14 @@ class Engine:
             )
             for rank, position in enumerate(order, start=1)
         )
-        status = "ok"
+        status, notes = "ok", ranking.notes
+        tie = tie_reason(scores, ranker.name)
         if len(query.words) == 0 and uses_word_vectors(ranker):
             status = "query_out_of_vocabulary"
         elif ranking.notes:
             status = "partial"
+        elif tie is not None:
+            status, notes = "tied", (tie,)
         return SearchResult(
             query=text,
             ranker=ranker.name,
@@ -560,7 +563,7 @@ class Engine:
             query_words=query.words,
             oov_words=tuple(dict.fromkeys(query.oov)),
             status=status,
-            notes=ranking.notes,
+            notes=notes,
             timings_ms={
                 "retrieve": 1000 * (retrieved - started),
                 "rerank": 1000 * (reranked - retrieved),
@@ -770,6 +773,14 @@ def similar_query(
     chosen = [word for word, _ in counts.most_common() if word not in common][:terms]
     # A small corpus's most frequent words are all its words: then they are all there is.
     return " ".join(chosen or [word for word, _ in counts.most_common(terms)])
+
+
+def tie_reason(scores: Scores, ranker_name: str) -> str | None:
+    """Why the order says nothing, when `ranker_name` gave every one of several candidates
+    the same score (identical texts, say): they keep the order they came in. None otherwise."""
+    if len(scores) > 1 and float(np.ptp(scores)) == 0.0:
+        return f"every candidate got the same score from {ranker_name!r}; they keep the order they came in"
+    return None
 
 
 def uses_word_vectors(ranker: Ranker) -> bool:

@@ -349,6 +349,6 @@ class SearchResult:
     window: int
     query_words: tuple[str, ...]  # in-vocabulary query words used for scoring
     oov_words: tuple[str, ...]  # query words without a vector (skipped)
-    status: str = "ok"  # "ok" | "query_out_of_vocabulary" (BM25 order kept) | "partial" (see notes)
-    notes: tuple[str, ...] = ()  # why the ranker answered approximately
+    status: str = "ok"  # "ok" | "query_out_of_vocabulary" (BM25 order kept) | "partial" | "tied" (see notes)
+    notes: tuple[str, ...] = ()  # why the ranker answered approximately, or why every score tied
     timings_ms: dict[str, float] = field(default_factory=dict)

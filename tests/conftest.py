@@ -90,16 +90,19 @@ class ClusterProxy:
     "items429" (200, every item rejected with 429), "drop" (connection closed without an
     answer), "413" (request too large unless under `max_bytes`), or "ok" (forwarded).
     delay: seconds to wait before forwarding a request whose path contains the key (a
-    slow cluster). requests: (method, path, body) of every request that reached the proxy;
+    slow cluster). pages: (status, HTML) to answer instead of the cluster for a request
+    whose path contains the key (a gateway's error page, not OpenSearch's JSON). requests: (method, path, body) of every request that reached the proxy;
     request_headers: (method, path, headers) of each.
     """
 
     def __init__(
         self, target: str, plan: list[str] | None = None, max_bytes: int = 0,
         delay: dict[str, float] | None = None, headers: dict[str, str] | None = None,
+        pages: dict[str, tuple[int, str]] | None = None,
     ) -> None:
         self.target, self.plan, self.max_bytes = target.rstrip("/"), list(plan or []), max_bytes
         self.delay = dict(delay or {})
+        self.pages = dict(pages or {})
         self.headers = dict(headers or {})  # added to every answer (a cluster's product headers)
         self.bulk_sizes: list[int] = []
         self.authorization: list[str | None] = []
@@ -120,6 +123,9 @@ class ClusterProxy:
                 for part, seconds in proxy.delay.items():
                     if part in self.path:
                         time.sleep(seconds)
+                for part, (status, page) in proxy.pages.items():
+                    if part in self.path:
+                        return self._reply(status, page.encode(), raw=True, content_type="text/html")
                 if "_bulk" in self.path:
                     proxy.bulk_sizes.append(length)
                     step = proxy.plan.pop(0) if proxy.plan else "ok"
@@ -145,10 +151,10 @@ class ClusterProxy:
                 except urllib.error.HTTPError as error:
                     self._reply(error.code, error.read(), raw=True)
 
-            def _reply(self, status: int, payload: Any, raw: bool = False) -> None:
+            def _reply(self, status: int, payload: Any, raw: bool = False, content_type: str = "application/json") -> None:
                 data = payload if raw else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in proxy.headers.items():
                     self.send_header(name, value)

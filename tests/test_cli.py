@@ -73,6 +73,26 @@ def test_index_then_search(data_dir: Path) -> None:
     assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP
 
 
+def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir: Path, tmp_path: Path) -> None:
+    """Identical texts under different ids: every ranker gives them one score, so the
+    order is BM25's. /search said "tied"; the CLI said "ok", passing it off as a ranking."""
+    text = "statistical machine translation with word alignment and a beam search decoder " * 3
+    corpus = write_jsonl(tmp_path / "same.jsonl", [{"id": f"copy-{n}", "text": text} for n in range(4)])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    query = "statistical machine translation"
+    body = json.loads(run(data_dir, "search", query, "--json")[1])
+    from reranker.service import create_app
+
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    served = app.test_client().post("/search", json={"query": query}).get_json()
+    app.extensions["reranker"].close()
+    assert served["status"] == "tied" and len({h["score"] for h in served["hits"]}) == 1
+    assert (body["status"], body["reason"]) == (served["status"], served["reason"])
+    assert [h["id"] for h in body["hits"]] == [h["id"] for h in served["hits"]]
+    header = run(data_dir, "search", query)[1].splitlines()[0]
+    assert header.endswith("[tied: BM25 order kept]"), header
+
+
 def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> None:
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
@@ -347,6 +367,66 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--window", "0")
     assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:
+    """A Latin-1 file piped in (or such bytes in the argument) was searched with escape
+    characters for its accents, and `--json` wrote them out as lone surrogates, which no
+    strict JSON reader (nor this service's own /search) accepts."""
+    import subprocess
+    import sys
+
+    run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
+    env = {**os.environ, "RERANKER_DATA_DIR": str(data_dir)}
+    search = [sys.executable, "-m", "reranker", "search"]
+    latin1 = "caf\xe9 translation".encode("latin-1")
+    for argv, stdin in [([*search, "-", "--json"], latin1), ([*map(os.fsencode, search), latin1, b"--json"], None)]:
+        done = subprocess.run(argv, input=stdin, env=env, capture_output=True, timeout=120)
+        assert (done.returncode, done.stdout) == (1, b""), done.stdout[:300]
+        assert done.stderr == b"reranker: error: the query is not UTF-8 text (byte 0xe9 at offset 3)\n"
+    done = subprocess.run([*search, "-", "--json", "--size", "1"], input="café translation".encode(), env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout)["query"] == "café translation"
+
+
+@pytest.mark.parametrize(("status", "page", "said"), [
+    (501, "<html>\n<head><title>Error response</title></head>\n<body><h1>Error response</h1>\n<p>Error code: 501</p></body>\n</html>\n",
+     "HTTP 501 not OpenSearch's JSON: 'Error response Error response Error code: 501'"),
+    (404, "", "HTTP 404 an empty answer"),
+])
+def test_a_url_that_is_not_an_opensearch_cluster_is_one_line(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], status: int, page: str, said: str,
+) -> None:
+    """OPENSEARCH_URL at a web server (python -m http.server, a gateway): the error was its
+    whole HTML page over many lines, or only "NotFoundError" for an empty answer."""
+    from conftest import ClusterProxy
+
+    web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (status, page)})  # answers every path itself
+    try:
+        assert run(data_dir, "--opensearch-url", web_server.url, "search", "translation")[0] == 1
+    finally:
+        web_server.close()
+    err = capsys.readouterr().err
+    assert err == f"reranker: error: OpenSearch counting documents failed: {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
+
+
+def test_indices_at_a_url_that_is_not_an_opensearch_cluster_is_an_error_not_an_empty_list(
+    data_dir: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A web server's "404 Not Found" page was read as "no such alias": `indices list` said
+    "no indices for alias reranker" and exited 0."""
+    from conftest import ClusterProxy
+
+    page = "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>"
+    web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (404, page)})
+    try:
+        code, out = run(data_dir, "--opensearch-url", web_server.url, "indices", "list")
+    finally:
+        web_server.close()
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err == (
+        "reranker: error: OpenSearch reading the alias failed: HTTP 404 not OpenSearch's JSON: "
+        "'404 Not Found Not Found'; is OPENSEARCH_URL an OpenSearch cluster?\n"
+    )
 
 
 def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_corpus(

@@ -493,6 +493,27 @@ def test_the_clusters_errors_come_back_unchanged(client: FlaskClient, direct: Op
         assert answer.get_json() == own
 
 
+GATEWAY_PAGE = """<!DOCTYPE html>
+<html><head><title>502 Bad Gateway</title></head>
+<body><h1>502 Bad Gateway</h1><p>The upstream server is not answering.</p></body></html>"""
+
+
+def test_a_gateways_page_instead_of_the_clusters_answer_is_said_in_one_line(papers: tuple[str, Path]) -> None:
+    """A load balancer in front of the cluster answers a search with its own HTML page: the
+    proxy's error said "HTTP 502 from the cluster: None", hiding what came back."""
+    gateway = ClusterProxy(papers[0], pages={"/_search": (502, GATEWAY_PAGE)})
+    app = make_app((gateway.url, papers[1]))
+    try:
+        answer = app.test_client().post("/papers/_search", json=summary(SEA))
+    finally:
+        app.extensions["reranker"].close()
+        gateway.close()
+    assert answer.status_code == 502
+    reason = answer.get_json()["error"]["reason"]
+    assert reason.startswith("HTTP 502 from the cluster: not OpenSearch's JSON: '502 Bad Gateway") and "None" not in reason
+    assert "502 Bad Gateway The upstream server is not answering." in reason and "\n" not in reason and "<" not in reason
+
+
 def test_a_search_without_an_index_goes_to_the_alias(client: FlaskClient) -> None:
     answer = client.get("/_search", json=summary(SEA)).get_json()
     assert ids(answer) == ids(client.post("/papers/_search", json=summary(SEA)).get_json())

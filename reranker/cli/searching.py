@@ -122,7 +122,19 @@ def _demo_query(
     print("", file=out)
 
 def _read_query(raw: str) -> str:
-    text = sys.stdin.read() if raw == "-" else raw
+    if raw == "-":
+        # Bytes, decoded here: the text layer's decoding follows the locale (strict in one,
+        # escapes in another), and the query is UTF-8 as every file the package reads.
+        buffer = getattr(sys.stdin, "buffer", None)
+        raw = buffer.read().decode("utf-8", "surrogateescape") if buffer is not None else sys.stdin.read()
+    try:
+        # Python hands argv's undecodable bytes over as lone surrogates: searched, they
+        # would match nothing, and --json would write JSON no strict reader accepts.
+        text = raw.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the query is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+    except UnicodeEncodeError:
+        raise InputError("the query is not UTF-8 text") from None
     if not text.strip():
         raise InputError("the query is empty")
     return text

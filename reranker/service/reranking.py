@@ -24,7 +24,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
 from flask import current_app
 
 from reranker.errors import (
@@ -35,7 +34,7 @@ from reranker.errors import (
 )
 from reranker.experiments import Experiments, assignment_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
-from reranker.pipeline import Ranking, explained_ranker, uses_word_vectors
+from reranker.pipeline import Ranking, explained_ranker, tie_reason, uses_word_vectors
 from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, weighted_ranker_names
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
@@ -300,11 +299,10 @@ class Runtime:
         if ranking.notes:
             self.metrics.degraded.labels(endpoint, ranker.name, "partial").inc()
             return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own, parts, candidates.first_stage), candidates
-        if len(scores) > 1 and float(np.ptp(scores)) == 0.0:
-            # Nothing was reordered, and a caller should not read the order as a verdict:
-            # identical texts, say.
-            reason = f"every candidate got the same score from {ranker.name!r}; they keep the order they came in"
-            return Reranked(order, scores, "tied", reason, elapsed, own, parts, candidates.first_stage), candidates
+        tie = tie_reason(scores, ranker.name)
+        if tie is not None:
+            # Nothing was reordered, and a caller should not read the order as a verdict.
+            return Reranked(order, scores, "tied", tie, elapsed, own, parts, candidates.first_stage), candidates
         return Reranked(order, scores, "ok", None, elapsed, own, parts, candidates.first_stage), candidates
 
     def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:

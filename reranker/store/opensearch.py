@@ -48,7 +48,7 @@ from reranker.errors import (
 )
 from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field
 from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
-from reranker.store.opensearch_client import bulk_item_reason, error_reason, make_client
+from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client
 from reranker.store.opensearch_encoding import (
     DTYPES,
     decode_backgrounds,
@@ -183,6 +183,11 @@ def blocked(what: str, reason: str) -> StoreError:
 # --- the store ---------------------------------------------------------------------------
 
 
+def _not_a_cluster(exc: Exception) -> str:
+    """The hint for an answer that is not OpenSearch's (OPENSEARCH_URL at a web server, say)."""
+    return "; is OPENSEARCH_URL an OpenSearch cluster?" if foreign_answer(exc) is not None else ""
+
+
 class OpenSearchStore:
     """A `Store` over an OpenSearch (or compatible) cluster."""
 
@@ -254,16 +259,18 @@ class OpenSearchStore:
         except ose.AuthorizationException as exc:
             raise StoreError(f"OpenSearch denied {what}: {error_reason(exc)} (the user lacks a permission)") from None
         except ose.NotFoundError as exc:
-            if not_found is not _RAISE:
+            # OpenSearch says "not found" in JSON, or with no body to a HEAD request; a page
+            # (a web server's "404 Not Found") means OPENSEARCH_URL is not a cluster at all.
+            if not_found is not _RAISE and (exc.info is not None or not exc.error):
                 return not_found
             if exc.error == "index_not_found_exception":
                 raise IndexNotFoundError(
                     f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
                     "run `reranker index CORPUS.jsonl` first (or set RERANKER_INDEX)"
                 ) from None
-            raise StoreError(f"OpenSearch {what} failed: {error_reason(exc)}") from None
+            raise StoreError(f"OpenSearch {what} failed: HTTP 404 {error_reason(exc)}{_not_a_cluster(exc)}") from None
         except ose.TransportError as exc:
-            raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {error_reason(exc)}") from None
+            raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {error_reason(exc)}{_not_a_cluster(exc)}") from None
 
     # --- templates and versions ----------------------------------------------------------
 
@@ -979,7 +986,7 @@ class OpenSearchStore:
             if isinstance(exc.info, dict):
                 return status, exc.info
             # Not OpenSearch's JSON (a gateway's HTML page, say): the same shape as ours.
-            cause = {"type": "store_exception", "reason": f"HTTP {status} from the cluster: {str(exc.info)[:300]}"}
+            cause = {"type": "store_exception", "reason": f"HTTP {status} from the cluster: {error_reason(exc)}"}
             return status, {"error": {"root_cause": [cause], **cause}, "status": status}
 
     def topic_layouts(self, expression: str, params: Mapping[str, str] | None = None) -> dict[str, TopicLayout] | None:

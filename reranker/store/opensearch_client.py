@@ -97,8 +97,33 @@ def make_client(config: OpenSearchSettings) -> Any:
     return OpenSearch(**kwargs)
 
 
+def foreign_answer(exc: Any) -> str | None:
+    """What an HTTP error's body said when it is not OpenSearch's JSON (a web server's or a
+    gateway's HTML page, or nothing), on one line and short; None for OpenSearch's own errors
+    and for failures to connect. opensearch-py keeps such a body, whole, as the error."""
+    if getattr(exc, "info", None) is not None or not isinstance(getattr(exc, "status_code", None), int):
+        return None
+    body = exc.error
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str):
+        return None
+    # A page's markup says nothing to a reader of one line; its words (title, message) do.
+    words = " ".join(re.sub(r"<[^>]*>", " ", body).split())
+    if not words:
+        return "an empty answer"
+    return f"not OpenSearch's JSON: {words[:FOREIGN_CHARS] + ('...' if len(words) > FOREIGN_CHARS else '')!r}"
+
+
+# Enough of a foreign page to recognise it (its title and first message) in a one-line error.
+FOREIGN_CHARS = 120
+
+
 def error_reason(exc: Any) -> str:
     """A short reason from an opensearch-py exception, without URLs that may carry credentials."""
+    foreign = foreign_answer(exc)
+    if foreign is not None:
+        return foreign
     info = getattr(exc, "info", None)
     if isinstance(info, dict):
         error = info.get("error")
