@@ -97,6 +97,10 @@ def make_client(config: OpenSearchSettings) -> Any:
     return OpenSearch(**kwargs)
 
 
+# Enough of a foreign page to recognise it (its title and first message) in a one-line error.
+FOREIGN_CHARS = 120
+
+
 def foreign_answer(exc: Any) -> str | None:
     """What an HTTP error's body said when it is not OpenSearch's JSON (a web server's or a
     gateway's HTML page, or nothing), on one line and short; None for OpenSearch's own errors
@@ -113,10 +117,6 @@ def foreign_answer(exc: Any) -> str | None:
     if not words:
         return "an empty answer"
     return f"not OpenSearch's JSON: {words[:FOREIGN_CHARS] + ('...' if len(words) > FOREIGN_CHARS else '')!r}"
-
-
-# Enough of a foreign page to recognise it (its title and first message) in a one-line error.
-FOREIGN_CHARS = 120
 
 
 def error_reason(exc: Any) -> str:
