@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,15 +96,22 @@ def parse_record(line: str, location: str, *, titled: bool = True) -> Document:
 
 def record_id(record: dict[str, Any], location: str) -> str:
     """A corpus or query record's id: its "id", or BEIR's "_id". Raises InputError naming
-    `location` when there is none, it is not a non-empty string or integer, or the record
-    gives both and they differ (which one the judgments mean could not be told)."""
+    `location` when there is none, it is not a non-blank string or an integer, it holds a
+    control character, or the record gives both and they differ (which one the judgments
+    mean could not be told)."""
     given = [record[key] for key in ("id", "_id") if key in record]
     if len(given) == 2 and str(given[0]) != str(given[1]):
         raise InputError(f"'id' {given[0]!r} and '_id' {given[1]!r} differ: give one", location)
     value = given[0] if given else None
     if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value).strip() == "":
-        raise InputError("missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)", location)
-    return str(value)
+        raise InputError("missing or invalid 'id' (a non-blank string or an integer; BEIR's '_id' is read too)", location)
+    key = str(value)
+    # Ids are written into tab-separated judgments, TREC run files and one-line tables, where
+    # a tab or a line break would shift or split a row: refused here, not mangled there.
+    control = next((char for char in key if unicodedata.category(char) == "Cc"), None)
+    if control is not None:
+        raise InputError(f"id {key!r} holds a control character (U+{ord(control):04X}): ids are written into tab-separated files and one-line tables", location)
+    return key
 
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:

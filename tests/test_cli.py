@@ -93,6 +93,23 @@ def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir:
     assert header.endswith("[tied: BM25 order kept]"), header
 
 
+def test_a_title_with_a_line_break_keeps_its_hit_on_one_line(data_dir: Path, tmp_path: Path) -> None:
+    """Titles cut from PDFs hold line breaks and tabs; printed raw they split a hit's line."""
+    text = "statistical machine translation with word alignment and a beam search decoder"
+    corpus = write_jsonl(tmp_path / "titles.jsonl", [
+        {"id": "broken", "title": "Word Alignment\nfor Statistical\tMT", "text": text},
+        {"id": "plain", "title": "Beam Search", "text": text + " beam"},
+    ])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    code, out = run(data_dir, "search", "word alignment beam search", "--ranker", "bm25")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 3, out  # the header and one line per hit
+    assert any(line.endswith("  Word Alignment\\nfor Statistical\\tMT") for line in lines), out
+    # --json keeps the title as it is.
+    body = json.loads(run(data_dir, "search", "word alignment beam search", "--ranker", "bm25", "--json")[1])
+    assert "Word Alignment\nfor Statistical\tMT" in {hit["title"] for hit in body["hits"]}
+
+
 def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> None:
     assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
     code, out = run(data_dir, "similar", "P01-1027", "--size", "3")
@@ -286,9 +303,10 @@ def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path
 BAD_LINES = [
     ("{broken", "not valid JSON (Expecting property name enclosed in double quotes at column 2)"),
     ('["x", "some text"]', "expected a JSON object with an 'id' and a 'text'"),
-    ('{"text": "no id"}', "missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)"),
-    ('{"id": " ", "text": "a blank id"}', "missing or invalid 'id' (a non-empty string or integer; BEIR's '_id' is read too)"),
+    ('{"text": "no id"}', "missing or invalid 'id' (a non-blank string or an integer; BEIR's '_id' is read too)"),
+    ('{"id": " ", "text": "a blank id"}', "missing or invalid 'id' (a non-blank string or an integer; BEIR's '_id' is read too)"),
     ('{"id": "a", "_id": "b", "text": "two ids"}', "'id' 'a' and '_id' 'b' differ: give one"),
+    ('{"id": "a\\tb", "text": "a tab in an id"}', "id 'a\\tb' holds a control character (U+0009): ids are written into tab-separated files and one-line tables"),
     ('{"id": "x"}', "id 'x': missing 'text' (a string)"),
     ('{"id": "x", "text": 3}', "id 'x': missing 'text' (a string)"),
     ('{"id": "x", "text": "  "}', "id 'x': empty text"),

@@ -204,8 +204,10 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
                 print("       " + line, file=out)
 
 def _title(title: str) -> str:
-    """A hit line's last column: the title's start, or nothing (no trailing spaces) without one."""
-    return f"  {title[:50]}" if title else ""
+    """A hit line's last column: the title's start, or nothing (no trailing spaces) without one.
+    A line break or tab in it (a title cut from a PDF, say) is shown escaped, as `repr` would,
+    so that each hit stays one line."""
+    return f"  {''.join(char if char.isprintable() else repr(char)[1:-1] for char in title[:50])}" if title else ""
 
 def explanation_lines(explanation: "Explanation") -> list[str]:
     """An explanation as text: the parts of the score (a fusion's), then the topic
