@@ -827,6 +827,9 @@ def test_a_cluster_that_is_down_is_a_503_with_retry_after(papers: tuple[str, Pat
         answer = client.post(path, data=body if isinstance(body, str) else json.dumps(body), content_type="application/json")
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
         assert answer.get_json()["error"]["type"] == "store_unavailable_exception"
+    # The cluster's GET / is no search: the error names the request it was.
+    answer = client.get("/")
+    assert answer.status_code == 503 and "cannot reach OpenSearch at http://127.0.0.1:9 (GET /): " in answer.get_json()["error"]["reason"]
 
 
 def test_the_proxy_takes_a_fusion_weight_per_request(client: FlaskClient) -> None:

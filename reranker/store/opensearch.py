@@ -972,13 +972,14 @@ class OpenSearchStore:
         # The parameters go into the URL here: given to opensearch-py, it would take
         # `timeout`, `request_timeout` and `ignore` for itself instead of sending them.
         url = f"{path}?{urlencode(params)}" if params else path
+        what = f"{method} {path}"  # names the request in an error; its parameters are left out
         try:
             return 200, self.client.transport.perform_request(method, url, body=body)
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
-            raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} (search): {error_reason(exc)}") from None
+            raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {error_reason(exc)}") from None
         except ose.AuthenticationException:
             raise StoreError(
-                f"OpenSearch at {self.config.display_hosts} refused the credentials (search): "
+                f"OpenSearch at {self.config.display_hosts} refused the credentials ({what}): "
                 "check OPENSEARCH_USERNAME/OPENSEARCH_PASSWORD or OPENSEARCH_API_KEY"
             ) from None
         except ose.TransportError as exc:
