@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from reranker.rankers import (
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import LruCache, Store
-from reranker.text import content_words, readable_words, tokenize
+from reranker.text import SNIPPET_WORDS, content_words, opening, readable_words, tokenize
 from reranker.topics import (
     best_aligned,
     center,
@@ -547,23 +547,17 @@ class Engine:
             )
             for rank, position in enumerate(order, start=1)
         )
-        status, notes = "ok", ranking.notes
-        tie = tie_reason(scores, ranker.name)
-        if len(query.words) == 0 and uses_word_vectors(ranker):
-            status = "query_out_of_vocabulary"
-        elif ranking.notes:
-            status = "partial"
-        elif tie is not None:
-            status, notes = "tied", (tie,)
+        status, reason = ranking_status(query, ranker, ranking)
         return SearchResult(
             query=text,
             ranker=ranker.name,
             hits=hits,
             window=window,
+            candidates=len(candidates),
             query_words=query.words,
             oov_words=tuple(dict.fromkeys(query.oov)),
             status=status,
-            notes=notes,
+            reason=reason,
             timings_ms={
                 "retrieve": 1000 * (retrieved - started),
                 "rerank": 1000 * (reranked - retrieved),
@@ -773,6 +767,43 @@ def similar_query(
     chosen = [word for word, _ in counts.most_common() if word not in common][:terms]
     # A small corpus's most frequent words are all its words: then they are all there is.
     return " ".join(chosen or [word for word, _ in counts.most_common(terms)])
+
+
+def search_window(window: int, size: int, max_window: int, offset: int = 0) -> int:
+    """The BM25 window a search of hits [offset, offset + size) reranks: `window`, widened
+    to hold the page, at most `max_window` (RERANKER_MAX_WINDOW). POST /search, `reranker
+    search`, /similar and `reranker similar` all ask for this one, so that the same options
+    rerank the same candidates (docs/http-api.md: BM25 top-max(window, from+size))."""
+    return min(max(window, offset + size), max_window)
+
+
+def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str, str | None]:
+    """(status, reason) of a ranking that finished, as every answer says it (`reranker
+    search`, /search, /rerank, the proxy, the Cohere routes; the schema's `Status`):
+    "query_out_of_vocabulary" when no query word has a vector for a ranker that needs one
+    (a window with candidates only: with none, no order was kept), "partial" when the
+    ranker ordered some candidates by a bound (its notes), "tied" when every candidate got
+    the same score, else "ok" (reason None)."""
+    if len(query.words) == 0 and uses_word_vectors(ranker) and len(ranking.order):
+        return "query_out_of_vocabulary", "no query word has a word vector; first-stage order kept"
+    if ranking.notes:
+        return "partial", " ".join(ranking.notes)
+    tie = tie_reason(ranking.scores, ranker.name)
+    if tie is not None:
+        return "tied", tie
+    return "ok", None
+
+
+def similar_answer(engine: Engine, doc_id: str, hits: Sequence[RankedDoc], ranker_name: str) -> dict[str, Any]:
+    """The JSON of GET /documents/<id>/similar and of `reranker similar --json` (its schema:
+    /openapi.json, SimilarAnswer): each hit as a search's (`RankedDoc.to_json`) with the
+    opening of its text, by which a paper without a title is shown."""
+    texts = engine.store.documents([hit.doc_id for hit in hits])
+    answer = []
+    for hit in hits:
+        stored = texts.get(hit.doc_id)
+        answer.append({**hit.to_json(), "snippet": opening(stored.text, SNIPPET_WORDS)[0] if stored is not None else ""})
+    return {"id": doc_id, "ranker": ranker_name, "hits": answer}
 
 
 def tie_reason(scores: Scores, ranker_name: str) -> str | None:

@@ -347,8 +347,11 @@ class SearchResult:
     ranker: str
     hits: tuple[RankedDoc, ...]
     window: int
+    candidates: int  # how many the window held (fewer than `window` when BM25 found fewer)
     query_words: tuple[str, ...]  # in-vocabulary query words used for scoring
     oov_words: tuple[str, ...]  # query words without a vector (skipped)
-    status: str = "ok"  # "ok" | "query_out_of_vocabulary" (BM25 order kept) | "partial" | "tied" (see notes)
-    notes: tuple[str, ...] = ()  # why the ranker answered approximately, or why every score tied
+    # "ok" | "query_out_of_vocabulary" (BM25 order kept) | "partial" | "tied", and why when
+    # not "ok": `pipeline.ranking_status`, as the service says it.
+    status: str = "ok"
+    reason: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)

@@ -18,8 +18,8 @@ from reranker.cli.common import (
     positive_int,
 )
 from reranker.config import Settings
-from reranker.errors import InputError
-from reranker.rankers import get_ranker, ranker_names
+from reranker.errors import ConfigError, InputError
+from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
 
 if TYPE_CHECKING:
     from reranker.pipeline import Engine
@@ -49,7 +49,7 @@ def add_parsers(commands: Any) -> None:
     add_ranking_options(similar)
     similar.add_argument("--ranker", help="ranker name (see `reranker rankers`; default RERANKER_DEFAULT_RANKER)")
     similar.add_argument("--size", type=positive_int, default=10, help="papers to show (default 10)")
-    similar.add_argument("--json", action="store_true", help="print JSON (the hits as /search gives them)")
+    similar.add_argument("--json", action="store_true", help="print JSON (the answer of GET /documents/<id>/similar)")
 
     commands.add_parser("rankers", help="list the registered rankers")
     commands.add_parser("config", help="print the effective settings (secrets hidden)")
@@ -139,16 +139,28 @@ def _read_query(raw: str) -> str:
         raise InputError("the query is empty")
     return text
 
+def _chosen_ranker(args: argparse.Namespace, settings: Settings) -> str:
+    """The ranker `--ranker` names (or the default), refused as the service refuses it: a
+    misspelt name, or a --fusion-weight for a ranker without one, is a usage error (exit 2)
+    before the index is read."""
+    ranker = str(args.ranker or settings.service.default_ranker)
+    get_ranker(ranker)
+    if args.fusion_weight is not None and ranker not in weighted_ranker_names():
+        raise ConfigError(f"--fusion-weight: {unweighted_reason(ranker, '--fusion-weight')}")
+    return ranker
+
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from reranker.pipeline import search_window
+
     query = _read_query(args.query)
-    ranker = args.ranker or settings.service.default_ranker
-    get_ranker(ranker)  # a misspelt name is a usage error (exit 2) before the index is read
+    ranker = _chosen_ranker(args, settings)
     engine = open_engine(settings, require_documents=True)
     try:
         result = engine.search(
             query,
             ranker,
-            window=settings.window,
+            # Widened to the page and capped as /search does, so the same options rerank the same candidates.
+            window=search_window(settings.window, args.size, settings.service.max_window),
             size=args.size,
             explain=args.explain,
             filters=args.filter,
@@ -165,13 +177,14 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
 def _result_json(result: Any, *, explain: bool) -> dict[str, Any]:
     """The shape of POST /search's answer (one hit shape everywhere: RankedDoc.to_json)."""
     body: dict[str, Any] = {"status": result.status}
-    if result.notes:
-        body["reason"] = " ".join(result.notes)
+    if result.reason is not None:
+        body["reason"] = result.reason
     return {
         **body,
         "query": result.query,
         "ranker": result.ranker,
         "window": result.window,
+        "candidates": result.candidates,
         "hits": [hit.to_json(explain=explain) for hit in result.hits],
         "query_words": list(result.query_words),
         "oov_words": list(result.oov_words),
@@ -181,7 +194,7 @@ def _result_json(result: Any, *, explain: bool) -> dict[str, Any]:
 def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
     note = ""
     if result.status == "partial":
-        note = f"  [partial: {' '.join(result.notes)}]"
+        note = f"  [partial: {result.reason}]"
     elif result.status != "ok":
         note = f"  [{result.status}: BM25 order kept]"
     print(
@@ -233,15 +246,17 @@ def explanation_lines(explanation: "Explanation") -> list[str]:
 
 def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Engine.similar, the code path of GET /documents/<id>/similar and `evaluate-similar`."""
-    ranker = args.ranker or settings.service.default_ranker
-    get_ranker(ranker)  # as in `search`: a usage error first
+    from reranker.pipeline import search_window, similar_answer
+
+    ranker = _chosen_ranker(args, settings)
     engine = open_engine(settings, require_documents=True)
     try:
-        hits = engine.similar(args.doc_id, ranker, size=args.size, window=max(settings.window, args.size))
+        hits = engine.similar(args.doc_id, ranker, size=args.size, window=search_window(settings.window, args.size, settings.service.max_window))
+        answer = similar_answer(engine, args.doc_id, hits, ranker) if args.json else None
     finally:
         engine.store.close()
-    if args.json:
-        json.dump({"id": args.doc_id, "ranker": ranker, "hits": [hit.to_json() for hit in hits]}, out, indent=2)
+    if answer is not None:
+        json.dump(answer, out, indent=2)
         out.write("\n")
         return 0
     print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {args.doc_id} of the BM25 top {settings.window} for its distinctive words", file=out)

@@ -193,6 +193,16 @@ def ranker_names() -> list[str]:
     return list(RANKERS)
 
 
+def unweighted_reason(ranker: str, option: str = "fusion_weight") -> str:
+    """Why a fusion weight (`option`, as the caller spelt it) is refused for `ranker`, one
+    not in `weighted_ranker_names`: heard and ignored, it would answer as if it had been
+    applied. The service's 400 and the CLI's usage error say this."""
+    return (
+        f"weighs a min-max, z-score or maxp fusion with BM25; ranker {ranker!r} has no weight "
+        f"(reciprocal rank fusion uses ranks only): leave {option} out, or name such a fusion"
+    )
+
+
 @cache
 def weighted_ranker_names() -> tuple[str, ...]:
     """The rankers a fusion weight applies to: the min-max, z-score and maxp fusions with

@@ -8,6 +8,7 @@ from flask import Blueprint, Response, current_app, jsonify
 
 from reranker import __version__
 from reranker.errors import RerankerError
+from reranker.pipeline import search_window
 from reranker.rankers import ranker_names
 from reranker.service.bodies import json_object
 from reranker.service.errors import api_error
@@ -115,7 +116,7 @@ def search() -> Any:
     window = asked.window or rt.settings.window
     filters = [Filter(field=clause.field, op=clause.op, value=clause.value) for clause in asked.filters]
     return jsonify(rt.search(
-        asked.query, ranker, window=min(max(window, asked.offset + asked.size), rt.limits.max_window), size=asked.size, offset=asked.offset,
+        asked.query, ranker, window=search_window(window, asked.size, rt.limits.max_window, asked.offset), size=asked.size, offset=asked.offset,
         filters=filters, explain=asked.explain, client_id=asked.client_id, snippets=asked.snippets,
     ))
 

@@ -22,12 +22,13 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
+from reranker.pipeline import search_window, similar_answer
 from reranker.rankers import ranker_names
 from reranker.service.operations import Reply, operation
 from reranker.service.paths import PLAIN_ID_PATTERN, AnyDocIdConverter, DocIdConverter
 from reranker.service.reranking import runtime
 from reranker.service.schema import DocumentAnswer, SimilarAnswer
-from reranker.text import SNIPPET_WORDS, opening
+from reranker.text import opening
 
 blueprint = Blueprint("library", __name__)
 
@@ -127,13 +128,5 @@ def _similar(doc_id: str) -> Any:
     rt = runtime()
     ranker = request.args.get("ranker", rt.limits.default_ranker)  # "ranker=" names no ranker: a 400
     engine = rt.engine()
-    window = min(rt.settings.window, rt.limits.max_window)
-    hits = engine.similar(doc_id, ranker, size=size, window=max(window, size))
-    texts = engine.store.documents([h.doc_id for h in hits])
-    answer = []
-    for hit in hits:
-        stored = texts.get(hit.doc_id)
-        snippet = opening(stored.text, SNIPPET_WORDS)[0] if stored is not None else ""
-        answer.append({"id": hit.doc_id, "rank": hit.rank, "title": hit.title, "score": hit.score, "bm25_rank": hit.bm25_rank, "snippet": snippet})
-    return jsonify(id=doc_id, hits=answer)
-
+    hits = engine.similar(doc_id, ranker, size=size, window=search_window(rt.settings.window, size, rt.limits.max_window))
+    return jsonify(similar_answer(engine, doc_id, hits, ranker))

@@ -34,12 +34,11 @@ from reranker.errors import (
 )
 from reranker.experiments import Experiments, assignment_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
-from reranker.pipeline import Ranking, explained_ranker, tie_reason, uses_word_vectors
-from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, weighted_ranker_names
+from reranker.pipeline import Ranking, explained_ranker, ranking_status
+from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, unweighted_reason, weighted_ranker_names
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
 from reranker.service.schema import Candidate as SentCandidate
-from reranker.service.schema import unweighted_reason
 from reranker.store.events import Experiment, ShownQuery, randomisation_unit
 from reranker.text import SNIPPET_WORDS, opening
 from reranker.types import Candidate, Explanation, Filter, Query, TopicBatch
@@ -293,17 +292,10 @@ class Runtime:
         self.metrics.rerank_latency.labels(endpoint, ranker.name).observe(elapsed / 1000)
         candidates = built[0]
         order, scores, own, parts = ranking.order, ranking.scores, ranking.ranker_scores, ranking.parts
-        if len(query.words) == 0 and uses_word_vectors(ranker) and len(candidates):
-            reason = "no query word has a word vector; first-stage order kept"
-            return Reranked(order, scores, "query_out_of_vocabulary", reason, elapsed, own, parts, candidates.first_stage), candidates
-        if ranking.notes:
+        status, reason = ranking_status(query, ranker, ranking)
+        if status == "partial":
             self.metrics.degraded.labels(endpoint, ranker.name, "partial").inc()
-            return Reranked(order, scores, "partial", " ".join(ranking.notes), elapsed, own, parts, candidates.first_stage), candidates
-        tie = tie_reason(scores, ranker.name)
-        if tie is not None:
-            # Nothing was reordered, and a caller should not read the order as a verdict.
-            return Reranked(order, scores, "tied", tie, elapsed, own, parts, candidates.first_stage), candidates
-        return Reranked(order, scores, "ok", None, elapsed, own, parts, candidates.first_stage), candidates
+        return Reranked(order, scores, status, reason, elapsed, own, parts, candidates.first_stage), candidates
 
     def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
         """The first-stage order of `size` candidates, counted as a fallback of `kind`."""

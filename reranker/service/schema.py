@@ -48,7 +48,7 @@ from reranker.config import ServiceSettings
 from reranker.experiments import ID_PATTERN, MAX_MIN_UNITS, TIMESTAMP_PATTERN
 from reranker.interleaving import DEFAULT_TRAFFIC
 from reranker.pipeline import EXPLAIN_TOPICS
-from reranker.rankers import ranker_names, weighted_ranker_names
+from reranker.rankers import ranker_names, unweighted_reason, weighted_ranker_names
 from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.service.bodies import json_type
 from reranker.service.errors import ApiError
@@ -143,14 +143,6 @@ NonBlank = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 QueryText = Annotated[NonBlank, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 Text = Annotated[str, AfterValidator(_within_text_limit), _limit("max_text_chars")]
 RankerName = Annotated[str, Field(json_schema_extra=_ranker_enum, description="a registered ranker (GET /rankers); default RERANKER_DEFAULT_RANKER")]
-def unweighted_reason(ranker: str) -> str:
-    """Why a fusion weight is refused for `ranker` (one not in `weighted_ranker_names`)."""
-    return (
-        f"weighs a min-max, z-score or maxp fusion with BM25; ranker {ranker!r} has no weight "
-        "(reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion"
-    )
-
-
 def _weighs_the_ranker(weight: float, info: ValidationInfo) -> float:
     # Heard and ignored, a weight would be answered as if it had been applied. (An unknown
     # ranker is refused by name later; the default ranker, by the Runtime.)
@@ -665,16 +657,21 @@ class DocumentAnswer(Answer):
 
 
 class SimilarHit(Answer):
+    """A hit of /search (`Hit`, without explanations) plus its snippet; `reranker similar --json` prints the same."""
+
     id: str
     rank: int
     title: str
     score: float = Field(description="the ranker's score with the paper as the query (for a fusion, the fused score)")
+    ranker_score: float = Field(description="the ranker's own score (for a fusion, its first ranker's; else the same as score)")
+    bm25_score: float = Field(description="BM25 of the paper's most distinctive words")
     bm25_rank: int = Field(description="rank by BM25 on the paper's most distinctive words, the paper itself left out")
     snippet: str = Field(description="the first 30 words of the text")
 
 
 class SimilarAnswer(Answer):
     id: str
+    ranker: str = Field(description="the ranker that ordered the hits (the default ranker when the request named none)")
     hits: list[SimilarHit]
 
 
