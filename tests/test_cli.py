@@ -116,6 +116,8 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     assert [line for line in out.splitlines() if line != line.rstrip()] == []
     assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
     assert run(data_dir, "similar", "P01-1027", "--size", "1")[1].startswith("hidden_topics_corrected+bm25:maxp: 1 paper like P01-1027 ")
+    # A size beyond the window widens it, and the header says how far.
+    assert " like P01-1027 of the BM25 top 120 for its distinctive words\n" in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
     assert [h["bm25_rank"] for h in body["hits"]] == list(range(1, 11))

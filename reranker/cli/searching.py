@@ -251,7 +251,8 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     ranker = _chosen_ranker(args, settings)
     engine = open_engine(settings, require_documents=True)
     try:
-        hits = engine.similar(args.doc_id, ranker, size=args.size, window=search_window(settings.window, args.size, settings.service.max_window))
+        window = search_window(settings.window, args.size, settings.service.max_window)
+        hits = engine.similar(args.doc_id, ranker, size=args.size, window=window)
         answer = similar_answer(engine, args.doc_id, hits, ranker) if args.json else None
     finally:
         engine.store.close()
@@ -259,7 +260,7 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
         json.dump(answer, out, indent=2)
         out.write("\n")
         return 0
-    print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {args.doc_id} of the BM25 top {settings.window} for its distinctive words", file=out)
+    print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {args.doc_id} of the BM25 top {window} for its distinctive words", file=out)
     for hit in hits:
         own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
         print(f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
