@@ -118,6 +118,7 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     assert run(data_dir, "similar", "P01-1027", "--size", "1")[1].startswith("hidden_topics_corrected+bm25:maxp: 1 paper like P01-1027 ")
     # A size beyond the window widens it, and the header says how far.
     assert " like P01-1027 of the BM25 top 120 for its distinctive words\n" in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
+    assert run(data_dir, "similar", "P01-1027", "--size", "1001")[0] == 2  # beyond RERANKER_MAX_WINDOW, as `search --size`
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
     assert [h["bm25_rank"] for h in body["hits"]] == list(range(1, 11))

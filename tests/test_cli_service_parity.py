@@ -103,6 +103,8 @@ SEARCHES: list[tuple[str, list[str], dict[str, Any], str]] = [
     ("window-smaller-than-size-explain", ["--window", "2", "--size", "4", "--explain", "--ranker", "hidden_topics"],
      {"window": 2, "size": 4, "explain": True, "ranker": "hidden_topics"}, QUERY),
     ("size-1", ["--size", "1", "--explain"], {"size": 1, "explain": True}, QUERY),
+    # Beyond the window's limit: refused, not cut to it with fewer hits than asked.
+    ("size-over-the-limit", ["--size", "1001"], {"size": 1001}, QUERY),
     ("small-window", ["--window", "7"], {"window": 7}, QUERY),
     ("filter-range", ["--filter", "year>=2005", "--explain"],
      {"filters": [{"field": "year", "op": "gte", "value": 2005}], "explain": True}, QUERY),

@@ -149,11 +149,18 @@ def _chosen_ranker(args: argparse.Namespace, settings: Settings) -> str:
         raise ConfigError(f"--fusion-weight: {unweighted_reason(ranker, '--fusion-weight')}")
     return ranker
 
+def _check_size(args: argparse.Namespace, settings: Settings) -> None:
+    """--size within the window's limit, as /search checks `size`: beyond it the window
+    would be cut to the limit and fewer hits shown than asked, without a word."""
+    if args.size > settings.service.max_window:
+        raise ConfigError(f"--size: must be <= {settings.service.max_window} (RERANKER_MAX_WINDOW), got {args.size}")
+
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.pipeline import search_window
 
     query = _read_query(args.query)
     ranker = _chosen_ranker(args, settings)
+    _check_size(args, settings)
     engine = open_engine(settings, require_documents=True)
     try:
         result = engine.search(
@@ -249,6 +256,7 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     from reranker.pipeline import search_window, similar_answer
 
     ranker = _chosen_ranker(args, settings)
+    _check_size(args, settings)
     engine = open_engine(settings, require_documents=True)
     try:
         window = search_window(settings.window, args.size, settings.service.max_window)
