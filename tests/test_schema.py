@@ -50,6 +50,7 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (SearchRequest, {"query": "ships", "from": -1}, 400, "[from] must be >= 0, got -1"),
         (SearchRequest, {"query": "ships", "window": 101}, 400, "[window] must be <= 100 (RERANKER_MAX_WINDOW), got 101"),
         (SearchRequest, {"query": "ships", "from": 101, "size": 10}, 400, "[from] must be <= 100 (RERANKER_MAX_WINDOW), got 101"),
+        (SearchRequest, {"query": "ships", "size": 1e300}, 400, "[size] must be <= 100 (RERANKER_MAX_WINDOW), got an integer of 301 digits"),
         (SearchRequest, {"query": "ships", "size": 10.5}, 400, "[size] must be an integer, got a number"),
         (SearchRequest, {"query": "ships", "fusion_weight": 1.5}, 400, "[fusion_weight] must be <= 1.0, got 1.5"),
         (SearchRequest, {"query": "ships", "ranker": "wmd+bm25:rrf", "fusion_weight": 0.5}, 400, "[fusion_weight] weighs a min-max, z-score or maxp fusion with BM25; ranker 'wmd+bm25:rrf' has no weight (reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion"),

@@ -116,7 +116,9 @@ def _within_text_limit(value: str, info: ValidationInfo) -> str:
 def _within_window(value: int, info: ValidationInfo) -> int:
     limits = _limits(info)
     if limits is not None and value > limits.max_window:
-        raise PydanticCustomError("over_limit", "must be <= {limit} (RERANKER_MAX_WINDOW), got {n}", {"n": value, "limit": limits.max_window})
+        # A number of hundreds of digits (1e300, read as an integer) is said as the filters' is.
+        given = str(value) if value < 10**15 else f"an integer of {len(str(value))} digits"
+        raise PydanticCustomError("over_limit", "must be <= {limit} (RERANKER_MAX_WINDOW), got {n}", {"n": given, "limit": limits.max_window})
     return value
 
 
