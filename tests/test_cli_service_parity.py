@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run, settings_env, write_jsonl
+from conftest import SAMPLE, TINY_CORPUS, run, settings_env, write_jsonl
 from flask.testing import FlaskClient
 
 from reranker.config import Settings
@@ -31,11 +31,6 @@ RUN_TOGETHER = "givensentence"
 # Generous limits, so that neither side answers approximately because the machine is busy:
 # the service's deadline and WMD's budget are tested elsewhere (test_reliability, test_wmd).
 PATIENT = {"RERANKER_DEADLINE_MS": "120000", "RERANKER_WMD_BUDGET_MS": "120000"}
-
-
-def _needs_model(name: str) -> bool:
-    # The sample has no Doc2Vec model (`reranker train doc2vec`): both sides must refuse.
-    return "doc_vectors" in get_ranker(name).needs
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +51,10 @@ def both(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Iterator[tu
         for name, value in PATIENT.items():
             patch.setenv(name, value)  # for the in-process CLI, which reads os.environ
         code, out = run(data_dir, "index", str(corpus), "--no-progress")
+        assert code == 0, out
+        # A small Doc2Vec model, so that its rankers are compared on answers, not refusals
+        # (its query vectors are the same in every process: reranker/doc2vec.py).
+        code, out = run(data_dir, "train", "doc2vec", str(corpus), "--dim", "16", "--epochs", "5", "--no-progress")
         assert code == 0, out
         app = create_app(Settings.from_env(settings_env(data_dir, **PATIENT)))
         try:
@@ -174,7 +173,8 @@ SIMILAR: list[tuple[str, list[str], str, str]] = [
     ("a-copy", ["--ranker", "hidden_topics_corrected"], "?ranker=hidden_topics_corrected", "copy-0"),
     ("unknown-id", [], "", "nope"),
     ("unknown-ranker", ["--ranker", "bm26"], "?ranker=bm26", "P01-1027"),
-    ("needs-a-model", ["--ranker", "doc2vec"], "?ranker=doc2vec", "P01-1027"),
+    ("doc2vec", ["--ranker", "doc2vec", "--size", "5"], "?ranker=doc2vec&size=5", "P01-1027"),
+    ("doc2vec-fused", ["--ranker", "doc2vec+bm25"], "?ranker=doc2vec%2Bbm25", "W03-0423"),
 ]
 
 
@@ -218,3 +218,20 @@ def test_similar_takes_a_window_and_a_weight_on_the_command_line_only(
     assert [hit["bm25_rank"] for hit in json.loads(out)["hits"]] == [1, 2]
     assert client.get("/documents/P01-1027/similar?ranker=bm25&window=4").status_code == 400
     assert client.get("/documents/P01-1027/similar?fusion_weight=0.5").status_code == 400
+
+
+def test_a_ranker_without_its_model_is_refused_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str], glove: object) -> None:
+    """Before `reranker train doc2vec`, both sides refuse the Doc2Vec rankers with the same words."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    assert run(data_dir, "index", str(write_jsonl(tmp_path / "tiny.jsonl", TINY_CORPUS)), "--no-progress")[0] == 0
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    try:
+        for ranker in ("doc2vec", "doc2vec+bm25"):
+            code, out, err = _cli(data_dir, capsys, "search", "sailing ships", "--json", "--ranker", ranker)
+            answer = app.test_client().post("/search", json={"query": "sailing ships", "ranker": ranker})
+            assert 400 <= answer.status_code < 500 and code != 0 and out == ""
+            assert "no Doc2Vec model was trained" in err
+            assert _substance(err) == _substance(answer.get_json()["error"]["reason"])
+    finally:
+        app.extensions["reranker"].close()
