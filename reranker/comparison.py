@@ -28,6 +28,7 @@ from reranker.evaluation import (
     RANDOMIZATION_SEED,
     PerQuery,
     RankerRun,
+    holm_adjusted,
     metric_names,
     run_rankers,
     score_rankings,
@@ -156,6 +157,8 @@ class Comparison:
         test p-value against the baseline (RANDOMIZATION_ROUNDS sign flips, seed
         RANDOMIZATION_SEED; the smallest possible is 1 / (rounds + 1)).
     t_test_p_values: the same shape, two-sided paired t-test.
+    holm_p_values (derived, not stored): `p_values` adjusted by Holm's step-down method
+        (`holm_adjusted`), one family per metric: the rankers tested against the baseline.
     overlap: one RankOverlap for every pair of rankers, in the order of `rankers`.
     rbo_p, jaccard_depth: the overlap measures' parameters.
     approximate: ranker -> queries it answered approximately (a time budget ran out).
@@ -178,6 +181,12 @@ class Comparison:
     jaccard_depth: int = JACCARD_DEPTH
     approximate: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def holm_p_values(self) -> dict[str, dict[str, float]]:
+        """ranker -> metric -> Holm-adjusted p: derived from `p_values`, so a comparison
+        saved before it existed reads back with it."""
+        return holm_adjusted(self.p_values)
 
     def overlap_of(self, first: str, second: str) -> RankOverlap:
         """The overlap of two rankers, in either order. Raises KeyError for a pair not compared."""
@@ -204,6 +213,7 @@ class Comparison:
             "significance_test": "paired randomisation (two-sided, "
             f"{RANDOMIZATION_ROUNDS} sign flips, seed {RANDOMIZATION_SEED})",
             "p_values": self.p_values,
+            "holm_p_values": self.holm_p_values,
             "t_test_p_values": self.t_test_p_values,
             "overlap": {
                 "jaccard_depth": self.jaccard_depth,

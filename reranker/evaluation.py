@@ -140,6 +140,36 @@ def paired_t_p(a: Sequence[float], b: Sequence[float]) -> float:
         return float(ttest_rel(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)).pvalue)
 
 
+def holm_adjusted(p_values: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Holm's step-down adjustment of ranker -> metric -> p-value, the same shape back
+    (S. Holm, "A simple sequentially rejective multiple test procedure", Scand. J.
+    Statistics 6(2), 1979).
+
+    The family is, for each metric separately, the rankers in `p_values`: every ranker
+    tested against one baseline. Per metric because the headline is one metric
+    (nDCG@10), and a reader who looks at it alone should not pay for the other eight.
+    With that metric's m p-values sorted ascending, p(1) <= ... <= p(m):
+
+        adjusted p(i) = max over j <= i of min(1, (m - j + 1) p(j))
+
+    An adjusted p below alpha rejects with a family-wise error rate of at most alpha
+    (the chance of any false "better/worse than the baseline" among the m), and it is
+    never above Bonferroni's min(1, m p). Equal p-values get equal adjusted ones, in
+    whatever order they sort. With m = 1 nothing changes.
+    """
+    adjusted: dict[str, dict[str, float]] = {ranker: {} for ranker in p_values}
+    metrics = dict.fromkeys(metric for by_metric in p_values.values() for metric in by_metric)
+    for metric in metrics:
+        family = [ranker for ranker, by_metric in p_values.items() if metric in by_metric]
+        raw = np.array([p_values[ranker][metric] for ranker in family], dtype=np.float64)
+        order = np.argsort(raw, kind="stable")
+        m = raw.size
+        stepped = np.minimum(1.0, (m - np.arange(m)) * raw[order])  # (m - j + 1) p(j), j from 1
+        for ranker, p in zip((family[i] for i in order), np.maximum.accumulate(stepped)):
+            adjusted[ranker][metric] = float(p)
+    return adjusted
+
+
 # ranker -> query id -> the reranked window's doc ids, best first
 Rankings = dict[str, dict[str, tuple[str, ...]]]
 # ranker -> query id -> metric -> value
@@ -187,6 +217,8 @@ class EvaluationResult:
     t_test_p_values: the same shape, two-sided paired t-test.
     approximate: ranker -> queries it answered approximately (a time budget ran out).
     config: what the run was built with (vectors, K, ...), as the caller states it.
+    holm_p_values (derived, not stored): `p_values` adjusted by `holm_adjusted`, one
+        family per baseline and metric.
     """
 
     dataset: str
@@ -200,6 +232,12 @@ class EvaluationResult:
     t_test_p_values: PValues
     approximate: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def holm_p_values(self) -> PValues:
+        """baseline -> ranker -> metric -> Holm-adjusted p: derived from `p_values`, so a
+        result saved before it existed reads back with it."""
+        return {baseline: holm_adjusted(by_ranker) for baseline, by_ranker in self.p_values.items()}
 
     def wins_ties_losses(self, baseline: str = "bm25", metric: str = f"ndcg@{NDCG_CUTOFF}") -> dict[str, tuple[int, int, int]]:
         """ranker -> queries where its `metric` is above, equal to, below `baseline`'s."""
@@ -216,6 +254,7 @@ class EvaluationResult:
             "significance_test": "paired randomisation (two-sided, "
             f"{RANDOMIZATION_ROUNDS} sign flips, seed {RANDOMIZATION_SEED})",
             "p_values": self.p_values,
+            "holm_p_values": self.holm_p_values,
             "t_test_p_values": self.t_test_p_values,
             "wins_ties_losses": {
                 baseline: {name: list(wtl) for name, wtl in self.wins_ties_losses(baseline).items()}

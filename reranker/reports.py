@@ -129,6 +129,16 @@ def _rule(columns: int) -> str:
 # --- `reranker evaluate` ------------------------------------------------------------------
 
 
+def _holm_baselines(result: EvaluationResult) -> list[str]:
+    """The baselines with more than one ranker tested against them: the only ones where
+    Holm's adjusted p differs from the raw p, so the only ones given a column."""
+    return [baseline for baseline in result.baselines if len(result.p_values.get(baseline, {})) > 1]
+
+
+def _holm_label(baseline: str) -> str:
+    return f"{metric_label(HEADLINE_METRIC)} p (Holm) vs {baseline}"
+
+
 def evaluation_caption(result: EvaluationResult) -> str:
     """One line saying what the evaluation table shows and what its marks mean."""
     marks = "; ".join(
@@ -138,25 +148,55 @@ def evaluation_caption(result: EvaluationResult) -> str:
     parts = [f"{describe(result)}; means over queries."]
     if result.baselines:
         parts.append(
-            f"{marks} ({_test_note()}; paired t-test p-values in the JSON; not "
-            "corrected for multiple comparisons). W/T/L: queries where nDCG@"
-            f"{NDCG_CUTOFF} is above / equal to / below {result.baselines[0]}'s."
+            f"{marks} ({_test_note()}; paired t-test p-values in the JSON; the p of each ranker "
+            "alone, not corrected for multiple comparisons)."
+        )
+        parts.append(_evaluation_holm_note(result))
+        parts.append(
+            f"W/T/L: queries where nDCG@{NDCG_CUTOFF} is above / equal to / below {result.baselines[0]}'s."
         )
         parts.extend(_power_note(result.queries))
     return " ".join([*parts, *_approximate_note(result.approximate)])
 
 
+def _evaluation_holm_note(result: EvaluationResult) -> str:
+    columns = _holm_baselines(result)
+    alone = [baseline for baseline in result.baselines if baseline not in columns]
+    notes = []
+    if columns:
+        tested = ", ".join(f"{len(result.p_values[baseline])} against {baseline}" for baseline in columns)
+        notes.append(
+            f"{metric_label(HEADLINE_METRIC)} p (Holm): the randomisation p adjusted by Holm's step-down method "
+            f"over the rankers tested against that baseline ({tested}), one family per metric (below {SIGNIFICANCE_LEVEL:g}, "
+            f"the chance of any false difference among them is at most {SIGNIFICANCE_LEVEL:g}; every metric's in "
+            "the JSON)."
+        )
+    if alone:
+        notes.append(
+            f"One ranker is tested against {' and against '.join(alone)}, so Holm's correction for multiple "
+            "comparisons changes nothing there."
+        )
+    return " ".join(notes)
+
+
 def evaluation_table(result: EvaluationResult) -> str:
     """The caption, a blank line, and the means as a Markdown table: rankers as rows,
-    metrics as columns, each value marked where it differs significantly from a baseline."""
+    metrics as columns, each value marked where it differs significantly from a baseline,
+    then the headline metric's Holm-adjusted p against each baseline that tests more than
+    one ranker, and W/T/L against the first baseline."""
     names = table_metric_names(result.window)
-    columns = ["ranker", *(metric_label(m) for m in names)]
+    holm_baselines = _holm_baselines(result)
+    holm = result.holm_p_values
+    columns = ["ranker", *(metric_label(m) for m in names), *(_holm_label(b) for b in holm_baselines)]
     wtl = result.wins_ties_losses(result.baselines[0]) if result.baselines else None
     if result.baselines:
         columns.append(f"W/T/L vs {result.baselines[0]}")
     lines = [evaluation_caption(result), "", _row(columns), _rule(len(columns))]
     for ranker in result.rankers:
         cells = [ranker, *(f"{result.results[ranker][m]:.3f}{_marks(result, ranker, m)}" for m in names)]
+        for baseline in holm_baselines:
+            adjusted = holm[baseline].get(ranker)
+            cells.append(format_p(adjusted[HEADLINE_METRIC]) if adjusted is not None else "–")
         if wtl is not None:
             cells.append("/".join(str(n) for n in wtl[ranker]) if ranker in wtl else "–")
         lines.append(_row(cells))
@@ -184,14 +224,27 @@ def p_phrase(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
+def _holm_note(tested: int, baseline: str) -> str:
+    """What the Holm-adjusted p is, or why there is none: with one ranker tested it equals the raw p."""
+    if tested < 2:
+        return f"one ranker is tested against {baseline}, so Holm's correction for multiple comparisons changes nothing"
+    return (
+        f"p (Holm): the randomisation p adjusted by Holm's step-down method over the {tested} rankers tested "
+        f"against {baseline}, one family per metric (below {SIGNIFICANCE_LEVEL:g}, the chance of any false difference "
+        f"among them is at most {SIGNIFICANCE_LEVEL:g})"
+    )
+
+
 def comparison_caption(comparison: Comparison) -> str:
     """What the comparison table shows, its marks, tests and overlap measures."""
     base = comparison.baseline
+    tested = len(comparison.rankers) - 1
     parts = [
         f"{describe(comparison)}; judgments: {comparison.judgments}; baseline {base}; means over queries.",
-        f"† p < {SIGNIFICANCE_LEVEL:g} against {base} ({_test_note()}; not corrected for multiple "
-        f"comparisons). Δ nDCG@{NDCG_CUTOFF}: mean of the ranker's minus {base}'s per query; p: the "
-        "randomisation test and the paired t-test on it; W/T/L: queries where the ranker's "
+        f"† p < {SIGNIFICANCE_LEVEL:g} against {base} ({_test_note()}; the p of each ranker alone, not "
+        f"corrected for multiple comparisons). Δ nDCG@{NDCG_CUTOFF}: mean of the ranker's minus {base}'s "
+        "per query; p: the randomisation test and the paired t-test on it; "
+        f"{_holm_note(tested, base)}; W/T/L: queries where the ranker's "
         f"nDCG@{NDCG_CUTOFF} is above / equal to / below {base}'s.",
         f"Overlap with {base}'s ranking, mean over queries: Jaccard of the top {comparison.jaccard_depth} "
         f"and rank-biased overlap over the whole window (RBO_ext, p = {comparison.rbo_p:g}; Webber, "
@@ -207,15 +260,17 @@ def comparison_table(comparison: Comparison) -> str:
     base, metric = comparison.baseline, HEADLINE_METRIC
     names = table_metric_names(comparison.window)
     depth = comparison.jaccard_depth
+    # With one ranker tested, Holm's p is the raw p: the caption says so instead of a copied column.
+    holm = comparison.holm_p_values if len(comparison.rankers) > 2 else None
     columns = [
-        "ranker", *(metric_label(m) for m in names), f"Δ nDCG@{NDCG_CUTOFF}", "p (randomisation)", "p (t-test)",
-        "W/T/L", f"Jaccard@{depth}", "RBO",
+        "ranker", *(metric_label(m) for m in names), f"Δ nDCG@{NDCG_CUTOFF}", "p (randomisation)",
+        *(["p (Holm)"] if holm is not None else []), "p (t-test)", "W/T/L", f"Jaccard@{depth}", "RBO",
     ]
     lines = [comparison_caption(comparison), "", _row(columns), _rule(len(columns))]
     for ranker in comparison.rankers:
         means = comparison.results[ranker]
         if ranker == base:
-            versus = ["–", "–", "–", "–", "1.000", "1.000"]
+            versus = ["–", "–", *(["–"] if holm is not None else []), "–", "–", "1.000", "1.000"]
             label = f"{ranker} (baseline)"
             marks = {m: "" for m in names}
         else:
@@ -224,6 +279,7 @@ def comparison_table(comparison: Comparison) -> str:
             versus = [
                 f"{means[metric] - comparison.results[base][metric]:+.3f}",
                 format_p(p_values[metric]),
+                *([format_p(holm[ranker][metric])] if holm is not None else []),
                 format_p(comparison.t_test_p_values[ranker][metric]),
                 "/".join(str(n) for n in comparison.wins_ties_losses[ranker][metric]),
                 f"{pair.mean_jaccard:.3f}",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
-from conftest import TINY_CORPUS, run, write_jsonl
+from conftest import SAMPLE, TINY_CORPUS, run, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,8 +24,8 @@ from reranker.comparison import (
 )
 from reranker.datasets import Dataset, load_dataset, load_rank_eval, query_text
 from reranker.errors import ConfigError, InputError
-from reranker.evaluation import RankerRun, metric_names, paired_randomization_p
-from reranker.reports import comparison_plots, comparison_table
+from reranker.evaluation import RankerRun, holm_adjusted, metric_names, paired_randomization_p
+from reranker.reports import comparison_plots, comparison_table, format_p
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -268,6 +268,11 @@ def test_json_round_trip_and_markdown(tmp_path: Path) -> None:
     assert body["baseline"] == "copy" and body["overlap"]["rbo_p"] == 0.5
     assert set(body["per_query"]["other"]) == {"q1", "q2", "q3"}
     assert body["overlap"]["pairs"][0]["per_query"]["q1"] == {"jaccard@10": 1.0, "rbo": 1.0}
+    assert body["holm_p_values"] == holm_adjusted(body["p_values"]) == comparison.holm_p_values
+    # A comparison saved before the Holm p-values existed reads back, and gets them.
+    saved_before = {key: value for key, value in body.items() if key != "holm_p_values"}
+    assert Comparison.from_json(saved_before) == comparison
+    assert Comparison.from_json(saved_before).to_json()["holm_p_values"] == body["holm_p_values"]
     with pytest.raises(InputError, match="not a comparison result"):
         Comparison.from_json({"dataset": "x"})
     caption, blank, header, rule, *rows = comparison_table(comparison).splitlines()
@@ -276,6 +281,12 @@ def test_json_round_trip_and_markdown(tmp_path: Path) -> None:
     assert header.startswith("| ranker | nDCG@10 |") and header.endswith("| W/T/L | Jaccard@10 | RBO |")
     assert rows[0].startswith("| bm25 | 0.") and rows[1].startswith("| copy (baseline) |")
     assert rows[2].split(" | ")[-3] == "3/0/0"  # "other" puts a relevant document first on every query
+    # Two rankers tested against copy: the headline's Holm p beside the raw one.
+    assert "| Δ nDCG@10 | p (randomisation) | p (Holm) | p (t-test) | W/T/L |" in header
+    assert "Holm's step-down method over the 2 rankers tested against copy, one family per metric" in caption
+    other = rows[2].split(" | ")
+    assert other[-6:-4] == [format_p(comparison.p_values["other"]["ndcg@10"]), format_p(comparison.holm_p_values["other"]["ndcg@10"])]
+    assert rows[1].split(" | ")[-7:-4] == ["–", "–", "–"]  # the baseline's row
     pairs_end = rows.index("", rows.index("| bm25 vs copy | 1.000 | 1.000 |"))
     assert rows[pairs_end - 3 : pairs_end] == [
         "| bm25 vs copy | 1.000 | 1.000 |",
@@ -290,6 +301,15 @@ def test_json_round_trip_and_markdown(tmp_path: Path) -> None:
     ndcg = {r: comparison.per_query[r]["q1"]["ndcg@10"] for r in ("bm25", "copy", "other")}
     assert q1[1:4] == [f"{ndcg['bm25']:.3f}", f"{ndcg['copy']:.3f}", f"{ndcg['other']:.3f}"]
     assert q1[4:7] == [f"{ndcg['bm25'] - ndcg['copy']:+.3f}", "1.000", f"{comparison.overlap_of('copy', 'bm25').rbo['q1']:.3f}"]
+
+
+def test_one_ranker_tested_gets_no_holm_column(tmp_path: Path) -> None:
+    two = RankerRun(window=4, rankings={name: RUN.rankings[name] for name in ("bm25", "other")}, approximate={"bm25": 0, "other": 0})
+    comparison = compare_rankings(qrels_dataset(tmp_path), two, "bm25")
+    assert comparison.holm_p_values == comparison.p_values  # m = 1: nothing to correct
+    caption, _, header, *_ = comparison_table(comparison).splitlines()
+    assert "Holm" not in header and "| p (randomisation) | p (t-test) |" in header
+    assert "one ranker is tested against bm25, so Holm's correction for multiple comparisons changes nothing" in caption
 
 
 def test_the_baseline_must_be_one_of_two_or_more_rankers() -> None:
@@ -367,6 +387,25 @@ def test_cli_compare_writes_markdown_json_and_figures(data_dir: Path, tmp_path: 
     )
     assert code == 0
     assert json.loads(printed) == {**body, "judgments": str(judgments), "config": {**body["config"], "judgments": str(judgments)}}
+
+
+def test_cli_compare_json_holds_the_holm_p_values_of_its_p_values(data_dir: Path) -> None:
+    """End to end on the sample: holm_p_values is holm_adjusted of the p_values printed
+    beside it, and the Markdown's p (Holm) column shows the nDCG@10 ones."""
+    common = ("compare", "--dataset", str(SAMPLE), "--rankers", "bm25,hidden_topics,hidden_topics_corrected+bm25:maxp", "--no-progress")
+    code, out = run(data_dir, *common, "--json")
+    assert code == 0
+    body = json.loads(out)
+    assert body["holm_p_values"] == holm_adjusted(body["p_values"])
+    assert set(body["holm_p_values"]) == {"hidden_topics", "hidden_topics_corrected+bm25:maxp"}
+    assert all(list(by_metric) == metric_names(100) for by_metric in body["holm_p_values"].values())
+    # Not vacuous: of two rankers tested, the smaller nDCG@10 p is doubled.
+    raw = {ranker: by_metric["ndcg@10"] for ranker, by_metric in body["p_values"].items()}
+    smallest = min(raw, key=raw.__getitem__)
+    assert raw[smallest] < 0.5 and body["holm_p_values"][smallest]["ndcg@10"] == pytest.approx(2 * raw[smallest])
+    code, table = run(data_dir, *common)
+    row = next(line for line in table.splitlines() if line.startswith(f"| {smallest} |")).split(" | ")
+    assert row[-6:-4] == [format_p(raw[smallest]), format_p(body["holm_p_values"][smallest]["ndcg@10"])]
 
 
 def test_cli_compare_refuses_bad_options(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_RANKER, WORD2VEC_DIM, WORD2VEC_EPOCHS
 from reranker.datasets import Dataset, cocitation_judgments, load_cocitation_dataset, load_dataset, load_qrels, load_queries
@@ -19,6 +21,7 @@ from reranker.errors import InputError
 from reranker.evaluation import (
     EvaluationResult,
     evaluate,
+    holm_adjusted,
     metric_names,
     paired_randomization_p,
     paired_t_p,
@@ -29,7 +32,7 @@ from reranker.evaluation import (
 )
 from reranker.indexing import index_corpus
 from reranker.pipeline import Engine
-from reranker.reports import evaluation_table, plot_precision_bins
+from reranker.reports import evaluation_table, format_p, plot_precision_bins
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -112,6 +115,55 @@ def test_paired_t_test() -> None:
         paired_t_p([[1.0, 2.0]], [[0.0, 1.0]])
 
 
+def holm_by_the_formula(p_values: list[float]) -> list[float]:
+    """Holm (1979) transcribed loop by loop: sort ascending, then adjusted p(i) =
+    max over j <= i of min(1, (m - j + 1) p(j)), returned in the input's order."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    for i in range(1, m + 1):
+        adjusted[order[i - 1]] = max(min(1.0, (m - j + 1) * p_values[order[j - 1]]) for j in range(1, i + 1))
+    return adjusted
+
+
+def test_holm_by_hand() -> None:
+    # Sorted: 0.01, 0.03, 0.04 -> 3 x 0.01 = 0.03; max(0.03, 2 x 0.03) = 0.06; max(0.06, 1 x 0.04) = 0.06.
+    adjusted = holm_adjusted({"a": {"ndcg@10": 0.01}, "b": {"ndcg@10": 0.04}, "c": {"ndcg@10": 0.03}})
+    assert adjusted == {"a": {"ndcg@10": pytest.approx(0.03)}, "b": {"ndcg@10": pytest.approx(0.06)}, "c": {"ndcg@10": pytest.approx(0.06)}}
+    # Each metric is a family of its own: map's order is not ndcg@10's, and (m - j + 1) p is capped at 1.
+    both = holm_adjusted({"a": {"ndcg@10": 0.01, "map": 0.6}, "b": {"ndcg@10": 0.5, "map": 0.02}})
+    assert both == {"a": {"ndcg@10": pytest.approx(0.02), "map": pytest.approx(0.6)}, "b": {"ndcg@10": pytest.approx(0.5), "map": pytest.approx(0.04)}}
+    assert holm_adjusted({"a": {"mrr": 0.6}, "b": {"mrr": 0.7}}) == {"a": {"mrr": 1.0}, "b": {"mrr": 1.0}}
+    assert holm_adjusted({"a": {"mrr": 0.02}, "b": {"mrr": 0.02}}) == {"a": {"mrr": 0.04}, "b": {"mrr": 0.04}}  # ties
+    assert holm_adjusted({}) == {}
+
+
+P_VALUES = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+
+
+@given(st.lists(P_VALUES, min_size=1, max_size=12))
+def test_holm_properties(raw: list[float]) -> None:
+    names = [f"r{i}" for i in range(len(raw))]
+    adjusted = [holm_adjusted({name: {"ndcg@10": p} for name, p in zip(names, raw)})[name]["ndcg@10"] for name in names]
+    assert adjusted == pytest.approx(holm_by_the_formula(raw), abs=1e-15)
+    m = len(raw)
+    for p, q in zip(raw, adjusted):
+        assert p <= q <= min(1.0, m * p) + 1e-15  # never below the raw p, never above Bonferroni's
+    for i in range(m):
+        for j in range(m):
+            if raw[i] <= raw[j]:
+                assert adjusted[i] <= adjusted[j]  # the order of the p-values is kept
+    if m == 1:
+        assert adjusted == raw
+
+
+def test_the_holm_p_values_are_one_family_per_baseline_and_metric() -> None:
+    result = synthetic_result(bm25=0.0, hidden_topics=-0.2, copy=0.0, better=0.2)
+    assert result.holm_p_values == {baseline: holm_adjusted(by_ranker) for baseline, by_ranker in result.p_values.items()}
+    assert result.holm_p_values["bm25"]["better"]["ndcg@10"] > result.p_values["bm25"]["better"]["ndcg@10"]
+    assert result.holm_p_values["bm25"]["copy"] == result.p_values["bm25"]["copy"]  # p = 1 stays 1
+
+
 def synthetic(values: list[float], shift: float, window: int = 100) -> dict[str, dict[str, float]]:
     """A per-query table in which every metric of query i is values[i] + shift."""
     return {f"q{i}": {m: v + shift for m in metric_names(window)} for i, v in enumerate(values)}
@@ -162,14 +214,28 @@ def test_the_table_has_a_row_per_ranker_marks_and_a_caption() -> None:
     assert "† p < 0.05 against bm25; ‡ p < 0.05 against hidden_topics" in caption
     assert "paired randomisation test" in caption
     assert "no ranker can be marked" not in caption  # 12 queries can reach p < 0.05
-    assert header == "| ranker | nDCG@10 | P@1 | P@3 | P@5 | P@10 | MAP | MRR | R@100 | W/T/L vs bm25 |"
+    assert header == (
+        "| ranker | nDCG@10 | P@1 | P@3 | P@5 | P@10 | MAP | MRR | R@100 "
+        "| nDCG@10 p (Holm) vs bm25 | nDCG@10 p (Holm) vs hidden_topics | W/T/L vs bm25 |"
+    )
+    assert "Holm's step-down method over the rankers tested against that baseline (2 against bm25, 2 against hidden_topics)" in caption
+    assert "not corrected for multiple comparisons" in caption  # what the marks still are
     assert rule.count("|") == header.count("|")
     assert [row.split(" | ")[0] for row in rows] == ["| bm25", "| hidden_topics", "| copy"]
     bm25, hidden, copy = (row.split(" | ") for row in rows)
     assert hidden[1].endswith("†") and not hidden[1].endswith("‡")  # worse than BM25
     assert bm25[1].endswith("‡") and copy[1].endswith("‡") and "†" not in copy[1]
     assert hidden[-1] == "0/0/12 |" and copy[-1] == "0/12/0 |" and bm25[-1] == "– |"
+    holm = result.holm_p_values
+    assert bm25[-3:-1] == ["–", format_p(holm["hidden_topics"]["bm25"]["ndcg@10"])]
+    assert hidden[-3:-1] == [format_p(holm["bm25"]["hidden_topics"]["ndcg@10"]), "–"]
+    assert copy[-3:-1] == ["1.000", format_p(holm["hidden_topics"]["copy"]["ndcg@10"])]
     assert "P@6" not in header
+    # One ranker tested against the one baseline: no column that would repeat the raw p, and the caption says why.
+    alone = summarise("synthetic", 100, {"bm25": synthetic(BASE, 0.0), "better": synthetic(BASE, 0.2)})
+    caption, _, header, *_ = evaluation_table(alone).splitlines()
+    assert "Holm" not in header and header.endswith("| R@100 | W/T/L vs bm25 |")
+    assert "One ranker is tested against bm25, so Holm's correction for multiple comparisons changes nothing there." in caption
 
 
 def test_json_round_trip() -> None:
@@ -178,6 +244,10 @@ def test_json_round_trip() -> None:
     assert body["wins_ties_losses"]["bm25"]["hidden_topics"] == [0, 0, 12]
     assert "randomisation" in body["significance_test"]
     assert EvaluationResult.from_json(body) == result
+    assert body["holm_p_values"] == result.holm_p_values
+    # A result saved before the Holm p-values existed reads back, and gets them.
+    del body["holm_p_values"]
+    assert EvaluationResult.from_json(body) == result and EvaluationResult.from_json(body).to_json()["holm_p_values"] == result.holm_p_values
     assert "per_query" not in result.to_json()
     # The reason is the reader's to act on, not Python's name for it ("KeyError: 'queries'").
     with pytest.raises(InputError, match=r"^not an evaluation result \(no 'queries' field\)$"):
@@ -261,6 +331,26 @@ def test_cli_writes_the_figure_and_the_table(data_dir: Path, tmp_path: Path) -> 
     body = json.loads(out)  # the figure is written, standard output stays one JSON object
     assert code == 0 and set(body["p_values"]) == {"bm25", "hidden_topics"}
     assert 0.0 < body["p_values"]["bm25"]["hidden_topics"]["ndcg@10"] <= 1.0
+
+
+def test_cli_evaluate_json_holds_the_holm_p_values_of_its_p_values(data_dir: Path) -> None:
+    """End to end on the sample: the JSON's holm_p_values are holm_adjusted of the p_values
+    it prints, per baseline, and the table shows the headline metric's."""
+    rankers = "bm25,hidden_topics,hidden_topics_corrected+bm25:maxp"
+    code, out = run(data_dir, "evaluate", str(SAMPLE), "--rankers", rankers, "--json", "--no-progress")
+    assert code == 0
+    body = json.loads(out)
+    assert set(body["holm_p_values"]) == set(body["p_values"]) == {"bm25", "hidden_topics"}
+    for baseline, by_ranker in body["p_values"].items():
+        assert body["holm_p_values"][baseline] == holm_adjusted(by_ranker)
+    # Not vacuous: two rankers are tested against bm25, so the smaller nDCG@10 p is doubled.
+    smallest = min(by_metric["ndcg@10"] for by_metric in body["p_values"]["bm25"].values())
+    assert smallest < 0.5 and min(by_metric["ndcg@10"] for by_metric in body["holm_p_values"]["bm25"].values()) == pytest.approx(2 * smallest)
+    code, table = run(data_dir, "evaluate", str(SAMPLE), "--rankers", rankers, "--no-progress")
+    header, _, *rows = table.splitlines()[2:]
+    assert "| nDCG@10 p (Holm) vs bm25 | nDCG@10 p (Holm) vs hidden_topics | W/T/L vs bm25 |" in header
+    hidden = next(row for row in rows if row.startswith("| hidden_topics |")).split(" | ")
+    assert hidden[-3] == format_p(body["holm_p_values"]["bm25"]["hidden_topics"]["ndcg@10"])
 
 
 def test_cli_refuses_an_unwritable_output_before_evaluating(
