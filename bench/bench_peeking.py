@@ -178,6 +178,17 @@ def searches_per_unit(rng: np.random.Generator, units: int) -> np.ndarray:
     return rng.choice(sizes, size=units, p=weights / weights.sum())
 
 
+def flip_scenarios(rng: np.random.Generator, units: int) -> list[tuple[str, Callable[[], np.ndarray], bool]]:
+    """The rows of parts 3 and 5: (name, a draw of each unit's clicked searches, whether a
+    unit's searches come back to back). Draws come from `rng` when called, row by row."""
+    return [
+        ("1 per unit", lambda: np.ones(units, dtype=np.int64), False),
+        (f"k^-{TAIL:g}, spread", lambda: searches_per_unit(rng, units), False),
+        (f"k^-{TAIL:g}, sessions", lambda: searches_per_unit(rng, units), True),
+        (f"{STRESS_SEARCHES} per unit, sessions", lambda: np.full(units, STRESS_SEARCHES), True),
+    ]
+
+
 def search_order(rng: np.random.Generator, searches: np.ndarray, sessions: bool) -> np.ndarray:
     """(sum(searches),) the unit of each clicked search, in the order they happen (`search_times`)."""
     return search_times(rng, searches, sessions)[0]
@@ -263,12 +274,7 @@ def flips(args: argparse.Namespace) -> None:
     print(f"   many clicked searches each unit has. k^-{TAIL:g} for k = 1..{MAX_SEARCHES}: {tail[0]:.0%} of units 1, "
           f"{tail[1:5].sum():.0%} 2-5, {tail[9:].sum():.0%} 10 or more, mean {tail @ sizes:.1f}.")
     print("   product: the unit's summed credit, recounted as it changes; first vote: never revised.")
-    scenarios: list[tuple[str, Callable[[], np.ndarray], bool]] = [
-        ("1 per unit", lambda: np.ones(args.flip_units, dtype=np.int64), False),
-        (f"k^-{TAIL:g}, spread", lambda: searches_per_unit(rng, args.flip_units), False),
-        (f"k^-{TAIL:g}, sessions", lambda: searches_per_unit(rng, args.flip_units), True),
-        (f"{STRESS_SEARCHES} per unit, sessions", lambda: np.full(args.flip_units, STRESS_SEARCHES), True),
-    ]
+    scenarios = flip_scenarios(rng, args.flip_units)
     rows = []
     baseline = None
     for name, draw, sessions in scenarios:
@@ -401,12 +407,7 @@ def closed_units(args: argparse.Namespace) -> None:
     print(f"   a gap of {args.idle_minutes:g} min; the unit's later searches are not counted) or at the experiment's end.")
     print(f"   Equal rankers, read after every clicked search, {args.flip_runs} experiments per row (seed {args.seed + 30}):")
     print("   share in which the verdict named a winner (alpha = 0.05), the three rules on the same draws.")
-    scenarios: list[tuple[str, Callable[[], np.ndarray], bool]] = [
-        ("1 per unit", lambda: np.ones(args.flip_units, dtype=np.int64), False),
-        (f"k^-{TAIL:g}, spread", lambda: searches_per_unit(rng, args.flip_units), False),
-        (f"k^-{TAIL:g}, sessions", lambda: searches_per_unit(rng, args.flip_units), True),
-        (f"{STRESS_SEARCHES} per unit, sessions", lambda: np.full(args.flip_units, STRESS_SEARCHES), True),
-    ]
+    scenarios = flip_scenarios(rng, args.flip_units)
     rows = []
     for name, draw, sessions in scenarios:
         named = np.zeros(3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pytest
@@ -379,3 +381,13 @@ def searches_during_reindex(
     assert after.documents(["d0"])["d0"].text.endswith("second revised edition")
     after.close()
     return ReindexWatch(documents, report.replaced, len(checks), tuple(misses), seconds)
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script outside the package (a bench, docker's setup_users.py) as a module, to test
+    its functions without running its main."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

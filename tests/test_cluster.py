@@ -13,7 +13,6 @@ Each test works under its own alias (`rrtest-<random>`) and deletes its indices 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -25,7 +24,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import TINY_CORPUS, searches_during_reindex, settings_env, write_jsonl
+from conftest import TINY_CORPUS, load_script, searches_during_reindex, settings_env, write_jsonl
 
 from reranker.config import OpenSearchSettings, parse_search_fields
 from reranker.embeddings import WordVectors
@@ -193,12 +192,7 @@ def test_sent_texts_score_as_the_cluster_scores_them(cluster_store: OpenSearchSt
 
 def _setup_users() -> Any:
     """docker/opensearch-security/setup_users.py, what the secure compose stack runs."""
-    path = Path(__file__).resolve().parent.parent / "docker" / "opensearch-security" / "setup_users.py"
-    spec = importlib.util.spec_from_file_location("setup_users", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path(__file__).resolve().parent.parent / "docker" / "opensearch-security" / "setup_users.py")
 
 
 def _security(store: OpenSearchStore, method: str, path: str, body: Any = None) -> tuple[int, Any]:

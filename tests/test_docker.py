@@ -12,7 +12,6 @@ import base64
 import contextlib
 import fnmatch
 import importlib
-import importlib.util
 import io
 import json
 import re
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml  # type: ignore[import-untyped]
+from conftest import load_script
 
 from reranker.cli import build_parser
 from reranker.config import ENVIRONMENT, Settings
@@ -644,11 +644,7 @@ def secure_stack() -> dict[str, Any]:
 
 
 def setup_users() -> Any:
-    spec = importlib.util.spec_from_file_location("setup_users", SECURITY_DIR / "setup_users.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SECURITY_DIR / "setup_users.py")
 
 
 def _variable(value: str) -> str:

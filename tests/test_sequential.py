@@ -10,7 +10,6 @@ bench/bench_peeking.py simulates (part 5): a unit counted once, when it closes.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from conftest import load_script
 from scipy.integrate import quad
 from scipy.stats import beta as beta_distribution
 from scipy.stats import binom
@@ -194,11 +194,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 @pytest.fixture
 def peeking(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.syspath_prepend(str(BENCH))  # the script imports benchlib by its name, as when run
-    spec = importlib.util.spec_from_file_location("bench_peeking", BENCH / "bench_peeking.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / "bench_peeking.py")
 
 
 def test_a_closed_unit_counts_once_by_its_final_sign_and_an_open_one_not_at_all(peeking: ModuleType) -> None:
