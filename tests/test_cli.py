@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, run, settings_env, write_jsonl
+from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, ClusterProxy, run, settings_env, write_jsonl
 
 from reranker.config import Settings
 from reranker.evaluation import metric_names
@@ -419,8 +419,6 @@ def test_a_url_that_is_not_an_opensearch_cluster_is_one_line(
 ) -> None:
     """OPENSEARCH_URL at a web server (python -m http.server, a gateway): the error was its
     whole HTML page over many lines, or only "NotFoundError" for an empty answer."""
-    from conftest import ClusterProxy
-
     web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (status, page)})  # answers every path itself
     try:
         assert run(data_dir, "--opensearch-url", web_server.url, "search", "translation")[0] == 1
@@ -435,8 +433,6 @@ def test_indices_at_a_url_that_is_not_an_opensearch_cluster_is_an_error_not_an_e
 ) -> None:
     """A web server's "404 Not Found" page was read as "no such alias": `indices list` said
     "no indices for alias reranker" and exited 0."""
-    from conftest import ClusterProxy
-
     page = "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>"
     web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (404, page)})
     try:
