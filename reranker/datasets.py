@@ -106,12 +106,20 @@ def record_id(record: dict[str, Any], location: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value).strip() == "":
         raise InputError("missing or invalid 'id' (a non-blank string or an integer; BEIR's '_id' is read too)", location)
     key = str(value)
-    # Ids are written into tab-separated judgments, TREC run files and one-line tables, where
-    # a tab or a line break would shift or split a row: refused here, not mangled there.
-    control = next((char for char in key if unicodedata.category(char) == "Cc"), None)
+    control = control_character(key)
     if control is not None:
         raise InputError(f"id {key!r} holds a control character (U+{ord(control):04X}): ids are written into tab-separated files and one-line tables", location)
     return key
+
+
+def control_character(text: str) -> str | None:
+    """The first control character (a tab, a line break, ...) in `text`, or None.
+
+    Ids are written into tab-separated judgments, TREC run files and one-line tables, where
+    a tab or a line break would shift or split a row: an id holding one is refused where a
+    corpus or queries are read (`record_id`), and left out where judgments are made from
+    what a cluster indexed by others returned (`judgments.judge`), not mangled there."""
+    return next((char for char in text if unicodedata.category(char) == "Cc"), None)
 
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:

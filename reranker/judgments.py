@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reranker.datasets import control_character
 from reranker.errors import InputError
 
 CLICK_MODEL = "coec"
@@ -85,7 +86,9 @@ class Judged:
     judgments: the pairs judged, by query text then doc id. ctr_by_rank: rank -> click-through
     rate over every list shown. lists / lists_with_clicks: impressions read. queries: distinct
     query texts shown. pairs: distinct (query, doc) pairs shown. dropped_pairs: pairs shown
-    fewer than min_impressions times; dropped_queries: query texts left with no judged pair.
+    fewer than min_impressions times; dropped_queries: query texts left with no judged pair;
+    unwritable_pairs: pairs left out because the doc id holds a control character (an id a
+    cluster indexed by others may hold: it would split the rows of qrels.tsv).
     """
 
     judgments: tuple[Judgment, ...]
@@ -99,6 +102,7 @@ class Judged:
     min_impressions: int
     thresholds: tuple[float, ...]
     most_impressions: int = 0  # of any pair: what --min-impressions could be lowered to
+    unwritable_pairs: int = 0
     query_texts: dict[str, str] = field(default_factory=dict)  # judged query id -> text
 
     @property
@@ -130,6 +134,7 @@ class Judged:
             "pairs_shown": self.pairs,
             "pairs_judged": len(self.judgments),
             "pairs_dropped": self.dropped_pairs,
+            "pairs_with_unwritable_ids": self.unwritable_pairs,
             "documents_judged": len({j.doc_id for j in self.judgments}),
             "grades": self.grade_counts(),
             "ctr_by_rank": {str(rank): round(ctr, 4) for rank, ctr in sorted(self.ctr_by_rank.items())},
@@ -193,8 +198,9 @@ def judge(
             counts[2] += ctr[impression.first_rank + offset]
     judgments: list[Judgment] = []
     texts = {text for text, _ in tally}
+    unwritable = {pair for pair in tally if control_character(pair[1]) is not None}
     for (text, doc_id), (shown, clicks, expected) in sorted(tally.items()):
-        if shown < min_impressions:
+        if shown < min_impressions or (text, doc_id) in unwritable:
             continue
         coec = clicks / expected if expected > 0 else 0.0
         judgments.append(Judgment(query_id(text), text, doc_id, int(shown), int(clicks), expected, coec, grade(coec, thresholds)))
@@ -206,10 +212,11 @@ def judge(
         lists_with_clicks=sum(1 for i in seen if i.clicked.intersection(i.shown)),
         queries=len(texts),
         pairs=len(tally),
-        dropped_pairs=len(tally) - len(judgments),
+        dropped_pairs=len(tally) - len(judgments) - len(unwritable),
         dropped_queries=len(texts) - len(judged_texts),
         min_impressions=min_impressions,
         thresholds=thresholds,
         most_impressions=int(max((counts[0] for counts in tally.values()), default=0)),
         query_texts=judged_texts,
+        unwritable_pairs=len(unwritable),
     )

@@ -70,6 +70,16 @@ def test_pairs_with_too_few_impressions_are_dropped_and_counted() -> None:
     assert judged.summary()["documents_judged"] == 2
 
 
+def test_a_doc_id_with_a_control_character_is_left_out_and_counted() -> None:
+    # Ids this product reads are refused with one (`datasets.record_id`); a cluster someone
+    # else indexed may still return one, and qrels.tsv's row would split at its tab.
+    lists = [Impression("q", ("a\tb", "c", "line\nbreak"), frozenset({"a\tb", "c"})) for _ in range(5)]
+    judged = judge(lists, min_impressions=5)
+    assert [j.doc_id for j in judged.judgments] == ["c"]
+    assert (judged.pairs, judged.dropped_pairs, judged.unwritable_pairs) == (3, 0, 2)
+    assert judged.summary()["pairs_with_unwritable_ids"] == 2
+
+
 def test_grades_follow_the_thresholds() -> None:
     assert [grade(value, (0.5, 1.0, 2.0)) for value in (0.0, 0.49, 0.5, 0.99, 1.0, 1.99, 2.0, 7.0)] == [0, 0, 1, 1, 2, 2, 3, 3]
     with pytest.raises(Exception, match="increasing"):

@@ -561,6 +561,23 @@ def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
     assert run(data_dir, *url, "indices", "delete", "reranker-v000002")[0] == 0
 
 
+def test_an_id_with_a_tab_from_a_cluster_indexed_by_others_keeps_each_hit_on_one_line(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path
+) -> None:
+    # `reranker index` refuses such ids; someone else's writes to the cluster need not.
+    url = ["--opensearch-url", osmem_clone.url]
+    assert run(data_dir, *url, "index", str(write_jsonl(tmp_path / "c.jsonl", PAPERS)), "--no-progress")[0] == 0
+    client = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,))).client
+    copied = client.get(index="reranker", id="chess")["_source"]
+    client.index(index="reranker", id="chess\tpart 2", body=copied, refresh=True)
+    code, out = run(data_dir, *url, "search", "a grandmaster and his knight")
+    assert code == 0 and "chess\\tpart 2" in out and "chess\tpart 2" not in out, out
+    code, out = run(data_dir, *url, "similar", "chess")
+    assert code == 0 and "chess\\tpart 2" in out and "chess\tpart 2" not in out, out
+    code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--json")
+    assert "chess\tpart 2" in {hit["id"] for hit in json.loads(out)["hits"]}
+
+
 def test_a_beir_corpus_indexes_as_it_is_shipped(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
     """BEIR names a document's id `_id` (which OpenSearch refuses inside a source) and gives
     each one a `metadata` object."""

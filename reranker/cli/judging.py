@@ -128,6 +128,9 @@ def run(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
           f"grades {labels}: {grades}", file=out)
     print(f"  dropped for fewer than {judged.min_impressions} impressions: {judged.dropped_pairs} pairs, "
           f"{judged.dropped_queries} queries left with no judged pair", file=out)
+    if judged.unwritable_pairs:
+        print(f"  left out {judged.unwritable_pairs} pairs whose document id holds a control character "
+              "(a tab or a line break would split the rows of qrels.tsv)", file=out)
     print(f"  corpus.jsonl: {corpus_note}", file=out)
     print(f"  wrote {args.out}/queries.jsonl, qrels.tsv, corpus.jsonl, judgments.json", file=out)
     if experiment is not None:

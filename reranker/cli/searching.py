@@ -110,13 +110,13 @@ def _demo_query(
         move = right.bm25_rank - right.rank
         arrow = f"up {move}" if move > 0 else (f"down {-move}" if move < 0 else "")
         print(
-            f"  {left.rank}. {mark_l}{left.doc_id:<12} bm25 {left.bm25_score:6.2f}    "
-            f"{right.rank}. {mark_r}{right.doc_id:<12} score {right.score:.4f} {arrow}",
+            f"  {left.rank}. {mark_l}{_one_line(left.doc_id):<12} bm25 {left.bm25_score:6.2f}    "
+            f"{right.rank}. {mark_r}{_one_line(right.doc_id):<12} score {right.score:.4f} {arrow}",
             file=out,
         )
     why = topics.hits[0].explanation if topics.hits else None
     if why is not None:
-        print(f"  Why {topics.hits[0].doc_id} is first:", file=out)
+        print(f"  Why {_one_line(topics.hits[0].doc_id)} is first:", file=out)
         for line in explanation_lines(why):
             print("    " + line, file=out)
     print("", file=out)
@@ -215,7 +215,7 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         # A fusion orders by the fused score; show its base ranker's own score too.
         own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
         print(
-            f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  bm25 {hit.bm25_score:7.2f} "
+            f"{hit.rank:>3}. {_one_line(hit.doc_id):<24} score {hit.score:.4f}{own}  bm25 {hit.bm25_score:7.2f} "
             f"(rank {hit.bm25_rank}, {arrow}){_title(hit.title)}",
             file=out,
         )
@@ -224,10 +224,14 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
                 print("       " + line, file=out)
 
 def _title(title: str) -> str:
-    """A hit line's last column: the title's start, or nothing (no trailing spaces) without one.
-    A line break or tab in it (a title cut from a PDF, say) is shown escaped, as `repr` would,
-    so that each hit stays one line."""
-    return f"  {''.join(char if char.isprintable() else repr(char)[1:-1] for char in title[:50])}" if title else ""
+    """A hit line's last column: the title's start, or nothing (no trailing spaces) without one."""
+    return f"  {_one_line(title[:50])}" if title else ""
+
+def _one_line(text: str) -> str:
+    """`text` with a line break or tab (a title cut from a PDF; an id in a cluster someone
+    else indexed, which this product's readers would have refused) shown escaped, as `repr`
+    would, so that each hit stays one line."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 def explanation_lines(explanation: "Explanation") -> list[str]:
     """An explanation as text: the parts of the score (a fusion's), then the topic
@@ -268,10 +272,10 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
         json.dump(answer, out, indent=2)
         out.write("\n")
         return 0
-    print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {args.doc_id} of the BM25 top {window} for its distinctive words", file=out)
+    print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {_one_line(args.doc_id)} of the BM25 top {window} for its distinctive words", file=out)
     for hit in hits:
         own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
-        print(f"{hit.rank:>3}. {hit.doc_id:<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
+        print(f"{hit.rank:>3}. {_one_line(hit.doc_id):<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
     return 0
 
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
