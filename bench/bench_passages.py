@@ -18,11 +18,14 @@ bench_first_stage.py builds them), indexed with 2 topic workers, then the whole 
 (the path bench_first_stage.py times), the previous default and the default, alternating
 per query, 3 rounds over the 40 summaries: p50 and p95 and the ratios to the previous default
 and to `hidden_topics` (the budget's path), and the bytes kept for passages per document.
+With --compact as well: a copy of the index compacted into one segment (`reranker compact`),
+timed alternating with the index as it was indexed, and the ratio of the two.
 
 Run:  python bench/bench_passages.py                     (about 1 minute)
       python bench/bench_passages.py --documents 50000   (about 15 minutes, most of it indexing)
       python bench/bench_passages.py --documents 50000 --store DIR   (kept in DIR: the next
                                                          run of the same code times again at once)
+      python bench/bench_passages.py --documents 50000 --store DIR --compact   (+ 3-5 minutes)
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if __name__ == "__main__":
     product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
 
 import argparse
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -92,13 +96,14 @@ def measure(folder: Path) -> None:
     )
 
 
-def search_path(documents: int, store: Path | None) -> None:
+def search_path(documents: int, store: Path | None, compact: bool) -> None:
     from bench_first_stage import write_corpus
 
     from reranker.config import Settings
     from reranker.datasets import load_dataset
     from reranker.indexing import index_corpus
     from reranker.pipeline import build_engine
+    from reranker.store.text_index import TextIndex
 
     folder = SHARED / "clscisumm2018-train"
     queries = [text for _, text in load_dataset(folder).queries]
@@ -116,16 +121,20 @@ def search_path(documents: int, store: Path | None) -> None:
         started = time.perf_counter()
         report = index_corpus(corpus, engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False, workers=2)
         print(f"\n{documents:,} documents (CL-SciSumm papers repeated): {report.indexed:,} indexed, {report.unchanged:,} unchanged, in {time.perf_counter() - started:.0f} s")
-        for name in rankers:
-            engine.search(queries[0], name, window=100, size=10)  # warm: first reads
-        timings: dict[str, list[float]] = {name: [] for name in rankers}
-        for round_ in range(ROUNDS):
-            for number, query in enumerate(queries):
-                order = rankers if (number + round_) % 2 == 0 else rankers[::-1]
-                for name in order:
-                    started = time.perf_counter()
-                    engine.search(query, name, window=100, size=10)
-                    timings[name].append(time.perf_counter() - started)
+        print(f"the text index as indexed: {TextIndex(data_dir / 'index' / 'text').segments()} segments")
+        engines = {"as indexed": engine}
+        if compact:
+            # A copy, compacted: the two are timed alternating, and a kept --store stays as indexed.
+            copy = Path(scratch) / "compacted"
+            shutil.copytree(data_dir / "index", copy / "index")
+            engines["compacted"] = build_engine(replace(settings, data_dir=copy))
+            started = time.perf_counter()
+            result = engines["compacted"].store.compact()
+            print(
+                f"`reranker compact` of a copy: {result.segments_before} segments -> {result.segments_after} "
+                f"in {time.perf_counter() - started:.0f} s"
+            )
+        timings = _time_search_path(engines, queries, rankers)
         # What a search pays once per thread after the index changes (the lengths BM25
         # averages, summed again: the embedded store's own cache, cleared by hand here) and
         # what each /readyz pays (the document count).
@@ -140,17 +149,43 @@ def search_path(documents: int, store: Path | None) -> None:
             embedded.count()
             counted.append(time.perf_counter() - started)
         store_dir = engine.store.directory  # type: ignore[attr-defined]  # the embedded store's
-        engine.store.close()
+        for each in engines.values():
+            each.store.close()
         print(
             f"after the index changes: its lengths summed again in {1000 * float(np.median(summed)):.1f} ms "
             f"(once per thread), the document count in {1000 * float(np.median(counted)):.1f} ms (each /readyz)"
         )
         print(_kept_bytes(store_dir / "store.sqlite3"))
-    base, budget = (float(np.median(timings[name])) for name in (RANKERS[0], "hidden_topics"))
-    print(f"{'search path (Engine.search, top 10 of 100)':<44} {'p50 ms':>8} {'p95 ms':>8} {'x previous':>10} {'x hidden_topics':>15}")
-    for name, values in timings.items():
-        p50, p95 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 95))
-        print(f"{name:<44} {p50:8.2f} {p95:8.2f} {p50 / 1000 / base:9.2f}x {p50 / 1000 / budget:14.2f}x")
+    for label in engines:
+        base, budget = (float(np.median(timings[label, name])) for name in (RANKERS[0], "hidden_topics"))
+        print(f"{'search path, ' + label + ' (top 10 of 100)':<44} {'p50 ms':>8} {'p95 ms':>8} {'x previous':>10} {'x hidden_topics':>15}")
+        for name in rankers:
+            values = timings[label, name]
+            p50, p95 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 95))
+            print(f"{name:<44} {p50:8.2f} {p95:8.2f} {p50 / 1000 / base:9.2f}x {p50 / 1000 / budget:14.2f}x")
+    if compact:
+        print(f"{'compacted / as indexed, p50':<44}")
+        for name in rankers:
+            print(f"{name:<44} {float(np.median(timings['compacted', name])) / float(np.median(timings['as indexed', name])):8.2f}x")
+
+
+def _time_search_path(engines: dict[str, Any], queries: list[str], rankers: tuple[str, ...]) -> dict[tuple[str, str], list[float]]:
+    """`Engine.search` (top 10 of 100) per engine and ranker, ROUNDS x the queries, the order
+    of engines and of rankers alternating from query to query."""
+    for engine in engines.values():
+        for name in rankers:
+            engine.search(queries[0], name, window=100, size=10)  # warm: first reads
+    timings: dict[tuple[str, str], list[float]] = {(label, name): [] for label in engines for name in rankers}
+    labels = list(engines)
+    for round_ in range(ROUNDS):
+        for number, query in enumerate(queries):
+            flip = (number + round_) % 2 == 1
+            for label in labels[::-1] if flip else labels:
+                for name in rankers[::-1] if flip else rankers:
+                    started = time.perf_counter()
+                    engines[label].search(query, name, window=100, size=10)
+                    timings[label, name].append(time.perf_counter() - started)
+    return timings
 
 
 def _kept_bytes(database: Path) -> str:
@@ -165,9 +200,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, help="time the whole search path over this many documents instead")
     parser.add_argument("--store", type=Path, help="with --documents: keep the data dir (corpus and index) here and reuse it on later runs")
+    parser.add_argument(
+        "--compact", action="store_true",
+        help="with --documents: also time a compacted copy of the index (`reranker compact`), alternating with it as indexed",
+    )
     args = parser.parse_args()
     if args.documents:
-        search_path(args.documents, args.store)
+        search_path(args.documents, args.store, args.compact)
         return 0
     folders = [SHARED / name for name in ("clscisumm2018-train", "cisi") if (SHARED / name).is_dir()]
     for folder in folders or [ROOT / "reranker" / "sample"]:

@@ -93,6 +93,22 @@ def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir:
     assert header.endswith("[tied: BM25 order kept]"), header
 
 
+def test_compact_merges_the_index_runs_segments_and_every_search_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()
+    for half, part in enumerate((lines[:12], lines[12:])):  # two runs: a segment each
+        (tmp_path / f"part{half}.jsonl").write_text("\n".join(part) + "\n")
+        assert run(data_dir, "index", str(tmp_path / f"part{half}.jsonl"), "--no-progress")[0] == 0
+    query = ["search", "statistical machine translation with phrase tables", "--json", "--size", "25"]
+    before = json.loads(run(data_dir, *query)[1])["hits"]
+    code, out = run(data_dir, "compact", "--no-progress")
+    assert code == 0 and re.fullmatch(r"compacted the BM25 index of 25 documents in \d+ s: 2 segments before, 1 now\n", out), out
+    after = json.loads(run(data_dir, *query)[1])["hits"]
+    assert [(hit["id"], hit["bm25_score"], hit["score"]) for hit in after] == [(hit["id"], hit["bm25_score"], hit["score"]) for hit in before]
+    assert len(after) > 10
+    assert run(data_dir, "--data-dir", str(tmp_path / "none"), "compact")[0] == 1
+    assert "nothing to compact" in capsys.readouterr().err
+
+
 def test_a_title_with_a_line_break_keeps_its_hit_on_one_line(data_dir: Path, tmp_path: Path) -> None:
     """Titles cut from PDFs hold line breaks and tabs; printed raw they split a hit's line."""
     text = "statistical machine translation with word alignment and a beam search decoder"

@@ -561,6 +561,17 @@ def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
     assert run(data_dir, *url, "indices", "delete", "reranker-v000002")[0] == 0
 
 
+def test_compact_is_the_clusters_force_merge(osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = ["--opensearch-url", osmem_clone.url]
+    assert run(data_dir, *url, "compact")[0] == 1
+    assert "has no index or alias 'reranker': run `reranker index CORPUS.jsonl` first" in capsys.readouterr().err
+    assert run(data_dir, *url, "index", str(write_jsonl(tmp_path / "c.jsonl", PAPERS)), "--no-progress")[0] == 0
+    code, out = run(data_dir, *url, "compact")
+    assert code == 0 and re.fullmatch(r"compacted the BM25 index of 3 documents in \d+ s: \d+ segments? before, 1 now\n", out), out
+    code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--json")
+    assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
+
+
 def test_an_id_with_a_tab_from_a_cluster_indexed_by_others_keeps_each_hit_on_one_line(
     osmem_clone: Any, data_dir: Path, tmp_path: Path
 ) -> None:

@@ -66,6 +66,7 @@ SKIP: dict[str, str] = {
 EXPECTED: list[tuple[str, str]] = [
     (r"^reranker demo$", r"^  BM25 order +hidden_topics_corrected\+bm25:maxp order"),
     (r"^reranker index\b", r"^indexed \d+, unchanged \d+, skipped 0 in "),
+    (r"^reranker compact$", r"^compacted the BM25 index of \d+ documents in \d+ s: \d+ segments? before, 1 now$"),
     (r"^reranker search .*--json\b", r'^  "hits": \[$'),
     (r"^reranker search\b", r"^\S+: \d+ of the BM25 top 100, \d+ query words in vocabulary"),
     (r"^reranker similar\b", r"^\S+: \d+ papers? like \S+ of the BM25 top 100"),

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
-from reranker.store import MAX_QUERY_TERMS, IndexInfo, LruCache, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, filter_for_field
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import tokenize
@@ -622,6 +622,111 @@ def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path) -> None
         try:
             with pytest.raises(StoreError, match="another process is writing"):
                 second.initialise(IndexInfo(EMBEDDING, k=2))
+        finally:
+            second.close()
+    finally:
+        blocker.kill()
+        blocker.wait()
+
+
+# --- compacting the text index ------------------------------------------------------------
+
+COMPACT_QUERIES = ("ships and sails", "bread yeast ships", "sea")
+PASSAGES = ["ships and sails at sea", "baking bread with yeast", "sails of old ships", "the sea and the bread of sailors", "ships"]
+
+
+def written_in_runs(directory: Path, runs: list[list[StoredDocument]]) -> None:
+    """One `reranker index` run per list: each run's commit writes a segment of its own."""
+    for documents in runs:
+        store = EmbeddedStore(directory)
+        store.initialise(IndexInfo(EMBEDDING, k=2))
+        store.upsert(documents)
+        store.publish()
+        store.close()
+
+
+def answers(store: EmbeddedStore) -> dict[str, list[tuple[str, float]]]:
+    return {query: [(hit.doc_id, hit.bm25_score) for hit in store.bm25(query, 100)] for query in COMPACT_QUERIES}
+
+
+def test_compact_writes_one_segment_and_every_answer_stays(tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    written_in_runs(directory, [[stored(f"r{run}-{i}", text) for i, text in enumerate(PASSAGES)] for run in range(3)])
+    reader = EmbeddedStore(directory)  # a service's store, open across the compaction
+    try:
+        before = answers(reader)
+        assert TextIndex(directory / "text").segments() == 3 and len(before["ships and sails"]) == 9
+        writer = EmbeddedStore(directory)
+        assert writer.compact() == CompactResult(documents=15, segments_before=3, segments_after=1)
+        writer.close()
+        assert answers(reader) == before and reader.count() == 15
+        assert reader._text.segments() == 1  # it searches the new index, not the old one's files
+        assert reader.topics(["r0-0", "r2-4"]).missing == ()
+    finally:
+        reader.close()
+
+
+def test_compact_leaves_out_replaced_versions_as_a_fresh_index_would(tmp_path: Path) -> None:
+    # A replaced version is deleted in its segment but still counted in BM25's statistics
+    # until its segment is written again, as in Lucene: compacting writes it out.
+    first = [stored(f"d{i}", text) for i, text in enumerate(PASSAGES)]
+    later = [stored("d0", "bread and bread and yeast"), stored("d5", "sea sails")]
+    written_in_runs(tmp_path / "compacted", [first, later])
+    written_in_runs(tmp_path / "fresh", [[*later[:1], *first[1:], later[1]]])
+    compacted, fresh = EmbeddedStore(tmp_path / "compacted"), EmbeddedStore(tmp_path / "fresh")
+    try:
+        assert compacted.compact().documents == 6
+        expected = answers(fresh)
+        for query, found in answers(compacted).items():
+            assert [doc_id for doc_id, _ in found] == [doc_id for doc_id, _ in expected[query]]
+            assert [score for _, score in found] == pytest.approx([score for _, score in expected[query]], rel=1e-6)
+    finally:
+        compacted.close()
+        fresh.close()
+
+
+def test_an_interrupted_compact_leaves_the_index_as_it_was(tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    written_in_runs(directory, [[stored(f"r{run}-{i}", text) for i, text in enumerate(PASSAGES)] for run in range(2)])
+    store = EmbeddedStore(directory)
+    before = answers(store)
+    written = 0
+
+    def interrupt(count: int) -> None:
+        nonlocal written
+        written += count
+        if written == 4:
+            raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.compact(progress=interrupt)
+        assert answers(store) == before and TextIndex(directory / "text").segments() == 2
+        assert store.compact().segments_after == 1  # the writer was released
+        assert answers(store) == before
+    finally:
+        store.close()
+
+
+def test_compact_needs_an_index_and_the_writer(tmp_path: Path) -> None:
+    empty = EmbeddedStore(tmp_path / "empty")
+    with pytest.raises(StoreError, match=r"nothing to compact: no index in .* yet \(run `reranker index CORPUS` first\)"):
+        empty.compact()
+    empty.close()
+    directory = tmp_path / "store"
+    blocker = run_writer(directory, """
+        store.upsert([stored("a", "ships")])
+        store._commit_pending()
+        print("writing", flush=True)
+        time.sleep(60)
+    """, wait=False)
+    try:
+        assert blocker.stdout is not None and blocker.stdout.readline() == b"writing\n"
+        second = EmbeddedStore(directory)
+        try:
+            with pytest.raises(StoreError, match="another process is writing"):
+                second.compact()
+            assert visible(second, "ships") == {"a"}
         finally:
             second.close()
     finally:

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -70,6 +71,13 @@ def add_parsers(commands: Any) -> None:
         help="training threads (default 1: reproducible vectors; more is faster but not reproducible)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    compact = commands.add_parser(
+        "compact",
+        help="merge the BM25 index into one segment, for faster searches of an index no longer written "
+        "(OpenSearch: the cluster's force merge)",
+    )
+    compact.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     templates = commands.add_parser("templates", help="OpenSearch index templates (index_templates/)")
     templates_action = templates.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -185,6 +193,27 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
     print('use it with: reranker search "..." --ranker doc2vec', file=out)
     return EXIT_ERROR if report.failures else 0
 
+def cmd_compact(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """`reranker compact`: the store's first-stage index in one segment (Store.compact)."""
+    from tqdm import tqdm
+
+    from reranker.store import open_store
+
+    store = open_store(settings)
+    started = time.perf_counter()
+    try:
+        show = not args.no_progress and sys.stderr.isatty()
+        with tqdm(total=store.count(), unit="doc", desc="compacting", disable=not show, leave=False) as bar:
+            result = store.compact(progress=bar.update)
+    finally:
+        store.close()
+    print(
+        f"compacted the BM25 index of {result.documents:,} documents in {time.perf_counter() - started:.0f} s: "
+        f"{result.segments_before} segment{'' if result.segments_before == 1 else 's'} before, {result.segments_after} now",
+        file=out,
+    )
+    return 0
+
 def cmd_templates(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.store.templates import load_templates
 
@@ -226,4 +255,4 @@ def cmd_indices(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     return 0
 
 
-COMMANDS = {"index": cmd_index, "train": cmd_train, "templates": cmd_templates, "indices": cmd_indices}
+COMMANDS = {"index": cmd_index, "train": cmd_train, "compact": cmd_compact, "templates": cmd_templates, "indices": cmd_indices}

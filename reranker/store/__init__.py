@@ -92,6 +92,16 @@ class PublishResult:
 
 
 @dataclass(frozen=True)
+class CompactResult:
+    """What `Store.compact()` did: the first stage's index over `documents` documents, in
+    `segments_before` segments before and `segments_after` after."""
+
+    documents: int
+    segments_before: int
+    segments_after: int
+
+
+@dataclass(frozen=True)
 class Doc2VecInfo:
     """Which Doc2Vec model produced an index's document vectors (`reranker train doc2vec`).
 
@@ -279,6 +289,14 @@ class Store(Protocol):
         in one SQLite transaction); other writes are visible as they are written (the
         embedded store's at each text-index commit). The OpenSearch store says which index
         its alias points at (`PublishResult`); the embedded store, which has none, None."""
+        ...
+
+    def compact(self, progress: Callable[[int], None] | None = None) -> CompactResult:
+        """Merge the first stage's index into one segment, for faster BM25 over an index
+        that is no longer written (OpenSearch's force merge): each segment is searched on
+        its own. Readers see the index as it was until the merged one is there.
+        `progress(n)` reports n more documents written, where the store writes them.
+        Raises StoreError when another process writes, or there is nothing indexed."""
         ...
 
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:

@@ -58,9 +58,10 @@ import numpy as np
 import numpy.typing as npt
 
 from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, LruCache, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, LruCache, filter_for_field
 from reranker.store.bm25 import PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, bm25_of_texts, passage_query
 from reranker.store.text_index import (
+    COMPACT_HEAP_BYTES,
     NEARLY_FULL,
     TextIndex,
     TextTerms,
@@ -474,20 +475,60 @@ class EmbeddedStore:
             self._add_to_text_index(above=0, upto=watermark)
             self._text.commit()
 
-    def _add_to_text_index(self, above: int, upto: int = _NO_ROW, replacing: int = -1) -> None:
+    def compact(self, progress: Callable[[int], None] | None = None) -> CompactResult:
+        """Write the text index anew in one commit, as one segment while its entries fit
+        the writer's memory (`COMPACT_HEAP_BYTES`). tantivy's merges leave several (5 at
+        50,000 long papers, where one made the default's search path 0.87x as long:
+        bench/README.md), and tantivy-py has no call to merge them: the entries are made
+        again from the rows, as `_recover` makes them (2-3 minutes at 50,000 papers)."""
+        self._commit_pending()
+        if self._build is not None:
+            raise StoreError("this store's rebuild is not published yet: compact after it")
+        if self.index_info() is None:
+            raise StoreError(f"nothing to compact: no index in {self.directory} yet (run `reranker index CORPUS` first)")
+        # A writer this object opened has the ordinary memory: open one with more.
+        self._text.close_writer()
+        self._text.open_writer(COMPACT_HEAP_BYTES)
+        try:
+            self._upgrade_schema()
+            self._recover()
+            before = self._text.segments()
+            self._text.delete_all()
+            documents = self._add_to_text_index(above=0, upto=self._watermark(), progress=progress)
+            self._text.commit()
+            # Readers reload the text index when SQLite's state changes (`_view`): change it.
+            with self._transaction():
+                self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('text_compacted', ?)", (str(time.time()),))
+        except BaseException:
+            self._rollback_text()
+            raise
+        finally:
+            self._pending_rowid = self._pending_docs = 0  # rows readers already saw
+            self._text.close_writer()
+            self._forget_view()
+        return CompactResult(documents, before, self._text.segments())
+
+    def _add_to_text_index(
+        self, above: int, upto: int = _NO_ROW, replacing: int = -1, progress: Callable[[int], None] | None = None
+    ) -> int:
         """Make the text-index entries of the rows in (above, upto] (not committed): a
         row replacing one at or below `replacing` (the watermark, for rows a run wrote
         and did not make visible) under the row id it will take, the others under
-        their own."""
+        their own. Returns how many; `progress(1)` after each."""
         rows = self._db.execute(
             "SELECT new.rowid, (SELECT old.rowid FROM docs AS old WHERE old.id = new.id AND old.rowid <= ?), "
             "new.id, new.title, new.body FROM docs AS new WHERE new.rowid > ? AND new.rowid <= ? ORDER BY new.rowid",
             (replacing, above, upto),
         )
+        made = 0
         for rowid, replaced, doc_id, title, body in rows:
             self._text.replace([(replaced or rowid, doc_id, *self._words(Document(doc_id, title, body)))])
             self._pending_rowid = max(self._pending_rowid, rowid)
             self._pending_docs += 1
+            made += 1
+            if progress is not None:
+                progress(1)
+        return made
 
     def _words(self, document: Document) -> tuple[str, str]:
         """The content words the text index holds for `document` and their stems, each

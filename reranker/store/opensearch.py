@@ -46,7 +46,7 @@ from reranker.errors import (
     StoreUnavailableError,
     UnknownFieldError,
 )
-from reranker.store import MAX_QUERY_TERMS, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field
 from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client
 from reranker.store.opensearch_encoding import (
@@ -131,6 +131,8 @@ METADATA_TTL = 30.0
 # Statuses worth another try after a pause: overload, gateway trouble, no connection.
 RETRYABLE = frozenset({429, 502, 503, 504, "N/A"})
 _RAISE = object()
+# How long `compact` waits for the cluster's force merge (which carries on if it stops waiting).
+_FORCE_MERGE_SECONDS = 3600.0
 # Search parameters that change which indices an expression stands for.
 _RESOLVE_OPTIONS = frozenset({"ignore_unavailable", "allow_no_indices", "expand_wildcards"})
 
@@ -663,6 +665,27 @@ class OpenSearchStore:
             self._sleep(delay)
             pending = retry
         return failures
+
+    def compact(self, progress: Callable[[int], None] | None = None) -> CompactResult:
+        """The cluster's force merge of the alias's index into one segment per shard
+        (segments counted on the primary shards); the cluster writes, so `progress` is
+        not called."""
+        index = self.alias_index()
+        if index is None:
+            raise IndexNotFoundError(
+                f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
+                "run `reranker index CORPUS.jsonl` first"
+            )
+        before = self._primary_segments(index)
+        self._call(
+            f"merging the segments of {index}", self.client.indices.forcemerge,
+            index=index, max_num_segments=1, request_timeout=_FORCE_MERGE_SECONDS,
+        )
+        return CompactResult(self.count(), before, self._primary_segments(index))
+
+    def _primary_segments(self, index: str) -> int:
+        rows = self._call(f"listing the segments of {index}", self.client.cat.segments, index=index, format="json")
+        return len({(row.get("shard"), row.get("segment")) for row in rows if row.get("prirep") in ("p", "primary")})
 
     def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:
         """Partial updates of `doc2vec` (bulk `update`, retried like `upsert`), then the
