@@ -708,6 +708,25 @@ def test_an_interrupted_compact_leaves_the_index_as_it_was(tmp_path: Path) -> No
         store.close()
 
 
+def test_compact_beside_an_interrupted_rebuild_keeps_both(tmp_path: Path) -> None:
+    directory = tmp_path / "store"
+    written_in_runs(directory, [[stored("a", "ships old"), stored("b", "sails old")]])
+    rebuild = EmbeddedStore(directory)
+    rebuild.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+    rebuild.upsert([stored("x", "ships new"), stored("y", "sails new")])
+    rebuild.close()  # interrupted: its rows stay for the next --rebuild
+    store = EmbeddedStore(directory)
+    try:
+        assert store.compact().documents == 2
+        assert visible(store, "ships sails") == {"a", "b"}
+        store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)  # resumed, then finished
+        store.upsert([stored("z", "ships and sails new")])
+        store.publish()
+        assert visible(store, "ships sails") == {"x", "y", "z"} and store.count() == 3
+    finally:
+        store.close()
+
+
 def test_compact_needs_an_index_and_the_writer(tmp_path: Path) -> None:
     empty = EmbeddedStore(tmp_path / "empty")
     with pytest.raises(StoreError, match=r"nothing to compact: no index in .* yet \(run `reranker index CORPUS` first\)"):
