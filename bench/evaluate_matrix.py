@@ -18,6 +18,10 @@ The main table is K=15 with every ranker, the paper's fusion at the weights 0.2,
 0.8, and the two defaults at the product's weight; the K sweep runs hidden_topics,
 hidden_topics_code and the paper's 0.5 fusion at every K.
 
+p-values: each ranker's randomisation p against BM25 as `evaluate --json` gives it, and
+beside it Holm's adjustment (reranker.evaluation.holm_adjusted) over one family per query
+set, vectors, K and metric: the rankers of that table, gathered over its runs.
+
 Every number comes from `reranker ... evaluate DATASET --json` (in-process through
 `reranker.cli.main`, or with --subprocess as a child process), never from a private
 code path, so each row of the report can be re-run by hand with the command it lists.
