@@ -18,6 +18,10 @@ The main table is K=15 with every ranker, the paper's fusion at the weights 0.2,
 0.8, and the two defaults at the product's weight; the K sweep runs hidden_topics,
 hidden_topics_code and the paper's 0.5 fusion at every K.
 
+p-values: each ranker's randomisation p against BM25 as `evaluate --json` gives it, and
+beside it Holm's adjustment (reranker.evaluation.holm_adjusted) over one family per query
+set, vectors, K and metric: the rankers of that table, gathered over its runs.
+
 Every number comes from `reranker ... evaluate DATASET --json` (in-process through
 `reranker.cli.main`, or with --subprocess as a child process), never from a private
 code path, so each row of the report can be re-run by hand with the command it lists.
@@ -255,8 +259,29 @@ def evaluate_argv(run: Run, args: argparse.Namespace, data_dir: Path) -> list[st
 # --- collecting results -------------------------------------------------------------------
 
 
+def family_p_values(runs: Sequence[Run], qs: QuerySet, vectors: str, k: int) -> dict[str, dict[str, float]]:
+    """ranker label -> metric -> randomisation p against BM25, for one cell of the matrix
+    (one query set, vectors and K): every ranker tested there, gathered over its runs."""
+    family: dict[str, dict[str, float]] = {}
+    for run in runs:
+        if (run.query_set, run.vectors, run.k) != (qs, vectors, k) or not run.result:
+            continue
+        for name, by_metric in run.result["p_values"].get("bm25", {}).items():
+            family[run.ranker_label(name)] = dict(by_metric)
+    return family
+
+
 def table_rows(runs: Sequence[Run], qs: QuerySet, vectors: str, k: int) -> dict[str, dict[str, Any]]:
-    """ranker label -> metric means plus p_ndcg / p_map against BM25, for one cell of the matrix."""
+    """ranker label -> metric means plus p_ndcg / p_map against BM25 and their Holm
+    adjustments holm_ndcg / holm_map, for one cell of the matrix.
+
+    Holm's family is this cell's rankers tested against BM25, one per metric: a cell's
+    rankers come from several `evaluate` runs (each fusion weight is its own run), so the
+    adjustment each run printed, over its own rankers only, would under-correct."""
+    # Imported here: reranker.evaluation loads numpy, which must follow main()'s BLAS limit.
+    from reranker.evaluation import holm_adjusted
+
+    holm = holm_adjusted(family_p_values(runs, qs, vectors, k))
     rows: dict[str, dict[str, Any]] = {}
     for run in runs:
         if (run.query_set, run.vectors, run.k) != (qs, vectors, k) or not run.result:
@@ -265,9 +290,33 @@ def table_rows(runs: Sequence[Run], qs: QuerySet, vectors: str, k: int) -> dict[
         for name, means in result["results"].items():
             if name == "bm25" and "bm25" not in run.rankers and "bm25" in rows:
                 continue  # the baseline every run adds; the same numbers (checked in sanity())
+            label = run.ranker_label(name)
             p = result["p_values"].get("bm25", {}).get(name, {})
-            rows[run.ranker_label(name)] = {**means, "p_ndcg": p.get("ndcg@10"), "p_map": p.get("map")}
+            adjusted = holm.get(label, {})
+            rows[label] = {
+                **means,
+                "p_ndcg": p.get("ndcg@10"), "p_map": p.get("map"),
+                "holm_ndcg": adjusted.get("ndcg@10"), "holm_map": adjusted.get("map"),
+            }  # fmt: skip
     return rows
+
+
+def holm_families(runs: Sequence[Run], query_sets: Sequence[QuerySet], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One entry per cell (query set, vectors, K): its raw p-values against BM25 and their
+    Holm adjustment, both ranker label -> metric -> p."""
+    from reranker.evaluation import holm_adjusted
+
+    families = []
+    for qs in query_sets:
+        for vectors in args.vectors:
+            for k in args.ks:
+                p_values = family_p_values(runs, qs, vectors, k)
+                if p_values:
+                    families.append({
+                        "query_set": qs.key, "vectors": vectors, "k": k, "baseline": "bm25",
+                        "p_values": p_values, "holm_p_values": holm_adjusted(p_values),
+                    })  # fmt: skip
+    return families
 
 
 def ordered_labels(rows: dict[str, Any], weights: Sequence[float]) -> list[str]:
@@ -326,6 +375,11 @@ def marked(value: float, baseline: float, p: float | None) -> str:
 def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespace, query_sets: Sequence[QuerySet]) -> str:
     window = args.window
     recall = f"recall@{window}"
+    weights = sorted(args.fusion_weights)
+    # Every main-table cell tests the same rankers (the plan runs the same ones everywhere).
+    family_sizes = sorted({
+        len(family_p_values(runs, qs, vectors, args.main_k)) for qs in query_sets for vectors in args.vectors
+    } - {0})
     vec_label = {"glove": "GloVe 6B 50d", "word2vec": "word2vec (own corpus)"}
     lines: list[str] = []
     add = lines.append
@@ -371,9 +425,14 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
         f"outside the BM25 top {window} count as not retrieved, so MAP is lower than a whole-corpus "
         f"MAP), Recall@{window} (the same for every ranker: all of them reorder the same window). "
         f"p = two-sided paired randomisation test against BM25 over queries (10,000 sign flips), "
-        f"as `evaluate --json` reports it (for nDCG@10 and MAP only; not corrected for the "
-        f"number of comparisons in this report). ↑/↓: better/worse than BM25 "
-        f"at p < {SIGNIFICANCE}. Fusion = w · minmax(hidden_topics) + (1 − w) · minmax(BM25) over "
+        f"as `evaluate --json` reports it, for nDCG@10 and MAP only: each ranker's own p, not "
+        f"corrected for multiple comparisons. ↑/↓: better/worse than BM25 at that p < {SIGNIFICANCE}. "
+        f"Holm: that p adjusted by Holm's step-down method (Holm 1979; "
+        f"`reranker.evaluation.holm_adjusted`, as `compare` and `evaluate` adjust theirs), one family "
+        f"per query set × vectors × metric: the {' or '.join(map(str, family_sizes))} rankers tested against BM25 in "
+        f"that main table (K = {args.main_k}), gathered over its `evaluate` runs; below {SIGNIFICANCE}, "
+        f"the chance of any false difference among them is at most {SIGNIFICANCE}. The K sweep's "
+        f"arrows are raw p, as above; every K's families are in the JSON (`holm_families`). Fusion = w · minmax(hidden_topics) + (1 − w) · minmax(BM25) over "
         f"the window. Default = `{DEFAULT_RANKER}`, the product's default ranker: "
         f"w · minmax(hidden_topics_corrected) + (1 − w)/2 · (minmax(BM25) + minmax(best passage's BM25)); "
         f"previous default = `{PREVIOUS_DEFAULT}` (the default until 2026-11-26, run under its name today: "
@@ -382,7 +441,6 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
     add("")
 
     # Summary tables (README-sized).
-    weights = sorted(args.fusion_weights)
     for metric, title in (("ndcg@10", "nDCG@10"), ("map", "MAP")):
         add(f"## Summary: {title} at K = {args.main_k}")
         add("")
@@ -413,7 +471,8 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
     # Full main tables.
     add(f"## Main table: K = {args.main_k}, all metrics")
     add("")
-    columns = ["nDCG@10", "P@1", "P@3", "P@5", "P@10", "MAP", "MRR", f"R@{window}", "p nDCG@10", "p MAP"]
+    columns = ["nDCG@10", "P@1", "P@3", "P@5", "P@10", "MAP", "MRR", f"R@{window}",
+               "p nDCG@10", "Holm nDCG@10", "p MAP", "Holm MAP"]
     for qs in query_sets:
         for vectors in args.vectors:
             rows = table_rows(runs, qs, vectors, args.main_k)
@@ -429,7 +488,8 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
             add("|---|" + "---:|" * len(columns))
             for label in ordered_labels(rows, weights):
                 row = rows[label]
-                cells = [fmt(row[m]) for m in (*METRICS, recall)] + [fmt_p(row["p_ndcg"]), fmt_p(row["p_map"])]
+                cells = [fmt(row[m]) for m in (*METRICS, recall)] + [
+                    fmt_p(row[key]) for key in ("p_ndcg", "holm_ndcg", "p_map", "holm_map")]
                 add(f"| {label} | " + " | ".join(cells) + " |")
             add("")
 
@@ -437,7 +497,8 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
     if len(args.ks) > 1:
         add(f"## K sweep: nDCG@10 / MAP per K (fusion w = {args.sweep_fusion_weight:g})")
         add("")
-        add("BM25 does not depend on K; it is repeated for reference. Arrows: p < 0.05 against BM25 at that K.")
+        add("BM25 does not depend on K; it is repeated for reference. Arrows: p < 0.05 against BM25 at that K "
+            "(each ranker's own p, not Holm-adjusted; the adjusted ones are in the JSON).")
         add("")
         sweep = ["hidden_topics", "hidden_topics_code", f"{FUSION} (w={args.sweep_fusion_weight:g})"]
         for qs in query_sets:
@@ -466,8 +527,10 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
     # Generated findings: mechanical, so they stay true when the numbers change.
     add(f"## Best ranker per configuration (K = {args.main_k}, by nDCG@10)")
     add("")
-    add("| query set | vectors | best | nDCG@10 | Δ vs BM25 | p | best topic-only ranker | its Δ vs BM25 |")
-    add("|---|---|---|---:|---:|---:|---|---:|")
+    add("p and Holm: as in the main tables (Holm over that table's rankers).")
+    add("")
+    add("| query set | vectors | best | nDCG@10 | Δ vs BM25 | p | Holm | best topic-only ranker | its Δ vs BM25 |")
+    add("|---|---|---|---:|---:|---:|---:|---|---:|")
     for qs in query_sets:
         for vectors in args.vectors:
             rows = table_rows(runs, qs, vectors, args.main_k)
@@ -477,7 +540,8 @@ def markdown(report: dict[str, Any], runs: Sequence[Run], args: argparse.Namespa
             best = max(rows, key=lambda label: (rows[label]["ndcg@10"], label == "bm25"))
             topic = max(TOPIC_RANKERS, key=lambda label: rows[label]["ndcg@10"] if label in rows else -1)
             add(f"| {qs.label} | {vec_label[vectors]} | {best} | {rows[best]['ndcg@10']:.3f} | "
-                f"{rows[best]['ndcg@10'] - base:+.3f} | {fmt_p(rows[best]['p_ndcg'])} | {topic} | "
+                f"{rows[best]['ndcg@10'] - base:+.3f} | {fmt_p(rows[best]['p_ndcg'])} | "
+                f"{fmt_p(rows[best]['holm_ndcg'])} | {topic} | "
                 f"{rows[topic]['ndcg@10'] - base:+.3f} |")
     add("")
 
@@ -718,6 +782,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "datasets": datasets,
         "vectors": vectors,
         "sanity": sanity(runs, query_sets),
+        # Each run's result holds `evaluate`'s own holm_p_values, over that run's rankers only;
+        # these are over every ranker of a cell, the ones the report prints.
+        "holm_families": holm_families(runs, query_sets, args),
         "runs": [
             {
                 "query_set": run.query_set.key,

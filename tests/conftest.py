@@ -389,5 +389,8 @@ def load_script(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: dataclasses look their module up in sys.modules to read
+    # string annotations (`from __future__ import annotations`).
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, run, write_jsonl
+from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, load_script, run, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -557,6 +557,57 @@ def test_a_run_file_that_cannot_be_written_is_a_one_line_error(tmp_path: Path) -
     assert str(raised.value).startswith(f"{tmp_path / 'toy.bm25.run'}: cannot write the run file: ")
 
 
+def matrix_p(p: float) -> str:
+    """A p as the matrix's tables print it."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def test_the_matrix_adjusts_p_over_every_ranker_of_a_table_not_per_run() -> None:
+    """A main table gathers rankers from several `evaluate` runs (one per fusion weight); its
+    Holm family is all of them against BM25, per metric. By hand, nDCG@10's raw p sorted:
+    0.005 (w=0.2), 0.01, 0.03 (w=0.5), 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04, then
+    the running maximum: 0.02, 0.03, 0.06, 0.06. The first run alone (m = 3) would give
+    hidden_topics 0.03, the fusion 0.06, hidden_topics_code 0.04: under-corrected."""
+    matrix = load_script(REPO / "bench" / "evaluate_matrix.py")
+    qs = matrix.QUERY_SETS[2]
+
+    def result(p_ndcg: dict[str, float]) -> dict[str, object]:
+        names = ["bm25", *p_ndcg]
+        return {
+            "results": {name: {"ndcg@10": 0.5, "map": 0.3} for name in names},
+            "p_values": {"bm25": {name: {"ndcg@10": p, "map": 0.5} for name, p in p_ndcg.items()}},
+        }
+
+    all_rankers = matrix.Run(qs, "glove", 15, 0.5, matrix.ALL_RANKERS)
+    all_rankers.result = result({"hidden_topics": 0.01, "hidden_topics_code": 0.04, "hidden_topics+bm25": 0.03})
+    low_weight = matrix.Run(qs, "glove", 15, 0.2, ("hidden_topics+bm25",))
+    low_weight.result = result({"hidden_topics+bm25": 0.005})
+    other_k = matrix.Run(qs, "glove", 10, 0.5, ("hidden_topics",))  # another table, another family
+    other_k.result = result({"hidden_topics": 0.001})
+    runs = [all_rankers, low_weight, other_k]
+
+    rows = matrix.table_rows(runs, qs, "glove", 15)
+    holm = {label: row["holm_ndcg"] for label, row in rows.items() if label != "bm25"}
+    assert holm == pytest.approx({
+        "hidden_topics+bm25 (w=0.2)": 0.02, "hidden_topics": 0.03,
+        "hidden_topics+bm25 (w=0.5)": 0.06, "hidden_topics_code": 0.06,
+    })  # fmt: skip
+    # The raw p (behind the arrows) is each ranker's own, unchanged; MAP is its own family
+    # (four p of 0.5: min(1, 4 x 0.5) = 1).
+    assert rows["hidden_topics_code"]["p_ndcg"] == 0.04 and rows["hidden_topics"]["p_map"] == 0.5
+    assert {row["holm_map"] for label, row in rows.items() if label != "bm25"} == {1.0}
+    assert rows["bm25"]["holm_ndcg"] is None
+
+    args = matrix.parse_args(["--ks", "10,15", "--vectors", "glove"])
+    families = matrix.holm_families(runs, [qs], args)
+    assert [(family["k"], sorted(family["p_values"])) for family in families] == [
+        (10, ["hidden_topics"]),
+        (15, ["hidden_topics", "hidden_topics+bm25 (w=0.2)", "hidden_topics+bm25 (w=0.5)", "hidden_topics_code"]),
+    ]
+    assert families[0]["holm_p_values"] == {"hidden_topics": {"ndcg@10": 0.001, "map": 0.5}}  # m = 1
+    assert {label: by_metric["ndcg@10"] for label, by_metric in families[1]["holm_p_values"].items()} == pytest.approx(holm)
+
+
 def test_the_evaluation_matrix_measures_the_products_defaults(tmp_path: Path) -> None:
     """bench/evaluate_matrix.py, run as docs/evaluation.md is made (a child process, the real
     CLI, gensim's training) on the sample corpus under a data set name the script knows: the
@@ -594,3 +645,13 @@ def test_the_evaluation_matrix_measures_the_products_defaults(tmp_path: Path) ->
         for cell, name in zip(cells[-2:], ("hidden_topics_corrected+bm25", DEFAULT_RANKER), strict=True):
             assert cell.split()[0] == f"{means[name]['ndcg@10']:.3f}", (name, row)
             assert name in run_["result"]["p_values"]["bm25"], "no significance test against BM25"
+
+    # Holm over each table's rankers, gathered from its runs, printed beside the raw p.
+    (family,) = [f for f in report["holm_families"] if f["vectors"] == "glove"]
+    assert len(family["p_values"]) == 7 and family["holm_p_values"] == holm_adjusted(family["p_values"])
+    main = out.read_text(encoding="utf-8").split("### CISI — GloVe 6B 50d", 1)[1].split("\n### ", 1)[0]
+    assert "| p nDCG@10 | Holm nDCG@10 | p MAP | Holm MAP |" in main
+    default_row = next(line for line in main.splitlines() if line.startswith(f"| {DEFAULT_RANKER} "))
+    cells = [cell.strip() for cell in default_row.strip("|").split("|")]
+    by_metric = family["holm_p_values"][f"{DEFAULT_RANKER} (w={DEFAULT_FUSION_WEIGHT:g})"]
+    assert cells[-3] == matrix_p(by_metric["ndcg@10"]) and cells[-1] == matrix_p(by_metric["map"])
