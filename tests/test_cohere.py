@@ -157,6 +157,26 @@ def test_v1_objects_keep_extra_fields_and_return_documents(client: FlaskClient) 
     assert [r["document"]["text"] for r in body["results"]] == [documents[r["index"]]["text"] for r in body["results"]]
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("asked", [{}, {"return_documents": False}, {"return_documents": True}])
+@pytest.mark.parametrize("as_objects", [False, True])
+def test_results_hold_exactly_the_keys_the_clusters_parse(client: FlaskClient, version: str, asked: dict[str, bool], as_objects: bool) -> None:
+    """Elasticsearch's parser rejects any other key inside a result, so each result is
+    {index, relevance_score} and, only when asked, document {text}: an extra field sent
+    with a document object is not given back. The default ranker, both routes."""
+    texts = _documents(3)
+    documents: list[Any] = [{"text": t, "source": "acl"} for t in texts] if as_objects else texts
+    answer = client.post(f"/{version}/rerank", json={"query": QUERY, "documents": documents, **asked}, headers=HEADERS)
+    assert answer.status_code == 200 and answer.headers["X-Reranker-Ranker"] == DEFAULT_RANKER
+    _conforms(answer.get_data(), 3)
+    for result in answer.get_json()["results"]:
+        if asked.get("return_documents"):
+            assert set(result) == {"index", "relevance_score", "document"}
+            assert result["document"] == {"text": texts[result["index"]]}
+        else:
+            assert set(result) == {"index", "relevance_score"}
+
+
 def test_empty_documents_list(client: FlaskClient) -> None:
     answer = client.post("/v1/rerank", json={"query": QUERY, "documents": []}, headers=HEADERS)
     assert answer.status_code == 200 and b'"results": []' in answer.get_data()

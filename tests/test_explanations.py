@@ -17,7 +17,7 @@ import pytest
 from conftest import SAMPLE, run, settings_env
 from pydantic import ValidationError
 
-from reranker.config import Settings
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.pipeline import EXPLAIN_TOPICS, Engine, build_engine, explained_ranker, strongest_topics
 from reranker.rankers import RankerOptions, get_ranker, ranker_names
 from reranker.service import create_app
@@ -120,7 +120,7 @@ def test_the_cli_and_search_explain_a_hit_with_the_same_topics_in_the_same_order
     app = create_app(_settings(indexed))
     client = app.test_client()
     try:
-        for name in ("hidden_topics_corrected+bm25", "hidden_topics", "hidden_topics_code+bm25:rrf"):
+        for name in (DEFAULT_RANKER, "hidden_topics_corrected+bm25", "hidden_topics", "hidden_topics_code+bm25:rrf"):
             code, out = run(indexed, "search", QUERIES[1], "--json", "--ranker", name, "--size", "5", "--explain")
             assert code == 0
             printed = json.loads(out)["hits"]

@@ -251,6 +251,10 @@ def test_a_hits_explanation_shows_the_apis_topics_in_its_order_and_the_rest(page
         hit.locator("summary").click()
         shown = hit.locator(".topic-head strong").all_inner_texts()
         assert shown == [f"Topic {t['topic']}" for t in explanation["topics"]]
+        # Each topic's words as the API gives them (the fragment check over the shared
+        # corpora, tests/test_topic_words.py, reads the API's words, not the page's).
+        words = [topic.locator(".words").first.inner_text() for topic in hit.locator(".topic").all()]
+        assert words == ["Topic words: " + ", ".join(t["topic_words"]) for t in explanation["topics"]]
         total = len(explanation["topics"]) + explanation["rest"]["topics"]
         expect(hit.locator("summary")).to_have_text(f"Why: {len(explanation['topics'])} of {total} topics")
         parts = explanation["parts"]
@@ -288,7 +292,7 @@ def test_document_text_is_shown_as_text_never_run_or_rendered(page: "Page") -> N
     assert page.evaluate("[...document.scripts].map((s) => s.getAttribute('src'))") == ["/ui/static/plots.js", "/ui/static/app.js"]
 
 
-def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page") -> None:
+def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page", served: str) -> None:
     from playwright.sync_api import expect
 
     page.goto("/ui#/paper/P01-1027")
@@ -298,6 +302,9 @@ def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page") -> None:
     topics = page.locator("#paper-topics .topic")
     expect(topics).to_have_count(8)
     assert "importance" in topics.first.inner_text() and len(topics.first.locator(".words").inner_text().split(", ")) == 5
+    status, paper = _api(served, "GET", "/documents/P01-1027")
+    assert status == 200
+    assert topics.locator(".words").all_inner_texts() == [", ".join(t["words"]) for t in paper["topics"][:8]]
     similar = page.locator("#paper-similar .hit")
     expect(similar).to_have_count(10)
     assert "P01-1027" not in similar.evaluate_all("items => items.map((item) => item.dataset.id)")
