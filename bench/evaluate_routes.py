@@ -224,10 +224,14 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
     dataset = load_dataset(folder)
     results: dict[str, Any] = {}
     server = OsmemServer.start(addr="127.0.0.1:0", japanese=False)
+    timeout = os.environ.get("OPENSEARCH_TIMEOUT")
     try:
         with tempfile.TemporaryDirectory() as scratch:
             os.environ["RERANKER_DATA_DIR"] = scratch
             os.environ["OPENSEARCH_URL"] = server.url
+            # The in-memory server answers a bulk request of long papers in seconds, but in
+            # over the client's default 10 s on a busy machine (at load 5 indexing CISI did).
+            os.environ.setdefault("OPENSEARCH_TIMEOUT", "120")
             started = time.perf_counter()
             if cli(["index", str(dataset.corpus_path), "--no-progress"], stdout=io.StringIO()) != 0:
                 raise RuntimeError(f"indexing {dataset.name} into osmem-server failed")
@@ -263,6 +267,8 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
             app.extensions["reranker"].close()
     finally:
         os.environ.pop("OPENSEARCH_URL", None)
+        if timeout is None:
+            os.environ.pop("OPENSEARCH_TIMEOUT", None)
         server.close()
     return results
 
