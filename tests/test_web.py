@@ -122,7 +122,11 @@ def served(data_dir: Path) -> Iterator[str]:
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="web-test-server", daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
+    url = f"http://127.0.0.1:{server.server_port}"
+    # The first search of a fresh app reads the word vectors (seconds on a busy machine):
+    # made here, so that the page's waits time the page whichever test runs first.
+    assert _api(url, "POST", "/search", {"query": QUERY})[0] == 200
+    yield url
     server.shutdown()
     thread.join(timeout=10)
     app.extensions["reranker"].close()
