@@ -109,6 +109,37 @@ def test_compact_merges_the_index_runs_segments_and_every_search_stays(data_dir:
     assert "nothing to compact" in capsys.readouterr().err
 
 
+def test_compact_interrupted_says_so_and_leaves_the_index_as_it_was(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reranker.store.embedded import EmbeddedStore
+    from reranker.store.text_index import TextIndex
+
+    lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()
+    for half, part in enumerate((lines[:12], lines[12:])):
+        (tmp_path / f"part{half}.jsonl").write_text("\n".join(part) + "\n")
+        assert run(data_dir, "index", str(tmp_path / f"part{half}.jsonl"), "--no-progress")[0] == 0
+    query = ["search", "statistical machine translation with phrase tables", "--json", "--size", "25"]
+    before = json.loads(run(data_dir, *query)[1])["hits"]
+    words = EmbeddedStore._words
+    calls = 0
+
+    def ctrl_c_at_the_fifth(self: EmbeddedStore, document: Any) -> tuple[str, str]:
+        nonlocal calls
+        calls += 1
+        if calls == 5:
+            raise KeyboardInterrupt  # as Ctrl-C would arrive, mid-way through the rows
+        return words(self, document)
+
+    monkeypatch.setattr(EmbeddedStore, "_words", ctrl_c_at_the_fifth)
+    capsys.readouterr()
+    assert run(data_dir, "compact", "--no-progress")[0] == 130
+    assert capsys.readouterr().err == "reranker: interrupted (the index is as it was)\n"
+    monkeypatch.undo()
+    assert TextIndex(data_dir / "index" / "text").segments() == 2
+    assert json.loads(run(data_dir, *query)[1])["hits"] == before
+
+
 def test_a_title_with_a_line_break_keeps_its_hit_on_one_line(data_dir: Path, tmp_path: Path) -> None:
     """Titles cut from PDFs hold line breaks and tabs; printed raw they split a hit's line."""
     text = "statistical machine translation with word alignment and a beam search decoder"

@@ -85,8 +85,16 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         # 2, as argparse's own refusals: a bad option or setting (a ranker name included).
         return EXIT_USAGE if isinstance(exc, (ConfigError, IndexOutdatedError, UnknownRankerError)) else EXIT_ERROR
     except KeyboardInterrupt:
-        print("reranker: interrupted (already indexed batches are kept)", file=sys.stderr)
+        kept = _AFTER_AN_INTERRUPTION.get(args.command)
+        print(f"reranker: interrupted{f' ({kept})' if kept else ''}", file=sys.stderr)
         return 130
+
+# What Ctrl-C leaves, for the commands that write.
+_AFTER_AN_INTERRUPTION = {
+    "index": "already indexed batches are kept",
+    "compact": "the index is as it was",
+}
+
 
 def _settings(args: argparse.Namespace) -> Settings:
     settings = Settings.from_env(config_file=args.config)
