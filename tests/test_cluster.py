@@ -128,6 +128,23 @@ def test_a_rebuild_is_invisible_until_published(cluster_store: OpenSearchStore) 
     assert "refresh_interval" not in settings  # back to the template's default
 
 
+def test_compact_force_merges_the_aliases_index_into_one_segment_per_shard(cluster_store: OpenSearchStore) -> None:
+    """Three refreshes write three segments (osmem-server keeps one whatever happens)."""
+    cluster_store.initialise(IndexInfo(EMBEDDING, 2))
+    index = f"{cluster_store.alias}-v000001"
+    for batch in range(3):
+        assert cluster_store.upsert([stored(f"d{batch}-{i}", f"ocean ship {batch} {i}") for i in range(3)]) == []
+        cluster_store.client.indices.refresh(index=index)
+    cluster_store.publish()
+    before = [(h.doc_id, h.bm25_score) for h in cluster_store.bm25("ocean ship", 20)]
+    result = cluster_store.compact()
+    shards = int(cluster_store.client.indices.get_settings(index=index)[index]["settings"]["index"]["number_of_shards"])
+    assert result.documents == 9 and result.segments_before > shards and result.segments_after == shards
+    after = [(h.doc_id, h.bm25_score) for h in cluster_store.bm25("ocean ship", 20)]
+    assert [doc_id for doc_id, _ in after] == [doc_id for doc_id, _ in before]
+    assert [score for _, score in after] == pytest.approx([score for _, score in before], rel=1e-6)
+
+
 def test_incremental_writes_are_searchable_when_indexing_returns(
     cluster_store: OpenSearchStore, glove: WordVectors, tmp_path: Path
 ) -> None:
