@@ -129,11 +129,13 @@ def test_a_rebuild_is_invisible_until_published(cluster_store: OpenSearchStore) 
 
 
 def test_compact_force_merges_the_aliases_index_into_one_segment_per_shard(cluster_store: OpenSearchStore) -> None:
-    """Three refreshes write three segments (osmem-server keeps one whatever happens)."""
+    """Three refreshes write three segments (osmem-server keeps one whatever happens). Every
+    body scores apart from the others (its count of `ship`, its length), so that no tie
+    depends on the order of documents in the segments."""
     cluster_store.initialise(IndexInfo(EMBEDDING, 2))
     index = f"{cluster_store.alias}-v000001"
     for batch in range(3):
-        assert cluster_store.upsert([stored(f"d{batch}-{i}", f"ocean ship {batch} {i}") for i in range(3)]) == []
+        assert cluster_store.upsert([stored(f"d{batch}-{i}", "ocean " + "ship " * (i + 1) + "sea " * batch) for i in range(3)]) == []
         cluster_store.client.indices.refresh(index=index)
     cluster_store.publish()
     before = [(h.doc_id, h.bm25_score) for h in cluster_store.bm25("ocean ship", 20)]
