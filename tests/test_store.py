@@ -34,7 +34,9 @@ def stored(doc_id: str, text: str, k: int = 2, seed: int = 0, title: str = "") -
     rng = np.random.default_rng(seed)
     topics = np.linalg.qr(rng.standard_normal((4, k)))[0].T.astype(np.float32)
     importances = np.full(k, 1.0 / k, dtype=np.float32)
-    return StoredDocument(Document(doc_id, title, text, {"year": 2018}), DocTopics(topics, importances), f"h-{doc_id}-{text}", 5, 0)
+    document = Document(doc_id, title, text, {"year": 2018})
+    # As many content words as an index run reads (`reranker compact` checks it).
+    return StoredDocument(document, DocTopics(topics, importances), f"h-{doc_id}-{text}", len(tokenize(document.full_text)), 0)
 
 
 @pytest.fixture
