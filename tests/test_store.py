@@ -668,6 +668,41 @@ def test_compact_writes_one_segment_and_every_answer_stays(tmp_path: Path) -> No
         reader.close()
 
 
+def test_readers_in_another_process_find_every_document_once_across_compactions(tmp_path: Path) -> None:
+    """A writer process compacts again and again (each commit replaces every segment and
+    deletes the old segments' files) while this process searches in a store open
+    throughout and in stores opened meanwhile, as a service's new workers would."""
+    directory = tmp_path / "store"
+    written_in_runs(directory, [[stored(f"r{run}-{i}", (text + " ") * 20) for i, text in enumerate(PASSAGES)] for run in range(40)])
+    writer = run_writer(directory, f"""
+        store.close()
+        for _ in range(10):
+            compacting = EmbeddedStore(embedded.Path({str(directory)!r}))
+            compacting.compact()
+            compacting.close()
+    """, wait=False)
+    kept = EmbeddedStore(directory)
+    searches = 0
+    try:
+        while True:
+            finished = writer.poll() is not None
+            fresh = EmbeddedStore(directory)
+            try:
+                for reader in (kept, fresh):
+                    ids = [hit.doc_id for hit in reader.bm25("ships sea bread", 1000)]
+                    assert len(ids) == len(set(ids)) == reader.count() == 200
+                    assert reader.topics(ids).missing == ()
+                    searches += 1
+            finally:
+                fresh.close()
+            if finished:
+                break
+        assert writer.returncode == 0, writer.stderr.read() if writer.stderr else ""
+        assert searches > 2 and kept._text.segments() == 1
+    finally:
+        kept.close()
+
+
 def test_compact_leaves_out_replaced_versions_as_a_fresh_index_would(tmp_path: Path) -> None:
     # A replaced version is deleted in its segment but still counted in BM25's statistics
     # until its segment is written again, as in Lucene: compacting writes it out.
@@ -708,6 +743,37 @@ def test_an_interrupted_compact_leaves_the_index_as_it_was(tmp_path: Path) -> No
         assert answers(store) == before
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("crash_at", ["after the topics, before the text index", "after the text index, before the watermark"])
+def test_compact_after_a_killed_index_run_completes_it_first(tmp_path: Path, crash_at: str) -> None:
+    """Rows above the watermark (a run killed mid-way) are made visible, as the next index
+    run would, before the index is written anew: each document once, in its new version,
+    in a reader that was open throughout."""
+    directory = tmp_path / "store"
+    run_writer(directory, """
+        store.upsert([stored("kept", "ships at sea"), stored("replaced", "old ships text")])
+        store.publish()
+    """)
+    if crash_at.startswith("after the topics"):
+        crash = "embedded.TextIndex.replace = lambda self, *args, **kwargs: os._exit(3)"
+    else:
+        crash = "embedded.EmbeddedStore._move_watermark = lambda self, top: os._exit(3)"
+    died = run_writer(directory, crash + """
+store.upsert([stored("new", "new ships arrive", seed=1), stored("replaced", "fresh bread text", seed=2)])
+store.publish()
+    """)
+    assert died.returncode == 3, died.stderr.read() if died.stderr else ""
+    reader, writer = EmbeddedStore(directory), EmbeddedStore(directory)
+    try:
+        assert writer.compact() == CompactResult(documents=3, segments_before=2, segments_after=1)
+        writer.close()
+        assert visible(reader, "ships") == {"kept", "new"} and visible(reader, "bread") == {"replaced"}
+        assert visible(reader, "old") == set() and reader.count() == 3 and reader._text.num_docs() == 3
+        assert reader.documents(["replaced"])["replaced"].text == "fresh bread text"
+        assert sqlite3.connect(directory / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0] == 3
+    finally:
+        reader.close()
 
 
 def test_compact_beside_an_interrupted_rebuild_keeps_both(tmp_path: Path) -> None:
