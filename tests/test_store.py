@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -793,6 +794,55 @@ def test_compact_beside_an_interrupted_rebuild_keeps_both(tmp_path: Path) -> Non
         assert visible(store, "ships sails") == {"x", "y", "z"} and store.count() == 3
     finally:
         store.close()
+
+
+_COMPACT_ON_A_FULL_DISK = """
+set -u
+text={data}/index/text
+# The text index on a file system of its own, filled to 1 MB free: less than its new copy.
+mv $text {tmp}/moved && mkdir $text
+mount -t tmpfs -o size=64m none $text || exit 99
+cp -a {tmp}/moved/. $text/
+{python} -c "import os; s = os.statvfs('$text'); open('$text/filler', 'wb').write(b'x' * (s.f_bavail * s.f_frsize - 1_000_000))"
+{python} -m reranker --data-dir {data} compact --no-progress > {tmp}/full.out 2> {tmp}/full.err
+echo $? > {tmp}/full.rc
+{python} -c "{check}" > {tmp}/full.json
+rm $text/filler
+{python} -m reranker --data-dir {data} compact --no-progress > {tmp}/after.out 2> {tmp}/after.err
+echo $? > {tmp}/after.rc
+{python} -c "{check}" > {tmp}/after.json
+"""
+
+
+def test_compact_on_a_full_disk_is_a_one_line_error_and_the_index_stays(tmp_path: Path) -> None:
+    """The new copy is written beside the old one, which stays until the commit: with less
+    room than it needs, one line, exit 1, every document still found once; with room
+    again, the same command compacts."""
+    if shutil.which("unshare") is None or subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m none {tmp_path}"], capture_output=True
+    ).returncode != 0:
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    # Words no other text holds: an index of 10 MB from 1,000 documents.
+    words = ["".join(word) for word in np.random.default_rng(7).choice(np.array(list("abcdefghijklmnopqrstuvwxyz")), (400_000, 8))]
+    texts = ["ships " + " ".join(words[n * 400:(n + 1) * 400]) for n in range(1_000)]
+    written_in_runs(tmp_path / "data" / "index", [[stored(f"r{run}-{i}", texts[run * 250 + i]) for i in range(250)] for run in range(4)])
+    check = (
+        "import json; from pathlib import Path; from reranker.store.embedded import EmbeddedStore; "
+        f"s = EmbeddedStore(Path({str(tmp_path / 'data' / 'index')!r})); ids = [h.doc_id for h in s.bm25('ships', 2000)]; "
+        "print(json.dumps({'ids': len(ids), 'distinct': len(set(ids)), 'count': s.count(), 'segments': s._text.segments()}))"
+    )
+    script = _COMPACT_ON_A_FULL_DISK.format(data=tmp_path / "data", tmp=tmp_path, python=sys.executable, check=check)
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    errors = (tmp_path / "full.err").read_text()
+    assert (tmp_path / "full.rc").read_text().strip() == "1", errors
+    assert errors.startswith("reranker: error: cannot write to the text index") and errors.count("\n") == 1, errors
+    assert "the disk is full" in errors
+    assert json.loads((tmp_path / "full.json").read_text()) == {"ids": 1000, "distinct": 1000, "count": 1000, "segments": 4}
+    assert (tmp_path / "after.rc").read_text().strip() == "0", (tmp_path / "after.err").read_text()
+    assert (tmp_path / "after.out").read_text().endswith("4 segments before, 1 now\n")
+    assert json.loads((tmp_path / "after.json").read_text()) == {"ids": 1000, "distinct": 1000, "count": 1000, "segments": 1}
 
 
 def test_compact_needs_an_index_and_the_writer(tmp_path: Path) -> None:
