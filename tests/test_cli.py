@@ -140,6 +140,31 @@ def test_compact_interrupted_says_so_and_leaves_the_index_as_it_was(
     assert json.loads(run(data_dir, *query)[1])["hits"] == before
 
 
+def test_compact_with_other_stop_words_refuses_and_the_index_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text index holds the content words an index run read with its stop list, which
+    the store does not record; compact reads them again with its own. Run without the
+    index runs' --stopwords it would write another index (here one where `translation`,
+    which the runs left out, counts in every length): it refuses, and leaves the index."""
+    stopwords = tmp_path / "stopwords.txt"
+    stopwords.write_text((REPO / "reranker" / "stopwords.txt").read_text() + "\ntranslation\n")
+    own = ["--stopwords", str(stopwords)]
+    lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()
+    for half, part in enumerate((lines[:12], lines[12:])):
+        (tmp_path / f"part{half}.jsonl").write_text("\n".join(part) + "\n")
+        assert run(data_dir, *own, "index", str(tmp_path / f"part{half}.jsonl"), "--no-progress")[0] == 0
+    query = ["search", "statistical machine translation with phrase tables", "--json", "--size", "25"]
+    before = [(hit["id"], hit["bm25_score"]) for hit in json.loads(run(data_dir, *own, *query)[1])["hits"]]
+    capsys.readouterr()
+    assert run(data_dir, "compact", "--no-progress")[0] == 1
+    errors = capsys.readouterr().err
+    assert errors.startswith("reranker: error: ") and errors.count("\n") == 1, errors
+    assert "other stop words" in errors and "--stopwords" in errors, errors
+    assert [(hit["id"], hit["bm25_score"]) for hit in json.loads(run(data_dir, *own, *query)[1])["hits"]] == before
+    code, out = run(data_dir, *own, "compact", "--no-progress")
+    assert code == 0 and out.endswith("2 segments before, 1 now\n"), out
+    assert [(hit["id"], hit["bm25_score"]) for hit in json.loads(run(data_dir, *own, *query)[1])["hits"]] == before
+
+
 def test_a_title_with_a_line_break_keeps_its_hit_on_one_line(data_dir: Path, tmp_path: Path) -> None:
     """Titles cut from PDFs hold line breaks and tabs; printed raw they split a hit's line."""
     text = "statistical machine translation with word alignment and a beam search decoder"

@@ -10,7 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -570,6 +575,50 @@ def test_compact_is_the_clusters_force_merge(osmem_clone: Any, data_dir: Path, t
     assert code == 0 and re.fullmatch(r"compacted the BM25 index of 3 documents in \d+ s: \d+ segments? before, 1 now\n", out), out
     code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--json")
     assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
+
+
+def test_compact_interrupted_says_the_cluster_finishes_the_merge(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
+    """Ctrl-C while the cluster merges: the force merge goes on in the cluster once it has
+    the request (closing the connection does not cancel it), so "the index is as it was",
+    which the embedded store's compaction can say, is not true here. A real process,
+    interrupted as a terminal would, while a proxy holds the force merge."""
+    assert run(data_dir, "--opensearch-url", osmem_clone.url, "index", str(write_jsonl(tmp_path / "c.jsonl", PAPERS)), "--no-progress")[0] == 0
+    proxy = ClusterProxy(osmem_clone.url, delay={"_forcemerge": 30.0})
+    command = [sys.executable, "-m", "reranker", "--data-dir", str(data_dir), "--opensearch-url", proxy.url, "compact"]
+    compact = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any("_forcemerge" in path for _, path, _ in proxy.requests) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any("_forcemerge" in path for _, path, _ in proxy.requests), compact.communicate(timeout=10)
+        compact.send_signal(signal.SIGINT)
+        out, errors = compact.communicate(timeout=60)
+    finally:
+        compact.kill()
+        proxy.close()
+    assert compact.returncode == 130, (out, errors)
+    assert errors == "reranker: interrupted (the cluster finishes the force merge it began)\n"
+
+
+def test_compact_that_outlasts_its_wait_says_the_cluster_goes_on_merging(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster answers a force merge when it is done; a wait that ends first is no
+    unreachable cluster (it has the request, and merges on)."""
+    assert run(data_dir, "--opensearch-url", osmem_clone.url, "index", str(write_jsonl(tmp_path / "c.jsonl", PAPERS)), "--no-progress")[0] == 0
+    monkeypatch.setattr(opensearch, "_FORCE_MERGE_SECONDS", 0.5)
+    proxy = ClusterProxy(osmem_clone.url, delay={"_forcemerge": 3.0})
+    try:
+        capsys.readouterr()
+        assert run(data_dir, "--opensearch-url", proxy.url, "compact")[0] == 1
+    finally:
+        proxy.close()
+    errors = capsys.readouterr().err
+    assert errors.count("\n") == 1 and "cannot reach" not in errors, errors
+    assert errors.startswith("reranker: error: OpenSearch is still merging the segments of reranker-v000001 after 0.5 s"), errors
 
 
 def test_an_id_with_a_tab_from_a_cluster_indexed_by_others_keeps_each_hit_on_one_line(

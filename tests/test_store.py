@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -34,7 +35,9 @@ def stored(doc_id: str, text: str, k: int = 2, seed: int = 0, title: str = "") -
     rng = np.random.default_rng(seed)
     topics = np.linalg.qr(rng.standard_normal((4, k)))[0].T.astype(np.float32)
     importances = np.full(k, 1.0 / k, dtype=np.float32)
-    return StoredDocument(Document(doc_id, title, text, {"year": 2018}), DocTopics(topics, importances), f"h-{doc_id}-{text}", 5, 0)
+    document = Document(doc_id, title, text, {"year": 2018})
+    # As many content words as an index run reads (`reranker compact` checks it).
+    return StoredDocument(document, DocTopics(topics, importances), f"h-{doc_id}-{text}", len(tokenize(document.full_text)), 0)
 
 
 @pytest.fixture
@@ -666,6 +669,41 @@ def test_compact_writes_one_segment_and_every_answer_stays(tmp_path: Path) -> No
         reader.close()
 
 
+def test_readers_in_another_process_find_every_document_once_across_compactions(tmp_path: Path) -> None:
+    """A writer process compacts again and again (each commit replaces every segment and
+    deletes the old segments' files) while this process searches in a store open
+    throughout and in stores opened meanwhile, as a service's new workers would."""
+    directory = tmp_path / "store"
+    written_in_runs(directory, [[stored(f"r{run}-{i}", (text + " ") * 20) for i, text in enumerate(PASSAGES)] for run in range(40)])
+    writer = run_writer(directory, f"""
+        store.close()
+        for _ in range(10):
+            compacting = EmbeddedStore(embedded.Path({str(directory)!r}))
+            compacting.compact()
+            compacting.close()
+    """, wait=False)
+    kept = EmbeddedStore(directory)
+    searches = 0
+    try:
+        while True:
+            finished = writer.poll() is not None
+            fresh = EmbeddedStore(directory)
+            try:
+                for reader in (kept, fresh):
+                    ids = [hit.doc_id for hit in reader.bm25("ships sea bread", 1000)]
+                    assert len(ids) == len(set(ids)) == reader.count() == 200
+                    assert reader.topics(ids).missing == ()
+                    searches += 1
+            finally:
+                fresh.close()
+            if finished:
+                break
+        assert writer.returncode == 0, writer.stderr.read() if writer.stderr else ""
+        assert searches > 2 and kept._text.segments() == 1
+    finally:
+        kept.close()
+
+
 def test_compact_leaves_out_replaced_versions_as_a_fresh_index_would(tmp_path: Path) -> None:
     # A replaced version is deleted in its segment but still counted in BM25's statistics
     # until its segment is written again, as in Lucene: compacting writes it out.
@@ -708,6 +746,37 @@ def test_an_interrupted_compact_leaves_the_index_as_it_was(tmp_path: Path) -> No
         store.close()
 
 
+@pytest.mark.parametrize("crash_at", ["after the topics, before the text index", "after the text index, before the watermark"])
+def test_compact_after_a_killed_index_run_completes_it_first(tmp_path: Path, crash_at: str) -> None:
+    """Rows above the watermark (a run killed mid-way) are made visible, as the next index
+    run would, before the index is written anew: each document once, in its new version,
+    in a reader that was open throughout."""
+    directory = tmp_path / "store"
+    run_writer(directory, """
+        store.upsert([stored("kept", "ships at sea"), stored("replaced", "old ships text")])
+        store.publish()
+    """)
+    if crash_at.startswith("after the topics"):
+        crash = "embedded.TextIndex.replace = lambda self, *args, **kwargs: os._exit(3)"
+    else:
+        crash = "embedded.EmbeddedStore._move_watermark = lambda self, top: os._exit(3)"
+    died = run_writer(directory, crash + """
+store.upsert([stored("new", "new ships arrive", seed=1), stored("replaced", "fresh bread text", seed=2)])
+store.publish()
+    """)
+    assert died.returncode == 3, died.stderr.read() if died.stderr else ""
+    reader, writer = EmbeddedStore(directory), EmbeddedStore(directory)
+    try:
+        assert writer.compact() == CompactResult(documents=3, segments_before=2, segments_after=1)
+        writer.close()
+        assert visible(reader, "ships") == {"kept", "new"} and visible(reader, "bread") == {"replaced"}
+        assert visible(reader, "old") == set() and reader.count() == 3 and reader._text.num_docs() == 3
+        assert reader.documents(["replaced"])["replaced"].text == "fresh bread text"
+        assert sqlite3.connect(directory / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0] == 3
+    finally:
+        reader.close()
+
+
 def test_compact_beside_an_interrupted_rebuild_keeps_both(tmp_path: Path) -> None:
     directory = tmp_path / "store"
     written_in_runs(directory, [[stored("a", "ships old"), stored("b", "sails old")]])
@@ -725,6 +794,55 @@ def test_compact_beside_an_interrupted_rebuild_keeps_both(tmp_path: Path) -> Non
         assert visible(store, "ships sails") == {"x", "y", "z"} and store.count() == 3
     finally:
         store.close()
+
+
+_COMPACT_ON_A_FULL_DISK = """
+set -u
+text={data}/index/text
+# The text index on a file system of its own, filled to 1 MB free: less than its new copy.
+mv $text {tmp}/moved && mkdir $text
+mount -t tmpfs -o size=64m none $text || exit 99
+cp -a {tmp}/moved/. $text/
+{python} -c "import os; s = os.statvfs('$text'); open('$text/filler', 'wb').write(b'x' * (s.f_bavail * s.f_frsize - 1_000_000))"
+{python} -m reranker --data-dir {data} compact --no-progress > {tmp}/full.out 2> {tmp}/full.err
+echo $? > {tmp}/full.rc
+{python} -c "{check}" > {tmp}/full.json
+rm $text/filler
+{python} -m reranker --data-dir {data} compact --no-progress > {tmp}/after.out 2> {tmp}/after.err
+echo $? > {tmp}/after.rc
+{python} -c "{check}" > {tmp}/after.json
+"""
+
+
+def test_compact_on_a_full_disk_is_a_one_line_error_and_the_index_stays(tmp_path: Path) -> None:
+    """The new copy is written beside the old one, which stays until the commit: with less
+    room than it needs, one line, exit 1, every document still found once; with room
+    again, the same command compacts."""
+    if shutil.which("unshare") is None or subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m none {tmp_path}"], capture_output=True
+    ).returncode != 0:
+        pytest.skip("cannot mount a tmpfs in a user namespace here (unshare -rm)")
+    # Words no other text holds: an index of 10 MB from 1,000 documents.
+    words = ["".join(word) for word in np.random.default_rng(7).choice(np.array(list("abcdefghijklmnopqrstuvwxyz")), (400_000, 8))]
+    texts = ["ships " + " ".join(words[n * 400:(n + 1) * 400]) for n in range(1_000)]
+    written_in_runs(tmp_path / "data" / "index", [[stored(f"r{run}-{i}", texts[run * 250 + i]) for i in range(250)] for run in range(4)])
+    check = (
+        "import json; from pathlib import Path; from reranker.store.embedded import EmbeddedStore; "
+        f"s = EmbeddedStore(Path({str(tmp_path / 'data' / 'index')!r})); ids = [h.doc_id for h in s.bm25('ships', 2000)]; "
+        "print(json.dumps({'ids': len(ids), 'distinct': len(set(ids)), 'count': s.count(), 'segments': s._text.segments()}))"
+    )
+    script = _COMPACT_ON_A_FULL_DISK.format(data=tmp_path / "data", tmp=tmp_path, python=sys.executable, check=check)
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    errors = (tmp_path / "full.err").read_text()
+    assert (tmp_path / "full.rc").read_text().strip() == "1", errors
+    assert errors.startswith("reranker: error: cannot write to the text index") and errors.count("\n") == 1, errors
+    assert "the disk is full" in errors
+    assert json.loads((tmp_path / "full.json").read_text()) == {"ids": 1000, "distinct": 1000, "count": 1000, "segments": 4}
+    assert (tmp_path / "after.rc").read_text().strip() == "0", (tmp_path / "after.err").read_text()
+    assert (tmp_path / "after.out").read_text().endswith("4 segments before, 1 now\n")
+    assert json.loads((tmp_path / "after.json").read_text()) == {"ids": 1000, "distinct": 1000, "count": 1000, "segments": 1}
 
 
 def test_compact_needs_an_index_and_the_writer(tmp_path: Path) -> None:

@@ -85,11 +85,12 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         # 2, as argparse's own refusals: a bad option or setting (a ranker name included).
         return EXIT_USAGE if isinstance(exc, (ConfigError, IndexOutdatedError, UnknownRankerError)) else EXIT_ERROR
     except KeyboardInterrupt:
-        kept = _AFTER_AN_INTERRUPTION.get(args.command)
+        kept = getattr(args, "after_an_interruption", None) or _AFTER_AN_INTERRUPTION.get(args.command)
         print(f"reranker: interrupted{f' ({kept})' if kept else ''}", file=sys.stderr)
         return 130
 
-# What Ctrl-C leaves, for the commands that write.
+# What Ctrl-C leaves, for the commands that write (a command whose store makes the
+# difference sets `args.after_an_interruption`).
 _AFTER_AN_INTERRUPTION = {
     "index": "already indexed batches are kept",
     "compact": "the index is as it was",

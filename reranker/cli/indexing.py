@@ -199,6 +199,9 @@ def cmd_compact(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
 
     from reranker.store import open_store
 
+    if settings.opensearch_store is not None:
+        # Once the cluster has the request, it merges whether or not anyone waits.
+        args.after_an_interruption = "the cluster finishes the force merge it began"
     store = open_store(settings)
     started = time.perf_counter()
     try:

@@ -494,7 +494,7 @@ class EmbeddedStore:
             self._recover()
             before = self._text.segments()
             self._text.delete_all()
-            documents = self._add_to_text_index(above=0, upto=self._watermark(), progress=progress)
+            documents = self._add_to_text_index(above=0, upto=self._watermark(), progress=progress, as_written=True)
             self._text.commit()
             # Readers reload the text index when SQLite's state changes (`_view`): change it.
             with self._transaction():
@@ -509,20 +509,35 @@ class EmbeddedStore:
         return CompactResult(documents, before, self._text.segments())
 
     def _add_to_text_index(
-        self, above: int, upto: int = _NO_ROW, replacing: int = -1, progress: Callable[[int], None] | None = None
+        self, above: int, upto: int = _NO_ROW, replacing: int = -1, progress: Callable[[int], None] | None = None,
+        as_written: bool = False,
     ) -> int:
         """Make the text-index entries of the rows in (above, upto] (not committed): a
         row replacing one at or below `replacing` (the watermark, for rows a run wrote
         and did not make visible) under the row id it will take, the others under
-        their own. Returns how many; `progress(1)` after each."""
+        their own. Returns how many; `progress(1)` after each.
+
+        `as_written`: raise StoreError at a row whose content words, read with this
+        object's stop words, are not as many as its run read (n_tokens + n_oov). The
+        store does not record a run's stop list, and a word that one list has and the
+        other not changes the count of every text that holds it: the entries would not
+        be the ones the run wrote."""
         rows = self._db.execute(
             "SELECT new.rowid, (SELECT old.rowid FROM docs AS old WHERE old.id = new.id AND old.rowid <= ?), "
-            "new.id, new.title, new.body FROM docs AS new WHERE new.rowid > ? AND new.rowid <= ? ORDER BY new.rowid",
+            "new.id, new.title, new.body, new.n_tokens + new.n_oov "
+            "FROM docs AS new WHERE new.rowid > ? AND new.rowid <= ? ORDER BY new.rowid",
             (replacing, above, upto),
         )
         made = 0
-        for rowid, replaced, doc_id, title, body in rows:
-            self._text.replace([(replaced or rowid, doc_id, *self._words(Document(doc_id, title, body)))])
+        for rowid, replaced, doc_id, title, body, read in rows:
+            words, stems = self._words(Document(doc_id, title, body))
+            if as_written and (words.count(" ") + 1 if words else 0) != read:
+                raise StoreError(
+                    f"document {doc_id!r} reads as other content words than the index holds for it: the index was "
+                    "written with other stop words (--stopwords, RERANKER_STOPWORDS): run again with the same ones "
+                    f"(or rebuild the index with these: {_REBUILD_COMMAND}); the index is as it was"
+                )
+            self._text.replace([(replaced or rowid, doc_id, words, stems)])
             self._pending_rowid = max(self._pending_rowid, rowid)
             self._pending_docs += 1
             made += 1

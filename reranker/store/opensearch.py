@@ -677,11 +677,21 @@ class OpenSearchStore:
                 "run `reranker index CORPUS.jsonl` first"
             )
         before = self._primary_segments(index)
-        self._call(
-            f"merging the segments of {index}", self.client.indices.forcemerge,
-            index=index, max_num_segments=1, request_timeout=_FORCE_MERGE_SECONDS,
-        )
+        self._call(f"merging the segments of {index}", self._force_merge, index)
         return CompactResult(self.count(), before, self._primary_segments(index))
+
+    def _force_merge(self, index: str) -> None:
+        from opensearchpy import exceptions as ose
+
+        try:
+            self.client.indices.forcemerge(index=index, max_num_segments=1, request_timeout=_FORCE_MERGE_SECONDS)
+        except ose.ConnectionTimeout:
+            # The cluster answers when the merge is done, and goes on merging when nobody
+            # waits: a wait that ends first is no unreachable cluster (`_call` would say so).
+            raise StoreError(
+                f"OpenSearch is still merging the segments of {index} after {_FORCE_MERGE_SECONDS:g} s; it finishes "
+                f"on its own (GET _cat/segments/{index} shows how far it is)"
+            ) from None
 
     def _primary_segments(self, index: str) -> int:
         rows = self._call(f"listing the segments of {index}", self.client.cat.segments, index=index, format="json")
