@@ -22,9 +22,9 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, searches_during_reindex, write_jsonl
+from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, searches_during_reindex, settings_env, write_jsonl
 
-from reranker.config import OpenSearchSettings
+from reranker.config import OpenSearchSettings, Settings
 from reranker.embeddings import WordVectors
 from reranker.errors import (
     IndexMismatchError,
@@ -40,6 +40,7 @@ from reranker.indexing import (
     read_corpus,
 )
 from reranker.pipeline import Engine
+from reranker.service import create_app
 from reranker.store import Doc2VecInfo, IndexInfo, opensearch
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.opensearch_encoding import (
@@ -564,6 +565,37 @@ def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
     assert "is behind alias 'reranker'" in capsys.readouterr().err
     assert run(data_dir, *url, "indices", "use", "reranker-v000001")[0] == 0
     assert run(data_dir, *url, "indices", "delete", "reranker-v000002")[0] == 0
+
+
+def test_reranker_index_naming_an_index_reads_it_as_the_alias_would(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RERANKER_INDEX may name an index instead of an alias: a version reranks as the alias
+    does; an index made by other means is refused in one line on every way in (it was read
+    as holding topics of no dimension: a traceback, a 500 for its documents)."""
+    url = ["--opensearch-url", osmem_clone.url]
+    assert run(data_dir, *url, "index", str(write_jsonl(tmp_path / "c.jsonl", PAPERS)), "--no-progress")[0] == 0
+    client = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,))).client
+    client.index(index="plain", id="chess", body={"title": "Chess", "body": "a grandmaster and his knight"}, refresh=True)
+    question = ("search", "a grandmaster and his knight", "--json")
+    monkeypatch.setenv("RERANKER_INDEX", "reranker-v000001")
+    code, out = run(data_dir, *url, *question)
+    assert code == 0 and json.loads(out)["status"] == "ok" and json.loads(out)["hits"][0]["id"] == "chess"
+    refused = "index 'plain' was not built by this package (its mapping has no _meta.reranker)"
+    monkeypatch.setenv("RERANKER_INDEX", "plain")
+    for command in (question, ("search", "a grandmaster", "--ranker", "bm25"), ("similar", "chess"), ("compact",)):
+        capsys.readouterr()
+        assert run(data_dir, *url, *command)[0] == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"reranker: error: {refused}") and len(err.splitlines()) == 1, err
+    app = create_app(Settings.from_env(settings_env(data_dir, OPENSEARCH_URL=osmem_clone.url, RERANKER_INDEX="plain")))
+    try:
+        client_app = app.test_client()
+        for answer in (client_app.post("/search", json={"query": "a grandmaster"}), client_app.get("/documents/chess")):
+            assert 400 <= answer.status_code < 600 and answer.status_code != 500, answer.get_json()
+            assert refused in answer.get_json()["error"]["reason"]
+    finally:
+        app.extensions["reranker"].close()
 
 
 def test_compact_is_the_clusters_force_merge(osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

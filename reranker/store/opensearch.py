@@ -307,6 +307,13 @@ class OpenSearchStore:
         """The indices the alias points at (none when there is no alias yet)."""
         return sorted(self._call("reading the alias", self.client.indices.get_alias, name=self.alias, not_found={}))
 
+    def _index_named_as_alias(self) -> str | None:
+        """RERANKER_INDEX naming an index rather than an alias (a version, or an index made
+        by other means): read as the alias's index would be, so that one this package did not
+        build is refused as such (`index_info`) instead of read as holding no topics."""
+        exists = self._call(f"looking for index {self.alias!r}", self.client.indices.exists, index=self.alias)
+        return self.alias if exists else None
+
     def alias_index(self) -> str | None:
         """The index the alias points at, or None when there is no alias yet."""
         names = self._alias_indices()
@@ -376,7 +383,7 @@ class OpenSearchStore:
             self._properties_of = None
         if self._info is None:
             self._info_read_at = time.monotonic()
-            index = self._target or self.alias_index()
+            index = self._target or self.alias_index() or self._index_named_as_alias()
             if index is None:
                 return None
             meta = self._meta(index)
@@ -670,12 +677,13 @@ class OpenSearchStore:
         """The cluster's force merge of the alias's index into one segment per shard
         (segments counted on the primary shards); the cluster writes, so `progress` is
         not called."""
-        index = self.alias_index()
+        index = self.alias_index() or self._index_named_as_alias()
         if index is None:
             raise IndexNotFoundError(
                 f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
                 "run `reranker index CORPUS.jsonl` first"
             )
+        self.index_info()  # refuses an index this package did not build
         before = self._primary_segments(index)
         self._call(f"merging the segments of {index}", self._force_merge, index)
         return CompactResult(self.count(), before, self._primary_segments(index))
