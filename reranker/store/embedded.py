@@ -480,7 +480,7 @@ class EmbeddedStore:
         the writer's memory (`COMPACT_HEAP_BYTES`). tantivy's merges leave several (5 at
         50,000 long papers, where one made the default's search path 0.87x as long:
         bench/README.md), and tantivy-py has no call to merge them: the entries are made
-        again from the rows, as `_recover` makes them (2-3 minutes at 50,000 papers)."""
+        again from the rows, as `_recover` makes them (2 minutes at 50,000 papers, 3-4 on a busy machine)."""
         self._commit_pending()
         if self._build is not None:
             raise StoreError("this store's rebuild is not published yet: compact after it")
