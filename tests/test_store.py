@@ -446,23 +446,31 @@ def visible(store: EmbeddedStore, query: str) -> set[str]:
     return {hit.doc_id for hit in store.bm25(query, 100)}
 
 
-@pytest.mark.parametrize("crash_at", ["after the topics, before the text index", "after the text index, before the watermark"])
-def test_a_crash_between_the_two_writes_leaves_them_agreeing(tmp_path: Path, crash_at: str) -> None:
-    directory = tmp_path / "store"
+CRASH_POINTS = ["after the topics, before the text index", "after the text index, before the watermark"]
+
+
+def killed_mid_run(directory: Path, crash_at: str) -> None:
+    """A run writes "kept" and "replaced"; the next one, adding "new" and replacing
+    "replaced", dies at `crash_at`: os._exit skips every clean-up, as a kill would."""
     run_writer(directory, """
         store.upsert([stored("kept", "ships at sea"), stored("replaced", "old ships text")])
         store.publish()
     """)
-    # The second run dies: os._exit skips every clean-up, as a kill would.
     if crash_at.startswith("after the topics"):
         crash = "embedded.TextIndex.replace = lambda self, *args, **kwargs: os._exit(3)"
     else:
         crash = "embedded.EmbeddedStore._move_watermark = lambda self, top: os._exit(3)"
-    died = run_writer(directory, textwrap.dedent(crash) + """
+    died = run_writer(directory, crash + """
 store.upsert([stored("new", "new ships arrive", seed=1), stored("replaced", "fresh bread text", seed=2)])
 store.publish()
     """)
     assert died.returncode == 3, died.stderr.read() if died.stderr else ""
+
+
+@pytest.mark.parametrize("crash_at", CRASH_POINTS)
+def test_a_crash_between_the_two_writes_leaves_them_agreeing(tmp_path: Path, crash_at: str) -> None:
+    directory = tmp_path / "store"
+    killed_mid_run(directory, crash_at)
 
     reader = EmbeddedStore(directory)
     try:
@@ -613,9 +621,12 @@ def test_readers_in_another_process_see_a_growing_index_that_always_agrees(tmp_p
         reader.close()
 
 
-def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("write", ["initialise", "compact"])
+def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path, write: str) -> None:
     directory = tmp_path / "store"
     blocker = run_writer(directory, """
+        store.upsert([stored("a", "ships")])
+        store._commit_pending()
         print("writing", flush=True)
         time.sleep(60)
     """, wait=False)
@@ -624,7 +635,8 @@ def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path) -> None
         second = EmbeddedStore(directory)
         try:
             with pytest.raises(StoreError, match="another process is writing"):
-                second.initialise(IndexInfo(EMBEDDING, k=2))
+                second.initialise(IndexInfo(EMBEDDING, k=2)) if write == "initialise" else second.compact()
+            assert visible(second, "ships") == {"a"}
         finally:
             second.close()
     finally:
@@ -746,25 +758,13 @@ def test_an_interrupted_compact_leaves_the_index_as_it_was(tmp_path: Path) -> No
         store.close()
 
 
-@pytest.mark.parametrize("crash_at", ["after the topics, before the text index", "after the text index, before the watermark"])
+@pytest.mark.parametrize("crash_at", CRASH_POINTS)
 def test_compact_after_a_killed_index_run_completes_it_first(tmp_path: Path, crash_at: str) -> None:
     """Rows above the watermark (a run killed mid-way) are made visible, as the next index
     run would, before the index is written anew: each document once, in its new version,
     in a reader that was open throughout."""
     directory = tmp_path / "store"
-    run_writer(directory, """
-        store.upsert([stored("kept", "ships at sea"), stored("replaced", "old ships text")])
-        store.publish()
-    """)
-    if crash_at.startswith("after the topics"):
-        crash = "embedded.TextIndex.replace = lambda self, *args, **kwargs: os._exit(3)"
-    else:
-        crash = "embedded.EmbeddedStore._move_watermark = lambda self, top: os._exit(3)"
-    died = run_writer(directory, crash + """
-store.upsert([stored("new", "new ships arrive", seed=1), stored("replaced", "fresh bread text", seed=2)])
-store.publish()
-    """)
-    assert died.returncode == 3, died.stderr.read() if died.stderr else ""
+    killed_mid_run(directory, crash_at)
     reader, writer = EmbeddedStore(directory), EmbeddedStore(directory)
     try:
         assert writer.compact() == CompactResult(documents=3, segments_before=2, segments_after=1)
@@ -845,30 +845,12 @@ def test_compact_on_a_full_disk_is_a_one_line_error_and_the_index_stays(tmp_path
     assert json.loads((tmp_path / "after.json").read_text()) == {"ids": 1000, "distinct": 1000, "count": 1000, "segments": 1}
 
 
-def test_compact_needs_an_index_and_the_writer(tmp_path: Path) -> None:
+def test_compact_needs_an_index(tmp_path: Path) -> None:
+    # And the writer's lock: test_a_second_writer_is_refused_while_one_is_writing.
     empty = EmbeddedStore(tmp_path / "empty")
     with pytest.raises(StoreError, match=r"nothing to compact: no index in .* yet \(run `reranker index CORPUS` first\)"):
         empty.compact()
     empty.close()
-    directory = tmp_path / "store"
-    blocker = run_writer(directory, """
-        store.upsert([stored("a", "ships")])
-        store._commit_pending()
-        print("writing", flush=True)
-        time.sleep(60)
-    """, wait=False)
-    try:
-        assert blocker.stdout is not None and blocker.stdout.readline() == b"writing\n"
-        second = EmbeddedStore(directory)
-        try:
-            with pytest.raises(StoreError, match="another process is writing"):
-                second.compact()
-            assert visible(second, "ships") == {"a"}
-        finally:
-            second.close()
-    finally:
-        blocker.kill()
-        blocker.wait()
 
 
 def test_bm25_of_texts_is_lucenes_formula() -> None:
