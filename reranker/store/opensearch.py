@@ -677,13 +677,13 @@ class OpenSearchStore:
         """The cluster's force merge of the alias's index into one segment per shard
         (segments counted on the primary shards); the cluster writes, so `progress` is
         not called."""
-        index = self.alias_index() or self._index_named_as_alias()
-        if index is None:
+        # None without an index; refuses one this package did not build.
+        if self.index_info() is None:
             raise IndexNotFoundError(
                 f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
                 "run `reranker index CORPUS.jsonl` first"
             )
-        self.index_info()  # refuses an index this package did not build
+        index = self.alias_index() or self.alias  # RERANKER_INDEX may name the index itself
         before = self._primary_segments(index)
         self._call(f"merging the segments of {index}", self._force_merge, index)
         return CompactResult(self.count(), before, self._primary_segments(index))
