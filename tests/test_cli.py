@@ -140,6 +140,48 @@ def test_compact_interrupted_says_so_and_leaves_the_index_as_it_was(
     assert json.loads(run(data_dir, *query)[1])["hits"] == before
 
 
+def test_index_suggests_compact_from_its_size_and_compacts_with_the_option(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reranker.cli import indexing
+    from reranker.store.embedded import EmbeddedStore
+    from reranker.store.text_index import TextIndex
+
+    lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()
+    parts = []
+    for half, part in enumerate((lines[:12], lines[12:])):
+        parts.append(tmp_path / f"part{half}.jsonl")
+        parts[-1].write_text("\n".join(part) + "\n")
+    code, out = run(data_dir, "index", str(parts[0]), "--no-progress")
+    assert code == 0 and out.count("\n") == 1, out  # one segment, and too few documents to matter
+    monkeypatch.setattr(indexing, "COMPACT_HINT_DOCUMENTS", 25)
+    code, out = run(data_dir, "index", str(parts[1]), "--no-progress")
+    assert code == 0 and out.splitlines()[1].startswith("the BM25 index is in 2 segments, each searched on its own: "), out
+    assert "`reranker compact` merges them into one" in out
+    monkeypatch.setattr(indexing, "COMPACT_HINT_DOCUMENTS", 26)
+    assert run(data_dir, "index", str(parts[1]), "--no-progress")[1].count("\n") == 1  # below the size: no word of it
+
+    words, calls = EmbeddedStore._words, 0
+
+    def ctrl_c_at_the_fifth(self: EmbeddedStore, document: Any) -> tuple[str, str]:
+        nonlocal calls
+        calls += 1
+        if calls == 5:
+            raise KeyboardInterrupt
+        return words(self, document)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(EmbeddedStore, "_words", ctrl_c_at_the_fifth)
+        capsys.readouterr()
+        assert run(data_dir, "index", str(parts[1]), "--compact", "--no-progress")[0] == 130
+        assert capsys.readouterr().err == "reranker: interrupted (every document is indexed; the index is as it was)\n"
+    assert TextIndex(data_dir / "index" / "text").segments() == 2
+    code, out = run(data_dir, "index", str(parts[1]), "--compact", "--no-progress")
+    assert code == 0 and out.startswith("indexed 0, unchanged 13, skipped 0 "), out
+    assert re.fullmatch(r"compacted the BM25 index of 25 documents in \d+ s: 2 segments before, 1 now", out.splitlines()[1]), out
+    assert TextIndex(data_dir / "index" / "text").segments() == 1
+
+
 def test_compact_with_other_stop_words_refuses_and_the_index_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The text index holds the content words an index run read with its stop list, which
     the store does not record; compact reads them again with its own. Run without the

@@ -609,6 +609,28 @@ def test_compact_is_the_clusters_force_merge(osmem_clone: Any, data_dir: Path, t
     assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
 
 
+def test_index_compact_on_the_cluster_force_merges_what_the_run_wrote(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """osmem-server keeps an index in one segment, so only the one-segment case can be
+    seen here: no suggestion at any size. tests/test_cluster.py sees a real cluster's."""
+    from reranker.cli import indexing
+
+    url = ["--opensearch-url", osmem_clone.url]
+    monkeypatch.setattr(indexing, "COMPACT_HINT_DOCUMENTS", 1)
+    for paper in PAPERS:
+        code, out = run(data_dir, *url, "index", str(write_jsonl(tmp_path / "c.jsonl", [paper])), "--no-progress")
+        assert code == 0 and "segment" not in out, out
+    store = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,)))
+    try:
+        assert store.segments() == store._primary_segments(store.alias_index() or "") == 1
+        code, out = run(data_dir, *url, "index", str(write_jsonl(tmp_path / "c.jsonl", PAPERS)), "--compact", "--no-progress")
+        assert code == 0 and re.search(r"\ncompacted the BM25 index of 3 documents in \d+ s: 1 segment before, 1 now\n$", out), out
+        assert store.segments() == 1
+    finally:
+        store.close()
+
+
 def test_compact_interrupted_says_the_cluster_finishes_the_merge(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
     """Ctrl-C while the cluster merges: the force merge goes on in the cluster once it has
     the request (closing the connection does not cancel it), so "the index is as it was",

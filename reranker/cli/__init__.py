@@ -93,7 +93,6 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
 # difference sets `args.after_an_interruption`).
 _AFTER_AN_INTERRUPTION = {
     "index": "already indexed batches are kept",
-    "compact": "the index is as it was",
 }
 
 

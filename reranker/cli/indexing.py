@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import (
     EXIT_ERROR,
@@ -25,6 +25,15 @@ from reranker.cli.common import (
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
 from reranker.errors import ConfigError, InputError, RerankerError
 from reranker.text import listed
+
+if TYPE_CHECKING:
+    from reranker.store import Store
+
+
+# `reranker index` suggests `reranker compact` from this size on, where merging the BM25
+# index's segments shortens the search path measurably (bench/README.md, bench_passages.py
+# --compact); smaller indexes have segments too (2-3 at CISI's 1,460 abstracts), to no effect.
+COMPACT_HINT_DOCUMENTS = 10_000
 
 
 def add_parsers(commands: Any) -> None:
@@ -46,6 +55,10 @@ def add_parsers(commands: Any) -> None:
         "--on-duplicate", choices=["last", "error"], default="last",
         help="a line whose id an earlier line of the corpus used: the later line wins and the pair is "
         "reported (last, the default), or the run stops there with exit 1 (error)",
+    )
+    index.add_argument(
+        "--compact", action="store_true",
+        help="then merge the BM25 index into one segment (reranker compact), for an index this run finishes writing",
     )
     index.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -101,16 +114,26 @@ def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         report = index_file(
             engine, args.corpus, settings, rebuild=args.rebuild, progress=not args.no_progress, on_duplicate=args.on_duplicate
         )
+        # Non-zero when a line did not make it in, so scripts notice; the rest is indexed.
+        # Decided before printing, so `reranker index bad.jsonl | head -2` still exits 1.
+        args.exit_code = EXIT_ERROR if report.skipped or report.duplicates else 0
+        print_report(report, out, every_skip=args.verbose)
+        if args.compact:
+            # From here Ctrl-C interrupts the compaction: the run's documents are all in.
+            args.after_an_interruption = f"every document is indexed; {_compaction_interrupted(settings)}"
+            _compact(engine.store, args, out)
+        elif report.total_documents >= COMPACT_HINT_DOCUMENTS and (segments := engine.store.segments()) > 1:
+            print(
+                f"the BM25 index is in {segments} segments, each searched on its own: once it is no longer "
+                "written, `reranker compact` merges them into one, for faster searches (docs/cli.md#compacting)",
+                file=out,
+            )
     except BaseException:
         # The run's own error is the one to tell: closing after it (a full disk) may fail too.
         with contextlib.suppress(RerankerError):
             engine.store.close()
         raise
     engine.store.close()
-    # Non-zero when a line did not make it in, so scripts notice; the rest is indexed.
-    # Decided before printing, so `reranker index bad.jsonl | head -2` still exits 1.
-    args.exit_code = EXIT_ERROR if report.skipped or report.duplicates else 0
-    print_report(report, out, every_skip=args.verbose)
     return int(args.exit_code)
 
 def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -195,27 +218,33 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
 
 def cmd_compact(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """`reranker compact`: the store's first-stage index in one segment (Store.compact)."""
-    from tqdm import tqdm
-
     from reranker.store import open_store
 
-    if settings.opensearch_store is not None:
-        # Once the cluster has the request, it merges whether or not anyone waits.
-        args.after_an_interruption = "the cluster finishes the force merge it began"
+    args.after_an_interruption = _compaction_interrupted(settings)
     store = open_store(settings)
-    started = time.perf_counter()
     try:
-        show = not args.no_progress and sys.stderr.isatty()
-        with tqdm(total=store.count(), unit="doc", desc="compacting", disable=not show, leave=False) as bar:
-            result = store.compact(progress=bar.update)
+        _compact(store, args, out)
     finally:
         store.close()
+    return 0
+
+def _compaction_interrupted(settings: Settings) -> str:
+    """What Ctrl-C during a compaction leaves."""
+    # Once the cluster has the request, it merges whether or not anyone waits.
+    return "the cluster finishes the force merge it began" if settings.opensearch_store is not None else "the index is as it was"
+
+def _compact(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    show = not args.no_progress and sys.stderr.isatty()
+    with tqdm(total=store.count(), unit="doc", desc="compacting", disable=not show, leave=False) as bar:
+        result = store.compact(progress=bar.update)
     print(
         f"compacted the BM25 index of {result.documents:,} documents in {time.perf_counter() - started:.0f} s: "
         f"{result.segments_before} segment{'' if result.segments_before == 1 else 's'} before, {result.segments_after} now",
         file=out,
     )
-    return 0
 
 def cmd_templates(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.store.templates import load_templates

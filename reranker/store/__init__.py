@@ -299,6 +299,11 @@ class Store(Protocol):
         Raises StoreError when another process writes, or there is nothing indexed."""
         ...
 
+    def segments(self) -> int:
+        """How many segments a search of the first stage's index reads (on OpenSearch, the
+        most of any primary shard's), each searched on its own: one is fastest."""
+        ...
+
     def content_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         """The content hash of the newest stored version of each of `doc_ids` present in
         the index this run writes (in a rebuild, the new one): for resuming."""

@@ -508,6 +508,10 @@ class EmbeddedStore:
             self._forget_view()
         return CompactResult(documents, before, self._text.segments())
 
+    def segments(self) -> int:
+        self._commit_pending()
+        return self._text.segments()
+
     def _add_to_text_index(
         self, above: int, upto: int = _NO_ROW, replacing: int = -1, progress: Callable[[int], None] | None = None,
         as_written: bool = False,

@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
@@ -701,9 +702,18 @@ class OpenSearchStore:
                 f"on its own (GET _cat/segments/{index} shows how far it is)"
             ) from None
 
+    def segments(self) -> int:
+        if self.index_info() is None:
+            return 0
+        per_shard = Counter(shard for shard, _ in self._primary_segment_ids(self.alias_index() or self.alias))
+        return max(per_shard.values(), default=0)
+
     def _primary_segments(self, index: str) -> int:
+        return len(self._primary_segment_ids(index))
+
+    def _primary_segment_ids(self, index: str) -> set[tuple[Any, Any]]:
         rows = self._call(f"listing the segments of {index}", self.client.cat.segments, index=index, format="json")
-        return len({(row.get("shard"), row.get("segment")) for row in rows if row.get("prirep") in ("p", "primary")})
+        return {(row.get("shard"), row.get("segment")) for row in rows if row.get("prirep") in ("p", "primary")}
 
     def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:
         """Partial updates of `doc2vec` (bulk `update`, retried like `upsert`), then the
