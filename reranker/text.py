@@ -59,16 +59,16 @@ def stop_list_info(stopwords: frozenset[str] | None, path: Path | None = None) -
     """What an index records of the stop list `stopwords` (None: the built-in one), read
     from `path` (None: not from a file): the sha256 of its words, sorted, each followed by
     a newline (UTF-8), so the same words give the same checksum whatever their file's
-    order, case, comments or blank lines; and, for messages, the file as named or "the
-    bundled list"."""
+    order, case, comments or blank lines; and, for messages, where it came from ("the stop
+    list in FILE", "the bundled stop list")."""
     words = default_stopwords() if stopwords is None else stopwords
     checksum = hashlib.sha256("".join(f"{word}\n" for word in sorted(words)).encode()).hexdigest()
     if path is not None:
-        source = str(path)
+        source = f"the stop list in {path}"
     elif words == default_stopwords():
-        source = "the bundled list"
+        source = "the bundled stop list"
     else:
-        source = f"a list of {len(words)} words"
+        source = f"a stop list of {len(words)} words"
     return StopListInfo(checksum, source)
 
 

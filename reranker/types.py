@@ -36,7 +36,8 @@ class StopListInfo:
     later index run and compaction check it (`reranker.text.stop_list_info`).
 
     checksum: sha256 of the list's words, sorted, one per line. source: where the list
-    came from, for messages (the file's name, or "the bundled list"); not part of identity.
+    came from, for messages ("the stop list in FILE", "the bundled stop list"); not part of
+    identity.
     """
 
     checksum: str

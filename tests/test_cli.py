@@ -171,7 +171,7 @@ def test_other_stop_words_are_refused_and_the_index_stays(
         errors = capsys.readouterr().err
         assert errors.startswith("reranker: error: ") and errors.count("\n") == 1, errors
         if recorded:
-            assert f"built with stop list {stopwords} (sha256 " in errors and "not the bundled list" in errors, errors
+            assert f"built with the stop list in {stopwords} (sha256 " in errors and "not the bundled stop list" in errors, errors
             assert "(--stopwords, RERANKER_STOPWORDS) or rebuild the index (reranker index --rebuild)" in errors, errors
         else:
             assert "other stop words" in errors and "--stopwords" in errors, errors

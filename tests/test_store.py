@@ -172,7 +172,7 @@ def test_another_stop_list_needs_a_rebuild_and_writes_nothing(tmp_path: Path) ->
     try:
         before = (store.count(), store._text.num_docs(), store._meta(), visible(store, "boats sea"))
         expected = (
-            r"^the index was built with stop list /lists/no-ships.txt \(sha256 [0-9a-f]{12}\), not the bundled list "
+            r"^the index was built with the stop list in /lists/no-ships.txt \(sha256 [0-9a-f]{12}\), not the bundled stop list "
             r"\(sha256 [0-9a-f]{12}\): use the same \(--stopwords, RERANKER_STOPWORDS\) or rebuild the index "
             r"\(reranker index --rebuild\)$"
         )
@@ -857,7 +857,7 @@ def test_an_interrupted_run_is_not_completed_with_another_stop_list(tmp_path: Pa
         before = state()
         assert before[0] == 4 and before[3] == {"kept", "replaced"}
         for attempt in (lambda: store.initialise(IndexInfo(EMBEDDING, k=2)), store.compact):
-            with pytest.raises(IndexMismatchError, match=r"built with stop list the bundled list .* not a list of"):
+            with pytest.raises(IndexMismatchError, match=r"built with the bundled stop list .* not a stop list of"):
                 attempt()
             assert state() == before
         store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)

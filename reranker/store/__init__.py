@@ -185,8 +185,8 @@ class IndexInfo:
         built = self.stopwords
         if built is not None and built != stopwords:
             raise IndexMismatchError(
-                f"the index was built with stop list {built.source or 'unnamed'} (sha256 {built.checksum[:12]}), "
-                f"not {stopwords.source or 'unnamed'} (sha256 {stopwords.checksum[:12]}): use the same "
+                f"the index was built with {built.source or 'another stop list'} (sha256 {built.checksum[:12]}), "
+                f"not {stopwords.source or 'this stop list'} (sha256 {stopwords.checksum[:12]}): use the same "
                 "(--stopwords, RERANKER_STOPWORDS) or rebuild the index (reranker index --rebuild)"
             )
 
