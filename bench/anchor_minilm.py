@@ -93,6 +93,7 @@ from reranker.pipeline import Engine, Ranking, build_engine
 from reranker.rankers import CandidateSet, Formula, Need, Ranker, Scores
 from reranker.rankers.fusion import Fusion
 from reranker.reports import evaluation_table, format_p
+from reranker.text import default_stopwords, load_stopwords, stop_list_info
 from reranker.types import Document, Query
 
 if TYPE_CHECKING:
@@ -225,11 +226,15 @@ class Costs:
 
 def open_engine(dataset: Dataset, data_dir: Path) -> tuple[Engine, IndexReport, dict[str, Any]]:
     """The product's engine over an embedded index of the data set's corpus, cached in
-    `data_dir` (one index per data set, vectors and K; a re-run only checks the corpus),
+    `data_dir` (one index per data set, vectors, K and stop list; a re-run only checks the corpus),
     what indexing did, and the run's configuration (vectors, K) for the evaluation result."""
     settings = replace(Settings.from_env(), data_dir=data_dir, fusion_weight=DEFAULT_FUSION_WEIGHT)
     settings.validate()
-    engine = build_engine(settings, lambda vectors: f"anchor/{dataset.name}-k{settings.k}-{vectors.info.checksum[:12]}")
+    # Another stop list than the bundled one names another index (one read with another
+    # list is refused, not reused); the bundled list keeps the name indexes had before.
+    stopwords = load_stopwords(settings.stopwords_file)
+    stop_list = "" if stopwords == default_stopwords() else f"-{stop_list_info(stopwords).checksum[:12]}"
+    engine = build_engine(settings, lambda vectors: f"anchor/{dataset.name}-k{settings.k}-{vectors.info.checksum[:12]}{stop_list}")
     log.info("indexing %s into %s (unchanged documents are kept)", dataset.corpus_path, data_dir)
     report = index_corpus(
         dataset.corpus_path,

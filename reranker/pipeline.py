@@ -275,10 +275,11 @@ class Engine:
         load_wmd(self.vectors)
 
     def check_index(self) -> None:
-        """Raise IndexMismatchError if the store was built with other word vectors."""
+        """Raise IndexMismatchError if the store was built with other word vectors or
+        another stop list than the store reads queries with."""
         info = self.store.index_info()
         if info is not None:
-            info.check(self.vectors.info)
+            info.check(self.vectors.info, stopwords=self.store.stop_list)
 
     def query(self, text: str) -> Query:
         tokens = tokenize(text, self.stopwords)

@@ -10,6 +10,7 @@ shown through (see `is_readable`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 from importlib import resources
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from reranker.errors import ConfigError
+from reranker.types import StopListInfo
 
 # A token is a run of letters/digits; apostrophes and hyphens split words, so "don't"
 # yields "don" + "t" (both stop words) and "multi-lingual" yields two words.
@@ -51,6 +53,23 @@ def load_stopwords(path: Path | None) -> frozenset[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read stop-word file {path}: {exc}") from None
     return _parse_stopwords(lines)
+
+
+def stop_list_info(stopwords: frozenset[str] | None, path: Path | None = None) -> StopListInfo:
+    """What an index records of the stop list `stopwords` (None: the built-in one), read
+    from `path` (None: not from a file): the sha256 of its words, sorted, each followed by
+    a newline (UTF-8), so the same words give the same checksum whatever their file's
+    order, case, comments or blank lines; and, for messages, where it came from ("the stop
+    list in FILE", "the bundled stop list")."""
+    words = default_stopwords() if stopwords is None else stopwords
+    checksum = hashlib.sha256("".join(f"{word}\n" for word in sorted(words)).encode()).hexdigest()
+    if path is not None:
+        source = f"the stop list in {path}"
+    elif words == default_stopwords():
+        source = "the bundled stop list"
+    else:
+        source = f"a stop list of {len(words)} words"
+    return StopListInfo(checksum, source)
 
 
 def tokenize(text: str, stopwords: frozenset[str] | None = None) -> list[str]:

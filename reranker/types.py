@@ -31,6 +31,31 @@ class EmbeddingInfo:
 
 
 @dataclass(frozen=True)
+class StopListInfo:
+    """Which stop list an index's words were read with: an index records it, a query, a
+    later index run and compaction check it (`reranker.text.stop_list_info`).
+
+    checksum: sha256 of the list's words, sorted, one per line. source: where the list
+    came from, for messages ("the stop list in FILE", "the bundled stop list"); not part of
+    identity.
+    """
+
+    checksum: str
+    source: str = field(default="", compare=False)
+
+    def to_json(self) -> dict[str, str]:
+        return {"checksum": self.checksum, "source": self.source}
+
+    @classmethod
+    def from_json(cls, raw: object) -> "StopListInfo | None":
+        """The record as an index's metadata holds it; None when absent or unreadable
+        (an index built before indexes recorded their stop list)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("checksum"), str):
+            return None
+        return cls(raw["checksum"], str(raw.get("source") or ""))
+
+
+@dataclass(frozen=True)
 class Document:
     """A corpus record: `id`, `title`, `text`, plus any other string fields."""
 

@@ -182,11 +182,16 @@ def test_index_suggests_compact_from_its_size_and_compacts_with_the_option(
     assert TextIndex(data_dir / "index" / "text").segments() == 1
 
 
-def test_compact_with_other_stop_words_refuses_and_the_index_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The text index holds the content words an index run read with its stop list, which
-    the store does not record; compact reads them again with its own. Run without the
-    index runs' --stopwords it would write another index (here one where `translation`,
-    which the runs left out, counts in every length): it refuses, and leaves the index."""
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "an index from before stop lists were recorded"])
+def test_other_stop_words_are_refused_and_the_index_stays(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], recorded: bool
+) -> None:
+    """The text index holds the content words an index run read with its stop list; run
+    without the index runs' --stopwords, index, search and compact would read with another
+    (here one where `translation`, which the runs left out, counts in every length). The
+    index records its list: each refuses in one line, naming the option, and leaves the
+    index. An index that recorded none is searched and indexed into as before, and compact
+    finds the difference row by row; `index --rebuild` with the new list records it."""
     stopwords = tmp_path / "stopwords.txt"
     stopwords.write_text((REPO / "reranker" / "stopwords.txt").read_text() + "\ntranslation\n")
     own = ["--stopwords", str(stopwords)]
@@ -194,17 +199,33 @@ def test_compact_with_other_stop_words_refuses_and_the_index_stays(data_dir: Pat
     for half, part in enumerate((lines[:12], lines[12:])):
         (tmp_path / f"part{half}.jsonl").write_text("\n".join(part) + "\n")
         assert run(data_dir, *own, "index", str(tmp_path / f"part{half}.jsonl"), "--no-progress")[0] == 0
+    if not recorded:
+        with sqlite3.connect(data_dir / "index" / "store.sqlite3") as db:
+            db.execute("DELETE FROM meta WHERE key = 'stopwords'")
     query = ["search", "statistical machine translation with phrase tables", "--json", "--size", "25"]
     before = [(hit["id"], hit["bm25_score"]) for hit in json.loads(run(data_dir, *own, *query)[1])["hits"]]
+    store_file = data_dir / "index" / "store.sqlite3"
+    rows = sqlite3.connect(store_file).execute("SELECT count(*), max(rowid) FROM docs").fetchone()
     capsys.readouterr()
-    assert run(data_dir, "compact", "--no-progress")[0] == 1
-    errors = capsys.readouterr().err
-    assert errors.startswith("reranker: error: ") and errors.count("\n") == 1, errors
-    assert "other stop words" in errors and "--stopwords" in errors, errors
-    assert [(hit["id"], hit["bm25_score"]) for hit in json.loads(run(data_dir, *own, *query)[1])["hits"]] == before
+    refusals = [["compact", "--no-progress"]] + ([["index", str(tmp_path / "part0.jsonl"), "--no-progress"], query] if recorded else [])
+    for command in refusals:
+        assert run(data_dir, *command)[0] == 1, command
+        errors = capsys.readouterr().err
+        assert errors.startswith("reranker: error: ") and errors.count("\n") == 1, errors
+        if recorded:
+            assert f"built with the stop list in {stopwords} (sha256 " in errors and "not the bundled stop list" in errors, errors
+            assert "(--stopwords, RERANKER_STOPWORDS) or rebuild the index (reranker index --rebuild)" in errors, errors
+        else:
+            assert "other stop words" in errors and "--stopwords" in errors, errors
+        assert [(hit["id"], hit["bm25_score"]) for hit in json.loads(run(data_dir, *own, *query)[1])["hits"]] == before
+        assert sqlite3.connect(store_file).execute("SELECT count(*), max(rowid) FROM docs").fetchone() == rows
     code, out = run(data_dir, *own, "compact", "--no-progress")
     assert code == 0 and out.endswith("2 segments before, 1 now\n"), out
     assert [(hit["id"], hit["bm25_score"]) for hit in json.loads(run(data_dir, *own, *query)[1])["hits"]] == before
+    if recorded:
+        assert run(data_dir, "index", "--rebuild", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+        assert run(data_dir, *query)[0] == 0
+        assert run(data_dir, *own, *query)[0] == 1  # the rebuild recorded the bundled list
 
 
 def test_a_title_with_a_line_break_keeps_its_hit_on_one_line(data_dir: Path, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from reranker.store.opensearch_encoding import (
     passages_of,
 )
 from reranker.store.templates import load_templates
-from reranker.text import tokenize
+from reranker.text import default_stopwords, stop_list_info, tokenize
 from reranker.types import Document, EmbeddingInfo, Filter, StoredDocument
 
 PAPERS = [
@@ -402,6 +402,25 @@ def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store
     info = OpenSearchStore(os_store.config).index_info()
     assert rebuilt.indexed == 3 and info is not None and (info.embedding, info.k) == (glove.info, 7)
     assert info.centering is not None and len(info.centering.mu) == glove.dim  # a rebuild estimates it anew
+
+
+def test_another_stop_list_is_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    """`_meta.reranker.stopwords` records the list the index was read with: an index run or
+    a search with another is refused, as with other vectors, and a rebuild records it."""
+    index_papers(tmp_path, os_store, glove)  # the bundled list
+    other = default_stopwords() | {"ships"}
+    refused = r"^the index was built with the bundled stop list \(sha256 [0-9a-f]{12}\), not a stop list of \d+ words "
+    with pytest.raises(IndexMismatchError, match=refused):
+        index_papers(tmp_path, OpenSearchStore(os_store.config, other), glove, stopwords=other)
+    assert OpenSearchStore(os_store.config).count() == 3
+    with pytest.raises(IndexMismatchError, match=refused):
+        Engine(store=OpenSearchStore(os_store.config, other), vectors=glove, stopwords=other).search("ships at sea")
+    index_papers(tmp_path, OpenSearchStore(os_store.config, other), glove, stopwords=other, rebuild=True)
+    info = OpenSearchStore(os_store.config).index_info()
+    assert info is not None and info.stopwords == stop_list_info(other)
+    assert Engine(store=OpenSearchStore(os_store.config, other), vectors=glove, stopwords=other).search("ships at sea").hits
+    with pytest.raises(IndexMismatchError, match="built with a stop list of"):
+        Engine(store=OpenSearchStore(os_store.config), vectors=glove).search("ships at sea")
 
 
 def test_search_end_to_end_through_the_engine(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:

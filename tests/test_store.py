@@ -25,10 +25,11 @@ from reranker.errors import IndexMismatchError, InputError, StoreError
 from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, filter_for_field
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
-from reranker.text import tokenize
+from reranker.text import default_stopwords, stop_list_info, tokenize
 from reranker.types import DocTopics, Document, EmbeddingInfo, Filter, StoredDocument
 
 EMBEDDING = EmbeddingInfo(name="test", dim=4, checksum="c" * 64)
+BUNDLED = stop_list_info(None)  # what a store without a stop list of its own records
 
 
 def stored(doc_id: str, text: str, k: int = 2, seed: int = 0, title: str = "") -> StoredDocument:
@@ -129,7 +130,7 @@ def test_the_store_persists_on_disk(tmp_path: Path) -> None:
     first.upsert([stored("a", "persistent ships")])
     first.close()
     second = EmbeddedStore(tmp_path / "s")
-    assert second.count() == 1 and second.index_info() == IndexInfo(EMBEDDING, k=2)
+    assert second.count() == 1 and second.index_info() == IndexInfo(EMBEDDING, k=2, stopwords=BUNDLED)
     assert second.content_hashes(["a", "b"]) == {"a": "h-a-persistent ships"}
     assert second.documents(["a"])["a"].fields == {"year": 2018}
     second.close()
@@ -143,7 +144,7 @@ def test_other_vectors_or_k_need_a_rebuild(ready: EmbeddedStore) -> None:
     with pytest.raises(IndexMismatchError, match="K=2"):
         ready.initialise(IndexInfo(EMBEDDING, k=3))
     ready.initialise(IndexInfo(other, k=3), rebuild=True)
-    assert ready.index_info() == IndexInfo(other, k=3)  # what the rebuild writes
+    assert ready.index_info() == IndexInfo(other, k=3, stopwords=BUNDLED)  # what the rebuild writes
     # Readers see the old index until the rebuild is published.
     assert ready.count() == 1 and [hit.doc_id for hit in ready.bm25("ships", 5)] == ["a"]
     ready.upsert([stored("b", "boats", k=3)])
@@ -151,6 +152,70 @@ def test_other_vectors_or_k_need_a_rebuild(ready: EmbeddedStore) -> None:
     ready.publish()
     assert ready.count() == 1 and ready.bm25("ships", 5) == [] and [hit.doc_id for hit in ready.bm25("boats", 5)] == ["b"]
     assert ready.topics(["a", "b"]).missing == ("a",) and ready.topics(["b"]).topics.shape == (1, 3, 4)
+
+
+# "ships" a stop word: every text that holds it reads as other content words.
+NO_SHIPS = default_stopwords() | {"ships"}
+
+
+def test_another_stop_list_needs_a_rebuild_and_writes_nothing(tmp_path: Path) -> None:
+    """The index records its stop list; an index run or compaction with another one is
+    refused in one line before anything is written, and a rebuild records the new one."""
+    directory = tmp_path / "store"
+    built = EmbeddedStore(directory, NO_SHIPS, stopwords_file=Path("/lists/no-ships.txt"))
+    built.initialise(IndexInfo(EMBEDDING, k=2))
+    built.upsert([stored("a", "ships and boats"), stored("b", "boats at sea")])
+    built.publish()
+    assert built.index_info() == IndexInfo(EMBEDDING, k=2, stopwords=stop_list_info(NO_SHIPS))
+    built.close()
+    store = EmbeddedStore(directory)
+    try:
+        before = (store.count(), store._text.num_docs(), store._meta(), visible(store, "boats sea"))
+        expected = (
+            r"^the index was built with the stop list in /lists/no-ships.txt \(sha256 [0-9a-f]{12}\), not the bundled stop list "
+            r"\(sha256 [0-9a-f]{12}\): use the same \(--stopwords, RERANKER_STOPWORDS\) or rebuild the index "
+            r"\(reranker index --rebuild\)$"
+        )
+        with pytest.raises(IndexMismatchError, match=expected):
+            store.initialise(IndexInfo(EMBEDDING, k=2))
+        with pytest.raises(IndexMismatchError, match=expected):
+            store.compact()
+        with pytest.raises(IndexMismatchError, match=expected):  # as a query's check of the vectors
+            store.index_info().check(EMBEDDING, stopwords=store.stop_list)  # type: ignore[union-attr]
+        assert (store.count(), store._text.num_docs(), store._meta(), visible(store, "boats sea")) == before
+        store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+        store.upsert([stored("a", "ships and boats")])
+        store.publish()
+        assert store.index_info() == IndexInfo(EMBEDDING, k=2, stopwords=BUNDLED)
+        assert visible(store, "ships") == {"a"}  # read with the new list
+        store.initialise(IndexInfo(EMBEDDING, k=2))  # the same list from now on
+        assert store.compact().documents == 1
+    finally:
+        store.close()
+
+
+def test_an_index_that_recorded_no_stop_list_is_taken_with_any(tmp_path: Path) -> None:
+    """An index built before indexes recorded their stop list is used as before: compact
+    then counts each row's words (the list here leaves those of these texts alone)."""
+    directory = tmp_path / "store"
+    built = EmbeddedStore(directory)
+    built.initialise(IndexInfo(EMBEDDING, k=2))
+    built.upsert([stored("a", "boats at sea"), stored("b", "sails and boats")])
+    built.publish()
+    built.close()
+    with sqlite3.connect(directory / "store.sqlite3") as db:
+        db.execute("DELETE FROM meta WHERE key = 'stopwords'")
+    store = EmbeddedStore(directory, NO_SHIPS)
+    try:
+        assert store.index_info() == IndexInfo(EMBEDDING, k=2)
+        store.index_info().check(EMBEDDING, stopwords=store.stop_list)  # type: ignore[union-attr]
+        store.initialise(IndexInfo(EMBEDDING, k=2))
+        store.upsert([stored("c", "boats again")])
+        store.publish()
+        assert store.compact().documents == 3 and visible(store, "boats") == {"a", "b", "c"}
+        assert store.index_info() == IndexInfo(EMBEDDING, k=2)  # still unknown: not recorded as this one
+    finally:
+        store.close()
 
 
 def test_writes_need_an_initialised_index_of_the_right_dimension(store: EmbeddedStore) -> None:
@@ -775,6 +840,34 @@ def test_compact_after_a_killed_index_run_completes_it_first(tmp_path: Path, cra
         assert sqlite3.connect(directory / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0] == 3
     finally:
         reader.close()
+
+
+def test_an_interrupted_run_is_not_completed_with_another_stop_list(tmp_path: Path) -> None:
+    """The next run completes a killed one by reading its rows again (`_recover`): with
+    another stop list it is refused before that, and the store is left as it was; a
+    rebuild with the new list drops the rows no reader saw and replaces the index."""
+    directory = tmp_path / "store"
+    killed_mid_run(directory, CRASH_POINTS[0])
+    store = EmbeddedStore(directory, NO_SHIPS)
+    try:
+        def state() -> tuple[object, ...]:
+            rows = sqlite3.connect(directory / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0]
+            return rows, store._meta(), store._text.num_docs(), visible(store, "sea text bread arrive")
+
+        before = state()
+        assert before[0] == 4 and before[3] == {"kept", "replaced"}
+        for attempt in (lambda: store.initialise(IndexInfo(EMBEDDING, k=2)), store.compact):
+            with pytest.raises(IndexMismatchError, match=r"built with the bundled stop list .* not a stop list of"):
+                attempt()
+            assert state() == before
+        store.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+        assert visible(store, "sea text") == {"kept", "replaced"}  # readers see the old index until the swap
+        store.upsert([stored("kept", "ships at sea"), stored("fresh", "fresh bread text")])
+        store.publish()
+        assert visible(store, "ships") == set() and visible(store, "sea bread") == {"kept", "fresh"}
+        assert store.count() == 2 and store.index_info().stopwords == stop_list_info(NO_SHIPS)  # type: ignore[union-attr]
+    finally:
+        store.close()
 
 
 def test_compact_beside_an_interrupted_rebuild_keeps_both(tmp_path: Path) -> None:

@@ -435,12 +435,17 @@ def _ensure_doc2vec(engine: "Engine", corpus: Path, settings: Settings, *, progr
         log.warning("%d indexed documents have no Doc2Vec vector (no word of its vocabulary)", report.without_vector)
 
 def _evaluation_store_name(settings: Settings, dataset: str, vectors: "WordVectors") -> str:
-    """One cached index per (dataset, vectors, K, stop list): re-runs skip indexing."""
+    """One cached index per (dataset, vectors, K, stop list): re-runs skip indexing. The
+    stop list by its words' checksum, not its file's name: a file edited between runs
+    makes another index, where the old one would refuse it. The bundled list keeps the
+    key it had when the file's name was the key (no file: "None"), so those indexes stay."""
     import hashlib
 
-    key = hashlib.sha256(
-        f"{vectors.info.checksum}|{settings.k}|{settings.stopwords_file}".encode()
-    ).hexdigest()[:12]
+    from reranker.text import default_stopwords, load_stopwords, stop_list_info
+
+    stopwords = load_stopwords(settings.stopwords_file)
+    stop_key = "None" if stopwords == default_stopwords() else stop_list_info(stopwords).checksum
+    key = hashlib.sha256(f"{vectors.info.checksum}|{settings.k}|{stop_key}".encode()).hexdigest()[:12]
     return f"eval/{dataset}-k{settings.k}-{key}"
 
 def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

@@ -89,7 +89,7 @@ from reranker.service.search_requests import (
 from reranker.store.events import Experiment
 from reranker.store.opensearch import OpenSearchStore, TopicLayout
 from reranker.store.opensearch_client import response_headers
-from reranker.types import Candidate, EmbeddingInfo
+from reranker.types import Candidate, EmbeddingInfo, StopListInfo
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +171,8 @@ def _path(index: str, endpoint: str) -> str:
     return f"/{quote(index, safe=',*')}/{endpoint}"
 
 
-def layout_problem(layouts: dict[str, TopicLayout] | None, vectors: EmbeddingInfo) -> str | None:
-    """Why the indices cannot be reranked with these word vectors (None: they can)."""
+def layout_problem(layouts: dict[str, TopicLayout] | None, vectors: EmbeddingInfo, stopwords: StopListInfo) -> str | None:
+    """Why the indices cannot be reranked with these word vectors and this stop list (None: they can)."""
     if layouts is None:
         return "the cluster could not resolve the index"
     if not layouts:
@@ -181,7 +181,7 @@ def layout_problem(layouts: dict[str, TopicLayout] | None, vectors: EmbeddingInf
         if layout.info is None:
             return f"index [{name}] has no hidden topics (it was not built by `reranker index`)"
         try:
-            layout.info.check(vectors)
+            layout.info.check(vectors, stopwords=stopwords)
         except IndexMismatchError as exc:
             return f"index [{name}]: {exc}"
     return None
@@ -203,7 +203,7 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     if len(text) > rt.limits.max_text_chars:
         return Plan(ranker, reason=f"the query text has {len(text)} characters; the limit is {rt.limits.max_text_chars} (RERANKER_MAX_TEXT_CHARS)")
     layouts = store.topic_layouts(search.index, search.params)
-    reason = layout_problem(layouts, rt.engine().vectors.info)
+    reason = layout_problem(layouts, rt.engine().vectors.info, store.stop_list)
     if reason is not None or layouts is None:
         return Plan(ranker, reason=reason)
     reason = _behind_alias(store, ranker, layouts)

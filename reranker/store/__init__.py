@@ -29,6 +29,7 @@ from reranker.types import (
     DocVectorBatch,
     EmbeddingInfo,
     Filter,
+    StopListInfo,
     StoredDocument,
     TopicBatch,
     WriteFailure,
@@ -140,7 +141,8 @@ class Doc2VecInfo:
 
 @dataclass(frozen=True)
 class IndexInfo:
-    """What an index was built with. Changing either means rebuilding it.
+    """What an index was built with. Changing any of the vectors, K or the stop list means
+    rebuilding it.
 
     doc2vec: the Doc2Vec model whose vectors the documents carry (None until one is
     trained; a rebuild drops it). Not part of `check`: the Doc2Vec ranker compares it
@@ -154,9 +156,13 @@ class IndexInfo:
     # it, which the corrected ranker refuses). Fixed when the index is first built; more
     # documents indexed later are corrected the same way.
     centering: Centering | None = None
+    # The stop list its words were read with: BM25's entries, the topics, a query's words
+    # (None: an index built before indexes recorded it, which every stop list may use).
+    stopwords: StopListInfo | None = None
 
-    def check(self, embedding: EmbeddingInfo, k: int | None = None) -> None:
-        """Raise IndexMismatchError unless `embedding` (and `k`, if given) match."""
+    def check(self, embedding: EmbeddingInfo, k: int | None = None, stopwords: StopListInfo | None = None) -> None:
+        """Raise IndexMismatchError unless `embedding` (and `k` and `stopwords`, if given)
+        match."""
         built, used = self.embedding, embedding
         if (built.name, built.dim, built.checksum) != (used.name, used.dim, used.checksum):
             raise IndexMismatchError(
@@ -169,6 +175,19 @@ class IndexInfo:
             raise IndexMismatchError(
                 f"the index was built with K={self.k} topics per document, not K={k}; "
                 "rebuild it (reranker index --rebuild) to change K"
+            )
+        if stopwords is not None:
+            self.check_stopwords(stopwords)
+
+    def check_stopwords(self, stopwords: StopListInfo) -> None:
+        """Raise IndexMismatchError unless the index was read with `stopwords` (or
+        recorded no stop list)."""
+        built = self.stopwords
+        if built is not None and built != stopwords:
+            raise IndexMismatchError(
+                f"the index was built with {built.source or 'another stop list'} (sha256 {built.checksum[:12]}), "
+                f"not {stopwords.source or 'this stop list'} (sha256 {stopwords.checksum[:12]}): use the same "
+                "(--stopwords, RERANKER_STOPWORDS) or rebuild the index (reranker index --rebuild)"
             )
 
 
@@ -263,16 +282,24 @@ class Store(Protocol):
         pickled) giving one stem per word. None: the store needs no stems."""
         ...
 
+    @property
+    def stop_list(self) -> StopListInfo:
+        """The stop list this store reads texts and queries with, which `initialise`
+        records for an index (`info.stopwords` is not read) and checks against the index's."""
+        ...
+
     def index_info(self) -> IndexInfo | None:
         """What the index was built with, or None for an empty, new index."""
         ...
 
     def initialise(self, info: IndexInfo, *, rebuild: bool = False) -> None:
-        """Prepare the index for `info`; with `rebuild`, start a new index for it (or
-        resume an unfinished one built with the same vectors and K) that replaces the
-        current one at `publish()`: until then readers see the current one.
+        """Prepare the index for `info` (and this store's `stop_list`); with `rebuild`,
+        start a new index for it (or resume an unfinished one built with the same vectors,
+        K and stop list) that replaces the current one at `publish()`: until then readers
+        see the current one.
 
-        Raises IndexMismatchError when the index holds documents built otherwise.
+        Raises IndexMismatchError when the index holds documents built otherwise, before
+        anything is written.
         """
         ...
 
@@ -388,7 +415,7 @@ def open_store(settings: Settings, name: str | None = None) -> Store:
         if name is not None:
             suffix = re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-.")
             cluster = replace(cluster, alias=f"{cluster.alias}-{suffix}")
-        return OpenSearchStore(cluster, stopwords)
+        return OpenSearchStore(cluster, stopwords, stopwords_file=settings.stopwords_file)
     from reranker.store.embedded import EmbeddedStore
 
-    return EmbeddedStore(settings.data_dir / (name or "index"), stopwords)
+    return EmbeddedStore(settings.data_dir / (name or "index"), stopwords, stopwords_file=settings.stopwords_file)

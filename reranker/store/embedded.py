@@ -34,8 +34,11 @@ until it has). The disk holds both indexes until then.
 **Crashes.** Each step is one SQLite transaction or one text-index commit, and the next
 `initialise` (every `reranker index` run) completes what a killed run left: the purge;
 rows above the watermark, added to the text index and made visible; a rebuild, resumed
-by the next `--rebuild` with the same vectors and K (what it wrote is kept and skipped)
-and dropped by a run without `--rebuild`. Until then readers see the index as it was.
+by the next `--rebuild` with the same vectors, K and stop list (what it wrote is kept and
+skipped) and dropped by a run without `--rebuild`. Until then readers see the index as it
+was. Completing reads rows again with the run's stop list: a run with another list than
+the index's (`meta.stopwords`) is refused first, or with `--rebuild` drops what it would
+have read again (`_recover`).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ from reranker.store.text_index import (
     stem_words,
     term_hashes,
 )
-from reranker.text import tokenize
+from reranker.text import stop_list_info, tokenize
 from reranker.types import (
     Candidate,
     Centering,
@@ -80,6 +83,7 @@ from reranker.types import (
     DocVectorBatch,
     EmbeddingInfo,
     Filter,
+    StopListInfo,
     StoredDocument,
     TopicBatch,
     WriteFailure,
@@ -175,14 +179,20 @@ class _Build:
 
     def to_json(self) -> str:
         centering = self.info.centering.to_json() if self.info.centering is not None else None
-        return json.dumps({"floor": self.floor, "embedding": self.info.embedding.__dict__, "k": self.info.k, "centering": centering})
+        stopwords = self.info.stopwords.to_json() if self.info.stopwords is not None else None
+        return json.dumps(
+            {"floor": self.floor, "embedding": self.info.embedding.__dict__, "k": self.info.k, "centering": centering, "stopwords": stopwords}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "_Build":
         raw = json.loads(text)
         return cls(
             int(raw["floor"]),
-            IndexInfo(EmbeddingInfo(**raw["embedding"]), int(raw["k"]), centering=Centering.from_json(raw["centering"])),
+            IndexInfo(
+                EmbeddingInfo(**raw["embedding"]), int(raw["k"]), centering=Centering.from_json(raw["centering"]),
+                stopwords=StopListInfo.from_json(raw.get("stopwords")),
+            ),
         )
 
 
@@ -194,9 +204,11 @@ class EmbeddedStore:
     Several processes may read one store while one process (`reranker index`) writes.
     """
 
-    def __init__(self, directory: Path, stopwords: frozenset[str] | None = None) -> None:
+    def __init__(self, directory: Path, stopwords: frozenset[str] | None = None, *, stopwords_file: Path | None = None) -> None:
+        """`stopwords` (None: the built-in list), read from `stopwords_file` (for messages)."""
         self.directory = directory
         self._stopwords = stopwords
+        self.stop_list = stop_list_info(stopwords, stopwords_file)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -298,7 +310,8 @@ class EmbeddedStore:
             embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
             doc2vec = Doc2VecInfo.from_json(json.loads(meta["doc2vec"])) if "doc2vec" in meta else None
             centering = Centering.from_json(json.loads(meta["centering"])) if "centering" in meta else None
-            info = IndexInfo(embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec, centering=centering)
+            stopwords = StopListInfo.from_json(json.loads(meta["stopwords"])) if "stopwords" in meta else None
+            info = IndexInfo(embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec, centering=centering, stopwords=stopwords)
         view = _View(version, info, int(meta.get("text_rowid", "0")))
         # The watermark moves only after a text-index commit: see that commit too, so that
         # the text index holds every document the snapshot shows.
@@ -342,9 +355,11 @@ class EmbeddedStore:
         # Taking the text index's writer first makes this process the only writer.
         self._text.open_writer()
         try:
+            # Before `_recover`, which reads rows again with this store's stop list.
+            same_words = self._check_stop_list(rebuild)
             self._upgrade_schema()
             self._db.execute(_LENGTHS_INDEX)
-            self._recover()
+            self._recover(reread=same_words)
             build = self._unfinished_build()
             if rebuild:
                 self._build = self._resume_or_start_build(build, info)
@@ -356,6 +371,22 @@ class EmbeddedStore:
         finally:
             self._forget_view()
 
+    def _check_stop_list(self, rebuild: bool) -> bool:
+        """Whether the index readers see was read with this store's stop list (or recorded
+        none, or holds no row). Without `rebuild`, IndexMismatchError when not: its rows,
+        those of an interrupted run too, must not be read again with another list."""
+        meta = self._meta()
+        recorded = StopListInfo.from_json(json.loads(meta["stopwords"])) if "stopwords" in meta else None
+        if recorded is None or recorded == self.stop_list:
+            return True
+        build = self._unfinished_build()
+        ceiling = build.floor if build is not None else _NO_ROW
+        if self._db.execute("SELECT 1 FROM docs WHERE rowid <= ? LIMIT 1", (ceiling,)).fetchone() is None:
+            return True
+        if not rebuild:
+            IndexInfo(EmbeddingInfo("", 0, ""), 0, stopwords=recorded).check_stopwords(self.stop_list)
+        return False
+
     def _use_index(self, info: IndexInfo, build: _Build | None) -> None:
         """Write into the index readers see: check it was built like `info`, or record
         `info` for a new (empty) one; drop an interrupted rebuild."""
@@ -364,7 +395,9 @@ class EmbeddedStore:
             meta = self._meta()
             documents = self._db.execute("SELECT count(*) FROM docs WHERE rowid <= ?", (watermark,)).fetchone()[0]
             if "embedding" in meta and documents:
-                IndexInfo(EmbeddingInfo(**json.loads(meta["embedding"])), int(meta["k"])).check(info.embedding, info.k)
+                stopwords = StopListInfo.from_json(json.loads(meta["stopwords"])) if "stopwords" in meta else None
+                built = IndexInfo(EmbeddingInfo(**json.loads(meta["embedding"])), int(meta["k"]), stopwords=stopwords)
+                built.check(info.embedding, info.k, self.stop_list)
             if build is not None:
                 log.warning(
                     "dropping an interrupted rebuild (%d documents written); the index is as it was before it",
@@ -374,14 +407,16 @@ class EmbeddedStore:
                 self._db.execute("DELETE FROM meta WHERE key = 'build'")
             if "embedding" not in meta or not documents:
                 # A new (empty) index has no Doc2Vec model yet, and the centering given.
-                self._set_info(IndexInfo(info.embedding, info.k, centering=info.centering))
+                self._set_info(IndexInfo(info.embedding, info.k, centering=info.centering, stopwords=self.stop_list))
 
     def _set_info(self, info: IndexInfo) -> None:
         values = {"schema_version": SCHEMA_VERSION, "embedding": json.dumps(info.embedding.__dict__), "k": str(info.k)}
         self._db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items())
-        self._db.execute("DELETE FROM meta WHERE key IN ('doc2vec', 'centering')")
+        self._db.execute("DELETE FROM meta WHERE key IN ('doc2vec', 'centering', 'stopwords')")
         if info.centering is not None:
             self._db.execute("INSERT INTO meta(key, value) VALUES ('centering', ?)", (json.dumps(info.centering.to_json()),))
+        if info.stopwords is not None:
+            self._db.execute("INSERT INTO meta(key, value) VALUES ('stopwords', ?)", (json.dumps(info.stopwords.to_json()),))
 
     def _watermark(self) -> int:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'text_rowid'").fetchone()
@@ -392,14 +427,16 @@ class EmbeddedStore:
         return _Build.from_json(row[0]) if row else None
 
     def _resume_or_start_build(self, build: _Build | None, info: IndexInfo) -> _Build:
-        """The rebuild this run writes: an interrupted one built with the same vectors and
-        K (its centering too: it is fixed when a build begins), or a new one."""
+        """The rebuild this run writes: an interrupted one built with the same vectors, K
+        and stop list (its centering too: it is fixed when a build begins), or a new one."""
         if build is not None:
             written = self._db.execute("SELECT count(*) FROM docs WHERE rowid > ?", (build.floor,)).fetchone()[0]
             try:
-                build.info.check(info.embedding, info.k)
+                build.info.check(info.embedding, info.k, self.stop_list)
             except IndexMismatchError:
-                log.warning("dropping an interrupted rebuild (%d documents written) built with other vectors or K", written)
+                log.warning(
+                    "dropping an interrupted rebuild (%d documents written) built with other vectors, K or stop list", written
+                )
                 with self._transaction():
                     self._db.execute("DELETE FROM docs WHERE rowid > ?", (build.floor,))
                     self._db.execute("DELETE FROM meta WHERE key = 'build'")
@@ -410,7 +447,9 @@ class EmbeddedStore:
                 self._add_to_text_index(above=build.floor)
                 return build
         with self._transaction():
-            build = _Build(self._watermark(), IndexInfo(info.embedding, info.k, centering=info.centering))
+            build = _Build(
+                self._watermark(), IndexInfo(info.embedding, info.k, centering=info.centering, stopwords=self.stop_list)
+            )
             self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('build', ?)", (build.to_json(),))
         return build
 
@@ -443,9 +482,14 @@ class EmbeddedStore:
             raise StoreError(f"cannot rebuild the embedded store in {self.directory}: {exc}") from None
         self._legacy = False
 
-    def _recover(self) -> None:
+    def _recover(self, reread: bool = True) -> None:
         """Complete what an interrupted run left (see the module docstring), then check
-        that the text index holds as many documents as readers see."""
+        that the text index holds as many documents as readers see.
+
+        `reread`: False when the index readers see was read with another stop list (a
+        rebuild with a new one replaces it): its rows are not read again with this one,
+        so an interrupted run's rows, which no reader saw, are dropped and the text
+        index is left as it is."""
         purge = self._db.execute("SELECT value FROM meta WHERE key = 'text_purge'").fetchone()
         if purge is not None:
             self._purge_text(int(purge[0]))
@@ -456,6 +500,11 @@ class EmbeddedStore:
             # all above its floor. Made again if it resumes.
             self._text.delete_rows(above=build.floor)
             self._text.commit()
+        elif not reread:
+            with self._transaction():
+                dropped = self._db.execute("DELETE FROM docs WHERE rowid > ?", (watermark,)).rowcount
+            if dropped:
+                log.warning("dropping %d documents of an interrupted run read with another stop list", dropped)
         elif self._db.execute("SELECT 1 FROM docs WHERE rowid > ? LIMIT 1", (watermark,)).fetchone():
             log.warning(
                 "adding %d documents of an interrupted run to the text index",
@@ -464,6 +513,8 @@ class EmbeddedStore:
             self._add_to_text_index(above=watermark, replacing=watermark)
             self._commit_text()
             watermark = self._watermark()
+        if not reread:
+            return
         visible = self._db.execute("SELECT count(*) FROM docs WHERE rowid <= ?", (watermark,)).fetchone()[0]
         if self._text.num_docs() != visible:
             log.warning(
@@ -490,11 +541,15 @@ class EmbeddedStore:
         self._text.close_writer()
         self._text.open_writer(COMPACT_HEAP_BYTES)
         try:
+            # Up front, before `_recover` or the rewrite reads a row with this store's list.
+            self._check_stop_list(rebuild=False)
+            # An index that recorded no stop list is checked row by row (`as_written`).
+            unrecorded = "stopwords" not in self._meta()
             self._upgrade_schema()
             self._recover()
             before = self._text.segments()
             self._text.delete_all()
-            documents = self._add_to_text_index(above=0, upto=self._watermark(), progress=progress, as_written=True)
+            documents = self._add_to_text_index(above=0, upto=self._watermark(), progress=progress, as_written=unrecorded)
             self._text.commit()
             # Readers reload the text index when SQLite's state changes (`_view`): change it.
             with self._transaction():
@@ -522,10 +577,10 @@ class EmbeddedStore:
         their own. Returns how many; `progress(1)` after each.
 
         `as_written`: raise StoreError at a row whose content words, read with this
-        object's stop words, are not as many as its run read (n_tokens + n_oov). The
-        store does not record a run's stop list, and a word that one list has and the
-        other not changes the count of every text that holds it: the entries would not
-        be the ones the run wrote."""
+        object's stop words, are not as many as its run read (n_tokens + n_oov), for an
+        index built before indexes recorded their stop list (`_check_stop_list` checks
+        the others): a word that one list has and the other not changes the count of
+        every text that holds it, and the entries would not be the ones the run wrote."""
         rows = self._db.execute(
             "SELECT new.rowid, (SELECT old.rowid FROM docs AS old WHERE old.id = new.id AND old.rowid <= ?), "
             "new.id, new.title, new.body, new.n_tokens + new.n_oov "

@@ -6,8 +6,9 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
   through the alias. `initialise(rebuild=True)` starts a new version; `publish()` swaps
   the alias to it in one `_aliases` call, and the previous version is kept until
   `delete_index` is asked for. An unfinished build (interrupted) is resumed, not restarted.
-- Each index's mapping `_meta.reranker` records the word vectors (name, d, sha256), K and
-  the topic dtype; a query with other vectors is refused (IndexMismatchError).
+- Each index's mapping `_meta.reranker` records the word vectors (name, d, sha256), K, the
+  stop list (sha256, file) and the topic dtype; a query with other vectors or another stop
+  list is refused (IndexMismatchError).
 - A document's topics and Doc2Vec vector are base64 `binary` fields beside its text
   (reranker/store/opensearch_encoding.py); `_meta.reranker.doc2vec` records the index's
   current Doc2Vec model.
@@ -32,6 +33,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
@@ -61,7 +63,7 @@ from reranker.store.opensearch_encoding import (
     field_mapping,
 )
 from reranker.store.templates import Templates, load_templates
-from reranker.text import tokenize
+from reranker.text import stop_list_info, tokenize
 from reranker.types import (
     Candidate,
     Centering,
@@ -69,6 +71,7 @@ from reranker.types import (
     DocVectorBatch,
     EmbeddingInfo,
     Filter,
+    StopListInfo,
     StoredDocument,
     TopicBatch,
     WriteFailure,
@@ -199,6 +202,7 @@ class OpenSearchStore:
         config: OpenSearchSettings,
         stopwords: frozenset[str] | None = None,
         *,
+        stopwords_file: Path | None = None,
         templates: Templates | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -210,6 +214,7 @@ class OpenSearchStore:
         # The cluster's analyzers read the text itself.
         self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = None
         self._stopwords = stopwords
+        self.stop_list = stop_list_info(stopwords, stopwords_file)
         self._templates = templates
         self._sleep = sleep
         self._client: Any = None
@@ -370,6 +375,8 @@ class OpenSearchStore:
             "k": info.k,
             "topic_dtype": self.config.topic_dtype,
             **({"centering": info.centering.to_json()} if info.centering is not None else {}),
+            # The stop list this store reads texts with (`Store.stop_list`), not `info`'s.
+            "stopwords": self.stop_list.to_json(),
             "state": state,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
@@ -410,8 +417,8 @@ class OpenSearchStore:
 
         Without `rebuild`, that is the alias's index (created as the first version when
         there is none); documents become visible as they are written. With `rebuild`, a
-        new version (or an unfinished one built with the same vectors and K) that readers
-        see only after `publish()`.
+        new version (or an unfinished one built with the same vectors, K and stop list)
+        that readers see only after `publish()`.
         """
         self._info = None
         self._ensure_templates()
@@ -422,7 +429,7 @@ class OpenSearchStore:
             if built is None:
                 raise StoreError(f"index {current!r} behind alias {self.alias!r} was not built by this package")
             if self._call("counting documents", self.client.count, index=current)["count"] > 0:
-                built.check(info.embedding, info.k)
+                built.check(info.embedding, info.k, self.stop_list)
                 if meta.get("topic_dtype", "float32") != self.config.topic_dtype:
                     raise IndexMismatchError(
                         f"index {current!r} stores topics as {meta.get('topic_dtype')}, not "
@@ -475,6 +482,7 @@ class OpenSearchStore:
                 and version.state == "building"
                 and version.info is not None
                 and (version.info.embedding, version.info.k) == (info.embedding, info.k)
+                and version.info.stopwords in (None, self.stop_list)
                 and version.topic_dtype == self.config.topic_dtype
             ):
                 return version
@@ -1125,6 +1133,7 @@ def _info_from_meta(meta: dict[str, Any]) -> IndexInfo | None:
             k=int(meta["k"]),
             doc2vec=Doc2VecInfo.from_json(meta.get("doc2vec")),
             centering=Centering.from_json(meta.get("centering")),
+            stopwords=StopListInfo.from_json(meta.get("stopwords")),
         )
     except (KeyError, TypeError, ValueError):
         return None
