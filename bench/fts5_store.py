@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from reranker.store import IndexInfo
-from reranker.text import tokenize
+from reranker.text import stop_list_info, tokenize
 from reranker.types import Candidate, EmbeddingInfo, StoredDocument, WriteFailure
 
 _SCHEMA = """
@@ -43,6 +43,7 @@ class Fts5Store:
         self._db.executescript(_SCHEMA)
         # FTS5 stems the text itself, in SQLite (as the old store did).
         self.word_stemmer = None
+        self.stop_list = stop_list_info(None)  # what indexing checks its list against
 
     def index_info(self) -> IndexInfo | None:
         meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())

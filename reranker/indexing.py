@@ -38,11 +38,11 @@ from typing import Callable, Iterable, Iterator, Literal, Protocol, Sequence
 from reranker.datasets import parse_record
 from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
-from reranker.errors import IndexMismatchError, InputError, RankerUnavailableError, WorkerError
+from reranker.errors import ConfigError, IndexMismatchError, InputError, RankerUnavailableError, WorkerError
 from reranker.extraction import Correction, estimate_centering, topics_of_tokens
 from reranker.store import IndexInfo, PublishResult, Store
 from reranker.store.text_index import passage_words
-from reranker.text import content_words, tokenize
+from reranker.text import content_words, stop_list_info, tokenize
 from reranker.types import (
     Centering,
     CorrectedTopics,
@@ -407,6 +407,11 @@ def index_documents(
     so does an interrupted rebuild that this run resumes.
     """
     started = time.perf_counter()
+    given = stop_list_info(stopwords)
+    if given != store.stop_list:
+        # The store records its own list and checks the next runs against it: the words
+        # written here must be read with that one.
+        raise ConfigError(f"indexing with {given.source}, into a store opened with {store.stop_list.source}: use one list for both")
     if centering is None and needs_centering(store, rebuild):
         records = list(records)
         centering = estimate_centering((item for _, item, _ in records if isinstance(item, Document)), vectors, stopwords)

@@ -68,7 +68,7 @@ def stop_list_info(stopwords: frozenset[str] | None, path: Path | None = None) -
     elif words == default_stopwords():
         source = "the bundled stop list"
     else:
-        source = f"a stop list of {len(words)} words"
+        source = f"a stop list of {len(words)} word{'' if len(words) == 1 else 's'}"
     return StopListInfo(checksum, source)
 
 

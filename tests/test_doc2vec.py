@@ -47,7 +47,7 @@ from reranker.store import Doc2VecInfo, IndexInfo
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.templates import load_templates
-from reranker.text import tokenize
+from reranker.text import stop_list_info, tokenize
 from reranker.types import (
     Candidate,
     DocTopics,
@@ -61,6 +61,7 @@ from reranker.types import (
 
 PARAMS = Doc2VecParams(dim=32, epochs=5, infer_epochs=10)
 EMBEDDING = EmbeddingInfo(name="test", dim=4, checksum="c" * 64)
+BUNDLED = stop_list_info(None)  # the stop list a store without one of its own records
 QUERY = "statistical machine translation with word alignment models trained on parallel corpora"
 
 
@@ -251,7 +252,7 @@ def test_a_changed_document_loses_its_vector_and_a_rebuild_the_model(ready: Embe
     ready.initialise(IndexInfo(EMBEDDING, k=2))  # an incremental run keeps the model
     assert ready.index_info().doc2vec == info_of()  # type: ignore[union-attr]
     ready.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
-    assert ready.index_info() == IndexInfo(EMBEDDING, k=2)
+    assert ready.index_info() == IndexInfo(EMBEDDING, k=2, stopwords=BUNDLED)
     ready.upsert([stored("a", "ships at sea, rebuilt")])
     assert ready.doc_vectors(["b"]).model == info_of().checksum  # readers: the old index, until the swap
     ready.publish()
@@ -279,7 +280,7 @@ def fill(store: OpenSearchStore, *, rebuild: bool = False) -> None:
 def test_vectors_round_trip_through_opensearch(os_store: OpenSearchStore) -> None:
     fill(os_store)
     reader = OpenSearchStore(os_store.config)  # another process's view, through the alias
-    assert reader.index_info() == IndexInfo(EMBEDDING, 2)  # cached for METADATA_TTL
+    assert reader.index_info() == IndexInfo(EMBEDDING, 2, stopwords=BUNDLED)  # cached for METADATA_TTL
     info = info_of()
     vectors = {"a": np.array([1, 2, 3], np.float32), "c": np.array([-1, 0.5, 0.25], np.float32), "nope": np.ones(3, np.float32)}
     failures = os_store.store_doc_vectors(info, vectors)
@@ -288,7 +289,7 @@ def test_vectors_round_trip_through_opensearch(os_store: OpenSearchStore) -> Non
         time.sleep(1.1)
         # Vectors of a model newer than the cached record make the reader look again.
         batch = reader.doc_vectors(["c", "missing", "b", "a"])
-        assert reader.index_info() == IndexInfo(EMBEDDING, 2, info)
+        assert reader.index_info() == IndexInfo(EMBEDDING, 2, info, stopwords=BUNDLED)
         assert batch.model == info.checksum and batch.missing == ("missing", "b")
         assert np.array_equal(batch.vectors, [vectors["c"], [0, 0, 0], [0, 0, 0], vectors["a"]])
         assert reader.documents(["a"])["a"].fields == {}  # the vector is not document metadata
@@ -328,7 +329,7 @@ def test_a_rebuilt_opensearch_index_has_no_model(os_store: OpenSearchStore) -> N
     fill(os_store)  # an incremental run keeps it
     assert os_store.index_info().doc2vec == info_of()  # type: ignore[union-attr]
     fill(os_store, rebuild=True)
-    assert os_store.index_info() == IndexInfo(EMBEDDING, 2)
+    assert os_store.index_info() == IndexInfo(EMBEDDING, 2, stopwords=BUNDLED)
     assert os_store.doc_vectors(["a"]).missing == ("a",)
 
 

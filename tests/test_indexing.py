@@ -8,7 +8,7 @@ import pytest
 from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 
 from reranker.embeddings import WordVectors
-from reranker.errors import IndexMismatchError, InputError
+from reranker.errors import ConfigError, IndexMismatchError, InputError
 from reranker.extraction import document_topics
 from reranker.indexing import index_corpus, index_documents, read_corpus
 from reranker.store import IndexInfo
@@ -91,6 +91,15 @@ def test_changing_k_requires_a_rebuild(tmp_path: Path, store: EmbeddedStore, glo
         index_corpus(corpus, store, glove, 7, show_progress=False)
     report = index_corpus(corpus, store, glove, 7, rebuild=True, show_progress=False)
     assert report.indexed == 3 and store.index_info().k == 7
+
+
+def test_indexing_with_another_stop_list_than_the_stores_is_refused(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
+    """The store records (and later checks) its own list; words read with another would
+    not be the ones it says it holds."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    with pytest.raises(ConfigError, match=r"^indexing with a stop list of 1 word, into a store opened with the bundled stop list"):
+        index_corpus(corpus, store, glove, 5, stopwords=frozenset({"ships"}), show_progress=False)
+    assert store.index_info() is None and store.count() == 0
 
 
 def test_a_missing_corpus_is_an_input_error(tmp_path: Path, store: EmbeddedStore, glove: WordVectors) -> None:
