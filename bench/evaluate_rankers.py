@@ -19,6 +19,18 @@ own paired randomisation test (reranker.evaluation.paired_randomization_p: same 
 seed as evaluate) on the per-query values. The findings section is generated from the
 numbers, so it stays true when they change.
 
+Multiple comparisons: beside each raw p against BM25 the report gives Holm's adjustment
+(reranker.evaluation.holm_adjusted) over one family per query set, vectors and metric: every
+ranker tested against BM25 on that set with those vectors (17 with the default rankers),
+gathered over the runs of that cell (one run per cell here), as bench/evaluate_matrix.py does.
+Per metric, because nDCG@10 is the headline and reading it alone should not pay for the
+others; per query set and vectors, because each table is read on its own and its rankers are
+the comparisons it makes; per baseline, because tests against another baseline answer another
+question. The p-values come from `Run.p` (evaluate's, or where it gives none the same test on
+the per-query values), so a saved report read back with --from-json gets the same families.
+The arrows stay the raw p; the p against the paper's formula and against the default (N-way
+section) are not adjusted.
+
 Usage (from anywhere; paths default relative to the repository root):
   python bench/evaluate_rankers.py --data-dir /tmp/er       # ~20-40 min from scratch
   python bench/evaluate_rankers.py --sets cisi --vectors glove --rankers bm25,hidden_topics \
@@ -80,6 +92,7 @@ N_WAY = (
 RANKERS = (*ALONE, *TWO_WAY, *N_WAY)
 NDCG = "ndcg@10"
 SECOND_METRICS = (("map", "MAP"), ("p@1", "P@1"), ("mrr", "MRR"))
+TESTED_METRICS = (NDCG, *(metric for metric, _ in SECOND_METRICS))  # the ones with arrows
 VECTORS = {"glove": "GloVe 6B 50d", "word2vec": "corpus word2vec"}
 SETS = tuple(qs for qs in QUERY_SETS if qs.queries_file == "queries.jsonl")
 
@@ -212,6 +225,43 @@ def n_way_comparison(run: Run) -> dict[str, Any] | None:
     }
 
 
+def family_p_values(runs: Sequence[Run], query_set: QuerySet, vectors: str) -> dict[str, dict[str, float]]:
+    """ranker -> metric -> raw p against BM25 for one cell (query set, vectors): every ranker
+    tested there, gathered over the cell's runs, on every metric the report marks."""
+    family: dict[str, dict[str, float]] = {}
+    for run in runs:
+        if (run.query_set, run.vectors) != (query_set, vectors):
+            continue
+        for ranker in run.result["rankers"]:
+            if ranker != BM25:
+                family[ranker] = {metric: p for metric in TESTED_METRICS if (p := run.p(ranker, BM25, metric)) is not None}
+    return family
+
+
+def holm_families(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One entry per cell (query set, vectors): its raw p-values against BM25 and their Holm
+    adjustment (one family per metric), both ranker -> metric -> p."""
+    from reranker.evaluation import holm_adjusted
+
+    families = []
+    for query_set, vectors in dict.fromkeys((run.query_set, run.vectors) for run in runs):
+        p_values = family_p_values(runs, query_set, vectors)
+        families.append({
+            "query_set": query_set.key, "vectors": vectors, "baseline": BM25,
+            "p_values": p_values, "holm_p_values": holm_adjusted(p_values),
+        })  # fmt: skip
+    return families
+
+
+def holm_of(families: Sequence[dict[str, Any]], run: Run) -> dict[str, dict[str, float]]:
+    """The Holm-adjusted p-values against BM25 of `run`'s cell, ranker -> metric -> p."""
+    for family in families:
+        if (family["query_set"], family["vectors"]) == (run.query_set.key, run.vectors):
+            adjusted: dict[str, dict[str, float]] = family["holm_p_values"]
+            return adjusted
+    return {}
+
+
 def comparisons(runs: Sequence[Run]) -> list[tuple[Run, dict[str, Any]]]:
     """(run, its n_way_comparison) for every run that has N-way fusions and the default."""
     return [(run, comparison) for run in runs if (comparison := n_way_comparison(run)) is not None]
@@ -271,7 +321,7 @@ def overview(runs: Sequence[Run]) -> list[str]:
     return table(["ranker", *(f"{run.query_set.label.split(',')[0]}, {VECTORS[run.vectors]}" for run in runs)], rows)
 
 
-def detail(run: Run) -> list[str]:
+def detail(run: Run, holm: dict[str, dict[str, float]]) -> list[str]:
     paper = against_paper(run)
     wtl = run.result["wins_ties_losses"][BM25]
     base = run.mean(BM25)
@@ -285,10 +335,10 @@ def detail(run: Run) -> list[str]:
             paper_cell = f"{p_with_arrow(p, value, run.mean(against['baseline']))} vs `{against['baseline']}`"
         rows.append([
             f"`{ranker}`", fmt(value), "–" if ranker == BM25 else f"{value - base:+.3f}",
-            p_with_arrow(run.p(ranker, BM25), value, base), paper_cell,
+            p_with_arrow(run.p(ranker, BM25), value, base), fmt_p(holm.get(ranker, {}).get(NDCG)), paper_cell,
             "–" if ranker == BM25 else "/".join(map(str, wtl[ranker])),
         ])  # fmt: skip
-    headers = ["ranker", "nDCG@10", "Δ vs BM25", "p vs BM25", "p vs the paper's formula", "W/T/L vs BM25"]
+    headers = ["ranker", "nDCG@10", "Δ vs BM25", "p vs BM25", "Holm vs BM25", "p vs the paper's formula", "W/T/L vs BM25"]
     return table(headers, rows)
 
 
@@ -470,7 +520,34 @@ def losing_lines(runs: Sequence[Run]) -> list[str]:
     return lines
 
 
-def findings(runs: Sequence[Run]) -> list[str]:
+def holm_lines(runs: Sequence[Run], families: Sequence[dict[str, Any]]) -> list[str]:
+    """Per run, the differences from BM25 that the raw p marks and Holm's does not."""
+    lines = []
+    for run in runs:
+        holm = holm_of(families, run)
+
+        def lost(metric: str, rankers: Sequence[str]) -> list[str]:
+            return [r for r in rankers if holm[r][metric] >= SIGNIFICANCE]
+
+        marked_ndcg = [r for r in holm if significant(run, r, BM25) != 0]
+        gone = lost(NDCG, marked_ndcg)
+        text = f"- **{short(run)}:** {len(marked_ndcg) - len(gone)} of {len(marked_ndcg)} differences from BM25 stand"
+        if gone:
+            text += "; not: " + ", ".join(
+                f"`{r}` {run.mean(r):.3f} ({run.mean(r) - run.mean(BM25):+.3f}, p = {fmt_p(run.p(r, BM25))}, "
+                f"Holm {fmt_p(holm[r][NDCG])})"
+                for r in gone
+            )
+        counts = []
+        for metric, title in SECOND_METRICS:
+            marked_here = [r for r in holm if (p := run.p(r, BM25, metric)) is not None and p < SIGNIFICANCE]
+            counts.append(f"{title} {len(lost(metric, marked_here))} of {len(marked_here)}")
+        lines.append(text + "; arrows that do not stand in the MAP, P@1 and MRR table: " + ", ".join(counts) + ".")
+    return lines
+
+
+def findings(runs: Sequence[Run], families: Sequence[dict[str, Any]]) -> list[str]:
+    sizes = sorted({len(family["p_values"]) for family in families})
     return [
         "## What this shows",
         "",
@@ -486,6 +563,13 @@ def findings(runs: Sequence[Run]) -> list[str]:
         "**Where the method still loses.**",
         "",
         *losing_lines(runs),
+        "",
+        "**After Holm's correction.**",
+        "",
+        (f"The sentences above, like the arrows, use each ranker's own p. Adjusted by Holm's method over "
+         f"the {' or '.join(map(str, sizes))} rankers tested against BM25 in each table (nDCG@10):"),
+        "",
+        *holm_lines(runs, families),
         "",
     ]
 
@@ -503,6 +587,7 @@ def trimmed(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown(report: dict[str, Any], runs: Sequence[Run]) -> str:
+    families = holm_families(runs)
     lines = [
         "# Every ranker on both shared sets, with both vector sets",
         "",
@@ -513,22 +598,29 @@ def markdown(report: dict[str, Any], runs: Sequence[Run]) -> str:
         (f"Metrics over the reranked window (documents outside the BM25 top {report['settings']['window']} count as not "
          f"retrieved). p: {runs[0].result['significance_test']} over queries, evaluate's or, where it "
          "gives none, the same `reranker.evaluation.paired_randomization_p` on the per-query values; "
-         f"not corrected for the number of comparisons. ↑/↓: better/worse than the baseline at p < {SIGNIFICANCE}. "
+         f"each ranker's own p, not corrected for the number of comparisons. ↑/↓: better/worse than the baseline at "
+         f"that raw p < {SIGNIFICANCE}. Holm: the p against BM25 adjusted by Holm's step-down method (Holm 1979; "
+         "`reranker.evaluation.holm_adjusted`, as `compare` and `evaluate` adjust theirs), one family per query set × "
+         f"vectors × metric: the {' or '.join(map(str, sorted({len(f['p_values']) for f in families})))} rankers "
+         f"tested against BM25 in that table; below {SIGNIFICANCE}, the chance of any false difference from BM25 "
+         f"among them is at most {SIGNIFICANCE}. The tables give nDCG@10's; MAP's, P@1's and MRR's are in the JSON "
+         "(`holm_families`, computed from the stored p-values). The p against the paper's formula and against the "
+         "default are not adjusted. "
          f"\"The paper's formula\" is `{PAPER}` (Gong et al. 2018, Eq. 11) for a ranker alone and "
          f"`{PAPER_FUSION}` for a fusion. W/T/L: queries whose nDCG@10 is above / equal to / below BM25's."),
         "",
         "## nDCG@10 at a glance",
         "",
-        "Arrows: against BM25.",
+        "Arrows: against BM25 (raw p; Holm-adjusted p in the tables per set and vectors).",
         "",
         *overview(runs),
-        *findings(runs),
+        *findings(runs, families),
         "## nDCG@10 per set and vectors",
         "",
     ]
     for run in runs:
-        lines += [f"### {run.label}", "", *detail(run), f"`reranker {shlex.join(run.argv)}`", ""]
-    lines += ["## MAP, P@1 and MRR", "", "Arrows: against BM25 on the same metric.", ""]
+        lines += [f"### {run.label}", "", *detail(run, holm_of(families, run)), f"`reranker {shlex.join(run.argv)}`", ""]
+    lines += ["## MAP, P@1 and MRR", "", "Arrows: against BM25 on the same metric (raw p; the Holm-adjusted p are in the JSON).", ""]
     for run in runs:
         lines += [f"### {run.label}", "", *second_table(run)]
     lines += n_way_section(runs)
@@ -576,7 +668,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--subprocess", action="store_true",
                         help="run each `reranker` command as a child process instead of in-process")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"Markdown report (default {display_path(DEFAULT_OUT)})")
-    parser.add_argument("--json-out", type=Path, help="raw JSON (default: --out with .json)")
+    parser.add_argument("--json-out", type=Path,
+                        help="raw JSON (default: --out with .json; with --from-json, written only when given: "
+                        "the saved JSON with its holm_families computed again)")
     parser.add_argument("--from-json", type=Path, metavar="RANKERS.json",
                         help="write the Markdown again from a JSON this script wrote (runs nothing)")
     args = parser.parse_args(argv)
@@ -591,6 +685,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.rankers = list(dict.fromkeys([BM25, *(r.strip() for r in args.rankers.split(",") if r.strip())]))
     args.data_dir = args.data_dir.resolve()
     args.datasets_root = args.datasets_root.resolve()
+    args.json_given = args.json_out is not None
     args.json_out = (args.json_out or args.out.with_suffix(".json")).resolve()
     args.out = args.out.resolve()
     return args
@@ -609,8 +704,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.from_json is not None:
         saved = json.loads(args.from_json.read_text(encoding="utf-8"))
-        args.out.write_text(markdown(saved, runs_from_json(saved)), encoding="utf-8")
+        runs = runs_from_json(saved)
+        args.out.write_text(markdown(saved, runs), encoding="utf-8")
         print(f"wrote {display_path(args.out)} from {display_path(args.from_json)}")
+        if args.json_given:
+            # A report saved before the families existed gets them, placed as a run puts them.
+            report = {key: value for key, value in saved.items() if key not in ("holm_families", "runs")}
+            report |= {"holm_families": holm_families(runs), "runs": saved["runs"]}
+            args.json_out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+            print(f"wrote {display_path(args.json_out)} with its holm_families")
         return 0
     limit_blas_threads(args.blas_threads)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -628,6 +730,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "data_dir": display_path(args.data_dir), "mode": "subprocess" if args.subprocess else "in-process"},
         "vectors": vectors_used(runs, args.data_dir),
         "sanity": sanity(runs),
+        # Each run's result may hold evaluate's own holm_p_values, over that run's rankers;
+        # these are the families the report prints (the same when a cell is one run).
+        "holm_families": holm_families(runs),
         "runs": [
             {"query_set": run.query_set.key, "vectors": run.vectors, "command": f"reranker {shlex.join(run.argv)}",
              "seconds": round(run.seconds, 1), "against_paper": against_paper(run),

@@ -608,6 +608,55 @@ def test_the_matrix_adjusts_p_over_every_ranker_of_a_table_not_per_run() -> None
     assert {label: by_metric["ndcg@10"] for label, by_metric in families[1]["holm_p_values"].items()} == pytest.approx(holm)
 
 
+def test_the_rankers_report_adjusts_p_per_set_vectors_and_metric(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/evaluate_rankers.py's Holm family is one query set x vectors x metric: every
+    ranker tested against BM25 there. By hand, CISI with GloVe, nDCG@10's raw p sorted: 0.01,
+    0.03, 0.04 -> x3, x2, x1 = 0.03, 0.06, 0.04, running maximum 0.03, 0.06, 0.06. CISI with
+    word2vec is its own family: hidden_topics 0.01 and wmd, whose p evaluate did not give and
+    the script computes from the per-query values (equal to BM25's: p = 1) -> 0.02 and 1.0.
+    Pooled over both vector sets (five tests), both hidden_topics would read 0.05."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))  # it imports evaluate_matrix
+    rankers = load_script(REPO / "bench" / "evaluate_rankers.py")
+    cisi = next(qs for qs in rankers.SETS if qs.dataset == "cisi")
+    metrics = ("ndcg@10", "map", "p@1", "mrr")
+    queries = ("q1", "q2", "q3", "q4")
+
+    def run(vectors: str, p_ndcg: dict[str, float | None]) -> object:
+        names = ["bm25", *p_ndcg]
+        per_query = {name: {q: dict.fromkeys(metrics, 0.25 * i) for i, q in enumerate(queries)} for name in names}
+        result = {
+            "rankers": names,
+            "results": {name: dict.fromkeys(metrics, 0.4 if name == "bm25" else 0.3) for name in names},
+            "p_values": {"bm25": {name: {**dict.fromkeys(metrics, 0.5), "ndcg@10": p}
+                                 for name, p in p_ndcg.items() if p is not None}},
+            "wins_ties_losses": {"bm25": {name: [1, 1, 2] for name in names}},
+            "per_query": per_query,
+        }  # fmt: skip
+        return rankers.Run(cisi, vectors, ("evaluate",), 1.0, result)
+
+    glove = run("glove", {"hidden_topics": 0.01, "wmd": 0.04, "doc2vec+bm25": 0.03})
+    word2vec = run("word2vec", {"hidden_topics": 0.01, "wmd": None})
+    families = rankers.holm_families([glove, word2vec])
+
+    assert [(f["query_set"], f["vectors"], f["baseline"]) for f in families] == [
+        ("cisi/queries.jsonl", "glove", "bm25"), ("cisi/queries.jsonl", "word2vec", "bm25"),
+    ]  # fmt: skip
+    by_vectors = {f["vectors"]: f for f in families}
+    ndcg = {v: {r: by_metric["ndcg@10"] for r, by_metric in f["holm_p_values"].items()} for v, f in by_vectors.items()}
+    assert ndcg["glove"] == pytest.approx({"hidden_topics": 0.03, "doc2vec+bm25": 0.06, "wmd": 0.06})
+    assert ndcg["word2vec"] == pytest.approx({"hidden_topics": 0.02, "wmd": 1.0})
+    # The p evaluate did not give is the script's own test on every metric the report marks.
+    assert by_vectors["word2vec"]["p_values"]["wmd"] == dict.fromkeys(metrics, 1.0)
+    # Each metric is its own family: MAP's three p of 0.5 -> min(1, 3 x 0.5) = 1.
+    assert {by_metric["map"] for by_metric in by_vectors["glove"]["holm_p_values"].values()} == {1.0}
+
+    # The detail table keeps the raw p and its arrow and adds the adjusted p beside it.
+    table = "\n".join(rankers.detail(glove, rankers.holm_of(families, glove)))
+    assert "| `doc2vec+bm25` | 0.300 | -0.100 | 0.030 ↓ | 0.060 |" in table
+    assert "| `bm25` | 0.400 | – | – | – |" in table
+    assert "Holm vs BM25" in table.splitlines()[0]
+
+
 def test_the_evaluation_matrix_measures_the_products_defaults(tmp_path: Path) -> None:
     """bench/evaluate_matrix.py, run as docs/evaluation.md is made (a child process, the real
     CLI, gensim's training) on the sample corpus under a data set name the script knows: the
