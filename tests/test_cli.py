@@ -180,6 +180,8 @@ def test_index_suggests_compact_from_its_size_and_compacts_with_the_option(
     assert code == 0 and out.startswith("indexed 0, unchanged 13, skipped 0 "), out
     assert re.fullmatch(r"compacted the BM25 index of 25 documents in \d+ s: 2 segments before, 1 now", out.splitlines()[1]), out
     assert TextIndex(data_dir / "index" / "text").segments() == 1
+    code, out = run(data_dir, "index", str(parts[1]), "--compact", "--no-progress")  # as a nightly job would
+    assert code == 0 and out.splitlines()[1] == "the BM25 index is one segment already, and this run wrote nothing: nothing to compact"
 
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "an index from before stop lists were recorded"])
