@@ -643,11 +643,22 @@ def test_index_compact_on_the_cluster_force_merges_what_the_run_wrote(
     store = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,)))
     try:
         assert store.segments() == store._primary_segments(store.alias_index() or "") == 1
-        code, out = run(data_dir, *url, "index", str(write_jsonl(tmp_path / "c.jsonl", PAPERS)), "--compact", "--no-progress")
+        changed = write_jsonl(tmp_path / "c.jsonl", [*PAPERS[:2], dict(PAPERS[2], text=PAPERS[2]["text"] + " again")])
+        code, out = run(data_dir, *url, "index", str(changed), "--compact", "--no-progress")
         assert code == 0 and re.search(r"\ncompacted the BM25 index of 3 documents in \d+ s: 1 segment before, 1 now\n$", out), out
         assert store.segments() == 1
+        code, out = run(data_dir, *url, "index", str(changed), "--compact", "--no-progress")
+        assert code == 0 and out.endswith("\nthe BM25 index is one segment already, and this run wrote nothing: nothing to compact\n"), out
     finally:
         store.close()
+    # A user without the right to list segments: the run still ends well, without the hint.
+    denied = ClusterProxy(osmem_clone.url, pages={"/_cat/segments": (403, "<html><body>403 Forbidden</body></html>")})
+    try:
+        code, out = run(data_dir, "--opensearch-url", denied.url, "index", str(write_jsonl(tmp_path / "d.jsonl", [dict(PAPERS[0], text="a changed text")])), "--no-progress")
+        assert any("_cat/segments" in path for _, path, _ in denied.requests)
+    finally:
+        denied.close()
+    assert code == 0 and out.startswith("indexed 1, ") and "segment" not in out, out
 
 
 def test_compact_interrupted_says_the_cluster_finishes_the_merge(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -23,12 +24,14 @@ from reranker.cli.common import (
     with_trained_vectors,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
-from reranker.errors import ConfigError, InputError, RerankerError
+from reranker.errors import ConfigError, InputError, RerankerError, StoreError
 from reranker.text import listed
 
 if TYPE_CHECKING:
     from reranker.store import Store
 
+
+log = logging.getLogger(__name__)
 
 # `reranker index` suggests `reranker compact` from this size on, where merging the BM25
 # index's segments shortens the search path measurably (bench/README.md, bench_passages.py
@@ -126,7 +129,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             # From here Ctrl-C interrupts the compaction: the run's documents are all in.
             args.after_an_interruption = f"every document is indexed; {_compaction_interrupted(settings)}"
             _compact(engine.store, args, out)
-        elif report.total_documents >= COMPACT_HINT_DOCUMENTS and (segments := engine.store.segments()) > 1:
+        elif report.total_documents >= COMPACT_HINT_DOCUMENTS and (segments := _segments_for_a_hint(engine.store)) > 1:
             print(
                 f"the BM25 index is in {segments} segments, each searched on its own: once it is no longer "
                 "written, `reranker compact` merges them into one, for faster searches (docs/cli.md#compacting)",
@@ -231,6 +234,15 @@ def cmd_compact(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     finally:
         store.close()
     return 0
+
+def _segments_for_a_hint(store: Store) -> int:
+    """The store's segments, or 0 where it cannot tell (a cluster user without the right to
+    list them): a suggestion must not fail a run that indexed everything."""
+    try:
+        return store.segments()
+    except StoreError as exc:
+        log.info("not suggesting `reranker compact`: %s", exc)
+        return 0
 
 def _compaction_interrupted(settings: Settings) -> str:
     """What Ctrl-C during a compaction leaves."""
