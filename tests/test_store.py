@@ -973,3 +973,40 @@ def test_the_byte_bounded_cache_evicts_the_least_recently_used_by_size() -> None
     assert cache.get("huge") is None and len(cache) == 3
     cache.put("big", np.zeros(100, np.float64))  # 800 bytes: all three older entries make room for it
     assert cache.get("big") is not None and (len(cache), cache.bytes) == (1, 800)
+
+
+@pytest.mark.parametrize("crash_at", CRASH_POINTS)
+def test_a_rebuild_with_another_stop_list_after_a_killed_run_leaves_entries_and_rows_agreeing(tmp_path: Path, crash_at: str) -> None:
+    """A run killed after its text-index commit leaves entries of rows no reader saw (the
+    new document's, and the replaced one's new words under the visible row id). A rebuild
+    with another list drops those rows: whether it is published or dropped in turn by a
+    run with the index's own list, the text index must hold what the rows say."""
+    directory = tmp_path / "store"
+    killed_mid_run(directory, crash_at)
+    rebuild = EmbeddedStore(directory, NO_SHIPS)
+    rebuild.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+    rebuild.upsert([stored("kept", "ships at sea")])
+    rebuild.close()  # interrupted: a plain run with the index's list drops it
+    store = EmbeddedStore(directory)
+    try:
+        store.initialise(IndexInfo(EMBEDDING, k=2))
+        store.publish()
+        assert store.documents(["replaced"])["replaced"].text in ("old ships text", "fresh bread text")
+        text = store.documents(["replaced"])["replaced"].text
+        assert visible(store, "old" if text.startswith("old") else "bread") == {"replaced"}
+        assert visible(store, "bread" if text.startswith("old") else "old") == set()
+        assert store._text.num_docs() == store.count()
+    finally:
+        store.close()
+    published = EmbeddedStore(directory, NO_SHIPS)
+    try:
+        killed_mid_run(tmp_path / "again", crash_at)
+        published.close()
+        published = EmbeddedStore(tmp_path / "again", NO_SHIPS)
+        published.initialise(IndexInfo(EMBEDDING, k=2), rebuild=True)
+        published.upsert([stored("kept", "ships at sea")])
+        published.publish()
+        assert published.count() == 1 and published._text.num_docs() == 1
+        assert visible(published, "arrive bread text old") == set()
+    finally:
+        published.close()

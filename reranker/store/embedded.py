@@ -37,8 +37,9 @@ rows above the watermark, added to the text index and made visible; a rebuild, r
 by the next `--rebuild` with the same vectors, K and stop list (what it wrote is kept and
 skipped) and dropped by a run without `--rebuild`. Until then readers see the index as it
 was. Completing reads rows again with the run's stop list: a run with another list than
-the index's (`meta.stopwords`) is refused first, or with `--rebuild` drops what it would
-have read again (`_recover`).
+the index's (`meta.stopwords`) is refused first, or with `--rebuild` leaves them (and any
+entries they committed) to the index it replaces: the rebuild's floor is above them, and a
+run with the index's list that drops the rebuild completes them (`_recover`).
 """
 
 from __future__ import annotations
@@ -447,9 +448,10 @@ class EmbeddedStore:
                 self._add_to_text_index(above=build.floor)
                 return build
         with self._transaction():
-            build = _Build(
-                self._watermark(), IndexInfo(info.embedding, info.k, centering=info.centering, stopwords=self.stop_list)
-            )
+            # Above the rows an interrupted run left (`_recover` left them for a rebuild
+            # with another stop list): they belong to the index this one replaces.
+            floor = max(self._watermark(), self._db.execute("SELECT coalesce(max(rowid), 0) FROM docs").fetchone()[0])
+            build = _Build(floor, IndexInfo(info.embedding, info.k, centering=info.centering, stopwords=self.stop_list))
             self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('build', ?)", (build.to_json(),))
         return build
 
@@ -488,8 +490,8 @@ class EmbeddedStore:
 
         `reread`: False when the index readers see was read with another stop list (a
         rebuild with a new one replaces it): its rows are not read again with this one,
-        so an interrupted run's rows, which no reader saw, are dropped and the text
-        index is left as it is."""
+        so an interrupted run's rows, which no reader saw, and the text index are left
+        as they are, for the rebuild's swap to drop (its floor is above them)."""
         purge = self._db.execute("SELECT value FROM meta WHERE key = 'text_purge'").fetchone()
         if purge is not None:
             self._purge_text(int(purge[0]))
@@ -500,21 +502,19 @@ class EmbeddedStore:
             # all above its floor. Made again if it resumes.
             self._text.delete_rows(above=build.floor)
             self._text.commit()
-        elif not reread:
-            with self._transaction():
-                dropped = self._db.execute("DELETE FROM docs WHERE rowid > ?", (watermark,)).rowcount
-            if dropped:
-                log.warning("dropping %d documents of an interrupted run read with another stop list", dropped)
-        elif self._db.execute("SELECT 1 FROM docs WHERE rowid > ? LIMIT 1", (watermark,)).fetchone():
-            log.warning(
-                "adding %d documents of an interrupted run to the text index",
-                self._db.execute("SELECT count(*) FROM docs WHERE rowid > ?", (watermark,)).fetchone()[0],
-            )
-            self._add_to_text_index(above=watermark, replacing=watermark)
+        if not reread:
+            # An interrupted run's rows stay as they are (its entries too, which may be
+            # committed): a rebuild begins above them, and they go at its swap.
+            return
+        # An interrupted run's rows, below a rebuild's floor when a rebuild with another
+        # stop list began after it (`_resume_or_start_build`).
+        ceiling = build.floor if build is not None else _NO_ROW
+        pending = self._db.execute("SELECT count(*) FROM docs WHERE rowid > ? AND rowid <= ?", (watermark, ceiling)).fetchone()[0]
+        if pending:
+            log.warning("adding %d documents of an interrupted run to the text index", pending)
+            self._add_to_text_index(above=watermark, upto=ceiling, replacing=watermark)
             self._commit_text()
             watermark = self._watermark()
-        if not reread:
-            return
         visible = self._db.execute("SELECT count(*) FROM docs WHERE rowid <= ?", (watermark,)).fetchone()[0]
         if self._text.num_docs() != visible:
             log.warning(
