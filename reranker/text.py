@@ -64,7 +64,7 @@ def stop_list_info(stopwords: frozenset[str] | None, path: Path | None = None) -
     words = default_stopwords() if stopwords is None else stopwords
     checksum = hashlib.sha256("".join(f"{word}\n" for word in sorted(words)).encode()).hexdigest()
     if path is not None:
-        source = f"the stop list in {path}"
+        source = f"the stop list in {path.resolve()}"  # read from elsewhere, a relative name says nothing
     elif words == default_stopwords():
         source = "the bundled stop list"
     else:
