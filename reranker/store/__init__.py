@@ -177,18 +177,18 @@ class IndexInfo:
                 "rebuild it (reranker index --rebuild) to change K"
             )
         if stopwords is not None:
-            self.check_stopwords(stopwords)
+            check_stop_list(self.stopwords, stopwords)
 
-    def check_stopwords(self, stopwords: StopListInfo) -> None:
-        """Raise IndexMismatchError unless the index was read with `stopwords` (or
-        recorded no stop list)."""
-        built = self.stopwords
-        if built is not None and built != stopwords:
-            raise IndexMismatchError(
-                f"the index was built with {built.source or 'another stop list'} (sha256 {built.checksum[:12]}), "
-                f"not {stopwords.source or 'this stop list'} (sha256 {stopwords.checksum[:12]}): use the same "
-                "(--stopwords, RERANKER_STOPWORDS) or rebuild the index (reranker index --rebuild)"
-            )
+
+def check_stop_list(built: StopListInfo | None, used: StopListInfo) -> None:
+    """Raise IndexMismatchError unless an index whose words were read with `built` (None:
+    not recorded, taken with any) may be read with `used`."""
+    if built is not None and built != used:
+        raise IndexMismatchError(
+            f"the index was built with {built.source or 'another stop list'} (sha256 {built.checksum[:12]}), "
+            f"not {used.source or 'this stop list'} (sha256 {used.checksum[:12]}): use the same "
+            "(--stopwords, RERANKER_STOPWORDS) or rebuild the index (reranker index --rebuild)"
+        )
 
 
 K = TypeVar("K")

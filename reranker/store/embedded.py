@@ -62,7 +62,7 @@ import numpy as np
 import numpy.typing as npt
 
 from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
-from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, LruCache, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, LruCache, check_stop_list, filter_for_field
 from reranker.store.bm25 import PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, bm25_of_texts, passage_query
 from reranker.store.text_index import (
     COMPACT_HEAP_BYTES,
@@ -169,6 +169,12 @@ class _View:
     version: int  # SQLite's data_version of the snapshot it was read in
     info: IndexInfo | None
     watermark: int
+
+
+def _recorded_stop_list(meta: dict[str, str]) -> StopListInfo | None:
+    """The stop list the `meta` table records for the index (None: built before indexes
+    recorded it)."""
+    return StopListInfo.from_json(json.loads(meta["stopwords"])) if "stopwords" in meta else None
 
 
 @dataclass(frozen=True)
@@ -311,8 +317,9 @@ class EmbeddedStore:
             embedding = EmbeddingInfo(**json.loads(meta["embedding"]))
             doc2vec = Doc2VecInfo.from_json(json.loads(meta["doc2vec"])) if "doc2vec" in meta else None
             centering = Centering.from_json(json.loads(meta["centering"])) if "centering" in meta else None
-            stopwords = StopListInfo.from_json(json.loads(meta["stopwords"])) if "stopwords" in meta else None
-            info = IndexInfo(embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec, centering=centering, stopwords=stopwords)
+            info = IndexInfo(
+                embedding=embedding, k=int(meta["k"]), doc2vec=doc2vec, centering=centering, stopwords=_recorded_stop_list(meta)
+            )
         view = _View(version, info, int(meta.get("text_rowid", "0")))
         # The watermark moves only after a text-index commit: see that commit too, so that
         # the text index holds every document the snapshot shows.
@@ -377,7 +384,7 @@ class EmbeddedStore:
         none, or holds no row). Without `rebuild`, IndexMismatchError when not: its rows,
         those of an interrupted run too, must not be read again with another list."""
         meta = self._meta()
-        recorded = StopListInfo.from_json(json.loads(meta["stopwords"])) if "stopwords" in meta else None
+        recorded = _recorded_stop_list(meta)
         if recorded is None or recorded == self.stop_list:
             return True
         build = self._unfinished_build()
@@ -385,7 +392,7 @@ class EmbeddedStore:
         if self._db.execute("SELECT 1 FROM docs WHERE rowid <= ? LIMIT 1", (ceiling,)).fetchone() is None:
             return True
         if not rebuild:
-            IndexInfo(EmbeddingInfo("", 0, ""), 0, stopwords=recorded).check_stopwords(self.stop_list)
+            check_stop_list(recorded, self.stop_list)
         return False
 
     def _use_index(self, info: IndexInfo, build: _Build | None) -> None:
@@ -396,8 +403,7 @@ class EmbeddedStore:
             meta = self._meta()
             documents = self._db.execute("SELECT count(*) FROM docs WHERE rowid <= ?", (watermark,)).fetchone()[0]
             if "embedding" in meta and documents:
-                stopwords = StopListInfo.from_json(json.loads(meta["stopwords"])) if "stopwords" in meta else None
-                built = IndexInfo(EmbeddingInfo(**json.loads(meta["embedding"])), int(meta["k"]), stopwords=stopwords)
+                built = IndexInfo(EmbeddingInfo(**json.loads(meta["embedding"])), int(meta["k"]), stopwords=_recorded_stop_list(meta))
                 built.check(info.embedding, info.k, self.stop_list)
             if build is not None:
                 log.warning(
