@@ -168,6 +168,9 @@ WindowSize = Annotated[
     int, Field(ge=1, description="BM25 candidates to rerank (default RERANKER_WINDOW)"), INTEGRAL,
     AfterValidator(_within_window), _limit("max_window"),
 ]
+# The most filters one search takes: far more than an application combines, far fewer than
+# the stores can nest (about 990 in the embedded store, 1,024 clauses in OpenSearch's).
+MAX_FILTERS = 100
 # UBI's own limit (event.schema.json 1.0.0) for ids and names.
 ShortId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"\S")]
 ClientId = Annotated[ShortId, Field(description="who searches (a browser, an app): keeps one client in one arm of a running experiment")]
@@ -213,7 +216,9 @@ class SearchRequest(Body):
     explain: bool = False
     snippets: bool = Field(False, description="give each hit a `snippet`: the first 30 words of its text")
     client_id: ClientId | None = None
-    filters: list[Annotated[FilterClause, AfterValidator(_no_boolean_order)]] = []
+    # Bounded: each filter is one more condition for the store to nest (SQLite refuses a
+    # query nested 1,000 deep, a failed search: a 502), and one more pass over each document.
+    filters: Annotated[list[Annotated[FilterClause, AfterValidator(_no_boolean_order)]], Field(max_length=MAX_FILTERS)] = []
 
 
 def _text_as_candidate(item: Any) -> Any:
