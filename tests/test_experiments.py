@@ -414,6 +414,9 @@ def test_bad_events_are_4xx_that_say_why(client: FlaskClient) -> None:
         (too_big, 400, "the limit is 16384"),
         ({**_click(hit, qid), "timestamp": "2026-01-01 10:15:00"}, 400, "[timestamp]"),
         ({**_click(hit, qid), "timestamp": "2026-W01-1"}, 400, "[timestamp]"),
+        # Python reads zones to ±23:59, a cluster's dates only to ±18:00.
+        ({**_click(hit, qid), "timestamp": "2026-01-01T10:15:00+18:01"}, 400, "[timestamp]"),
+        ({**_click(hit, qid), "timestamp": "2026-01-01T10:15:00-2359"}, 400, "[timestamp]"),
     ]
     for event, status, fragment in cases:
         reason = _error(client.post("/events", json=event), status)
@@ -880,6 +883,10 @@ def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tu
     mapping = store.client.indices.get_mapping(index="papers-ubi_events")
     assert mapping["papers-ubi_events"]["mappings"]["dynamic"] == "strict"
     store.close()
+    # Every zone the schema takes, the cluster's date field stores: ±18:00 at most (beyond
+    # it a 400, tested above, where it was a 502 from the cluster).
+    for zone in ("+18:00", "-1800"):
+        assert client.post("/events", json={**click, "timestamp": f"2026-01-01T10:15:00{zone}"}).status_code == 201, zone
 
 
 def test_delete_an_experiment_on_the_cluster_event_store(cluster_app: tuple[Any, Path, str]) -> None:
