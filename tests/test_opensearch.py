@@ -242,6 +242,22 @@ def test_a_long_title_is_matched_exactly_on_both_stores(tmp_path: Path, os_store
         assert found == {TINY_CORPUS[0]["id"]}, type(each).__name__
 
 
+def test_a_number_beyond_the_fields_integer_type_is_refused_not_a_failed_search(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """`year` is mapped as a long: the cluster failed the whole search for a value it cannot
+    parse as one (a 502 from /search); now a 400 that says why. -2.0**63 is sent as
+    -9.223372036854776e+18, below the least long."""
+    index_corpus(write_jsonl(tmp_path / "filtered.jsonl", FILTERED), os_store, glove, 5, show_progress=False)
+    for value in (2**63, -(2**63) - 1, 1e20, 1e308, float(-(2**63))):
+        with pytest.raises(InputError, match=r"^cannot filter 'year' \(lt .*\): the field holds integers of type long, from "):
+            os_store.bm25("ocean bread", 10, [Filter("year", "lt", value)])
+    # Its bounds are a long's, and a search to them runs.
+    assert os_store.bm25("ocean bread", 10, [Filter("year", "gt", 2**63 - 1)]) == []
+    assert os_store.bm25("ocean bread", 10, [Filter("year", "lt", -(2**63))]) == []
+    assert os_store.bm25("ocean bread", 10, [Filter("year", "lt", 9.2e18)]) == os_store.bm25("ocean bread", 10)
+
+
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [

@@ -33,6 +33,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
@@ -938,6 +939,16 @@ class OpenSearchStore:
         # Read as the cluster would read it, but refused here with a 400 that says why, not
         # by the cluster as a failed search (a 502).
         item = filter_for_field(item, _FIELD_KINDS.get(mapping["type"]))
+        bounds = _INTEGER_RANGES.get(mapping["type"])
+        # A float as the cluster reads it: its JSON text, exactly (-2.0**63 is sent as
+        # -9.223372036854776e+18, below the least long).
+        sent = Decimal(repr(item.value)) if isinstance(item.value, float) else item.value
+        if bounds and not isinstance(sent, (bool, str)) and not bounds[0] <= sent <= bounds[1]:
+            # The cluster parses the value as the field's type and fails the whole search.
+            raise InputError(
+                f"cannot filter {item.field!r} ({item.op} {item.value!r}): the field holds integers of "
+                f"type {mapping['type']}, from {bounds[0]} to {bounds[1]}"
+            )
         field = item.field
         if mapping["type"] == "text":
             if "raw" not in mapping.get("fields", {}):
@@ -1144,6 +1155,13 @@ _FIELD_KINDS = {
     **dict.fromkeys(("long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float", "unsigned_long"), "number"),
     **dict.fromkeys(("text", "keyword", "match_only_text", "wildcard", "constant_keyword"), "text"),
     "boolean": "boolean",
+}
+
+
+# The values a field of each integer type holds: the cluster refuses a filter beyond them.
+_INTEGER_RANGES = {
+    "byte": (-(2**7), 2**7 - 1), "short": (-(2**15), 2**15 - 1), "integer": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1), "unsigned_long": (0, 2**64 - 1),
 }
 
 
