@@ -405,6 +405,12 @@ def test_unknown_routes_and_methods_answer_json(client: FlaskClient) -> None:
     assert _error(client.get("/search"), 405, "method_not_allowed_exception") == "GET is not a method of /search; it takes OPTIONS, POST"
     assert client.get("/search").headers["Allow"] == "OPTIONS, POST"
     assert _error(client.post("/rankers"), 405, "method_not_allowed_exception") == "POST is not a method of /rankers; it takes GET, HEAD, OPTIONS"
+    # Also for a method the proxy's catch-all does not take: not its PUT, PATCH, DELETE, ...
+    for method in ("TRACE", "PROPFIND"):
+        answer = client.open("/search", method=method)
+        assert _error(answer, 405, "method_not_allowed_exception") == f"{method} is not a method of /search; it takes OPTIONS, POST"
+        assert answer.headers["Allow"] == "OPTIONS, POST"
+    assert client.open("/documents/x", method="TRACE").headers["Allow"] == "GET, HEAD, OPTIONS"
 
 
 # --- probes, metrics, OpenAPI ------------------------------------------------------------

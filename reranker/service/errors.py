@@ -133,7 +133,10 @@ def install(app: Flask) -> None:
         type_ = _HTTP_TYPES.get(status, "http_exception")
         headers = {}
         if status == 405 and error.valid_methods:  # type: ignore[attr-defined]
-            headers["Allow"] = ", ".join(error.valid_methods)  # type: ignore[attr-defined]
+            # The path's own methods, as OPTIONS lists them: for a method the proxy's catch-all
+            # does not take either (TRACE, PROPFIND), werkzeug's list adds its PUT, DELETE, ...
+            own = app.make_default_options_response().allow
+            headers["Allow"] = ", ".join(sorted(own) if own - {"OPTIONS"} else error.valid_methods)  # type: ignore[attr-defined]
             # werkzeug's words name neither the method nor the ones the route has.
             reason = f"{request.method} is not a method of {sent_path()}; it takes {headers['Allow']}"
         return error_response(ApiError(status, type_, reason, headers))
