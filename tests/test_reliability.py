@@ -169,6 +169,13 @@ def test_chunked_bodies_malformed_or_too_large_are_4xx(data_dir: Path) -> None:
         assert answer.startswith(b"HTTP/1.1 400") and b"malformed request body" in answer and b"parse_exception" in answer
         answer = _raw(service.port, head + chunked)
         assert answer.startswith(b"HTTP/1.1 413") and b"RERANKER_MAX_BODY_BYTES" in answer
+        # A Content-Length over the limit is refused on the head, at once: not invited with a
+        # 100 Continue, nor awaited until the read timeout's 408 (before, both).
+        for expect in (b"Expect: 100-continue\r\n", b""):
+            started = time.monotonic()
+            answer = _raw(service.port, b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: 2001\r\n\r\n{" % expect, timeout=5)
+            assert answer.startswith(b"HTTP/1.1 413") and b"RERANKER_MAX_BODY_BYTES" in answer and b"application/json" in answer, answer[:200]
+            assert time.monotonic() - started < 2.0
         # Framing gunicorn would answer with an HTML page, or a 408 after the read timeout:
         # a JSON 400 (414, 431) at once.
         for request, status in [

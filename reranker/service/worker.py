@@ -59,6 +59,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         # Past this, buffering stops and the request goes to a thread as it is: the app
         # reads at most RERANKER_MAX_BODY_BYTES + 1 bytes, all buffered, and answers 413.
         self.max_buffer = service.max_body_bytes + HEAD_BYTES
+        self.max_body = service.max_body_bytes
         self.reading: dict[Any, float] = {}  # connection -> when its request must be complete
         # socket -> (the head of the request handed to a thread, when): what a refusal of
         # gunicorn's parser reads its request id and access-log line from (handle_error).
@@ -111,6 +112,12 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             state = conn.progress.feed(conn.pending_bytes)
         except Framing as refused:
             self._refuse(conn, refused.status, refused.reason)
+            return
+        if (conn.progress.length or 0) > self.max_body:
+            # A body its head says is too large: refused now, as the app would refuse it,
+            # not invited with a 100 Continue or awaited until the read timeout's 408.
+            self._answer(conn, 413, "Content Too Large", "content_too_long_exception",
+                         f"request body larger than {self.max_body} bytes (RERANKER_MAX_BODY_BYTES)")  # fmt: skip
             return
         if state == "continue" and not conn.sent_continue:
             # The client waits for this before sending its body (curl does, for bodies
