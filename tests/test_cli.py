@@ -565,12 +565,23 @@ def test_a_url_that_is_not_an_opensearch_cluster_is_one_line(
     assert err == f"reranker: error: OpenSearch counting documents failed: {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
 
 
+@pytest.mark.parametrize(
+    "page, said",
+    [
+        (
+            "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>",
+            "not OpenSearch's JSON: '404 Not Found Not Found'",
+        ),
+        ("", "an empty answer"),
+    ],
+    ids=["page", "empty"],
+)
 def test_indices_at_a_url_that_is_not_an_opensearch_cluster_is_an_error_not_an_empty_list(
-    data_dir: Path, capsys: pytest.CaptureFixture[str],
+    data_dir: Path, capsys: pytest.CaptureFixture[str], page: str, said: str,
 ) -> None:
     """A web server's "404 Not Found" page was read as "no such alias": `indices list` said
-    "no indices for alias reranker" and exited 0."""
-    page = "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>"
+    "no indices for alias reranker" and exited 0. So was an empty 404: OpenSearch answers
+    every request this store reads a 404 of (GETs, a count, a delete) with a JSON body."""
     web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (404, page)})
     try:
         code, out = run(data_dir, "--opensearch-url", web_server.url, "indices", "list")
@@ -578,8 +589,7 @@ def test_indices_at_a_url_that_is_not_an_opensearch_cluster_is_an_error_not_an_e
         web_server.close()
     assert (code, out) == (1, "")
     assert capsys.readouterr().err == (
-        "reranker: error: OpenSearch reading the alias failed: HTTP 404 not OpenSearch's JSON: "
-        "'404 Not Found Not Found'; is OPENSEARCH_URL an OpenSearch cluster?\n"
+        f"reranker: error: OpenSearch reading the alias failed: HTTP 404 {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
     )
 
 
