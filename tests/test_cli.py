@@ -93,6 +93,22 @@ def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir:
     assert header.endswith("[tied: BM25 order kept]"), header
 
 
+def test_an_out_of_vocabulary_search_says_what_orders_it(data_dir: Path, tmp_path: Path) -> None:
+    """The line said "[query_out_of_vocabulary: BM25 order kept]" while the scores beside it
+    were the fusion's, topics included, and did not follow the order."""
+    corpus = write_jsonl(tmp_path / "odd.jsonl", [
+        {"id": "twice", "text": "zorblaxian zorblaxian machines and ships"},
+        {"id": "once", "text": "zorblaxian bread and ovens in a long text about bread"},
+    ])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    header, *hits = run(data_dir, "search", "zorblaxian")[1].splitlines()
+    assert header.endswith(
+        "[query_out_of_vocabulary: no query word has a word vector; the rest of the fusion (the first stage's part) orders the hits]"
+    ), header
+    scores = [float(line.split("score ")[1].split()[0]) for line in hits if " score " in line]
+    assert len(scores) == 2 and scores == sorted(scores, reverse=True), hits
+
+
 def test_compact_merges_the_index_runs_segments_and_every_search_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()
     for half, part in enumerate((lines[:12], lines[12:])):  # two runs: a segment each
