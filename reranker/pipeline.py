@@ -493,23 +493,29 @@ class Engine:
     def rerank(self, query: Query, window: CandidateSet, ranker: Ranker) -> Ranking:
         """The ranker's order of the window's candidates, and its scores.
 
-        A query without any in-vocabulary word keeps the BM25 order for rankers built
-        on word vectors: their scores would all be 0 and say nothing.
+        A query without any in-vocabulary word gives the rankers built on word vectors
+        nothing to compare: they add 0 to every candidate, so a fusion is ordered by its
+        other parts (the first stage's, and Doc2Vec's) and a ranker alone keeps the
+        first-stage order, every score 0 (ties go by BM25 rank). Either way the scores
+        follow the order, as the clusters that sort by them need.
         """
         if len(window) == 0:
             empty = np.zeros(0, dtype=np.float64)
             return Ranking([], empty, empty)
         window = replace(self.complete(window, ranker), notes=[], unscored=set())  # this call's scratch pad
+        silent = len(query.words) == 0 and uses_word_vectors(ranker)
         if isinstance(ranker, Fusion):
             parts = ranker.parts(query, window)
+            if silent:
+                says_nothing = {base.name for base in ranker.bases if uses_word_vectors(base)}
+                parts = tuple(replace(part, share=np.zeros(len(window))) if part.name in says_nothing else part for part in parts)
             scores, own = fused_total(parts, len(window)), parts[0].own
         else:
             scores = own = ranker.score(query, window)
+            if silent:
+                scores = np.zeros(len(window))
             parts = (FusionPart(ranker.name, own, scores),)
-        notes = tuple(window.notes)
-        if len(query.words) == 0 and uses_word_vectors(ranker):
-            return Ranking(list(range(len(window))), scores, own, notes, parts)
-        return Ranking(rank_candidates(scores, window), scores, own, notes, parts)
+        return Ranking(rank_candidates(scores, window), scores, own, tuple(window.notes), parts)
 
     def search(
         self,
@@ -782,10 +788,12 @@ def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str,
     """(status, reason) of a ranking that finished, as every answer says it (`reranker
     search`, /search, /rerank, the proxy, the Cohere routes; the schema's `Status`):
     "query_out_of_vocabulary" when no query word has a vector for a ranker that needs one
-    (a window with candidates only: with none, no order was kept), "partial" when the
+    (`Engine.rerank` then orders by the other evidence), "partial" when the
     ranker ordered some candidates by a bound (its notes), "tied" when every candidate got
     the same score, else "ok" (reason None)."""
-    if len(query.words) == 0 and uses_word_vectors(ranker) and len(ranking.order):
+    if len(query.words) == 0 and uses_word_vectors(ranker):
+        if isinstance(ranker, Fusion):
+            return "query_out_of_vocabulary", "no query word has a word vector; the rest of the fusion (the first stage's part) orders the hits"
         return "query_out_of_vocabulary", "no query word has a word vector; first-stage order kept"
     if ranking.notes:
         return "partial", " ".join(ranking.notes)
@@ -817,7 +825,7 @@ def tie_reason(scores: Scores, ranker_name: str) -> str | None:
 
 def uses_word_vectors(ranker: Ranker) -> bool:
     """Whether the ranker compares query words by their word vectors (topics, WMD): a
-    query none of whose words has a vector then keeps the first-stage order."""
+    query none of whose words has a vector gives it nothing to compare (`Engine.rerank`)."""
     return ranker.variant is not None or "word_ids" in ranker.needs
 
 

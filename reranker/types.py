@@ -375,7 +375,7 @@ class SearchResult:
     candidates: int  # how many the window held (fewer than `window` when BM25 found fewer)
     query_words: tuple[str, ...]  # in-vocabulary query words used for scoring
     oov_words: tuple[str, ...]  # query words without a vector (skipped)
-    # "ok" | "query_out_of_vocabulary" (BM25 order kept) | "partial" | "tied", and why when
+    # "ok" | "query_out_of_vocabulary" (word vectors add 0: `Engine.rerank`) | "partial" | "tied", and why when
     # not "ok": `pipeline.ranking_status`, as the service says it.
     status: str = "ok"
     reason: str | None = None

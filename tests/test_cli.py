@@ -93,6 +93,22 @@ def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir:
     assert header.endswith("[tied: BM25 order kept]"), header
 
 
+def test_an_out_of_vocabulary_search_says_what_orders_it(data_dir: Path, tmp_path: Path) -> None:
+    """The line said "[query_out_of_vocabulary: BM25 order kept]" while the scores beside it
+    were the fusion's, topics included, and did not follow the order."""
+    corpus = write_jsonl(tmp_path / "odd.jsonl", [
+        {"id": "twice", "text": "zorblaxian zorblaxian machines and ships"},
+        {"id": "once", "text": "zorblaxian bread and ovens in a long text about bread"},
+    ])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    header, *hits = run(data_dir, "search", "zorblaxian")[1].splitlines()
+    assert header.endswith(
+        "[query_out_of_vocabulary: no query word has a word vector; the rest of the fusion (the first stage's part) orders the hits]"
+    ), header
+    scores = [float(line.split("score ")[1].split()[0]) for line in hits if " score " in line]
+    assert len(scores) == 2 and scores == sorted(scores, reverse=True), hits
+
+
 def test_compact_merges_the_index_runs_segments_and_every_search_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = (SAMPLE / "corpus.jsonl").read_text().splitlines()
     for half, part in enumerate((lines[:12], lines[12:])):  # two runs: a segment each
@@ -565,12 +581,23 @@ def test_a_url_that_is_not_an_opensearch_cluster_is_one_line(
     assert err == f"reranker: error: OpenSearch counting documents failed: {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
 
 
+@pytest.mark.parametrize(
+    "page, said",
+    [
+        (
+            "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>",
+            "not OpenSearch's JSON: '404 Not Found Not Found'",
+        ),
+        ("", "an empty answer"),
+    ],
+    ids=["page", "empty"],
+)
 def test_indices_at_a_url_that_is_not_an_opensearch_cluster_is_an_error_not_an_empty_list(
-    data_dir: Path, capsys: pytest.CaptureFixture[str],
+    data_dir: Path, capsys: pytest.CaptureFixture[str], page: str, said: str,
 ) -> None:
     """A web server's "404 Not Found" page was read as "no such alias": `indices list` said
-    "no indices for alias reranker" and exited 0."""
-    page = "<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>"
+    "no indices for alias reranker" and exited 0. So was an empty 404: OpenSearch answers
+    every request this store reads a 404 of (GETs, a count, a delete) with a JSON body."""
     web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (404, page)})
     try:
         code, out = run(data_dir, "--opensearch-url", web_server.url, "indices", "list")
@@ -578,8 +605,7 @@ def test_indices_at_a_url_that_is_not_an_opensearch_cluster_is_an_error_not_an_e
         web_server.close()
     assert (code, out) == (1, "")
     assert capsys.readouterr().err == (
-        "reranker: error: OpenSearch reading the alias failed: HTTP 404 not OpenSearch's JSON: "
-        "'404 Not Found Not Found'; is OPENSEARCH_URL an OpenSearch cluster?\n"
+        f"reranker: error: OpenSearch reading the alias failed: HTTP 404 {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
     )
 
 

@@ -175,16 +175,16 @@ def test_a_partial_wmd_answer_is_the_same_on_both_sides(
 def test_the_matrix_reaches_every_status_the_sample_can_give(both: tuple[Path, FlaskClient]) -> None:
     """A guard on the cases above: they would compare little if every answer were "ok"."""
     _, client = both
-    seen = {}
+    seen: dict[str, list[Any]] = {}
     for _, _, body, query in SEARCHES:
         answer = client.post("/search", json={"query": query, **body})
         if answer.status_code == 200:
             served = answer.get_json()
-            seen.setdefault(served["status"], served)
+            seen.setdefault(served["status"], []).append(served)
     # "partial" needs WMD out of time (the test above); "degraded" is the service's deadline,
     # which the CLI has not: it waits for its ranker.
     assert set(seen) == {"ok", "query_out_of_vocabulary", "tied"}
-    assert seen["query_out_of_vocabulary"]["hits"] and seen["tied"]["reason"]
+    assert any(served["hits"] for served in seen["query_out_of_vocabulary"]) and seen["tied"][0]["reason"]
 
 
 # (case id, CLI options, the /similar query string, the document)

@@ -418,6 +418,24 @@ def test_a_query_of_stop_words_is_out_of_vocabulary_not_degraded(client: FlaskCl
         assert [r["index"] for r in answer.get_json()["results"]] == [0, 1]
 
 
+@pytest.mark.parametrize("model", [None, "hidden_topics_corrected"])
+def test_an_out_of_vocabulary_query_gives_scores_that_follow_the_order(client: FlaskClient, model: str | None) -> None:
+    """"crfs" has no word vector. The fused score was still computed with the topics' part
+    (relevance 0 less each topic's background, different per text), and the results kept
+    the first-stage order: relevance_score went 0.7, 0.98, 0.14, 0.10, so a cluster that
+    sorts by it (both do) would have put the second text first."""
+    body = {"query": "crfs", "documents": _documents(4), **({"model": model} if model else {})}
+    answer = client.post("/v1/rerank", json=body, headers=HEADERS)
+    assert answer.status_code == 200 and answer.headers["X-Reranker-Status"] == "query_out_of_vocabulary"
+    results = answer.get_json()["results"]
+    scores = [result["relevance_score"] for result in results]
+    assert scores == sorted(scores, reverse=True), results
+    if model is None:  # the default: the first stage's part of the fusion orders them
+        assert len(set(scores)) > 1
+    else:  # a topic ranker alone says nothing: 0 each, in the order sent
+        assert scores == [0.0] * 4 and [result["index"] for result in results] == [0, 1, 2, 3]
+
+
 def test_texts_without_a_query_word_keep_their_order_as_first_stage(client: FlaskClient) -> None:
     answer = client.post("/rerank", json={"query": "statistical machine translation", "ranker": "bm25", "documents": [{"text": "bread and yeast"}, {"text": "cheese and wine"}]})
     assert answer.get_json()["first_stage"] == "order"

@@ -75,7 +75,9 @@ def os_store(cluster: OpenSearchSettings) -> Iterator[OpenSearchStore]:
 @pytest.fixture
 def passages_store(cluster: OpenSearchSettings) -> Iterator[OpenSearchStore]:
     """The store with RERANKER_PASSAGES: the index versions it creates keep best passages."""
-    store = OpenSearchStore(replace(cluster, passages=True), sleep=lambda seconds: None)
+    # A long document's 10,001 passages can take the in-memory cluster over the default 10 s
+    # on a busy machine (two tests below write one).
+    store = OpenSearchStore(replace(cluster, passages=True, timeout=120.0), sleep=lambda seconds: None)
     yield store
     store.close()
 
@@ -521,6 +523,27 @@ def test_bulk_gives_up_on_a_dead_cluster_with_a_clear_error(osmem_clone: Any, tm
             index_papers(tmp_path, store, glove)
     finally:
         proxy.close()
+
+
+def test_a_bulk_request_the_cluster_answers_too_late_says_which_setting_to_raise(
+    osmem_clone: Any, tmp_path: Path, glove: WordVectors
+) -> None:
+    """A timed-out bulk request was reported as "HTTP TIMEOUT: ConnectionTimeout caused by -
+    ReadTimeoutError(HTTPConnectionPool(...): Read timed out. (read timeout=10.0))"."""
+    index_papers(tmp_path, OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="slow")), glove)
+    changed = [{**PAPERS[0], "text": PAPERS[0]["text"] + " again"}, *PAPERS[1:]]
+    proxy = ClusterProxy(osmem_clone.url, delay={"/_bulk": 1.5})
+    try:
+        store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="slow", timeout=0.5), sleep=lambda s: None)
+        report = index_papers(tmp_path, store, glove, changed)
+    finally:
+        proxy.close()
+    assert (report.indexed, report.unchanged) == (0, 2)
+    assert {skipped.reason for skipped in report.skipped} == {
+        "the cluster did not answer within 0.5 s (OPENSEARCH_TIMEOUT): a long document or a busy cluster needs more; "
+        "raise it and run again"
+    }
+    assert sum(1 for method, path, _ in proxy.requests if "/_bulk" in path) == 1  # not sent again
 
 
 def test_a_413_halves_the_bulk_request(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:

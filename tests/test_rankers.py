@@ -158,11 +158,12 @@ def test_code_variant_explanations_also_sum_to_the_score(indexed: Engine) -> Non
 
 def test_a_query_of_unknown_words_names_them(indexed: Engine) -> None:
     result = indexed.search("qqzzxv wwqqzz", "hidden_topics")
-    # BM25 finds nothing for them either: no order was kept, so the status is "ok", as
-    # /search says (`ranking_status`); the words are named as out of vocabulary.
-    assert (result.status, result.reason, result.hits, result.candidates) == ("ok", None, (), 0)
+    # BM25 finds nothing for them either; the status says why the topics could not help,
+    # as /search says it (`ranking_status`), and the words are named.
+    assert (result.status, result.hits, result.candidates) == ("query_out_of_vocabulary", (), 0)
+    assert result.reason is not None and "word vector" in result.reason
     assert result.oov_words == ("qqzzxv", "wwqqzz") and result.query_words == ()
-    # A word the first stage finds and no vector has (BM25's order kept, and why):
+    # A word the first stage finds and no vector has (the first stage orders, and why):
     # tests/test_cli_service_parity.py, on a sample paper's run-together words.
 
 

@@ -193,12 +193,22 @@ def test_wmd_out_of_time_answers_partially_and_says_so(indexed: Path) -> None:
         app.extensions["reranker"].close()
 
 
-def test_an_out_of_vocabulary_query_keeps_bm25_order_and_says_so(client: FlaskClient) -> None:
+def test_an_out_of_vocabulary_query_is_ordered_by_the_first_stage_and_says_so(client: FlaskClient) -> None:
     body = client.post("/search", json={"query": UNKNOWN_WORD}).get_json()
     assert body["status"] == "query_out_of_vocabulary" and "word vector" in body["reason"]
     assert [h["id"] for h in body["hits"]] == ["odd-1", "odd-2"]
     assert [h["bm25_rank"] for h in body["hits"]] == [1, 2]
+    assert [h["score"] for h in body["hits"]] == pytest.approx([0.7, 0.0])  # the first stage's share (1 - w); topics add 0
     assert body["oov_words"] == [UNKNOWN_WORD] and body["query_words"] == []
+    alone = client.post("/search", json={"query": UNKNOWN_WORD, "ranker": "hidden_topics"}).get_json()
+    assert [(h["id"], h["score"]) for h in alone["hits"]] == [("odd-1", 0.0), ("odd-2", 0.0)]
+    assert alone["reason"].endswith("first-stage order kept")
+
+
+def test_an_out_of_vocabulary_query_that_finds_nothing_says_so_too(client: FlaskClient) -> None:
+    """It answered "ok" when BM25 found no candidate, and query_out_of_vocabulary when it did."""
+    body = client.post("/search", json={"query": "zzqx qqzv"}).get_json()
+    assert (body["status"], body["hits"], body["oov_words"]) == ("query_out_of_vocabulary", [], ["zzqx", "qqzv"])
 
 
 # --- /rerank -----------------------------------------------------------------------------

@@ -200,8 +200,8 @@ def _result_json(result: Any, *, explain: bool) -> dict[str, Any]:
 
 def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
     note = ""
-    if result.status == "partial":
-        note = f"  [partial: {result.reason}]"
+    if result.status in ("partial", "query_out_of_vocabulary"):
+        note = f"  [{result.status}: {result.reason}]"
     elif result.status != "ok":
         note = f"  [{result.status}: BM25 order kept]"
     print(

@@ -93,11 +93,11 @@ class Reranked:
     """The outcome of one rerank.
 
     order: positions of the candidates in the new order (the first-stage order when
-        degraded or query_out_of_vocabulary).
+        degraded).
     scores: (N,) what the order follows (a fusion's fused score), or None when degraded.
     ranker_scores: (N,) the ranker's own scores (a fusion's base ranker), or None.
     parts: the terms `scores` adds up (see `Ranking.parts`); empty when degraded.
-    status: "ok" | "degraded" | "query_out_of_vocabulary" (first-stage order, by design)
+    status: "ok" | "degraded" | "query_out_of_vocabulary" (word vectors add 0, by design)
         | "partial" (the ranker ran out of its time budget and ordered some candidates
         by a bound; see reason) | "tied" (every candidate got the same score).
     reason: why, when status is not "ok".

@@ -268,9 +268,10 @@ class OpenSearchStore:
         except ose.AuthorizationException as exc:
             raise StoreError(f"OpenSearch denied {what}: {error_reason(exc)} (the user lacks a permission)") from None
         except ose.NotFoundError as exc:
-            # OpenSearch says "not found" in JSON, or with no body to a HEAD request; a page
-            # (a web server's "404 Not Found") means OPENSEARCH_URL is not a cluster at all.
-            if not_found is not _RAISE and (exc.info is not None or not exc.error):
+            # OpenSearch says "not found" in JSON to every request read here (a HEAD's 404
+            # has no body, but opensearch-py's `exists` calls answer False for it): a page or
+            # an empty answer (a web server's) means OPENSEARCH_URL is not a cluster at all.
+            if not_found is not _RAISE and exc.info is not None:
                 return not_found
             if exc.error == "index_not_found_exception":
                 raise IndexNotFoundError(
@@ -653,6 +654,13 @@ class OpenSearchStore:
                 reason = bulk_item_reason(result)
                 if status == 413:
                     too_large.append(doc_id)
+                elif status == "TIMEOUT":
+                    # Not tried again: the cluster may still be writing it, and a document that
+                    # took too long (a long one, with thousands of passages) would take as long.
+                    failures.append(WriteFailure(doc_id, (
+                        f"the cluster did not answer within {self.config.timeout:g} s (OPENSEARCH_TIMEOUT): "
+                        "a long document or a busy cluster needs more; raise it and run again"
+                    )))
                 elif status in RETRYABLE:
                     retry.append(doc_id)
                     last_reason = reason
