@@ -66,9 +66,15 @@ def _settings(data_dir: Path, **env: str) -> Settings:
     return Settings.from_env({**settings_env(data_dir), **env})
 
 
+# Tests that expect a ranking, not a fallback: on a busy 2-core machine a search can miss the
+# default 2 s deadline (`degraded`) or WMD its budget (`partial`). The deadline's own tests
+# set theirs.
+PATIENT = {"RERANKER_DEADLINE_MS": "600000", "RERANKER_WMD_BUDGET_MS": "600000"}
+
+
 @pytest.fixture(scope="module")
 def client(indexed: Path) -> Iterator[FlaskClient]:
-    app = create_app(_settings(indexed))
+    app = create_app(_settings(indexed, **PATIENT))
     yield app.test_client()
     app.extensions["reranker"].close()
 
@@ -244,7 +250,7 @@ def test_rerank_texts_with_rankers_that_read_documents(client: FlaskClient, inde
 def test_rerank_texts_scores_like_stored_topics_and_caches_them(indexed: Path) -> None:
     # Topics of six 2,000-word texts are computed within the request: no deadline, so a
     # loaded machine cannot turn this into a "degraded" answer in another order.
-    app = create_app(_settings(indexed, RERANKER_DEADLINE_MS="600000"))
+    app = create_app(_settings(indexed, **PATIENT))
     client = app.test_client()
     records = [json.loads(line) for line in (indexed.parent / "corpus.jsonl").read_text().splitlines()[:6]]
     texts = [r["text"] for r in records]  # no titles in the sample: full text == text
@@ -472,7 +478,7 @@ def test_openapi_describes_every_route(client: FlaskClient) -> None:
 
 
 def test_readiness_follows_the_store(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
-    settings = Settings.from_env(settings_env(data_dir, HOME=str(tmp_path), OPENSEARCH_URL=osmem_clone.url))
+    settings = Settings.from_env(settings_env(data_dir, HOME=str(tmp_path), OPENSEARCH_URL=osmem_clone.url, **PATIENT))
     client = create_app(settings).test_client()
     assert client.get("/healthz").get_json() == {"status": "ok"}
     answer = client.get("/readyz")
