@@ -1003,3 +1003,56 @@ def test_the_product_depends_on_no_optional_feature() -> None:
     assert any(requirement.startswith("matplotlib") for requirement in extras["plot"])
     assert any(requirement.startswith("osmem-server") for requirement in extras["dev-cluster"])
     assert "hidden-topic-reranker[plot,dev-cluster]" in extras["test"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # A typo in a command's options: that command's name, and the option it meant.
+        (["search", "x", "--explian"],
+         "reranker search: error: unrecognized argument --explian (did you mean --explain?; see reranker search --help)"),
+        (["search", "--explian"],  # not "the following arguments are required: query"
+         "reranker search: error: unrecognized argument --explian (did you mean --explain?; see reranker search --help)"),
+        # The `2` was taken as the corpus, and the corpus called unrecognized.
+        (["index", "--wokers", "2", "bad.jsonl"],
+         "reranker index: error: unrecognized argument --wokers (did you mean --workers?; see reranker index --help)"),
+        (["index", "--wokers=2", "bad.jsonl"],
+         "reranker index: error: unrecognized argument --wokers (did you mean --workers?; see reranker index --help)"),
+        (["ab", "create", "x", "--rankers", "bm25,wmd", "--wat"],
+         "reranker ab create: error: unrecognized argument --wat (see reranker ab create --help)"),
+        (["search", "x", "--data-dir", "/tmp"],
+         "reranker search: error: --data-dir is an option of reranker itself: give it before the command (see reranker search --help)"),
+        (["search", "one", "two"], "reranker search: error: unrecognized argument two (see reranker search --help)"),
+        # A bad value: the line argparse wrote under its usage block, alone.
+        (["search", "x", "--size", "abc"],
+         "reranker search: error: argument --size: expected a whole number, got 'abc' (see reranker search --help)"),
+        (["serve", "--workers", "0"], "reranker serve: error: argument --workers: must be >= 1, got 0 (see reranker serve --help)"),
+        (["similar", "P01-1027", "--size", "0"],
+         "reranker similar: error: argument --size: must be >= 1, got 0 (see reranker similar --help)"),
+        # An unknown command, and an unknown option before one.
+        (["serach", "x"], "reranker: error: unknown command 'serach' (did you mean 'search'?; see reranker --help)"),
+        (["wibble"], "reranker: error: unknown command 'wibble' (see reranker --help)"),
+        (["--data-dri", "/tmp", "search", "x"],
+         "reranker: error: unrecognized argument --data-dri (did you mean --data-dir?; see reranker --help)"),
+    ],
+)
+def test_a_command_line_argparse_refuses_is_one_line_naming_the_command(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        run(data_dir, *argv)
+    assert refused.value.code == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", said + "\n")
+
+
+def test_values_that_look_like_options_are_still_values(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What argparse reads as a value (a lone `-`, a negative number, words with a space, an
+    abbreviated option, anything after `--`) is not refused as an unknown option."""
+    with pytest.raises(SystemExit):
+        run(data_dir, "search", "x", "--fusion-weight", "-0.5")
+    assert "must lie in [0, 1], got -0.5" in capsys.readouterr().err
+    assert run(data_dir, "search", "-not an option", "--siz", "2")[0] == 1
+    assert "the index is empty" in capsys.readouterr().err
+    assert run(data_dir, "search", "--", "--explian")[0] == 1
+    assert "the index is empty" in capsys.readouterr().err
