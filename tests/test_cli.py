@@ -1056,3 +1056,13 @@ def test_values_that_look_like_options_are_still_values(data_dir: Path, capsys: 
     assert "the index is empty" in capsys.readouterr().err
     assert run(data_dir, "search", "--", "--explian")[0] == 1
     assert "the index is empty" in capsys.readouterr().err
+
+
+def test_counts_are_singular_for_one(data_dir: Path, tmp_path: Path) -> None:
+    """`reranker index` said "the index holds 1 documents"."""
+    corpus = write_jsonl(tmp_path / "one.jsonl", TINY_CORPUS[:1])
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 0 and out.splitlines()[0].endswith("; the index holds 1 document"), out
+    again = write_jsonl(tmp_path / "two.jsonl", TINY_CORPUS[:2])
+    code, out = run(data_dir, "index", str(again), "--no-progress")
+    assert code == 0 and out.splitlines()[0].endswith("; the index holds 2 documents"), out

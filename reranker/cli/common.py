@@ -108,6 +108,11 @@ def _closest(given: str, names: list[str]) -> str | None:
     return near[0] if near else None
 
 
+def counted(count: int, noun: str, *, grouped: bool = False) -> str:
+    """"1 document", "2 documents" (`grouped`: "50,000 documents")."""
+    return (f"{count:,}" if grouped else str(count)) + f" {noun}{'' if count == 1 else 's'}"
+
+
 def positive_int(raw: str) -> int:
     try:
         value = int(raw)
@@ -249,7 +254,7 @@ def with_trained_vectors(
         done = trained_vectors(trained_vectors_path(corpus, settings.data_dir, params, stopwords))
         if built is not None and documents > 0 and (done is None or done.checksum != built.embedding.checksum):
             raise IndexMismatchError(
-                f"the index holds {documents} documents built with word vectors {built.embedding.name!r}; "
+                f"the index holds {counted(documents, 'document')} built with word vectors {built.embedding.name!r}; "
                 f"vectors trained on {corpus} are new ones: add --rebuild to build the index with them"
             )
     started = time.perf_counter()
@@ -260,8 +265,8 @@ def with_trained_vectors(
         print(f"word vectors: trained on {corpus} before, reused from {trained.path}", file=out)
     else:
         print(
-            f"word vectors: trained CBOW word2vec (d={params.dim}, {params.epochs} epochs) on {trained.documents} "
-            f"documents of {corpus} in {time.perf_counter() - started:.1f} s; saved {trained.path}",
+            f"word vectors: trained CBOW word2vec (d={params.dim}, {params.epochs} epochs) on "
+            f"{counted(trained.documents, 'document')} of {corpus} in {time.perf_counter() - started:.1f} s; saved {trained.path}",
             file=out,
         )
     return dataclasses.replace(settings, vectors=trained.info.source)
@@ -278,7 +283,7 @@ def skipped_lines(skipped: Any, shown: int, *, every_skip: bool, label: str = ""
 def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     print(
         f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
-        f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents"
+        f"in {report.seconds:.1f} s; the index holds {counted(report.total_documents, 'document')}"
         f"{f' ({report.replaced} replaced an earlier version)' if report.replaced else ''}",
         file=out,
     )
@@ -286,7 +291,7 @@ def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     for earlier, later in pairs:
         print(f"  duplicate id: {later} replaced {earlier} (the later line wins; --on-duplicate error refuses)", file=out)
     if len(report.duplicates) > len(pairs):
-        print(f"  ... and {len(report.duplicates) - len(pairs)} more duplicate ids (run with -v to list them all)", file=out)
+        print(f"  ... and {counted(len(report.duplicates) - len(pairs), 'more duplicate id')} (run with -v to list them all)", file=out)
     published = report.published
     if published is not None and published.swapped:
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
