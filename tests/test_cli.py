@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, ClusterProxy, run, settings_env, write_jsonl
+from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, ClusterProxy, Service, run, settings_env, write_jsonl
 
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.evaluation import metric_names
@@ -1066,3 +1066,20 @@ def test_counts_are_singular_for_one(data_dir: Path, tmp_path: Path) -> None:
     again = write_jsonl(tmp_path / "two.jsonl", TINY_CORPUS[:2])
     code, out = run(data_dir, "index", str(again), "--no-progress")
     assert code == 0 and out.splitlines()[0].endswith("; the index holds 2 documents"), out
+
+
+def test_serve_writes_the_packages_log_lines_as_gunicorn_writes_its_own(data_dir: Path) -> None:
+    """`[time] [pid] [LEVEL] logger: message`, in the master before gunicorn starts and in a
+    worker: the package's lines said `WARNING reranker...: ...`, with no time and no pid
+    among gunicorn's lines, which have both."""
+    service = Service(data_dir, {"RERANKER_DEFAULT_RANKER": "doc2vec"}, workers=1, threads=1)
+    output = service.stop()
+    stamped = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}\] \[(\d+)\] \[WARNING\] "
+    # The master: an empty index (cli/serving.py).
+    master = re.search(stamped + r"reranker: the index is empty: ", output, re.MULTILINE)
+    assert master is not None and int(master[1]) == service.process.pid, output
+    # A worker: the default ranker has no model yet (service/reranking.py, as it boots).
+    worker = re.search(stamped + r"reranker\.service\.reranking: the default ranker cannot run yet: ", output, re.MULTILINE)
+    booted = re.search(r"\[INFO\] Booting worker with pid: (\d+)$", output, re.MULTILINE)
+    assert worker is not None and booted is not None and worker[1] == booted[1] != master[1], output
+    assert output.count("the default ranker cannot run yet") == 1  # not again through the root logger
