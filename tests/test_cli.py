@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, ClusterProxy, run, settings_env, write_jsonl
+from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, ClusterProxy, Service, run, settings_env, write_jsonl
 
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.evaluation import metric_names
@@ -1003,3 +1003,83 @@ def test_the_product_depends_on_no_optional_feature() -> None:
     assert any(requirement.startswith("matplotlib") for requirement in extras["plot"])
     assert any(requirement.startswith("osmem-server") for requirement in extras["dev-cluster"])
     assert "hidden-topic-reranker[plot,dev-cluster]" in extras["test"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # A typo in a command's options: that command's name, and the option it meant.
+        (["search", "x", "--explian"],
+         "reranker search: error: unrecognized argument --explian (did you mean --explain?; see reranker search --help)"),
+        (["search", "--explian"],  # not "the following arguments are required: query"
+         "reranker search: error: unrecognized argument --explian (did you mean --explain?; see reranker search --help)"),
+        # The `2` was taken as the corpus, and the corpus called unrecognized.
+        (["index", "--wokers", "2", "bad.jsonl"],
+         "reranker index: error: unrecognized argument --wokers (did you mean --workers?; see reranker index --help)"),
+        (["index", "--wokers=2", "bad.jsonl"],
+         "reranker index: error: unrecognized argument --wokers (did you mean --workers?; see reranker index --help)"),
+        (["ab", "create", "x", "--rankers", "bm25,wmd", "--wat"],
+         "reranker ab create: error: unrecognized argument --wat (see reranker ab create --help)"),
+        (["search", "x", "--data-dir", "/tmp"],
+         "reranker search: error: --data-dir is an option of reranker itself: give it before the command (see reranker search --help)"),
+        (["search", "one", "two"], "reranker search: error: unrecognized argument two (see reranker search --help)"),
+        # A bad value: the line argparse wrote under its usage block, alone.
+        (["search", "x", "--size", "abc"],
+         "reranker search: error: argument --size: expected a whole number, got 'abc' (see reranker search --help)"),
+        (["serve", "--workers", "0"], "reranker serve: error: argument --workers: must be >= 1, got 0 (see reranker serve --help)"),
+        (["similar", "P01-1027", "--size", "0"],
+         "reranker similar: error: argument --size: must be >= 1, got 0 (see reranker similar --help)"),
+        # An unknown command, and an unknown option before one.
+        (["serach", "x"], "reranker: error: unknown command 'serach' (did you mean 'search'?; see reranker --help)"),
+        (["wibble"], "reranker: error: unknown command 'wibble' (see reranker --help)"),
+        (["--data-dri", "/tmp", "search", "x"],
+         "reranker: error: unrecognized argument --data-dri (did you mean --data-dir?; see reranker --help)"),
+    ],
+)
+def test_a_command_line_argparse_refuses_is_one_line_naming_the_command(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        run(data_dir, *argv)
+    assert refused.value.code == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", said + "\n")
+
+
+def test_values_that_look_like_options_are_still_values(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What argparse reads as a value (a lone `-`, a negative number, words with a space, an
+    abbreviated option, anything after `--`) is not refused as an unknown option."""
+    with pytest.raises(SystemExit):
+        run(data_dir, "search", "x", "--fusion-weight", "-0.5")
+    assert "must lie in [0, 1], got -0.5" in capsys.readouterr().err
+    assert run(data_dir, "search", "-not an option", "--siz", "2")[0] == 1
+    assert "the index is empty" in capsys.readouterr().err
+    assert run(data_dir, "search", "--", "--explian")[0] == 1
+    assert "the index is empty" in capsys.readouterr().err
+
+
+def test_counts_are_singular_for_one(data_dir: Path, tmp_path: Path) -> None:
+    """`reranker index` said "the index holds 1 documents"."""
+    corpus = write_jsonl(tmp_path / "one.jsonl", TINY_CORPUS[:1])
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 0 and out.splitlines()[0].endswith("; the index holds 1 document"), out
+    again = write_jsonl(tmp_path / "two.jsonl", TINY_CORPUS[:2])
+    code, out = run(data_dir, "index", str(again), "--no-progress")
+    assert code == 0 and out.splitlines()[0].endswith("; the index holds 2 documents"), out
+
+
+def test_serve_writes_the_packages_log_lines_as_gunicorn_writes_its_own(data_dir: Path) -> None:
+    """`[time] [pid] [LEVEL] logger: message`, in the master before gunicorn starts and in a
+    worker: the package's lines said `WARNING reranker...: ...`, with no time and no pid
+    among gunicorn's lines, which have both."""
+    service = Service(data_dir, {"RERANKER_DEFAULT_RANKER": "doc2vec"}, workers=1, threads=1)
+    output = service.stop()
+    stamped = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}\] \[(\d+)\] \[WARNING\] "
+    # The master: an empty index (cli/serving.py).
+    master = re.search(stamped + r"reranker: the index is empty: ", output, re.MULTILINE)
+    assert master is not None and int(master[1]) == service.process.pid, output
+    # A worker: the default ranker has no model yet (service/reranking.py, as it boots).
+    worker = re.search(stamped + r"reranker\.service\.reranking: the default ranker cannot run yet: ", output, re.MULTILINE)
+    booted = re.search(r"\[INFO\] Booting worker with pid: (\d+)$", output, re.MULTILINE)
+    assert worker is not None and booted is not None and worker[1] == booted[1] != master[1], output
+    assert output.count("the default ranker cannot run yet") == 1  # not again through the root logger

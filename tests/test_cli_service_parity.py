@@ -9,6 +9,7 @@ the timings. An error must be an error on both sides, saying the same thing.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -148,6 +149,24 @@ def test_search_json_is_the_answer_of_post_search(
     # The matrix reaches what it means to: every status the sample can give, explanations.
     if "explain" in options and get_ranker(printed["ranker"]).variant is not None and printed["status"] != "query_out_of_vocabulary":
         assert printed["hits"] and all("explanation" in hit for hit in printed["hits"])
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_a_query_read_from_stdin_is_the_text_without_its_final_line_break(
+    both: tuple[Path, FlaskClient], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    """`reranker search - --json < abstract.txt` echoed the file's final newline in "query"
+    (and searched with it); POST /search with the abstract's text echoes it as sent. A line
+    break inside the text, or a blank line before the last one, is the text's own."""
+    data_dir, client = both
+    for text in (QUERY, f"{QUERY}\nsecond line{ending}"):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(f"{text}{ending}".encode()), encoding="utf-8"))
+        code, out, err = _cli(data_dir, capsys, "search", "-", "--json", "--size", "3")
+        assert code == 0, err
+        printed = json.loads(out)
+        assert printed["query"] == text
+        served = client.post("/search", json={"query": text, "size": 3}).get_json()
+        assert _without_timings(printed) == _without_timings(served)
 
 
 @pytest.mark.parametrize("ranker", ["wmd", "wmd+bm25"])

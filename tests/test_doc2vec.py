@@ -429,7 +429,7 @@ def test_cli_trains_doc2vec_on_the_indexed_corpus(data_dir: Path, tmp_path: Path
     assert code == 0, capsys.readouterr().err
     assert "trained PV-DM Doc2Vec (dim=16, 3 epochs) on 26 documents" in out
     assert "stored the vectors of 25 documents; 0 indexed documents have none" in out
-    assert "1 corpus documents not in the index: not-indexed" in out
+    assert "1 corpus document not in the index: not-indexed" in out
     store = EmbeddedStore(data_dir / "index")
     try:
         info = store.index_info()

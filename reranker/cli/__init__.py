@@ -1,8 +1,9 @@
 """The `reranker` command: demo, index, search, evaluate, compare, train, rankers, serve, ab, ...
 
 `main(argv) -> int` runs in-process (the tests call it directly). Errors the user can
-fix print one line, `reranker: error: ...`, and exit non-zero; beside them only a closed
-pipe and Ctrl-C are caught: anything else is a bug, and its traceback is shown.
+fix print one line, `reranker: error: ...`, and exit non-zero (a command line the parser
+refuses: `reranker COMMAND: error: ...`, SystemExit(2), see `CommandParser`); beside them only
+a closed pipe and Ctrl-C are caught: anything else is a bug, and its traceback is shown.
 
     common.py      argument types, the engine, indexing a file, reports, output paths
     indexing.py    index, train, templates, indices
@@ -25,7 +26,7 @@ from typing import Any, Sequence, TextIO
 
 from reranker import __version__
 from reranker.cli import evaluating, indexing, searching, serving, tuning
-from reranker.cli.common import EXIT_ERROR, EXIT_USAGE
+from reranker.cli.common import EXIT_ERROR, EXIT_USAGE, CommandParser
 from reranker.config import Settings
 from reranker.errors import ConfigError, IndexOutdatedError, RerankerError, UnknownRankerError
 
@@ -34,7 +35,7 @@ _COMMANDS = {name: handler for group in _GROUPS for name, handler in group.COMMA
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="reranker",
         description="Rerank BM25 candidates for summary-style queries by hidden topics.",
     )
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in _GROUPS:
         group.add_parsers(commands)
+    global_options = frozenset(option for action in parser._actions for option in action.option_strings) - {"-h", "--help"}
+    for command in commands.choices.values():
+        command.outer_options = global_options
     return parser
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import logging
 import os
@@ -12,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, TextIO
 
 from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_K, DEFAULT_WINDOW, Settings
 from reranker.errors import ConfigError, IndexMismatchError, InputError
@@ -34,6 +35,83 @@ EXIT_USAGE = 2
 
 # `evaluate --baseline-run`: a ranker got significantly worse (distinct from errors, for CI).
 EXIT_REGRESSION = 3
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse, refusing a command line in one line on stderr (exit 2) that names the
+    (sub)command whose line it is, e.g. `reranker search: error: unrecognized argument
+    --explian (did you mean --explain?; see reranker search --help)`; `--help` is argparse's.
+
+    Each parser refuses what it does not know itself (there is no "known args" leniency):
+    argparse hands a subcommand's leftovers up to `reranker`, whose usage and name then
+    stood for a mistake in `search`'s options. And an unknown option is refused before
+    anything else is read: argparse goes on without it, so in `index --wokers 2 c.jsonl`
+    the `2` was taken as the corpus, and in `search --explian` the query was said to be
+    missing."""
+
+    # A command's parser: the options `reranker` itself takes, which go before the command.
+    outer_options: frozenset[str] = frozenset()
+
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads, one behaviour
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        unknown = self._unknown_option(given)
+        if unknown is not None:
+            name = unknown.split("=", 1)[0]
+            if name in self.outer_options:  # `reranker search x --data-dir D`
+                self.refuse(f"{name} is an option of reranker itself: give it before the command")
+            options = [option for action in self._actions for option in action.option_strings]
+            self.refuse(f"unrecognized argument {name}", _closest(name, options))
+        parsed, extras = super().parse_known_args(given, namespace)
+        if extras:  # values no argument takes: `search one two`
+            self.refuse(f"unrecognized argument{'s' if len(extras) > 1 else ''} {' '.join(extras)}")
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        self.refuse(message)
+
+    def refuse(self, problem: str, suggestion: str | None = None) -> NoReturn:
+        hint = f"did you mean {suggestion}?; " if suggestion else ""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {problem} ({hint}see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's "invalid choice: 'serach' (choose from 'demo', 'search', ... 17 names)".
+        if action.nargs == argparse.PARSER and value not in (action.choices or {}):
+            near = _closest(value, list(action.choices or {}))
+            self.refuse(f"unknown command {value!r}", repr(near) if near else None)
+        super()._check_value(action, value)
+
+    def _unknown_option(self, given: list[str]) -> str | None:
+        """The first of `given` that reads as an option this parser does not have (as argparse
+        tells options from values: a negative number, a lone `-` or a string with a space is
+        a value; a prefix of one option is that option), up to `--` or a subcommand's name."""
+        options = [option for action in self._actions for option in action.option_strings]
+        commands = {name for action in self._actions if action.nargs == argparse.PARSER for name in action.choices or {}}
+        for word in given:
+            if word == "--" or word in commands:
+                return None
+            if len(word) < 2 or word[0] not in self.prefix_chars or _NEGATIVE_NUMBER.match(word):
+                continue
+            name = word.split("=", 1)[0]
+            if name in options or word[:2] in options or any(option.startswith(name) for option in options):
+                continue
+            if " " not in word:
+                return word
+        return None
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # as argparse reads them
+
+
+def _closest(given: str, names: list[str]) -> str | None:
+    near = difflib.get_close_matches(given, names, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def counted(count: int, noun: str, *, grouped: bool = False) -> str:
+    """"1 document", "2 documents" (`grouped`: "50,000 documents")."""
+    return (f"{count:,}" if grouped else str(count)) + f" {noun}{'' if count == 1 else 's'}"
+
 
 def positive_int(raw: str) -> int:
     try:
@@ -176,7 +254,7 @@ def with_trained_vectors(
         done = trained_vectors(trained_vectors_path(corpus, settings.data_dir, params, stopwords))
         if built is not None and documents > 0 and (done is None or done.checksum != built.embedding.checksum):
             raise IndexMismatchError(
-                f"the index holds {documents} documents built with word vectors {built.embedding.name!r}; "
+                f"the index holds {counted(documents, 'document')} built with word vectors {built.embedding.name!r}; "
                 f"vectors trained on {corpus} are new ones: add --rebuild to build the index with them"
             )
     started = time.perf_counter()
@@ -187,8 +265,8 @@ def with_trained_vectors(
         print(f"word vectors: trained on {corpus} before, reused from {trained.path}", file=out)
     else:
         print(
-            f"word vectors: trained CBOW word2vec (d={params.dim}, {params.epochs} epochs) on {trained.documents} "
-            f"documents of {corpus} in {time.perf_counter() - started:.1f} s; saved {trained.path}",
+            f"word vectors: trained CBOW word2vec (d={params.dim}, {params.epochs} epochs) on "
+            f"{counted(trained.documents, 'document')} of {corpus} in {time.perf_counter() - started:.1f} s; saved {trained.path}",
             file=out,
         )
     return dataclasses.replace(settings, vectors=trained.info.source)
@@ -205,7 +283,7 @@ def skipped_lines(skipped: Any, shown: int, *, every_skip: bool, label: str = ""
 def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     print(
         f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
-        f"in {report.seconds:.1f} s; the index holds {report.total_documents} documents"
+        f"in {report.seconds:.1f} s; the index holds {counted(report.total_documents, 'document')}"
         f"{f' ({report.replaced} replaced an earlier version)' if report.replaced else ''}",
         file=out,
     )
@@ -213,7 +291,7 @@ def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     for earlier, later in pairs:
         print(f"  duplicate id: {later} replaced {earlier} (the later line wins; --on-duplicate error refuses)", file=out)
     if len(report.duplicates) > len(pairs):
-        print(f"  ... and {len(report.duplicates) - len(pairs)} more duplicate ids (run with -v to list them all)", file=out)
+        print(f"  ... and {counted(len(report.duplicates) - len(pairs), 'more duplicate id')} (run with -v to list them all)", file=out)
     published = report.published
     if published is not None and published.swapped:
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""

@@ -16,6 +16,7 @@ from reranker.cli.common import (
     add_k_option,
     check_output,
     cluster_store,
+    counted,
     given,
     index_file,
     open_engine,
@@ -164,9 +165,9 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         except OSError as exc:  # only the saving touches files
             raise InputError(f"cannot write the vectors: {exc.strerror or exc}", str(args.out)) from None
     print(
-        f"trained CBOW word2vec (d={info.dim}, {params.epochs} epochs) on {documents} documents "
-        f"({len(sentences)} lines with words) of {args.corpus}"
-        f"{f'; skipped {skipped} corpus lines' if skipped else ''}; saved {args.out}\n"
+        f"trained CBOW word2vec (d={info.dim}, {params.epochs} epochs) on {counted(documents, 'document')} "
+        f"({counted(len(sentences), 'line')} with words) of {args.corpus}"
+        f"{'; skipped ' + counted(skipped, 'corpus line') if skipped else ''}; saved {args.out}\n"
         f"use it with: reranker --vectors {args.out} ... (or train and index in one step: reranker index CORPUS --train-vectors)",
         file=out,
     )
@@ -205,19 +206,20 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
         store.close()
     info = report.info
     print(
-        f"trained PV-{info.mode.upper()} Doc2Vec (dim={info.dim}, {info.epochs} epochs) on {report.documents} "
-        f"documents of {args.corpus}{f' ({len(skipped)} lines skipped)' if skipped else ''} in {report.seconds:.1f} s; "
+        f"trained PV-{info.mode.upper()} Doc2Vec (dim={info.dim}, {info.epochs} epochs) on {counted(report.documents, 'document')} "
+        f"of {args.corpus}{' (' + counted(len(skipped), 'line') + ' skipped)' if skipped else ''} in {report.seconds:.1f} s; "
         f"model {info.checksum[:12]} saved as {model_path(settings.data_dir, info.checksum)}",
         file=out,
     )
     print(
-        f"stored the vectors of {report.stored} documents; {report.without_vector} indexed documents have none "
+        f"stored the vectors of {counted(report.stored, 'document')}; "
+        f"{counted(report.without_vector, 'indexed document')} {'has' if report.without_vector == 1 else 'have'} none "
         "(the doc2vec ranker ranks them last)",
         file=out,
     )
     for label, ids in [("not in the index", report.not_in_index), ("no word known to the model", report.no_known_words)]:
         if ids:
-            print(f"  {len(ids)} corpus documents {label}: {listed(ids, 20)}", file=out)
+            print(f"  {counted(len(ids), 'corpus document')} {label}: {listed(ids, 20)}", file=out)
     for failure in report.failures[:20]:
         print(f"  not stored {failure.doc_id}: {failure.reason}", file=out)
     print('use it with: reranker search "..." --ranker doc2vec', file=out)
@@ -257,7 +259,7 @@ def _compact(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     with tqdm(total=store.count(), unit="doc", desc="compacting", disable=not show, leave=False) as bar:
         result = store.compact(progress=bar.update)
     print(
-        f"compacted the BM25 index of {result.documents:,} documents in {time.perf_counter() - started:.0f} s: "
+        f"compacted the BM25 index of {counted(result.documents, 'document', grouped=True)} in {time.perf_counter() - started:.0f} s: "
         f"{result.segments_before} segment{'' if result.segments_before == 1 else 's'} before, {result.segments_after} now",
         file=out,
     )

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, TextIO
 
-from reranker.cli.common import EXIT_ERROR, check_output, positive_int
+from reranker.cli.common import EXIT_ERROR, check_output, counted, positive_int
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
 
@@ -170,9 +170,9 @@ def _write_corpus(args: argparse.Namespace, settings: Settings, judged: "Judged"
         except OSError as exc:
             raise InputError(f"cannot copy the corpus: {exc.strerror or exc}", str(args.corpus)) from None
         missing = judged_ids - ids
-        note = f"a copy of {args.corpus} ({len(ids)} documents)"
+        note = f"a copy of {args.corpus} ({counted(len(ids), 'document')})"
         if missing:
-            note += f"; {len(missing)} judged documents are not in it: is it the file the index was built from?"
+            note += f"; {counted(len(missing), 'judged document')} {'is' if len(missing) == 1 else 'are'} not in it: is it the file the index was built from?"
         return note
     from reranker.store import open_store
 
@@ -192,6 +192,6 @@ def _write_corpus(args: argparse.Namespace, settings: Settings, judged: "Judged"
         raise InputError(f"cannot write: {exc.strerror or exc}", str(target)) from None
     gone = len(shown_ids) - len(found)
     return (
-        f"the {len(found)} documents the experiment showed, read from the index (evaluate ranks over these only; "
-        "give --corpus FILE to rank over the whole collection)" + (f"; {gone} shown documents are no longer in the index" if gone else "")
+        f"the {counted(len(found), 'document')} the experiment showed, read from the index (evaluate ranks over these only; "
+        "give --corpus FILE to rank over the whole collection)" + (f"; {counted(gone, 'shown document')} {'is' if gone == 1 else 'are'} no longer in the index" if gone else "")
     )

@@ -127,6 +127,9 @@ def _read_query(raw: str) -> str:
         # escapes in another), and the query is UTF-8 as every file the package reads.
         buffer = getattr(sys.stdin, "buffer", None)
         raw = buffer.read().decode("utf-8", "surrogateescape") if buffer is not None else sys.stdin.read()
+        # The line break a file or `echo` ends with is no part of the query: POST /search
+        # echoes its query as sent, and the same text there has none. Only that one goes.
+        raw = raw.removesuffix("\n").removesuffix("\r")
     try:
         # Python hands argv's undecodable bytes over as lone surrogates: searched, they
         # would match nothing, and --json would write JSON no strict reader accepts.

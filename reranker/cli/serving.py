@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import TYPE_CHECKING, Any, TextIO
 
-from reranker.cli.common import check_port_free, conversion_progress, log, positive_int
+from reranker.cli.common import check_port_free, conversion_progress, counted, log, positive_int
 from reranker.config import DEFAULT_VECTORS, Settings
 from reranker.errors import ConfigError, InputError
 
@@ -34,9 +35,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.errors import StoreUnavailableError
     from reranker.pipeline import vectors_spec
     from reranker.rankers import get_ranker
+    from reranker.service.access import LOG_DATE_FORMAT, LOG_FORMAT
     from reranker.service.server import serve
     from reranker.store import open_store
 
+    # Its lines as gunicorn's own, which follow them (timestamp, pid, level), and so are
+    # those of the workers it forks (reranker/service/access.py).
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
 
@@ -65,7 +71,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     service = settings.service
     print(
         f"serving {where} with {vectors.info.name} on http://{service.bind} "
-        f"({_count(service.workers, 'worker')} x {_count(service.threads, 'thread')}); API: http://{service.bind}/openapi.json",
+        f"({counted(service.workers, 'worker')} x {counted(service.threads, 'thread')}); API: http://{service.bind}/openapi.json",
         file=out,
         flush=True,
     )
@@ -113,7 +119,3 @@ def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -
 
 
 COMMANDS = {"serve": cmd_serve, "dev-cluster": cmd_dev_cluster}
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"

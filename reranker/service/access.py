@@ -17,6 +17,12 @@ Under gunicorn it writes through gunicorn's access log when one is configured
 (`--access-logfile`), else its error log (standard error, with gunicorn's timestamp and
 worker pid), at gunicorn's log level: `--log-level warning` turns it off. Elsewhere (tests,
 `flask run`) it propagates to the root logger like any other.
+
+The package's other loggers (`reranker.store.opensearch`, ...) write through gunicorn's
+error log too, each line as gunicorn's own with the logger's name before the message,
+`[2026-11-27 07:10:00 +0000] [1234] [WARNING] reranker.store.opensearch: ...`, at the level
+the root logger has (`reranker serve`: WARNING, INFO with -v). `reranker serve` gives its
+own lines before gunicorn starts the same form (`LOG_FORMAT`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ from reranker.service.paths import raw_path
 from reranker.store import end_opaque_id, start_opaque_id
 
 log = logging.getLogger("reranker.access")
+
+# A gunicorn error-log line (gunicorn.glogging's default format and date), with the
+# logger's name: for the lines `reranker serve` writes before gunicorn's start.
+LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
+LOG_DATE_FORMAT = "[%Y-%m-%d %H:%M:%S %z]"
 
 # What an incoming X-Request-Id may be: the ids gateways make (UUIDs, hex, ULIDs, AWS's
 # `Root=1-...`) fit; anything longer or with spaces, quotes or control characters could
@@ -62,15 +73,34 @@ def _client_opaque_id() -> str | None:
 
 
 def route_to_gunicorn() -> None:
-    """Write access lines where gunicorn writes its own, when this process runs under it
-    (gunicorn sets up its loggers before it loads the app)."""
+    """Write access lines where gunicorn writes its own, and the package's other log lines
+    to its error log, when this process runs under it (gunicorn sets up its loggers
+    before it loads the app)."""
     for name in ("gunicorn.access", "gunicorn.error"):
         source = logging.getLogger(name)
         if source.handlers:
             log.handlers = list(source.handlers)
             log.setLevel(logging.getLogger("gunicorn.error").level)
             log.propagate = False
-            return
+            break
+    errors = logging.getLogger("gunicorn.error").handlers
+    package = logging.getLogger("reranker")
+    if errors and not package.handlers:
+        package.handlers = [_Named(handler) for handler in errors]
+        package.propagate = False  # a root handler (`reranker serve`'s) would print it again
+
+
+class _Named(logging.Handler):
+    """A record handed to one of gunicorn's error-log handlers, which formats it as its own
+    lines (timestamp, pid, level) and writes it where they go (a file it reopens on USR1,
+    syslog), its message led by the logger's name, as the root logger's lines say it."""
+
+    def __init__(self, target: logging.Handler) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.target.handle(logging.makeLogRecord({**record.__dict__, "msg": f"{record.name}: {record.getMessage()}", "args": None}))
 
 
 def install(app: Flask) -> None:
