@@ -618,6 +618,11 @@ def test_a_search_route_asked_with_another_method_is_a_405_and_never_forwarded(c
     for method, path in (("PUT", "/papers/_search"), ("DELETE", "/papers/_search"), ("PUT", "/_msearch"), ("DELETE", "/_search/scroll")):
         answer = client.open(path, method=method, data=json.dumps(summary("ocean")), content_type="application/json")
         assert answer.status_code == 405 and set(answer.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"} == {"GET", "POST"}, path
+    # OPTIONS answers here, as OpenSearch does: an empty 200 typed text/plain (not text/html).
+    for path in ("/papers/_search", "/_msearch"):
+        answer = client.options(path)
+        assert answer.status_code == 200 and answer.data == b"" and answer.headers["Content-Type"] == "text/plain; charset=utf-8", path
+        assert set(answer.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"} == {"GET", "POST"}, path
     assert direct.count() == len(CORPUS)
 
 

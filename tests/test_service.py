@@ -423,6 +423,15 @@ def test_unknown_routes_and_methods_answer_json(client: FlaskClient) -> None:
     assert client.open("/documents/x", method="TRACE").headers["Allow"] == "GET, HEAD, OPTIONS"
 
 
+def test_options_lists_the_methods_and_claims_no_html(client: FlaskClient) -> None:
+    """An empty 200 typed text/plain, as OpenSearch answers OPTIONS: Flask's default type
+    said an HTML page came."""
+    for path, allowed in (("/search", {"OPTIONS", "POST"}), ("/documents/x", {"GET", "HEAD", "OPTIONS"})):
+        answer = client.options(path)
+        assert answer.status_code == 200 and answer.data == b"" and set(answer.headers["Allow"].split(", ")) == allowed, path
+        assert answer.headers["Content-Type"] == "text/plain; charset=utf-8", path
+
+
 # --- probes, metrics, OpenAPI ------------------------------------------------------------
 
 
