@@ -1015,6 +1015,14 @@ def test_only_the_search_subset_the_proxy_knows_is_forwarded(recorded: tuple[Fla
         ({"query": {"bool": []}}, "[query.bool] must be an object"),
         ({"query": {"function_score": {"functions": {}}}}, "[query.function_score.functions] must be a list"),
         ({"aggs": []}, "[aggs] must be an object of named aggregations"),
+        # A _source in no form OpenSearch reads: the cluster failed the search, {"a": 1} as a 500.
+        ({"_source": {"a": 1}}, "[_source.a] is not a key of a _source filter; it takes includes and excludes"),
+        ({"_source": {"includes": 1}}, "[_source.includes] must be a field pattern or a list of them"),
+        ({"_source": {"excludes": ["title", {}]}}, "[_source.excludes] must be a field pattern or a list of them"),
+        ({"_source": 1}, "[_source] must be true or false, a field pattern, a list of them, or an object of includes and excludes"),
+        ({"_source": ["title", 2]}, "[_source] must be true or false"),
+        ({"_source": None}, "[_source] must be true or false"),
+        ({"aggs": {"t": {"top_hits": {"_source": {"a": 1}}}}}, "[aggs.t.top_hits._source.a] is not a key of a _source filter"),
     ],
 )
 def test_a_search_part_of_the_wrong_shape_is_a_400(recorded: tuple[FlaskClient, ClusterProxy], body: dict[str, Any], reason: str) -> None:
@@ -1023,6 +1031,14 @@ def test_a_search_part_of_the_wrong_shape_is_a_400(recorded: tuple[FlaskClient, 
     assert answer.status_code == 400 and answer.get_json()["error"]["type"] == "parsing_exception", answer.get_json()
     assert reason in answer.get_json()["error"]["reason"]
     assert [p for _, p, _ in recorder.requests if "_search" in p] == []
+
+
+@pytest.mark.parametrize(
+    "source", [False, True, "title", ["title", "ye*"], {"includes": "title"}, {"includes": ["title"], "excludes": ["year"]}, {"excludes": "year"}],
+)
+def test_each_form_of_a_source_filter_opensearch_reads_is_forwarded(client: FlaskClient, source: Any) -> None:
+    answer = client.post("/papers/_search", json={"query": {"match_all": {}}, "_source": source, "aggs": {"t": {"top_hits": {"_source": source}}}})
+    assert answer.status_code == 200, answer.get_json()
 
 
 def test_what_a_search_application_sends_still_passes(client: FlaskClient) -> None:
