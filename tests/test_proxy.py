@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -1030,6 +1031,24 @@ def test_a_search_part_of_the_wrong_shape_is_a_400(recorded: tuple[FlaskClient, 
     answer = client.post("/papers/_search", json=body)
     assert answer.status_code == 400 and answer.get_json()["error"]["type"] == "parsing_exception", answer.get_json()
     assert reason in answer.get_json()["error"]["reason"]
+    assert [p for _, p, _ in recorder.requests if "_search" in p] == []
+
+
+def test_a_filter_value_longer_than_any_exact_value_is_a_400_before_the_cluster(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+    """`body` has no exact sub-field: an `eq` filter on it goes to the cluster as a phrase
+    query, whose cost grows with the value (40 kB made osmem-server time out). Past the
+    longest exact value the index keeps (title.raw's 8191 characters), a 400, as on the
+    embedded store; up to it, the cluster answers."""
+    client, recorder = recorded
+    at_limit = ("ocean " * 1366)[:8191]
+    started = time.monotonic()
+    answer = client.post("/search", json={"query": SEA, "filters": [{"field": "body", "value": at_limit}]})
+    assert answer.status_code == 200 and answer.get_json()["hits"] == [], answer.get_json()
+    assert time.monotonic() - started < 10
+    recorder.requests.clear()
+    answer = client.post("/search", json={"query": SEA, "filters": [{"field": "body", "value": at_limit + "s"}]})
+    assert answer.status_code == 400 and answer.get_json()["error"]["type"] == "illegal_argument_exception"
+    assert answer.get_json()["error"]["reason"] == "[filters[0].value] must be at most 8191 characters, got 8192"
     assert [p for _, p, _ in recorder.requests if "_search" in p] == []
 
 

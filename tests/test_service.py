@@ -156,6 +156,11 @@ def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> 
     assert client.post("/search", json={"query": QUERY, "size": 100, "filters": many * 100}).get_json()["hits"] == body["hits"]
     reason = _error(client.post("/search", json={"query": QUERY, "filters": many * 1000}), 400, "illegal_argument_exception")
     assert reason == "[filters] must have at most 100 items, got 1000"
+    # A string longer than the longest exact value the index keeps (title.raw, 8191 characters)
+    # can equal no stored value: a 400, as on the OpenSearch store (test_proxy.py), whatever the field.
+    reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "year", "value": "1" * 8192}]}), 400, "illegal_argument_exception")
+    assert reason == "[filters[0].value] must be at most 8191 characters, got 8192"
+    assert client.post("/search", json={"query": QUERY, "filters": [{"field": "title", "value": "t" * 8191}]}).status_code == 200
 
 
 def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:
