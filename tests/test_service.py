@@ -161,6 +161,12 @@ def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> 
     reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "year", "value": "1" * 8192}]}), 400, "illegal_argument_exception")
     assert reason == "[filters[0].value] must be at most 8191 characters, got 8192"
     assert client.post("/search", json={"query": QUERY, "filters": [{"field": "title", "value": "t" * 8191}]}).status_code == 200
+    # Digits beyond a double, for a field of numbers: not one (Python's int() failed on over
+    # 4,300 digits, a 500); beyond 64 bits, a double, as a JSON integer is read.
+    reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "year", "op": "gte", "value": "1" * 5000}]}), 400, "illegal_argument_exception")
+    assert reason.startswith("cannot filter 'year' (gte '111") and reason.endswith("is not one")
+    beyond = client.post("/search", json={"query": QUERY, "size": 100, "filters": [{"field": "year", "op": "lte", "value": "9" * 20}]})
+    assert beyond.status_code == 200 and beyond.get_json()["hits"] == everything["hits"]
 
 
 def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:
