@@ -171,6 +171,13 @@ class WriteFailure:
 
 
 FILTER_OPS = ("eq", "gt", "gte", "lt", "lte")
+# The longest string a filter may compare with: the longest exact value the OpenSearch index
+# keeps (title.raw's ignore_above in index_templates/: 8191 characters, the most whose UTF-8
+# fits one Lucene term of 32766 bytes). No longer value can equal a stored exact value, and
+# on a text field without an exact sub-field (`body`) the value goes to the cluster as a
+# phrase query, whose cost grows with it (40 kB made a test cluster time out). Both stores
+# refuse it alike, through the request schema.
+MAX_FILTER_VALUE_CHARS = 8191
 
 
 @dataclass(frozen=True)

@@ -541,6 +541,10 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--window", "0")
     assert usage.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+    # Longer than the longest exact value the index keeps, as POST /search refuses it.
+    with pytest.raises(SystemExit) as usage:
+        run(data_dir, "search", "ships", "--filter", "title=" + "a" * 8192)
+    assert usage.value.code == 2 and "argument --filter: must be at most 8191 characters, got 8192" in capsys.readouterr().err
 
 
 def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -618,6 +619,11 @@ def test_a_search_route_asked_with_another_method_is_a_405_and_never_forwarded(c
     for method, path in (("PUT", "/papers/_search"), ("DELETE", "/papers/_search"), ("PUT", "/_msearch"), ("DELETE", "/_search/scroll")):
         answer = client.open(path, method=method, data=json.dumps(summary("ocean")), content_type="application/json")
         assert answer.status_code == 405 and set(answer.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"} == {"GET", "POST"}, path
+    # OPTIONS answers here, as OpenSearch does: an empty 200 typed text/plain (not text/html).
+    for path in ("/papers/_search", "/_msearch"):
+        answer = client.options(path)
+        assert answer.status_code == 200 and answer.data == b"" and answer.headers["Content-Type"] == "text/plain; charset=utf-8", path
+        assert set(answer.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"} == {"GET", "POST"}, path
     assert direct.count() == len(CORPUS)
 
 
@@ -1010,6 +1016,14 @@ def test_only_the_search_subset_the_proxy_knows_is_forwarded(recorded: tuple[Fla
         ({"query": {"bool": []}}, "[query.bool] must be an object"),
         ({"query": {"function_score": {"functions": {}}}}, "[query.function_score.functions] must be a list"),
         ({"aggs": []}, "[aggs] must be an object of named aggregations"),
+        # A _source in no form OpenSearch reads: the cluster failed the search, {"a": 1} as a 500.
+        ({"_source": {"a": 1}}, "[_source.a] is not a key of a _source filter; it takes includes and excludes"),
+        ({"_source": {"includes": 1}}, "[_source.includes] must be a field pattern or a list of them"),
+        ({"_source": {"excludes": ["title", {}]}}, "[_source.excludes] must be a field pattern or a list of them"),
+        ({"_source": 1}, "[_source] must be true or false, a field pattern, a list of them, or an object of includes and excludes"),
+        ({"_source": ["title", 2]}, "[_source] must be true or false"),
+        ({"_source": None}, "[_source] must be true or false"),
+        ({"aggs": {"t": {"top_hits": {"_source": {"a": 1}}}}}, "[aggs.t.top_hits._source.a] is not a key of a _source filter"),
     ],
 )
 def test_a_search_part_of_the_wrong_shape_is_a_400(recorded: tuple[FlaskClient, ClusterProxy], body: dict[str, Any], reason: str) -> None:
@@ -1018,6 +1032,32 @@ def test_a_search_part_of_the_wrong_shape_is_a_400(recorded: tuple[FlaskClient, 
     assert answer.status_code == 400 and answer.get_json()["error"]["type"] == "parsing_exception", answer.get_json()
     assert reason in answer.get_json()["error"]["reason"]
     assert [p for _, p, _ in recorder.requests if "_search" in p] == []
+
+
+def test_a_filter_value_longer_than_any_exact_value_is_a_400_before_the_cluster(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+    """`body` has no exact sub-field: an `eq` filter on it goes to the cluster as a phrase
+    query, whose cost grows with the value (40 kB made osmem-server time out). Past the
+    longest exact value the index keeps (title.raw's 8191 characters), a 400, as on the
+    embedded store; up to it, the cluster answers."""
+    client, recorder = recorded
+    at_limit = ("ocean " * 1366)[:8191]
+    started = time.monotonic()
+    answer = client.post("/search", json={"query": SEA, "filters": [{"field": "body", "value": at_limit}]})
+    assert answer.status_code == 200 and answer.get_json()["hits"] == [], answer.get_json()
+    assert time.monotonic() - started < 10
+    recorder.requests.clear()
+    answer = client.post("/search", json={"query": SEA, "filters": [{"field": "body", "value": at_limit + "s"}]})
+    assert answer.status_code == 400 and answer.get_json()["error"]["type"] == "illegal_argument_exception"
+    assert answer.get_json()["error"]["reason"] == "[filters[0].value] must be at most 8191 characters, got 8192"
+    assert [p for _, p, _ in recorder.requests if "_search" in p] == []
+
+
+@pytest.mark.parametrize(
+    "source", [False, True, "title", ["title", "ye*"], {"includes": "title"}, {"includes": ["title"], "excludes": ["year"]}, {"excludes": "year"}],
+)
+def test_each_form_of_a_source_filter_opensearch_reads_is_forwarded(client: FlaskClient, source: Any) -> None:
+    answer = client.post("/papers/_search", json={"query": {"match_all": {}}, "_source": source, "aggs": {"t": {"top_hits": {"_source": source}}}})
+    assert answer.status_code == 200, answer.get_json()
 
 
 def test_what_a_search_application_sends_still_passes(client: FlaskClient) -> None:

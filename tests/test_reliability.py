@@ -232,6 +232,48 @@ def test_requests_gunicorns_parser_refuses_get_json_with_a_request_id(data_dir: 
     assert re.search(r"method=GET path=/healthz status=400 duration_ms=[0-9.]+ request_id=gw-9c1d remote=127\.0\.0\.1", output), output[-2000:]
 
 
+def _error_of(answer: bytes) -> dict[str, Any]:
+    """The JSON body of a raw answer, checked to be in the app's error shape (errors.py)."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"Content-Type: application/json" in head, answer[:300]
+    error = json.loads(body)
+    cause = {"type": error["error"]["type"], "reason": error["error"]["reason"]}
+    assert error == {"error": {"root_cause": [cause], **cause}, "status": int(head.split()[1])}, error
+    return cause
+
+
+def test_the_workers_refusals_have_the_apps_error_shape(data_dir: Path) -> None:
+    """What the worker answers before any route (414, 400, 413, 431, 417, 408, 503) carries
+    the same body as the app's errors, `root_cause` included: a client parses them alike."""
+    service = Service(data_dir, {"RERANKER_MAX_BODY_BYTES": "2000", "RERANKER_READ_TIMEOUT": "1", "RERANKER_MAX_PENDING": "2"}, workers=1)
+    close = b"Host: x\r\nConnection: close\r\n\r\n"
+    held: list[socket.socket] = []
+    try:
+        for request, kind in [
+            (b"GET /documents/" + b"a" * 9000 + b" HTTP/1.1\r\n" + close, "too_long_frame_exception"),  # 414
+            (b"GET /healthz HTTP/1.1\nHost: x\n\n", "parse_exception"),  # framing: bare LF
+            (b"POST /search HTTP/1.1\r\nContent-Length: 2001\r\n" + close, "content_too_long_exception"),  # 413 on the head
+            (b"GET /healthz HTTP/1.1\r\n" + b"X-A: 1\r\n" * 120 + b"\r\n", "too_long_frame_exception"),  # 431
+            (b"get /healthz HTTP/1.1\r\n" + close, "parse_exception"),  # gunicorn's parser
+            (b"POST /search HTTP/1.1\r\nExpect: later\r\nContent-Length: 0\r\n" + close, "expectation_failed_exception"),
+            (b"POST /search HTTP/1.1\r\nContent-Length: 5\r\n\r\n{", "request_timeout_exception"),  # 408
+        ]:
+            assert _error_of(_raw(service.port, request, timeout=5))["type"] == kind
+        # The app's own refusal, for comparison: the same shape.
+        assert _error_of(_raw(service.port, b"GET /search HTTP/1.1\r\n" + close))["type"] == "method_not_allowed_exception"
+        for _ in range(2):  # two requests still arriving take the worker's RERANKER_MAX_PENDING
+            sock = socket.create_connection(("127.0.0.1", service.port), timeout=5)
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\n")
+            held.append(sock)
+        time.sleep(0.3)
+        assert _error_of(_raw(service.port, b"GET /healthz HTTP/1.1\r\n" + close, timeout=5))["type"] == "too_many_requests_exception"
+    finally:
+        for sock in held:
+            sock.close()
+        output = service.stop()
+    assert "Traceback" not in output, output
+
+
 def test_slow_clients_hold_no_thread_and_get_408(data_dir: Path, tmp_path: Path) -> None:
     """16 clients trickling headers or bodies (one byte every 0.3 s) against 1 worker of
     4 threads: the service keeps answering, and each slow client gets 408 after

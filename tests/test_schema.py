@@ -26,7 +26,7 @@ from reranker.service.schema import (
     UbiEvent,
     read,
 )
-from reranker.types import FILTER_OPS
+from reranker.types import FILTER_OPS, MAX_FILTER_VALUE_CHARS
 
 LIMITS = ServiceSettings(max_text_chars=50, max_window=100, max_documents=3)
 
@@ -201,3 +201,16 @@ def test_the_document_is_generated_from_the_routes_and_their_models() -> None:
     app.extensions.pop("reranker.openapi")
     with pytest.raises(RuntimeError, match=r"route /forgotten \(forgotten\) declares no operation"):
         openapi_document(app)
+
+
+def test_a_filter_value_is_bounded_by_the_longest_exact_value_the_index_keeps() -> None:
+    """The bound is not a number of its own: it is title.raw's ignore_above in the index
+    template, so that no value the schema takes is longer than one a filter could match."""
+    from pathlib import Path
+
+    template = json.loads((Path(__file__).parent.parent / "index_templates" / "reranker-mappings.component.json").read_text())
+    assert template["template"]["mappings"]["properties"]["title"]["fields"]["raw"]["ignore_above"] == MAX_FILTER_VALUE_CHARS
+    read(SearchRequest, {"query": "x", "filters": [{"field": "body", "value": "a" * MAX_FILTER_VALUE_CHARS}]})
+    with pytest.raises(ApiError) as refused:
+        read(SearchRequest, {"query": "x", "filters": [{"field": "body", "value": "a" * (MAX_FILTER_VALUE_CHARS + 1)}]})
+    assert refused.value.status == 400

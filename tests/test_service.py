@@ -162,6 +162,17 @@ def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> 
     assert client.post("/search", json={"query": QUERY, "size": 100, "filters": many * 100}).get_json()["hits"] == body["hits"]
     reason = _error(client.post("/search", json={"query": QUERY, "filters": many * 1000}), 400, "illegal_argument_exception")
     assert reason == "[filters] must have at most 100 items, got 1000"
+    # A string longer than the longest exact value the index keeps (title.raw, 8191 characters)
+    # can equal no stored value: a 400, as on the OpenSearch store (test_proxy.py), whatever the field.
+    reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "year", "value": "1" * 8192}]}), 400, "illegal_argument_exception")
+    assert reason == "[filters[0].value] must be at most 8191 characters, got 8192"
+    assert client.post("/search", json={"query": QUERY, "filters": [{"field": "title", "value": "t" * 8191}]}).status_code == 200
+    # Digits beyond a double, for a field of numbers: not one (Python's int() failed on over
+    # 4,300 digits, a 500); beyond 64 bits, a double, as a JSON integer is read.
+    reason = _error(client.post("/search", json={"query": QUERY, "filters": [{"field": "year", "op": "gte", "value": "1" * 5000}]}), 400, "illegal_argument_exception")
+    assert reason.startswith("cannot filter 'year' (gte '111") and reason.endswith("is not one")
+    beyond = client.post("/search", json={"query": QUERY, "size": 100, "filters": [{"field": "year", "op": "lte", "value": "9" * 20}]})
+    assert beyond.status_code == 200 and beyond.get_json()["hits"] == everything["hits"]
 
 
 def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:
@@ -427,6 +438,15 @@ def test_unknown_routes_and_methods_answer_json(client: FlaskClient) -> None:
         assert _error(answer, 405, "method_not_allowed_exception") == f"{method} is not a method of /search; it takes OPTIONS, POST"
         assert answer.headers["Allow"] == "OPTIONS, POST"
     assert client.open("/documents/x", method="TRACE").headers["Allow"] == "GET, HEAD, OPTIONS"
+
+
+def test_options_lists_the_methods_and_claims_no_html(client: FlaskClient) -> None:
+    """An empty 200 typed text/plain, as OpenSearch answers OPTIONS: Flask's default type
+    said an HTML page came."""
+    for path, allowed in (("/search", {"OPTIONS", "POST"}), ("/documents/x", {"GET", "HEAD", "OPTIONS"})):
+        answer = client.options(path)
+        assert answer.status_code == 200 and answer.data == b"" and set(answer.headers["Allow"].split(", ")) == allowed, path
+        assert answer.headers["Content-Type"] == "text/plain; charset=utf-8", path
 
 
 # --- probes, metrics, OpenAPI ------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, TextIO
 
 from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_K, DEFAULT_WINDOW, Settings
 from reranker.errors import ConfigError, IndexMismatchError, InputError
-from reranker.types import Filter
+from reranker.types import MAX_FILTER_VALUE_CHARS, Filter
 
 if TYPE_CHECKING:
     from reranker.embeddings import Progress, WordVectors
@@ -155,6 +155,8 @@ def parse_filter(raw: str) -> Filter:
         parsed = value
     if op != "=" and (isinstance(parsed, bool) or not isinstance(parsed, (int, float, str))):
         raise argparse.ArgumentTypeError(f"a range filter needs a number or a date, got {value!r}")
+    if isinstance(parsed, str) and len(parsed) > MAX_FILTER_VALUE_CHARS:  # as POST /search refuses it
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_FILTER_VALUE_CHARS} characters, got {len(parsed)}")
     return Filter(name, _FILTER_OPS[op], parsed)
 
 def add_dataset_files(parser: argparse.ArgumentParser, *, queries: bool = True) -> None:

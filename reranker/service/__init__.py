@@ -81,8 +81,10 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     def options_response() -> Response:
         """OPTIONS lists the methods the path really has: Flask would add the proxy's
-        catch-all's (PUT, DELETE, PATCH, ...), which only ever answer 403 or 405."""
-        found = app.response_class()
+        catch-all's (PUT, DELETE, PATCH, ...), which only ever answer 403 or 405. Its
+        empty body is typed text/plain, as OpenSearch types its own OPTIONS answer (Flask's
+        default would claim an HTML page)."""
+        found = app.response_class(mimetype="text/plain")
         found.allow.update({*proxy.native_routes().bind_to_environ(request.environ).allowed_methods(), "OPTIONS"})
         return found
 

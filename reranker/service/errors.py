@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
@@ -94,9 +95,15 @@ def api_error(exc: RerankerError) -> ApiError:
     return ApiError(500, "reranker_exception", str(exc))
 
 
+def error_body(status: int, type_: str, reason: str) -> dict[str, Any]:
+    """The JSON of an error, in OpenSearch's shape: what the app answers, and what the
+    worker answers for a request it refuses before the app sees it (worker.py)."""
+    cause = {"type": type_, "reason": reason}
+    return {"error": {"root_cause": [cause], **cause}, "status": status}
+
+
 def error_response(error: ApiError) -> Response:
-    cause = {"type": error.type, "reason": error.reason}
-    body = {"error": {"root_cause": [cause], **cause}, "status": error.status}
+    body = error_body(error.status, error.type, error.reason)
     response = Response(json.dumps(body), status=error.status, mimetype="application/json")
     for name, value in error.headers.items():
         response.headers[name] = value

@@ -207,7 +207,9 @@ class _Walker:
             for key in body["ext"]:
                 if key != "rerank" and key not in self.allowed:
                     raise self.refuse(f"ext.{key}", "is not an extension the proxy knows (only ext.rerank)")
-        for key in ("collapse", "fields", "docvalue_fields", "_source", "indices_boost"):
+        if "_source" in body:
+            self.source(body["_source"], "_source")
+        for key in ("collapse", "fields", "docvalue_fields", "indices_boost"):
             if key in body:
                 self.scripts(body[key], key)
 
@@ -284,8 +286,13 @@ class _Walker:
                         items = named.items() if isinstance(named, dict) else enumerate(named or [])
                         for label, query in items:
                             self.query(query, f"{where}.filters.filters.{label}")
-                    elif key == "top_hits" and isinstance(value, dict) and "script_fields" in value:
-                        self.guard("script_fields", f"{where}.top_hits.script_fields")
+                    elif key == "top_hits" and isinstance(value, dict):
+                        if "_source" in value:
+                            self.source(value["_source"], f"{where}.top_hits._source")
+                        if "script_fields" in value:
+                            self.guard("script_fields", f"{where}.top_hits.script_fields")
+                        else:
+                            self.scripts(value, f"{where}.top_hits")
                     else:
                         self.scripts(value, f"{where}.{key}")
                 else:
@@ -316,6 +323,22 @@ class _Walker:
                     self.scripts(value, f"{path}.{name}.{key}")
                 elif key not in ("text", "prefix", "regex") and key not in self.allowed:
                     raise self.refuse(f"{path}.{name}.{key}", "is not a suggester the proxy knows")
+
+    def source(self, source: Any, path: str) -> None:
+        """A `_source` filter in a form OpenSearch reads (FetchSourceContext): true or false,
+        a pattern, a list of patterns, or an object of `includes` and `excludes` (or their
+        old names `include`, `exclude`), each a pattern or a list of them. Another form
+        (`{"a": 1}`, a number) fails the search on the cluster, some as a 500."""
+        if isinstance(source, (bool, str)) or (isinstance(source, list) and all(isinstance(item, str) for item in source)):
+            return
+        if isinstance(source, dict):
+            for key, value in source.items():
+                if key not in ("includes", "excludes", "include", "exclude"):
+                    raise self.malformed(f"{path}.{key}", "is not a key of a _source filter; it takes includes and excludes")
+                if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(item, str) for item in value))):
+                    raise self.malformed(f"{path}.{key}", "must be a field pattern or a list of them")
+            return
+        raise self.malformed(path, "must be true or false, a field pattern, a list of them, or an object of includes and excludes")
 
     def scripts(self, value: Any, path: str) -> None:
         """A script anywhere under `value` (an option named `script`, or a `_script` sort) is

@@ -43,6 +43,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from reranker.config import ServiceSettings
 from reranker.service.access import log_raw_answer, raw_request_id
+from reranker.service.errors import error_body
 
 # Request line and headers beyond the body: gunicorn refuses more than 8190 bytes of
 # request line and 100 header fields (gunicorn.conf.py); this is a generous ceiling.
@@ -218,7 +219,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
 
 def _json_answer(status: int, phrase: str, kind: str, reason: str, identifier: str) -> bytes:
     """A whole HTTP answer carrying a JSON error, after which the connection closes."""
-    body = json.dumps({"error": {"type": kind, "reason": reason}, "status": status}).encode()
+    body = json.dumps(error_body(status, kind, reason)).encode()
     return (
         b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (status, phrase.encode(), identifier.encode(), len(body), body)

@@ -249,7 +249,9 @@ def filter_for_field(item: Filter, kind: str | None) -> Filter:
             raise InputError(f"cannot filter {shown}: the field holds numbers, not true or false")
         if isinstance(value, str):
             text = value.strip()
-            if _INTEGER.fullmatch(text):
+            # Beyond 64 bits a double, as a JSON integer beyond them is read (and Python's
+            # int() refuses a text of over 4,300 digits with a ValueError: a 500).
+            if _INTEGER.fullmatch(text) and len(text) <= 20 and -(2**63) <= int(text) < 2**63:
                 return Filter(item.field, item.op, int(text))
             try:
                 number = float(text)
