@@ -233,6 +233,23 @@ class LruCache(Generic[K, V]):
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
+# How much of a filter's value an error message repeats: a value may be 8,191 characters.
+_SHOWN_VALUE_CHARS = 60
+
+
+def value_shown(value: object) -> str:
+    """A filter's value as error messages repeat it: its repr, a long one cut short."""
+    shown = repr(value)
+    if len(shown) > _SHOWN_VALUE_CHARS:
+        shown = f"{shown[:_SHOWN_VALUE_CHARS]}... ({len(str(value)):,} characters)"
+    return shown
+
+
+def filter_shown(item: Filter) -> str:
+    """`'year' (gte 'abc')`: a filter as error messages name it."""
+    return f"{item.field!r} ({item.op} {value_shown(item.value)})"
+
+
 def filter_for_field(item: Filter, kind: str | None) -> Filter:
     """`item` with its value read as the field's values are, as OpenSearch reads a term or
     range value by the field's mapping: "2010" for a field of numbers is 2010, 2010 for a
@@ -243,7 +260,7 @@ def filter_for_field(item: Filter, kind: str | None) -> Filter:
     a field of numbers): without it the filter would silently match nothing (or, in
     SQLite's order, where every number sorts before every text, everything)."""
     value = item.value
-    shown = f"{item.field!r} ({item.op} {value!r})"
+    shown = filter_shown(item)
     if kind == "number":
         if isinstance(value, bool):
             raise InputError(f"cannot filter {shown}: the field holds numbers, not true or false")
@@ -258,7 +275,7 @@ def filter_for_field(item: Filter, kind: str | None) -> Filter:
             except ValueError:
                 number = float("nan")
             if number != number or number in (float("inf"), float("-inf")):
-                raise InputError(f"cannot filter {shown}: the field holds numbers and {value!r} is not one")
+                raise InputError(f"cannot filter {shown}: the field holds numbers and {value_shown(value)} is not one")
             return Filter(item.field, item.op, number)
     elif kind == "text" and not isinstance(value, str):
         # JSON's spelling, as OpenSearch turns a number into a keyword term: true, 2010, 1.5.

@@ -50,7 +50,7 @@ from reranker.errors import (
     StoreUnavailableError,
     UnknownFieldError,
 )
-from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field, filter_shown
 from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client
 from reranker.store.opensearch_encoding import (
@@ -954,7 +954,7 @@ class OpenSearchStore:
         if bounds and not isinstance(sent, (bool, str)) and not bounds[0] <= sent <= bounds[1]:
             # The cluster parses the value as the field's type and fails the whole search.
             raise InputError(
-                f"cannot filter {item.field!r} ({item.op} {item.value!r}): the field holds integers of "
+                f"cannot filter {filter_shown(item)}: the field holds integers of "
                 f"type {mapping['type']}, from {bounds[0]} to {bounds[1]}"
             )
         field = item.field
@@ -962,7 +962,7 @@ class OpenSearchStore:
             if "raw" not in mapping.get("fields", {}):
                 if item.op == "eq":
                     return {"match_phrase": {field: item.value}}
-                raise InputError(f"cannot filter {field!r} ({item.op} {item.value!r}): it is text without an exact sub-field; only = compares it")
+                raise InputError(f"cannot filter {filter_shown(item)}: it is text without an exact sub-field; only = compares it")
             # The exact value, as the embedded store compares it: a range over the analysed
             # field would compare each word of the value ("2014-12-31" holds "31" > "2015").
             field = f"{field}.raw"
