@@ -793,7 +793,7 @@ def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str,
     the same score, else "ok" (reason None)."""
     if len(query.words) == 0 and uses_word_vectors(ranker):
         if isinstance(ranker, Fusion):
-            return "query_out_of_vocabulary", "no query word has a word vector; the rest of the fusion (the first stage's part) orders the hits"
+            return "query_out_of_vocabulary", "no query word has a word vector; its word-vector parts add 0 and the rest of the fusion orders the hits"
         return "query_out_of_vocabulary", "no query word has a word vector; first-stage order kept"
     if ranking.notes:
         return "partial", " ".join(ranking.notes)

@@ -178,6 +178,9 @@ FILTER_OPS = ("eq", "gt", "gte", "lt", "lte")
 # phrase query, whose cost grows with it (40 kB made a test cluster time out). Both stores
 # refuse it alike, through the request schema.
 MAX_FILTER_VALUE_CHARS = 8191
+# The most filters one search takes: far more than an application combines, far fewer than
+# the stores can nest (about 990 in the embedded store, 1,024 clauses in OpenSearch's).
+MAX_FILTERS = 100
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -103,7 +104,7 @@ def test_an_out_of_vocabulary_search_says_what_orders_it(data_dir: Path, tmp_pat
     assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
     header, *hits = run(data_dir, "search", "zorblaxian")[1].splitlines()
     assert header.endswith(
-        "[query_out_of_vocabulary: no query word has a word vector; the rest of the fusion (the first stage's part) orders the hits]"
+        "[query_out_of_vocabulary: no query word has a word vector; its word-vector parts add 0 and the rest of the fusion orders the hits]"
     ), header
     scores = [float(line.split("score ")[1].split()[0]) for line in hits if " score " in line]
     assert len(scores) == 2 and scores == sorted(scores, reverse=True), hits
@@ -1038,6 +1039,14 @@ def test_the_product_depends_on_no_optional_feature() -> None:
         (["wibble"], "reranker: error: unknown command 'wibble' (see reranker --help)"),
         (["--data-dri", "/tmp", "search", "x"],
          "reranker: error: unrecognized argument --data-dri (did you mean --data-dir?; see reranker --help)"),
+        # The unknown command first: its options are its own to read (a review found these).
+        (["serach", "--explian", "x"], "reranker: error: unknown command 'serach' (did you mean 'search'?; see reranker --help)"),
+        # A value that starts with "-": the option that lacks its value is what is wrong.
+        (["tune", "d", "--weights", "-0.1,0.3"], "reranker tune: error: argument --weights: expected one argument (see reranker tune --help)"),
+        (["search", "x", "--filter", "-x=1"], "reranker search: error: argument --filter: expected one argument (see reranker search --help)"),
+        # reranker's own options after a command of a command.
+        (["ab", "create", "x", "--rankers", "bm25,wmd", "--data-dir", "/tmp"],
+         "reranker ab create: error: --data-dir is an option of reranker itself: give it before the command (see reranker ab create --help)"),
     ],
 )
 def test_a_command_line_argparse_refuses_is_one_line_naming_the_command(
@@ -1062,6 +1071,30 @@ def test_values_that_look_like_options_are_still_values(data_dir: Path, capsys: 
     assert "the index is empty" in capsys.readouterr().err
 
 
+def test_help_is_printed_whatever_else_the_line_holds(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        run(data_dir, "search", "--explian", "--help")
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("usage: reranker search")
+
+
+def test_filters_the_service_refuses_the_command_line_refuses(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`year>=NaN` reached the stores as float('nan'): 0 hits on the embedded store, a
+    traceback from the OpenSearch store's range check (decimal.InvalidOperation); an integer
+    beyond 64 bits was an OverflowError from SQLite; and 1,000 filters failed the search
+    (SQLite's "Expression tree is too large"), where POST /search takes at most 100."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [dict(TINY_CORPUS[0], year=1998), dict(TINY_CORPUS[1], year=2005)])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    capsys.readouterr()
+    for value in ("NaN", "Infinity", "-Infinity"):
+        assert run(data_dir, "search", "ocean", "--ranker", "bm25", "--filter", f"year>={value}")[0] == 1
+        assert capsys.readouterr().err == f"reranker: error: cannot filter 'year' (gte '{value}'): the field holds numbers and '{value}' is not one\n"
+    code, out = run(data_dir, "search", "ocean bread", "--ranker", "bm25", "--filter", "year<99999999999999999999999", "--json")
+    assert code == 0 and [hit["id"] for hit in json.loads(out)["hits"]] == ["ships", "cooking"]  # both: compared as a double, as POST /search does
+    many = [option for _ in range(101) for option in ("--filter", "year>=1990")]
+    assert run(data_dir, "search", "ocean", *many)[0] == 1
+    assert capsys.readouterr().err == "reranker: error: at most 100 --filter options, got 101\n"
+
+
 def test_counts_are_singular_for_one(data_dir: Path, tmp_path: Path) -> None:
     """`reranker index` said "the index holds 1 documents"."""
     corpus = write_jsonl(tmp_path / "one.jsonl", TINY_CORPUS[:1])
@@ -1070,6 +1103,34 @@ def test_counts_are_singular_for_one(data_dir: Path, tmp_path: Path) -> None:
     again = write_jsonl(tmp_path / "two.jsonl", TINY_CORPUS[:2])
     code, out = run(data_dir, "index", str(again), "--no-progress")
     assert code == 0 and out.splitlines()[0].endswith("; the index holds 2 documents"), out
+
+
+@pytest.mark.parametrize("level", ["info", "critical"])
+def test_package_lines_under_gunicorn_never_raise_and_keep_its_level(level: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log call with the wrong arguments raised TypeError where it was made (an except
+    block that fails open: a 500), and gunicorn's --log-level critical did not silence the
+    package's warnings."""
+    from gunicorn.config import Config
+    from gunicorn.glogging import Logger
+
+    from reranker.service.access import route_to_gunicorn
+
+    package = logging.getLogger("reranker")
+    saved = (list(package.handlers), package.propagate)
+    config = Config()
+    config.set("loglevel", level)
+    Logger(config)
+    try:
+        route_to_gunicorn()
+        logging.getLogger("reranker.store.opensearch").warning("bad args %d", "not a number")  # must not raise
+        logging.getLogger("reranker.store.opensearch").warning("the cluster is %s", "slow")
+    finally:
+        package.handlers, package.propagate = saved
+        for name in ("gunicorn.error", "gunicorn.access"):
+            logging.getLogger(name).handlers = []
+    err = capsys.readouterr().err
+    assert ("[WARNING] reranker.store.opensearch: the cluster is slow" in err) == (level == "info"), err
+    assert "Traceback" not in err or level == "info"  # logging's own report of the bad call, to stderr
 
 
 def test_serve_writes_the_packages_log_lines_as_gunicorn_writes_its_own(data_dir: Path) -> None:

@@ -982,3 +982,14 @@ def test_a_failing_passage_search_leaves_the_fusion_two_way_and_is_said_once(
     finally:
         slow.close()
         store.close()
+
+
+def test_a_filter_of_nan_or_infinity_is_an_input_error_not_a_crash(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """A library caller's float('nan') reached the integer-bounds check, whose Decimal
+    comparison raised decimal.InvalidOperation (a traceback)."""
+    index_corpus(write_jsonl(tmp_path / "filtered.jsonl", FILTERED), os_store, glove, 5, show_progress=False)
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(InputError):
+            os_store.bm25("ocean bread", 10, [Filter("year", "gte", value)])

@@ -54,8 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     for group in _GROUPS:
         group.add_parsers(commands)
     global_options = frozenset(option for action in parser._actions for option in action.option_strings) - {"-h", "--help"}
-    for command in commands.choices.values():
-        command.outer_options = global_options
+    pending = list(commands.choices.values())
+    while pending:  # `ab create`, `indices list`: commands of commands too
+        command = pending.pop()
+        command.outer_options = global_options - {
+            option for action in command._actions for option in action.option_strings
+        }
+        pending.extend(
+            sub for action in command._actions if isinstance(action.choices, dict) and action.nargs == argparse.PARSER
+            for sub in action.choices.values()
+        )
     return parser
 
 

@@ -84,16 +84,35 @@ class CommandParser(argparse.ArgumentParser):
     def _unknown_option(self, given: list[str]) -> str | None:
         """The first of `given` that reads as an option this parser does not have (as argparse
         tells options from values: a negative number, a lone `-` or a string with a space is
-        a value; a prefix of one option is that option), up to `--` or a subcommand's name."""
-        options = [option for action in self._actions for option in action.option_strings]
-        commands = {name for action in self._actions if action.nargs == argparse.PARSER for name in action.choices or {}}
+        a value; a prefix of one option is that option), up to `--` or the command's place.
+
+        None when help is asked for (argparse prints it), and for a word right after an
+        option that takes a value (`--weights -0.1,0.3`: argparse's "expected one argument"
+        names the option, which is what is wrong)."""
+        if any(word in ("-h", "--help") for word in given[: given.index("--") if "--" in given else None]):
+            return None
+        by_option = {option: action for action in self._actions for option in action.option_strings}
+        options = list(by_option)
+        has_commands = any(action.nargs == argparse.PARSER for action in self._actions)
+        takes_value = False
         for word in given:
-            if word == "--" or word in commands:
+            after_option, takes_value = takes_value, False
+            if word == "--":
                 return None
             if len(word) < 2 or word[0] not in self.prefix_chars or _NEGATIVE_NUMBER.match(word):
+                if has_commands and not after_option:
+                    return None  # the command's place: a mistake in it is the command's to say
+                continue
+            if after_option:
                 continue
             name = word.split("=", 1)[0]
-            if name in options or word[:2] in options or any(option.startswith(name) for option in options):
+            known = [option for option in options if option == name or option.startswith(name)] or (
+                [word[:2]] if word[:2] in options else []
+            )
+            if known:
+                # Its value is the next word unless given with it (`--size=3`, `-k5`).
+                attached = "=" in word or (not word.startswith("--") and len(word) > 2)
+                takes_value = not attached and by_option[known[0]].nargs != 0
                 continue
             if " " not in word:
                 return word
@@ -148,7 +167,8 @@ def parse_filter(raw: str) -> Filter:
         raise argparse.ArgumentTypeError(f"expected FIELD=VALUE or FIELD>=VALUE (also >, <=, <), got {raw!r}")
     name, op, value = match.groups()
     try:
-        parsed = json.loads(value)
+        # NaN and Infinity stay text, as POST /search reads them (JSON has neither).
+        parsed = json.loads(value, parse_constant=lambda constant: constant)
     except ValueError:
         parsed = value
     if not isinstance(parsed, (str, int, float, bool)):

@@ -20,6 +20,7 @@ from reranker.cli.common import (
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
 from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
+from reranker.types import MAX_FILTERS
 
 if TYPE_CHECKING:
     from reranker.pipeline import Engine
@@ -164,6 +165,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
     query = _read_query(args.query)
     ranker = _chosen_ranker(args, settings)
     _check_size(args, settings)
+    if len(args.filter) > MAX_FILTERS:  # as POST /search refuses them (the stores nest each one)
+        raise InputError(f"at most {MAX_FILTERS} --filter options, got {len(args.filter)}")
     engine = open_engine(settings, require_documents=True)
     try:
         result = engine.search(

@@ -21,7 +21,8 @@ worker pid), at gunicorn's log level: `--log-level warning` turns it off. Elsewh
 The package's other loggers (`reranker.store.opensearch`, ...) write through gunicorn's
 error log too, each line as gunicorn's own with the logger's name before the message,
 `[2026-11-27 07:10:00 +0000] [1234] [WARNING] reranker.store.opensearch: ...`, at the level
-the root logger has (`reranker serve`: WARNING, INFO with -v). `reranker serve` gives its
+the root logger has (`reranker serve`: WARNING, INFO with -v) and never below gunicorn's
+`--log-level`. `reranker serve` gives its
 own lines before gunicorn starts the same form (`LOG_FORMAT`).
 """
 
@@ -83,10 +84,11 @@ def route_to_gunicorn() -> None:
             log.setLevel(logging.getLogger("gunicorn.error").level)
             log.propagate = False
             break
-    errors = logging.getLogger("gunicorn.error").handlers
+    gunicorn_errors = logging.getLogger("gunicorn.error")
     package = logging.getLogger("reranker")
-    if errors and not package.handlers:
-        package.handlers = [_Named(handler) for handler in errors]
+    if gunicorn_errors.handlers and not package.handlers:
+        # Not below gunicorn's --log-level (`critical` silences the package's warnings too).
+        package.handlers = [_Named(handler, gunicorn_errors.level) for handler in gunicorn_errors.handlers]
         package.propagate = False  # a root handler (`reranker serve`'s) would print it again
 
 
@@ -95,12 +97,19 @@ class _Named(logging.Handler):
     lines (timestamp, pid, level) and writes it where they go (a file it reopens on USR1,
     syslog), its message led by the logger's name, as the root logger's lines say it."""
 
-    def __init__(self, target: logging.Handler) -> None:
-        super().__init__()
+    def __init__(self, target: logging.Handler, level: int) -> None:
+        super().__init__(level)
         self.target = target
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.target.handle(logging.makeLogRecord({**record.__dict__, "msg": f"{record.name}: {record.getMessage()}", "args": None}))
+        try:
+            message = f"{record.name}: {record.getMessage()}"
+        except Exception:
+            # A log call with the wrong arguments must not raise where it is made (often
+            # an except block that fails open), as no handler of logging's own lets it.
+            self.handleError(record)
+            return
+        self.target.handle(logging.makeLogRecord({**record.__dict__, "msg": message, "args": None}))
 
 
 def install(app: Flask) -> None:

@@ -53,7 +53,7 @@ from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.service.bodies import json_type
 from reranker.service.errors import ApiError
 from reranker.store.events import CLICK_ACTIONS
-from reranker.types import MAX_FILTER_VALUE_CHARS
+from reranker.types import MAX_FILTER_VALUE_CHARS, MAX_FILTERS
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -169,9 +169,6 @@ WindowSize = Annotated[
     int, Field(ge=1, description="BM25 candidates to rerank (default RERANKER_WINDOW)"), INTEGRAL,
     AfterValidator(_within_window), _limit("max_window"),
 ]
-# The most filters one search takes: far more than an application combines, far fewer than
-# the stores can nest (about 990 in the embedded store, 1,024 clauses in OpenSearch's).
-MAX_FILTERS = 100
 # UBI's own limit (event.schema.json 1.0.0) for ids and names.
 ShortId = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"\S")]
 ClientId = Annotated[ShortId, Field(description="who searches (a browser, an app): keeps one client in one arm of a running experiment")]

@@ -9,6 +9,7 @@ the cluster, topic matrices as base64 `binary` fields) is selected by
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -261,6 +262,18 @@ def filter_for_field(item: Filter, kind: str | None) -> Filter:
     SQLite's order, where every number sorts before every text, everything)."""
     value = item.value
     shown = filter_shown(item)
+    if isinstance(value, float) and not math.isfinite(value):
+        # POST /search cannot send one (JSON has no NaN); a library caller can: it would
+        # match nothing on one store and fail the other's range check.
+        raise InputError(f"cannot filter {shown}: NaN and infinities compare with no value")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        # Beyond 64 bits a double, as POST /search reads such a JSON integer (SQLite cannot
+        # bind it: an OverflowError).
+        try:
+            value = float(value)
+        except OverflowError:
+            raise InputError(f"cannot filter {shown}: the number is beyond a double") from None
+        item = Filter(item.field, item.op, value)
     if kind == "number":
         if isinstance(value, bool):
             raise InputError(f"cannot filter {shown}: the field holds numbers, not true or false")
