@@ -207,6 +207,11 @@ def test_reciprocal_rank_fusion_by_hand() -> None:
     rrf = Fusion(_Fixed([0.1, 0.9, 0.5]), "rrf").score(None, window)  # type: ignore[arg-type]
     # own ranks 3, 1, 2; BM25 ranks 1, 2, 3
     np.testing.assert_allclose(rrf, [1 / 63 + 1 / 61, 1 / 61 + 1 / 62, 1 / 62 + 1 / 63])
+    # BM25's rank is that of the window's first-stage scores: texts sent in one order and
+    # scored by BM25 in another (`Engine.first_stage`) were ranked by the order sent.
+    scored = CandidateSet(tuple(Candidate(f"d{i}", score, i + 1) for i, score in enumerate([2.0, 10.0, 6.0])), window.topics)
+    rrf = Fusion(_Fixed([0.1, 0.9, 0.5]), "rrf").score(None, scored)  # type: ignore[arg-type]
+    np.testing.assert_allclose(rrf, [1 / 63 + 1 / 63, 1 / 61 + 1 / 61, 1 / 62 + 1 / 62])
     with pytest.raises(ValueError, match="fusion method"):
         Fusion(_Fixed([]), "max")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="weight"):

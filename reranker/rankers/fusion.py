@@ -173,8 +173,12 @@ class Fusion:
         if len(window) == 0:
             return np.zeros(0, dtype=np.float64)
         if self.method == "rrf":
-            bm25_ranks = np.fromiter((c.bm25_rank for c in window.candidates), dtype=np.float64, count=len(window))
-            return 1.0 / (RRF_K + bm25_ranks)
+            # Ranked by the first-stage scores the window holds, as the other methods read
+            # them: for texts sent without scores those are BM25 over the texts (`first_stage`),
+            # not the order they came in; ties keep that order (a search's window: the same).
+            ranks = np.empty(len(window), dtype=np.float64)
+            ranks[rank_candidates(window.bm25_scores, window)] = np.arange(1, len(window) + 1)
+            return 1.0 / (RRF_K + ranks)
         scale = z_score if self.method == "zscore" else min_max
         return (1.0 - self.weight) * scale(window.bm25_scores)
 
