@@ -398,6 +398,27 @@ def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", ser
         _api(served, "PATCH", "/experiments/web-ab", {"status": "stopped"}, key=ADMIN_KEY)
 
 
+OUT_OF_VOCABULARY = "crfs zzqx"  # no word of it has a vector; BM25 still finds "crfs"
+
+
+def test_an_out_of_vocabulary_query_says_so(page: "Page", served: str) -> None:
+    """Live search shows an answer's status and reason as Compare does, not just a count."""
+    from playwright.sync_api import expect
+
+    status, body = _api(served, "POST", "/search", {"query": OUT_OF_VOCABULARY, "size": 10})
+    assert status == 200 and body["status"] == "query_out_of_vocabulary" and body["hits"], body
+    page.goto("/ui#/search")
+    page.get_by_label("Search papers").fill(OUT_OF_VOCABULARY)
+    page.get_by_label("Search papers").press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(len(body["hits"]))
+    expect(page.locator("#search-meta")).to_have_text(f"Status: query_out_of_vocabulary — {body['reason']}")
+    expect(page.locator("#status")).to_have_text(f"{len(body['hits'])} results (status query_out_of_vocabulary: see above the list).")
+    page.get_by_label("Search papers").fill(TYPED_QUERY)  # an ordinary answer clears it
+    page.get_by_label("Search papers").press("Enter")
+    expect(page.locator("#status")).to_have_text("10 results.")
+    expect(page.locator("#search-meta")).to_be_empty()
+
+
 # --- titles, plots, experiments from the page, a phone's screen ------------------------------
 
 

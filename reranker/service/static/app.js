@@ -293,9 +293,8 @@
     }
     const body = result.value;
     meta.append(`${body.candidates} BM25 candidates reranked in ${number(body.timings_ms.rerank, 1)} ms`);
-    if (body.status !== "ok") {
-      meta.append(el("span", { class: "problem", text: ` Status: ${body.status}${body.reason ? ` — ${body.reason}` : ""}` }));
-    }
+    const note = statusNote(body);
+    if (note) meta.append(" ", note);
     if (body.hits.length === 0) {
       list.append(el("li", { class: "empty", text: "No document matches this query." }));
       return;
@@ -307,6 +306,14 @@
     for (const hit of body.hits) {
       list.append(renderHit(hit, other ? moveMarker(hit.rank, otherRanks.get(hit.id), otherRanker, other.hits.length) : null));
     }
+  }
+
+  // An answer whose status is not "ok" (degraded, query_out_of_vocabulary, partial, tied) says
+  // so with its reason, in Compare's columns and above Live search's list alike.
+  function statusNote(body) {
+    if (!body.status || body.status === "ok") return null;
+    const text = `Status: ${body.status}${body.reason ? ` — ${body.reason}` : ""}`;
+    return el("span", { class: "problem answer-status", "data-status": body.status, text });
   }
 
   function moveMarker(rank, otherRank, otherRanker, otherSize) {
@@ -414,6 +421,8 @@
     say("Searching…", "busy");
     byId("event-status").textContent = "";
     const list = byId("search-hits");
+    const meta = byId("search-meta");
+    meta.replaceChildren();
     const notice = byId("search-experiment");
     let result;
     try {
@@ -432,6 +441,8 @@
       notice.textContent = "";
     }
     list.replaceChildren();
+    const note = statusNote(result);
+    if (note) meta.append(note);
     if (result.hits.length === 0) list.append(el("li", { class: "empty", text: "No document matches this query." }));
     for (const hit of result.hits) {
       const link = el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) });
@@ -445,7 +456,7 @@
         )
       );
     }
-    say(`${result.hits.length} results.`, "info");
+    say(`${result.hits.length} results${note ? ` (status ${result.status}: see above the list)` : ""}.`, "info");
   }
 
   function updateLiveNotice() {
