@@ -312,7 +312,13 @@ def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page", served: str) 
     similar = page.locator("#paper-similar .hit")
     expect(similar).to_have_count(10)
     assert "P01-1027" not in similar.evaluate_all("items => items.map((item) => item.dataset.id)")
-    assert similar.first.locator(".hit-meta").inner_text().startswith("similarity ")
+    status, like = _api(served, "GET", "/documents/P01-1027/similar?size=10")
+    assert status == 200
+    assert similar.first.locator(".hit-meta").inner_text().startswith(f"score {like['hits'][0]['score']:.4f} · BM25 rank ")
+    # What the hint says is what /similar does: MoreLikeThis's words, then the default ranker.
+    expect(page.locator("#paper-similar-hint")).to_contain_text("100 words of the largest tf-idf")
+    expect(page.locator("#paper-similar-ranker")).to_have_text(f"Ordered by {DEFAULT_RANKER}, the service's default ranker.")
+    assert like["ranker"] == DEFAULT_RANKER
     # Following a similar paper opens it, and Back returns.
     second = similar.first.locator(".hit-title").inner_text()
     similar.first.locator(".hit-title").click()
@@ -457,7 +463,7 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
     expect(page.locator("#paper-similar .hit")).to_have_count(10)
     for doc_id, name, meta in _names(page, "#paper-similar .hit"):
         assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
-        assert meta.startswith("similarity ") and meta.endswith(f" · {doc_id}")
+        assert meta.startswith("score ") and meta.endswith(f" · {doc_id}")
 
 
 def _evaluation_reports(tmp_path: Path) -> tuple[Path, Path]:

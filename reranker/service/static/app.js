@@ -512,6 +512,7 @@
     byId("paper-excerpt").textContent = "";
     byId("paper-topics").replaceChildren();
     byId("paper-similar").replaceChildren();
+    byId("paper-similar-ranker").textContent = "";
     say("Loading the paper…", "busy");
     // The _doc form names every id, those the plain one leaves to the proxy (_search, ...) too.
     const path = "/documents/_doc/" + encodeURIComponent(id);
@@ -546,6 +547,8 @@
     } else if (similar.value.hits.length === 0) {
       list.append(el("li", { class: "empty", text: "No other paper shares its words." }));
     } else {
+      // The page names no ranker: the service's default orders the list, and the answer names it.
+      byId("paper-similar-ranker").textContent = `Ordered by ${similar.value.ranker}, the service's default ranker.`;
       for (const hit of similar.value.hits) {
         list.append(
           el(
@@ -557,7 +560,7 @@
               el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }),
               el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) })
             ),
-            el("p", { class: "hit-meta", text: `similarity ${number(hit.score, 3)} · BM25 rank ${hit.bm25_rank}${idNote(hit) ? ` · ${hit.id}` : ""}` }),
+            el("p", { class: "hit-meta", text: `score ${number(hit.score, 4)} · BM25 rank ${hit.bm25_rank}${idNote(hit) ? ` · ${hit.id}` : ""}` }),
             hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null
           )
         );
