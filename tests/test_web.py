@@ -424,6 +424,24 @@ def test_an_out_of_vocabulary_query_says_so(page: "Page", served: str) -> None:
     expect(page.locator("#status")).to_have_text("10 results.")
     expect(page.locator("#search-meta")).to_be_empty()
 
+    # Compare: the Why of a hit says the topics add nothing, and lists none of them.
+    status, explained = _api(served, "POST", "/search", {"query": OUT_OF_VOCABULARY, "ranker": DEFAULT_RANKER, "size": 10, "explain": True})
+    assert status == 200 and explained["status"] == "query_out_of_vocabulary"
+    explanation = explained["hits"][0]["explanation"]
+    assert explanation["parts"]["topics"] == 0 and explanation["topics"]  # the API still sends them
+    page.goto("/ui#/compare")
+    page.get_by_label("Query (an abstract or a few sentences)").fill(OUT_OF_VOCABULARY)
+    page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+    right = page.locator("#column-right")
+    expect(right.locator(".hit")).to_have_count(len(explained["hits"]))
+    expect(right.locator(".column-meta")).to_contain_text("Status: query_out_of_vocabulary")
+    hit = right.locator(".hit").first
+    expect(hit.locator("summary")).to_have_text("Why: no query word has a word vector")
+    hit.locator("summary").click()
+    expect(hit.locator(".score-parts")).to_contain_text(f"Score {explanation['score']:.4f} = topics 0.0000 + bm25 ")
+    expect(hit.locator(".topic-score")).to_contain_text("No word of the query has a word vector, so the hidden topics add nothing")
+    expect(hit.locator(".topic, .topic-rest")).to_have_count(0)
+
 
 # --- titles, plots, experiments from the page, a phone's screen ------------------------------
 

@@ -304,7 +304,7 @@
     }
     const otherRanks = new Map((other ? other.hits : []).map((hit) => [hit.id, hit.rank]));
     for (const hit of body.hits) {
-      list.append(renderHit(hit, other ? moveMarker(hit.rank, otherRanks.get(hit.id), otherRanker, other.hits.length) : null));
+      list.append(renderHit(hit, other ? moveMarker(hit.rank, otherRanks.get(hit.id), otherRanker, other.hits.length) : null, body.status));
     }
   }
 
@@ -332,7 +332,7 @@
     return el("span", { class: `move move-${kind}`, role: "img", "aria-label": label, title: label, text });
   }
 
-  function renderHit(hit, marker) {
+  function renderHit(hit, marker, status) {
     const item = el(
       "li",
       { class: "hit", "data-id": hit.id },
@@ -350,15 +350,39 @@
         idNote(hit) ? ` · ${hit.id}` : null
       )
     );
-    if (hit.explanation) item.append(renderExplanation(hit.explanation));
+    if (hit.explanation) item.append(renderExplanation(hit.explanation, status));
     return item;
   }
 
   // The API decides which topics an explanation shows and in what order (largest
   // contribution first) and sums the others into `rest`: the page shows them as they come,
   // as the command line does, so the lines add up to the score they explain.
-  function renderExplanation(explanation) {
+  //
+  // When no query word has a vector (status query_out_of_vocabulary) the topics add 0 to the
+  // score: the topic ranker's own score and its topics did not count, and are not shown.
+  function renderExplanation(explanation, status) {
     const parts = Object.entries(explanation.parts);
+    const scoreParts = parts.length > 1
+      ? el(
+          "p",
+          { class: "hint score-parts" },
+          `Score ${number(explanation.score, 4)} = ${parts.map(([label, value]) => `${label} ${number(value, 4)}`).join(" + ")}` +
+            ` (topics: ${explanation.topic_ranker}'s score, as the fusion scales it).`
+        )
+      : null;
+    if (status === "query_out_of_vocabulary") {
+      return el(
+        "details",
+        { class: "explanation" },
+        el("summary", { text: "Why: no query word has a word vector" }),
+        scoreParts,
+        el("p", {
+          class: "hint topic-score",
+          text: `No word of the query has a word vector, so the hidden topics add nothing to this score: ` +
+            `${explanation.topic_ranker}'s own score and its topics are not used, and not listed.`,
+        })
+      );
+    }
     const total = explanation.topics.length + explanation.rest.topics;
     const list = el("ol", { class: "topic-list" });
     for (const topic of explanation.topics) {
@@ -384,14 +408,7 @@
       "details",
       { class: "explanation" },
       el("summary", { text: `Why: ${explanation.topics.length} of ${total} topics` }),
-      parts.length > 1
-        ? el(
-            "p",
-            { class: "hint score-parts" },
-            `Score ${number(explanation.score, 4)} = ${parts.map(([label, value]) => `${label} ${number(value, 4)}`).join(" + ")}` +
-              ` (topics: ${explanation.topic_ranker}'s score, as the fusion scales it).`
-          )
-        : null,
+      scoreParts,
       el(
         "p",
         { class: "hint topic-score" },
