@@ -455,12 +455,22 @@ def _names(page: "Page", hits: str) -> list[tuple[str, str, str]]:
     ]
 
 
+def _snippets_shown(page: "Page", hits: str) -> None:
+    """Every hit of the list `hits` shows its opening words (the API's snippet) under its name."""
+    items = page.locator(hits)
+    for i in range(items.count()):
+        doc_id = items.nth(i).get_attribute("data-id") or ""
+        opening = " ".join((HOSTILE_TEXT if doc_id == HOSTILE_ID else PAPER_TEXTS[doc_id]).split()[:8])
+        assert items.nth(i).locator(".snippet").inner_text().startswith(opening), doc_id
+
+
 def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page") -> None:
     from playwright.sync_api import expect
 
     _compare(page, TYPED_QUERY)
     live_ids = []
     for hits in ("#column-left .hit", "#column-right .hit"):
+        _snippets_shown(page, hits)
         named = _names(page, hits)
         assert HOSTILE_ID in {doc_id for doc_id, _, _ in named}
         for doc_id, name, meta in named:
@@ -470,6 +480,7 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
     page.get_by_label("Search papers").fill(TYPED_QUERY)
     page.get_by_label("Search papers").press("Enter")
     expect(page.locator("#search-hits .hit")).to_have_count(10)
+    _snippets_shown(page, "#search-hits .hit")
     for doc_id, name, meta in _names(page, "#search-hits .hit"):
         live_ids.append(doc_id)
         assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))

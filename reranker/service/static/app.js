@@ -76,6 +76,11 @@
     return displayTitle(doc) === doc.id ? null : doc.id;
   }
 
+  // A hit's opening words (the API's `snippet`, asked for by every list), under its name.
+  function snippetLine(hit) {
+    return hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null;
+  }
+
   function paperHref(id) {
     return "#/paper/" + encodeURIComponent(id);
   }
@@ -348,7 +353,8 @@
         { class: "hit-meta" },
         `score ${number(hit.score, 4)} · BM25 rank ${hit.bm25_rank}`,
         idNote(hit) ? ` · ${hit.id}` : null
-      )
+      ),
+      snippetLine(hit)
     );
     if (hit.explanation) item.append(renderExplanation(hit.explanation, status));
     return item;
@@ -469,7 +475,8 @@
           "li",
           { class: "hit", "data-id": hit.id },
           el("div", { class: "hit-head" }, el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }), link),
-          el("p", { class: "hit-meta", text: idNote(hit) || `BM25 rank ${hit.bm25_rank}` })
+          el("p", { class: "hit-meta", text: idNote(hit) || `BM25 rank ${hit.bm25_rank}` }),
+          snippetLine(hit)
         )
       );
     }
@@ -578,7 +585,7 @@
               el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) })
             ),
             el("p", { class: "hit-meta", text: `score ${number(hit.score, 4)} · BM25 rank ${hit.bm25_rank}${idNote(hit) ? ` · ${hit.id}` : ""}` }),
-            hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null
+            snippetLine(hit)
           )
         );
       }
