@@ -385,6 +385,7 @@ def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", ser
         page.get_by_role("link", name="Experiments").click()
         card = page.locator('[data-experiment="web-ab"]')
         expect(card.locator('[data-field="clicks"]')).to_have_text("1")
+        expect(page.locator("#event-status")).to_be_empty()  # the click's message stayed with its view
         expect(card.locator('[data-field="queries"]')).to_have_text("1 (1 with clicks)")
         expect(card.locator('[data-field="units"]')).to_have_text("1")
         expect(card.locator('[data-field="traffic"]')).to_have_text("100%")
@@ -441,6 +442,9 @@ def test_an_out_of_vocabulary_query_says_so(page: "Page", served: str) -> None:
     expect(hit.locator(".score-parts")).to_contain_text(f"Score {explanation['score']:.4f} = topics 0.0000 + bm25 ")
     expect(hit.locator(".topic-score")).to_contain_text("No word of the query has a word vector, so the hidden topics add nothing")
     expect(hit.locator(".topic, .topic-rest")).to_have_count(0)
+    expect(page.locator("#status")).to_contain_text("Showing ")
+    page.get_by_role("navigation").get_by_role("link", name="Live search").click()
+    expect(page.locator("#status")).to_be_empty()  # Compare's message is not Live search's
 
 
 # --- titles, plots, experiments from the page, a phone's screen ------------------------------

@@ -26,6 +26,7 @@
     live: { queryId: null, clicks: 0, experiment: null },
     previousRoute: "#/compare",
     currentRoute: null,
+    carryStatus: false, // keep the status lines through the next change of view
   };
 
   // --- building the DOM from data ----------------------------------------------------
@@ -199,6 +200,15 @@
       return;
     }
     if (state.currentRoute !== null && state.currentRoute !== hash) state.previousRoute = state.currentRoute;
+    // The status lines speak of the view they were written on: a new view starts without them,
+    // except the click message written just before a click opens its paper.
+    if (state.currentRoute !== hash) {
+      if (state.carryStatus) state.carryStatus = false;
+      else {
+        say("", "info");
+        byId("event-status").textContent = "";
+      }
+    }
     state.currentRoute = hash;
     const [name, ...rest] = hash.slice(2).split("/");
     if (name === "paper" && rest.length > 0) {
@@ -522,6 +532,7 @@
     updateLiveNotice();
     byId("click-status").textContent = message;
     byId("event-status").textContent = message;
+    state.carryStatus = window.location.hash !== paperHref(hit.id);
     window.location.hash = paperHref(hit.id);
   }
 
