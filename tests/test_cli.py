@@ -108,6 +108,10 @@ def test_an_out_of_vocabulary_search_says_what_orders_it(data_dir: Path, tmp_pat
     ), header
     scores = [float(line.split("score ")[1].split()[0]) for line in hits if " score " in line]
     assert len(scores) == 2 and scores == sorted(scores, reverse=True), hits
+    # Its explanation says the topics added nothing, as the web page says it, and lists none.
+    explained = run(data_dir, "search", "zorblaxian", "--explain")[1]
+    assert explained.count("the hidden topics add nothing to this score") == 2, explained
+    assert "topic 1:" not in explained and "topics' contributions" not in explained, explained
 
 
 def test_compact_merges_the_index_runs_segments_and_every_search_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -118,7 +118,7 @@ def _demo_query(
     why = topics.hits[0].explanation if topics.hits else None
     if why is not None:
         print(f"  Why {_one_line(topics.hits[0].doc_id)} is first:", file=out)
-        for line in explanation_lines(why):
+        for line in explanation_lines(why, topics.status):
             print("    " + line, file=out)
     print("", file=out)
 
@@ -226,7 +226,7 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
             file=out,
         )
         if explain and hit.explanation is not None:
-            for line in explanation_lines(hit.explanation):
+            for line in explanation_lines(hit.explanation, result.status):
                 print("       " + line, file=out)
 
 def _title(title: str) -> str:
@@ -239,14 +239,23 @@ def _one_line(text: str) -> str:
     would, so that each hit stays one line."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
-def explanation_lines(explanation: "Explanation") -> list[str]:
+def explanation_lines(explanation: "Explanation", status: str = "ok") -> list[str]:
     """An explanation as text: the parts of the score (a fusion's), then the topic
     ranker's score as the sum of the topics shown (in the order every explanation shows
-    them) and one line for the rest, so that the lines add up to what they explain."""
+    them) and one line for the rest, so that the lines add up to what they explain.
+
+    For a query no word of which has a vector (`status`), the topics add nothing: the topic
+    ranker's own score and its topics are not listed, as the web page does not list them."""
     lines = []
     if len(explanation.parts) > 1:
         parts = " + ".join(f"{label} {value:.4f}" for label, value in explanation.parts)
         lines.append(f"score {explanation.score:.4f} = {parts} (topics: {explanation.topic_ranker}'s score, as the fusion scales it)")
+    if status == "query_out_of_vocabulary":
+        lines.append(
+            "no word of the query has a word vector, so the hidden topics add nothing to this score: "
+            f"{explanation.topic_ranker}'s own score and its topics are not used, and not listed"
+        )
+        return lines
     total = len(explanation.topics) + explanation.rest_topics
     shown = f"the {len(explanation.topics)} largest, then the rest" if explanation.rest_topics else "largest first"
     lines.append(f"{explanation.topic_ranker} score {explanation.topic_score:.5f} = the sum of its {total} topics' contributions, {shown}:")
