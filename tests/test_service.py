@@ -179,6 +179,7 @@ def test_filters_restrict_the_candidates(client: FlaskClient, indexed: Path) -> 
 def test_every_ranker_is_listed_and_usable(client: FlaskClient) -> None:
     listed = client.get("/rankers").get_json()
     assert [r["name"] for r in listed["rankers"]] == rankers.ranker_names() and listed["default"] == DEFAULT_RANKER
+    assert all(r["available"] and r["reason"] is None for r in listed["rankers"]), listed
     for name in rankers.ranker_names():
         body = client.post("/search", json={"query": QUERY, "ranker": name, "size": 3}).get_json()
         assert body["ranker"] == name and len(body["hits"]) == 3 and body["status"] == "ok", body
@@ -196,7 +197,12 @@ def test_doc2vec_without_a_trained_model_is_a_409(data_dir: Path, tmp_path: Path
     app = create_app(_settings(data_dir))
     try:
         answer = app.test_client().post("/search", json={"query": "bread and ships", "ranker": "doc2vec"})
-        assert "reranker train doc2vec" in _error(answer, 409, "ranker_unavailable_exception")
+        reason = _error(answer, 409, "ranker_unavailable_exception")
+        assert "reranker train doc2vec" in reason
+        # GET /rankers says so before anyone tries, with the same reason (the page disables it).
+        listed = {r["name"]: r for r in app.test_client().get("/rankers").get_json()["rankers"]}
+        assert listed["doc2vec"]["available"] is False and listed["doc2vec"]["reason"] == reason
+        assert listed["bm25"]["available"] is True and listed["bm25"]["reason"] is None
     finally:
         app.extensions["reranker"].close()
 

@@ -756,6 +756,8 @@ class EventRecorded(Answer):
 class RankerInfo(Answer):
     name: str
     uses_topics: bool
+    available: bool = Field(description="false when a search with it would be refused with a 409 ranker_unavailable_exception (doc2vec with no trained model)")
+    reason: str | None = Field(description="why it is unavailable, and what to do; null when available")
 
 
 class Rankers(Answer):

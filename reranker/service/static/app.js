@@ -241,7 +241,18 @@
       say(`Cannot list the rankers: ${describe(listed.reason)}`, "error");
       return;
     }
-    state.rankers = listed.value.rankers.map((r) => r.name);
+    // A ranker that cannot run here (doc2vec with no trained model) is offered disabled, its
+    // reason as the title; the pairs picked below are of rankers that can run.
+    state.rankers = listed.value.rankers.filter((r) => r.available !== false).map((r) => r.name);
+    const options = () =>
+      listed.value.rankers.map((r) =>
+        el("option", {
+          value: r.name,
+          text: r.name === listed.value.default ? `${r.name} (default)` : r.name,
+          disabled: r.available === false,
+          title: r.available === false ? r.reason || "not available here" : null,
+        })
+      );
     let pair = [BASELINE, listed.value.default].filter((name) => state.rankers.includes(name));
     if (experiments.status === "fulfilled") {
       const running = (experiments.value.experiments || []).find((e) => e.status === "running");
@@ -249,14 +260,14 @@
     }
     if (pair.length < 2) pair = [state.rankers[0], state.rankers[Math.min(1, state.rankers.length - 1)]];
     for (const [select, chosen] of [[byId("compare-left"), pair[0]], [byId("compare-right"), pair[1]]]) {
-      select.replaceChildren(...state.rankers.map((name) => el("option", { value: name, text: name })));
+      select.replaceChildren(...options());
       select.value = chosen;
     }
     // A new experiment starts from the same pair, unless one is running (then the default pair).
     const fresh = [BASELINE, listed.value.default].filter((name) => state.rankers.includes(name));
     const start = fresh.length === 2 ? fresh : pair;
     for (const [select, chosen] of [[byId("create-ranker-a"), start[1]], [byId("create-ranker-b"), start[0]]]) {
-      select.replaceChildren(...state.rankers.map((name) => el("option", { value: name, text: name })));
+      select.replaceChildren(...options());
       select.value = chosen;
     }
   }
