@@ -118,7 +118,8 @@ def data_dir(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove
 @pytest.fixture(scope="module")
 def served(data_dir: Path) -> Iterator[str]:
     """The base URL of the real app, served over HTTP by a werkzeug thread."""
-    app = create_app(Settings.from_env({**settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN_KEY}))
+    # A WMD budget of 0 ms: every wmd answer is "partial", a real status for the page to show.
+    app = create_app(Settings.from_env({**settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN_KEY, "RERANKER_WMD_BUDGET_MS": "0"}))
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="web-test-server", daemon=True)
     thread.start()
@@ -450,6 +451,15 @@ def test_an_out_of_vocabulary_query_says_so(page: "Page", served: str) -> None:
     expect(hit.locator(".topic-score")).to_contain_text("No word of the query has a word vector, so the hidden topics add nothing")
     expect(hit.locator(".topic, .topic-rest")).to_have_count(0)
     expect(page.locator("#status")).to_contain_text("Showing ")
+    # A status and a note in one column: one line of facts, each after a " · ".
+    page.get_by_label("Left ranker").select_option("wmd")
+    page.get_by_label("Query (an abstract or a few sentences)").fill(TYPED_QUERY)
+    page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+    _wait_for_columns(page)
+    expect(page.locator("#column-left .column-meta")).to_have_text(
+        re.compile(r"^\d+ BM25 candidates reranked in [\d.]+ ms · Status: partial — [^·]+ · wmd does not score by topics: no explanations\.$")
+    )
+    expect(page.locator("#column-left .column-meta .problem")).to_have_css("display", "inline")
     page.get_by_role("navigation").get_by_role("link", name="Live search").click()
     expect(page.locator("#status")).to_be_empty()  # Compare's message is not Live search's
 

@@ -318,15 +318,15 @@
       return;
     }
     const body = result.value;
-    meta.append(`${body.candidates} BM25 candidates reranked in ${number(body.timings_ms.rerank, 1)} ms`);
-    const note = statusNote(body);
-    if (note) meta.append(" ", note);
+    // One line of facts, " · " between them: the window, the status (if not ok), the note.
+    const facts = [`${body.candidates} BM25 candidates reranked in ${number(body.timings_ms.rerank, 1)} ms`, statusNote(body)];
+    if (body.hits.length > 0 && !body.hits.some((hit) => hit.explanation) && (body.status === "ok" || body.status === "partial")) {
+      facts.push(el("span", { class: "note", text: `${ranker} does not score by topics: no explanations.` }));
+    }
+    facts.filter((fact) => fact).forEach((fact, i) => meta.append(...(i ? [" · ", fact] : [fact])));
     if (body.hits.length === 0) {
       list.append(el("li", { class: "empty", text: "No document matches this query." }));
       return;
-    }
-    if (!body.hits.some((hit) => hit.explanation) && (body.status === "ok" || body.status === "partial")) {
-      meta.append(el("span", { class: "note", text: ` · ${ranker} does not score by topics: no explanations.` }));
     }
     const otherRanks = new Map((other ? other.hits : []).map((hit) => [hit.id, hit.rank]));
     for (const hit of body.hits) {
