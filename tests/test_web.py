@@ -229,7 +229,9 @@ def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: 
     expect(page.locator("#column-right h2")).to_have_text(DEFAULT_RANKER)
     left = page.locator("#column-left .hit")
     right = page.locator("#column-right .hit")
-    # BM25's column is in BM25 order; the topic column moved some hits, and says how.
+    # BM25's column is in BM25 order, and says so (it reranks nothing); the topic column moved some hits, and says how.
+    expect(page.locator("#column-left .column-meta")).to_have_text(re.compile(r"^\d+ BM25 candidates in BM25 order · bm25 does not score by topics"))
+    expect(page.locator("#column-right .column-meta")).to_have_text(re.compile(r"^\d+ BM25 candidates reranked in [\d.]+ ms$"))
     assert left.locator(".hit-meta").all_inner_texts()[0].split(" · ")[1] == "BM25 rank 1"
     markers = right.locator(".move")
     expect(markers).to_have_count(10)

@@ -319,7 +319,12 @@
     }
     const body = result.value;
     // One line of facts, " · " between them: the window, the status (if not ok), the note.
-    const facts = [`${body.candidates} BM25 candidates reranked in ${number(body.timings_ms.rerank, 1)} ms`, statusNote(body)];
+    // bm25 reranks nothing: its column is the window as BM25 ordered it.
+    const candidates =
+      ranker === "bm25"
+        ? `${body.candidates} BM25 candidates in BM25 order`
+        : `${body.candidates} BM25 candidates reranked in ${number(body.timings_ms.rerank, 1)} ms`;
+    const facts = [candidates, statusNote(body)];
     if (body.hits.length > 0 && !body.hits.some((hit) => hit.explanation) && (body.status === "ok" || body.status === "partial")) {
       facts.push(el("span", { class: "note", text: `${ranker} does not score by topics: no explanations.` }));
     }
