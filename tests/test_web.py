@@ -247,7 +247,10 @@ def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: 
     words = explanation.locator(".topic").first.locator(".words").first.inner_text()
     assert words.startswith("Topic words: ") and len(words.split(",")) == 5
     assert "Aligned query words: " in explanation.locator(".topic").first.inner_text()
-    assert "weight" in explanation.locator(".topic-head").first.inner_text()
+    # A topic's share sigma_k^2/sum sigma^2 has one name everywhere: "importance" (the paper
+    # page, `search --explain`), never "weight".
+    head = explanation.locator(".topic-head").first.inner_text()
+    assert re.search(r"importance \d\.\d{3} · relevance ", head) and "weight" not in head, head
 
 
 def test_a_hits_explanation_shows_the_apis_topics_in_its_order_and_the_rest(page: "Page", served: str) -> None:

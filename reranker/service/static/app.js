@@ -426,7 +426,7 @@
             "p",
             { class: "topic-head" },
             el("strong", { text: `Topic ${topic.topic}` }),
-            ` weight ${number(topic.importance, 3)} · relevance ${number(topic.relevance, 3)}`,
+            ` importance ${number(topic.importance, 3)} · relevance ${number(topic.relevance, 3)}`,
             topic.background ? ` − background ${number(topic.background, 3)}` : null,
             ` · adds ${signed(topic.contribution, 5)}`
           ),
