@@ -595,7 +595,9 @@ class Engine:
         for position in chosen:
             k = int(np.count_nonzero(batch.importances[position]))
             order = strongest_topics(contributions[position, :k])
-            shown, others = order[:EXPLAIN_TOPICS], order[EXPLAIN_TOPICS:]
+            # No query word has a vector: no topic added anything to the score (`rerank`), and
+            # none is shown; the rest line keeps the topic ranker's own sum, as always.
+            shown, others = (order[:EXPLAIN_TOPICS], order[EXPLAIN_TOPICS:]) if query.words else ([], order)
             topics = batch.topics[position, shown]
             topic_words = self._topic_words(texts.get(batch.doc_ids[position]), topics, EXPLAIN_WORDS, centering)
             query_best = best_aligned(query_words, topics, EXPLAIN_WORDS)

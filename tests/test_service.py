@@ -224,6 +224,11 @@ def test_an_out_of_vocabulary_query_is_ordered_by_the_first_stage_and_says_so(cl
     assert [h["bm25_rank"] for h in body["hits"]] == [1, 2]
     assert [h["score"] for h in body["hits"]] == pytest.approx([0.7, 0.0])  # the first stage's share (1 - w); topics add 0
     assert body["oov_words"] == [UNKNOWN_WORD] and body["query_words"] == []
+    # Its explanation lists no topic (none added anything), as the CLI and the page say it;
+    # the rest line still holds the topic ranker's own sum.
+    explained = client.post("/search", json={"query": UNKNOWN_WORD, "explain": True}).get_json()["hits"][0]["explanation"]
+    assert explained["topics"] == [] and explained["parts"]["topics"] == 0.0
+    assert explained["rest"]["contribution"] == pytest.approx(explained["topic_score"])
     alone = client.post("/search", json={"query": UNKNOWN_WORD, "ranker": "hidden_topics"}).get_json()
     assert [(h["id"], h["score"]) for h in alone["hits"]] == [("odd-1", 0.0), ("odd-2", 0.0)]
     assert alone["reason"].endswith("first-stage order kept")
