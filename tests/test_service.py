@@ -510,7 +510,11 @@ def test_openapi_describes_every_route(client: FlaskClient) -> None:
 
 
 def test_readiness_follows_the_store(osmem_clone: Any, data_dir: Path, tmp_path: Path) -> None:
-    settings = Settings.from_env(settings_env(data_dir, HOME=str(tmp_path), OPENSEARCH_URL=osmem_clone.url, **PATIENT))
+    # A busy machine can keep the test cluster from answering within the default 10 s (a
+    # store_unavailable 503 in CI once): this test is about what it says when it answers.
+    settings = Settings.from_env(settings_env(
+        data_dir, HOME=str(tmp_path), OPENSEARCH_URL=osmem_clone.url, OPENSEARCH_TIMEOUT="60", **PATIENT
+    ))
     client = create_app(settings).test_client()
     assert client.get("/healthz").get_json() == {"status": "ok"}
     answer = client.get("/readyz")
