@@ -181,6 +181,9 @@ MAX_FILTER_VALUE_CHARS = 8191
 # The most filters one search takes: far more than an application combines, far fewer than
 # the stores can nest (about 990 in the embedded store, 1,024 clauses in OpenSearch's).
 MAX_FILTERS = 100
+# The integers a filter compares as integers (a cluster's `long`, SQLite's INTEGER); beyond
+# them a number is a double, as POST /search reads a JSON integer.
+LONG_RANGE = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,7 @@ def _compact(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         result = store.compact(progress=bar.update)
     print(
         f"compacted the BM25 index of {counted(result.documents, 'document', grouped=True)} in {time.perf_counter() - started:.0f} s: "
-        f"{result.segments_before} segment{'' if result.segments_before == 1 else 's'} before, {result.segments_after} now",
+        f"{counted(result.segments_before, 'segment')} before, {result.segments_after} now",
         file=out,
     )
 

@@ -53,7 +53,7 @@ from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.service.bodies import json_type
 from reranker.service.errors import ApiError
 from reranker.store.events import CLICK_ACTIONS
-from reranker.types import MAX_FILTER_VALUE_CHARS, MAX_FILTERS
+from reranker.types import LONG_RANGE, MAX_FILTER_VALUE_CHARS, MAX_FILTERS
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -190,7 +190,7 @@ class FilterClause(Body):
     op: Literal["eq", "gt", "gte", "lt", "lte"] = "eq"
     # An integer beyond 64 bits is compared as a number (a double), as the stores hold it.
     # A string up to the longest exact value the index keeps (types.MAX_FILTER_VALUE_CHARS).
-    value: Annotated[str, StringConstraints(max_length=MAX_FILTER_VALUE_CHARS)] | Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | float | bool
+    value: Annotated[str, StringConstraints(max_length=MAX_FILTER_VALUE_CHARS)] | Annotated[int, Field(ge=LONG_RANGE[0], le=LONG_RANGE[1])] | float | bool
 
     # _no_boolean_order: a boolean value only with op eq (or no op).
     schema_rules: ClassVar[dict[str, Any]] = {

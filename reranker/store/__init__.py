@@ -24,6 +24,7 @@ from reranker.config import Settings
 from reranker.errors import IndexMismatchError, InputError
 from reranker.text import load_stopwords
 from reranker.types import (
+    LONG_RANGE,
     Candidate,
     Centering,
     Document,
@@ -266,7 +267,7 @@ def filter_for_field(item: Filter, kind: str | None) -> Filter:
         # POST /search cannot send one (JSON has no NaN); a library caller can: it would
         # match nothing on one store and fail the other's range check.
         raise InputError(f"cannot filter {shown}: NaN and infinities compare with no value")
-    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+    if isinstance(value, int) and not isinstance(value, bool) and not LONG_RANGE[0] <= value <= LONG_RANGE[1]:
         # Beyond 64 bits a double, as POST /search reads such a JSON integer (SQLite cannot
         # bind it: an OverflowError).
         try:
@@ -281,7 +282,7 @@ def filter_for_field(item: Filter, kind: str | None) -> Filter:
             text = value.strip()
             # Beyond 64 bits a double, as a JSON integer beyond them is read (and Python's
             # int() refuses a text of over 4,300 digits with a ValueError: a 500).
-            if _INTEGER.fullmatch(text) and len(text) <= 20 and -(2**63) <= int(text) < 2**63:
+            if _INTEGER.fullmatch(text) and len(text) <= 20 and LONG_RANGE[0] <= int(text) <= LONG_RANGE[1]:
                 return Filter(item.field, item.op, int(text))
             try:
                 number = float(text)

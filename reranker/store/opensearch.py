@@ -66,6 +66,7 @@ from reranker.store.opensearch_encoding import (
 from reranker.store.templates import Templates, load_templates
 from reranker.text import stop_list_info, tokenize
 from reranker.types import (
+    LONG_RANGE,
     Candidate,
     Centering,
     Document,
@@ -1169,7 +1170,7 @@ _FIELD_KINDS = {
 # The values a field of each integer type holds: the cluster refuses a filter beyond them.
 _INTEGER_RANGES = {
     "byte": (-(2**7), 2**7 - 1), "short": (-(2**15), 2**15 - 1), "integer": (-(2**31), 2**31 - 1),
-    "long": (-(2**63), 2**63 - 1), "unsigned_long": (0, 2**64 - 1),
+    "long": LONG_RANGE, "unsigned_long": (0, 2**64 - 1),
 }
 
 
