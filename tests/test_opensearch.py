@@ -244,6 +244,41 @@ def test_a_long_title_is_matched_exactly_on_both_stores(tmp_path: Path, os_store
         assert found == {TINY_CORPUS[0]["id"]}, type(each).__name__
 
 
+def test_a_long_corpus_field_value_is_matched_exactly_on_both_stores(tmp_path: Path, os_store: OpenSearchStore, store: Any, glove: WordVectors) -> None:
+    """A corpus field the store maps when first seen got `.raw` with the usual 256: a
+    300-character `venue` was found by the embedded store and not the cluster."""
+    venue = ("Proceedings of a very long workshop on sailing ships, " * 8)[:300]
+    records = [dict(TINY_CORPUS[0], venue=venue), dict(TINY_CORPUS[1], venue="short")]
+    for each in (os_store, store):
+        index_corpus(write_jsonl(tmp_path / "long-venue.jsonl", records), each, glove, 5, show_progress=False)
+        found = {hit.doc_id for hit in each.bm25("sailing ships bread", 10, [Filter("venue", "eq", venue)])}
+        assert found == {TINY_CORPUS[0]["id"]}, type(each).__name__
+
+
+def test_a_value_longer_than_the_index_keeps_exactly_is_refused_not_an_empty_answer(
+    tmp_path: Path, cluster: OpenSearchSettings, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """The cluster keeps no exact value longer than `.raw`'s `ignore_above`, counted in
+    UTF-16 units as Java counts: an = filter on one would find nothing, silently."""
+    records = [dict(TINY_CORPUS[0], venue="short"), dict(TINY_CORPUS[1], venue="short")]
+    index_corpus(write_jsonl(tmp_path / "venue.jsonl", records), os_store, glove, 5, show_progress=False)
+    emoji = "\N{OCTOPUS}" * 4200  # one character, two UTF-16 units, each
+    assert len(emoji) <= 8191 < len(emoji.encode("utf-16-le")) // 2
+    with pytest.raises(InputError, match=r"^cannot filter 'title' \(eq .*\): this index keeps exact values of 'title' up to 8191 characters only; "):
+        os_store.bm25("sailing ships", 10, [Filter("title", "eq", emoji)])
+    # An index whose corpus field was mapped when `.raw` kept 256 characters.
+    os_store.client.indices.put_mapping(
+        index=os_store.alias, body={"properties": {"venue": {"type": "text", "analyzer": "english", "fields": {"raw": {"type": "keyword", "ignore_above": 256}}}}}
+    )
+    older = OpenSearchStore(cluster, sleep=lambda seconds: None)  # reads the mapping afresh
+    try:
+        with pytest.raises(InputError, match=r"up to 256 characters only; index the corpus again"):
+            older.bm25("sailing ships", 10, [Filter("venue", "eq", "x" * 257)])
+        assert older.bm25("sailing ships", 10, [Filter("venue", "eq", "x" * 256)]) == []
+    finally:
+        older.close()
+
+
 def test_a_number_beyond_the_fields_integer_type_is_refused_not_a_failed_search(
     tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
 ) -> None:

@@ -966,6 +966,15 @@ class OpenSearchStore:
                 raise InputError(f"cannot filter {filter_shown(item)}: it is text without an exact sub-field; only = compares it")
             # The exact value, as the embedded store compares it: a range over the analysed
             # field would compare each word of the value ("2014-12-31" holds "31" > "2015").
+            kept = mapping["fields"]["raw"].get("ignore_above")
+            # The cluster counts a value's length in UTF-16 units (Java's), an emoji as two.
+            if item.op == "eq" and isinstance(kept, int) and isinstance(item.value, str) and len(item.value.encode("utf-16-le")) // 2 > kept:
+                # It keeps no longer value, so it would find nothing where the embedded store
+                # finds the document: an index mapped when `.raw` kept 256, or astral characters.
+                raise InputError(
+                    f"cannot filter {filter_shown(item)}: this index keeps exact values of "
+                    f"{item.field!r} up to {kept} characters only; index the corpus again into a new index to filter on longer ones"
+                )
             field = f"{field}.raw"
         if item.op == "eq":
             return {"term": {field: item.value}}

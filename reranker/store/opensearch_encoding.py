@@ -18,7 +18,7 @@ import numpy as np
 
 from reranker.store.bm25 import passage_spans
 from reranker.text import tokenize
-from reranker.types import Document, StoredDocument
+from reranker.types import MAX_FILTER_VALUE_CHARS, Document, StoredDocument
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +174,13 @@ def field_mapping(value: Any) -> dict[str, Any] | None:
     if isinstance(value, float):
         return {"type": "double"}
     if isinstance(value, str):
-        # Searchable as English text, filterable exactly through `NAME.raw`.
+        # Searchable as English text, filterable exactly through `NAME.raw`, which keeps any
+        # value a filter may name (as `title.raw` does): at the usual 256, an = filter on a
+        # longer value found the document on the embedded store and nothing on the cluster.
         return {
             "type": "text",
             "analyzer": "english",
-            "fields": {"raw": {"type": "keyword", "ignore_above": 256}},
+            "fields": {"raw": {"type": "keyword", "ignore_above": MAX_FILTER_VALUE_CHARS}},
         }
     if isinstance(value, dict):
         return {"type": "object", "enabled": False}  # kept in _source, not searched
