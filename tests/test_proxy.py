@@ -1024,6 +1024,13 @@ def test_only_the_search_subset_the_proxy_knows_is_forwarded(recorded: tuple[Fla
         ({"_source": ["title", 2]}, "[_source] must be true or false"),
         ({"_source": None}, "[_source] must be true or false"),
         ({"aggs": {"t": {"top_hits": {"_source": {"a": 1}}}}}, "[aggs.t.top_hits._source.a] is not a key of a _source filter"),
+        # Inner hits' too: they were left to the cluster.
+        (
+            {"query": {"nested": {"path": "p", "query": {"match_all": {}}, "inner_hits": {"_source": {"a": 1}}}}},
+            "[query.nested.inner_hits._source.a] is not a key of a _source filter",
+        ),
+        ({"query": {"has_child": {"type": "c", "query": {"match_all": {}}, "inner_hits": {"_source": 1}}}}, "[query.has_child.inner_hits._source] must be true or false"),
+        ({"collapse": {"field": "year", "inner_hits": [{"name": "a"}, {"name": "b", "_source": {"includes": 2}}]}}, "[collapse.inner_hits[1]._source.includes] must be a field pattern"),
     ],
 )
 def test_a_search_part_of_the_wrong_shape_is_a_400(recorded: tuple[FlaskClient, ClusterProxy], body: dict[str, Any], reason: str) -> None:

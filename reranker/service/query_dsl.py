@@ -209,6 +209,8 @@ class _Walker:
                     raise self.refuse(f"ext.{key}", "is not an extension the proxy knows (only ext.rerank)")
         if "_source" in body:
             self.source(body["_source"], "_source")
+        if isinstance(body.get("collapse"), dict) and "inner_hits" in body["collapse"]:
+            self.inner_hits(body["collapse"]["inner_hits"], "collapse.inner_hits")
         for key in ("collapse", "fields", "docvalue_fields", "indices_boost"):
             if key in body:
                 self.scripts(body[key], key)
@@ -239,6 +241,8 @@ class _Walker:
             for key, value in params.items():
                 if key in COMPOUND_CLAUSES[name]:
                     self.query(value, f"{where}.{key}")
+                elif key == "inner_hits" and name in ("nested", "has_child", "has_parent"):
+                    self.inner_hits(value, f"{where}.inner_hits")
                 elif name == "function_score" and key == "functions":
                     self.functions(value, f"{where}.functions")
                 elif isinstance(value, (dict, list)):
@@ -323,6 +327,16 @@ class _Walker:
                     self.scripts(value, f"{path}.{name}.{key}")
                 elif key not in ("text", "prefix", "regex") and key not in self.allowed:
                     raise self.refuse(f"{path}.{name}.{key}", "is not a suggester the proxy knows")
+
+    def inner_hits(self, inner_hits: Any, path: str) -> None:
+        """An `inner_hits` block (a list of them under `collapse`): its `_source` filter is
+        checked as the body's is (the cluster failed the search on a malformed one), and
+        its options walked for scripts."""
+        for i, block in enumerate(inner_hits if isinstance(inner_hits, list) else [inner_hits]):
+            where = f"{path}[{i}]" if isinstance(inner_hits, list) else path
+            if isinstance(block, dict) and "_source" in block:
+                self.source(block["_source"], f"{where}._source")
+            self.scripts(block, where)
 
     def source(self, source: Any, path: str) -> None:
         """A `_source` filter in a form OpenSearch reads (FetchSourceContext): true or false,
