@@ -19,6 +19,7 @@ allow-list table against the sets the proxy walks.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import os
@@ -460,6 +461,163 @@ def test_every_setting_is_in_a_settings_table_with_the_codes_default() -> None:
     assert checked >= 30, "the tables show most defaults as values"
 
 
+def settings_cells() -> dict[str, list[tuple[str, str, str]]]:
+    """Like settings_rows, with each row's meaning too: [(page, default cell, meaning cell)]."""
+    rows: dict[str, list[tuple[str, str, str]]] = {}
+    for name, heading in SETTINGS_TABLES.items():
+        text = (DOCS / name).read_text(encoding="utf-8")
+        section = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+        assert section, f"{name} has no section {heading!r}"
+        table = [line for line in section[1].splitlines() if line.startswith("|")]
+        header = [cell.strip() for cell in table[0].strip("|").split("|")]
+        for line in table[2:]:
+            cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+            for variable in re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[header.index("environment")]):
+                rows.setdefault(variable, []).append((name, cells[header.index("default")], cells[header.index("meaning")]))
+    return rows
+
+
+CPUS = 16  # os.cpu_count() while defaults said in words are checked: more than the 4 RERANKER_INDEX_WORKERS stops at
+
+
+def said_default_is(shown: str, variable: str, monkeypatch: pytest.MonkeyPatch) -> bool | None:
+    """Whether a default as a page or a help text says it (`10`, `CPU count`, `unset`,
+    `$XDG_DATA_HOME/reranker`, else `~/.local/share/reranker` ...) is the value `reranker
+    config` prints for `variable` in an empty environment; None for a phrase this does not
+    read (the caller lists those)."""
+    from reranker.config import Settings, config_file_path
+
+    monkeypatch.setattr(os, "cpu_count", lambda: CPUS)
+    home = "/home/someone"
+    actual = Settings.from_env({"HOME": home}).effective()[variable]
+    said = shown.replace("`", "").strip()
+    if re.fullmatch(r"\d{1,3}(,\d{3})+", said):
+        said = said.replace(",", "")
+    if re.fullmatch(r"-?[\d.]+(e-?\d+)?", said):
+        return re.fullmatch(r"-?[\d.]+(e-?\d+)?", actual) is not None and float(said) == float(actual)
+    if said in ("CPU count", "CPU count, at most 4"):
+        return actual == {"CPU count": str(CPUS), "CPU count, at most 4": "4"}[said]
+    if said in ("unset", "none"):
+        if variable == "RERANKER_CONFIG":  # `reranker config` names the file in force above its table
+            return config_file_path(None, {"HOME": home}) is None
+        if variable == "RERANKER_API_KEYS_FILE":  # `reranker config` counts its keys in RERANKER_API_KEYS
+            actual = Settings.from_env({"HOME": home}).effective()["RERANKER_API_KEYS"]
+        return actual.startswith(("(unset", "(none)"))
+    xdg = re.fullmatch(r"\$(XDG_[A-Z_]+)/reranker, else ~/(\S+)", said)
+    if xdg:  # both halves: with the XDG variable set, and without it
+        given = Settings.from_env({"HOME": home, xdg[1]: "/xdg"}).effective()[variable]
+        return given == "/xdg/reranker" and actual == f"{home}/{xdg[2]}"
+    if said == "RERANKER_INDEX and its versions":
+        return actual == "reranker,reranker-v*"
+    if re.fullmatch(r"[\w.:@+-]+(,[\w.:@+-]+)*", said):  # one word or value: true, reranker, title,abstract,body ...
+        return said == actual
+    return None
+
+
+# Defaults the pages say in words that said_default_is does not read, each with how it is known
+# to be true; a new phrase fails until it is checked and listed here.
+DEFAULTS_IN_WORDS = {
+    ("RERANKER_VECTORS", "the index's own; `glove-6b-50d` for a new index"): "Settings.vectors is None: tests/test_embeddings.py",
+    ("RERANKER_VECTORS", "the index's own, glove-6b-50d for a new one"): "the same, in ENVIRONMENT's words",
+    ("RERANKER_STOPWORDS", "built-in list"): "Settings.stopwords_file is None: reranker/text.py's list",
+    ("OPENSEARCH_CA_CERTS", "`SSL_CERT_FILE`, else certifi's bundle"): "test_the_ca_bundle_without_opensearch_ca_certs_is_certifis",
+}
+
+
+def test_every_default_said_in_words_is_the_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings tables' defaults that are not one value (`CPU count`, `unset`, the XDG
+    folders), the "(default ...)" of each ENVIRONMENT entry (what `reranker config` and the
+    config file's errors show) and of each command-line option that stands for a setting
+    (`--window`: "default 100, env RERANKER_WINDOW") are the code's. The tables said the
+    default of OPENSEARCH_CA_CERTS was the system's CAs; it is certifi's bundle."""
+    from reranker.cli import build_parser
+    from reranker.config import ENVIRONMENT
+
+    said: list[tuple[str, str, str]] = []  # (where, variable, the default as said)
+    for variable, rows in settings_cells().items():
+        said += [(page, variable, default) for page, default, _ in rows]
+    for variable, meaning in ENVIRONMENT.items():
+        for found in re.finditer(r"\(default:? ([^;)]+?)(?=;|\)|: )", meaning):
+            said.append(("config.ENVIRONMENT", variable, found[1]))
+    for path, parser in parsers(build_parser()).items():
+        for action in parser._actions:
+            for found in re.finditer(r"\(default:? ([^;)]+?)[,;] env ((?:RERANKER|OPENSEARCH)_[A-Z_]+)\)", action.help or ""):
+                said.append((f"reranker {' '.join(path)} {action.option_strings[0]}", found[2], found[1]))
+            for found in re.finditer(r"\(default ((?:RERANKER|OPENSEARCH)_[A-Z_]+), ([^;)]+)\)", action.help or ""):
+                said.append((f"reranker {' '.join(path)} {action.option_strings[0]}", found[1], found[2]))
+    wrong, unread = [], []
+    for where, variable, default in said:
+        same = said_default_is(default, variable, monkeypatch)
+        if same is None and (variable, default) not in DEFAULTS_IN_WORDS:
+            unread.append(f"{where}: {variable} {default!r}")
+        elif same is False:
+            wrong.append(f"{where}: {variable}'s default is said to be {default!r}")
+    assert wrong == [], "defaults that are not the code's"
+    assert unread == [], "defaults said in words nothing checks: check them and list them in DEFAULTS_IN_WORDS"
+    assert len(said) >= 100 and sum(where.startswith("reranker ") for where, _, _ in said) >= 20
+
+
+def test_the_ca_bundle_without_opensearch_ca_certs_is_certifis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What opensearch.md says the cluster's certificate is verified against when
+    OPENSEARCH_CA_CERTS is unset (make_client then passes no ca_certs)."""
+    import certifi
+    from opensearchpy import Urllib3HttpConnection
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    assert Urllib3HttpConnection.default_ca_certs() == certifi.where()
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/mine.pem")
+    assert Urllib3HttpConnection.default_ca_certs() == "/etc/ssl/mine.pem"
+
+
+def accepted(variable: str, value: str) -> bool:
+    from reranker.config import Settings
+    from reranker.errors import ConfigError
+
+    # RERANKER_WINDOW must not exceed RERANKER_MAX_WINDOW: each is probed with the other out of the way.
+    env = {"HOME": "/nonexistent", "RERANKER_WINDOW": "1", "RERANKER_MAX_WINDOW": str(10**13), variable: value}
+    try:
+        Settings.from_env(env)
+    except ConfigError:
+        return False
+    return True
+
+
+def test_every_numeric_settings_range_is_the_codes() -> None:
+    """A settings table's "at least N" or "N to M" is the range the code accepts (N accepted,
+    just below it refused; the same at M), and a setting whose range is not the counting
+    numbers from 1 says its range: RERANKER_BULK_BYTES refused 9,999 and
+    RERANKER_MAX_BODY_BYTES 1,023, and OPENSEARCH_RETRIES took 0, where no page said so."""
+    from reranker.config import ENVIRONMENT, Settings
+
+    effective = Settings.from_env({"HOME": "/nonexistent"}).effective()
+    numeric = [name for name in ENVIRONMENT if re.fullmatch(r"[\d.]+", effective[name])]
+    assert len(numeric) >= 25
+    cells = settings_cells()
+    wrong, unsaid = [], []
+    for variable in numeric:
+        meanings = " ".join(meaning for _, _, meaning in cells[variable])
+        number = r"(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)"
+        low = re.search(rf"\bat least {number}", meanings)
+        span = re.search(rf"(?<![\w.,]){number} to {number}\b", meanings)
+        low_said = (low or span)[1].replace(",", "") if (low or span) else None
+        high_said = span[2].replace(",", "") if span else None
+        if low_said is not None:
+            below = str(float(low_said) / 2) if "." in low_said else str(int(low_said) - 1)
+            if not (accepted(variable, low_said) and not accepted(variable, below)):
+                wrong.append(f"{variable}: said to start at {low_said}")
+        elif accepted(variable, "0") or not accepted(variable, "1"):
+            unsaid.append(f"{variable}: its smallest value is not 1 (say 'at least N')")
+        if high_said is not None:
+            above = str(int(high_said) + 1) if "." not in high_said else str(float(high_said) + 0.001)
+            if not (accepted(variable, high_said) and not accepted(variable, above)):
+                wrong.append(f"{variable}: said to end at {high_said}")
+        elif not accepted(variable, str(10**12)):
+            unsaid.append(f"{variable}: has a largest value (say 'N to M')")
+    assert wrong == [], "ranges the tables give that the code does not take"
+    assert unsaid == [], "ranges the tables do not give"
+
+
 def test_the_layout_names_every_module() -> None:
     """docs/layout.md is where a newcomer looks for a concept: a module it does not name
     (tuning.py and query_dsl.py were missing) is one they will not find."""
@@ -640,8 +798,6 @@ def test_every_variable_the_pages_name_is_read_somewhere() -> None:
 
 
 def subcommands(parser: Any) -> dict[str, Any]:
-    import argparse
-
     found = [action.choices for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     return dict(found[0]) if found else {}
 
@@ -675,6 +831,15 @@ def test_every_option_the_pages_give_a_command_is_the_commands() -> None:
                         wrong.append(f"{page.relative_to(REPO)}:{number}: reranker {found[1]}{found[2]} has no {option}")
     assert checked >= 80, "the pages give commands many options: the pattern finds them"
     assert wrong == []
+
+
+def parsers(parser: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """Every parser under `parser` by its command words: () for the global options,
+    ("ab", "create") for `reranker ab create`."""
+    found = {path: parser}
+    for name, child in subcommands(parser).items():
+        found.update(parsers(child, (*path, name)))
+    return found
 
 
 def routes_table() -> list[tuple[str, str]]:

@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--opensearch-url", help="use the OpenSearch store at this URL (env OPENSEARCH_URL)")
     parser.add_argument(
         "--vectors",
-        help="word vectors: glove-6b-50d (default), or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH "
-        "(env RERANKER_VECTORS)",
+        help="word vectors: glove-6b-50d, or [word2vec:|word2vec-bin:|glove:|fasttext:|kv:]PATH "
+        "(default: the index's own, glove-6b-50d for a new one; env RERANKER_VECTORS)",
     )
     parser.add_argument("--stopwords", type=Path, help="stop-word file, one word per line (env RERANKER_STOPWORDS)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
