@@ -842,6 +842,81 @@ def parsers(parser: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], An
     return found
 
 
+def commands_table() -> dict[tuple[str, ...], dict[str, str | None]]:
+    """cli.md's table of every command: {command words: {option: its default as shown, or None}}."""
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Every command and option\n(.*?)(?=^## )", text, flags=re.MULTILINE | re.DOTALL)
+    assert section, "cli.md has a section 'Every command and option'"
+    table: dict[tuple[str, ...], dict[str, str | None]] = {}
+    for row in section[1].splitlines():
+        if not row.startswith("| `reranker"):
+            continue
+        cells = [cell.strip() for cell in row.strip().strip("|").split(" | ")]
+        # An option's default follows it in brackets, one value without spaces ("`--size` (10)").
+        options = {option: shown or None for option, shown in re.findall(r"`(--?[a-z][a-z0-9-]*)`(?: \(([^)\s]+)\))?", cells[1])}
+        for command in re.findall(r"`reranker((?: [a-z][a-z0-9-]*)*)[^`]*`", cells[0]):
+            words = tuple(command.split())
+            assert words not in table, f"cli.md's table lists `reranker {command}` twice"
+            table[words] = options
+    return table
+
+
+def shown_default(value: Any) -> str:
+    """An argparse default as the table writes it: 0.1, 0.5,1,2, queries.jsonl."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(shown_default(item) for item in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def test_the_command_table_is_the_parsers() -> None:
+    """cli.md's table names every command of `reranker --help` (nested ones too: `ab create`,
+    `templates show`) and every option of each, and nothing else; an option with a default of
+    its own shows it, as the parser has it. Before the table, `templates show`, `--verbose`,
+    `--version` and `serve --timeout` were on no page."""
+    from reranker.cli import build_parser
+
+    commands = {path: parser for path, parser in parsers(build_parser()).items() if not subcommands(parser) or path == ()}
+    table = commands_table()
+    assert sorted(set(commands) - set(table)) == [], "commands cli.md's table does not list"
+    assert sorted(set(table) - set(commands)) == [], "commands cli.md's table lists that the parser does not have"
+    wrong = []
+    for path, parser in commands.items():
+        name = " ".join(("reranker", *path))
+        options = option_strings(parser) - {"-h", "--help"}
+        shown = table[path]
+        wrong += [f"{name}: {option} is not in the table" for option in sorted(options - set(shown))]
+        wrong += [f"{name}: the table's {option} is not the command's" for option in sorted(set(shown) - options)]
+        for action in parser._actions:
+            if not action.option_strings or set(action.option_strings) & {"-h", "--help"}:
+                continue
+            option = action.option_strings[-1]
+            default = action.default
+            has_own = default not in (None, [], argparse.SUPPRESS) and not isinstance(default, bool)
+            if has_own and shown.get(option) != shown_default(default):
+                wrong.append(f"{name}: {option}'s default is {shown_default(default)}, the table shows {shown.get(option)}")
+            if not has_own and shown.get(option) is not None:
+                wrong.append(f"{name}: the table shows {option} ({shown[option]}), which defaults to a setting or nothing")
+    assert wrong == []
+
+
+def test_a_help_text_shows_its_options_default() -> None:
+    """"(default N)" in an option's help is the parser's default for it (the defaults that
+    are settings are checked with the settings: test_every_default_said_in_words_is_the_codes)."""
+    from reranker.cli import build_parser
+
+    checked, wrong = 0, []
+    for path, parser in parsers(build_parser()).items():
+        for action in parser._actions:
+            default = action.default
+            if default is None or isinstance(default, (bool, list, tuple)) or not action.option_strings:
+                continue
+            for found in re.finditer(r"\(default ([^\s;,)]+?)(?=[;,)]|: )", action.help or ""):
+                checked += 1
+                if found[1] != shown_default(default):
+                    wrong.append(f"reranker {' '.join(path)} {action.option_strings[-1]}: help says default {found[1]}, the parser's is {shown_default(default)}")
+    assert checked >= 15 and wrong == []
+
+
 def routes_table() -> list[tuple[str, str]]:
     """(method, path) of every route the first column of http-api.md's Routes table names; a
     path written without a method has the one before it in the cell ("`POST /v1/rerank`,
