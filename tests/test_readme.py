@@ -969,6 +969,33 @@ def test_the_routes_table_names_every_route_of_the_openapi_document(tmp_path: Pa
     assert unknown == [], "routes http-api.md's Routes table names that the service does not have"
 
 
+def test_every_route_of_the_app_is_in_the_openapi_document(tmp_path: Path) -> None:
+    """The routes table is checked against GET /openapi.json; this checks that document
+    against the app's url_map, the routes themselves, so a route left out of it (the
+    `@undocumented` mark) would not be left out of the table unseen. The one route it leaves
+    out is the proxy's catch-all, which answers any other path: 404 without a cluster, 403
+    with one (operations.md's statuses, proxy.md's "Refused with 403")."""
+    from reranker.config import Settings
+    from reranker.service import create_app
+
+    app = create_app(Settings.from_env({**os.environ, "RERANKER_DATA_DIR": str(tmp_path)}))
+    try:
+        client = app.test_client()
+        document = client.get("/openapi.json").get_json()
+        other = client.get("/no/such/route")
+        rules = list(app.url_map.iter_rules())
+    finally:
+        app.extensions["reranker"].close()
+    operations = {(method.upper(), shape(path)) for path, item in document["paths"].items() for method in item if method in {"get", "post", "put", "patch", "delete"}}
+    routes = {(method, shape(rule.rule)) for rule in rules if rule.endpoint != "proxy.refuse" for method in rule.methods or () if method not in {"HEAD", "OPTIONS"}}
+    assert sorted(routes - operations) == [], "routes the OpenAPI document leaves out"
+    assert sorted(operations - routes) == [], "operations of the OpenAPI document that no route serves"
+    assert [rule.rule for rule in rules if rule.endpoint == "proxy.refuse"] == ["/<path:path>"]
+    assert other.status_code == 404 and other.get_json()["error"]["type"] == "resource_not_found_exception"
+    assert "an unknown route" in (DOCS / "operations.md").read_text(encoding="utf-8")
+    assert "- **Refused with 403 `security_exception`, never forwarded:** anything that writes, deletes or administers the cluster, and any other endpoint" in (DOCS / "proxy.md").read_text(encoding="utf-8")
+
+
 def test_the_proxys_allow_list_table_is_the_codes() -> None:
     """proxy.md's table of what the proxy forwards, against the sets query_dsl.py and
     search_requests.py walk: the body keys, query clauses and `_msearch` header keys it says
