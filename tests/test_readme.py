@@ -12,9 +12,11 @@ EXPECTED says it prints, so a new command in the docs fails here until it runs o
 The links of README.md, every page under docs/ and the READMEs of bench/ and docker/ are checked too: each relative link names a
 file or folder that exists, and each #fragment a heading of the page it points at. So are
 the names the pages use, where nothing runs them: every RERANKER_* / OPENSEARCH_* variable,
-every option given to a `reranker` command, every route of GET /openapi.json (in
-http-api.md's Routes table, and no route there that the service lacks), and proxy.md's
-allow-list table against the sets the proxy walks.
+every option given to a `reranker` command or a bench script, every route of GET /openapi.json (in
+http-api.md's Routes table, and no route there that the service lacks; the document against
+the app's url_map), and proxy.md's allow-list table against the sets the proxy walks. cli.md's
+table of every command and option is checked against the parser both ways, and the settings
+tables' defaults (in figures or in words) and ranges against the code.
 """
 
 from __future__ import annotations
@@ -1028,3 +1030,24 @@ def test_the_proxys_allow_list_table_is_the_codes() -> None:
     allow = re.search(r"`RERANKER_PROXY_ALLOW` takes a comma-separated list of the middle column's names \(([^)]*)\)", text)
     assert allow, "proxy.md lists the names RERANKER_PROXY_ALLOW takes"
     assert re.findall(r"`([^`]+)`", allow[1]) == list(PROXY_GUARDS)
+
+
+def test_every_bench_command_the_pages_give_names_a_script_and_its_options() -> None:
+    """`python bench/SCRIPT.py --option` in any page (where nothing runs it: the scripts take
+    minutes) names a script of bench/ that declares that option."""
+    checked, wrong = 0, []
+    for page in MARKDOWN:
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for found in re.finditer(r"python (?:\.\./)?(bench/[a-z0-9_/]+\.py)([^`#|)\n]*)", line):
+                script = REPO / found[1]
+                where = f"{page.relative_to(REPO)}:{number}"
+                if not script.is_file():
+                    wrong.append(f"{where}: no {found[1]}")
+                    continue
+                source = script.read_text(encoding="utf-8")
+                for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", found[2]):
+                    checked += 1
+                    if f'"{option}"' not in source:
+                        wrong.append(f"{where}: {found[1]} has no {option}")
+    assert checked >= 30, "the pages give the bench scripts many options: the pattern finds them"
+    assert wrong == []
