@@ -1152,3 +1152,20 @@ def test_serve_writes_the_packages_log_lines_as_gunicorn_writes_its_own(data_dir
     booted = re.search(r"\[INFO\] Booting worker with pid: (\d+)$", output, re.MULTILINE)
     assert worker is not None and booted is not None and worker[1] == booted[1] != master[1], output
     assert output.count("the default ranker cannot run yet") == 1  # not again through the root logger
+
+
+def test_train_help_gives_the_models_own_defaults() -> None:
+    """`reranker train`'s --dim, --epochs, --window and --min-count default to the model's
+    parameters (None is passed on); their help writes those defaults out, so it must follow
+    Word2VecParams and Doc2VecParams (the parser cannot import gensim to read them)."""
+    from reranker.cli import build_parser
+    from reranker.doc2vec import Doc2VecParams
+    from reranker.embeddings import Word2VecParams
+
+    train = next(a.choices for a in build_parser()._actions if a.choices and "train" in a.choices)["train"]  # type: ignore[index]
+    helps = {action.option_strings[-1]: action.help or "" for action in train._actions if action.option_strings}
+    w2v, d2v = Word2VecParams(), Doc2VecParams()
+    assert f"(default: word2vec {w2v.dim}, doc2vec {d2v.dim})" in helps["--dim"]
+    assert f"(default: word2vec {w2v.epochs}, doc2vec {d2v.epochs})" in helps["--epochs"]
+    assert w2v.window == d2v.window and f"(default {w2v.window})" in helps["--window"]
+    assert w2v.min_count == d2v.min_count and f"(default {w2v.min_count})" in helps["--min-count"]
