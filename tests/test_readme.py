@@ -423,18 +423,7 @@ SETTINGS_TABLES = {"cli.md": "Global options", "opensearch.md": "Settings", "ope
 def settings_rows() -> dict[str, list[tuple[str, str]]]:
     """Each variable a settings table documents: [(page, its default cell)], one a table
     (OPENSEARCH_URL is a global option and the OpenSearch store's first setting)."""
-    rows: dict[str, list[tuple[str, str]]] = {}
-    for name, heading in SETTINGS_TABLES.items():
-        text = (DOCS / name).read_text(encoding="utf-8")
-        section = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
-        assert section, f"{name} has no section {heading!r}"
-        table = [line for line in section[1].splitlines() if line.startswith("|")]
-        header = [cell.strip() for cell in table[0].strip("|").split("|")]
-        for line in table[2:]:
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
-            for variable in re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[header.index("environment")]):
-                rows.setdefault(variable, []).append((name, cells[header.index("default")]))
-    return rows
+    return {variable: [(page, default) for page, default, _ in rows] for variable, rows in settings_cells().items()}
 
 
 def test_every_setting_is_in_a_settings_table_with_the_codes_default() -> None:
@@ -464,7 +453,7 @@ def test_every_setting_is_in_a_settings_table_with_the_codes_default() -> None:
 
 
 def settings_cells() -> dict[str, list[tuple[str, str, str]]]:
-    """Like settings_rows, with each row's meaning too: [(page, default cell, meaning cell)]."""
+    """Each variable a settings table documents: [(page, its default cell, its meaning cell)]."""
     rows: dict[str, list[tuple[str, str, str]]] = {}
     for name, heading in SETTINGS_TABLES.items():
         text = (DOCS / name).read_text(encoding="utf-8")
