@@ -63,10 +63,17 @@ HOSTILE_TEXT = (
     "a beam search over phrase tables and a lexicon model improve translation quality; "
     "dynamic programming finds the word reordering of the target language sentence."
 )
+# An untitled document shorter than a snippet (30 words): its snippet is its whole text, and no
+# "…" may follow it. Every other document of the served corpus is longer.
+SHORT_ID = "short-1"
+SHORT_TEXT = "Part-of-speech tagging for a language with little annotated text: a hidden Markov model trained on a small corpus of Ancient Greek."
+SHORT_QUERY = "part-of-speech tagging of Ancient Greek with a hidden Markov model"
 # A summary query (from the sample's queries) that both rankers answer with the hostile document.
 QUERY = json.loads((SAMPLE / "queries.jsonl").read_text(encoding="utf-8").splitlines()[0])["text"]
 TYPED_QUERY = "statistical machine translation with word alignment and beam search"
 PAPER_TEXTS = {r["id"]: r["text"] for r in map(json.loads, (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines())}
+# Every served document's text, by id.
+TEXTS = {**PAPER_TEXTS, HOSTILE_ID: HOSTILE_TEXT, SHORT_ID: SHORT_TEXT}
 
 
 def _opening_title(text: str) -> str:
@@ -105,11 +112,13 @@ def browser() -> Iterator["Browser"]:
 
 @pytest.fixture(scope="module")
 def data_dir(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
-    """The served app's data: the sample corpus (no titles) and the hostile document (titled)."""
+    """The served app's data: the sample corpus (no titles), the hostile document (titled) and
+    a short untitled one."""
     data_dir = tmp_path_factory.mktemp("web") / "data"
     data_dir.mkdir()
     records: list[Any] = (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
     records.append({"id": HOSTILE_ID, "title": HOSTILE_TITLE, "text": HOSTILE_TEXT})
+    records.append({"id": SHORT_ID, "text": SHORT_TEXT})
     corpus = write_jsonl(data_dir.parent / "corpus.jsonl", records)
     assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
     return data_dir
@@ -487,8 +496,22 @@ def _snippets_shown(page: "Page", hits: str) -> None:
     items = page.locator(hits)
     for i in range(items.count()):
         doc_id = items.nth(i).get_attribute("data-id") or ""
-        opening = " ".join((HOSTILE_TEXT if doc_id == HOSTILE_ID else PAPER_TEXTS[doc_id]).split()[:8])
+        opening = " ".join(TEXTS[doc_id].split()[:8])
         assert items.nth(i).locator(".snippet").inner_text().startswith(opening), doc_id
+
+
+def _snippets_marked_where_cut(page: "Page", hits: str) -> list[str]:
+    """Each hit of the list `hits` shows its first 30 words, then "…" if and only if its text
+    goes on; returns the ids listed."""
+    items = page.locator(hits)
+    ids = []
+    for i in range(items.count()):
+        doc_id = items.nth(i).get_attribute("data-id") or ""
+        words = TEXTS[doc_id].split()
+        expected = " ".join(words[:30]) + (" …" if len(words) > 30 else "")
+        assert items.nth(i).locator(".snippet").inner_text() == expected, doc_id
+        ids.append(doc_id)
+    return ids
 
 
 def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page") -> None:
@@ -501,7 +524,7 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
         named = _names(page, hits)
         assert HOSTILE_ID in {doc_id for doc_id, _, _ in named}
         for doc_id, name, meta in named:
-            assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+            assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
             assert meta.endswith(f" · {doc_id}")  # the id stays in sight
     page.goto("/ui#/search")  # no experiment runs: the plain list
     page.get_by_label("Search papers").fill(TYPED_QUERY)
@@ -510,16 +533,40 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
     _snippets_shown(page, "#search-hits .hit")
     for doc_id, name, meta in _names(page, "#search-hits .hit"):
         live_ids.append(doc_id)
-        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
         assert meta == doc_id
     untitled = next(doc_id for doc_id in live_ids if doc_id != HOSTILE_ID)
     page.locator(f'#search-hits .hit[data-id="{untitled}"] .hit-title').click()
-    expect(page.locator("#paper-title")).to_have_text(_opening_title(PAPER_TEXTS[untitled]))
-    assert page.title() == f"{_opening_title(PAPER_TEXTS[untitled])} · reranker"
+    expect(page.locator("#paper-title")).to_have_text(_opening_title(TEXTS[untitled]))
+    assert page.title() == f"{_opening_title(TEXTS[untitled])} · reranker"
     expect(page.locator("#paper-similar .hit")).to_have_count(10)
     for doc_id, name, meta in _names(page, "#paper-similar .hit"):
-        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
         assert meta.startswith("score ") and meta.endswith(f" · {doc_id}")
+
+
+def test_a_snippet_ends_with_an_ellipsis_only_where_the_text_was_cut(page: "Page", served: str) -> None:
+    """A short abstract is shown whole, without "…"; a long one's first 30 words end with it.
+    The API says which (`snippet_truncated`): the page does not guess from a word count."""
+    from playwright.sync_api import expect
+
+    status, body = _api(served, "POST", "/search", {"query": SHORT_QUERY, "size": 10, "snippets": True})
+    assert status == 200 and SHORT_ID in [hit["id"] for hit in body["hits"]], body
+    assert {hit["id"]: hit["snippet_truncated"] for hit in body["hits"]} == {hit["id"]: len(TEXTS[hit["id"]].split()) > 30 for hit in body["hits"]}
+    page.goto("/ui#/search")
+    page.get_by_label("Search papers").fill(SHORT_QUERY)
+    page.get_by_label("Search papers").press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(len(body["hits"]))
+    listed = _snippets_marked_where_cut(page, "#search-hits .hit")
+    assert SHORT_ID in listed and len(listed) > 1  # both kinds: the short text and longer ones
+    expect(page.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .snippet')).to_have_text(SHORT_TEXT)
+    _compare(page, SHORT_QUERY)
+    for hits in ("#column-left .hit", "#column-right .hit"):
+        assert SHORT_ID in _snippets_marked_where_cut(page, hits)
+    # Papers like one: the same mark from GET /documents/<id>/similar.
+    page.goto("/ui#/paper/P01-1027")
+    expect(page.locator("#paper-similar .hit")).to_have_count(10)
+    _snippets_marked_where_cut(page, "#paper-similar .hit")
 
 
 def _evaluation_reports(tmp_path: Path) -> tuple[Path, Path]:

@@ -77,9 +77,10 @@
     return displayTitle(doc) === doc.id ? null : doc.id;
   }
 
-  // A hit's opening words (the API's `snippet`, asked for by every list), under its name.
+  // A hit's opening words (the API's `snippet`, asked for by every list), under its name;
+  // "…" only where the API says it cut the text (a short abstract is shown whole).
   function snippetLine(hit) {
-    return hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null;
+    return hit.snippet ? el("p", { class: "snippet", text: hit.snippet + (hit.snippet_truncated ? " …" : "") }) : null;
   }
 
   function paperHref(id) {
