@@ -50,6 +50,7 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(os.environ.get("RERANKER_TEST_ARTIFACTS") or REPO / "test-artifacts")
 ADMIN_KEY = "web-test-admin-key"
 PHONE = (390, 844)
+NARROW = (360, 780)
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 BOLD = "<b>bold</b>"
@@ -64,8 +65,9 @@ HOSTILE_TEXT = (
     "dynamic programming finds the word reordering of the target language sentence."
 )
 # An untitled document shorter than a snippet (30 words): its snippet is its whole text, and no
-# "…" may follow it. Every other document of the served corpus is longer.
-SHORT_ID = "short-1"
+# "…" may follow it. Every other document of the served corpus is longer. Its id is one long
+# word, wider than a phone's screen unless the page breaks it.
+SHORT_ID = "UntitledShortAbstractOnPartOfSpeechTaggingForAncientGreek2026"
 SHORT_TEXT = "Part-of-speech tagging for a language with little annotated text: a hidden Markov model trained on a small corpus of Ancient Greek."
 SHORT_QUERY = "part-of-speech tagging of Ancient Greek with a hidden Markov model"
 # A summary query (from the sample's queries) that both rankers answer with the hostile document.
@@ -164,6 +166,12 @@ def page(browser: "Browser", served: str) -> Iterator["Page"]:
 def phone(browser: "Browser", served: str) -> Iterator["Page"]:
     """The page on a phone's screen: 390 x 844 CSS pixels."""
     yield from _tab(browser, served, *PHONE)
+
+
+@pytest.fixture
+def narrow(browser: "Browser", served: str) -> Iterator["Page"]:
+    """The page on a narrow phone's screen: 360 x 780 CSS pixels."""
+    yield from _tab(browser, served, *NARROW)
 
 
 def _refused_then_done(page: "Page", card: Any, button: Any) -> None:
@@ -911,6 +919,54 @@ def test_every_view_fits_a_390_px_screen(phone: "Page", served: str, tmp_path: P
         _api(served, "PATCH", "/experiments/web-phone", {"status": "stopped"}, key=ADMIN_KEY)
 
 
+# What names a paper, a ranker or an experiment on the page.
+NAMES = ".hit-title, .hit-meta, .snippet, .column h2, .column-meta, #paper-title, .paper-id, .experiment h2, .facts dd, .notice, .event-status"
+
+
+def _names_wrap(page: "Page", view: str) -> None:
+    """At a narrow width no name runs past its box or off the screen: long words (ids) break."""
+    width = page.viewport_size["width"] if page.viewport_size else NARROW[0]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width, view
+    overflowing = page.evaluate(
+        """([selector, width]) => [...document.querySelectorAll(selector)]
+            .filter((name) => name.getClientRects().length > 0)
+            .filter((name) => name.scrollWidth > name.clientWidth + 1 || name.getBoundingClientRect().right > width)
+            .map((name) => `${name.className || name.id}: ${name.textContent.slice(0, 40)} (${name.scrollWidth} > ${name.clientWidth})`)""",
+        [NAMES, width],
+    )
+    assert overflowing == [], (view, overflowing)
+
+
+def test_names_wrap_on_a_narrow_phone(narrow: "Page", served: str) -> None:
+    """At 360 px, a ranker's name over its column, a hit's title and id (one 62-letter word
+    here), a paper's id and an experiment's name wrap inside their boxes in every view."""
+    from playwright.sync_api import expect
+
+    _compare(narrow, SHORT_QUERY)
+    expect(narrow.locator(f'#column-right .hit[data-id="{SHORT_ID}"] .hit-meta')).to_contain_text(SHORT_ID)
+    _names_wrap(narrow, "compare")
+    _screenshot(narrow, "narrow-compare.png")
+    narrow.locator(f'#column-right .hit[data-id="{SHORT_ID}"]').screenshot(path=str(ARTIFACTS / "narrow-compare-hit.png"))
+    narrow.get_by_role("link", name="Live search").click()
+    narrow.get_by_label("Search papers").fill(SHORT_QUERY)
+    narrow.get_by_label("Search papers").press("Enter")
+    expect(narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-meta')).to_have_text(SHORT_ID)
+    _names_wrap(narrow, "search")
+    _screenshot(narrow, "narrow-search.png")
+    narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-title').click()
+    expect(narrow.locator("#view-paper .paper-id")).to_have_text(f"id {SHORT_ID}")
+    expect(narrow.locator("#paper-similar .hit")).to_have_count(10)
+    _names_wrap(narrow, "paper")
+    _screenshot(narrow, "narrow-paper.png")
+    name = "webnarrowexperimentnamedinonelongwordwithoutahyphen"
+    assert _api(served, "POST", "/experiments", {"id": name, "rankers": [DEFAULT_RANKER, "bm25"], "traffic": 1.0}, key=ADMIN_KEY)[0] == 201
+    _api(served, "PATCH", f"/experiments/{name}", {"status": "stopped"}, key=ADMIN_KEY)
+    narrow.get_by_role("link", name="Experiments").click()
+    expect(narrow.locator(f'[data-experiment="{name}"] h2')).to_contain_text(name)
+    _names_wrap(narrow, "experiments")
+    narrow.locator(f'[data-experiment="{name}"]').screenshot(path=str(ARTIFACTS / "narrow-experiment.png"))
+
+
 def _preferences_that_turn(data_dir: Path, experiment_id: str, turns: list[tuple[str, int, str]]) -> None:
     """A stopped experiment (hidden_topics vs bm25, min_units 5) in the store the server
     reads, with one clicked search per unit, each by a client of its own: per (day, units,
@@ -977,3 +1033,4 @@ def test_an_empty_confidence_sequence_is_said_and_not_drawn(page: "Page", served
         store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
         store.delete_experiment("web-turned", events=True)
         store.close()
+
