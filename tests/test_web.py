@@ -1034,3 +1034,43 @@ def test_an_empty_confidence_sequence_is_said_and_not_drawn(page: "Page", served
         store.delete_experiment("web-turned", events=True)
         store.close()
 
+
+
+def test_one_period_of_preferences_is_drawn_as_a_point_with_its_interval(page: "Page", served: str, data_dir: Path) -> None:
+    """With a single period (every unit within one hour) there is no band to draw through
+    time: the card draws the point with its always-valid interval as an error bar, and says
+    in words that the band needs two or more periods."""
+    from playwright.sync_api import expect
+
+    from reranker.store.events import EmbeddedEventStore
+
+    _preferences_that_turn(data_dir, "web-single", [("2026-11-20", 12, "hidden_topics"), ("2026-11-20", 3, "bm25")])
+    try:
+        timeline = _api(served, "GET", "/experiments/web-single/timeline")[1]
+        assert timeline["interval"] == "hour" and len(timeline["periods"]) == 1, timeline
+        only = timeline["periods"][0]["cumulative"]
+        assert only["low"] < only["share"] < only["high"]
+        page.goto("/ui#/experiments")
+        card = page.locator('[data-experiment="web-single"]')
+        plot = card.locator("svg.plot-svg")
+        expect(plot).to_have_count(1)
+        # No band (there is no second period to stretch it to); the point and its interval as an error bar.
+        expect(plot.locator("polygon.plot-band")).to_have_count(0)
+        expect(plot.locator("circle.plot-dot")).to_have_count(1)
+        bar = plot.locator("g.plot-interval")
+        expect(bar).to_have_count(1)
+        expect(bar.locator("title")).to_have_text(f"95% always-valid interval {_percent(only['low'])}-{_percent(only['high'])}")
+        spine = bar.locator("line").first
+        ends = sorted(float(spine.get_attribute(end) or "nan") for end in ("y1", "y2"))
+        dot = float(plot.locator("circle.plot-dot").get_attribute("cy") or "nan")
+        assert ends[0] < dot < ends[1] and ends[1] - ends[0] > 20, (ends, dot)  # a bar around the point, not a sliver
+        # ... and the card says so in words.
+        expect(card.locator(".plot-single")).to_have_text(
+            f"One hour of preferences so far: the bar is its 95% always-valid interval, {_percent(only['low'])} to "
+            f"{_percent(only['high'])}. The band, the interval through time, needs two or more hours."
+        )
+        card.screenshot(path=str(ARTIFACTS / "experiment-one-period.png"))
+    finally:
+        store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+        store.delete_experiment("web-single", events=True)
+        store.close()

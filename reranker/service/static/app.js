@@ -744,6 +744,19 @@
     // The card's padding and border are inside clientWidth; the plot takes the rest.
     figure.append(window.RerankerPlots.timeline(body, width - 34));
     const level = Math.round(body.confidence * 100);
+    const shown = body.periods.filter((period) => period.cumulative.share !== null);
+    if (shown.length === 1 && !window.RerankerPlots.isEmpty(shown[0].cumulative)) {
+      // A band through time needs two points; one is drawn with its interval as an error bar.
+      const only = shown[0].cumulative;
+      figure.append(
+        el("p", {
+          class: "plot-single",
+          text:
+            `One ${body.interval} of preferences so far: the bar is its ${level}% always-valid interval, ` +
+            `${Math.round(only.low * 100)}% to ${Math.round(only.high * 100)}%. The band, the interval through time, needs two or more ${body.interval}s.`,
+        })
+      );
+    }
     const emptied = body.periods.find((period) => period.cumulative.share !== null && window.RerankerPlots.isEmpty(period.cumulative));
     if (emptied) {
       // The band would end there without a word; say what an empty interval means.
