@@ -224,10 +224,42 @@ def _wait_for_columns(page: "Page") -> None:
 # --- the tests ---------------------------------------------------------------------------
 
 
-def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: "Page") -> None:
+def test_the_first_screen_takes_an_abstract_and_lists_papers(page: "Page") -> None:
+    """/ui opens on the search a librarian needs: paste an abstract, press Enter, get papers.
+    Every view keeps its own link (#/compare, #/experiments, #/paper/<id>)."""
     from playwright.sync_api import expect
 
     page.goto("/ui")
+    expect(page.locator("#view-search")).to_be_visible()
+    expect(page.locator("#view-compare")).to_be_hidden()
+    assert page.title() == "Live search · reranker"
+    expect(page.get_by_role("navigation").get_by_role("link").first).to_have_text("Live search")
+    expect(page.get_by_role("link", name="Live search")).to_have_attribute("aria-current", "page")
+    box = page.get_by_label("Search papers")
+    expect(box).to_have_js_property("tagName", "TEXTAREA")  # an abstract is longer than a line
+    page.screenshot(path=str(ARTIFACTS / "first-screen.png"))  # the window as it opens
+    box.fill(QUERY)  # a whole abstract
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    assert box.input_value() == QUERY  # Enter searched; it added no line break
+    _screenshot(page, "first-screen-results.png")
+    box.press("Shift+Enter")
+    assert box.input_value() == QUERY + "\n"
+    # A paper opened from the first screen goes back to it.
+    page.locator("#search-hits .hit-title").first.click()
+    expect(page.locator("#paper-back")).to_have_attribute("href", "#/search")
+    # Deep links keep their views.
+    for route, view in (("compare", "compare"), ("experiments", "experiments"), ("paper/P01-1027", "paper")):
+        page.goto(f"/ui#/{route}")
+        expect(page.locator(f"#view-{view}")).to_be_visible()
+    page.goto("/ui#/no-such-view")
+    expect(page.locator("#view-search")).to_be_visible()
+
+
+def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: "Page") -> None:
+    from playwright.sync_api import expect
+
+    page.goto("/ui#/compare")
     query_box = page.get_by_label("Query (an abstract or a few sentences)")
     expect(page.get_by_label("Left ranker")).to_have_value("bm25")
     expect(page.get_by_label("Right ranker")).to_have_value(DEFAULT_RANKER)  # the service's default
@@ -901,6 +933,7 @@ def test_every_view_fits_a_390_px_screen(phone: "Page", served: str, tmp_path: P
     phone.get_by_label("Search papers").press("Enter")
     expect(phone.locator("#search-hits .hit")).to_have_count(10)
     _fits(phone, "search")
+    phone.screenshot(path=str(ARTIFACTS / "phone-search.png"))
     phone.locator("#search-hits .hit-title").first.click()
     expect(phone.locator("#paper-similar .hit")).to_have_count(10)
     _fits(phone, "paper")
