@@ -808,12 +808,14 @@ def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str,
 def similar_answer(engine: Engine, doc_id: str, hits: Sequence[RankedDoc], ranker_name: str) -> dict[str, Any]:
     """The JSON of GET /documents/<id>/similar and of `reranker similar --json` (its schema:
     /openapi.json, SimilarAnswer): each hit as a search's (`RankedDoc.to_json`) with the
-    opening of its text, by which a paper without a title is shown."""
+    opening of its text, by which a paper without a title is shown, and whether the text
+    goes on after it (`snippet_truncated`, as /search's snippets say it)."""
     texts = engine.store.documents([hit.doc_id for hit in hits])
     answer = []
     for hit in hits:
         stored = texts.get(hit.doc_id)
-        answer.append({**hit.to_json(), "snippet": opening(stored.text, SNIPPET_WORDS)[0] if stored is not None else ""})
+        snippet, truncated = opening(stored.text, SNIPPET_WORDS) if stored is not None else ("", False)
+        answer.append({**hit.to_json(), "snippet": snippet, "snippet_truncated": truncated})
     return {"id": doc_id, "ranker": ranker_name, "hits": answer}
 
 

@@ -74,6 +74,7 @@ def test_papers_like_this_one_are_a_search_with_the_paper_as_the_query(client: F
     assert scores == sorted(scores, reverse=True)
     texts = _sample()
     assert all(h["snippet"] == " ".join(texts[h["id"]]["text"].split()[:30]) for h in hits)
+    assert all(h["snippet_truncated"] is (len(texts[h["id"]]["text"].split()) > 30) for h in hits)
     # The route is Engine.similar with the default ranker (what the CLI and the evaluation run).
     rt = client.application.extensions["reranker"]
     expected = rt.engine().similar(PAPER, rt.limits.default_ranker, size=5)
@@ -100,6 +101,8 @@ def test_search_hits_carry_their_opening_words_when_asked(client: FlaskClient) -
     assert [h["id"] for h in hits] == [h["id"] for h in plain]
     assert all(h["snippet"] == " ".join(texts[h["id"]]["text"].split()[:30]) for h in hits)
     assert any(len(texts[h["id"]]["text"].split()) > 30 for h in hits)
+    assert all(h["snippet_truncated"] is (len(texts[h["id"]]["text"].split()) > 30) for h in hits)
+    assert all("snippet_truncated" not in hit for hit in plain)
     reason = _error(client.post("/search", json={"query": QUERY, "snippets": "yes"}), 400, "illegal_argument_exception")
     assert "[snippets]" in reason
 

@@ -50,6 +50,7 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(os.environ.get("RERANKER_TEST_ARTIFACTS") or REPO / "test-artifacts")
 ADMIN_KEY = "web-test-admin-key"
 PHONE = (390, 844)
+NARROW = (360, 780)
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 BOLD = "<b>bold</b>"
@@ -63,10 +64,18 @@ HOSTILE_TEXT = (
     "a beam search over phrase tables and a lexicon model improve translation quality; "
     "dynamic programming finds the word reordering of the target language sentence."
 )
+# An untitled document shorter than a snippet (30 words): its snippet is its whole text, and no
+# "…" may follow it. Every other document of the served corpus is longer. Its id is one long
+# word, wider than a phone's screen unless the page breaks it.
+SHORT_ID = "UntitledShortAbstractOnPartOfSpeechTaggingForAncientGreek2026"
+SHORT_TEXT = "Part-of-speech tagging for a language with little annotated text: a hidden Markov model trained on a small corpus of Ancient Greek."
+SHORT_QUERY = "part-of-speech tagging of Ancient Greek with a hidden Markov model"
 # A summary query (from the sample's queries) that both rankers answer with the hostile document.
 QUERY = json.loads((SAMPLE / "queries.jsonl").read_text(encoding="utf-8").splitlines()[0])["text"]
 TYPED_QUERY = "statistical machine translation with word alignment and beam search"
 PAPER_TEXTS = {r["id"]: r["text"] for r in map(json.loads, (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines())}
+# Every served document's text, by id.
+TEXTS = {**PAPER_TEXTS, HOSTILE_ID: HOSTILE_TEXT, SHORT_ID: SHORT_TEXT}
 
 
 def _opening_title(text: str) -> str:
@@ -105,11 +114,13 @@ def browser() -> Iterator["Browser"]:
 
 @pytest.fixture(scope="module")
 def data_dir(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove: object) -> Path:
-    """The served app's data: the sample corpus (no titles) and the hostile document (titled)."""
+    """The served app's data: the sample corpus (no titles), the hostile document (titled) and
+    a short untitled one."""
     data_dir = tmp_path_factory.mktemp("web") / "data"
     data_dir.mkdir()
     records: list[Any] = (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
     records.append({"id": HOSTILE_ID, "title": HOSTILE_TITLE, "text": HOSTILE_TEXT})
+    records.append({"id": SHORT_ID, "text": SHORT_TEXT})
     corpus = write_jsonl(data_dir.parent / "corpus.jsonl", records)
     assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
     return data_dir
@@ -155,6 +166,12 @@ def page(browser: "Browser", served: str) -> Iterator["Page"]:
 def phone(browser: "Browser", served: str) -> Iterator["Page"]:
     """The page on a phone's screen: 390 x 844 CSS pixels."""
     yield from _tab(browser, served, *PHONE)
+
+
+@pytest.fixture
+def narrow(browser: "Browser", served: str) -> Iterator["Page"]:
+    """The page on a narrow phone's screen: 360 x 780 CSS pixels."""
+    yield from _tab(browser, served, *NARROW)
 
 
 def _refused_then_done(page: "Page", card: Any, button: Any) -> None:
@@ -207,10 +224,42 @@ def _wait_for_columns(page: "Page") -> None:
 # --- the tests ---------------------------------------------------------------------------
 
 
-def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: "Page") -> None:
+def test_the_first_screen_takes_an_abstract_and_lists_papers(page: "Page") -> None:
+    """/ui opens on the search a librarian needs: paste an abstract, press Enter, get papers.
+    Every view keeps its own link (#/compare, #/experiments, #/paper/<id>)."""
     from playwright.sync_api import expect
 
     page.goto("/ui")
+    expect(page.locator("#view-search")).to_be_visible()
+    expect(page.locator("#view-compare")).to_be_hidden()
+    assert page.title() == "Live search · reranker"
+    expect(page.get_by_role("navigation").get_by_role("link").first).to_have_text("Live search")
+    expect(page.get_by_role("link", name="Live search")).to_have_attribute("aria-current", "page")
+    box = page.get_by_label("Search papers")
+    expect(box).to_have_js_property("tagName", "TEXTAREA")  # an abstract is longer than a line
+    page.screenshot(path=str(ARTIFACTS / "first-screen.png"))  # the window as it opens
+    box.fill(QUERY)  # a whole abstract
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    assert box.input_value() == QUERY  # Enter searched; it added no line break
+    _screenshot(page, "first-screen-results.png")
+    box.press("Shift+Enter")
+    assert box.input_value() == QUERY + "\n"
+    # A paper opened from the first screen goes back to it.
+    page.locator("#search-hits .hit-title").first.click()
+    expect(page.locator("#paper-back")).to_have_attribute("href", "#/search")
+    # Deep links keep their views.
+    for route, view in (("compare", "compare"), ("experiments", "experiments"), ("paper/P01-1027", "paper")):
+        page.goto(f"/ui#/{route}")
+        expect(page.locator(f"#view-{view}")).to_be_visible()
+    page.goto("/ui#/no-such-view")
+    expect(page.locator("#view-search")).to_be_visible()
+
+
+def test_typing_a_query_fills_both_columns_with_marked_and_explained_hits(page: "Page") -> None:
+    from playwright.sync_api import expect
+
+    page.goto("/ui#/compare")
     query_box = page.get_by_label("Query (an abstract or a few sentences)")
     expect(page.get_by_label("Left ranker")).to_have_value("bm25")
     expect(page.get_by_label("Right ranker")).to_have_value(DEFAULT_RANKER)  # the service's default
@@ -487,8 +536,22 @@ def _snippets_shown(page: "Page", hits: str) -> None:
     items = page.locator(hits)
     for i in range(items.count()):
         doc_id = items.nth(i).get_attribute("data-id") or ""
-        opening = " ".join((HOSTILE_TEXT if doc_id == HOSTILE_ID else PAPER_TEXTS[doc_id]).split()[:8])
+        opening = " ".join(TEXTS[doc_id].split()[:8])
         assert items.nth(i).locator(".snippet").inner_text().startswith(opening), doc_id
+
+
+def _snippets_marked_where_cut(page: "Page", hits: str) -> list[str]:
+    """Each hit of the list `hits` shows its first 30 words, then "…" if and only if its text
+    goes on; returns the ids listed."""
+    items = page.locator(hits)
+    ids = []
+    for i in range(items.count()):
+        doc_id = items.nth(i).get_attribute("data-id") or ""
+        words = TEXTS[doc_id].split()
+        expected = " ".join(words[:30]) + (" …" if len(words) > 30 else "")
+        assert items.nth(i).locator(".snippet").inner_text() == expected, doc_id
+        ids.append(doc_id)
+    return ids
 
 
 def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page") -> None:
@@ -501,7 +564,7 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
         named = _names(page, hits)
         assert HOSTILE_ID in {doc_id for doc_id, _, _ in named}
         for doc_id, name, meta in named:
-            assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+            assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
             assert meta.endswith(f" · {doc_id}")  # the id stays in sight
     page.goto("/ui#/search")  # no experiment runs: the plain list
     page.get_by_label("Search papers").fill(TYPED_QUERY)
@@ -510,16 +573,40 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
     _snippets_shown(page, "#search-hits .hit")
     for doc_id, name, meta in _names(page, "#search-hits .hit"):
         live_ids.append(doc_id)
-        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
         assert meta == doc_id
     untitled = next(doc_id for doc_id in live_ids if doc_id != HOSTILE_ID)
     page.locator(f'#search-hits .hit[data-id="{untitled}"] .hit-title').click()
-    expect(page.locator("#paper-title")).to_have_text(_opening_title(PAPER_TEXTS[untitled]))
-    assert page.title() == f"{_opening_title(PAPER_TEXTS[untitled])} · reranker"
+    expect(page.locator("#paper-title")).to_have_text(_opening_title(TEXTS[untitled]))
+    assert page.title() == f"{_opening_title(TEXTS[untitled])} · reranker"
     expect(page.locator("#paper-similar .hit")).to_have_count(10)
     for doc_id, name, meta in _names(page, "#paper-similar .hit"):
-        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(PAPER_TEXTS[doc_id]))
+        assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
         assert meta.startswith("score ") and meta.endswith(f" · {doc_id}")
+
+
+def test_a_snippet_ends_with_an_ellipsis_only_where_the_text_was_cut(page: "Page", served: str) -> None:
+    """A short abstract is shown whole, without "…"; a long one's first 30 words end with it.
+    The API says which (`snippet_truncated`): the page does not guess from a word count."""
+    from playwright.sync_api import expect
+
+    status, body = _api(served, "POST", "/search", {"query": SHORT_QUERY, "size": 10, "snippets": True})
+    assert status == 200 and SHORT_ID in [hit["id"] for hit in body["hits"]], body
+    assert {hit["id"]: hit["snippet_truncated"] for hit in body["hits"]} == {hit["id"]: len(TEXTS[hit["id"]].split()) > 30 for hit in body["hits"]}
+    page.goto("/ui#/search")
+    page.get_by_label("Search papers").fill(SHORT_QUERY)
+    page.get_by_label("Search papers").press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(len(body["hits"]))
+    listed = _snippets_marked_where_cut(page, "#search-hits .hit")
+    assert SHORT_ID in listed and len(listed) > 1  # both kinds: the short text and longer ones
+    expect(page.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .snippet')).to_have_text(SHORT_TEXT)
+    _compare(page, SHORT_QUERY)
+    for hits in ("#column-left .hit", "#column-right .hit"):
+        assert SHORT_ID in _snippets_marked_where_cut(page, hits)
+    # Papers like one: the same mark from GET /documents/<id>/similar.
+    page.goto("/ui#/paper/P01-1027")
+    expect(page.locator("#paper-similar .hit")).to_have_count(10)
+    _snippets_marked_where_cut(page, "#paper-similar .hit")
 
 
 def _evaluation_reports(tmp_path: Path) -> tuple[Path, Path]:
@@ -846,6 +933,7 @@ def test_every_view_fits_a_390_px_screen(phone: "Page", served: str, tmp_path: P
     phone.get_by_label("Search papers").press("Enter")
     expect(phone.locator("#search-hits .hit")).to_have_count(10)
     _fits(phone, "search")
+    phone.screenshot(path=str(ARTIFACTS / "phone-search.png"))
     phone.locator("#search-hits .hit-title").first.click()
     expect(phone.locator("#paper-similar .hit")).to_have_count(10)
     _fits(phone, "paper")
@@ -862,6 +950,54 @@ def test_every_view_fits_a_390_px_screen(phone: "Page", served: str, tmp_path: P
         _screenshot(phone, "phone-experiments.png")
     finally:
         _api(served, "PATCH", "/experiments/web-phone", {"status": "stopped"}, key=ADMIN_KEY)
+
+
+# What names a paper, a ranker or an experiment on the page.
+NAMES = ".hit-title, .hit-meta, .snippet, .column h2, .column-meta, #paper-title, .paper-id, .experiment h2, .facts dd, .notice, .event-status"
+
+
+def _names_wrap(page: "Page", view: str) -> None:
+    """At a narrow width no name runs past its box or off the screen: long words (ids) break."""
+    width = page.viewport_size["width"] if page.viewport_size else NARROW[0]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width, view
+    overflowing = page.evaluate(
+        """([selector, width]) => [...document.querySelectorAll(selector)]
+            .filter((name) => name.getClientRects().length > 0)
+            .filter((name) => name.scrollWidth > name.clientWidth + 1 || name.getBoundingClientRect().right > width)
+            .map((name) => `${name.className || name.id}: ${name.textContent.slice(0, 40)} (${name.scrollWidth} > ${name.clientWidth})`)""",
+        [NAMES, width],
+    )
+    assert overflowing == [], (view, overflowing)
+
+
+def test_names_wrap_on_a_narrow_phone(narrow: "Page", served: str) -> None:
+    """At 360 px, a ranker's name over its column, a hit's title and id (one 62-letter word
+    here), a paper's id and an experiment's name wrap inside their boxes in every view."""
+    from playwright.sync_api import expect
+
+    _compare(narrow, SHORT_QUERY)
+    expect(narrow.locator(f'#column-right .hit[data-id="{SHORT_ID}"] .hit-meta')).to_contain_text(SHORT_ID)
+    _names_wrap(narrow, "compare")
+    _screenshot(narrow, "narrow-compare.png")
+    narrow.locator(f'#column-right .hit[data-id="{SHORT_ID}"]').screenshot(path=str(ARTIFACTS / "narrow-compare-hit.png"))
+    narrow.get_by_role("link", name="Live search").click()
+    narrow.get_by_label("Search papers").fill(SHORT_QUERY)
+    narrow.get_by_label("Search papers").press("Enter")
+    expect(narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-meta')).to_have_text(SHORT_ID)
+    _names_wrap(narrow, "search")
+    _screenshot(narrow, "narrow-search.png")
+    narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-title').click()
+    expect(narrow.locator("#view-paper .paper-id")).to_have_text(f"id {SHORT_ID}")
+    expect(narrow.locator("#paper-similar .hit")).to_have_count(10)
+    _names_wrap(narrow, "paper")
+    _screenshot(narrow, "narrow-paper.png")
+    name = "webnarrowexperimentnamedinonelongwordwithoutahyphen"
+    assert _api(served, "POST", "/experiments", {"id": name, "rankers": [DEFAULT_RANKER, "bm25"], "traffic": 1.0}, key=ADMIN_KEY)[0] == 201
+    _api(served, "PATCH", f"/experiments/{name}", {"status": "stopped"}, key=ADMIN_KEY)
+    narrow.get_by_role("link", name="Experiments").click()
+    expect(narrow.locator(f'[data-experiment="{name}"] h2')).to_contain_text(name)
+    _names_wrap(narrow, "experiments")
+    narrow.locator(f'[data-experiment="{name}"]').screenshot(path=str(ARTIFACTS / "narrow-experiment.png"))
 
 
 def _preferences_that_turn(data_dir: Path, experiment_id: str, turns: list[tuple[str, int, str]]) -> None:
@@ -929,4 +1065,45 @@ def test_an_empty_confidence_sequence_is_said_and_not_drawn(page: "Page", served
     finally:
         store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
         store.delete_experiment("web-turned", events=True)
+        store.close()
+
+
+
+def test_one_period_of_preferences_is_drawn_as_a_point_with_its_interval(page: "Page", served: str, data_dir: Path) -> None:
+    """With a single period (every unit within one hour) there is no band to draw through
+    time: the card draws the point with its always-valid interval as an error bar, and says
+    in words that the band needs two or more periods."""
+    from playwright.sync_api import expect
+
+    from reranker.store.events import EmbeddedEventStore
+
+    _preferences_that_turn(data_dir, "web-single", [("2026-11-20", 12, "hidden_topics"), ("2026-11-20", 3, "bm25")])
+    try:
+        timeline = _api(served, "GET", "/experiments/web-single/timeline")[1]
+        assert timeline["interval"] == "hour" and len(timeline["periods"]) == 1, timeline
+        only = timeline["periods"][0]["cumulative"]
+        assert only["low"] < only["share"] < only["high"]
+        page.goto("/ui#/experiments")
+        card = page.locator('[data-experiment="web-single"]')
+        plot = card.locator("svg.plot-svg")
+        expect(plot).to_have_count(1)
+        # No band (there is no second period to stretch it to); the point and its interval as an error bar.
+        expect(plot.locator("polygon.plot-band")).to_have_count(0)
+        expect(plot.locator("circle.plot-dot")).to_have_count(1)
+        bar = plot.locator("g.plot-interval")
+        expect(bar).to_have_count(1)
+        expect(bar.locator("title")).to_have_text(f"95% always-valid interval {_percent(only['low'])}-{_percent(only['high'])}")
+        spine = bar.locator("line").first
+        ends = sorted(float(spine.get_attribute(end) or "nan") for end in ("y1", "y2"))
+        dot = float(plot.locator("circle.plot-dot").get_attribute("cy") or "nan")
+        assert ends[0] < dot < ends[1] and ends[1] - ends[0] > 20, (ends, dot)  # a bar around the point, not a sliver
+        # ... and the card says so in words.
+        expect(card.locator(".plot-single")).to_have_text(
+            f"One hour of preferences so far: the bar is its 95% always-valid interval, {_percent(only['low'])} to "
+            f"{_percent(only['high'])}. The band, the interval through time, needs two or more hours."
+        )
+        card.screenshot(path=str(ARTIFACTS / "experiment-one-period.png"))
+    finally:
+        store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+        store.delete_experiment("web-single", events=True)
         store.close()

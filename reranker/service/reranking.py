@@ -426,7 +426,7 @@ class Runtime:
             if position in explanations:
                 hit["explanation"] = explanations[position].to_json()
             if candidate.doc_id in openings:
-                hit["snippet"] = openings[candidate.doc_id]
+                hit["snippet"], hit["snippet_truncated"] = openings[candidate.doc_id]
             hits.append(hit)
         if interleaved is not None:
             head: dict[str, Any] = {**interleaved.fields(), "query": text}
@@ -444,15 +444,16 @@ class Runtime:
             "timings_ms": {"retrieve": round(1000 * (retrieved - started), 3), "rerank": round(rerank_ms, 3)},
         }
 
-    def _snippets(self, doc_ids: list[str]) -> dict[str, str]:
+    def _snippets(self, doc_ids: list[str]) -> dict[str, tuple[str, bool]]:
         """The first SNIPPET_WORDS words of each hit's text (a page lists documents without
-        a title by them); none when the store cannot be read: the hits matter more."""
+        a title by them) and whether the text goes on (so a page marks a cut, and only a cut);
+        none when the store cannot be read: the hits matter more."""
         try:
             stored = self.engine().store.documents(doc_ids)
         except StoreError as exc:
             log.warning("snippets unavailable: %s", exc)
             return {}
-        return {doc_id: opening(doc.text, SNIPPET_WORDS)[0] for doc_id, doc in stored.items()}
+        return {doc_id: opening(doc.text, SNIPPET_WORDS) for doc_id, doc in stored.items()}
 
     def _explanations(
         self, query: Query, completed: CandidateSet | None, page: list[tuple[int, Reranked, Ranker]]

@@ -583,6 +583,7 @@ class Hit(Answer):
     bm25_rank: int
     title: str | SkipJsonSchema[None] = None
     snippet: str | SkipJsonSchema[None] = Field(None, description="with snippets: true, the first 30 words of its text")
+    snippet_truncated: bool | SkipJsonSchema[None] = Field(None, description="with snippets: true, whether the text goes on after the snippet")
     explanation: Explanation | SkipJsonSchema[None] = Field(None, description="with explain: true, for a ranker that scores by topics (absent otherwise, and when degraded)")
 
 
@@ -673,6 +674,7 @@ class SimilarHit(Answer):
     bm25_score: float = Field(description="BM25 of the paper's most distinctive words")
     bm25_rank: int = Field(description="rank by BM25 on the paper's most distinctive words, the paper itself left out")
     snippet: str = Field(description="the first 30 words of the text")
+    snippet_truncated: bool = Field(description="whether the text goes on after the snippet")
 
 
 class SimilarAnswer(Answer):

@@ -46,7 +46,7 @@ CONTENT_SECURITY_POLICY = "; ".join(
 @blueprint.get("/ui")
 @operation("the web page: compare rankers, browse papers, live search, experiments", answers={200: Reply("the page", media=("text/html",))})
 def page() -> Any:
-    """The page itself; its views are #/compare, #/search, #/paper/<id>, #/experiments."""
+    """The page itself; its views are #/search (the first screen), #/compare, #/paper/<id>, #/experiments."""
     assert blueprint.static_folder is not None
     return send_from_directory(blueprint.static_folder, "index.html")
 

@@ -1,9 +1,10 @@
 // The reranker web page: four views over the JSON API, as hash routes.
 //
+//   #/search        (the first screen, at /ui) paste an abstract, get papers: search as users
+//                   get it (an experiment may interleave it); clicks recorded
 //   #/compare       two rankers side by side over the same BM25 window, rank changes marked;
 //                   an evaluation report's figures for the two rankers (a judged data set's, say) and
 //                   its per-query wins and losses, plotted
-//   #/search        live search as users get it (an experiment may interleave it); clicks recorded
 //   #/paper/<id>    one paper: its opening, top topics and papers like it
 //   #/experiments   interleaving experiments: traffic, clicks, wins, p-value, the preference
 //                   over time; with the admin key, start, change and stop them
@@ -24,7 +25,7 @@
   const state = {
     rankers: [],
     live: { queryId: null, clicks: 0, experiment: null },
-    previousRoute: "#/compare",
+    previousRoute: "#/search",
     currentRoute: null,
     carryStatus: false, // keep the status lines through the next change of view
   };
@@ -77,9 +78,10 @@
     return displayTitle(doc) === doc.id ? null : doc.id;
   }
 
-  // A hit's opening words (the API's `snippet`, asked for by every list), under its name.
+  // A hit's opening words (the API's `snippet`, asked for by every list), under its name;
+  // "…" only where the API says it cut the text (a short abstract is shown whole).
   function snippetLine(hit) {
-    return hit.snippet ? el("p", { class: "snippet", text: `${hit.snippet} …` }) : null;
+    return hit.snippet ? el("p", { class: "snippet", text: hit.snippet + (hit.snippet_truncated ? " …" : "") }) : null;
   }
 
   function paperHref(id) {
@@ -177,6 +179,9 @@
   // --- routing -----------------------------------------------------------------------
 
   const VIEWS = ["compare", "search", "paper", "experiments"];
+  // The first screen: a librarian's (paste an abstract, get papers), whose clicks are the ones an
+  // experiment counts; comparing rankers is the search team's, one link away.
+  const HOME = "search";
   const TITLES = { compare: "Compare rankers", search: "Live search", paper: "Paper", experiments: "Experiments" };
 
   function show(name, moveFocus) {
@@ -196,7 +201,7 @@
   function route(moveFocus) {
     const hash = window.location.hash;
     if (!hash.startsWith("#/")) {
-      if (state.currentRoute === null) show("compare", false);
+      if (state.currentRoute === null) show(HOME, false);
       return;
     }
     if (state.currentRoute !== null && state.currentRoute !== hash) state.previousRoute = state.currentRoute;
@@ -214,7 +219,7 @@
     if (name === "paper" && rest.length > 0) {
       show("paper", moveFocus);
       const back = byId("paper-back");
-      back.setAttribute("href", state.previousRoute.startsWith("#/paper/") ? "#/compare" : state.previousRoute);
+      back.setAttribute("href", state.previousRoute.startsWith("#/paper/") ? `#/${HOME}` : state.previousRoute);
       // A link the page made is encodeURIComponent's; one typed by hand may hold a bare "%".
       let id;
       try {
@@ -229,7 +234,7 @@
       show("experiments", moveFocus);
       loadExperiments();
     } else {
-      show(VIEWS.includes(name) && name !== "paper" ? name : "compare", moveFocus);
+      show(VIEWS.includes(name) && name !== "paper" ? name : HOME, moveFocus);
     }
   }
 
@@ -743,6 +748,19 @@
     // The card's padding and border are inside clientWidth; the plot takes the rest.
     figure.append(window.RerankerPlots.timeline(body, width - 34));
     const level = Math.round(body.confidence * 100);
+    const shown = body.periods.filter((period) => period.cumulative.share !== null);
+    if (shown.length === 1 && !window.RerankerPlots.isEmpty(shown[0].cumulative)) {
+      // A band through time needs two points; one is drawn with its interval as an error bar.
+      const only = shown[0].cumulative;
+      figure.append(
+        el("p", {
+          class: "plot-single",
+          text:
+            `One ${body.interval} of preferences so far: the bar is its ${level}% always-valid interval, ` +
+            `${Math.round(only.low * 100)}% to ${Math.round(only.high * 100)}%. The band, the interval through time, needs two or more ${body.interval}s.`,
+        })
+      );
+    }
     const emptied = body.periods.find((period) => period.cumulative.share !== null && window.RerankerPlots.isEmpty(period.cumulative));
     if (emptied) {
       // The band would end there without a word; say what an empty interval means.
@@ -1044,6 +1062,13 @@
       }
     });
     byId("search-form").addEventListener("submit", runLive);
+    // An abstract is one paragraph: Enter searches (as in a one-line box), Shift+Enter breaks the line.
+    byId("search-query").addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        byId("search-form").requestSubmit();
+      }
+    });
     byId("admin-form").addEventListener("submit", (event) => event.preventDefault());
     const store = storage("session");
     const keyInput = byId("admin-key");

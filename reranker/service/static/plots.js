@@ -104,8 +104,15 @@ window.RerankerPlots = (function () {
     const x = scale(t0, t1, left, right);
     const banded = points.filter((p) => !isEmpty(p)); // a prefix: once empty, always empty
     if (banded.length === 1) {
-      const at = x(banded[0].t);
-      svg.append(node("line", { x1: at, x2: at, y1: y(banded[0].low), y2: y(banded[0].high), class: "plot-band-bar" }));
+      // One interval is no band through time: the point's interval, drawn as an error bar
+      // (the card says in words that the band needs two or more periods).
+      const only = banded[0];
+      const at = x(only.t);
+      const bar = node("g", { class: "plot-interval" });
+      bar.append(node("title", {}, `${percent(body.confidence)} always-valid interval ${interval(only)}`));
+      bar.append(node("line", { x1: at, x2: at, y1: y(only.low), y2: y(only.high) }));
+      for (const end of [only.low, only.high]) bar.append(node("line", { x1: at - 6, x2: at + 6, y1: y(end), y2: y(end) }));
+      svg.append(bar);
     } else if (banded.length > 1) {
       const outline = [...banded.map((p) => `${x(p.t)},${y(p.high)}`), ...banded.slice().reverse().map((p) => `${x(p.t)},${y(p.low)}`)];
       svg.append(node("polygon", { points: outline.join(" "), class: "plot-band" }));
