@@ -332,6 +332,26 @@ def test_a_hits_explanation_shows_the_apis_topics_in_its_order_and_the_rest(page
         expect(hit.locator(".topic-rest")).to_have_text(f"The other {explanation['rest']['topics']} topics add {rest} together.")
 
 
+def test_a_search_sent_before_the_rankers_are_listed_waits_for_them(page: "Page") -> None:
+    """The dropdowns are filled from GET /rankers, which a fresh service can take seconds to
+    answer: Ctrl+Enter before then sent `"ranker": ""` and both columns failed with "unknown
+    ranker ''". Now the search waits for the list (held back here until it is sent)."""
+    from playwright.sync_api import expect
+
+    held: list[Any] = []
+    page.route("**/rankers", lambda route: held.append(route))
+    page.goto("/ui#/compare")
+    page.get_by_label("Query (an abstract or a few sentences)").fill(QUERY)
+    page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+    expect(page.locator("#status")).to_have_text("Loading the rankers…")
+    assert len(held) == 1
+    held[0].continue_()
+    _wait_for_columns(page)
+    expect(page.locator("#column-left h2")).to_have_text("bm25")
+    expect(page.locator("#column-right h2")).to_have_text(DEFAULT_RANKER)
+    expect(page.locator("#status")).to_have_text("Showing 10 hits from bm25 and 10 from " + DEFAULT_RANKER + ".")
+
+
 def test_the_compare_view_screenshot(page: "Page") -> None:
     _compare(page, QUERY)
     page.locator("#column-right .hit").first.locator("summary").click()

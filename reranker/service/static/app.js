@@ -277,6 +277,25 @@
     }
   }
 
+  // initRankers' promise: a search or a new experiment asked for before the dropdowns are
+  // filled waits for them (their value was "" then: the search failed as "unknown ranker ''").
+  let rankersListed = Promise.resolve();
+
+  // The values of two ranker dropdowns, once they are filled; null (the status says why) when
+  // the rankers could not be listed.
+  async function chosenRankers(ids, tell) {
+    if (ids.some((id) => !byId(id).value)) {
+      tell("Loading the rankers…", "busy");
+      await rankersListed;
+    }
+    const chosen = ids.map((id) => byId(id).value);
+    if (chosen.some((name) => !name)) {
+      tell("The rankers could not be listed, so none can be picked: reload the page.", "error");
+      return null;
+    }
+    return chosen;
+  }
+
   let comparing = false;
 
   async function runCompare(event) {
@@ -288,12 +307,13 @@
       byId("compare-query").focus();
       return;
     }
-    const rankers = [byId("compare-left").value, byId("compare-right").value];
     const columns = [byId("column-left"), byId("column-right")];
     comparing = true;
     byId("compare-columns").setAttribute("aria-busy", "true");
-    say(`Searching with ${rankers[0]} and ${rankers[1]}…`, "busy");
     try {
+      const rankers = await chosenRankers(["compare-left", "compare-right"], say);
+      if (!rankers) return;
+      say(`Searching with ${rankers[0]} and ${rankers[1]}…`, "busy");
       const results = await Promise.allSettled(
         rankers.map((ranker) => api("POST", "/search", { query, ranker, size: PAGE_SIZE, explain: true, snippets: true }))
       );
@@ -859,7 +879,8 @@
     event.preventDefault();
     const result = byId("create-result");
     const id = byId("create-id").value.trim();
-    const rankers = [byId("create-ranker-a").value, byId("create-ranker-b").value];
+    const rankers = await chosenRankers(["create-ranker-a", "create-ranker-b"], (text) => (result.textContent = text));
+    if (!rankers) return;
     const traffic = Number(byId("create-traffic").value);
     const minUnits = Number(byId("create-min-units").value);
     // The service checks everything again; these catch what a browser's form would let through.
@@ -1111,7 +1132,7 @@
     });
     window.addEventListener("hashchange", () => route(true));
     route(false);
-    initRankers();
+    rankersListed = initRankers().catch((error) => say(`Cannot list the rankers: ${describe(error)}`, "error"));
   }
 
   start();
