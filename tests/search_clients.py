@@ -7,7 +7,8 @@ extra) or `elasticsearch9` (elasticsearch-py 9, which needs an elastic-transport
 refuses, so the test installs it apart and puts it first on PYTHONPATH). Each client does
 what an application does on connect and per search: `info()`, a search (reranked by the
 paper's ranker), a count, the last two tagged with OPAQUE_ID as X-Opaque-Id by the
-client's own option. Prints one JSON object of what the client received.
+client's own option, then what a detail page does: the document reads `get`, `exists`,
+`get_source` and `mget` (tagged too). Prints one JSON object of what the client received.
 """
 
 from __future__ import annotations
@@ -29,13 +30,39 @@ def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[
         info = os_client.info()
         found = os_client.search(index="papers", body={"query": QUERY, "size": 3, "ext": EXT}, opaque_id=opaque_id)
         counted = os_client.count(index="papers", body={"query": QUERY}, opaque_id=opaque_id)
+        reads = {
+            "get": os_client.get(index="papers", id="ships", opaque_id=opaque_id),
+            "get_named": os_client.get(index="papers", id="ships", params={"_source_includes": "title,hidden_topics"}, opaque_id=opaque_id),
+            "exists": os_client.exists(index="papers", id="ships", opaque_id=opaque_id),
+            "exists_missing": os_client.exists(index="papers", id="nowhere", opaque_id=opaque_id),
+            "get_source": os_client.get_source(index="papers", id="ships", opaque_id=opaque_id),
+            "mget": os_client.mget(body={"docs": [{"_index": "papers", "_id": "ships"}, {"_index": "papers", "_id": "nowhere"}]}, opaque_id=opaque_id),
+            "mget_ids": os_client.mget(index="papers", body={"ids": ["ships", "harbour"]}, opaque_id=opaque_id),
+        }
+        try:
+            reads["get_missing"] = os_client.get(index="papers", id="nowhere", opaque_id=opaque_id)
+        except module.NotFoundError as missing:
+            reads["get_missing"] = {"status": missing.status_code, "info": missing.info}
     else:
         es = module.Elasticsearch(url)
         info = es.info().body
         tagged = es.options(opaque_id=opaque_id)
         found = tagged.search(index="papers", query=QUERY, size=3, ext=EXT).body
         counted = tagged.count(index="papers", query=QUERY).body
-    return {"version": module.__versionstr__, "info": info, "search": found, "count": counted["count"]}
+        reads = {
+            "get": tagged.get(index="papers", id="ships").body,
+            "get_named": tagged.get(index="papers", id="ships", source_includes=["title", "hidden_topics"]).body,
+            "exists": bool(tagged.exists(index="papers", id="ships")),
+            "exists_missing": bool(tagged.exists(index="papers", id="nowhere")),
+            "get_source": tagged.get_source(index="papers", id="ships").body,
+            "mget": tagged.mget(docs=[{"_index": "papers", "_id": "ships"}, {"_index": "papers", "_id": "nowhere"}]).body,
+            "mget_ids": tagged.mget(index="papers", ids=["ships", "harbour"]).body,
+        }
+        try:
+            reads["get_missing"] = tagged.get(index="papers", id="nowhere").body
+        except module.NotFoundError as missing:
+            reads["get_missing"] = {"status": missing.meta.status, "info": missing.body}
+    return {"version": module.__versionstr__, "info": info, "search": found, "count": counted["count"], "reads": reads}
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -325,6 +326,213 @@ def test_a_count_is_forwarded_for_the_allowed_indices(recorded: tuple[FlaskClien
     assert not any("_count" in path or "secret" in path for _, path, _ in recorder.requests)
 
 
+# --- document reads: get, exists, get_source, mget -----------------------------------------
+
+
+def _sent(recorder: ClusterProxy, api: str) -> list[tuple[str, str, bytes]]:
+    """The requests the cluster received whose path holds `api` (`/_doc/`, `/_source/`, `/_mget`)."""
+    return [(method, path, body) for method, path, body in recorder.requests if api in path]
+
+
+def _excluded(path: str) -> list[str]:
+    """The `_source_excludes` a cluster request's URL carried."""
+    query = dict(part.split("=", 1) for part in path.partition("?")[2].split("&") if "=" in part)
+    return urllib.parse.unquote(query.get("_source_excludes", "")).split(",")
+
+
+def test_a_document_is_read_without_the_services_own_fields(recorded: tuple[FlaskClient, ClusterProxy], direct: OpenSearchStore) -> None:
+    """GET /INDEX/_doc/ID and /INDEX/_source/ID of an allowed index are the cluster's answers,
+    but for the service's own fields, which the cluster is asked to leave out."""
+    client, recorder = recorded
+    status, own = direct.forward("GET", "/papers/_doc/ships")
+    assert status == 200 and INTERNAL_FIELDS[0] in own["_source"], "the cluster itself returns them"
+    recorder.requests.clear()
+    answer = client.get("/papers/_doc/ships")
+    assert answer.status_code == 200 and answer.get_json() == without_internal(own)
+    assert answer.get_json()["found"] and answer.get_json()["_source"]["title"] == "Sailing ships"
+    (_, path, _), = _sent(recorder, "/_doc/")
+    assert _excluded(path) == list(INTERNAL_FIELDS), "left out by the cluster, not only stripped here"
+    source = client.get("/papers/_source/ships")
+    assert source.status_code == 200 and source.get_json() == without_internal(own)["_source"]
+    # A version of the alias is allowed as in searches.
+    assert client.get("/papers-v000001/_doc/ships").get_json()["_source"] == without_internal(own)["_source"]
+    # An id with a slash or a space reaches the cluster as one path segment.
+    missing = client.get("/papers/_doc/" + quote("no/such id", safe=""))
+    assert missing.status_code == 404 and missing.get_json()["_id"] == "no/such id"
+
+
+@pytest.mark.parametrize(
+    ("url", "kept"),
+    [
+        ("/papers/_doc/ships?_source_includes=title,hidden_topics", {"hidden_topics"}),
+        ("/papers/_doc/ships?_source=corrected_topics,title", {"corrected_topics"}),
+        ("/papers/_doc/ships?_source_includes=title,hidden*", set()),  # a wildcard names nothing
+        ("/papers/_doc/ships?_source_excludes=body", set()),
+        ("/papers/_doc/ships?stored_fields=title&_source=true", set()),
+        ("/papers/_source/ships?_source_includes=indexed,title", {"indexed"}),
+    ],
+)
+def test_a_read_that_names_the_services_own_fields_gets_them(recorded: tuple[FlaskClient, ClusterProxy], url: str, kept: set[str]) -> None:
+    client, recorder = recorded
+    recorder.requests.clear()
+    answer = client.get(url)
+    assert answer.status_code == 200, answer.get_json()
+    found = answer.get_json()
+    source = found if "/_source/" in url else found["_source"]
+    assert INTERNAL.intersection(source) == kept and source.get("title") == "Sailing ships"
+    (_, path, _), = _sent(recorder, "/_source/" if "/_source/" in url else "/_doc/")
+    if "stored_fields" not in url:
+        # The caller's own excludes kept, the fields it did not name added to them.
+        assert _excluded(path) == (["body"] if "_source_excludes" in url else []) + [f for f in INTERNAL_FIELDS if f not in kept]
+    if "_source_excludes=body" in url:
+        assert "body" not in source
+
+
+def test_a_missing_document_is_the_clusters_404_and_exists_reads_it(recorded: tuple[FlaskClient, ClusterProxy], direct: OpenSearchStore) -> None:
+    client, recorder = recorded
+    status, own = direct.forward("GET", "/papers/_doc/nowhere")
+    answer = client.get("/papers/_doc/nowhere")
+    assert answer.status_code == status == 404 and answer.get_json() == own and own["found"] is False
+    assert client.get("/papers/_source/nowhere").status_code == 404
+    recorder.requests.clear()
+    for path, status in (("/papers/_doc/ships", 200), ("/papers/_doc/nowhere", 404), ("/papers/_source/ships", 200), ("/papers/_source/nowhere", 404)):
+        head = client.head(path)
+        assert head.status_code == status and head.data == b"", path
+    assert [method for method, _, _ in recorder.requests] == ["HEAD"] * 4, "exists() asks the cluster with a HEAD, no document sent"
+
+
+def test_mget_reads_documents_of_the_allowed_indices_without_the_services_own_fields(recorded: tuple[FlaskClient, ClusterProxy], direct: OpenSearchStore) -> None:
+    client, recorder = recorded
+    docs = {"docs": [{"_index": "papers", "_id": "ships"}, {"_index": "papers-v000001", "_id": "harbour"}, {"_index": "papers", "_id": "nowhere"}]}
+    status, own = direct.forward("POST", "/_mget", {}, docs)
+    assert status == 200 and INTERNAL_FIELDS[0] in own["docs"][0]["_source"]
+    recorder.requests.clear()
+    answer = client.post("/_mget", json=docs)
+    assert answer.status_code == 200 and answer.get_json() == without_internal(own)
+    assert [doc["found"] for doc in answer.get_json()["docs"]] == [True, True, False]
+    (_, path, _), = _sent(recorder, "/_mget")
+    assert _excluded(path) == list(INTERNAL_FIELDS)
+    # `ids` with the index in the path, by GET too; the path's index is the default of the docs.
+    by_ids = client.get("/papers/_mget", json={"ids": ["ships", "harbour"]}).get_json()
+    assert [doc["_id"] for doc in by_ids["docs"]] == ["ships", "harbour"] and internal_in(by_ids) == []
+    mixed = client.post("/papers/_mget", json={"docs": [{"_id": "ships", "_source": ["title", "hidden_topics"]}, {"_index": "papers-v000001", "_id": "chess"}]}).get_json()
+    assert [doc["found"] for doc in mixed["docs"]] == [True, True]
+    assert set(mixed["docs"][0]["_source"]) == {"title", "hidden_topics"}, "named: kept"
+    assert INTERNAL.isdisjoint(mixed["docs"][1]["_source"]) and mixed["docs"][1]["_source"]["title"], "named for the first document only"
+    # The URL's filter names fields for every document; the cluster leaves out the rest.
+    recorder.requests.clear()
+    named = client.post("/papers/_mget?_source_includes=title,indexed", json={"ids": ["ships"], "docs": [{"_id": "chess", "_source": True}]}).get_json()
+    assert {doc["_id"]: INTERNAL.intersection(doc["_source"]) for doc in named["docs"]} == {"ships": {"indexed"}, "chess": {"indexed"}}
+    (_, path, _), = _sent(recorder, "/_mget")
+    assert _excluded(path) == [field for field in INTERNAL_FIELDS if field != "indexed"]
+    # A document's own filter names fields for it alone, wherever the cluster puts it in its
+    # answer (osmem-server answers `docs` before `ids`).
+    own = client.post("/papers/_mget", json={"ids": ["ships"], "docs": [{"_id": "chess", "_source": ["title", "hidden_topics"]}]}).get_json()
+    assert {doc["_id"]: INTERNAL.intersection(doc["_source"]) for doc in own["docs"]} == {"ships": set(), "chess": {"hidden_topics"}}
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "status", "reason"),
+    [
+        ("/_mget", {}, 400, "[body] a multi-get body names its documents in docs"),
+        ("/_mget", {"docs": {"_index": "papers", "_id": "ships"}}, 400, "[docs] must be a list"),
+        ("/_mget", {"docs": ["ships"]}, 400, "[docs[0]] must be an object"),
+        ("/_mget", {"docs": [{"_index": "papers"}]}, 400, "[docs[0]._id] must be a document id"),
+        ("/_mget", {"docs": [{"_index": ["papers"], "_id": "ships"}]}, 400, "[docs[0]._index] must be an index name"),
+        ("/_mget", {"docs": [{"_id": "ships"}]}, 400, "[docs[0]] names no _index, and /_mget has no index"),
+        ("/_mget", {"ids": ["ships"]}, 400, "[ids] names documents of the index in the path; /_mget has none"),
+        ("/papers/_mget", {"ids": "ships"}, 400, "[ids] must be a list of document ids"),
+        ("/papers/_mget", {"docs": [{"_id": "ships", "_source": {"fields": ["title"]}}]}, 400, "[docs[0]._source.fields] is not a key of a _source filter"),
+        ("/papers/_mget", {"docs": [{"_id": "ships"}], "query": {"match_all": {}}}, 403, "[query] is not a multi-get body key the proxy knows"),
+        ("/papers/_mget", {"docs": [{"_id": "ships", "fields": ["title"]}]}, 403, "[docs[0].fields] is not a key of a multi-get document the proxy knows"),
+        ("/papers/_mget", {"docs": [{"_id": "ships", "index": "papers"}]}, 403, "RERANKER_PROXY_ALLOW=index"),
+    ],
+)
+def test_an_mget_body_of_another_shape_is_refused_before_the_cluster(
+    recorded: tuple[FlaskClient, ClusterProxy], url: str, body: dict[str, Any], status: int, reason: str
+) -> None:
+    client, recorder = recorded
+    recorder.requests.clear()
+    answer = client.post(url, json=body)
+    assert answer.status_code == status and reason in answer.get_json()["error"]["reason"], answer.get_json()
+    assert answer.get_json()["error"]["type"] == ("parsing_exception" if status == 400 else "security_exception")
+    assert _sent(recorder, "_mget") == []
+
+
+def test_an_operator_can_forward_an_mget_key_the_proxy_does_not_know(papers: tuple[str, Path]) -> None:
+    """The refusal names the setting; with it, the key is forwarded unread (and judged by the cluster)."""
+    body = {"docs": [{"_index": "papers", "_id": "ships", "_routing": "x"}]}
+    refused = make_app(papers).test_client().post("/_mget", json=body)
+    assert refused.status_code == 403 and "RERANKER_PROXY_ALLOW=_routing" in refused.get_json()["error"]["reason"]
+    allowed = make_app(papers, RERANKER_PROXY_ALLOW="_routing").test_client().post("/_mget", json=body)
+    assert allowed.status_code != 403 and "security_exception" not in allowed.get_data(as_text=True)
+
+
+def test_an_index_named_documents_is_read_through_mget(papers: tuple[str, Path], direct: OpenSearchStore) -> None:
+    """/documents/_doc/ID is the service's stored paper (docs/http-api.md), whatever the
+    proxy allows: the cluster's index `documents` is read through /_mget."""
+    assert direct.forward("PUT", "/documents/_doc/ships", {"refresh": "true"}, {"title": "not the paper"})[0] in (200, 201)
+    try:
+        app = make_app(papers, RERANKER_PROXY_INDICES="papers*,documents")
+        adapter = app.url_map.bind("localhost")
+        assert adapter.match("/papers/_doc/ships", "GET") == ("proxy.get_document", {"index": "papers", "doc_id": "ships"})
+        assert adapter.match("/papers/_source/ships", "HEAD")[0] == "proxy.get_source"
+        assert adapter.match("/documents/_doc/ships", "GET")[0] == "library.document_by_id"
+        client = app.test_client()
+        assert client.get("/documents/_doc/ships").get_json()["title"] == "Sailing ships"  # the stored paper
+        assert client.get("/documents/_source/ships").get_json()["error"]["reason"] == "no stored document with id '_source/ships'"
+        found = client.post("/_mget", json={"docs": [{"_index": "documents", "_id": "ships"}]}).get_json()
+        assert found["docs"][0]["_source"] == {"title": "not the paper"}
+    finally:
+        direct.forward("DELETE", "/documents")
+
+
+# The reads of `secret` the proxy must refuse, each beside its honest twin (the same read of
+# the allowed index), which must answer: the refusal is the index policy's, not of reads.
+# (what, method, path, body, the honest path, its body)
+SECRET_READS: list[tuple[str, str, str, Any, str, Any]] = [
+    ("get", "GET", "/secret/_doc/2", None, "/papers/_doc/ships", None),
+    ("exists", "HEAD", "/secret/_doc/2", None, "/papers/_doc/ships", None),
+    ("get_source", "GET", "/secret/_source/2", None, "/papers/_source/ships", None),
+    ("exists_source", "HEAD", "/secret/_source/2", None, "/papers/_source/ships", None),
+    ("get, secret beside an allowed index", "GET", "/papers,secret/_doc/2", None, "/papers/_doc/ships", None),
+    ("get, cross-cluster name the pattern matches", "GET", "/papers-vx:secret/_doc/2", None, "/papers-v000001/_doc/ships", None),
+    ("get_source, cross-cluster", "GET", "/papers:secret/_source/2", None, "/papers/_source/ships", None),
+    ("mget, docs _index", "POST", "/_mget", {"docs": [{"_index": "secret", "_id": "2"}]}, "/_mget", {"docs": [{"_index": "papers", "_id": "ships"}]}),
+    ("mget, secret after an allowed document", "POST", "/papers/_mget", {"docs": [{"_id": "ships"}, {"_index": "secret", "_id": "2"}]}, "/papers/_mget", {"docs": [{"_id": "ships"}, {"_index": "papers", "_id": "harbour"}]}),
+    ("mget, docs _index cross-cluster", "POST", "/_mget", {"docs": [{"_index": "papers-v1:secret", "_id": "2"}]}, "/_mget", {"docs": [{"_index": "papers-v000001", "_id": "ships"}]}),
+    ("mget, docs _index a pattern", "POST", "/_mget", {"docs": [{"_index": "sec*", "_id": "2"}]}, "/_mget", {"docs": [{"_index": "papers", "_id": "ships"}]}),
+    ("mget, ids with the default index secret", "POST", "/secret/_mget", {"ids": ["2"]}, "/papers/_mget", {"ids": ["ships"]}),
+    ("mget, docs with the default index secret", "GET", "/secret/_mget", {"docs": [{"_id": "2"}]}, "/papers/_mget", {"docs": [{"_id": "ships"}]}),
+    ("mget, the path secret, the docs allowed", "POST", "/secret/_mget", {"docs": [{"_index": "papers", "_id": "ships"}]}, "/_mget", {"docs": [{"_index": "papers", "_id": "ships"}]}),
+    ("mget, an `index` key beside the _id", "POST", "/papers/_mget", {"docs": [{"_id": "2", "index": "secret"}]}, "/papers/_mget", {"docs": [{"_id": "ships"}]}),
+    ("mget in the `source` parameter", "GET", "/papers/_mget?source_content_type=application/json&source=" + quote(json.dumps({"docs": [{"_index": "secret", "_id": "2"}]})), None, "/papers/_mget", {"ids": ["ships"]}),
+    ("get with refresh", "GET", "/papers/_doc/ships?refresh=true", None, "/papers/_doc/ships?realtime=true", None),
+    ("mget with refresh", "POST", "/papers/_mget?refresh=true", {"ids": ["ships"]}, "/papers/_mget?realtime=false", {"ids": ["ships"]}),
+    ("get with the cluster's stack traces", "GET", "/secret/_doc/2?error_trace=true", None, "/papers/_doc/ships?pretty", None),
+]
+
+
+@pytest.mark.parametrize(("what", "method", "path", "body", "honest", "honest_body"), SECRET_READS, ids=[case[0] for case in SECRET_READS])
+def test_reads_of_an_index_that_is_not_allowed_reach_nothing(
+    recorded: tuple[FlaskClient, ClusterProxy], what: str, method: str, path: str, body: Any, honest: str, honest_body: Any
+) -> None:
+    client, recorder = recorded
+    recorder.requests.clear()
+    answer = client.open(path, method=method, json=body)
+    assert answer.status_code == 403, (what, answer.status_code, answer.get_data(as_text=True)[:300])
+    assert b"canary" not in answer.get_data()
+    if method != "HEAD":
+        assert answer.get_json()["error"]["type"] == "security_exception"
+    for sent_method, sent_path, sent in recorder.requests:
+        assert b"secret" not in sent and "secret" not in sent_path, (what, sent_method, sent_path)
+        assert not any(api in sent_path for api in ("_mget", "_doc", "_source")), (what, sent_method, sent_path)
+    twin = client.open(honest, method=method, json=honest_body)
+    assert twin.status_code == 200, (what, twin.get_data(as_text=True)[:300])
+    if method != "HEAD":
+        assert b"Sailing ships" in twin.get_data() and internal_in(twin.get_json()) == []
+
+
 # --- request ids and X-Opaque-Id ---------------------------------------------------------
 
 
@@ -599,7 +807,10 @@ def test_msearch_bodies_that_are_not_ndjson_searches_are_refused(client: FlaskCl
         ("POST", "/papers/_delete_by_query", {"query": {"match_all": {}}}),
         ("GET", "/_cluster/settings", None),
         ("PUT", "/_cluster/settings", {"persistent": {}}),
-        ("GET", "/papers/_doc/ships", None),
+        ("DELETE", "/papers/_doc/ships", None),
+        ("POST", "/papers/_doc/ships", {"title": "x"}),
+        ("PUT", "/papers/_source/ships", {"title": "x"}),
+        ("GET", "/papers/_termvectors/ships", None),
         ("POST", "/_aliases", {"actions": [{"remove": {"index": "papers-v000001", "alias": "papers"}}]}),
     ],
 )
@@ -829,10 +1040,15 @@ def test_without_a_cluster_the_proxy_routes_say_what_is_missing(tmp_path: Path, 
 
 def test_a_cluster_that_is_down_is_a_503_with_retry_after(papers: tuple[str, Path]) -> None:
     client = make_app(papers, OPENSEARCH_URL="http://127.0.0.1:9", OPENSEARCH_RETRIES="0").test_client()
-    for path, body in [("/papers/_search", summary("ocean")), ("/papers/_search", {}), ("/_msearch", "{}\n{}\n")]:
+    for path, body in [("/papers/_search", summary("ocean")), ("/papers/_search", {}), ("/_msearch", "{}\n{}\n"), ("/papers/_mget", {"ids": ["ships"]})]:
         answer = client.post(path, data=body if isinstance(body, str) else json.dumps(body), content_type="application/json")
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
         assert answer.get_json()["error"]["type"] == "store_unavailable_exception"
+    # A document read too (its HEAD, a client's exists(), has the status and header alone).
+    for method in ("GET", "HEAD"):
+        for path in ("/papers/_doc/ships", "/papers/_source/ships"):
+            answer = client.open(path, method=method)
+            assert answer.status_code == 503 and answer.headers["Retry-After"] == "5", (method, path)
     # The cluster's GET / is no search: the error names the request it was.
     answer = client.get("/")
     assert answer.status_code == 503 and "cannot reach OpenSearch at http://127.0.0.1:9 (GET /): " in answer.get_json()["error"]["reason"]
@@ -936,8 +1152,19 @@ def test_search_clients_search_and_count_through_the_proxy(
     assert len(ids(found)) == 3 and all(hit["_source"]["title"] for hit in found["hits"]["hits"]) and internal_in(found) == []
     status, own = direct.forward("POST", "/papers/_count", {}, {"query": summary(SEA)["query"]})
     assert status == 200 and seen["count"] == own["count"] > 0
-    tagged = [headers for _, path, headers in recorder.request_headers if any(api in path for api in ("_search", "_mget", "_count"))]
-    assert len(tagged) >= 3 and all(headers.get("X-Opaque-Id") == opaque for headers in tagged)
+    # A detail page's reads: the document without the service's own fields (with the one it
+    # names), exists() True and False, a missing document the cluster's 404.
+    reads = seen["reads"]
+    assert reads["get"]["found"] and reads["get"]["_source"]["title"] == "Sailing ships" and internal_in(reads["get"]) == []
+    assert INTERNAL.intersection(reads["get_named"]["_source"]) == {"hidden_topics"}
+    assert (reads["exists"], reads["exists_missing"]) == (True, False)
+    assert reads["get_source"]["title"] == "Sailing ships" and INTERNAL.isdisjoint(reads["get_source"])
+    assert [doc["found"] for doc in reads["mget"]["docs"]] == [True, False] and internal_in(reads["mget"]) == []
+    assert [doc["_id"] for doc in reads["mget_ids"]["docs"]] == ["ships", "harbour"] and internal_in(reads["mget_ids"]) == []
+    missing = reads["get_missing"]
+    assert missing["status"] == 404 and missing["info"]["found"] is False
+    tagged = [headers for _, path, headers in recorder.request_headers if any(api in path for api in ("_search", "_mget", "_count", "_doc/", "_source/"))]
+    assert len(tagged) >= 3 + 8 and all(headers.get("X-Opaque-Id") == opaque for headers in tagged)
 
 
 # --- escapes found by an attack on the proxy (issue 23) ----------------------------------

@@ -5,12 +5,16 @@
                                   one _mget and/or one _msearch for the pages
     GET|POST /_search/scroll      forwarded as it is (a scroll is never reranked)
     GET|POST [/INDEX]/_count      forwarded as it is (the same indices and query clauses as _search)
+    GET|HEAD /INDEX/_doc/ID       a document read, forwarded (get and exists)
+    GET|HEAD /INDEX/_source/ID    its source alone, forwarded (get_source and exists_source)
+    GET|POST [/INDEX]/_mget       documents read by id, forwarded (each document's index allowed)
     anything else                 403 security_exception, never forwarded
 
 Every document the proxy returns comes without the service's own fields (its topic
 matrices, Doc2Vec vector and bookkeeping: `INTERNAL_FIELDS`, about 9 KB a document),
 in hits, inner hits and top_hits alike, unless the search names them (`_source`,
-`fields`); see `search_requests.strip_internal`.
+`fields`); see `search_requests.strip_internal`. A document read asks the cluster to leave
+them out (`search_requests.exclude_internal`) unless it names them.
 
 A search that can be reranked costs two cluster requests. (1) The window: the query
 with from 0 and size WINDOW, `_source` cut to `hidden_topics`, and without highlight,
@@ -44,7 +48,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Mapping, NoReturn
 from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
@@ -59,13 +63,15 @@ from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
 from reranker.service.operations import Reply, View, operation, undocumented
 from reranker.service.paths import doc_id_hint
-from reranker.service.query_dsl import check_params, check_scroll, check_search_body
+from reranker.service.query_dsl import READ_REFUSED_PARAMS, REFUSED_PARAMS, check_params, check_scroll, check_search_body
 from reranker.service.reranking import Deadline, Runtime, runtime, status_fields
-from reranker.service.schema import OpenSearchCount, OpenSearchSearch, ScrollRequest, read
+from reranker.service.schema import OpenSearchCount, OpenSearchMget, OpenSearchSearch, ScrollRequest, read
 from reranker.service.search_requests import (
     Search,
     check_body_indices,
     check_indices,
+    check_mget,
+    exclude_internal,
     hidden_fields,
     hits_from_mget,
     hits_of,
@@ -83,6 +89,7 @@ from reranker.service.search_requests import (
     read_msearch,
     rerank_options,
     strip_internal,
+    strip_mget,
     unrerankable,
     window_request,
 )
@@ -97,21 +104,32 @@ blueprint = Blueprint("proxy", __name__)
 
 SEARCH_METHODS = ["GET", "POST"]
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
-PROXIED = "GET|POST [/INDEX]/_search, [/INDEX]/_msearch, [/INDEX]/_count and /_search/scroll"
+READ_METHODS = ["GET"]  # and HEAD, which Flask adds to every GET route: exists()
+PROXIED = (
+    "searches: GET|POST [/INDEX]/_search, [/INDEX]/_msearch, [/INDEX]/_count and /_search/scroll; "
+    "reads: GET|HEAD /INDEX/_doc/ID, /INDEX/_source/ID and GET|POST [/INDEX]/_mget"
+)
 INDEX = {"index": {"type": "string", "minLength": 1, "pattern": "^[a-z0-9][a-z0-9_.*,-]*$"}}
+DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "description": "the document's id, percent-encoded"}}
+# The document reads' endpoints: a path they serve asked with another method (PUT or DELETE
+# /INDEX/_doc/ID, a write) is refused with 403 as every write is, not a 405.
+DOCUMENT_READS = frozenset({"proxy.get_document", "proxy.get_source"})
 
 
-def _proxied(summary: str, body: type[BaseModel] = OpenSearchSearch, ndjson: bool = False) -> Callable[[View], View]:
+def _proxied(
+    summary: str, body: type[BaseModel] | None = OpenSearchSearch, ndjson: bool = False, path: dict[str, Any] | None = None,
+    answered: str = "the cluster's answer, reranked; `ext.rerank` says how",
+) -> Callable[[View], View]:
     """The operation of a proxied route: an OpenSearch body in, the cluster's answer out."""
     return operation(
         summary,
-        path=INDEX,
+        path=path or INDEX,
         body=body,
         body_required=False,
         ndjson=ndjson,
         forwards_query=True,
         answers={
-            200: Reply("the cluster's answer, reranked; `ext.rerank` says how"),
+            200: Reply(answered),
             "default": Reply("an error the cluster returned, passed through unchanged"),
         },
         errors=(400, 403, 404, 413, 502, 503),
@@ -311,7 +329,10 @@ def answer(status: int, body: Any) -> Response:
     """A JSON response (indented when the URL asks for `pretty`), with the cluster's
     product headers of its last answer to this request."""
     indent = 2 if "pretty" in request.args else None
-    response = Response(json.dumps(body, indent=indent), status=status, mimetype="application/json")
+    return _with_cluster_headers(Response(json.dumps(body, indent=indent), status=status, mimetype="application/json"))
+
+
+def _with_cluster_headers(response: Response) -> Response:
     received = response_headers()
     for name in PASSED_HEADERS:
         if name in received:
@@ -327,11 +348,12 @@ def cluster_info() -> Response:
     return answer(status, found)
 
 
-def url_params() -> dict[str, str]:
+def url_params(refused: Mapping[str, str] = REFUSED_PARAMS) -> dict[str, str]:
     """The URL parameters (first value of each); only JSON answers are offered, and no
-    search pipeline but by the operator's leave (`check_params`)."""
+    search pipeline but by the operator's leave (`check_params`; a document read passes
+    READ_REFUSED_PARAMS, which also refuses `refresh`)."""
     params = request.args.to_dict()
-    check_params(params, runtime().limits.proxy_allow)
+    check_params(params, runtime().limits.proxy_allow, refused)
     if params.get("format", "json") != "json":
         raise bad_request(f"[format] the reranker proxy answers JSON only, got {params['format']!r}")
     return params
@@ -500,6 +522,64 @@ def count(index: str | None = None) -> Response:
     return answer(status, found)
 
 
+@blueprint.route("/<index>/_doc/<path:doc_id>", methods=READ_METHODS)
+@_proxied("read one document, forwarded without the service's own fields", body=None, path={**INDEX, **DOC_ID},
+          answered="the cluster's answer: the document (`found`), without the service's own fields unless the URL's `_source` names them")
+def get_document(index: str, doc_id: str) -> Response:
+    """GET (a client's `get`) or HEAD (`exists`) of one document of an allowed index."""
+    return read_document(index, "_doc", doc_id)
+
+
+@blueprint.route("/<index>/_source/<path:doc_id>", methods=READ_METHODS)
+@_proxied("read one document's source, forwarded without the service's own fields", body=None, path={**INDEX, **DOC_ID},
+          answered="the cluster's answer: the document's `_source` alone, without the service's own fields unless the URL's `_source` names them")
+def get_source(index: str, doc_id: str) -> Response:
+    """GET (a client's `get_source`) or HEAD (`exists_source`) of one document's source."""
+    return read_document(index, "_source", doc_id)
+
+
+def read_document(index: str, endpoint: str, doc_id: str) -> Response:
+    """One document read, as searches are: the index allowed (`target`), the URL parameters
+    checked, the service's own fields left out by the cluster and taken out of what comes back.
+    The cluster's answer passes with its status: a missing document is its 404 (`found: false`),
+    which a client's `exists` reads as False."""
+    rt = runtime()
+    expression, store = target(rt, index)
+    params = url_params(READ_REFUSED_PARAMS)
+    hidden = hidden_fields(named_fields(None, params))
+    path = f"{_path(expression, endpoint)}/{quote(doc_id, safe='')}"
+    if request.method == "HEAD":
+        # opensearch-py answers a HEAD with whether it found the document (True / False for
+        # a 404), not the status; any other status comes back as an error's.
+        status, found = store.forward("HEAD", path, params)
+        status = status if not isinstance(found, bool) else 200 if found else 404
+        return _with_cluster_headers(Response(b"", status=status, mimetype="application/json"))
+    status, found = store.forward("GET", path, exclude_internal(params, hidden))
+    if endpoint == "_source" and status == 200 and isinstance(found, dict):
+        # The answer is the source itself, without the hit around it that strip_internal reads.
+        return answer(status, strip_internal({"_id": doc_id, "_source": found}, hidden)["_source"])
+    return answer(status, strip_internal(found, hidden))
+
+
+@blueprint.route("/_mget", methods=SEARCH_METHODS)
+@blueprint.route("/<index>/_mget", methods=SEARCH_METHODS)
+@_proxied("read documents by id, forwarded without the service's own fields", body=OpenSearchMget,
+          answered="the cluster's answer: `docs`, each found or not, without the service's own fields unless a `_source` names them")
+def mget(index: str | None = None) -> Response:
+    """Documents by id (a client's `mget`): every document's index allowed, the path's the
+    default of those that name none (/_mget has none: no alias is assumed for a read)."""
+    rt = runtime()
+    expression, store = target(rt, index) if index is not None else (None, cluster(rt))
+    params = url_params(READ_REFUSED_PARAMS)
+    body = json_object(required=False)
+    check_mget(body, expression, rt.settings)
+    # The URL's filter applies to the documents whose item has no `_source` of its own.
+    hidden = hidden_fields(named_fields(None, params))
+    path = _path(expression, "_mget") if expression is not None else "/_mget"
+    status, found = store.forward("POST", path, exclude_internal(params, hidden, body), body)
+    return answer(status, strip_mget(found, body, params))
+
+
 @blueprint.route("/<path:path>", methods=ALL_METHODS)
 @undocumented
 def refuse(path: str) -> NoReturn:
@@ -514,16 +594,21 @@ def refuse(path: str) -> NoReturn:
     hint = doc_id_hint() if request.method in ("GET", "HEAD") else ""
     if not runtime().settings.opensearch_url:
         raise ApiError(404, "resource_not_found_exception", f"no such route: {request.method} /{path} (the service's routes: GET /openapi.json){hint}")
-    raise ApiError(403, "security_exception", f"the reranker proxy forwards only searches ({PROXIED}); {request.method} /{path} is refused{hint}")
+    raise ApiError(403, "security_exception", f"the reranker proxy forwards only searches and reads ({PROXIED}); {request.method} /{path} is refused{hint}")
 
 
 def native_routes() -> Map:
-    """The app's routes but this catch-all, to ask which methods a path has."""
+    """The app's routes but this catch-all and the document reads (a write to a document's
+    path is refused, not told which methods it has), to ask which methods a path has."""
     routes: Map | None = current_app.extensions.get("reranker.native_routes")
     if routes is None:
         url_map = current_app.url_map
         routes = Map(
-            [Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint) for rule in url_map.iter_rules() if rule.endpoint != "proxy.refuse"],
+            [
+                Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint)
+                for rule in url_map.iter_rules()
+                if rule.endpoint != "proxy.refuse" and rule.endpoint not in DOCUMENT_READS
+            ],
             converters=url_map.converters, strict_slashes=url_map.strict_slashes,
         )  # fmt: skip
         current_app.extensions["reranker.native_routes"] = routes

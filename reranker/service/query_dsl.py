@@ -20,7 +20,7 @@ module decides which shapes may be forwarded at all.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from reranker.config import PROXY_GUARDS
 from reranker.service.errors import ApiError
@@ -132,14 +132,24 @@ REFUSED_PARAMS = {
 }
 
 
-def check_params(params: Iterable[str], allowed: Iterable[str] = ()) -> None:
-    """ApiError 403 for a URL parameter of REFUSED_PARAMS, and for one of GUARDED_PARAMS
-    unless RERANKER_PROXY_ALLOW names its guard (the others go to the cluster, which
-    refuses those it does not know)."""
+# A document read (get, `_source`, `_mget`) refuses these too: `refresh` makes the cluster
+# refresh the shards the read goes to before reading, an operator's action (it costs the
+# cluster new segments, at every client's will); without it a get is realtime anyway.
+READ_REFUSED_PARAMS = {
+    **REFUSED_PARAMS,
+    "refresh": "a read through the proxy does not make the cluster refresh its shards (an operator's action); "
+    "a get is realtime without it",
+}
+
+
+def check_params(params: Iterable[str], allowed: Iterable[str] = (), refused: Mapping[str, str] = REFUSED_PARAMS) -> None:
+    """ApiError 403 for a URL parameter of `refused` (REFUSED_PARAMS, or READ_REFUSED_PARAMS
+    for a document read), and for one of GUARDED_PARAMS unless RERANKER_PROXY_ALLOW names its
+    guard (the others go to the cluster, which refuses those it does not know)."""
     allowed = set(allowed)
     for name in params:
-        if name in REFUSED_PARAMS:
-            raise ApiError(403, "security_exception", f"[{name}] is refused: {REFUSED_PARAMS[name]}")
+        if name in refused:
+            raise ApiError(403, "security_exception", f"[{name}] is refused: {refused[name]}")
         guard = GUARDED_PARAMS.get(name)
         if guard is not None and guard not in allowed:
             raise ApiError(
@@ -158,6 +168,22 @@ def check_search_body(body: dict[str, Any], allowed: Iterable[str] = ()) -> None
     walker.body(body)
 
 
+# What a multi-get body may hold, and each item of its `docs`: what OpenSearch's multi-get
+# documents (docs.opensearch.org, "Multi-get documents": `docs` items with `_index`, `_id`,
+# `routing`, a `_source` filter and `stored_fields`; `ids` with the index in the path), and
+# the version check its parser reads beside them. Anything else is refused, not forwarded.
+MGET_KEYS = frozenset({"docs", "ids"})
+MGET_DOC_KEYS = frozenset({"_index", "_id", "routing", "_source", "stored_fields", "version", "version_type"})
+
+
+def check_mget_body(body: dict[str, Any], allowed: Iterable[str] = ()) -> None:
+    """ApiError 403 unless every key of a multi-get body and of its `docs` items is one the
+    proxy knows (or RERANKER_PROXY_ALLOW names it), 400 for a part of the wrong shape.
+
+    Which index each document is read from is checked apart (`search_requests.check_mget`)."""
+    _Walker(frozenset(allowed)).mget(body)
+
+
 class _Walker:
     def __init__(self, allowed: frozenset[str]) -> None:
         self.allowed = allowed
@@ -166,7 +192,7 @@ class _Walker:
         name = path.rsplit(".", 1)[-1]
         return ApiError(
             403, "security_exception",
-            f"[{path}] {what}: the reranker proxy forwards only the search subset listed in docs/proxy.md; "
+            f"[{path}] {what}: the reranker proxy forwards only the subset of OpenSearch's API listed in docs/proxy.md; "
             f"an operator can forward [{name}] unread with RERANKER_PROXY_ALLOW={name}",
         )
 
@@ -214,6 +240,31 @@ class _Walker:
         for key in ("collapse", "fields", "docvalue_fields", "indices_boost"):
             if key in body:
                 self.scripts(body[key], key)
+
+    def mget(self, body: dict[str, Any]) -> None:
+        for key in body:
+            if key not in MGET_KEYS and key not in self.allowed:
+                raise self.refuse(key, "is not a multi-get body key the proxy knows (docs, ids)")
+        if "docs" not in body and "ids" not in body:
+            raise self.malformed("body", "a multi-get body names its documents in docs (or ids, with the index in the path)")
+        if "ids" in body and not (isinstance(body["ids"], list) and all(_is_id(item) for item in body["ids"])):
+            raise self.malformed("ids", "must be a list of document ids")
+        docs = body.get("docs", [])
+        if not isinstance(docs, list):
+            raise self.malformed("docs", "must be a list of documents")
+        for i, doc in enumerate(docs):
+            where = f"docs[{i}]"
+            if not isinstance(doc, dict):
+                raise self.malformed(where, 'must be an object such as {"_index": "...", "_id": "..."}')
+            for key in doc:
+                if key not in MGET_DOC_KEYS and key not in self.allowed:
+                    raise self.refuse(f"{where}.{key}", f"is not a key of a multi-get document the proxy knows ({', '.join(sorted(MGET_DOC_KEYS))})")
+            if not _is_id(doc.get("_id")):
+                raise self.malformed(f"{where}._id", "must be a document id (a string)")
+            if "_index" in doc and not isinstance(doc["_index"], str):
+                raise self.malformed(f"{where}._index", "must be an index name")
+            if "_source" in doc:
+                self.source(doc["_source"], f"{where}._source")
 
     def query(self, query: Any, path: str) -> None:
         if isinstance(query, list):
@@ -368,3 +419,8 @@ class _Walker:
                     stack.append((child, f"{where}.{key}"))
             elif isinstance(item, list):
                 stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+
+
+def _is_id(value: Any) -> bool:
+    """A document id as the multi-get parser reads one: a string, or a number it reads as one."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)

@@ -361,6 +361,12 @@ class OpenSearchCount(BaseModel):
     model_config = ConfigDict(title="OpenSearchCount")
 
 
+class OpenSearchMget(BaseModel):
+    """An OpenSearch multi-get body, `{"docs": [{"_index", "_id", "_source"?, "routing"?, ...}]}` or, with an index in the path, `{"ids": [...]}`, forwarded to the cluster."""
+
+    model_config = ConfigDict(title="OpenSearchMget")
+
+
 class ScrollRequest(Body):
     """The next page of a scroll (forwarded only when RERANKER_PROXY_ALLOW names `scroll`)."""
 

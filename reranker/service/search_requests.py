@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from reranker.config import Settings
 from reranker.service.bodies import json_type, parse_json
 from reranker.service.errors import ApiError, bad_request
-from reranker.service.query_dsl import check_search_body
+from reranker.service.query_dsl import check_mget_body, check_search_body
 from reranker.service.schema import RerankExt, read
 from reranker.store.opensearch import INTERNAL_FIELDS
 
@@ -136,6 +136,25 @@ def _check_boosted_indices(body: Any, settings: Settings, where: str) -> None:
                 check_indices(name, settings)
             except ApiError as exc:
                 raise ApiError(403, exc.type, f"[{path}] names another index: {exc.reason}") from None
+
+
+def check_mget(body: dict[str, Any], index: str | None, settings: Settings) -> None:
+    """ApiError 403 or 400 unless a multi-get body reads only allowed indices: its keys those
+    the proxy knows (`query_dsl.check_mget_body`), and every document's index, its `_index` or
+    else the path's (`index`; None for /_mget, which has no default), allowed as a search's
+    is (`check_indices`). A document with no index anywhere is a 400, before the cluster."""
+    check_mget_body(body, settings.service.proxy_allow)
+    if "ids" in body and index is None:
+        raise ApiError(400, "parsing_exception", "[ids] names documents of the index in the path; /_mget has none: use /INDEX/_mget, or docs with an _index each")
+    for i, doc in enumerate(body.get("docs", [])):
+        if "_index" not in doc:
+            if index is None:
+                raise ApiError(400, "parsing_exception", f"[docs[{i}]] names no _index, and /_mget has no index in its path to default to")
+            continue
+        try:
+            check_indices(doc["_index"], settings)
+        except ApiError as exc:
+            raise ApiError(403, exc.type, f"[docs[{i}]._index] reads another index: {exc.reason}") from None
 
 
 # --- reading a search -------------------------------------------------------------------
@@ -477,6 +496,43 @@ def hidden_fields(named: frozenset[str]) -> tuple[str, ...]:
         return any(name == field or name.startswith(field + ".") for name in named if "*" not in name and "?" not in name)
 
     return tuple(field for field in INTERNAL_FIELDS if not asked(field))
+
+
+def exclude_internal(params: Mapping[str, str], hidden: Sequence[str], body: Any = None) -> dict[str, str]:
+    """The URL parameters of a document read (get, `_source`, `_mget`) with the `hidden` fields
+    added to its `_source_excludes` (the caller's own kept), so that the cluster leaves them out
+    and they do not cross the network; `strip_internal` still takes out what comes back anyway
+    (an `_mget` document with a `_source` filter of its own, which wins over the URL's).
+
+    Not when the read asks for `stored_fields` (in the URL or a `docs` item): a source filter
+    there would make the cluster send the `_source` that it otherwise leaves out."""
+    docs = body.get("docs") if isinstance(body, dict) else None
+    stored = "stored_fields" in params or any(isinstance(doc, dict) and "stored_fields" in doc for doc in docs or [])
+    if not hidden or stored:
+        return dict(params)
+    own = [name.strip() for name in params.get("_source_excludes", "").split(",") if name.strip()]
+    return {**params, "_source_excludes": ",".join(own + [field for field in hidden if field not in own])}
+
+
+def strip_mget(response: Any, body: dict[str, Any], params: Mapping[str, str]) -> Any:
+    """An `_mget` answer without the service's own fields, each document judged by the items
+    that asked for it: a `docs` item's `_source` filter names fields for its document alone
+    (as it alone overrides the URL's filter), the URL's for every one. Documents are matched
+    to items by id, not by place (a cluster need not answer `docs` and `ids` in the body's
+    order): a field is kept only if every item of that id named it."""
+    everyone = hidden_fields(named_fields(None, params))
+    by_id: dict[str, set[str]] = {}
+    for item in body.get("docs", []):
+        by_id.setdefault(str(item.get("_id")), set()).update(hidden_fields(named_fields(item, params)))
+    for doc_id in body.get("ids", []):
+        by_id.setdefault(str(doc_id), set()).update(everyone)
+    docs = response.get("docs") if isinstance(response, dict) else None
+    if not isinstance(docs, list):
+        return strip_internal(response, everyone)
+    for doc in docs:
+        hidden = by_id.get(str(doc.get("_id")) if isinstance(doc, dict) else "", set(everyone))
+        strip_internal(doc, tuple(field for field in INTERNAL_FIELDS if field in hidden))
+    return response
 
 
 def strip_internal(response: Any, hidden: Sequence[str]) -> Any:
