@@ -989,8 +989,8 @@ def test_every_route_of_the_app_is_in_the_openapi_document(tmp_path: Path) -> No
 
 def test_the_proxys_allow_list_table_is_the_codes() -> None:
     """proxy.md's table of what the proxy forwards, against the sets query_dsl.py and
-    search_requests.py walk: the body keys, query clauses and `_msearch` header keys it says
-    are forwarded are exactly the code's, every aggregation it names is one the code allows,
+    search_requests.py walk: the body keys, query clauses, `_mget` keys and `_msearch` header
+    keys it says are forwarded are exactly the code's, every aggregation it names is one the code allows,
     and the names RERANKER_PROXY_ALLOW takes are config.PROXY_GUARDS."""
     from reranker.config import PROXY_GUARDS
     from reranker.service import query_dsl
@@ -1013,6 +1013,7 @@ def test_the_proxys_allow_list_table_is_the_codes() -> None:
     clauses = query_dsl.LEAF_CLAUSES | set(query_dsl.COMPOUND_CLAUSES)
     assert forwarded("query clauses") - {"weight", "field_value_factor", "random_score"} == clauses
     assert forwarded("`_msearch` headers") == set(MSEARCH_HEADER_KEYS)
+    assert forwarded("`_mget` bodies") == query_dsl.MGET_KEYS | query_dsl.MGET_DOC_KEYS
     named_aggregations = forwarded("aggregations")
     assert len(named_aggregations) >= 20
     assert [name for name in sorted(named_aggregations) if name not in query_dsl.AGGREGATIONS and not (name.startswith("*") and any(a.endswith(name[1:]) for a in query_dsl.AGGREGATIONS))] == []
