@@ -359,6 +359,15 @@ def test_a_document_is_read_without_the_services_own_fields(recorded: tuple[Flas
     # An id with a slash or a space reaches the cluster as one path segment.
     missing = client.get("/papers/_doc/" + quote("no/such id", safe=""))
     assert missing.status_code == 404 and missing.get_json()["_id"] == "no/such id"
+    # OPTIONS lists the read's methods; a write to the same path (PUT, POST, DELETE) is a
+    # 405 that lists them too, as for a search route, and never reaches the cluster.
+    recorder.requests.clear()
+    for path in ("/papers/_doc/ships", "/papers/_source/ships"):
+        assert set(client.options(path).headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}, path
+        for method in ("PUT", "POST", "DELETE"):
+            write = client.open(path, method=method, json={"title": "x"})
+            assert write.status_code == 405 and set(write.headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}, (method, path)
+    assert recorder.requests == [] and direct.documents(["ships"])["ships"].title == "Sailing ships"
 
 
 @pytest.mark.parametrize(
@@ -434,14 +443,19 @@ def test_mget_reads_documents_of_the_allowed_indices_without_the_services_own_fi
 @pytest.mark.parametrize(
     ("url", "body", "status", "reason"),
     [
-        ("/_mget", {}, 400, "[body] a multi-get body names its documents in docs"),
-        ("/_mget", {"docs": {"_index": "papers", "_id": "ships"}}, 400, "[docs] must be a list"),
+        ("/_mget", {}, 400, "[body] names no document: a multi-get body lists them in docs"),
+        ("/papers/_mget", {"docs": [], "ids": ["ships"]}, 400, "[docs] must be a non-empty list"),
+        ("/papers/_mget", {"docs": [{"_id": "ships"}], "ids": []}, 400, "[ids] must be a non-empty list"),
+        ("/papers/_mget", {"docs": [{"_id": 7}]}, 400, "[docs[0]._id] must be a document id"),
+        ("/papers/_mget", {"docs": [{"_id": "ships", "routing": None}]}, 400, "[docs[0].routing] must be a routing value"),
+        ("/papers/_mget", {"docs": [{"_id": "ships", "version_type": "force"}]}, 400, "[docs[0].version_type] must be internal, external or external_gte"),
+        ("/_mget", {"docs": {"_index": "papers", "_id": "ships"}}, 400, "[docs] must be a non-empty list"),
         ("/_mget", {"docs": ["ships"]}, 400, "[docs[0]] must be an object"),
         ("/_mget", {"docs": [{"_index": "papers"}]}, 400, "[docs[0]._id] must be a document id"),
         ("/_mget", {"docs": [{"_index": ["papers"], "_id": "ships"}]}, 400, "[docs[0]._index] must be an index name"),
         ("/_mget", {"docs": [{"_id": "ships"}]}, 400, "[docs[0]] names no _index, and /_mget has no index"),
         ("/_mget", {"ids": ["ships"]}, 400, "[ids] names documents of the index in the path; /_mget has none"),
-        ("/papers/_mget", {"ids": "ships"}, 400, "[ids] must be a list of document ids"),
+        ("/papers/_mget", {"ids": "ships"}, 400, "[ids] must be a non-empty list of document ids"),
         ("/papers/_mget", {"docs": [{"_id": "ships", "_source": {"fields": ["title"]}}]}, 400, "[docs[0]._source.fields] is not a key of a _source filter"),
         ("/papers/_mget", {"docs": [{"_id": "ships"}], "query": {"match_all": {}}}, 403, "[query] is not a multi-get body key the proxy knows"),
         ("/papers/_mget", {"docs": [{"_id": "ships", "fields": ["title"]}]}, 403, "[docs[0].fields] is not a key of a multi-get document the proxy knows"),
@@ -800,16 +814,14 @@ def test_msearch_bodies_that_are_not_ndjson_searches_are_refused(client: FlaskCl
     ("method", "path", "body"),
     [
         ("DELETE", "/papers", None),
-        ("PUT", "/papers/_doc/1", {"title": "x"}),
+        ("POST", "/papers/_doc", {"title": "x"}),
         ("POST", "/papers", {"title": "x"}),
         ("POST", "/_bulk", '{"delete": {"_index": "papers", "_id": "ships"}}\n'),
         ("POST", "/papers/_update/ships", {"doc": {"title": "x"}}),
         ("POST", "/papers/_delete_by_query", {"query": {"match_all": {}}}),
         ("GET", "/_cluster/settings", None),
         ("PUT", "/_cluster/settings", {"persistent": {}}),
-        ("DELETE", "/papers/_doc/ships", None),
-        ("POST", "/papers/_doc/ships", {"title": "x"}),
-        ("PUT", "/papers/_source/ships", {"title": "x"}),
+        ("PUT", "/papers/_create/ships", {"title": "x"}),
         ("GET", "/papers/_termvectors/ships", None),
         ("POST", "/_aliases", {"actions": [{"remove": {"index": "papers-v000001", "alias": "papers"}}]}),
     ],

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NoReturn
@@ -65,7 +66,7 @@ from reranker.service.operations import Reply, View, operation, undocumented
 from reranker.service.paths import doc_id_hint
 from reranker.service.query_dsl import READ_REFUSED_PARAMS, REFUSED_PARAMS, check_params, check_scroll, check_search_body
 from reranker.service.reranking import Deadline, Runtime, runtime, status_fields
-from reranker.service.schema import OpenSearchCount, OpenSearchMget, OpenSearchSearch, ScrollRequest, read
+from reranker.service.schema import OpenSearchCount, OpenSearchMget, OpenSearchMgetAll, OpenSearchSearch, ScrollRequest, read
 from reranker.service.search_requests import (
     Search,
     check_body_indices,
@@ -109,23 +110,22 @@ PROXIED = (
     "searches: GET|POST [/INDEX]/_search, [/INDEX]/_msearch, [/INDEX]/_count and /_search/scroll; "
     "reads: GET|HEAD /INDEX/_doc/ID, /INDEX/_source/ID and GET|POST [/INDEX]/_mget"
 )
-INDEX = {"index": {"type": "string", "minLength": 1, "pattern": "^[a-z0-9][a-z0-9_.*,-]*$"}}
+INDEX_PATTERN = "^[a-z0-9][a-z0-9_.*,-]*$"
+INDEX = {"index": {"type": "string", "minLength": 1, "pattern": INDEX_PATTERN}}
 DOC_ID = {"doc_id": {"type": "string", "minLength": 1, "description": "the document's id, percent-encoded"}}
-# The document reads' endpoints: a path they serve asked with another method (PUT or DELETE
-# /INDEX/_doc/ID, a write) is refused with 403 as every write is, not a 405.
-DOCUMENT_READS = frozenset({"proxy.get_document", "proxy.get_source"})
+MGET_ANSWER = "the cluster's answer: `docs`, each found or not, without the service's own fields unless a `_source` names them"
 
 
 def _proxied(
     summary: str, body: type[BaseModel] | None = OpenSearchSearch, ndjson: bool = False, path: dict[str, Any] | None = None,
-    answered: str = "the cluster's answer, reranked; `ext.rerank` says how",
+    answered: str = "the cluster's answer, reranked; `ext.rerank` says how", body_required: bool = False,
 ) -> Callable[[View], View]:
     """The operation of a proxied route: an OpenSearch body in, the cluster's answer out."""
     return operation(
         summary,
         path=path or INDEX,
         body=body,
-        body_required=False,
+        body_required=body_required,
         ndjson=ndjson,
         forwards_query=True,
         answers={
@@ -562,14 +562,31 @@ def read_document(index: str, endpoint: str, doc_id: str) -> Response:
 
 
 @blueprint.route("/_mget", methods=SEARCH_METHODS)
+@_proxied("read documents by id, each naming its index, forwarded without the service's own fields", body=OpenSearchMgetAll, answered=MGET_ANSWER, body_required=True)
+def mget() -> Response:
+    """Documents by id (a client's `mget` without an index): every document names its own
+    index (no alias is assumed for a read), each one allowed."""
+    return read_documents(None)
+
+
 @blueprint.route("/<index>/_mget", methods=SEARCH_METHODS)
-@_proxied("read documents by id, forwarded without the service's own fields", body=OpenSearchMget,
-          answered="the cluster's answer: `docs`, each found or not, without the service's own fields unless a `_source` names them")
-def mget(index: str | None = None) -> Response:
-    """Documents by id (a client's `mget`): every document's index allowed, the path's the
-    default of those that name none (/_mget has none: no alias is assumed for a read)."""
+@_proxied("read documents by id, forwarded without the service's own fields", body=OpenSearchMget, answered=MGET_ANSWER, body_required=True)
+def mget_index(index: str) -> Response:
+    """Documents by id of the path's index (the default of those that name none), each
+    document's index allowed."""
+    return read_documents(index)
+
+
+def read_documents(index: str | None) -> Response:
+    """An `_mget`, as searches are read: the indices allowed (`check_mget`), the URL
+    parameters checked, the service's own fields left out by the cluster and taken out of
+    what comes back (`strip_mget`: a document's own `_source` names fields for it alone)."""
     rt = runtime()
     expression, store = target(rt, index) if index is not None else (None, cluster(rt))
+    if expression is not None and not re.fullmatch(INDEX_PATTERN, expression):
+        # The cluster answers a multi-get of an index that cannot exist with a 200 (an error
+        # for each document): a name the published pattern refuses is refused here.
+        raise bad_request(f"[index] {expression!r} is not an index name the proxy reads: lowercase letters and digits, then also _ . - , *")
     params = url_params(READ_REFUSED_PARAMS)
     body = json_object(required=False)
     check_mget(body, expression, rt.settings)
@@ -585,7 +602,7 @@ def mget(index: str | None = None) -> Response:
 def refuse(path: str) -> NoReturn:
     """Everything that is not a search: writes, deletes, cluster administration, ..."""
     # A route the service has, asked with another method (PUT /search, DELETE
-    # /documents/x, PUT /papers/_search) is a 405 listing the methods it has.
+    # /documents/x, PUT /papers/_search, PUT /papers/_doc/1) is a 405 listing the methods it has.
     allowed = native_routes().bind("localhost").allowed_methods(f"/{path}")
     if allowed:
         raise MethodNotAllowed(valid_methods=sorted(allowed))
@@ -598,17 +615,12 @@ def refuse(path: str) -> NoReturn:
 
 
 def native_routes() -> Map:
-    """The app's routes but this catch-all and the document reads (a write to a document's
-    path is refused, not told which methods it has), to ask which methods a path has."""
+    """The app's routes but this catch-all, to ask which methods a path has."""
     routes: Map | None = current_app.extensions.get("reranker.native_routes")
     if routes is None:
         url_map = current_app.url_map
         routes = Map(
-            [
-                Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint)
-                for rule in url_map.iter_rules()
-                if rule.endpoint != "proxy.refuse" and rule.endpoint not in DOCUMENT_READS
-            ],
+            [Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint) for rule in url_map.iter_rules() if rule.endpoint != "proxy.refuse"],
             converters=url_map.converters, strict_slashes=url_map.strict_slashes,
         )  # fmt: skip
         current_app.extensions["reranker.native_routes"] = routes

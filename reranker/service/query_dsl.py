@@ -176,6 +176,33 @@ MGET_KEYS = frozenset({"docs", "ids"})
 MGET_DOC_KEYS = frozenset({"_index", "_id", "routing", "_source", "stored_fields", "version", "version_type"})
 
 
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_patterns(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, list) and all(isinstance(item, str) for item in value))
+
+
+def _is_version(value: Any) -> bool:
+    """An integer of at least 1 (a JSON number such as 3.0 is one, as JSON Schema reads it)."""
+    whole = (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+    return whole and 1 <= value < 2**63
+
+
+# What each value of a multi-get document must be (the JSON Schema of schema.OpenSearchMget):
+# a part of another type is a 400 here rather than the cluster's (a number as `_id`, which it
+# would read as a string, is refused too: the published schema says string).
+MGET_DOC_VALUES: dict[str, tuple[Any, str]] = {
+    "_id": (_is_name, "a document id (a non-empty string)"),
+    "_index": (_is_name, "an index name"),
+    "routing": (_is_name, "a routing value (a non-empty string)"),
+    "stored_fields": (_is_patterns, "a field pattern or a list of them"),
+    "version": (_is_version, "a version number (an integer of at least 1)"),
+    "version_type": (lambda value: value in ("internal", "external", "external_gte"), "internal, external or external_gte"),
+}
+
+
 def check_mget_body(body: dict[str, Any], allowed: Iterable[str] = ()) -> None:
     """ApiError 403 unless every key of a multi-get body and of its `docs` items is one the
     proxy knows (or RERANKER_PROXY_ALLOW names it), 400 for a part of the wrong shape.
@@ -242,16 +269,17 @@ class _Walker:
                 self.scripts(body[key], key)
 
     def mget(self, body: dict[str, Any]) -> None:
+        """A multi-get body, of the shape schema.OpenSearchMget publishes."""
         for key in body:
             if key not in MGET_KEYS and key not in self.allowed:
                 raise self.refuse(key, "is not a multi-get body key the proxy knows (docs, ids)")
         if "docs" not in body and "ids" not in body:
-            raise self.malformed("body", "a multi-get body names its documents in docs (or ids, with the index in the path)")
-        if "ids" in body and not (isinstance(body["ids"], list) and all(_is_id(item) for item in body["ids"])):
-            raise self.malformed("ids", "must be a list of document ids")
-        docs = body.get("docs", [])
-        if not isinstance(docs, list):
-            raise self.malformed("docs", "must be a list of documents")
+            raise self.malformed("body", "names no document: a multi-get body lists them in docs (or ids, with the index in the path)")
+        ids, docs = body.get("ids", []), body.get("docs", [])
+        if not (isinstance(ids, list) and ids and all(_is_name(item) for item in ids)) and "ids" in body:
+            raise self.malformed("ids", "must be a non-empty list of document ids")
+        if not (isinstance(docs, list) and docs) and "docs" in body:
+            raise self.malformed("docs", "must be a non-empty list of documents")
         for i, doc in enumerate(docs):
             where = f"docs[{i}]"
             if not isinstance(doc, dict):
@@ -259,10 +287,9 @@ class _Walker:
             for key in doc:
                 if key not in MGET_DOC_KEYS and key not in self.allowed:
                     raise self.refuse(f"{where}.{key}", f"is not a key of a multi-get document the proxy knows ({', '.join(sorted(MGET_DOC_KEYS))})")
-            if not _is_id(doc.get("_id")):
-                raise self.malformed(f"{where}._id", "must be a document id (a string)")
-            if "_index" in doc and not isinstance(doc["_index"], str):
-                raise self.malformed(f"{where}._index", "must be an index name")
+            for key, (fits, what) in MGET_DOC_VALUES.items():
+                if (key in doc or key == "_id") and not fits(doc.get(key)):
+                    raise self.malformed(f"{where}.{key}", f"must be {what}")
             if "_source" in doc:
                 self.source(doc["_source"], f"{where}._source")
 
@@ -419,8 +446,3 @@ class _Walker:
                     stack.append((child, f"{where}.{key}"))
             elif isinstance(item, list):
                 stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
-
-
-def _is_id(value: Any) -> bool:
-    """A document id as the multi-get parser reads one: a string, or a number it reads as one."""
-    return isinstance(value, (str, int, float)) and not isinstance(value, bool)

@@ -361,10 +361,56 @@ class OpenSearchCount(BaseModel):
     model_config = ConfigDict(title="OpenSearchCount")
 
 
-class OpenSearchMget(BaseModel):
-    """An OpenSearch multi-get body, `{"docs": [{"_index", "_id", "_source"?, "routing"?, ...}]}` or, with an index in the path, `{"ids": [...]}`, forwarded to the cluster."""
+# An OpenSearch multi-get body as the proxy forwards it (query_dsl.MGET_KEYS, MGET_DOC_KEYS):
+# written as JSON Schema, since the proxy reads it as it is (`query_dsl.check_mget_body`),
+# not through a model. `_index` is required in a `docs` item of /_mget, which has no index in
+# its path to default to, and so takes no `ids` either.
+_PATTERNS: dict[str, Any] = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+_MGET_SOURCE: dict[str, Any] = {
+    "description": "a _source filter, as in a search: true or false, a field pattern, a list of them, or includes and excludes",
+    "anyOf": [
+        {"type": "boolean"}, *_PATTERNS["anyOf"],
+        {"type": "object", "properties": {key: _PATTERNS for key in ("includes", "excludes", "include", "exclude")}, "additionalProperties": False},
+    ],
+}
+_MGET_DOC: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "_index": {"type": "string", "minLength": 1, "description": "the index to read from; default: the path's"},
+        "_id": {"type": "string", "minLength": 1},
+        "routing": {"type": "string", "minLength": 1},
+        "_source": _MGET_SOURCE,
+        "stored_fields": _PATTERNS,
+        "version": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+        "version_type": {"enum": ["internal", "external", "external_gte"]},
+    },
+    "required": ["_id"],
+    "additionalProperties": False,
+}
 
-    model_config = ConfigDict(title="OpenSearchMget")
+
+def _mget_schema(in_path: bool) -> Any:
+    def publish(schema: dict[str, Any]) -> None:
+        doc = _MGET_DOC if in_path else {**_MGET_DOC, "required": ["_index", "_id"]}
+        properties: dict[str, Any] = {"docs": {"type": "array", "items": doc, "minItems": 1}}
+        if in_path:
+            properties["ids"] = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
+        schema.update({"type": "object", "properties": properties, "additionalProperties": False})
+        schema.update({"anyOf": [{"required": ["docs"]}, {"required": ["ids"]}]} if in_path else {"required": ["docs"]})
+
+    return publish
+
+
+class OpenSearchMget(BaseModel):
+    """An OpenSearch multi-get body for /INDEX/_mget: `{"docs": [{"_id", "_index"?, "_source"?, "routing"?, ...}]}` and/or `{"ids": [...]}` (of the path's index), forwarded to the cluster."""
+
+    model_config = ConfigDict(title="OpenSearchMget", json_schema_extra=_mget_schema(in_path=True))
+
+
+class OpenSearchMgetAll(BaseModel):
+    """An OpenSearch multi-get body for /_mget: `{"docs": [{"_index", "_id", "_source"?, "routing"?, ...}]}`, each document naming its index, forwarded to the cluster."""
+
+    model_config = ConfigDict(title="OpenSearchMgetAll", json_schema_extra=_mget_schema(in_path=False))
 
 
 class ScrollRequest(Body):
