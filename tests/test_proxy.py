@@ -473,6 +473,19 @@ def test_an_mget_body_of_another_shape_is_refused_before_the_cluster(
     assert _sent(recorder, "_mget") == []
 
 
+def test_an_mget_reads_at_most_as_many_documents_as_a_search_returns(recorded: tuple[FlaskClient, ClusterProxy]) -> None:
+    """Nothing in the cluster bounds a multi-get, and the worker holds its whole answer: past
+    10,000 documents (index.max_result_window's default, the most a search returns) a 413."""
+    client, recorder = recorded
+    recorder.requests.clear()
+    answer = client.post("/papers/_mget", json={"ids": ["ships"] * 5_000, "docs": [{"_id": "chess"}] * 5_001})
+    assert answer.status_code == 413 and answer.get_json()["error"]["type"] == "content_too_long_exception", answer.get_json()
+    assert "at most 10,000 documents" in answer.get_json()["error"]["reason"] and "got 10,001" in answer.get_json()["error"]["reason"]
+    assert _sent(recorder, "_mget") == []
+    answer = client.post("/papers/_mget", json={"ids": ["ships"] * 10_000})
+    assert answer.status_code == 200 and len(answer.get_json()["docs"]) == 10_000
+
+
 def test_an_operator_can_forward_an_mget_key_the_proxy_does_not_know(papers: tuple[str, Path]) -> None:
     """The refusal names the setting; with it, the key is forwarded unread (and judged by the cluster)."""
     body = {"docs": [{"_index": "papers", "_id": "ships", "_routing": "x"}]}

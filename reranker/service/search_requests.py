@@ -138,12 +138,27 @@ def _check_boosted_indices(body: Any, settings: Settings, where: str) -> None:
                 raise ApiError(403, exc.type, f"[{path}] names another index: {exc.reason}") from None
 
 
+# The most documents one _mget may read (OpenSearch's default index.max_result_window, the
+# most one search returns).
+MAX_MGET_DOCUMENTS = 10_000
+
+
 def check_mget(body: dict[str, Any], index: str | None, settings: Settings) -> None:
     """ApiError 403 or 400 unless a multi-get body reads only allowed indices: its keys those
     the proxy knows (`query_dsl.check_mget_body`), and every document's index, its `_index` or
     else the path's (`index`; None for /_mget, which has no default), allowed as a search's
-    is (`check_indices`). A document with no index anywhere is a 400, before the cluster."""
+    is (`check_indices`). A document with no index anywhere is a 400, more than
+    MAX_MGET_DOCUMENTS a 413, before the cluster."""
     check_mget_body(body, settings.service.proxy_allow)
+    asked = len(body.get("docs", [])) + len(body.get("ids", []))
+    if asked > MAX_MGET_DOCUMENTS:
+        # The cluster bounds what one search returns (index.max_result_window) and nothing
+        # bounds a multi-get: every document comes back in one answer the worker holds whole.
+        raise ApiError(
+            413, "content_too_long_exception",
+            f"an _mget through the reranker proxy reads at most {MAX_MGET_DOCUMENTS:,} documents (as a search "
+            f"returns at most index.max_result_window, 10,000 by default), got {asked:,}: split it",
+        )
     if "ids" in body and index is None:
         raise ApiError(400, "parsing_exception", "[ids] names documents of the index in the path; /_mget has none: use /INDEX/_mget, or docs with an _index each")
     for i, doc in enumerate(body.get("docs", [])):
