@@ -1,4 +1,4 @@
-"""The web page: compare two rankers, browse papers by topic, run experiments.
+"""The web page: search papers by an abstract (its first screen), compare two rankers, browse papers by topic, run experiments.
 
     GET /ui                        the page (one HTML file; views are hash routes)
     GET /ui/static/<file>          its scripts (app.js, plots.js) and style sheet
@@ -44,7 +44,7 @@ CONTENT_SECURITY_POLICY = "; ".join(
 
 
 @blueprint.get("/ui")
-@operation("the web page: compare rankers, browse papers, live search, experiments", answers={200: Reply("the page", media=("text/html",))})
+@operation("the web page: search papers (the first screen), compare rankers, browse papers, experiments", answers={200: Reply("the page", media=("text/html",))})
 def page() -> Any:
     """The page itself; its views are #/search (the first screen), #/compare, #/paper/<id>, #/experiments."""
     assert blueprint.static_folder is not None
