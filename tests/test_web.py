@@ -232,10 +232,10 @@ def test_the_first_screen_takes_an_abstract_and_lists_papers(page: "Page") -> No
     page.goto("/ui")
     expect(page.locator("#view-search")).to_be_visible()
     expect(page.locator("#view-compare")).to_be_hidden()
-    assert page.title() == "Live search · reranker"
-    expect(page.get_by_role("navigation").get_by_role("link").first).to_have_text("Live search")
-    expect(page.get_by_role("link", name="Live search")).to_have_attribute("aria-current", "page")
-    box = page.get_by_label("Search papers")
+    assert page.title() == "Search papers · reranker"
+    expect(page.get_by_role("navigation").get_by_role("link").first).to_have_text("Search papers")
+    expect(page.get_by_role("link", name="Search papers")).to_have_attribute("aria-current", "page")
+    box = page.get_by_label("Abstract or a few words")
     expect(box).to_have_js_property("tagName", "TEXTAREA")  # an abstract is longer than a line
     page.screenshot(path=str(ARTIFACTS / "first-screen.png"))  # the window as it opens
     box.fill(QUERY)  # a whole abstract
@@ -433,10 +433,10 @@ def test_the_keyboard_reaches_the_query_box_and_the_search_button(page: "Page") 
     page.keyboard.press("Enter")
     _wait_for_columns(page)
     # The views are links in a navigation landmark; the live search box has a label too.
-    page.get_by_role("navigation").get_by_role("link", name="Live search").focus()
+    page.get_by_role("navigation").get_by_role("link", name="Search papers").focus()
     page.keyboard.press("Enter")
-    expect(page.get_by_label("Search papers")).to_be_visible()
-    expect(page.get_by_role("link", name="Live search")).to_have_attribute("aria-current", "page")
+    expect(page.get_by_label("Abstract or a few words")).to_be_visible()
+    expect(page.get_by_role("link", name="Search papers")).to_have_attribute("aria-current", "page")
 
 
 def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", served: str) -> None:
@@ -446,8 +446,8 @@ def test_live_search_records_a_click_that_the_dashboard_counts(page: "Page", ser
     assert status == 201, body
     try:
         page.goto("/ui#/search")
-        page.get_by_label("Search papers").fill(TYPED_QUERY)
-        page.get_by_label("Search papers").press("Enter")
+        page.get_by_label("Abstract or a few words").fill(TYPED_QUERY)
+        page.get_by_label("Abstract or a few words").press("Enter")
         notice = page.locator("#search-experiment")
         expect(notice).to_contain_text("experiment “web-ab”")
         expect(notice).to_contain_text("Clicks recorded on this search: 0")
@@ -491,19 +491,19 @@ OUT_OF_VOCABULARY = "crfs zzqx"  # no word of it has a vector; BM25 still finds 
 
 
 def test_an_out_of_vocabulary_query_says_so(page: "Page", served: str) -> None:
-    """Live search shows an answer's status and reason as Compare does, not just a count."""
+    """The search view shows an answer's status and reason as Compare does, not just a count."""
     from playwright.sync_api import expect
 
     status, body = _api(served, "POST", "/search", {"query": OUT_OF_VOCABULARY, "size": 10})
     assert status == 200 and body["status"] == "query_out_of_vocabulary" and body["hits"], body
     page.goto("/ui#/search")
-    page.get_by_label("Search papers").fill(OUT_OF_VOCABULARY)
-    page.get_by_label("Search papers").press("Enter")
+    page.get_by_label("Abstract or a few words").fill(OUT_OF_VOCABULARY)
+    page.get_by_label("Abstract or a few words").press("Enter")
     expect(page.locator("#search-hits .hit")).to_have_count(len(body["hits"]))
     expect(page.locator("#search-meta")).to_have_text(f"Status: query_out_of_vocabulary — {body['reason']}")
     expect(page.locator("#status")).to_have_text(f"{len(body['hits'])} results (status query_out_of_vocabulary: see above the list).")
-    page.get_by_label("Search papers").fill(TYPED_QUERY)  # an ordinary answer clears it
-    page.get_by_label("Search papers").press("Enter")
+    page.get_by_label("Abstract or a few words").fill(TYPED_QUERY)  # an ordinary answer clears it
+    page.get_by_label("Abstract or a few words").press("Enter")
     expect(page.locator("#status")).to_have_text("10 results.")
     expect(page.locator("#search-meta")).to_be_empty()
 
@@ -535,8 +535,8 @@ def test_an_out_of_vocabulary_query_says_so(page: "Page", served: str) -> None:
         re.compile(r"^\d+ BM25 candidates reranked in [\d.]+ ms · Status: partial — [^·]+ · wmd does not score by topics: no explanations\.$")
     )
     expect(page.locator("#column-left .column-meta .problem")).to_have_css("display", "inline")
-    page.get_by_role("navigation").get_by_role("link", name="Live search").click()
-    expect(page.locator("#status")).to_be_empty()  # Compare's message is not Live search's
+    page.get_by_role("navigation").get_by_role("link", name="Search papers").click()
+    expect(page.locator("#status")).to_be_empty()  # Compare's message is not the search's
 
 
 # --- titles, plots, experiments from the page, a phone's screen ------------------------------
@@ -587,8 +587,8 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
             assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
             assert meta.endswith(f" · {doc_id}")  # the id stays in sight
     page.goto("/ui#/search")  # no experiment runs: the plain list
-    page.get_by_label("Search papers").fill(TYPED_QUERY)
-    page.get_by_label("Search papers").press("Enter")
+    page.get_by_label("Abstract or a few words").fill(TYPED_QUERY)
+    page.get_by_label("Abstract or a few words").press("Enter")
     expect(page.locator("#search-hits .hit")).to_have_count(10)
     _snippets_shown(page, "#search-hits .hit")
     for doc_id, name, meta in _names(page, "#search-hits .hit"):
@@ -614,8 +614,8 @@ def test_a_snippet_ends_with_an_ellipsis_only_where_the_text_was_cut(page: "Page
     assert status == 200 and SHORT_ID in [hit["id"] for hit in body["hits"]], body
     assert {hit["id"]: hit["snippet_truncated"] for hit in body["hits"]} == {hit["id"]: len(TEXTS[hit["id"]].split()) > 30 for hit in body["hits"]}
     page.goto("/ui#/search")
-    page.get_by_label("Search papers").fill(SHORT_QUERY)
-    page.get_by_label("Search papers").press("Enter")
+    page.get_by_label("Abstract or a few words").fill(SHORT_QUERY)
+    page.get_by_label("Abstract or a few words").press("Enter")
     expect(page.locator("#search-hits .hit")).to_have_count(len(body["hits"]))
     listed = _snippets_marked_where_cut(page, "#search-hits .hit")
     assert SHORT_ID in listed and len(listed) > 1  # both kinds: the short text and longer ones
@@ -948,9 +948,9 @@ def test_every_view_fits_a_390_px_screen(phone: "Page", served: str, tmp_path: P
     _fits(phone, "compare")
     _screenshot(phone, "phone-compare.png")
 
-    phone.get_by_role("link", name="Live search").click()
-    phone.get_by_label("Search papers").fill(TYPED_QUERY)
-    phone.get_by_label("Search papers").press("Enter")
+    phone.get_by_role("link", name="Search papers").click()
+    phone.get_by_label("Abstract or a few words").fill(TYPED_QUERY)
+    phone.get_by_label("Abstract or a few words").press("Enter")
     expect(phone.locator("#search-hits .hit")).to_have_count(10)
     _fits(phone, "search")
     phone.screenshot(path=str(ARTIFACTS / "phone-search.png"))
@@ -1000,9 +1000,9 @@ def test_names_wrap_on_a_narrow_phone(narrow: "Page", served: str) -> None:
     _names_wrap(narrow, "compare")
     _screenshot(narrow, "narrow-compare.png")
     narrow.locator(f'#column-right .hit[data-id="{SHORT_ID}"]').screenshot(path=str(ARTIFACTS / "narrow-compare-hit.png"))
-    narrow.get_by_role("link", name="Live search").click()
-    narrow.get_by_label("Search papers").fill(SHORT_QUERY)
-    narrow.get_by_label("Search papers").press("Enter")
+    narrow.get_by_role("link", name="Search papers").click()
+    narrow.get_by_label("Abstract or a few words").fill(SHORT_QUERY)
+    narrow.get_by_label("Abstract or a few words").press("Enter")
     expect(narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-meta')).to_have_text(SHORT_ID)
     _names_wrap(narrow, "search")
     _screenshot(narrow, "narrow-search.png")

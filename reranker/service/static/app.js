@@ -182,7 +182,7 @@
   // The first screen: a librarian's (paste an abstract, get papers), whose clicks are the ones an
   // experiment counts; comparing rankers is the search team's, one link away.
   const HOME = "search";
-  const TITLES = { compare: "Compare rankers", search: "Live search", paper: "Paper", experiments: "Experiments" };
+  const TITLES = { compare: "Compare rankers", search: "Search papers", paper: "Paper", experiments: "Experiments" };
 
   function show(name, moveFocus) {
     for (const view of VIEWS) byId(`view-${view}`).hidden = view !== name;
@@ -365,7 +365,7 @@
   }
 
   // An answer whose status is not "ok" (degraded, query_out_of_vocabulary, partial, tied) says
-  // so with its reason, in Compare's columns and above Live search's list alike.
+  // so with its reason, in Compare's columns and above the search's list alike.
   function statusNote(body) {
     if (!body.status || body.status === "ok") return null;
     const text = `Status: ${body.status}${body.reason ? ` — ${body.reason}` : ""}`;
