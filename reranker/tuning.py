@@ -36,9 +36,6 @@ from reranker.rankers.fusion import METHODS, Fusion, Method, fusion_name
 from reranker.types import Query
 
 METRIC = f"ndcg@{NDCG_CUTOFF}"
-DEFAULT_WEIGHTS = tuple(round(0.1 * step, 1) for step in range(11))
-DEFAULT_FOLDS = 5
-DEFAULT_SEED = 7
 # Two settings whose training means differ by less than this are tied (float noise).
 _TIE = 1e-12
 

@@ -1169,3 +1169,23 @@ def test_train_help_gives_the_models_own_defaults() -> None:
     assert f"(default: word2vec {w2v.epochs}, doc2vec {d2v.epochs})" in helps["--epochs"]
     assert w2v.window == d2v.window and f"(default {w2v.window})" in helps["--window"]
     assert w2v.min_count == d2v.min_count and f"(default {w2v.min_count})" in helps["--min-count"]
+
+
+def test_building_the_parser_imports_no_command_s_work() -> None:
+    """Every command builds the whole parser before it runs, so what the parser imports
+    every `reranker` start pays, `search` included (`python bench/bench_startup.py`). It
+    imports none of the modules that do a command's work: the tuning and evaluation code
+    (which `tune`'s defaults once pulled in, with the search pipeline beneath them: about
+    0.1 s of a search's 0.6 s on a busy machine), nor gensim, scipy, the store's back
+    ends or the web service."""
+    import subprocess
+    import sys
+
+    code = "import sys; from reranker.cli import build_parser; build_parser(); print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout.split())
+    assert "reranker.cli" in loaded
+    heavy = {
+        "reranker.tuning", "reranker.evaluation", "reranker.pipeline", "reranker.comparison", "reranker.indexing",
+        "reranker.store", "reranker.service", "gensim", "scipy", "tantivy", "opensearchpy", "flask",
+    }
+    assert heavy.isdisjoint(loaded), sorted(heavy & loaded)

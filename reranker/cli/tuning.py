@@ -13,6 +13,13 @@ from reranker.cli.evaluating import offline_run
 from reranker.config import Settings, config_file_path, write_config_values
 from reranker.errors import ConfigError
 
+# The grid and the folds `tune` tries unless told otherwise. Here, not in reranker.tuning
+# (which takes them as arguments): building the parser must not import the tuning and
+# evaluation code, which every command, `search` included, would then pay at start-up.
+DEFAULT_WEIGHTS = tuple(round(0.1 * step, 1) for step in range(11))
+DEFAULT_FOLDS = 5
+DEFAULT_SEED = 7
+
 
 def _weights(raw: str) -> list[float]:
     try:
@@ -26,7 +33,6 @@ def _weights(raw: str) -> list[float]:
 
 def add_parsers(commands: Any) -> None:
     from reranker.rankers.fusion import METHODS
-    from reranker.tuning import DEFAULT_FOLDS, DEFAULT_SEED, DEFAULT_WEIGHTS
 
     tune = commands.add_parser(
         "tune",
