@@ -33,10 +33,9 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Protocol, Sequence
 
 from reranker.datasets import parse_record
-from reranker.doc2vec import Doc2VecModel, infer_vectors, load_for_index
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
 from reranker.errors import ConfigError, IndexMismatchError, InputError, RankerUnavailableError, WorkerError
 from reranker.extraction import Correction, estimate_centering, topics_of_tokens
@@ -52,6 +51,9 @@ from reranker.types import (
     PassageWords,
     StoredDocument,
 )
+
+if TYPE_CHECKING:  # gensim: only an index with a Doc2Vec model loads it (not every run, nor the topic workers)
+    from reranker.doc2vec import Doc2VecModel
 
 log = logging.getLogger(__name__)
 
@@ -543,6 +545,8 @@ def _doc2vec_model(store: Store, data_dir: Path | None) -> tuple[Doc2VecModel | 
         return None, None
     if data_dir is None:
         return None, "no data directory to load the index's Doc2Vec model from"
+    from reranker.doc2vec import load_for_index
+
     try:
         return load_for_index(info, data_dir), ""
     except RankerUnavailableError as exc:
@@ -555,6 +559,8 @@ def _write_doc_vectors(
     """Infer and store the Doc2Vec vectors of freshly written documents; how many were stored."""
     if model is None or not documents:
         return 0
+    from reranker.doc2vec import infer_vectors
+
     vectors = infer_vectors(model, documents, stopwords)
     failures = store.store_doc_vectors(model.info, vectors) if vectors else []
     for failure in failures:
