@@ -17,6 +17,7 @@ Medians over repeats after a warm-up, the garbage collector paused.
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from benchlib import product_threads
@@ -62,6 +63,7 @@ def median_ms(call: Callable[[], object], repeats: int) -> float:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     rng = np.random.default_rng(2018)
     common = rng.standard_normal(D)
     vocabulary = (rng.standard_normal((5_000, D)) + 2.0 * common).astype(np.float32)

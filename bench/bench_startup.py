@@ -17,6 +17,7 @@ to the sha256.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -43,6 +44,7 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     with tempfile.TemporaryDirectory() as directory:
         # A cache of the run's own: the index command below converts the vectors into it.
         env = {**os.environ, "RERANKER_DATA_DIR": directory, "RERANKER_CACHE_DIR": f"{directory}/cache"}

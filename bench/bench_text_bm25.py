@@ -23,6 +23,7 @@ Run:  python bench/bench_text_bm25.py      (about 2 minutes)
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -43,6 +44,7 @@ SHARED = ROOT.parent / "shared" / "data" / "clscisumm2018-train"
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     from reranker.config import DEFAULT_RANKER, Settings
     from reranker.datasets import load_dataset
     from reranker.indexing import index_corpus

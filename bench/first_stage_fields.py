@@ -12,6 +12,7 @@ sign flips). Needs ../shared/data.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -86,6 +87,7 @@ def run_variant(fields: Sequence[tuple[str, str, str, float]], docs: list[tuple[
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     require(all((SHARED / name / "corpus.jsonl").is_file() for name in DATASETS), f"this needs {SHARED}")
     started = time.perf_counter()
     rows = []

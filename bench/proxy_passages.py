@@ -23,6 +23,7 @@ Run:  python bench/proxy_passages.py [DATASET ...]    (about 5 minutes; needs ..
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -107,7 +108,9 @@ def replay(name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    names = (argv if argv is not None else sys.argv[1:]) or list(DATASETS)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("datasets", nargs="*", metavar="DATASET", help=f"folders of ../shared/data (default: {' '.join(DATASETS)})")
+    names = parser.parse_args(argv).datasets or list(DATASETS)
     missing = [name for name in names if not (DATA / name).is_dir()]
     if missing:
         print(f"needs ../shared/data/{missing[0]} beside the repository", file=sys.stderr)

@@ -1022,6 +1022,33 @@ def test_the_proxys_allow_list_table_is_the_codes() -> None:
     assert re.findall(r"`([^`]+)`", allow[1]) == list(PROXY_GUARDS)
 
 
+BENCH_MODULES = {"benchlib.py", "fts5_store.py"}  # imported by the scripts, never run
+
+
+def test_every_bench_script_answers_help_at_once() -> None:
+    """`python bench/SCRIPT.py --help` prints the script's usage and exits 0 without
+    running it, for every script: a newcomer's first question of a benchmark that takes
+    minutes (five scripts once ignored it and started their run), and a script whose
+    imports broke shows here, not on the day someone runs it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scripts = sorted(path for path in (REPO / "bench").glob("*.py") if path.name not in BENCH_MODULES)
+    assert len(scripts) >= 20
+
+    def helped(script: Path) -> str:
+        try:
+            done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120, cwd=REPO)
+        except subprocess.TimeoutExpired:
+            return f"{script.name}: still running after 120 s: it ignored --help"
+        if done.returncode != 0 or not done.stdout.startswith("usage: "):
+            return f"{script.name}: exit {done.returncode}: {(done.stdout + done.stderr)[-300:]}"
+        return ""
+
+    with ThreadPoolExecutor(4) as pool:
+        wrong = [problem for problem in pool.map(helped, scripts) if problem]
+    assert wrong == []
+
+
 def test_every_bench_command_the_pages_give_names_a_script_and_its_options() -> None:
     """`python bench/SCRIPT.py --option` in any page (where nothing runs it: the scripts take
     minutes) names a script of bench/ that declares that option."""
