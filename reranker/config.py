@@ -259,7 +259,8 @@ class ServiceSettings:
     """The HTTP service: server, limits and credentials. Keys never appear in repr()."""
 
     bind: str = "127.0.0.1:8000"
-    workers: int = 2
+    # As RERANKER_WORKERS defaults: settings made in code start the same service.
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     threads: int = 8
     timeout: int = 30
     deadline_ms: int = 2000

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from reranker.config import ENVIRONMENT, Settings, parse_search_fields, redact_url
+from reranker.config import ENVIRONMENT, ServiceSettings, Settings, parse_search_fields, redact_url
 from reranker.errors import ConfigError
 
 
@@ -100,3 +101,11 @@ def test_a_default_the_variables_list_states_is_the_codes() -> None:
     assert len(stated) >= 25, stated
     for name, default in stated.items():
         assert default == effective[name], f"ENVIRONMENT says {name} defaults to {default}; the code's default is {effective[name]}"
+
+
+def test_service_settings_made_in_code_default_as_the_environment_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library caller's ServiceSettings() starts the service the environment's defaults
+    would: the same workers (the CPU count: 7 here, not this machine's) and everything else."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    assert ServiceSettings().workers == 7
+    assert ServiceSettings() == Settings.from_env({}).service
