@@ -755,6 +755,37 @@ def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> 
     assert _start(client, "gone")["id"] == "gone"
 
 
+def test_a_worker_that_has_not_seen_the_stop_interleaves_nothing_more(data_dir: Path) -> None:
+    """Two workers: the one that did not stop the experiment still holds it as running for up
+    to RUNNING_TTL_SECONDS. Its searches in that time must not be recorded under a stopped or
+    deleted experiment: a deleted one's id would seem to hold records "kept" on purpose (and
+    refuse a new experiment with it), and the clicks on those lists would be refused."""
+    admin, other = create_app(_settings(data_dir)), create_app(_settings(data_dir))
+    try:
+        first, second = admin.test_client(), other.test_client()
+        for client in (first, second):  # warm: a worker's first search loads its engine, slower than the TTL here
+            client.post("/search", json={"query": QUERIES[3], "size": 3, "ranker": "hidden_topics"})
+        _start(first, "gone")
+        shown = second.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "c1"}).get_json()
+        assert shown["ranker"] == "interleaved", "the second worker now holds the running experiment"
+        assert first.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+        late = second.post("/search", json={"query": QUERIES[1], "size": 3, "client_id": "c2"}).get_json()
+        assert late["ranker"] == DEFAULT_RANKER and "query_id" not in late, "stopped: no new lists"
+        # A list shown before the stop still takes its click.
+        assert second.post("/events", json=_click(shown["hits"][0], shown["query_id"])).status_code == 201
+        deleted = first.delete("/experiments/gone?events=delete", headers=AUTH).get_json()
+        assert (deleted["queries"], deleted["event_count"]) == (1, 1)
+        after = second.post("/search", json={"query": QUERIES[2], "size": 3, "client_id": "c3"}).get_json()
+        assert after["ranker"] == DEFAULT_RANKER and "query_id" not in after, "deleted: no new lists"
+        store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+        assert (store.recorded("gone").queries, store.recorded("gone").events) == (0, 0)
+        store.close()
+        assert _start(first, "gone")["id"] == "gone", "its id is free again"
+    finally:
+        admin.extensions["reranker"].close()
+        other.extensions["reranker"].close()
+
+
 # --- durability ----------------------------------------------------------------------------------
 
 
@@ -918,6 +949,31 @@ def test_delete_an_experiment_on_the_cluster_event_store(cluster_app: tuple[Any,
     finally:
         store.close()
         app.extensions["reranker"].close()
+
+
+def test_a_worker_that_has_not_seen_the_delete_interleaves_nothing_on_the_cluster(cluster_app: tuple[Any, Path, str]) -> None:
+    from reranker.config import OpenSearchSettings
+    from reranker.store.events import OpenSearchEventStore, Recorded
+    from reranker.store.opensearch import OpenSearchStore
+
+    make, _, url = cluster_app
+    admin, other = make(), make()
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers")))
+    search = {"query": {"match": {"body": "ocean sailing ships"}}, "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+    try:
+        first, second = admin.test_client(), other.test_client()
+        second.post("/papers/_search", json={**search, "ext": {"rerank": {"ranker": "hidden_topics"}}})  # warm
+        _start(first, "gone")
+        assert second.post("/papers/_search", json=search).get_json()["ext"]["rerank"]["ranker"] == "interleaved"
+        assert first.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+        assert first.delete("/experiments/gone?events=delete", headers=AUTH).status_code == 200
+        late = second.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
+        assert late["ranker"] != "interleaved" and "query_id" not in late
+        assert store.recorded("gone") == Recorded(queries=0, events=0)
+    finally:
+        store.close()
+        admin.extensions["reranker"].close()
+        other.extensions["reranker"].close()
 
 
 def test_an_experiment_stored_with_min_queries_loads_on_the_cluster(cluster_app: tuple[Any, Path, str]) -> None:

@@ -225,7 +225,12 @@ class EventStore(Protocol):
 
     def experiment(self, experiment_id: str) -> Experiment | None: ...
 
-    def record_query(self, query: ShownQuery) -> None: ...
+    def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
+        """Store `query` (True). `if_running`: only while its experiment is stored as running,
+        else nothing is written (False): a worker's copy of the running experiment may be
+        RUNNING_TTL_SECONDS old, and a list recorded after the stop would count in a stopped
+        experiment, or outlive a deleted one as records that seem kept on purpose."""
+        ...
 
     def shown_query(self, query_id: str) -> ShownQuery | None: ...
 
@@ -381,11 +386,18 @@ class EmbeddedEventStore:
         row = self._run("SELECT body FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
         return None if row is None else Experiment.from_json(json.loads(row[0]))
 
-    def record_query(self, query: ShownQuery) -> None:
-        self._run(
-            "INSERT OR REPLACE INTO queries (query_id, experiment_id, body) VALUES (?, ?, ?)",
-            (query.query_id, query.experiment_id, json.dumps(query.to_json())),
+    def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
+        row = (query.query_id, query.experiment_id, json.dumps(query.to_json()))
+        if not if_running:
+            self._run("INSERT OR REPLACE INTO queries (query_id, experiment_id, body) VALUES (?, ?, ?)", row)
+            return True
+        # One statement: a stop or delete committed by another worker is seen, never raced.
+        written = self._run(
+            "INSERT OR REPLACE INTO queries (query_id, experiment_id, body) SELECT ?, ?, ? WHERE EXISTS "
+            "(SELECT 1 FROM experiments WHERE id = ? AND json_extract(body, '$.status') = 'running')",
+            (*row, query.experiment_id),
         )
+        return written.rowcount == 1
 
     def shown_query(self, query_id: str) -> ShownQuery | None:
         row = self._run("SELECT body FROM queries WHERE query_id = ?", (query_id,)).fetchone()
@@ -595,9 +607,16 @@ class OpenSearchEventStore:
         found = self._call("reading an experiment", self._store.client.get, index=index, id=experiment_id, not_found=None)
         return None if not found or not found.get("found") else Experiment.from_json(found["_source"])
 
-    def record_query(self, query: ShownQuery) -> None:
+    def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
+        # Checked, then written (a get by id is real-time): a stop or delete in the instant
+        # between the two is not seen (the SQLite store checks in the write itself).
+        if if_running:
+            experiment = self.experiment(query.experiment_id)
+            if experiment is None or experiment.status != "running":
+                return False
         index = self._index("ubi_queries")
         self._call("recording a query", self._store.client.index, index=index, id=query.query_id, body=query.to_json())
+        return True
 
     def shown_query(self, query_id: str) -> ShownQuery | None:
         index = self._index("ubi_queries")
