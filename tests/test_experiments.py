@@ -659,6 +659,25 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     assert code == 1
 
 
+def test_ab_refuses_a_ranker_this_index_cannot_run(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # As POST /experiments does (409): the sample index has no Doc2Vec model, so an experiment
+    # with doc2vec would leave every search out and collect nothing, while saying "running".
+    capsys.readouterr()
+    code, _ = run(data_dir, "ab", "create", "d2v", "--rankers", "doc2vec,bm25", "--traffic", "1")
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("reranker: error: ") and "reranker train doc2vec" in err and err.count("\n") == 1
+    assert "d2v" not in run(data_dir, "ab", "list")[1]
+    # One stored by hand (or before this check) cannot be started again from the command line either.
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    store.create_experiment(Experiment("d2v-old", ("doc2vec", "bm25"), "team_draft", 1.0, "stopped", ex.utc_now()))
+    store.close()
+    code, _ = run(data_dir, "ab", "set", "d2v-old", "--status", "running")
+    assert code == 1 and "reranker train doc2vec" in capsys.readouterr().err
+    assert "running" not in run(data_dir, "ab", "list")[1]
+    # A change that does not start it still works.
+    assert run(data_dir, "ab", "set", "d2v-old", "--traffic", "0.5")[0] == 0
+
+
 def test_ab_create_takes_min_units_and_still_min_queries(data_dir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     assert run(data_dir, "ab", "create", "cli-units", "--rankers", "hidden_topics,bm25", "--min-units", "7")[0] == 0
     code, out = run(data_dir, "ab", "report", "cli-units", "--json")

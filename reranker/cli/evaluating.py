@@ -473,17 +473,35 @@ def _min_units(args: argparse.Namespace) -> int:
     return int(args.min_queries)
 
 
+def _runnable(settings: Settings, rankers: Sequence[str]) -> None:
+    """RankerUnavailableError when a ranker cannot run on this index (doc2vec before `reranker
+    train doc2vec`), as POST /experiments refuses it: every search would leave the experiment
+    out, and it would collect nothing while listed as running."""
+    engine = open_engine(settings, show_bar=False)
+    try:
+        for name in rankers:
+            engine.check_ranker(engine.ranker(name))
+    finally:
+        engine.store.close()
+
+
 def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: TextIO) -> int:
     from reranker import experiments as ex
     from reranker.interleaving import format_p_value
 
     if args.action == "create":
         rankers = [name.strip() for name in args.rankers.split(",") if name.strip()]
-        experiment = ex.create(store, ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_units=_min_units(args)))
+        asked = ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_units=_min_units(args))
+        _runnable(settings, asked.rankers)
+        experiment = ex.create(store, asked)
         print(f"experiment {experiment.id} running: {' vs '.join(experiment.rankers)}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
     elif args.action == "set":
         if args.traffic is None and args.status is None:
             raise ConfigError("nothing to change: give --traffic and/or --status")
+        if args.status == "running":
+            found = ex.find(store, args.id)
+            if not ex.removed_rankers(found):  # a removed ranker gets update()'s clearer refusal
+                _runnable(settings, found.rankers)
         experiment = ex.update(store, args.id, traffic=args.traffic, status=args.status)
         print(f"experiment {experiment.id} {experiment.status}, {experiment.traffic:.0%} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
     elif args.action == "delete":
