@@ -659,6 +659,17 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     assert code == 1
 
 
+def test_ab_prints_a_small_traffic_share_as_it_is(data_dir: Path) -> None:
+    # Rounded to whole percent, 0.4% of searches read "0%" (as if the experiment took none) and 99.9% read "100%".
+    code, out = run(data_dir, "ab", "create", "small", "--rankers", "hidden_topics,bm25", "--traffic", "0.004")
+    assert code == 0 and out.strip().endswith(", 0.4% of searches")
+    assert "traffic 0.4%" in run(data_dir, "ab", "list")[1]
+    assert run(data_dir, "ab", "report", "small")[1].splitlines()[0].endswith(", 0.4% of searches")
+    code, out = run(data_dir, "ab", "set", "small", "--traffic", "0.999")
+    assert code == 0 and "99.9% of searches" in out
+    assert ", 20% of searches" in run(data_dir, "ab", "set", "small", "--traffic", "0.2")[1]
+
+
 def test_ab_refuses_a_ranker_this_index_cannot_run(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # As POST /experiments does (409): the sample index has no Doc2Vec model, so an experiment
     # with doc2vec would leave every search out and collect nothing, while saying "running".
