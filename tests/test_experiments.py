@@ -1006,6 +1006,35 @@ def test_a_worker_that_has_not_seen_the_delete_interleaves_nothing_on_the_cluste
         other.extensions["reranker"].close()
 
 
+def test_the_cluster_lists_every_experiment_past_a_thousand(cluster_app: tuple[Any, Path, str]) -> None:
+    """A search answers 1,000 documents at most: the 1,001st experiment (a running one) must
+    still be listed, run, and stop a second one from starting."""
+    from reranker.config import OpenSearchSettings
+    from reranker.store.events import OpenSearchEventStore
+    from reranker.store.opensearch import OpenSearchStore
+
+    make, _, url = cluster_app
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers")))
+    app = make()
+    try:
+        index = store.names["experiments"]
+        store.experiments()  # creates the index with its mapping
+        old = [Experiment(f"old-{n:04d}", ("hidden_topics", "bm25"), "team_draft", 1.0, "stopped", f"2026-01-01T00:00:00.{n:03d}+00:00")
+               for n in range(1000)]
+        bulk = "".join(json.dumps({"index": {"_index": index, "_id": e.id}}) + "\n" + json.dumps(e.to_json()) + "\n" for e in old)
+        store._store.client.bulk(body=bulk, refresh="true")
+        client = app.test_client()
+        _start(client, "latest")
+        listed = client.get("/experiments").get_json()["experiments"]
+        assert len(listed) == 1001 and listed[-1]["id"] == "latest" and listed[0]["id"] == "old-0000"
+        assert _proxied_search_clicks(client), "searches are interleaved with it"
+        refused = client.post("/experiments", json={"id": "second", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH)
+        assert "'latest' is running" in _error(refused, 409, "conflict_exception")
+    finally:
+        store.close()
+        app.extensions["reranker"].close()
+
+
 def test_an_experiment_stored_with_min_queries_loads_on_the_cluster(cluster_app: tuple[Any, Path, str]) -> None:
     """An experiments index made before min_units (its strict mapping without the field) and
     a document in it as that version stored it: read, changed and written back."""

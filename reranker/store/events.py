@@ -598,8 +598,8 @@ class OpenSearchEventStore:
 
     def experiments(self) -> list[Experiment]:
         index = self._index("experiments")
-        found = self._call("listing experiments", self._store.client.search, index=index, body={"size": 1000, "query": {"match_all": {}}})
-        items = [Experiment.from_json(hit["_source"]) for hit in found["hits"]["hits"]]
+        # Every page: one search answers 1,000 at most, and the running one may be past them.
+        items = [Experiment.from_json(source) for source in self._all(index, {"match_all": {}}, "id", source=True)]
         return sorted(items, key=lambda e: (e.created, e.id))
 
     def experiment(self, experiment_id: str) -> Experiment | None:
