@@ -1153,6 +1153,8 @@ def test_the_client_quota_holds_on_the_cluster_event_store(cluster_app: tuple[An
         clicks = _proxied_search_clicks(client)
         assert client.post("/events", json=clicks[0], environ_base={"REMOTE_ADDR": "198.51.100.7"}).status_code == 201
         _error(client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "198.51.100.7"}), 429, "too_many_requests_exception")
+        # A retry of the stored one is a duplicate, quota or not (the client stops at a 409).
+        _error(client.post("/events", json=clicks[0], environ_base={"REMOTE_ADDR": "198.51.100.7"}), 409, "duplicate_event_exception")
         assert client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "203.0.113.9"}).status_code == 201
     finally:
         app.extensions["reranker"].close()
@@ -1177,6 +1179,28 @@ def test_events_have_quotas_per_query_and_in_all(data_dir: Path) -> None:
         assert client.post("/events", json=_click(other["hits"][0], other["query_id"], event_id="1")).status_code == 201
         reason = _error(client.post("/events", json=_click(other["hits"][1], other["query_id"], event_id="2")), 429, "too_many_requests_exception")
         assert "RERANKER_MAX_EVENTS" in reason
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_a_retry_of_a_recorded_event_is_a_409_at_a_quota_too(data_dir: Path) -> None:
+    """A client retries an event until it gets 201 or 409 (docs/experiments.md). An event
+    that was stored (its 201 lost on the way) and filled its query's quota with it must be a
+    409 when retried, not a 429 that asks the client to come back later, for ever."""
+    app = create_app(_settings(data_dir, RERANKER_EVENTS_PER_QUERY="1", RERANKER_MAX_EVENTS="2"))
+    client = app.test_client()
+    try:
+        _start(client)
+        body = client.post("/search", json={"query": QUERIES[0], "size": 6, "client_id": "c1"}).get_json()
+        event = _click(body["hits"][0], body["query_id"], event_id="1")
+        assert client.post("/events", json=event).status_code == 201
+        _error(client.post("/events", json=event), 409, "duplicate_event_exception")
+        assert "RERANKER_EVENTS_PER_QUERY" in _error(client.post("/events", json={**event, "event_id": "2"}), 429, "too_many_requests_exception")
+        other = client.post("/search", json={"query": QUERIES[1], "size": 6, "client_id": "c1"}).get_json()
+        last = _click(other["hits"][0], other["query_id"], event_id="1")
+        assert client.post("/events", json=last).status_code == 201  # the store is full now
+        _error(client.post("/events", json=last), 409, "duplicate_event_exception")
+        _error(client.post("/events", json=event), 409, "duplicate_event_exception")
     finally:
         app.extensions["reranker"].close()
 

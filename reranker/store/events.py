@@ -243,6 +243,10 @@ class EventStore(Protocol):
         """Events stored for `query_id`, for `source` in `experiment_id`, and in all."""
         ...
 
+    def has_event(self, event_id: str) -> bool:
+        """Is an event with this id stored (a retry of it would be a duplicate)?"""
+        ...
+
     def experiment_data(self, experiment_id: str) -> ExperimentData: ...
 
     def impressions(self, experiment_id: str) -> Iterator[tuple[ShownQuery, frozenset[str]]]:
@@ -421,6 +425,9 @@ class EmbeddedEventStore:
         # table reads all of it.
         (total,) = self._run("SELECT COALESCE(MAX(rowid), 0) FROM events").fetchone()
         return EventCounts(int(for_query), int(for_client), int(total))
+
+    def has_event(self, event_id: str) -> bool:
+        return self._run("SELECT 1 FROM events WHERE event_id = ?", (event_id,)).fetchone() is not None
 
     def experiment_data(self, experiment_id: str) -> ExperimentData:
         (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
@@ -644,6 +651,12 @@ class OpenSearchEventStore:
         for_client = self._call("counting events", client.count, index=index, body={"query": by_client}, not_found={"count": 0})
         total = self._call("counting events", client.count, index=index, not_found={"count": 0})
         return EventCounts(int(for_query["count"]), int(for_client["count"]), int(total["count"]))
+
+    def has_event(self, event_id: str) -> bool:
+        index = self._index("ubi_events")
+        # A get by id is real-time: an event is found at once, before any refresh.
+        found = self._call("reading an event", self._store.client.get, index=index, id=event_id, _source=False, not_found=None)
+        return bool(found and found.get("found"))
 
     def _all(self, index: str, query: dict[str, Any], key: str, source: Sequence[str] | bool = ("query_id", "object_id")) -> Iterator[dict[str, Any]]:
         """`source` (by default query_id and object_id) of every matching document: pages
