@@ -1205,6 +1205,31 @@ def test_a_retry_of_a_recorded_event_is_a_409_at_a_quota_too(data_dir: Path) -> 
         app.extensions["reranker"].close()
 
 
+def test_deleting_an_experiment_with_its_events_frees_the_store_quota(data_dir: Path) -> None:
+    """RERANKER_MAX_EVENTS counts the events the store holds: once an experiment is deleted
+    with its events (what the 429 tells an operator to do), they no longer count, even when
+    another experiment recorded events after them."""
+    app = create_app(_settings(data_dir, RERANKER_MAX_EVENTS="3"))
+    client = app.test_client()
+    try:
+        for experiment_id, clicks in (("old", 2), ("newer", 1)):
+            _start(client, experiment_id)
+            body = client.post("/search", json={"query": QUERIES[0], "size": 6, "client_id": "c1"}).get_json()
+            for n in range(clicks):
+                assert client.post("/events", json=_click(body["hits"][n], body["query_id"])).status_code == 201
+            assert client.patch(f"/experiments/{experiment_id}", json={"status": "stopped"}, headers=AUTH).status_code == 200
+        assert client.delete("/experiments/old?events=delete", headers=AUTH).get_json()["event_count"] == 2
+        _start(client, "next")
+        body = client.post("/search", json={"query": QUERIES[1], "size": 6, "client_id": "c1"}).get_json()
+        for hit in body["hits"][:2]:  # the store holds 1 event, then 2, then 3
+            answer = client.post("/events", json=_click(hit, body["query_id"]))
+            assert answer.status_code == 201, answer.get_data(as_text=True)
+        reason = _error(client.post("/events", json=_click(body["hits"][2], body["query_id"])), 429, "too_many_requests_exception")
+        assert reason.startswith("the event store holds 3 events, the most it may (RERANKER_MAX_EVENTS)")
+    finally:
+        app.extensions["reranker"].close()
+
+
 def test_events_have_a_quota_per_experiment_and_client(data_dir: Path) -> None:
     """RERANKER_EVENTS_PER_CLIENT events per experiment from one network address, whatever
     query ids and client_ids it names (both are the client's to choose); another address

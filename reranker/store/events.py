@@ -239,8 +239,10 @@ class EventStore(Protocol):
         when the store has no room left."""
         ...
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
-        """Events stored for `query_id`, for `source` in `experiment_id`, and in all."""
+    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
+        """Events stored for `query_id`, for `source` in `experiment_id`, and in all. The
+        count in all may be an upper bound, quick to read (SQLite: the largest rowid, which
+        events deleted with their experiment leave behind), unless `exact`."""
         ...
 
     def has_event(self, event_id: str) -> bool:
@@ -416,14 +418,15 @@ class EmbeddedEventStore:
         except sqlite3.IntegrityError:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
+    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
         (for_query,) = self._run("SELECT COUNT(*) FROM events WHERE query_id = ?", (query_id,)).fetchone()
         (for_client,) = self._run(
             "SELECT COUNT(*) FROM events WHERE experiment_id = ? AND source IS ?", (experiment_id, source)
         ).fetchone()
-        # The largest rowid: events are never deleted one by one, and COUNT(*) of a large
-        # table reads all of it.
-        (total,) = self._run("SELECT COALESCE(MAX(rowid), 0) FROM events").fetchone()
+        # The largest rowid unless `exact`: COUNT(*) of a large table reads all of it, and
+        # events are deleted only with their experiment (then the largest rowid may stay).
+        count = "COUNT(*)" if exact else "COALESCE(MAX(rowid), 0)"
+        (total,) = self._run(f"SELECT {count} FROM events").fetchone()
         return EventCounts(int(for_query), int(for_client), int(total))
 
     def has_event(self, event_id: str) -> bool:
@@ -636,8 +639,8 @@ class OpenSearchEventStore:
         if not self._create("recording an event", index, event.event_id, event.to_json()):
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
-        """Counted by search, so as of the last refresh (1 s by default): a burst within
+    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
+        """Counted by search (always exact), so as of the last refresh (1 s by default): a burst within
         that second can pass a quota by what it sends in that second."""
         index = self._index("ubi_events")
         client = self._store.client
