@@ -816,6 +816,31 @@ def test_a_worker_that_has_not_seen_the_stop_interleaves_nothing_more(data_dir: 
         other.extensions["reranker"].close()
 
 
+def test_an_event_checked_before_a_delete_is_not_stored_after_it(client: FlaskClient, data_dir: Path) -> None:
+    """POST /events checks that the query's experiment exists, then stores the event. A
+    delete (events=delete) between the two left the event behind it: the id then held an
+    event "of an experiment deleted with its events kept" and refused a new experiment. The
+    store writes an event only while its experiment is stored (here in the order a race takes)."""
+    from reranker.errors import NotFoundError
+    from reranker.service.schema import UbiEvent, read
+    from reranker.store.events import Recorded
+
+    _start(client, "gone")
+    body = client.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "c1"}).get_json()
+    assert client.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    raw = _click(body["hits"][0], body["query_id"])
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    try:
+        event = ex.read_event(raw, read(UbiEvent, raw), store)  # the experiment is there
+        store.delete_experiment("gone", True)  # deleted in between, by another worker
+        with pytest.raises(NotFoundError, match="'gone'"):
+            store.record_event(event, if_experiment=True)  # as POST /events stores it
+        assert store.recorded("gone") == Recorded(queries=0, events=0)
+    finally:
+        store.close()
+    assert _start(client, "gone")["id"] == "gone"
+
+
 # --- durability ----------------------------------------------------------------------------------
 
 

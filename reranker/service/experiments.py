@@ -97,7 +97,7 @@ def events() -> Any:
     try:
         event = replace(ex.read_event(body, read(UbiEvent, body), store), source=client_source(rt.limits.trusted_proxies))
         check_event_quota(store, event, rt.limits)
-        store.record_event(event)
+        store.record_event(event, if_experiment=True)
     except DuplicateEventError:
         rt.metrics.events.labels("duplicate").inc()
         raise

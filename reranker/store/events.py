@@ -33,6 +33,7 @@ from reranker.errors import (
     ConflictError,
     DuplicateEventError,
     IndexNotFoundError,
+    NotFoundError,
     StoreError,
     StoreFullError,
     StoreUnavailableError,
@@ -234,9 +235,11 @@ class EventStore(Protocol):
 
     def shown_query(self, query_id: str) -> ShownQuery | None: ...
 
-    def record_event(self, event: Event) -> None:
+    def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         """Store `event`; DuplicateEventError when its id was stored before, StoreFullError
-        when the store has no room left."""
+        when the store has no room left. `if_experiment`: NotFoundError, and nothing stored,
+        when its experiment is no longer stored (SQLite checks in the write; on OpenSearch
+        only the caller's check just before holds)."""
         ...
 
     def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
@@ -409,14 +412,20 @@ class EmbeddedEventStore:
         row = self._run("SELECT body FROM queries WHERE query_id = ?", (query_id,)).fetchone()
         return None if row is None else ShownQuery.from_json(json.loads(row[0]))
 
-    def record_event(self, event: Event) -> None:
+    def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
+        row = (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json()), event.source)
+        insert = "INSERT INTO events (event_id, query_id, experiment_id, action_name, object_id, body, source)"
         try:
-            self._run(
-                "INSERT INTO events (event_id, query_id, experiment_id, action_name, object_id, body, source) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json()), event.source),
-            )
+            if if_experiment:
+                # In the INSERT itself: a delete committed since the caller checked (another
+                # worker's) must not leave the event behind it.
+                written = self._run(f"{insert} SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM experiments WHERE id = ?)", (*row, event.experiment_id))
+            else:
+                written = self._run(f"{insert} VALUES (?, ?, ?, ?, ?, ?, ?)", row)
         except sqlite3.IntegrityError:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
+        if written.rowcount != 1:
+            raise NotFoundError(f"experiment {event.experiment_id!r} of query {event.query_id!r} was deleted: it records no more events")
 
     def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
         (for_query,) = self._run("SELECT COUNT(*) FROM events WHERE query_id = ?", (query_id,)).fetchone()
@@ -634,7 +643,7 @@ class OpenSearchEventStore:
         found = self._call("reading a query", self._store.client.get, index=index, id=query_id, not_found=None)
         return None if not found or not found.get("found") else ShownQuery.from_json(found["_source"])
 
-    def record_event(self, event: Event) -> None:
+    def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         index = self._index("ubi_events")
         if not self._create("recording an event", index, event.event_id, event.to_json()):
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
