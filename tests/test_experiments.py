@@ -659,6 +659,36 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     assert code == 1
 
 
+def test_ab_prints_a_small_traffic_share_as_it_is(data_dir: Path) -> None:
+    # Rounded to whole percent, 0.4% of searches read "0%" (as if the experiment took none) and 99.9% read "100%".
+    code, out = run(data_dir, "ab", "create", "small", "--rankers", "hidden_topics,bm25", "--traffic", "0.004")
+    assert code == 0 and out.strip().endswith(", 0.4% of searches")
+    assert "traffic 0.4%" in run(data_dir, "ab", "list")[1]
+    assert run(data_dir, "ab", "report", "small")[1].splitlines()[0].endswith(", 0.4% of searches")
+    code, out = run(data_dir, "ab", "set", "small", "--traffic", "0.999")
+    assert code == 0 and "99.9% of searches" in out
+    assert ", 20% of searches" in run(data_dir, "ab", "set", "small", "--traffic", "0.2")[1]
+
+
+def test_ab_refuses_a_ranker_this_index_cannot_run(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # As POST /experiments does (409): the sample index has no Doc2Vec model, so an experiment
+    # with doc2vec would leave every search out and collect nothing, while saying "running".
+    capsys.readouterr()
+    code, _ = run(data_dir, "ab", "create", "d2v", "--rankers", "doc2vec,bm25", "--traffic", "1")
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("reranker: error: ") and "reranker train doc2vec" in err and err.count("\n") == 1
+    assert "d2v" not in run(data_dir, "ab", "list")[1]
+    # One stored by hand (or before this check) cannot be started again from the command line either.
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    store.create_experiment(Experiment("d2v-old", ("doc2vec", "bm25"), "team_draft", 1.0, "stopped", ex.utc_now()))
+    store.close()
+    code, _ = run(data_dir, "ab", "set", "d2v-old", "--status", "running")
+    assert code == 1 and "reranker train doc2vec" in capsys.readouterr().err
+    assert "running" not in run(data_dir, "ab", "list")[1]
+    # A change that does not start it still works.
+    assert run(data_dir, "ab", "set", "d2v-old", "--traffic", "0.5")[0] == 0
+
+
 def test_ab_create_takes_min_units_and_still_min_queries(data_dir: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     assert run(data_dir, "ab", "create", "cli-units", "--rankers", "hidden_topics,bm25", "--min-units", "7")[0] == 0
     code, out = run(data_dir, "ab", "report", "cli-units", "--json")
@@ -752,6 +782,62 @@ def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> 
     assert store.recorded("gone") == Recorded(queries=0, events=0)
     store.close()
     _error(client.delete("/experiments/gone?events=delete", headers=AUTH), 404)
+    assert _start(client, "gone")["id"] == "gone"
+
+
+def test_a_worker_that_has_not_seen_the_stop_interleaves_nothing_more(data_dir: Path) -> None:
+    """Two workers: the one that did not stop the experiment still holds it as running for up
+    to RUNNING_TTL_SECONDS. Its searches in that time must not be recorded under a stopped or
+    deleted experiment: a deleted one's id would seem to hold records "kept" on purpose (and
+    refuse a new experiment with it), and the clicks on those lists would be refused."""
+    admin, other = create_app(_settings(data_dir)), create_app(_settings(data_dir))
+    try:
+        first, second = admin.test_client(), other.test_client()
+        for client in (first, second):  # warm: a worker's first search loads its engine, slower than the TTL here
+            client.post("/search", json={"query": QUERIES[3], "size": 3, "ranker": "hidden_topics"})
+        _start(first, "gone")
+        shown = second.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "c1"}).get_json()
+        assert shown["ranker"] == "interleaved", "the second worker now holds the running experiment"
+        assert first.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+        late = second.post("/search", json={"query": QUERIES[1], "size": 3, "client_id": "c2"}).get_json()
+        assert late["ranker"] == DEFAULT_RANKER and "query_id" not in late, "stopped: no new lists"
+        # A list shown before the stop still takes its click.
+        assert second.post("/events", json=_click(shown["hits"][0], shown["query_id"])).status_code == 201
+        deleted = first.delete("/experiments/gone?events=delete", headers=AUTH).get_json()
+        assert (deleted["queries"], deleted["event_count"]) == (1, 1)
+        after = second.post("/search", json={"query": QUERIES[2], "size": 3, "client_id": "c3"}).get_json()
+        assert after["ranker"] == DEFAULT_RANKER and "query_id" not in after, "deleted: no new lists"
+        store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+        assert (store.recorded("gone").queries, store.recorded("gone").events) == (0, 0)
+        store.close()
+        assert _start(first, "gone")["id"] == "gone", "its id is free again"
+    finally:
+        admin.extensions["reranker"].close()
+        other.extensions["reranker"].close()
+
+
+def test_an_event_checked_before_a_delete_is_not_stored_after_it(client: FlaskClient, data_dir: Path) -> None:
+    """POST /events checks that the query's experiment exists, then stores the event. A
+    delete (events=delete) between the two left the event behind it: the id then held an
+    event "of an experiment deleted with its events kept" and refused a new experiment. The
+    store writes an event only while its experiment is stored (here in the order a race takes)."""
+    from reranker.errors import NotFoundError
+    from reranker.service.schema import UbiEvent, read
+    from reranker.store.events import Recorded
+
+    _start(client, "gone")
+    body = client.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "c1"}).get_json()
+    assert client.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    raw = _click(body["hits"][0], body["query_id"])
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    try:
+        event = ex.read_event(raw, read(UbiEvent, raw), store)  # the experiment is there
+        store.delete_experiment("gone", True)  # deleted in between, by another worker
+        with pytest.raises(NotFoundError, match="'gone'"):
+            store.record_event(event, if_experiment=True)  # as POST /events stores it
+        assert store.recorded("gone") == Recorded(queries=0, events=0)
+    finally:
+        store.close()
     assert _start(client, "gone")["id"] == "gone"
 
 
@@ -920,6 +1006,60 @@ def test_delete_an_experiment_on_the_cluster_event_store(cluster_app: tuple[Any,
         app.extensions["reranker"].close()
 
 
+def test_a_worker_that_has_not_seen_the_delete_interleaves_nothing_on_the_cluster(cluster_app: tuple[Any, Path, str]) -> None:
+    from reranker.config import OpenSearchSettings
+    from reranker.store.events import OpenSearchEventStore, Recorded
+    from reranker.store.opensearch import OpenSearchStore
+
+    make, _, url = cluster_app
+    admin, other = make(), make()
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers")))
+    search = {"query": {"match": {"body": "ocean sailing ships"}}, "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+    try:
+        first, second = admin.test_client(), other.test_client()
+        second.post("/papers/_search", json={**search, "ext": {"rerank": {"ranker": "hidden_topics"}}})  # warm
+        _start(first, "gone")
+        assert second.post("/papers/_search", json=search).get_json()["ext"]["rerank"]["ranker"] == "interleaved"
+        assert first.patch("/experiments/gone", json={"status": "stopped"}, headers=AUTH).status_code == 200
+        assert first.delete("/experiments/gone?events=delete", headers=AUTH).status_code == 200
+        late = second.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
+        assert late["ranker"] != "interleaved" and "query_id" not in late
+        assert store.recorded("gone") == Recorded(queries=0, events=0)
+    finally:
+        store.close()
+        admin.extensions["reranker"].close()
+        other.extensions["reranker"].close()
+
+
+def test_the_cluster_lists_every_experiment_past_a_thousand(cluster_app: tuple[Any, Path, str]) -> None:
+    """A search answers 1,000 documents at most: the 1,001st experiment (a running one) must
+    still be listed, run, and stop a second one from starting."""
+    from reranker.config import OpenSearchSettings
+    from reranker.store.events import OpenSearchEventStore
+    from reranker.store.opensearch import OpenSearchStore
+
+    make, _, url = cluster_app
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="papers")))
+    app = make()
+    try:
+        index = store.names["experiments"]
+        store.experiments()  # creates the index with its mapping
+        old = [Experiment(f"old-{n:04d}", ("hidden_topics", "bm25"), "team_draft", 1.0, "stopped", f"2026-01-01T00:00:00.{n:03d}+00:00")
+               for n in range(1000)]
+        bulk = "".join(json.dumps({"index": {"_index": index, "_id": e.id}}) + "\n" + json.dumps(e.to_json()) + "\n" for e in old)
+        store._store.client.bulk(body=bulk, refresh="true")
+        client = app.test_client()
+        _start(client, "latest")
+        listed = client.get("/experiments").get_json()["experiments"]
+        assert len(listed) == 1001 and listed[-1]["id"] == "latest" and listed[0]["id"] == "old-0000"
+        assert _proxied_search_clicks(client), "searches are interleaved with it"
+        refused = client.post("/experiments", json={"id": "second", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH)
+        assert "'latest' is running" in _error(refused, 409, "conflict_exception")
+    finally:
+        store.close()
+        app.extensions["reranker"].close()
+
+
 def test_an_experiment_stored_with_min_queries_loads_on_the_cluster(cluster_app: tuple[Any, Path, str]) -> None:
     """An experiments index made before min_units (its strict mapping without the field) and
     a document in it as that version stored it: read, changed and written back."""
@@ -1038,6 +1178,8 @@ def test_the_client_quota_holds_on_the_cluster_event_store(cluster_app: tuple[An
         clicks = _proxied_search_clicks(client)
         assert client.post("/events", json=clicks[0], environ_base={"REMOTE_ADDR": "198.51.100.7"}).status_code == 201
         _error(client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "198.51.100.7"}), 429, "too_many_requests_exception")
+        # A retry of the stored one is a duplicate, quota or not (the client stops at a 409).
+        _error(client.post("/events", json=clicks[0], environ_base={"REMOTE_ADDR": "198.51.100.7"}), 409, "duplicate_event_exception")
         assert client.post("/events", json=clicks[1], environ_base={"REMOTE_ADDR": "203.0.113.9"}).status_code == 201
     finally:
         app.extensions["reranker"].close()
@@ -1062,6 +1204,53 @@ def test_events_have_quotas_per_query_and_in_all(data_dir: Path) -> None:
         assert client.post("/events", json=_click(other["hits"][0], other["query_id"], event_id="1")).status_code == 201
         reason = _error(client.post("/events", json=_click(other["hits"][1], other["query_id"], event_id="2")), 429, "too_many_requests_exception")
         assert "RERANKER_MAX_EVENTS" in reason
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_a_retry_of_a_recorded_event_is_a_409_at_a_quota_too(data_dir: Path) -> None:
+    """A client retries an event until it gets 201 or 409 (docs/experiments.md). An event
+    that was stored (its 201 lost on the way) and filled its query's quota with it must be a
+    409 when retried, not a 429 that asks the client to come back later, for ever."""
+    app = create_app(_settings(data_dir, RERANKER_EVENTS_PER_QUERY="1", RERANKER_MAX_EVENTS="2"))
+    client = app.test_client()
+    try:
+        _start(client)
+        body = client.post("/search", json={"query": QUERIES[0], "size": 6, "client_id": "c1"}).get_json()
+        event = _click(body["hits"][0], body["query_id"], event_id="1")
+        assert client.post("/events", json=event).status_code == 201
+        _error(client.post("/events", json=event), 409, "duplicate_event_exception")
+        assert "RERANKER_EVENTS_PER_QUERY" in _error(client.post("/events", json={**event, "event_id": "2"}), 429, "too_many_requests_exception")
+        other = client.post("/search", json={"query": QUERIES[1], "size": 6, "client_id": "c1"}).get_json()
+        last = _click(other["hits"][0], other["query_id"], event_id="1")
+        assert client.post("/events", json=last).status_code == 201  # the store is full now
+        _error(client.post("/events", json=last), 409, "duplicate_event_exception")
+        _error(client.post("/events", json=event), 409, "duplicate_event_exception")
+    finally:
+        app.extensions["reranker"].close()
+
+
+def test_deleting_an_experiment_with_its_events_frees_the_store_quota(data_dir: Path) -> None:
+    """RERANKER_MAX_EVENTS counts the events the store holds: once an experiment is deleted
+    with its events (what the 429 tells an operator to do), they no longer count, even when
+    another experiment recorded events after them."""
+    app = create_app(_settings(data_dir, RERANKER_MAX_EVENTS="3"))
+    client = app.test_client()
+    try:
+        for experiment_id, clicks in (("old", 2), ("newer", 1)):
+            _start(client, experiment_id)
+            body = client.post("/search", json={"query": QUERIES[0], "size": 6, "client_id": "c1"}).get_json()
+            for n in range(clicks):
+                assert client.post("/events", json=_click(body["hits"][n], body["query_id"])).status_code == 201
+            assert client.patch(f"/experiments/{experiment_id}", json={"status": "stopped"}, headers=AUTH).status_code == 200
+        assert client.delete("/experiments/old?events=delete", headers=AUTH).get_json()["event_count"] == 2
+        _start(client, "next")
+        body = client.post("/search", json={"query": QUERIES[1], "size": 6, "client_id": "c1"}).get_json()
+        for hit in body["hits"][:2]:  # the store holds 1 event, then 2, then 3
+            answer = client.post("/events", json=_click(hit, body["query_id"]))
+            assert answer.status_code == 201, answer.get_data(as_text=True)
+        reason = _error(client.post("/events", json=_click(body["hits"][2], body["query_id"])), 429, "too_many_requests_exception")
+        assert reason.startswith("the event store holds 3 events, the most it may (RERANKER_MAX_EVENTS)")
     finally:
         app.extensions["reranker"].close()
 

@@ -473,19 +473,43 @@ def _min_units(args: argparse.Namespace) -> int:
     return int(args.min_queries)
 
 
+def _share(traffic: float) -> str:
+    """A traffic share as a percentage to 3 significant digits: whole percents would print
+    0.4% as "0%" (as if the experiment took no searches) and 99.9% as "100%"."""
+    return f"{traffic * 100:.3g}%"
+
+
+def _runnable(settings: Settings, rankers: Sequence[str]) -> None:
+    """RankerUnavailableError when a ranker cannot run on this index (doc2vec before `reranker
+    train doc2vec`), as POST /experiments refuses it: every search would leave the experiment
+    out, and it would collect nothing while listed as running."""
+    engine = open_engine(settings, show_bar=False)
+    try:
+        for name in rankers:
+            engine.check_ranker(engine.ranker(name))
+    finally:
+        engine.store.close()
+
+
 def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: TextIO) -> int:
     from reranker import experiments as ex
     from reranker.interleaving import format_p_value
 
     if args.action == "create":
         rankers = [name.strip() for name in args.rankers.split(",") if name.strip()]
-        experiment = ex.create(store, ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_units=_min_units(args)))
-        print(f"experiment {experiment.id} running: {' vs '.join(experiment.rankers)}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
+        asked = ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_units=_min_units(args))
+        _runnable(settings, asked.rankers)
+        experiment = ex.create(store, asked)
+        print(f"experiment {experiment.id} running: {' vs '.join(experiment.rankers)}, {experiment.method}, {_share(experiment.traffic)} of searches", file=out)
     elif args.action == "set":
         if args.traffic is None and args.status is None:
             raise ConfigError("nothing to change: give --traffic and/or --status")
+        if args.status == "running":
+            stored = ex.find(store, args.id)
+            if not ex.removed_rankers(stored):  # a removed ranker gets update()'s clearer refusal
+                _runnable(settings, stored.rankers)
         experiment = ex.update(store, args.id, traffic=args.traffic, status=args.status)
-        print(f"experiment {experiment.id} {experiment.status}, {experiment.traffic:.0%} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
+        print(f"experiment {experiment.id} {experiment.status}, {_share(experiment.traffic)} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
     elif args.action == "delete":
         print(ex.delete(store, args.id, events=args.delete_events).message(), file=out)
     elif args.action == "judgments":
@@ -498,7 +522,7 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
         else:
             o = found.outcome
             a, b = experiment.rankers
-            print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {experiment.traffic:.0%} of searches", file=out)
+            print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {_share(experiment.traffic)} of searches", file=out)
             print(f"  searches interleaved {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
             print(f"  units with clicks {o.units_with_clicks} (a client's query, or a query without a client id: one trial each)", file=out)
             print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
@@ -512,7 +536,7 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             print("no experiments yet: reranker ab create ID --rankers A,B", file=out)
         width = max((len(e.id) for e in listed), default=0)
         for e in listed:
-            print(f"{e.id:<{width}}  {e.status:<8} {e.rankers[0]} vs {e.rankers[1]}  {e.method:<10} traffic {e.traffic:.0%}  since {e.created}", file=out)
+            print(f"{e.id:<{width}}  {e.status:<8} {e.rankers[0]} vs {e.rankers[1]}  {e.method:<10} traffic {_share(e.traffic)}  since {e.created}", file=out)
     return 0
 
 

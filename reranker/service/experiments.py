@@ -97,7 +97,7 @@ def events() -> Any:
     try:
         event = replace(ex.read_event(body, read(UbiEvent, body), store), source=client_source(rt.limits.trusted_proxies))
         check_event_quota(store, event, rt.limits)
-        store.record_event(event)
+        store.record_event(event, if_experiment=True)
     except DuplicateEventError:
         rt.metrics.events.labels("duplicate").inc()
         raise
@@ -116,21 +116,28 @@ def check_event_quota(store: EventStore, event: Event, limits: ServiceSettings) 
     RERANKER_MAX_EVENTS in all: events need no key (a page sends them), so these bound what
     anyone can make the service write, and what one client can take of the whole."""
     counts = store.count_events(event.query_id, event.experiment_id, event.source)
+    if counts.total >= limits.max_events:  # maybe a bound that counts events deleted since: count them
+        counts = store.count_events(event.query_id, event.experiment_id, event.source, exact=True)
+    refusal = None
     if counts.query >= limits.events_per_query:
-        raise QuotaExceededError(
-            f"query {event.query_id!r} has {counts.query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
-        )
-    if counts.client >= limits.events_per_client:
-        raise QuotaExceededError(
+        refusal = f"query {event.query_id!r} has {counts.query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
+    elif counts.client >= limits.events_per_client:
+        refusal = (
             f"this client (its network address) has sent {counts.client} events to experiment {event.experiment_id!r}, "
             "the most one client may (RERANKER_EVENTS_PER_CLIENT); behind a reverse proxy, set RERANKER_TRUSTED_PROXIES "
             "so that clients are told apart by the address it forwards"
         )
-    if counts.total >= limits.max_events:
-        raise QuotaExceededError(
+    elif counts.total >= limits.max_events:
+        refusal = (
             f"the event store holds {counts.total} events, the most it may (RERANKER_MAX_EVENTS): an operator must archive "
             "or end experiments before more are recorded"
         )
+    if refusal is not None:
+        # A retry of a stored event (its 201 lost on the way) is the 409 the client stops at,
+        # not a 429 that sends it back later, for ever.
+        if store.has_event(event.event_id):
+            raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
+        raise QuotaExceededError(refusal)
 
 
 @blueprint.get("/experiments")

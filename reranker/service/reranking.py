@@ -351,10 +351,13 @@ class Runtime:
         if len(shown.ids) <= offset:  # a page past the end shows nothing to click
             return None, built
         try:
-            self.experiments.store().record_query(ShownQuery(query_id, experiment.id, client_id, text, utc_now(), shown, offset))
+            recorded = self.experiments.store().record_query(ShownQuery(query_id, experiment.id, client_id, text, utc_now(), shown, offset), if_running=True)
         except StoreError as exc:
             log.warning("experiment %s: the query could not be recorded, answered without the experiment: %s", experiment.id, exc)
             self.metrics.experiment_searches.labels(experiment.id, "left_out").inc()
+            return None, built
+        if not recorded:  # stopped or deleted through another worker or the CLI since this one read it
+            self.experiments.changed()
             return None, built
         self.metrics.experiment_searches.labels(experiment.id, "interleaved").inc()
         where = {doc_id: position for position, doc_id in enumerate(ids)}

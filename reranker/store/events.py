@@ -33,6 +33,7 @@ from reranker.errors import (
     ConflictError,
     DuplicateEventError,
     IndexNotFoundError,
+    NotFoundError,
     StoreError,
     StoreFullError,
     StoreUnavailableError,
@@ -225,17 +226,30 @@ class EventStore(Protocol):
 
     def experiment(self, experiment_id: str) -> Experiment | None: ...
 
-    def record_query(self, query: ShownQuery) -> None: ...
+    def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
+        """Store `query` (True). `if_running`: only while its experiment is stored as running,
+        else nothing is written (False): a worker's copy of the running experiment may be
+        RUNNING_TTL_SECONDS old, and a list recorded after the stop would count in a stopped
+        experiment, or outlive a deleted one as records that seem kept on purpose."""
+        ...
 
     def shown_query(self, query_id: str) -> ShownQuery | None: ...
 
-    def record_event(self, event: Event) -> None:
+    def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         """Store `event`; DuplicateEventError when its id was stored before, StoreFullError
-        when the store has no room left."""
+        when the store has no room left. `if_experiment`: NotFoundError, and nothing stored,
+        when its experiment is no longer stored (SQLite checks in the write; on OpenSearch
+        only the caller's check just before holds)."""
         ...
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
-        """Events stored for `query_id`, for `source` in `experiment_id`, and in all."""
+    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
+        """Events stored for `query_id`, for `source` in `experiment_id`, and in all. The
+        count in all may be an upper bound, quick to read (SQLite: the largest rowid, which
+        events deleted with their experiment leave behind), unless `exact`."""
+        ...
+
+    def has_event(self, event_id: str) -> bool:
+        """Is an event with this id stored (a retry of it would be a duplicate)?"""
         ...
 
     def experiment_data(self, experiment_id: str) -> ExperimentData: ...
@@ -381,34 +395,51 @@ class EmbeddedEventStore:
         row = self._run("SELECT body FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
         return None if row is None else Experiment.from_json(json.loads(row[0]))
 
-    def record_query(self, query: ShownQuery) -> None:
-        self._run(
-            "INSERT OR REPLACE INTO queries (query_id, experiment_id, body) VALUES (?, ?, ?)",
-            (query.query_id, query.experiment_id, json.dumps(query.to_json())),
+    def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
+        row = (query.query_id, query.experiment_id, json.dumps(query.to_json()))
+        if not if_running:
+            self._run("INSERT OR REPLACE INTO queries (query_id, experiment_id, body) VALUES (?, ?, ?)", row)
+            return True
+        # One statement: a stop or delete committed by another worker is seen, never raced.
+        written = self._run(
+            "INSERT OR REPLACE INTO queries (query_id, experiment_id, body) SELECT ?, ?, ? WHERE EXISTS "
+            "(SELECT 1 FROM experiments WHERE id = ? AND json_extract(body, '$.status') = 'running')",
+            (*row, query.experiment_id),
         )
+        return written.rowcount == 1
 
     def shown_query(self, query_id: str) -> ShownQuery | None:
         row = self._run("SELECT body FROM queries WHERE query_id = ?", (query_id,)).fetchone()
         return None if row is None else ShownQuery.from_json(json.loads(row[0]))
 
-    def record_event(self, event: Event) -> None:
+    def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
+        row = (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json()), event.source)
+        insert = "INSERT INTO events (event_id, query_id, experiment_id, action_name, object_id, body, source)"
         try:
-            self._run(
-                "INSERT INTO events (event_id, query_id, experiment_id, action_name, object_id, body, source) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json()), event.source),
-            )
+            if if_experiment:
+                # In the INSERT itself: a delete committed since the caller checked (another
+                # worker's) must not leave the event behind it.
+                written = self._run(f"{insert} SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM experiments WHERE id = ?)", (*row, event.experiment_id))
+            else:
+                written = self._run(f"{insert} VALUES (?, ?, ?, ?, ?, ?, ?)", row)
         except sqlite3.IntegrityError:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
+        if written.rowcount != 1:
+            raise NotFoundError(f"experiment {event.experiment_id!r} of query {event.query_id!r} was deleted: it records no more events")
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
+    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
         (for_query,) = self._run("SELECT COUNT(*) FROM events WHERE query_id = ?", (query_id,)).fetchone()
         (for_client,) = self._run(
             "SELECT COUNT(*) FROM events WHERE experiment_id = ? AND source IS ?", (experiment_id, source)
         ).fetchone()
-        # The largest rowid: events are never deleted one by one, and COUNT(*) of a large
-        # table reads all of it.
-        (total,) = self._run("SELECT COALESCE(MAX(rowid), 0) FROM events").fetchone()
+        # The largest rowid unless `exact`: COUNT(*) of a large table reads all of it, and
+        # events are deleted only with their experiment (then the largest rowid may stay).
+        count = "COUNT(*)" if exact else "COALESCE(MAX(rowid), 0)"
+        (total,) = self._run(f"SELECT {count} FROM events").fetchone()
         return EventCounts(int(for_query), int(for_client), int(total))
+
+    def has_event(self, event_id: str) -> bool:
+        return self._run("SELECT 1 FROM events WHERE event_id = ?", (event_id,)).fetchone() is not None
 
     def experiment_data(self, experiment_id: str) -> ExperimentData:
         (queries,) = self._run("SELECT COUNT(*) FROM queries WHERE experiment_id = ?", (experiment_id,)).fetchone()
@@ -586,8 +617,8 @@ class OpenSearchEventStore:
 
     def experiments(self) -> list[Experiment]:
         index = self._index("experiments")
-        found = self._call("listing experiments", self._store.client.search, index=index, body={"size": 1000, "query": {"match_all": {}}})
-        items = [Experiment.from_json(hit["_source"]) for hit in found["hits"]["hits"]]
+        # Every page: one search answers 1,000 at most, and the running one may be past them.
+        items = [Experiment.from_json(source) for source in self._all(index, {"match_all": {}}, "id", source=True)]
         return sorted(items, key=lambda e: (e.created, e.id))
 
     def experiment(self, experiment_id: str) -> Experiment | None:
@@ -595,9 +626,16 @@ class OpenSearchEventStore:
         found = self._call("reading an experiment", self._store.client.get, index=index, id=experiment_id, not_found=None)
         return None if not found or not found.get("found") else Experiment.from_json(found["_source"])
 
-    def record_query(self, query: ShownQuery) -> None:
+    def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
+        # Checked, then written (a get by id is real-time): a stop or delete in the instant
+        # between the two is not seen (the SQLite store checks in the write itself).
+        if if_running:
+            experiment = self.experiment(query.experiment_id)
+            if experiment is None or experiment.status != "running":
+                return False
         index = self._index("ubi_queries")
         self._call("recording a query", self._store.client.index, index=index, id=query.query_id, body=query.to_json())
+        return True
 
     def shown_query(self, query_id: str) -> ShownQuery | None:
         index = self._index("ubi_queries")
@@ -605,13 +643,13 @@ class OpenSearchEventStore:
         found = self._call("reading a query", self._store.client.get, index=index, id=query_id, not_found=None)
         return None if not found or not found.get("found") else ShownQuery.from_json(found["_source"])
 
-    def record_event(self, event: Event) -> None:
+    def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         index = self._index("ubi_events")
         if not self._create("recording an event", index, event.event_id, event.to_json()):
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
-        """Counted by search, so as of the last refresh (1 s by default): a burst within
+    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
+        """Counted by search (always exact), so as of the last refresh (1 s by default): a burst within
         that second can pass a quota by what it sends in that second."""
         index = self._index("ubi_events")
         client = self._store.client
@@ -625,6 +663,12 @@ class OpenSearchEventStore:
         for_client = self._call("counting events", client.count, index=index, body={"query": by_client}, not_found={"count": 0})
         total = self._call("counting events", client.count, index=index, not_found={"count": 0})
         return EventCounts(int(for_query["count"]), int(for_client["count"]), int(total["count"]))
+
+    def has_event(self, event_id: str) -> bool:
+        index = self._index("ubi_events")
+        # A get by id is real-time: an event is found at once, before any refresh.
+        found = self._call("reading an event", self._store.client.get, index=index, id=event_id, _source=False, not_found=None)
+        return bool(found and found.get("found"))
 
     def _all(self, index: str, query: dict[str, Any], key: str, source: Sequence[str] | bool = ("query_id", "object_id")) -> Iterator[dict[str, Any]]:
         """`source` (by default query_id and object_id) of every matching document: pages
