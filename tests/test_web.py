@@ -1127,3 +1127,18 @@ def test_one_period_of_preferences_is_drawn_as_a_point_with_its_interval(page: "
         store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
         store.delete_experiment("web-single", events=True)
         store.close()
+
+
+def test_an_experiment_s_small_traffic_share_is_shown_as_it_is(page: "Page", served: str) -> None:
+    """A share of 0.04% once read "0%" on its card (rounded to a tenth of a percent), as if
+    the experiment took no searches; the page writes 3 significant digits, as `reranker ab` does."""
+    from playwright.sync_api import expect
+
+    status, _ = _api(served, "POST", "/experiments", {"id": "web-small", "rankers": ["hidden_topics", "bm25"], "traffic": 0.0004}, key=ADMIN_KEY)
+    assert status == 201
+    try:
+        page.goto("/ui#/experiments")
+        expect(page.locator('[data-experiment="web-small"] dd[data-field="traffic"]')).to_have_text("0.04%")
+    finally:
+        _api(served, "PATCH", "/experiments/web-small", {"status": "stopped"}, key=ADMIN_KEY)
+        _api(served, "DELETE", "/experiments/web-small?events=delete", key=ADMIN_KEY)
