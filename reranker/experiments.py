@@ -44,6 +44,7 @@ from reranker.store.events import (
     Recorded,
     open_event_store,
 )
+from reranker.text import listed
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ STATUSES = ("running", "stopped")
 # How long a worker trusts its copy of the running experiment (changes made through
 # another worker or the CLI are seen within this time).
 RUNNING_TTL_SECONDS = 5.0
+# How many experiments a "no experiment" error names.
+FOUND_SHOWN = 10
 # The largest event stored (UBI's limits on each field are in service/schema.py).
 MAX_EVENT_BYTES = 16_384
 # ISO 8601 as OpenSearch's `strict_date_optional_time` reads it (so both stores accept
@@ -200,8 +203,9 @@ def delete(store: EventStore, experiment_id: str, *, events: bool) -> Deleted:
 def find(store: EventStore, experiment_id: str) -> Experiment:
     experiment = store.experiment(experiment_id)
     if experiment is None:
-        known = ", ".join(repr(e.id) for e in store.experiments()) or "none yet"
-        raise NotFoundError(f"no experiment {experiment_id!r} (experiments: {known})")
+        # The newest first, and not thousands of them: `reranker ab list` (GET /experiments) has all.
+        newest = [repr(e.id) for e in reversed(store.experiments())]
+        raise NotFoundError(f"no experiment {experiment_id!r} (experiments, newest first: {listed(newest, FOUND_SHOWN) or 'none yet'})")
     return experiment
 
 

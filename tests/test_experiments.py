@@ -1357,3 +1357,18 @@ def test_a_full_disk_is_a_507_that_says_so_and_the_store_recovers(data_dir: Path
         assert client.post("/events", json=_click(body["hits"][0], body["query_id"], event_id="after")).status_code == 201
     finally:
         app.extensions["reranker"].close()
+
+
+def test_an_unknown_experiment_names_the_newest_few_there_are(data_dir: Path) -> None:
+    """A 404 for an unknown id names the experiments there are, newest first, and not
+    thousands of them (it listed every one)."""
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    with pytest.raises(ex.NotFoundError, match=r"\(experiments, newest first: none yet\)"):
+        ex.find(store, "nope")
+    for number in range(ex.FOUND_SHOWN + 5):
+        ex.create(store, replace(ex.new_experiment(f"e{number:02d}", ["hidden_topics", "bm25"]), created=f"2026-11-{number + 1:02d}T00:00:00Z"))
+        ex.update(store, f"e{number:02d}", status="stopped")
+    with pytest.raises(ex.NotFoundError) as refused:
+        ex.find(store, "nope")
+    newest = ", ".join(repr(f"e{number:02d}") for number in range(ex.FOUND_SHOWN + 4, 4, -1))
+    assert str(refused.value).endswith(f"(experiments, newest first: {newest} ... and 5 more)")
