@@ -240,6 +240,9 @@ class OpenSearchSettings:
                 raise ConfigError(f"OPENSEARCH_URL must be http(s)://HOST[:PORT] ({exc}), got {redact_url(host)!r}") from None
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ConfigError(f"OPENSEARCH_URL must be http(s)://HOST[:PORT], got {redact_url(host)!r}")
+        if self.ca_certs is not None and not self.ca_certs.is_file():
+            # Else every request failed, after its retries, with "No such file or directory".
+            raise ConfigError(f"OPENSEARCH_CA_CERTS must be a CA bundle file (PEM), got {str(self.ca_certs)!r}")
         if self.api_key and (self.username or self.password):
             raise ConfigError("set either OPENSEARCH_API_KEY or OPENSEARCH_USERNAME/PASSWORD, not both")
         if bool(self.username) != bool(self.password):

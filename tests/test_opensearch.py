@@ -823,6 +823,27 @@ def test_the_cli_says_what_is_wrong_with_the_cluster(
     assert "expected FIELD=VALUE" in capsys.readouterr().err
 
 
+def test_tls_settings_that_cannot_work_say_which_setting_to_check(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS failures said only "SSLError" (or "No such file or directory", for a CA bundle
+    that is not there), after every retry: not which setting is wrong."""
+    https = osmem_clone.url.replace("http://", "https://")  # the cluster speaks plain HTTP
+    assert run(data_dir, "--opensearch-url", https, "search", "ships")[0] == 1
+    err = capsys.readouterr().err
+    assert "[SSL: WRONG_VERSION_NUMBER] wrong version number" in err and "OPENSEARCH_CA_CERTS" in err, err
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    monkeypatch.setenv("OPENSEARCH_CA_CERTS", str(junk))
+    assert run(data_dir, "--opensearch-url", https, "search", "ships")[0] == 1
+    err = capsys.readouterr().err
+    assert "[X509: NO_CERTIFICATE_OR_CRL_FOUND] no certificate or crl found" in err and "OPENSEARCH_CA_CERTS" in err, err
+    for missing in (tmp_path / "missing.pem", tmp_path):
+        monkeypatch.setenv("OPENSEARCH_CA_CERTS", str(missing))
+        assert run(data_dir, "--opensearch-url", https, "search", "ships")[0] == 2
+        assert capsys.readouterr().err == f"reranker: error: OPENSEARCH_CA_CERTS must be a CA bundle file (PEM), got {str(missing)!r}\n"
+
+
 def test_a_reader_notices_when_the_alias_moves_to_other_vectors(
     tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:

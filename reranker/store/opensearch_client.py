@@ -133,6 +133,11 @@ def error_reason(exc: Any) -> str:
             return str(error)
     if isinstance(info, BaseException):
         text = str(info)
+        # OpenSSL's reason ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: ...",
+        # "[SSL: WRONG_VERSION_NUMBER] ..." for https:// to a plain-HTTP node), with what to check.
+        tls = re.search(r"\[(?:SSL|X509)[^\]]*\][^()'\"]*", text)
+        if tls:
+            return f"TLS failed: {tls.group(0).strip()} (check the URL's http/https, OPENSEARCH_CA_CERTS and OPENSEARCH_VERIFY_CERTS)"
         # urllib3 reasons end with the useful part: "... Connection refused".
         match = re.search(r"\[Errno -?\d+\] ([^')\]]+)", text)
         if match:
