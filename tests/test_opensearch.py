@@ -691,6 +691,36 @@ def test_reranker_index_naming_an_index_reads_it_as_the_alias_would(
         app.extensions["reranker"].close()
 
 
+def test_an_index_built_by_others_behind_the_alias_is_rebuilt_behind_it_and_kept(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal of an index this package did not build said "or rebuild it", and
+    `reranker index --rebuild` was refused with the same words. RERANKER_INDEX naming an
+    index (not an alias) let a run create `NAME-v000001` and then fail: an alias cannot
+    take an index's name (for a version's name, installing the templates failed first)."""
+    url = ["--opensearch-url", osmem_clone.url]
+    corpus = str(write_jsonl(tmp_path / "c.jsonl", PAPERS))
+    client = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,))).client
+    client.indices.create(index="theirs", body={"aliases": {"reranker": {}}, "mappings": {"properties": {"title": {"type": "keyword"}}}})
+    client.index(index="theirs", id="x", body={"title": "theirs"}, refresh=True)
+    assert run(data_dir, *url, "index", corpus, "--no-progress")[0] == 1
+    err = capsys.readouterr().err
+    assert "index 'theirs' behind alias 'reranker' was not built by this package" in err and "--rebuild" in err, err
+    code, out = run(data_dir, *url, "index", corpus, "--no-progress", "--rebuild")
+    assert code == 0 and "alias now points at reranker-v000001" in out, out + capsys.readouterr().err
+    code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--json")
+    assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
+    assert client.count(index="theirs")["count"] == 1  # theirs is kept, outside the alias
+    for named in ("theirs", "reranker-v000001"):
+        monkeypatch.setenv("RERANKER_INDEX", named)
+        capsys.readouterr()
+        for rebuild in ((), ("--rebuild",)):
+            assert run(data_dir, *url, "index", corpus, "--no-progress", *rebuild)[0] == 2
+            err = capsys.readouterr().err
+            assert f"RERANKER_INDEX names the index {named!r}, not an alias" in err and len(err.splitlines()) == 1, err
+    assert sorted(client.indices.get(index="*")) == ["reranker-v000001", "theirs"]  # no theirs-v000001, ...
+
+
 def test_compact_is_the_clusters_force_merge(osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = ["--opensearch-url", osmem_clone.url]
     assert run(data_dir, *url, "compact")[0] == 1

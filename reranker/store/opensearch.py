@@ -42,6 +42,8 @@ import numpy as np
 
 from reranker.config import OpenSearchSettings
 from reranker.errors import (
+    ConfigError,
+    ForeignIndexError,
     IndexMismatchError,
     IndexNotFoundError,
     InputError,
@@ -394,15 +396,22 @@ class OpenSearchStore:
             self._properties_of = None
         if self._info is None:
             self._info_read_at = time.monotonic()
-            index = self._target or self.alias_index() or self._index_named_as_alias()
+            behind = self._target or self.alias_index()
+            index = behind or self._index_named_as_alias()
             if index is None:
                 return None
             meta = self._meta(index)
             self._info = _info_from_meta(meta)
             if self._info is None:
-                raise StoreError(
-                    f"index {index!r} was not built by this package (its mapping has no _meta.reranker); "
-                    "point RERANKER_INDEX at a reranker index or rebuild it"
+                if behind is None:
+                    raise ForeignIndexError(
+                        f"index {index!r} was not built by this package (its mapping has no _meta.reranker); "
+                        "point RERANKER_INDEX at a reranker alias or index"
+                    )
+                raise ForeignIndexError(
+                    f"index {index!r} behind alias {self.alias!r} was not built by this package (its mapping has no "
+                    f"_meta.reranker); `reranker index CORPUS.jsonl --rebuild` builds a version behind the alias "
+                    f"(and keeps {index!r}), or point RERANKER_INDEX at a reranker alias or index"
                 )
             dtype = meta.get("topic_dtype", "float32")
             if dtype not in DTYPES:
@@ -424,13 +433,24 @@ class OpenSearchStore:
         that readers see only after `publish()`.
         """
         self._info = None
-        self._ensure_templates()
         current = self.alias_index()
+        if current is None and self._index_named_as_alias() is not None:
+            # Versions are created as ALIAS-v000001, ... and published under the alias's name,
+            # which an index holds already: the run would fail at its end, or on the
+            # templates (a version's own name is matched by its alias's template).
+            raise ConfigError(
+                f"RERANKER_INDEX names the index {self.alias!r}, not an alias: `reranker index` writes behind an "
+                "alias; set RERANKER_INDEX to the alias (or to a new name)"
+            )
+        self._ensure_templates()
         if current is not None and not rebuild:
             meta = self._meta(current)
             built = _info_from_meta(meta)
             if built is None:
-                raise StoreError(f"index {current!r} behind alias {self.alias!r} was not built by this package")
+                raise ForeignIndexError(
+                    f"index {current!r} behind alias {self.alias!r} was not built by this package (its mapping has no "
+                    f"_meta.reranker); add --rebuild to build a version behind the alias (and keep {current!r})"
+                )
             if self._call("counting documents", self.client.count, index=current)["count"] > 0:
                 built.check(info.embedding, info.k, self.stop_list)
                 if meta.get("topic_dtype", "float32") != self.config.topic_dtype:
