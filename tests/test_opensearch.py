@@ -101,10 +101,29 @@ def test_templates_install_exactly_what_index_templates_holds(os_store: OpenSear
         installed = os_store.client.cluster.get_component_template(name=name)["component_templates"][0]
         assert installed["component_template"]["template"] == files[f"{name}.component.json"]["template"]
     index_template = os_store.client.indices.get_index_template(name="reranker-papers")["index_templates"][0]["index_template"]
-    expected = dict(files["reranker.index-template.json"], index_patterns=["papers-v*"])
+    template = files["reranker.index-template.json"]
+    expected = dict(template, index_patterns=["papers-v*"], priority=template["priority"] + len("papers"))
     assert {k: index_template[k] for k in ("index_patterns", "composed_of", "priority", "version")} == {
         k: expected[k] for k in ("index_patterns", "composed_of", "priority", "version")
     }
+
+
+def test_an_alias_named_like_another_aliass_versions_gets_templates_of_its_own(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alias `papers-v2` beside `papers`: the templates' patterns `papers-v*` and
+    `papers-v2-v*` both match `papers-v2-v000001`, and the cluster refused the second
+    template (the same priority): `reranker index` failed with the cluster's words. The
+    longer alias's template is the more specific one, and wins."""
+    corpus = str(write_jsonl(tmp_path / "c.jsonl", PAPERS))
+    for alias in ("papers", "papers-v2"):
+        monkeypatch.setenv("RERANKER_INDEX", alias)
+        code, out = run(data_dir, "--opensearch-url", osmem_clone.url, "index", corpus, "--no-progress")
+        assert code == 0 and f"alias now points at {alias}-v000001" in out, out + capsys.readouterr().err
+        code, out = run(data_dir, "--opensearch-url", osmem_clone.url, "indices", "list")
+        assert code == 0 and out.split() [:3] == ["*", f"{alias}-v000001", "ready"], out
+        code, out = run(data_dir, "--opensearch-url", osmem_clone.url, "search", "a grandmaster and his knight", "--json")
+        assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
 
 
 def test_the_mapping_is_strict_english_and_stores_topics_compactly() -> None:
