@@ -526,6 +526,23 @@ def test_an_unreachable_cluster_is_a_clear_error_without_credentials(caplog: pyt
     assert "s3cret-pw" not in repr(store.config)
 
 
+def test_a_cluster_that_answers_too_late_is_said_so_not_unreachable(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    """A read that timed out said "cannot reach OpenSearch at ... (fetching documents):
+    ReadTimeoutError" (an index run that stopped on it, a 503 of the service): the cluster
+    was reached, and which setting bounds the wait went unsaid."""
+    index_papers(tmp_path, OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="slow")), glove)
+    proxy = ClusterProxy(osmem_clone.url, delay={"_search": 1.5, "_mget": 1.5})
+    try:
+        store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="slow", timeout=0.5, retries=0))
+        for ask in (lambda: store.bm25("ships", 10), lambda: store.documents(["chess"]), lambda: store.forward("GET", "/slow/_search")):
+            with pytest.raises(StoreUnavailableError) as late:
+                ask()
+            assert f"OpenSearch at {proxy.url} did not answer within 0.5 s (OPENSEARCH_TIMEOUT)" in str(late.value), late.value
+            assert "cannot reach" not in str(late.value)
+    finally:
+        proxy.close()
+
+
 def test_a_missing_alias_says_to_index_first(os_store: OpenSearchStore) -> None:
     with pytest.raises(IndexNotFoundError, match="has no index or alias 'papers': run `reranker index"):
         os_store.bm25("ships", 10)
@@ -1082,7 +1099,7 @@ def test_a_failing_passage_search_leaves_the_fusion_two_way_and_is_said_once(
             assert reader.passage_bm25(WHALES, ["near"], [None]) is None
             assert reader.passage_bm25(WHALES, ["near"], [None]) is None
         said = [r.getMessage() for r in caplog.records if r.name == "reranker.store.opensearch"]
-        assert len(said) == 1 and "no best passages from the cluster" in said[0] and "cannot reach OpenSearch" in said[0]
+        assert len(said) == 1 and "no best passages from the cluster" in said[0] and "did not answer within 0.2 s" in said[0]
         reader.close()
     finally:
         slow.close()

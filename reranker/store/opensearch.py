@@ -54,7 +54,7 @@ from reranker.errors import (
 )
 from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field, filter_shown
 from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
-from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client
+from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client, unreachable
 from reranker.store.opensearch_encoding import (
     DTYPES,
     decode_backgrounds,
@@ -260,9 +260,7 @@ class OpenSearchStore:
                     raise blocked(what, error_reason(exc)) from None
                 raise
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
-            raise StoreUnavailableError(
-                f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {error_reason(exc)}"
-            ) from None
+            raise StoreUnavailableError(unreachable(self.config, what, exc)) from None
         except ose.AuthenticationException:
             raise StoreError(
                 f"OpenSearch at {self.config.display_hosts} refused the credentials ({what}): "
@@ -1084,7 +1082,7 @@ class OpenSearchStore:
         try:
             return 200, self.client.transport.perform_request(method, url, body=body)
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
-            raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {error_reason(exc)}") from None
+            raise StoreUnavailableError(unreachable(self.config, what, exc)) from None
         except ose.AuthenticationException:
             raise StoreError(
                 f"OpenSearch at {self.config.display_hosts} refused the credentials ({what}): "

@@ -147,6 +147,19 @@ def error_reason(exc: Any) -> str:
     return str(error) if error else type(exc).__name__
 
 
+def unreachable(config: OpenSearchSettings, what: str, exc: Any) -> str:
+    """The message for a request that failed to connect or got no answer in time (an
+    opensearch-py ConnectionError or ConnectionTimeout)."""
+    # urllib3's read timeout names the wait: "Read timed out. (read timeout=0.5)".
+    waited = re.search(r"read timeout=([0-9.]+)", str(getattr(exc, "info", "")))
+    if waited:
+        # The cluster took the request: it is slow or hangs, not out of reach.
+        seconds = float(waited.group(1))
+        bound = "OPENSEARCH_TIMEOUT" if seconds >= config.timeout else "what was left of the request's deadline"
+        return f"OpenSearch at {config.display_hosts} did not answer within {seconds:g} s ({bound}) ({what})"
+    return f"cannot reach OpenSearch at {config.display_hosts} ({what}): {error_reason(exc)}"
+
+
 def bulk_item_reason(result: dict[str, Any]) -> str:
     """The reason a bulk item failed, as the cluster (or the transport) said it."""
     error = result.get("error")
