@@ -30,6 +30,7 @@ from reranker.errors import (
     IndexMismatchError,
     IndexNotFoundError,
     InputError,
+    StoreError,
     StoreUnavailableError,
     UnknownFieldError,
 )
@@ -441,6 +442,30 @@ def test_rebuild_fills_a_new_version_and_swaps_the_alias_atomically(
         os_store.delete_index("papers-v000001")
     os_store.delete_index("papers-v000002")
     assert [v.name for v in os_store.versions()] == ["papers-v000001"]
+
+
+def test_an_in_place_run_whose_alias_moved_meanwhile_says_where_its_documents_went(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """`reranker index` without --rebuild writes into the index the alias pointed at when it
+    started. A `--rebuild` (or `indices use`) that moved the alias meanwhile left the run's
+    documents outside the alias, and the run reported them indexed."""
+    index_papers(tmp_path, os_store, glove)
+    changed = write_jsonl(tmp_path / "changed.jsonl", [dict(p, text=p["text"] + " revised") for p in PAPERS])
+    old = write_jsonl(tmp_path / "old.jsonl", PAPERS)
+
+    def read_while_another_run_rebuilds() -> Iterator[Any]:
+        for n, record in enumerate(read_corpus(changed)):
+            if n == 1:
+                index_corpus(old, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+            yield record
+
+    with pytest.raises(StoreError, match=(
+        "alias 'papers' was moved to papers-v000002 while this run wrote into papers-v000001 .*"
+        "run `reranker index` again to write them behind the alias"
+    )):
+        index_documents(read_while_another_run_rebuilds(), OpenSearchStore(os_store.config), glove, 5)
+    assert os_store.alias_index() == "papers-v000002"  # left as the other run made it
 
 
 def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(

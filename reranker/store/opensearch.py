@@ -532,6 +532,16 @@ class OpenSearchStore:
         target = self._target
         self._call("refreshing", self.client.indices.refresh, index=target)
         if not self._target_fresh:
+            behind = self._alias_indices()
+            if behind != [target]:
+                # Another run's --rebuild (or `indices use`) moved the alias while this one
+                # wrote into the index it pointed at: those writes are not what readers see.
+                moved = f"was moved to {', '.join(behind)}" if behind else "was removed"
+                raise StoreError(
+                    f"alias {self.alias!r} {moved} while this run wrote into {target} (another run's --rebuild, or "
+                    "`reranker indices use`): the documents it wrote are not behind the alias; run `reranker index` "
+                    "again to write them behind the alias"
+                )
             return PublishResult(current=target, previous=(), swapped=False)
         documents = self._call("counting documents", self.client.count, index=target)["count"]
         if documents == 0:
