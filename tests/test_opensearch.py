@@ -468,6 +468,37 @@ def test_an_in_place_run_whose_alias_moved_meanwhile_says_where_its_documents_we
     assert os_store.alias_index() == "papers-v000002"  # left as the other run made it
 
 
+@pytest.mark.parametrize("when", ["before its last bulk request", "while it reads"])
+def test_a_rebuild_whose_version_is_deleted_meanwhile_leaves_the_alias_alone(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """`reranker indices delete` of the version a --rebuild is writing (listed as
+    `building`, like one left by an interrupted run). Before a bulk request, the cluster
+    created the index again from the templates, without `_meta.reranker`, and the run
+    marked it ready and moved the alias to it: every reader was then refused an index "not
+    built by this package". Before a read of stored hashes, the run said "has no index or
+    alias 'papers': run `reranker index` first"."""
+    index_papers(tmp_path, os_store, glove)
+    info = os_store.index_info()
+    assert info is not None
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 1)
+
+    def read_while_the_version_is_deleted() -> Iterator[Any]:
+        for n, record in enumerate(read_corpus(write_jsonl(tmp_path / "new.jsonl", PAPERS))):
+            if n == 1 and when == "while it reads":
+                os_store.delete_index("papers-v000002")
+            yield record
+        if when == "before its last bulk request":  # the last batch's hashes are read, its topics on the way
+            os_store.delete_index("papers-v000002")
+
+    with pytest.raises(StoreError, match=(
+        "index papers-v000002, which this run was building, was deleted meanwhile.*; "
+        "the alias 'papers' was left as it was; run `reranker index` again"
+    )):
+        index_documents(read_while_the_version_is_deleted(), OpenSearchStore(os_store.config), glove, 5, rebuild=True, centering=info.centering)
+    assert os_store.alias_index() == "papers-v000001" and os_store.index_info() is not None
+
+
 def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(
     tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:

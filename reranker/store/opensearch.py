@@ -274,6 +274,9 @@ class OpenSearchStore:
             # an empty answer (a web server's) means OPENSEARCH_URL is not a cluster at all.
             if not_found is not _RAISE and exc.info is not None:
                 return not_found
+            error = exc.info.get("error") if isinstance(exc.info, dict) else None
+            if exc.error == "index_not_found_exception" and self._target is not None and isinstance(error, dict) and error.get("index") == self._target:
+                raise self._target_lost() from None
             if exc.error == "index_not_found_exception":
                 raise IndexNotFoundError(
                     f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
@@ -282,6 +285,16 @@ class OpenSearchStore:
             raise StoreError(f"OpenSearch {what} failed: HTTP 404 {error_reason(exc)}{_not_a_cluster(exc)}") from None
         except ose.TransportError as exc:
             raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {error_reason(exc)}{_not_a_cluster(exc)}") from None
+
+    def _target_lost(self) -> StoreError:
+        """The error for a run whose index was deleted under it (`reranker indices delete`
+        of a version listed as building, say): a bulk request after that creates it again
+        from the templates, without what it was built with."""
+        kept = f"; the alias {self.alias!r} was left as it was" if self._target_fresh else ""
+        return StoreError(
+            f"index {self._target}, which this run was {'building' if self._target_fresh else 'writing into'}, "
+            f"was deleted meanwhile (`reranker indices delete`?){kept}; run `reranker index` again"
+        )
 
     # --- templates and versions ----------------------------------------------------------
 
@@ -401,6 +414,8 @@ class OpenSearchStore:
             meta = self._meta(index)
             self._info = _info_from_meta(meta)
             if self._info is None:
+                if self._target is not None:
+                    raise self._target_lost()  # and created again by a bulk request, from the templates alone
                 if behind is None:
                     raise ForeignIndexError(
                         f"index {index!r} was not built by this package (its mapping has no _meta.reranker); "
@@ -531,6 +546,8 @@ class OpenSearchStore:
             return None
         target = self._target
         self._call("refreshing", self.client.indices.refresh, index=target)
+        if _info_from_meta(self._meta(target)) is None:
+            raise self._target_lost()  # and created again by a bulk request, from the templates alone
         if not self._target_fresh:
             behind = self._alias_indices()
             if behind != [target]:
