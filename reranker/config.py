@@ -173,12 +173,14 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 def redact_url(url: str) -> str:
     """`url` without any user:password part, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket: still no password in the message about it
+        return re.sub(r"//[^/]*@", "//***@", url)
+    _, at, host = parts.netloc.rpartition("@")
+    if not at:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    # The host as written: a malformed port is what a message about this URL shows.
     return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
 
 
@@ -231,9 +233,16 @@ class OpenSearchSettings:
         if not self.hosts:
             raise ConfigError("OPENSEARCH_URL names no host")
         for host in self.hosts:
-            parts = urlsplit(host)
+            try:
+                parts = urlsplit(host)
+                parts.port  # noqa: B018 - a port that is no number, or out of range, raises only when read
+            except ValueError as exc:
+                raise ConfigError(f"OPENSEARCH_URL must be http(s)://HOST[:PORT] ({exc}), got {redact_url(host)!r}") from None
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ConfigError(f"OPENSEARCH_URL must be http(s)://HOST[:PORT], got {redact_url(host)!r}")
+        if self.ca_certs is not None and not self.ca_certs.is_file():
+            # Else every request failed, after its retries, with "No such file or directory".
+            raise ConfigError(f"OPENSEARCH_CA_CERTS must be a CA bundle file (PEM), got {str(self.ca_certs)!r}")
         if self.api_key and (self.username or self.password):
             raise ConfigError("set either OPENSEARCH_API_KEY or OPENSEARCH_USERNAME/PASSWORD, not both")
         if bool(self.username) != bool(self.password):

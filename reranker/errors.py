@@ -50,6 +50,12 @@ class IndexNotFoundError(StoreError):
     """The index or alias the settings name does not exist (nothing indexed yet)."""
 
 
+class ForeignIndexError(StoreError):
+    """The index the settings name was not built by this package (its mapping records
+    nothing of it): there is nothing to read topics from, and `index --rebuild` builds a
+    version of its own behind the alias."""
+
+
 class IndexMismatchError(StoreError):
     """The index was built with other word vectors or another K than the caller uses."""
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Protoco
 
 from reranker.datasets import parse_record
 from reranker.embeddings import Word2VecParams, WordVectors, open_native, train_word2vec, trained_vectors
-from reranker.errors import ConfigError, IndexMismatchError, InputError, RankerUnavailableError, WorkerError
+from reranker.errors import ConfigError, ForeignIndexError, IndexMismatchError, InputError, RankerUnavailableError, WorkerError
 from reranker.extraction import Correction, estimate_centering, topics_of_tokens
 from reranker.store import IndexInfo, PublishResult, Store
 from reranker.store.text_index import passage_words
@@ -533,8 +533,8 @@ def needs_centering(store: Store, rebuild: bool) -> bool:
         return True
     try:
         return store.index_info() is None or store.count() == 0
-    except IndexMismatchError:
-        return False  # an index of an older version: `initialise` says what to do
+    except (IndexMismatchError, ForeignIndexError):
+        return False  # an index of an older version, or not built here: `initialise` says what to do
 
 
 def _doc2vec_model(store: Store, data_dir: Path | None) -> tuple[Doc2VecModel | None, str | None]:

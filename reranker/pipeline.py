@@ -20,6 +20,7 @@ from reranker.config import DEFAULT_K, DEFAULT_VECTORS
 from reranker.embeddings import ProgressFactory, WordVectors
 from reranker.errors import (
     DocumentNotFoundError,
+    ForeignIndexError,
     IndexMismatchError,
     IndexNotFoundError,
     IndexOutdatedError,
@@ -153,7 +154,7 @@ def vectors_spec(settings: "Settings", store: Store) -> str:
         return settings.vectors
     try:
         info = store.index_info()
-    except IndexMismatchError:  # a store of an older layout, which recorded no source
+    except (IndexMismatchError, ForeignIndexError):  # an older layout, or not built here: no source
         return DEFAULT_VECTORS  # (using it says what to do; `index --rebuild` replaces it)
     if info is None or not info.embedding.source:
         return DEFAULT_VECTORS

@@ -40,6 +40,11 @@ def test_the_environment_overrides_the_config_file(tmp_path: Path) -> None:
     ("env", "message"),
     [
         ({"OPENSEARCH_URL": "localhost:9200"}, "OPENSEARCH_URL must be http(s)://HOST[:PORT]"),
+        # urllib's ValueErrors were tracebacks: a port that is no number or out of range, an
+        # unclosed IPv6 bracket (in any of the comma-separated URLs).
+        ({"OPENSEARCH_URL": "http://h:92OO"}, "OPENSEARCH_URL must be http(s)://HOST[:PORT] (Port could not be cast"),
+        ({"OPENSEARCH_URL": "http://h:99999"}, "OPENSEARCH_URL must be http(s)://HOST[:PORT] (Port out of range"),
+        ({"OPENSEARCH_URL": "http://h:9200,http://[::1"}, "OPENSEARCH_URL must be http(s)://HOST[:PORT] (Invalid IPv6 URL), got 'http://[::1'"),
         ({"OPENSEARCH_URL": "http://h:9200", "OPENSEARCH_USERNAME": "u"}, "go together"),
         ({"OPENSEARCH_URL": "http://h:9200", "OPENSEARCH_API_KEY": "k", "OPENSEARCH_USERNAME": "u", "OPENSEARCH_PASSWORD": "p"}, "either"),
         ({"OPENSEARCH_URL": "http://h:9200", "RERANKER_INDEX": "Papers"}, "RERANKER_INDEX must be a lower-case index name"),
@@ -79,6 +84,12 @@ def test_a_bad_config_file_is_named(tmp_path: Path) -> None:
 def test_urls_lose_their_credentials_in_messages() -> None:
     assert redact_url("https://user:pw@host:9200/x") == "https://***@host:9200/x"
     assert redact_url("http://host:9200") == "http://host:9200"
+    # A malformed URL too (the message about it shows it): these raised a ValueError.
+    assert redact_url("http://u:secret@h:0x1/") == "http://***@h:0x1/"
+    assert redact_url("http://u:secret@[::1") == "http://***@[::1"
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"HOME": "/h", "OPENSEARCH_URL": "http://u:secret@h:99999"})
+    assert "secret" not in str(refused.value) and "got 'http://***@h:99999'" in str(refused.value)
     assert parse_search_fields(" title^2 , body ") == (("title", 2.0), ("body", 1.0))
 
 

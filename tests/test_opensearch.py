@@ -30,6 +30,7 @@ from reranker.errors import (
     IndexMismatchError,
     IndexNotFoundError,
     InputError,
+    StoreError,
     StoreUnavailableError,
     UnknownFieldError,
 )
@@ -101,10 +102,29 @@ def test_templates_install_exactly_what_index_templates_holds(os_store: OpenSear
         installed = os_store.client.cluster.get_component_template(name=name)["component_templates"][0]
         assert installed["component_template"]["template"] == files[f"{name}.component.json"]["template"]
     index_template = os_store.client.indices.get_index_template(name="reranker-papers")["index_templates"][0]["index_template"]
-    expected = dict(files["reranker.index-template.json"], index_patterns=["papers-v*"])
+    template = files["reranker.index-template.json"]
+    expected = dict(template, index_patterns=["papers-v*"], priority=template["priority"] + len("papers"))
     assert {k: index_template[k] for k in ("index_patterns", "composed_of", "priority", "version")} == {
         k: expected[k] for k in ("index_patterns", "composed_of", "priority", "version")
     }
+
+
+def test_an_alias_named_like_another_aliass_versions_gets_templates_of_its_own(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alias `papers-v2` beside `papers`: the templates' patterns `papers-v*` and
+    `papers-v2-v*` both match `papers-v2-v000001`, and the cluster refused the second
+    template (the same priority): `reranker index` failed with the cluster's words. The
+    longer alias's template is the more specific one, and wins."""
+    corpus = str(write_jsonl(tmp_path / "c.jsonl", PAPERS))
+    for alias in ("papers", "papers-v2"):
+        monkeypatch.setenv("RERANKER_INDEX", alias)
+        code, out = run(data_dir, "--opensearch-url", osmem_clone.url, "index", corpus, "--no-progress")
+        assert code == 0 and f"alias now points at {alias}-v000001" in out, out + capsys.readouterr().err
+        code, out = run(data_dir, "--opensearch-url", osmem_clone.url, "indices", "list")
+        assert code == 0 and out.split() [:3] == ["*", f"{alias}-v000001", "ready"], out
+        code, out = run(data_dir, "--opensearch-url", osmem_clone.url, "search", "a grandmaster and his knight", "--json")
+        assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
 
 
 def test_the_mapping_is_strict_english_and_stores_topics_compactly() -> None:
@@ -424,6 +444,61 @@ def test_rebuild_fills_a_new_version_and_swaps_the_alias_atomically(
     assert [v.name for v in os_store.versions()] == ["papers-v000001"]
 
 
+def test_an_in_place_run_whose_alias_moved_meanwhile_says_where_its_documents_went(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """`reranker index` without --rebuild writes into the index the alias pointed at when it
+    started. A `--rebuild` (or `indices use`) that moved the alias meanwhile left the run's
+    documents outside the alias, and the run reported them indexed."""
+    index_papers(tmp_path, os_store, glove)
+    changed = write_jsonl(tmp_path / "changed.jsonl", [dict(p, text=p["text"] + " revised") for p in PAPERS])
+    old = write_jsonl(tmp_path / "old.jsonl", PAPERS)
+
+    def read_while_another_run_rebuilds() -> Iterator[Any]:
+        for n, record in enumerate(read_corpus(changed)):
+            if n == 1:
+                index_corpus(old, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+            yield record
+
+    with pytest.raises(StoreError, match=(
+        "alias 'papers' was moved to papers-v000002 while this run wrote into papers-v000001 .*"
+        "run `reranker index` again to write them behind the alias"
+    )):
+        index_documents(read_while_another_run_rebuilds(), OpenSearchStore(os_store.config), glove, 5)
+    assert os_store.alias_index() == "papers-v000002"  # left as the other run made it
+
+
+@pytest.mark.parametrize("when", ["before its last bulk request", "while it reads"])
+def test_a_rebuild_whose_version_is_deleted_meanwhile_leaves_the_alias_alone(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """`reranker indices delete` of the version a --rebuild is writing (listed as
+    `building`, like one left by an interrupted run). Before a bulk request, the cluster
+    created the index again from the templates, without `_meta.reranker`, and the run
+    marked it ready and moved the alias to it: every reader was then refused an index "not
+    built by this package". Before a read of stored hashes, the run said "has no index or
+    alias 'papers': run `reranker index` first"."""
+    index_papers(tmp_path, os_store, glove)
+    info = os_store.index_info()
+    assert info is not None
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 1)
+
+    def read_while_the_version_is_deleted() -> Iterator[Any]:
+        for n, record in enumerate(read_corpus(write_jsonl(tmp_path / "new.jsonl", PAPERS))):
+            if n == 1 and when == "while it reads":
+                os_store.delete_index("papers-v000002")
+            yield record
+        if when == "before its last bulk request":  # the last batch's hashes are read, its topics on the way
+            os_store.delete_index("papers-v000002")
+
+    with pytest.raises(StoreError, match=(
+        "index papers-v000002, which this run was building, was deleted meanwhile.*; "
+        "the alias 'papers' was left as it was; run `reranker index` again"
+    )):
+        index_documents(read_while_the_version_is_deleted(), OpenSearchStore(os_store.config), glove, 5, rebuild=True, centering=info.centering)
+    assert os_store.alias_index() == "papers-v000001" and os_store.index_info() is not None
+
+
 def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(
     tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -505,6 +580,23 @@ def test_an_unreachable_cluster_is_a_clear_error_without_credentials(caplog: pyt
         store.bm25("ships", 10)
     assert "s3cret-pw" not in caplog.text
     assert "s3cret-pw" not in repr(store.config)
+
+
+def test_a_cluster_that_answers_too_late_is_said_so_not_unreachable(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    """A read that timed out said "cannot reach OpenSearch at ... (fetching documents):
+    ReadTimeoutError" (an index run that stopped on it, a 503 of the service): the cluster
+    was reached, and which setting bounds the wait went unsaid."""
+    index_papers(tmp_path, OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="slow")), glove)
+    proxy = ClusterProxy(osmem_clone.url, delay={"_search": 1.5, "_mget": 1.5})
+    try:
+        store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="slow", timeout=0.5, retries=0))
+        for ask in (lambda: store.bm25("ships", 10), lambda: store.documents(["chess"]), lambda: store.forward("GET", "/slow/_search")):
+            with pytest.raises(StoreUnavailableError) as late:
+                ask()
+            assert f"OpenSearch at {proxy.url} did not answer within 0.5 s (OPENSEARCH_TIMEOUT)" in str(late.value), late.value
+            assert "cannot reach" not in str(late.value)
+    finally:
+        proxy.close()
 
 
 def test_a_missing_alias_says_to_index_first(os_store: OpenSearchStore) -> None:
@@ -691,6 +783,36 @@ def test_reranker_index_naming_an_index_reads_it_as_the_alias_would(
         app.extensions["reranker"].close()
 
 
+def test_an_index_built_by_others_behind_the_alias_is_rebuilt_behind_it_and_kept(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal of an index this package did not build said "or rebuild it", and
+    `reranker index --rebuild` was refused with the same words. RERANKER_INDEX naming an
+    index (not an alias) let a run create `NAME-v000001` and then fail: an alias cannot
+    take an index's name (for a version's name, installing the templates failed first)."""
+    url = ["--opensearch-url", osmem_clone.url]
+    corpus = str(write_jsonl(tmp_path / "c.jsonl", PAPERS))
+    client = OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,))).client
+    client.indices.create(index="theirs", body={"aliases": {"reranker": {}}, "mappings": {"properties": {"title": {"type": "keyword"}}}})
+    client.index(index="theirs", id="x", body={"title": "theirs"}, refresh=True)
+    assert run(data_dir, *url, "index", corpus, "--no-progress")[0] == 1
+    err = capsys.readouterr().err
+    assert "index 'theirs' behind alias 'reranker' was not built by this package" in err and "--rebuild" in err, err
+    code, out = run(data_dir, *url, "index", corpus, "--no-progress", "--rebuild")
+    assert code == 0 and "alias now points at reranker-v000001" in out, out + capsys.readouterr().err
+    code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--json")
+    assert code == 0 and json.loads(out)["hits"][0]["id"] == "chess"
+    assert client.count(index="theirs")["count"] == 1  # theirs is kept, outside the alias
+    for named in ("theirs", "reranker-v000001"):
+        monkeypatch.setenv("RERANKER_INDEX", named)
+        capsys.readouterr()
+        for rebuild in ((), ("--rebuild",)):
+            assert run(data_dir, *url, "index", corpus, "--no-progress", *rebuild)[0] == 2
+            err = capsys.readouterr().err
+            assert f"RERANKER_INDEX names the index {named!r}, not an alias" in err and len(err.splitlines()) == 1, err
+    assert sorted(client.indices.get(index="*")) == ["reranker-v000001", "theirs"]  # no theirs-v000001, ...
+
+
 def test_compact_is_the_clusters_force_merge(osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = ["--opensearch-url", osmem_clone.url]
     assert run(data_dir, *url, "compact")[0] == 1
@@ -821,6 +943,27 @@ def test_the_cli_says_what_is_wrong_with_the_cluster(
     with pytest.raises(SystemExit):
         run(data_dir, "--opensearch-url", osmem_clone.url, "search", "ships", "--filter", "year")
     assert "expected FIELD=VALUE" in capsys.readouterr().err
+
+
+def test_tls_settings_that_cannot_work_say_which_setting_to_check(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS failures said only "SSLError" (or "No such file or directory", for a CA bundle
+    that is not there), after every retry: not which setting is wrong."""
+    https = osmem_clone.url.replace("http://", "https://")  # the cluster speaks plain HTTP
+    assert run(data_dir, "--opensearch-url", https, "search", "ships")[0] == 1
+    err = capsys.readouterr().err
+    assert "[SSL: WRONG_VERSION_NUMBER] wrong version number" in err and "OPENSEARCH_CA_CERTS" in err, err
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    monkeypatch.setenv("OPENSEARCH_CA_CERTS", str(junk))
+    assert run(data_dir, "--opensearch-url", https, "search", "ships")[0] == 1
+    err = capsys.readouterr().err
+    assert "[X509: NO_CERTIFICATE_OR_CRL_FOUND] no certificate or crl found" in err and "OPENSEARCH_CA_CERTS" in err, err
+    for missing in (tmp_path / "missing.pem", tmp_path):
+        monkeypatch.setenv("OPENSEARCH_CA_CERTS", str(missing))
+        assert run(data_dir, "--opensearch-url", https, "search", "ships")[0] == 2
+        assert capsys.readouterr().err == f"reranker: error: OPENSEARCH_CA_CERTS must be a CA bundle file (PEM), got {str(missing)!r}\n"
 
 
 def test_a_reader_notices_when_the_alias_moves_to_other_vectors(
@@ -1012,7 +1155,7 @@ def test_a_failing_passage_search_leaves_the_fusion_two_way_and_is_said_once(
             assert reader.passage_bm25(WHALES, ["near"], [None]) is None
             assert reader.passage_bm25(WHALES, ["near"], [None]) is None
         said = [r.getMessage() for r in caplog.records if r.name == "reranker.store.opensearch"]
-        assert len(said) == 1 and "no best passages from the cluster" in said[0] and "cannot reach OpenSearch" in said[0]
+        assert len(said) == 1 and "no best passages from the cluster" in said[0] and "did not answer within 0.2 s" in said[0]
         reader.close()
     finally:
         slow.close()

@@ -42,6 +42,8 @@ import numpy as np
 
 from reranker.config import OpenSearchSettings
 from reranker.errors import (
+    ConfigError,
+    ForeignIndexError,
     IndexMismatchError,
     IndexNotFoundError,
     InputError,
@@ -52,7 +54,7 @@ from reranker.errors import (
 )
 from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field, filter_shown
 from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
-from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client
+from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client, unreachable
 from reranker.store.opensearch_encoding import (
     DTYPES,
     decode_backgrounds,
@@ -258,9 +260,7 @@ class OpenSearchStore:
                     raise blocked(what, error_reason(exc)) from None
                 raise
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
-            raise StoreUnavailableError(
-                f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {error_reason(exc)}"
-            ) from None
+            raise StoreUnavailableError(unreachable(self.config, what, exc)) from None
         except ose.AuthenticationException:
             raise StoreError(
                 f"OpenSearch at {self.config.display_hosts} refused the credentials ({what}): "
@@ -274,6 +274,9 @@ class OpenSearchStore:
             # an empty answer (a web server's) means OPENSEARCH_URL is not a cluster at all.
             if not_found is not _RAISE and exc.info is not None:
                 return not_found
+            error = exc.info.get("error") if isinstance(exc.info, dict) else None
+            if exc.error == "index_not_found_exception" and self._target is not None and isinstance(error, dict) and error.get("index") == self._target:
+                raise self._target_lost() from None
             if exc.error == "index_not_found_exception":
                 raise IndexNotFoundError(
                     f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
@@ -282,6 +285,16 @@ class OpenSearchStore:
             raise StoreError(f"OpenSearch {what} failed: HTTP 404 {error_reason(exc)}{_not_a_cluster(exc)}") from None
         except ose.TransportError as exc:
             raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {error_reason(exc)}{_not_a_cluster(exc)}") from None
+
+    def _target_lost(self) -> StoreError:
+        """The error for a run whose index was deleted under it (`reranker indices delete`
+        of a version listed as building, say): a bulk request after that creates it again
+        from the templates, without what it was built with."""
+        kept = f"; the alias {self.alias!r} was left as it was" if self._target_fresh else ""
+        return StoreError(
+            f"index {self._target}, which this run was {'building' if self._target_fresh else 'writing into'}, "
+            f"was deleted meanwhile (`reranker indices delete`?){kept}; run `reranker index` again"
+        )
 
     # --- templates and versions ----------------------------------------------------------
 
@@ -394,15 +407,24 @@ class OpenSearchStore:
             self._properties_of = None
         if self._info is None:
             self._info_read_at = time.monotonic()
-            index = self._target or self.alias_index() or self._index_named_as_alias()
+            behind = self._target or self.alias_index()
+            index = behind or self._index_named_as_alias()
             if index is None:
                 return None
             meta = self._meta(index)
             self._info = _info_from_meta(meta)
             if self._info is None:
-                raise StoreError(
-                    f"index {index!r} was not built by this package (its mapping has no _meta.reranker); "
-                    "point RERANKER_INDEX at a reranker index or rebuild it"
+                if self._target is not None:
+                    raise self._target_lost()  # and created again by a bulk request, from the templates alone
+                if behind is None:
+                    raise ForeignIndexError(
+                        f"index {index!r} was not built by this package (its mapping has no _meta.reranker); "
+                        "point RERANKER_INDEX at a reranker alias or index"
+                    )
+                raise ForeignIndexError(
+                    f"index {index!r} behind alias {self.alias!r} was not built by this package (its mapping has no "
+                    f"_meta.reranker); `reranker index CORPUS.jsonl --rebuild` builds a version behind the alias "
+                    f"(and keeps {index!r}), or point RERANKER_INDEX at a reranker alias or index"
                 )
             dtype = meta.get("topic_dtype", "float32")
             if dtype not in DTYPES:
@@ -424,13 +446,24 @@ class OpenSearchStore:
         that readers see only after `publish()`.
         """
         self._info = None
-        self._ensure_templates()
         current = self.alias_index()
+        if current is None and self._index_named_as_alias() is not None:
+            # Versions are created as ALIAS-v000001, ... and published under the alias's name,
+            # which an index holds already: the run would fail at its end, or on the
+            # templates (a version's own name is matched by its alias's template).
+            raise ConfigError(
+                f"RERANKER_INDEX names the index {self.alias!r}, not an alias: `reranker index` writes behind an "
+                "alias; set RERANKER_INDEX to the alias (or to a new name)"
+            )
+        self._ensure_templates()
         if current is not None and not rebuild:
             meta = self._meta(current)
             built = _info_from_meta(meta)
             if built is None:
-                raise StoreError(f"index {current!r} behind alias {self.alias!r} was not built by this package")
+                raise ForeignIndexError(
+                    f"index {current!r} behind alias {self.alias!r} was not built by this package (its mapping has no "
+                    f"_meta.reranker); add --rebuild to build a version behind the alias (and keep {current!r})"
+                )
             if self._call("counting documents", self.client.count, index=current)["count"] > 0:
                 built.check(info.embedding, info.k, self.stop_list)
                 if meta.get("topic_dtype", "float32") != self.config.topic_dtype:
@@ -513,7 +546,19 @@ class OpenSearchStore:
             return None
         target = self._target
         self._call("refreshing", self.client.indices.refresh, index=target)
+        if _info_from_meta(self._meta(target)) is None:
+            raise self._target_lost()  # and created again by a bulk request, from the templates alone
         if not self._target_fresh:
+            behind = self._alias_indices()
+            if behind != [target]:
+                # Another run's --rebuild (or `indices use`) moved the alias while this one
+                # wrote into the index it pointed at: those writes are not what readers see.
+                moved = f"was moved to {', '.join(behind)}" if behind else "was removed"
+                raise StoreError(
+                    f"alias {self.alias!r} {moved} while this run wrote into {target} (another run's --rebuild, or "
+                    "`reranker indices use`): the documents it wrote are not behind the alias; run `reranker index` "
+                    "again to write them behind the alias"
+                )
             return PublishResult(current=target, previous=(), swapped=False)
         documents = self._call("counting documents", self.client.count, index=target)["count"]
         if documents == 0:
@@ -1064,7 +1109,7 @@ class OpenSearchStore:
         try:
             return 200, self.client.transport.perform_request(method, url, body=body)
         except (ose.ConnectionError, ose.ConnectionTimeout) as exc:
-            raise StoreUnavailableError(f"cannot reach OpenSearch at {self.config.display_hosts} ({what}): {error_reason(exc)}") from None
+            raise StoreUnavailableError(unreachable(self.config, what, exc)) from None
         except ose.AuthenticationException:
             raise StoreError(
                 f"OpenSearch at {self.config.display_hosts} refused the credentials ({what}): "

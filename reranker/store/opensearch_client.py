@@ -133,6 +133,11 @@ def error_reason(exc: Any) -> str:
             return str(error)
     if isinstance(info, BaseException):
         text = str(info)
+        # OpenSSL's reason ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: ...",
+        # "[SSL: WRONG_VERSION_NUMBER] ..." for https:// to a plain-HTTP node), with what to check.
+        tls = re.search(r"\[(?:SSL|X509)[^\]]*\][^()'\"]*", text)
+        if tls:
+            return f"TLS failed: {tls.group(0).strip()} (check the URL's http/https, OPENSEARCH_CA_CERTS and OPENSEARCH_VERIFY_CERTS)"
         # urllib3 reasons end with the useful part: "... Connection refused".
         match = re.search(r"\[Errno -?\d+\] ([^')\]]+)", text)
         if match:
@@ -140,6 +145,19 @@ def error_reason(exc: Any) -> str:
         return type(info).__name__
     error = getattr(exc, "error", None)
     return str(error) if error else type(exc).__name__
+
+
+def unreachable(config: OpenSearchSettings, what: str, exc: Any) -> str:
+    """The message for a request that failed to connect or got no answer in time (an
+    opensearch-py ConnectionError or ConnectionTimeout)."""
+    # urllib3's read timeout names the wait: "Read timed out. (read timeout=0.5)".
+    waited = re.search(r"read timeout=([0-9.]+)", str(getattr(exc, "info", "")))
+    if waited:
+        # The cluster took the request: it is slow or hangs, not out of reach.
+        seconds = float(waited.group(1))
+        bound = "OPENSEARCH_TIMEOUT" if seconds >= config.timeout else "what was left of the request's deadline"
+        return f"OpenSearch at {config.display_hosts} did not answer within {seconds:g} s ({bound}) ({what})"
+    return f"cannot reach OpenSearch at {config.display_hosts} ({what}): {error_reason(exc)}"
 
 
 def bulk_item_reason(result: dict[str, Any]) -> str:

@@ -41,6 +41,11 @@ class Templates:
         name = default_alias if alias == default_alias else f"{default_alias}-{alias}"
         body = json.loads(json.dumps(self.index_template))
         body["index_patterns"] = [f"{alias}-v*"]
+        # Alias "papers-v2"'s versions match "papers-v*" too, and the cluster refuses two
+        # templates of one priority that match an index. The longer alias is the more
+        # specific (a pattern that matches another alias's versions is a prefix of it): its
+        # template takes precedence.
+        body["priority"] = int(body.get("priority", 0)) + len(alias)
         return name, body
 
     @property
