@@ -556,6 +556,31 @@ def test_a_resumed_rebuild_of_the_same_corpus_drops_nothing_and_in_place_runs_ne
         store.drop_absent(set())
 
 
+def test_a_resumed_rebuild_whose_deletes_are_refused_leaves_the_alias_alone(
+    tmp_path: Path, os_store: OpenSearchStore, osmem_clone: Any, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild resumed with d4-d7, which the interrupted run wrote already: its one bulk
+    request deletes d0-d3, and the cluster refuses each delete every time. Published, the
+    version would show readers documents removed from the corpus: the run ends with one
+    line, the alias stays, and the same command run again completes it."""
+    index_papers(tmp_path, os_store, glove)
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
+    with pytest.raises(KeyboardInterrupt):
+        big = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
+        index_documents(read_corpus(big), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
+    smaller = write_jsonl(tmp_path / "smaller.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(4, 8)])
+    proxy = ClusterProxy(osmem_clone.url, ["items429"] * 3)
+    try:
+        flaky = OpenSearchStore(replace(os_store.config, hosts=(proxy.url,)), sleep=lambda seconds: None)
+        with pytest.raises(StoreError, match=r"^cannot drop 4 of the 4 documents of papers-v000002 that the corpus no longer holds \(d\d: rejected_execution_exception: busy \(after 2 retries\)\); the alias 'papers' was left as it was: run the same command again$"):
+            index_corpus(smaller, flaky, glove, 5, rebuild=True, show_progress=False)
+    finally:
+        proxy.close()
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [("papers-v000001", "ready", True), ("papers-v000002", "building", False)]
+    again = index_corpus(smaller, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+    assert (again.unchanged, again.indexed, again.dropped, again.total_documents) == (4, 0, 4, 4)
+
+
 def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     index_papers(tmp_path, os_store, glove)
     with pytest.raises(IndexMismatchError, match="K=5 topics per document, not K=7"):
