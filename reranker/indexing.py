@@ -5,7 +5,8 @@ transaction in the embedded store, one or more bulk requests in OpenSearch), and
 document whose id is already stored with the same content is not recomputed, so a run
 that was killed (at any point: the stores keep what readers see whole) is completed by
 running it again; a rebuild is built beside the index readers see and resumed the same
-way. Topic extraction (`reranker.extraction`, which the read path shares) can run in worker
+way, and publishes only the documents of the corpus its last run read (`Store.drop_absent`).
+Topic extraction (`reranker.extraction`, which the read path shares) can run in worker
 processes, one batch ahead of the writes. Bad lines, and documents the store refuses, are
 reported with their file and line number and skipped; nothing already indexed is touched
 by them.
@@ -102,6 +103,9 @@ class IndexReport:
     # Documents written into an index with a Doc2Vec model that got no vector (the model
     # could not be loaded, or knows none of their words).
     without_doc_vector: int = 0
+    # A rebuild's: documents of the interrupted rebuild it resumed whose ids its corpus no
+    # longer holds, dropped before it was published (`Store.drop_absent`).
+    dropped: int = 0
 
 
 def check_corpus(path: Path) -> None:
@@ -504,6 +508,11 @@ def index_documents(
         # starts the last batch and the second writes it.
         flush()
         flush()
+    # A rebuild publishes the corpus it read, whatever an interrupted rebuild it resumed
+    # wrote before: "read" is every id a line gave, written or not (a document the store
+    # refused, or whose words are all unknown, is still one of the corpus, and an older
+    # version of it stays). A line that is no document names no id.
+    dropped = store.drop_absent(first_seen.keys() | {item.doc_id for item in skipped if item.doc_id}) if rebuild else 0
     published = store.publish()
     # Skipped lines are the report's to tell (the CLI prints each one once), not the log's.
     for item in skipped:
@@ -524,6 +533,7 @@ def index_documents(
         seconds=time.perf_counter() - started,
         published=published,
         without_doc_vector=without_doc_vector,
+        dropped=dropped,
     )
 
 

@@ -136,8 +136,13 @@ class ClusterProxy:
                     if step == "429":
                         return self._reply(429, {"error": {"type": "rejected_execution_exception", "reason": "queue full"}, "status": 429})
                     if step == "items429":
-                        lines = [json.loads(line) for line in (body or b"").splitlines() if line.strip()]
-                        items = [{"index": {"_id": a["index"]["_id"], "status": 429, "error": {"type": "rejected_execution_exception", "reason": "busy"}}} for a in lines[::2]]
+                        lines = iter(json.loads(line) for line in (body or b"").splitlines() if line.strip())
+                        items = []
+                        for action in lines:
+                            (op, meta), = action.items()
+                            if op != "delete":  # a delete has no source line
+                                next(lines)
+                            items.append({op: {"_id": meta["_id"], "status": 429, "error": {"type": "rejected_execution_exception", "reason": "busy"}}})
                         return self._reply(200, {"took": 1, "errors": True, "items": items})
                     if step == "drop":
                         self.close_connection = True

@@ -323,6 +323,42 @@ def test_a_killed_index_run_hides_nothing_and_the_next_run_completes_it(
     assert rows == len(expected)  # no superseded version or unfinished rebuild left behind
 
 
+@pytest.mark.parametrize("resumed_with", ["the same corpus", "a smaller corpus"])
+def test_a_resumed_rebuild_publishes_exactly_the_corpus_it_read(
+    indexed_before: dict[str, Path], tmp_path: Path, resumed_with: str
+) -> None:
+    """`reranker index v2 --rebuild` killed after 5 batches (d0-d319 written beside the
+    index readers see), then `reranker index --rebuild` again: with v2, it skips those and
+    writes the rest; with d300-d599 only (d0-d299 removed from the corpus on purpose), the
+    published index holds those 300, not the 600 the two runs wrote (as before)."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(indexed_before["indexed-v1"], data_dir, symlinks=True)
+    rebuild = [str(indexed_before["v2"]), "--rebuild"]
+    killed = indexer(data_dir, rebuild, kill=kill_at(UPSERT, "after", 5))
+    _, errors = killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL, errors
+
+    smaller = resumed_with == "a smaller corpus"
+    new = corpus(300, 2, start=300) if smaller else corpus(600, 2)
+    code, out = run(data_dir, "index", str(write_jsonl(tmp_path / "resumed.jsonl", new)), "--rebuild", "--no-progress")
+    assert code == 0, out
+    expected = {doc["id"]: doc["text"] for doc in new}
+    store = EmbeddedStore(data_dir / "index")
+    try:
+        ids, texts, without_topics = visible_texts(store, [f"d{number}" for number in range(600)])
+        assert sorted(ids) == sorted(expected) and texts == expected and without_topics == ()
+        assert store.count() == len(expected) and store._text.num_docs() == len(expected)
+    finally:
+        store.close()
+    rows = sqlite3.connect(data_dir / "index" / "store.sqlite3").execute("SELECT count(*) FROM docs").fetchone()[0]
+    assert rows == len(expected)
+    # What the killed run wrote is not extracted again; what the corpus no longer holds goes.
+    if smaller:
+        assert "indexed 280, unchanged 20, skipped 0" in out and "dropped 300 documents of the interrupted rebuild" in out, out
+    else:
+        assert "indexed 280, unchanged 320, skipped 0" in out and "dropped" not in out, out
+
+
 # --- a full disk --------------------------------------------------------------------------
 
 

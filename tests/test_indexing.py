@@ -8,7 +8,7 @@ import pytest
 from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 
 from reranker.embeddings import WordVectors
-from reranker.errors import ConfigError, IndexMismatchError, InputError
+from reranker.errors import ConfigError, IndexMismatchError, InputError, StoreError
 from reranker.extraction import document_topics
 from reranker.indexing import index_corpus, index_documents, read_corpus
 from reranker.store import IndexInfo
@@ -127,3 +127,61 @@ def test_worker_processes_stem_for_the_text_index_as_the_store_would(
 def stored_without_words(glove: WordVectors, doc: Document) -> StoredDocument:
     topics, n_tokens, n_oov = document_topics(doc, glove, 5)
     return StoredDocument(doc, topics, "h", n_tokens, n_oov)
+
+
+def variants(ids: range) -> list[dict[str, str]]:
+    """Documents d<i> of TINY_CORPUS's texts, each a little different."""
+    return [{"id": f"d{i}", "text": f"{TINY_CORPUS[i % 3]['text']} variant {'abcdefghij'[i % 10]}"} for i in ids]
+
+
+def interrupted_rebuild(tmp_path: Path, store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index of d0-d29, then a rebuild of d0-d149 stopped (as by Ctrl-C) after its first
+    batch, d0-d63, was written."""
+    index_corpus(write_jsonl(tmp_path / "old.jsonl", variants(range(30))), store, glove, 5, show_progress=False)
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 64)
+    with pytest.raises(KeyboardInterrupt):
+        index_documents(read_corpus(write_jsonl(tmp_path / "all.jsonl", variants(range(150)))), store, glove, 5, rebuild=True, progress=InterruptAfter(100))
+    assert store.count() == 30  # readers still see the index the rebuild replaces
+
+
+def test_a_resumed_rebuild_publishes_only_the_corpus_it_read(
+    tmp_path: Path, store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interrupted rebuild wrote d0-d63; the one that resumes it reads d40-d99, d50's
+    line cut short (no JSON: no id). It publishes what it read, as a rebuild never
+    interrupted would: before, d0-d39, removed from the corpus on purpose, were published
+    too (and d50's earlier version)."""
+    interrupted_rebuild(tmp_path, store, glove, monkeypatch)
+    smaller = variants(range(40, 100))
+    lines: list[object] = [record if record["id"] != "d50" else '{"id": "d50", "text": ' for record in smaller]
+    report = index_corpus(write_jsonl(tmp_path / "smaller.jsonl", lines), store, glove, 5, rebuild=True, show_progress=False)
+    expected = {f"d{i}" for i in range(40, 100)} - {"d50"}
+    assert {hit.doc_id for hit in store.bm25("ships chess bread variant", 500)} == expected
+    assert store.documents([f"d{i}" for i in range(150)]).keys() == expected
+    assert report.total_documents == store.count() == len(expected)
+    # d40-d63 were written by the interrupted run (d50 among them) and are not extracted again.
+    assert (report.unchanged, report.indexed, len(report.skipped), report.dropped) == (23, 36, 1, 41)
+    assert store._text.num_docs() == len(expected)  # no entry left of a dropped row
+    # The next run finds the index whole: nothing to add, nothing to drop.
+    again = index_corpus(tmp_path / "smaller.jsonl", store, glove, 5, show_progress=False)
+    assert (again.unchanged, again.indexed, again.dropped, again.total_documents) == (59, 0, 0, len(expected))
+
+
+def test_a_resumed_rebuild_of_the_same_corpus_skips_what_was_written_and_drops_nothing(
+    tmp_path: Path, store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interrupted_rebuild(tmp_path, store, glove, monkeypatch)
+    report = index_corpus(tmp_path / "all.jsonl", store, glove, 5, rebuild=True, show_progress=False)
+    assert (report.unchanged, report.indexed, report.dropped, report.total_documents) == (64, 86, 0, 150)
+
+
+def test_a_run_without_rebuild_never_deletes(
+    tmp_path: Path, store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Into the index readers see, a corpus adds and replaces: d0-d29 stay whatever the
+    corpus holds (and the interrupted rebuild is dropped whole, as before)."""
+    interrupted_rebuild(tmp_path, store, glove, monkeypatch)
+    report = index_corpus(write_jsonl(tmp_path / "few.jsonl", variants(range(25, 35))), store, glove, 5, show_progress=False)
+    assert (report.unchanged, report.indexed, report.dropped, report.total_documents) == (5, 5, 0, 35)
+    with pytest.raises(StoreError, match="only a rebuild drops documents"):
+        store.drop_absent(set())

@@ -515,6 +515,72 @@ def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(
     assert [(v.name, v.aliased) for v in os_store.versions()] == [("papers-v000001", False), ("papers-v000002", True)]
 
 
+def test_a_resumed_rebuild_publishes_only_the_corpus_it_read(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interrupted rebuild wrote d0-d7 into papers-v000002; the run that resumes it
+    reads d6-d11 and d2, which the cluster refuses now (a reserved field): d2 is still of
+    the corpus, and its earlier version stays. d0, d1, d3-d5, removed from the corpus on
+    purpose, were published too before; now they are deleted from the new version only."""
+    index_papers(tmp_path, os_store, glove)
+    corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
+    with pytest.raises(KeyboardInterrupt):
+        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
+    smaller = [dict(PAPERS[i % 3], id=f"d{i}") for i in range(6, 12)] + [dict(PAPERS[2], id="d2", hidden_topics="mine")]
+    resumed = index_corpus(write_jsonl(tmp_path / "smaller.jsonl", smaller), OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+    expected = {"d2", *(f"d{i}" for i in range(6, 12))}
+    reader = OpenSearchStore(os_store.config)
+    assert reader.documents([f"d{i}" for i in range(12)]).keys() == expected
+    assert {hit.doc_id for hit in reader.bm25("ships chess bread", 50)} == expected
+    assert [(v.name, v.documents, v.aliased) for v in os_store.versions()] == [("papers-v000001", 3, False), ("papers-v000002", 7, True)]
+    assert [item.doc_id for item in resumed.skipped] == ["d2"]
+    assert (resumed.unchanged, resumed.indexed, resumed.dropped, resumed.total_documents) == (2, 4, 5, 7)
+
+
+def test_a_resumed_rebuild_of_the_same_corpus_drops_nothing_and_in_place_runs_never_delete(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index_papers(tmp_path, os_store, glove)
+    corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
+    with pytest.raises(KeyboardInterrupt):
+        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
+    resumed = index_corpus(corpus, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+    assert (resumed.unchanged, resumed.indexed, resumed.dropped, resumed.total_documents) == (8, 4, 0, 12)
+    # Into the version behind the alias: d0-d11 stay whatever the corpus holds.
+    store = OpenSearchStore(os_store.config)
+    in_place = index_corpus(write_jsonl(tmp_path / "few.jsonl", [dict(PAPERS[0], id="d0"), dict(PAPERS[0], id="new")]), store, glove, 5, show_progress=False)
+    assert (in_place.unchanged, in_place.indexed, in_place.dropped, in_place.total_documents) == (1, 1, 0, 13)
+    with pytest.raises(StoreError, match="only a rebuild drops documents"):
+        store.drop_absent(set())
+
+
+def test_a_resumed_rebuild_whose_deletes_are_refused_leaves_the_alias_alone(
+    tmp_path: Path, os_store: OpenSearchStore, osmem_clone: Any, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild resumed with d4-d7, which the interrupted run wrote already: its one bulk
+    request deletes d0-d3, and the cluster refuses each delete every time. Published, the
+    version would show readers documents removed from the corpus: the run ends with one
+    line, the alias stays, and the same command run again completes it."""
+    index_papers(tmp_path, os_store, glove)
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
+    with pytest.raises(KeyboardInterrupt):
+        big = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
+        index_documents(read_corpus(big), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
+    smaller = write_jsonl(tmp_path / "smaller.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(4, 8)])
+    proxy = ClusterProxy(osmem_clone.url, ["items429"] * 3)
+    try:
+        flaky = OpenSearchStore(replace(os_store.config, hosts=(proxy.url,)), sleep=lambda seconds: None)
+        with pytest.raises(StoreError, match=r"^cannot drop 4 of the 4 documents of papers-v000002 that the corpus no longer holds \(d\d: rejected_execution_exception: busy \(after 2 retries\)\); the alias 'papers' was left as it was: run the same command again$"):
+            index_corpus(smaller, flaky, glove, 5, rebuild=True, show_progress=False)
+    finally:
+        proxy.close()
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [("papers-v000001", "ready", True), ("papers-v000002", "building", False)]
+    again = index_corpus(smaller, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+    assert (again.unchanged, again.indexed, again.dropped, again.total_documents) == (4, 0, 4, 4)
+
+
 def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     index_papers(tmp_path, os_store, glove)
     with pytest.raises(IndexMismatchError, match="K=5 topics per document, not K=7"):

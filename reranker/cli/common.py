@@ -303,10 +303,13 @@ def skipped_lines(skipped: Any, shown: int, *, every_skip: bool, label: str = ""
     return lines
 
 def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
+    # A resumed rebuild's documents that its corpus no longer holds (`Store.drop_absent`).
+    dropped = f"; dropped {counted(report.dropped, 'document')} of the interrupted rebuild that the corpus no longer holds"
     print(
         f"indexed {report.indexed}, unchanged {report.unchanged}, skipped {len(report.skipped)} "
         f"in {report.seconds:.1f} s; the index holds {counted(report.total_documents, 'document')}"
-        f"{f' ({report.replaced} replaced an earlier version)' if report.replaced else ''}",
+        f"{f' ({report.replaced} replaced an earlier version)' if report.replaced else ''}"
+        f"{dropped if report.dropped else ''}",
         file=out,
     )
     pairs = report.duplicates if every_skip else report.duplicates[:20]

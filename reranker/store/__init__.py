@@ -15,7 +15,7 @@ import threading
 import time
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import AbstractSet, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import cachetools
 import numpy as np
@@ -340,6 +340,21 @@ class Store(Protocol):
         """Write documents; an id already present is replaced, never duplicated.
 
         Returns the documents that were refused, with the reason; the others are written.
+        """
+        ...
+
+    def drop_absent(self, corpus_ids: AbstractSet[str]) -> int:
+        """In a rebuild, before `publish()`: delete from the new index every document whose
+        id is not in `corpus_ids` (the ids of every document the run read from its corpus,
+        those it skipped or the store refused included), and say how many went.
+
+        A rebuild must publish the corpus it was given, as one never interrupted would. One
+        that resumes an interrupted rebuild finds that run's documents already written, and
+        its corpus may have held documents this one no longer has (removed on purpose):
+        kept, they would be published with it. An index the run began itself holds only
+        what it wrote, and nothing goes. Readers see none of this: the new index is not
+        theirs until `publish()`. Raises StoreError outside a rebuild: a run that writes
+        into the index readers see adds and replaces, and never deletes.
         """
         ...
 

@@ -35,7 +35,8 @@ until it has). The disk holds both indexes until then.
 `initialise` (every `reranker index` run) completes what a killed run left: the purge;
 rows above the watermark, added to the text index and made visible; a rebuild, resumed
 by the next `--rebuild` with the same vectors, K and stop list (what it wrote is kept and
-skipped) and dropped by a run without `--rebuild`. Until then readers see the index as it
+skipped, but for documents that run's corpus no longer holds: `drop_absent`) and dropped by a
+run without `--rebuild`. Until then readers see the index as it
 was. Completing reads rows again with the run's stop list: a run with another list than
 the index's (`meta.stopwords`) is refused first, or with `--rebuild` leaves them (and any
 entries they committed) to the index it replaces: the rebuild's floor is above them, and a
@@ -56,7 +57,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -239,6 +240,8 @@ class EmbeddedStore:
         self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = stem_words
         # The rebuild this object is writing (None: it writes into the index readers see).
         self._build: _Build | None = None
+        # Whether it resumed an interrupted rebuild (`drop_absent` has rows to look at).
+        self._build_resumed = False
         # Writes this object made that the text index has not committed yet.
         self._pending_rowid = 0
         self._pending_docs = 0
@@ -371,6 +374,7 @@ class EmbeddedStore:
             build = self._unfinished_build()
             if rebuild:
                 self._build = self._resume_or_start_build(build, info)
+                self._build_resumed = self._build is build
             else:
                 self._use_index(info, build)
         except BaseException:
@@ -726,6 +730,31 @@ class EmbeddedStore:
                     self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('text_rowid', ?)", (str(top),))
         finally:
             self._forget_view()
+
+    def drop_absent(self, corpus_ids: AbstractSet[str]) -> int:
+        """Delete the rebuild's rows (and their text-index entries, uncommitted until the
+        swap) whose id is not in `corpus_ids`; how many. Only a resumed rebuild has any:
+        those an interrupted run wrote from a corpus that had documents this run's has not
+        (see `Store.drop_absent`). The rows sit above the rebuild's floor, where readers
+        never look, and a run killed after this transaction resumes without them."""
+        if self._build is None:
+            raise StoreError("only a rebuild drops documents (reranker index --rebuild): writing in place never deletes")
+        if not self._build_resumed:
+            return 0  # every row above the floor is this run's
+        absent = [
+            rowid for rowid, doc_id in self._db.execute("SELECT rowid, id FROM docs WHERE rowid > ?", (self._build.floor,))
+            if doc_id not in corpus_ids
+        ]
+        if not absent:
+            return 0
+        log.info("dropping %d documents of the interrupted rebuild that the corpus no longer holds", len(absent))
+        with self._transaction():
+            for start in range(0, len(absent), 500):
+                chunk = absent[start : start + 500]
+                self._db.execute(f"DELETE FROM docs WHERE rowid IN ({_marks(chunk)})", chunk)  # their passages with them (the trigger)
+        # A rebuild's entries are under their rows' own row ids (`upsert`, `_resume_or_start_build`).
+        self._text.replace([], dropping=absent)
+        return len(absent)
 
     def publish(self) -> None:
         """Make what this run wrote visible (a rebuild: swap it in) and release the text

@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
 import numpy as np
@@ -228,6 +228,7 @@ class OpenSearchStore:
         self._dtype = config.topic_dtype  # the index's, once index_info() has read it
         self._target: str | None = None  # the index this process writes to
         self._target_fresh = False  # the target is a new version awaiting publish()
+        self._target_resumed = False  # ... begun by an interrupted run (see drop_absent)
         self._properties: dict[str, dict[str, Any]] = {}  # mapping of the target/alias index
         self._properties_of: str | None = None
         # index expression -> (read at, its concrete indices' layouts), for the search proxy
@@ -479,7 +480,7 @@ class OpenSearchStore:
                     )
                     self._properties_of = None
                 self._put_meta(current, {**self._new_meta(info, "ready"), "created": meta.get("created")})
-            self._target, self._target_fresh = current, False
+            self._target, self._target_fresh, self._target_resumed = current, False, False
             self._allow_every_passage(current)
             return
         versions = self.versions()
@@ -490,7 +491,7 @@ class OpenSearchStore:
             self._allow_every_passage(resumable.name)
         else:
             self._target = self._create_version(versions, info)
-        self._target_fresh = True
+        self._target_fresh, self._target_resumed = True, resumable is not None
 
     def _allow_every_passage(self, index: str) -> None:
         """Give a version with passages created before `NESTED_OBJECTS_LIMIT` (a dynamic
@@ -539,6 +540,49 @@ class OpenSearchStore:
         self._call(f"creating index {name}", self.client.indices.create, index=name, body=body)
         log.info("created index %s", name)
         return name
+
+    def drop_absent(self, corpus_ids: AbstractSet[str]) -> int:
+        """Delete from the version this run builds every document whose id is not in
+        `corpus_ids` (bulk deletes by id, on that version: the alias is not touched); how
+        many. Only a resumed version has any: documents an interrupted run wrote from a
+        corpus that had some this run's has not (see `Store.drop_absent`). Every id of the
+        version is listed (a scroll, ids only), so a version this run created is not.
+        Raises StoreError when some cannot be deleted: publishing them would show readers
+        documents the corpus no longer holds."""
+        target = self._require_target()
+        if not self._target_fresh:
+            raise StoreError("only a rebuild drops documents (reranker index --rebuild): writing in place never deletes")
+        if not self._target_resumed:
+            return 0
+        # Refreshes are off while a version is built: a search sees what the last one saw.
+        self._call("refreshing", self.client.indices.refresh, index=target)
+        absent = self._call(f"listing the documents of {target}", self._ids_absent, target, corpus_ids)
+        if not absent:
+            return 0
+        log.info("dropping %d documents of the interrupted rebuild that the corpus no longer holds", len(absent))
+        actions = {doc_id: {"_op_type": "delete", "_index": target, "_id": doc_id} for doc_id in absent}
+        failures = self._bulk(actions)
+        if failures:
+            # A delete refused as "not found" found the document gone already: no failure.
+            left = {doc["_id"] for doc in self._mget(target, [f.doc_id for f in failures], includes=["indexed.content_hash"]) if doc.get("found")}
+            failures = [failure for failure in failures if failure.doc_id in left]
+        if failures:
+            raise StoreError(
+                f"cannot drop {len(failures)} of the {len(absent)} documents of {target} that the corpus no longer holds "
+                f"({failures[0].doc_id}: {failures[0].reason}); the alias {self.alias!r} was left as it was: run the same "
+                "command again"
+            )
+        return len(absent)
+
+    def _ids_absent(self, index: str, corpus_ids: AbstractSet[str]) -> list[str]:
+        """The ids of `index`'s documents that are not in `corpus_ids`."""
+        from opensearchpy.helpers import ScanError, scan
+
+        hits = scan(self.client, index=index, query={"query": {"match_all": {}}, "_source": False}, size=5000, scroll="5m")
+        try:
+            return [hit["_id"] for hit in hits if hit["_id"] not in corpus_ids]
+        except ScanError as exc:
+            raise StoreError(f"OpenSearch listing the documents of {index} failed: {exc}") from None
 
     def publish(self) -> PublishResult | None:
         """Make what this run wrote visible: swap the alias to a new version atomically."""
