@@ -499,20 +499,34 @@ def test_a_rebuild_whose_version_is_deleted_meanwhile_leaves_the_alias_alone(
     assert os_store.alias_index() == "papers-v000001" and os_store.index_info() is not None
 
 
-def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(
-    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def interrupted_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The three papers published as papers-v000001, then a rebuild of d0-d11 (batches of
+    4) interrupted after it wrote d0-d7 into papers-v000002; its corpus."""
     index_papers(tmp_path, os_store, glove)
     corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
     monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
-
     with pytest.raises(KeyboardInterrupt):
         index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
+    return corpus
+
+
+def test_an_interrupted_rebuild_leaves_the_alias_alone_and_resumes(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resumed with the same corpus, the rebuild skips what it wrote and drops nothing; a
+    run into the version behind the alias afterwards never deletes."""
+    corpus = interrupted_rebuild(tmp_path, os_store, glove, monkeypatch)
     states = {v.name: (v.state, v.documents, v.aliased) for v in os_store.versions()}
     assert states == {"papers-v000001": ("ready", 3, True), "papers-v000002": ("building", 8, False)}
     resumed = index_corpus(corpus, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
-    assert (resumed.unchanged, resumed.indexed, resumed.total_documents) == (8, 4, 12)
+    assert (resumed.unchanged, resumed.indexed, resumed.dropped, resumed.total_documents) == (8, 4, 0, 12)
     assert [(v.name, v.aliased) for v in os_store.versions()] == [("papers-v000001", False), ("papers-v000002", True)]
+    # Into the version behind the alias: d0-d11 stay whatever the corpus holds.
+    store = OpenSearchStore(os_store.config)
+    in_place = index_corpus(write_jsonl(tmp_path / "few.jsonl", [dict(PAPERS[0], id="d0"), dict(PAPERS[0], id="new")]), store, glove, 5, show_progress=False)
+    assert (in_place.unchanged, in_place.indexed, in_place.dropped, in_place.total_documents) == (1, 1, 0, 13)
+    with pytest.raises(StoreError, match="only a rebuild drops documents"):
+        store.drop_absent(set())
 
 
 def test_a_resumed_rebuild_publishes_only_the_corpus_it_read(
@@ -522,11 +536,7 @@ def test_a_resumed_rebuild_publishes_only_the_corpus_it_read(
     reads d6-d11 and d2, which the cluster refuses now (a reserved field): d2 is still of
     the corpus, and its earlier version stays. d0, d1, d3-d5, removed from the corpus on
     purpose, were published too before; now they are deleted from the new version only."""
-    index_papers(tmp_path, os_store, glove)
-    corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
-    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
-    with pytest.raises(KeyboardInterrupt):
-        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
+    interrupted_rebuild(tmp_path, os_store, glove, monkeypatch)
     smaller = [dict(PAPERS[i % 3], id=f"d{i}") for i in range(6, 12)] + [dict(PAPERS[2], id="d2", hidden_topics="mine")]
     resumed = index_corpus(write_jsonl(tmp_path / "smaller.jsonl", smaller), OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
     expected = {"d2", *(f"d{i}" for i in range(6, 12))}
@@ -538,24 +548,6 @@ def test_a_resumed_rebuild_publishes_only_the_corpus_it_read(
     assert (resumed.unchanged, resumed.indexed, resumed.dropped, resumed.total_documents) == (2, 4, 5, 7)
 
 
-def test_a_resumed_rebuild_of_the_same_corpus_drops_nothing_and_in_place_runs_never_delete(
-    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    index_papers(tmp_path, os_store, glove)
-    corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
-    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
-    with pytest.raises(KeyboardInterrupt):
-        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
-    resumed = index_corpus(corpus, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
-    assert (resumed.unchanged, resumed.indexed, resumed.dropped, resumed.total_documents) == (8, 4, 0, 12)
-    # Into the version behind the alias: d0-d11 stay whatever the corpus holds.
-    store = OpenSearchStore(os_store.config)
-    in_place = index_corpus(write_jsonl(tmp_path / "few.jsonl", [dict(PAPERS[0], id="d0"), dict(PAPERS[0], id="new")]), store, glove, 5, show_progress=False)
-    assert (in_place.unchanged, in_place.indexed, in_place.dropped, in_place.total_documents) == (1, 1, 0, 13)
-    with pytest.raises(StoreError, match="only a rebuild drops documents"):
-        store.drop_absent(set())
-
-
 def test_a_resumed_rebuild_whose_deletes_are_refused_leaves_the_alias_alone(
     tmp_path: Path, os_store: OpenSearchStore, osmem_clone: Any, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -563,11 +555,7 @@ def test_a_resumed_rebuild_whose_deletes_are_refused_leaves_the_alias_alone(
     request deletes d0-d3, and the cluster refuses each delete every time. Published, the
     version would show readers documents removed from the corpus: the run ends with one
     line, the alias stays, and the same command run again completes it."""
-    index_papers(tmp_path, os_store, glove)
-    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
-    with pytest.raises(KeyboardInterrupt):
-        big = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
-        index_documents(read_corpus(big), OpenSearchStore(os_store.config), glove, 5, rebuild=True, progress=InterruptAfter(10))
+    interrupted_rebuild(tmp_path, os_store, glove, monkeypatch)
     smaller = write_jsonl(tmp_path / "smaller.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(4, 8)])
     proxy = ClusterProxy(osmem_clone.url, ["items429"] * 3)
     try:
