@@ -653,6 +653,20 @@ def test_a_cluster_that_answers_too_late_is_said_so_not_unreachable(osmem_clone:
         proxy.close()
 
 
+def test_a_request_with_no_time_left_says_so_not_unreachable(os_store: OpenSearchStore) -> None:
+    """A service request whose deadline and cluster budget were spent sends nothing more to
+    the cluster; its 503 said "cannot reach OpenSearch at ...", as if the cluster were down."""
+    from reranker.store import end_time_limit, start_time_limit
+
+    limit = start_time_limit(-1.0)
+    try:
+        with pytest.raises(StoreUnavailableError) as spent:
+            os_store.bm25("ships", 10)
+    finally:
+        end_time_limit(limit)
+    assert str(spent.value) == f"no time was left to ask OpenSearch at {os_store.config.display_hosts} within this request's budget (BM25 search)"
+
+
 def test_a_missing_alias_says_to_index_first(os_store: OpenSearchStore) -> None:
     with pytest.raises(IndexNotFoundError, match="has no index or alias 'papers': run `reranker index"):
         os_store.bm25("ships", 10)

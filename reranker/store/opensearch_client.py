@@ -14,6 +14,8 @@ from reranker.store import opaque_id, time_left
 
 # The headers of the last cluster response this thread received (see `response_headers`).
 _LAST_HEADERS = threading.local()
+# The reason of the timeout a request gets, unsent, once its service request has no time left.
+NO_TIME_LEFT = "no time left for the cluster within this request's budget"
 
 
 def _budgeted_transport() -> type:
@@ -34,7 +36,7 @@ def _budgeted_transport() -> type:
             left = time_left()
             if left is not None:
                 if left <= 0:
-                    raise ConnectionTimeout("TIMEOUT", "no time left for the cluster within this request's budget", None)
+                    raise ConnectionTimeout("TIMEOUT", NO_TIME_LEFT, None)
                 configured = timeout or self.kwargs.get("timeout")
                 timeout = left if configured is None else min(float(configured), left)
             return super().perform_request(method, url, params=params, body=body, timeout=timeout, ignore=ignore, headers=headers)
@@ -150,6 +152,9 @@ def error_reason(exc: Any) -> str:
 def unreachable(config: OpenSearchSettings, what: str, exc: Any) -> str:
     """The message for a request that failed to connect or got no answer in time (an
     opensearch-py ConnectionError or ConnectionTimeout)."""
+    if getattr(exc, "error", None) == NO_TIME_LEFT:
+        # Never sent: the service request it served had spent its deadline and budget.
+        return f"no time was left to ask OpenSearch at {config.display_hosts} within this request's budget ({what})"
     # urllib3's read timeout names the wait: "Read timed out. (read timeout=0.5)".
     waited = re.search(r"read timeout=([0-9.]+)", str(getattr(exc, "info", "")))
     if waited:
