@@ -667,6 +667,23 @@ def test_a_request_with_no_time_left_says_so_not_unreachable(os_store: OpenSearc
     assert str(spent.value) == f"no time was left to ask OpenSearch at {os_store.config.display_hosts} within this request's budget (BM25 search)"
 
 
+def test_an_interrupted_first_run_is_named_where_the_alias_is_missing(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first `reranker index` interrupted before its end leaves a version no alias points
+    at; a search said only "run `reranker index` first", as if nothing had been written."""
+    corpus = write_jsonl(tmp_path / "big.jsonl", [dict(PAPERS[i % 3], id=f"d{i}") for i in range(12)])
+    monkeypatch.setattr("reranker.indexing.BATCH_SIZE", 4)
+    with pytest.raises(KeyboardInterrupt):
+        index_documents(read_corpus(corpus), OpenSearchStore(os_store.config), glove, 5, progress=InterruptAfter(6))
+    with pytest.raises(IndexNotFoundError) as missing:
+        OpenSearchStore(os_store.config).bm25("ships", 10)
+    assert str(missing.value).endswith(
+        "has no index or alias 'papers': papers-v000001 was never published (an interrupted `reranker index`?): run the "
+        "same `reranker index` again to complete it (`reranker indices list` shows its state)"
+    ), missing.value
+
+
 def test_a_missing_alias_says_to_index_first(os_store: OpenSearchStore) -> None:
     with pytest.raises(IndexNotFoundError, match="has no index or alias 'papers': run `reranker index"):
         os_store.bm25("ships", 10)

@@ -281,11 +281,29 @@ class OpenSearchStore:
             if exc.error == "index_not_found_exception":
                 raise IndexNotFoundError(
                     f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
-                    "run `reranker index CORPUS.jsonl` first (or set RERANKER_INDEX)"
+                    f"{self._unpublished() or 'run `reranker index CORPUS.jsonl` first (or set RERANKER_INDEX)'}"
                 ) from None
             raise StoreError(f"OpenSearch {what} failed: HTTP 404 {error_reason(exc)}{_not_a_cluster(exc)}") from None
         except ose.TransportError as exc:
             raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {error_reason(exc)}{_not_a_cluster(exc)}") from None
+
+    def _unpublished(self) -> str | None:
+        """What to do about versions of the alias that no run published (a first `reranker
+        index` interrupted before its end leaves one, listed as building), or None. Asked
+        only on the way to an error, and any failure of its own leaves the error as it was."""
+        from opensearchpy import exceptions as ose
+
+        try:
+            found = self.client.indices.get(index=f"{self.alias}-v*", allow_no_indices=True, expand_wildcards="open")
+        except ose.TransportError:  # a hint, not the error being reported
+            return None
+        names = sorted(name for name in found if re.fullmatch(re.escape(self.alias) + r"-v\d+", name))
+        if not names:
+            return None
+        return (
+            f"{', '.join(names)} {'was' if len(names) == 1 else 'were'} never published (an interrupted `reranker index`?): "
+            "run the same `reranker index` again to complete it (`reranker indices list` shows its state)"
+        )
 
     def _target_lost(self) -> StoreError:
         """The error for a run whose index was deleted under it (`reranker indices delete`
