@@ -261,6 +261,9 @@ def test_an_experiment_whose_ranker_was_removed(client: FlaskClient, data_dir: P
     assert "'retired_ranker'" in reason and "no longer registered" in reason
     report = client.get("/experiments/old").get_json()["report"]
     assert report["removed_rankers"] == ["retired_ranker"] and report["verdict"] == "not_enough_data"
+    # The command line's report says so too (it said nothing of it).
+    code, printed = run(data_dir, "ab", "report", "old")
+    assert code == 0 and "  removed rankers: retired_ranker: not in this version, so the experiment cannot run again (this report stays)\n" in printed
     # Even if it is marked running behind the service's back, searches are not interleaved with it.
     store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
     store.save_experiment(Experiment("old", ("hidden_topics", "retired_ranker"), "team_draft", 1.0, "running", ex.utc_now()))

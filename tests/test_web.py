@@ -1142,3 +1142,24 @@ def test_an_experiment_s_small_traffic_share_is_shown_as_it_is(page: "Page", ser
     finally:
         _api(served, "PATCH", "/experiments/web-small", {"status": "stopped"}, key=ADMIN_KEY)
         _api(served, "DELETE", "/experiments/web-small?events=delete", key=ADMIN_KEY)
+
+
+def test_an_experiment_whose_ranker_was_removed_says_so_and_offers_no_resume(page: "Page", served: str, data_dir: Path) -> None:
+    """After an upgrade that dropped a ranker, its stopped experiment's card offered "Resume",
+    which could only be refused (409), and said nothing of the ranker."""
+    from playwright.sync_api import expect
+
+    from reranker import experiments as ex
+    from reranker.store.events import EmbeddedEventStore, Experiment
+
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    store.create_experiment(Experiment("web-old", ("hidden_topics", "retired_ranker"), "team_draft", 1.0, "stopped", ex.utc_now()))
+    store.close()
+    try:
+        page.goto("/ui#/experiments")
+        card = page.locator('[data-experiment="web-old"]')
+        expect(card.locator('dd[data-field="removed_rankers"]')).to_contain_text("retired_ranker: not in this version of the service")
+        expect(card.get_by_role("button", name="Update traffic")).to_be_visible()
+        expect(card.get_by_role("button", name="Resume experiment")).to_have_count(0)
+    finally:
+        _api(served, "DELETE", "/experiments/web-old?events=delete", key=ADMIN_KEY)

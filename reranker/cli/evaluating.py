@@ -530,6 +530,9 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             if o.fixed_horizon_p_value is not None:
                 # For a team that planned its size and looks once, there; the verdict above is the one to watch.
                 print(f"  fixed-horizon sign test (one look at a planned size only): {format_p_value(o.fixed_horizon_p_value)}", file=out)
+            gone = ex.removed_rankers(experiment)
+            if gone:
+                print(f"  removed rankers: {', '.join(gone)}: not in this version, so the experiment cannot run again (this report stays)", file=out)
     else:
         listed = store.experiments()
         if not listed:

@@ -737,12 +737,16 @@
       // The exact test is for a team that fixed the size in advance and reads it once, there.
       append(facts, field("fixed_horizon_p_value", "p-value (one look at a planned size)", pValue(report.fixed_horizon_p_value)));
       append(facts, field("verdict", "Verdict", report.message || report.verdict));
+      if ((report.removed_rankers || []).length) {
+        append(facts, field("removed_rankers", "Removed rankers",
+          `${report.removed_rankers.join(", ")}: not in this version of the service, so the experiment cannot run again (its report stays)`));
+      }
     } else {
       append(facts, field("report", "Report", `unavailable: ${describe(fetched.reason)}`));
     }
     card.append(facts);
     card.append(el("div", { class: "experiment-plot" }));
-    card.append(renderAdminForm(experiment));
+    card.append(renderAdminForm(experiment, report ? report.removed_rankers || [] : []));
     return card;
   }
 
@@ -812,7 +816,7 @@
     return figure;
   }
 
-  function renderAdminForm(experiment) {
+  function renderAdminForm(experiment, removed) {
     const key = experiment.id.replace(/[^A-Za-z0-9_-]/g, "_");
     const result = el("p", { class: "form-result", role: "status", "aria-live": "polite" });
     const traffic = el("input", { id: `traffic-${key}`, type: "number", min: "0.01", max: "1", step: "0.01", value: experiment.traffic });
@@ -826,12 +830,14 @@
         { class: "form-row" },
         traffic,
         el("button", { type: "submit", text: "Update traffic" }),
-        el("button", {
-          type: "button",
-          class: "secondary",
-          text: running ? "Stop experiment" : "Resume experiment",
-          onclick: () => changeExperiment(experiment.id, { status: running ? "stopped" : "running" }, result),
-        })
+        // A stopped experiment whose ranker is gone cannot run again: no button that can only be refused.
+        (running || !removed.length) &&
+          el("button", {
+            type: "button",
+            class: "secondary",
+            text: running ? "Stop experiment" : "Resume experiment",
+            onclick: () => changeExperiment(experiment.id, { status: running ? "stopped" : "running" }, result),
+          })
       ),
       result
     );
