@@ -157,6 +157,11 @@ class ClusterProxy:
                         self._reply(answer.status, answer.read(), raw=True)
                 except urllib.error.HTTPError as error:
                     self._reply(error.code, error.read(), raw=True)
+                except OSError:
+                    # The cluster is gone (its test ended, or the test stopped it): the client's
+                    # connection closes unanswered, as before, without socketserver's traceback
+                    # in the suite's output.
+                    self.close_connection = True
 
             def _reply(self, status: int, payload: Any, raw: bool = False, content_type: str = "application/json") -> None:
                 data = payload if raw else json.dumps(payload).encode()
