@@ -1163,3 +1163,21 @@ def test_an_experiment_whose_ranker_was_removed_says_so_and_offers_no_resume(pag
         expect(card.get_by_role("button", name="Resume experiment")).to_have_count(0)
     finally:
         _api(served, "DELETE", "/experiments/web-old?events=delete", key=ADMIN_KEY)
+
+
+def test_a_start_the_browser_refuses_clears_the_last_start_s_result(page: "Page", served: str) -> None:
+    """A start the browser's own checks stop (2.5 units: the field's step is 1) is never sent;
+    the result line kept the last start's words, which then read as this one's."""
+    from playwright.sync_api import expect
+
+    page.goto("/ui#/experiments")
+    expect(page.get_by_label("First ranker")).to_have_value(DEFAULT_RANKER)
+    page.get_by_label('Name (a-z, 0-9, "_" and "-")').fill("web-invalid")
+    start = page.get_by_role("button", name="Start experiment")
+    start.click()
+    result = page.locator("#create-result")
+    expect(result).to_have_text("Enter the admin API key first.")
+    page.get_by_label("Units to decide").fill("2.5")
+    start.click()
+    expect(result).to_have_text("")
+    assert page.locator("#create-min-units").evaluate("input => input.validity.stepMismatch")

@@ -1112,6 +1112,9 @@
     });
     byId("experiments-refresh").addEventListener("click", () => loadExperiments());
     byId("create-form").addEventListener("submit", createExperiment);
+    // The browser's own checks (a field's min, step or type) stop a start before it is sent, and
+    // say why beside the field: the last start's result would read as this one's.
+    byId("create-form").addEventListener("invalid", () => { byId("create-result").textContent = ""; }, true);
     byId("report-file").addEventListener("change", openReport);
     byId("report-baseline").addEventListener("change", () => {
       fillReportRankers();
