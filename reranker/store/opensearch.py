@@ -297,7 +297,7 @@ class OpenSearchStore:
             found = self.client.indices.get(index=f"{self.alias}-v*", allow_no_indices=True, expand_wildcards="open")
         except ose.TransportError:  # a hint, not the error being reported
             return None
-        names = sorted(name for name in found if re.fullmatch(re.escape(self.alias) + r"-v\d+", name))
+        names = sorted(name for name in found if self._is_version(name))
         if not names:
             return None
         return (
@@ -367,14 +367,18 @@ class OpenSearchStore:
             )
         return names[0]
 
+    def _is_version(self, name: str) -> bool:
+        """Is `name` one of this alias's versions (ALIAS-v000001, ...)? `ALIAS-v*` also
+        matches the versions of an alias named like them (`papers-v2-v000001`)."""
+        return re.fullmatch(re.escape(self.alias) + r"-v\d+", name) is not None
+
     def versions(self) -> list[IndexVersion]:
         """The versioned indices of this alias, oldest first."""
         aliased = self.alias_index()
-        pattern = re.compile(re.escape(self.alias) + r"-v\d+$")
         found = self._call("listing indices", self.client.indices.get, index=f"{self.alias}-v*", not_found={})
         versions = []
         for name in sorted(found):
-            if not pattern.match(name):
+            if not self._is_version(name):
                 continue
             meta = found[name].get("mappings", {}).get("_meta", {}).get("reranker", {})
             count = self._call("counting documents", self.client.count, index=name)["count"]
