@@ -30,7 +30,7 @@ from reranker.config import DEFAULT_RANKER, Settings
 from reranker.interleaving import DEFAULT_TRAFFIC, TEAM_A, sign_test
 from reranker.sequential import DEFAULT_MIN_UNITS, mixing_parameter
 from reranker.service import create_app
-from reranker.store.events import EmbeddedEventStore, Experiment
+from reranker.store.events import EmbeddedEventStore, EventCounts, Experiment
 
 ADMIN = "test-admin-key"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -1256,6 +1256,62 @@ def test_deleting_an_experiment_with_its_events_frees_the_store_quota(data_dir: 
         assert reason.startswith("the event store holds 3 events, the most it may (RERANKER_MAX_EVENTS)")
     finally:
         app.extensions["reranker"].close()
+
+
+def test_the_quota_on_all_events_reads_an_exact_count_once_and_never_counts_the_store(tmp_path: Path) -> None:
+    """Once the store's count of all events was near RERANKER_MAX_EVENTS (its largest rowid,
+    which events deleted with their experiment leave behind), every event sent counted the
+    whole table with COUNT(*), and counted its query's and client's events twice. The count
+    is kept exact as events come and go, and each event reads it once."""
+    import sqlite3
+
+    from reranker.config import ServiceSettings
+    from reranker.errors import QuotaExceededError
+    from reranker.service.experiments import check_event_quota
+    from reranker.store.events import Event
+
+    def event(number: int, experiment_id: str) -> Event:
+        return Event(f"e{number}", f"q{number}", experiment_id, None, "click", "a", 1, "2026-11-21T10:00:00Z", source="s")
+
+    path = tmp_path / "experiments.sqlite3"
+    store = EmbeddedEventStore(path)
+    try:
+        for number in range(5):
+            store.record_event(event(number, "newer" if number == 4 else "old"))
+        store.delete_experiment("old", events=True)  # the 4 events of the lowest rowids
+        assert store.count_events("q4", "newer", "s").total == 1
+        for number in range(5, 8):
+            store.record_event(event(number, "newer"))
+        assert store.count_events("q4", "newer", "s") == EventCounts(query=1, client=4, total=4)
+        statements: list[str] = []
+        # The store's connection for this thread, traced: what one quota check asks SQLite.
+        store._db.set_trace_callback(statements.append)
+        with pytest.raises(QuotaExceededError, match="the event store holds 4 events"):
+            check_event_quota(store, event(9, "newer"), ServiceSettings(max_events=4))
+        check_event_quota(store, event(9, "newer"), ServiceSettings(max_events=5))
+        counts = [statement for statement in statements if "COUNT(" in statement]
+        assert len(counts) == 4 and all("WHERE" in statement for statement in counts), statements
+        store._db.set_trace_callback(None)
+    finally:
+        store.close()
+    # A store whose count was kept by an older version: counted once when opened, then kept.
+    old = sqlite3.connect(path)
+    old.executescript("DROP TRIGGER event_counted; DROP TRIGGER event_uncounted; DROP TABLE event_count;")
+    old.execute("INSERT INTO events (event_id, query_id, experiment_id, action_name, body) VALUES ('x', 'q', 'newer', 'click', '{}')")
+    old.commit()
+    old.close()
+    store = EmbeddedEventStore(path)
+    try:
+        assert store.count_events("q", "newer", None).total == 5
+        store.record_event(event(10, "newer"))
+        assert store.count_events("q", "newer", None).total == 6
+    finally:
+        store.close()
+    store = EmbeddedEventStore(path)
+    try:
+        assert store.count_events("q", "newer", None).total == 6  # opened again: not counted again
+    finally:
+        store.close()
 
 
 def test_events_have_a_quota_per_experiment_and_client(data_dir: Path) -> None:

@@ -116,8 +116,6 @@ def check_event_quota(store: EventStore, event: Event, limits: ServiceSettings) 
     RERANKER_MAX_EVENTS in all: events need no key (a page sends them), so these bound what
     anyone can make the service write, and what one client can take of the whole."""
     counts = store.count_events(event.query_id, event.experiment_id, event.source)
-    if counts.total >= limits.max_events:  # maybe a bound that counts events deleted since: count them
-        counts = store.count_events(event.query_id, event.experiment_id, event.source, exact=True)
     refusal = None
     if counts.query >= limits.events_per_query:
         refusal = f"query {event.query_id!r} has {counts.query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
