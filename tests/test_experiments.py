@@ -272,6 +272,36 @@ def test_an_experiment_whose_ranker_was_removed(client: FlaskClient, data_dir: P
     assert "query_id" not in body and body["ranker"] == DEFAULT_RANKER
 
 
+def test_starting_an_experiment_again_reads_it_once_and_checks_its_rankers_after_a_removed_one(tmp_path: Path) -> None:
+    """`reranker ab set --status running` and PATCH read the experiment for the check that
+    its rankers can run, then update() read it again: one lookup now, the check inside."""
+    from reranker.errors import ConflictError
+
+    class LookupsCounted(EmbeddedEventStore):
+        lookups = 0
+
+        def experiment(self, experiment_id: str) -> Experiment | None:
+            self.lookups += 1
+            return super().experiment(experiment_id)
+
+    store = LookupsCounted(tmp_path / "experiments.sqlite3")
+    try:
+        store.create_experiment(Experiment("again", ("hidden_topics", "bm25"), "team_draft", 0.5, "stopped", ex.utc_now()))
+        store.create_experiment(Experiment("gone", ("hidden_topics", "retired_ranker"), "team_draft", 0.5, "stopped", ex.utc_now()))
+        checked: list[tuple[str, ...]] = []
+        assert ex.update(store, "again", traffic=0.2, check_rankers=lambda rankers: checked.append(tuple(rankers))).traffic == 0.2
+        assert checked == [] and store.lookups == 1  # no start, no check
+        assert ex.update(store, "again", status="running", check_rankers=lambda rankers: checked.append(tuple(rankers))).status == "running"
+        assert checked == [("hidden_topics", "bm25")] and store.lookups == 2
+        ex.update(store, "again", status="stopped")
+        # A removed ranker: its own refusal, before any check that would only say it is unknown.
+        with pytest.raises(ConflictError, match="'retired_ranker', which is no longer registered"):
+            ex.update(store, "gone", status="running", check_rankers=lambda rankers: checked.append(tuple(rankers)))
+        assert checked == [("hidden_topics", "bm25")]
+    finally:
+        store.close()
+
+
 # --- interleaved searches --------------------------------------------------------------------
 
 
