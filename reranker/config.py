@@ -263,6 +263,21 @@ PROXY_GUARDS = (
 )
 
 
+# The HTTP service's settings that only `serve` (and `reranker config`, which shows every
+# setting) reads: a mistake in one of them must not stop `reranker search` or `index`,
+# which never use it. The service's other three (RERANKER_MAX_WINDOW,
+# RERANKER_TOPIC_CACHE_MB, RERANKER_DEFAULT_RANKER) bound or choose what a command's
+# search does too, so every command reads them.
+SERVICE_ONLY = frozenset({
+    "RERANKER_BIND", "RERANKER_WORKERS", "RERANKER_THREADS", "RERANKER_TIMEOUT", "RERANKER_DEADLINE_MS",
+    "RERANKER_READ_TIMEOUT", "RERANKER_CLUSTER_BUDGET_MS", "RERANKER_MAX_BODY_BYTES", "RERANKER_MAX_DOCUMENTS",
+    "RERANKER_MAX_TEXT_CHARS", "RERANKER_MAX_SEARCHES", "RERANKER_MAX_PENDING", "RERANKER_EVENTS_PER_QUERY",
+    "RERANKER_EVENTS_PER_CLIENT", "RERANKER_TRUSTED_PROXIES", "RERANKER_MAX_EVENTS", "RERANKER_PROXY_ALLOW",
+    "RERANKER_MAX_TOTAL_WINDOW", "RERANKER_PRELOAD_WMD", "RERANKER_API_KEYS", "RERANKER_API_KEYS_FILE",
+    "RERANKER_ADMIN_API_KEY", "RERANKER_PROXY_INDICES",
+})
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """The HTTP service: server, limits and credentials. Keys never appear in repr()."""
@@ -401,12 +416,18 @@ class Settings:
     service: ServiceSettings = field(default_factory=ServiceSettings)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
-        """Settings from `env` (default: os.environ) over the config file, if any."""
+    def from_env(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None, serving: bool = True) -> "Settings":
+        """Settings from `env` (default: os.environ) over the config file, if any.
+
+        serving=False (the commands other than `serve` and `config`): the settings only the
+        HTTP service uses (SERVICE_ONLY) are not read, and `service` holds their defaults,
+        so a mistake in one of them fails the commands that use it and no other.
+        """
         env = dict(os.environ if env is None else env)
         path = config_file_path(config_file, env)
         if path is not None:
             env = {**read_config_file(path), **{k: v for k, v in env.items() if v != ""}}
+        service_env = env if serving else {name: value for name, value in env.items() if name not in SERVICE_ONLY}
         stopwords = env.get("RERANKER_STOPWORDS")
         opensearch_url = env.get("OPENSEARCH_URL") or None
         settings = cls(
@@ -437,7 +458,7 @@ class Settings:
                 bulk_bytes=_int(env, "RERANKER_BULK_BYTES", 5_000_000, minimum=10_000),
                 passages=_bool(env, "RERANKER_PASSAGES", False),
             ),
-            service=ServiceSettings.from_env(env),
+            service=ServiceSettings.from_env(service_env),
         )
         settings.validate()
         return settings

@@ -29,7 +29,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from reranker.config import Settings
 from reranker.errors import ConflictError, InputError, NotFoundError, StoreError
@@ -209,8 +209,20 @@ def find(store: EventStore, experiment_id: str) -> Experiment:
     return experiment
 
 
-def update(store: EventStore, experiment_id: str, *, traffic: float | None = None, status: str | None = None) -> Experiment:
-    """Change the traffic share and/or status. Starting again checks like creating."""
+def update(
+    store: EventStore,
+    experiment_id: str,
+    *,
+    traffic: float | None = None,
+    status: str | None = None,
+    check_rankers: Callable[[Sequence[str]], None] | None = None,
+) -> Experiment:
+    """Change the traffic share and/or status. Starting again checks like creating.
+
+    check_rankers: called with the experiment's rankers when `status` is "running", after
+    the check that none was removed (whose refusal says more), to refuse one that cannot
+    run on the index (the caller's engine knows: RankerUnavailableError).
+    """
     experiment = find(store, experiment_id)
     changed = _checked(replace(
         experiment,
@@ -219,6 +231,8 @@ def update(store: EventStore, experiment_id: str, *, traffic: float | None = Non
     ))
     if changed.status == "running":
         _startable(changed)
+    if status == "running" and check_rankers is not None:
+        check_rankers(changed.rankers)
     store.save_experiment(changed)
     return changed
 

@@ -789,6 +789,23 @@ def test_config_prints_each_setting_in_force_readably(data_dir: Path, monkeypatc
     assert out.startswith("store: OpenSearch at https://***@search.example:9200")
 
 
+def test_a_bad_service_setting_stops_serve_and_config_only(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RERANKER_BIND", "nonsense")
+    monkeypatch.setenv("RERANKER_WORKERS", "0")
+    code, out = run(data_dir, "index", str(write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)), "--no-progress")
+    assert code == 0 and "indexed" in out
+    code, out = run(data_dir, "search", "sailing ships at sea", "--size", "1")
+    assert code == 0 and "ships" in out
+    capsys.readouterr()
+    for command in ("serve", "config"):
+        assert run(data_dir, command)[0] == 2
+        assert capsys.readouterr().err == "reranker: error: RERANKER_WORKERS must be >= 1, got 0\n"
+    monkeypatch.delenv("RERANKER_WORKERS")
+    for command in ("serve", "config"):
+        assert run(data_dir, command)[0] == 2
+        assert capsys.readouterr().err == "reranker: error: the service address (RERANKER_BIND, --bind) must be HOST:PORT, got 'nonsense'\n"
+
+
 def test_config_names_the_config_file_it_read(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # RERANKER_CONFIG with a ~: the line names the file Settings read (its home expanded).
     monkeypatch.setenv("HOME", str(tmp_path))

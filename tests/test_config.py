@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from reranker.config import ENVIRONMENT, ServiceSettings, Settings, parse_search_fields, redact_url
+from reranker.config import ENVIRONMENT, SERVICE_ONLY, ServiceSettings, Settings, parse_search_fields, redact_url
 from reranker.errors import ConfigError
 
 
@@ -63,6 +64,62 @@ def test_the_environment_overrides_the_config_file(tmp_path: Path) -> None:
 def test_bad_settings_say_which_and_why(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         Settings.from_env({"HOME": "/h", **env})
+
+
+# A bad value of each of the service's own settings that can have one.
+BAD_SERVICE_SETTINGS = {
+    "RERANKER_BIND": ("nonsense", "must be HOST:PORT"),
+    "RERANKER_WORKERS": ("0", "RERANKER_WORKERS must be >= 1"),
+    "RERANKER_THREADS": ("many", "RERANKER_THREADS must be an integer"),
+    "RERANKER_TIMEOUT": ("0", "RERANKER_TIMEOUT must be >= 1"),
+    "RERANKER_DEADLINE_MS": ("0", "RERANKER_DEADLINE_MS must be >= 1"),
+    "RERANKER_READ_TIMEOUT": ("0", "RERANKER_READ_TIMEOUT must be >= 1"),
+    "RERANKER_CLUSTER_BUDGET_MS": ("-1", "RERANKER_CLUSTER_BUDGET_MS must be >= 0"),
+    "RERANKER_MAX_BODY_BYTES": ("10", "RERANKER_MAX_BODY_BYTES must be >= 1024"),
+    "RERANKER_MAX_DOCUMENTS": ("0", "RERANKER_MAX_DOCUMENTS must be >= 1"),
+    "RERANKER_MAX_TEXT_CHARS": ("0", "RERANKER_MAX_TEXT_CHARS must be >= 1"),
+    "RERANKER_MAX_SEARCHES": ("0", "RERANKER_MAX_SEARCHES must be >= 1"),
+    "RERANKER_MAX_PENDING": ("0", "RERANKER_MAX_PENDING must be >= 1"),
+    "RERANKER_EVENTS_PER_QUERY": ("0", "RERANKER_EVENTS_PER_QUERY must be >= 1"),
+    "RERANKER_EVENTS_PER_CLIENT": ("0", "RERANKER_EVENTS_PER_CLIENT must be >= 1"),
+    "RERANKER_TRUSTED_PROXIES": ("proxy.example", "RERANKER_TRUSTED_PROXIES: 'proxy.example' is not an IP address"),
+    "RERANKER_MAX_EVENTS": ("0", "RERANKER_MAX_EVENTS must be >= 1"),
+    "RERANKER_PROXY_ALLOW": ("script-score", "RERANKER_PROXY_ALLOW names 'script-score'"),
+    "RERANKER_MAX_TOTAL_WINDOW": ("0", "RERANKER_MAX_TOTAL_WINDOW must be >= 1"),
+    "RERANKER_PRELOAD_WMD": ("maybe", "RERANKER_PRELOAD_WMD must be true or false"),
+    "RERANKER_API_KEYS_FILE": ("/nonexistent/keys", "cannot read RERANKER_API_KEYS_FILE /nonexistent/keys"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SERVICE_SETTINGS))
+def test_a_bad_service_setting_fails_only_where_the_service_is_configured(name: str, tmp_path: Path) -> None:
+    """RERANKER_BIND=nonsense stopped `reranker search` and `reranker index`, which never
+    bind: the commands other than serve and config read settings without the service's own."""
+    value, message = BAD_SERVICE_SETTINGS[name]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Settings.from_env({"HOME": "/h", name: value})
+    assert Settings.from_env({"HOME": "/h", name: value}, serving=False).service == ServiceSettings()
+    # From the config file as from the environment.
+    config = tmp_path / "reranker.toml"
+    config.write_text(f'{name} = "{value}"\n')
+    assert Settings.from_env({"HOME": "/h"}, config_file=config, serving=False).service == ServiceSettings()
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Settings.from_env({"HOME": "/h"}, config_file=config)
+
+
+def test_the_service_settings_every_command_reads_are_still_checked_everywhere() -> None:
+    # What a search is bounded by and ranks with, from the command line too.
+    assert set(BAD_SERVICE_SETTINGS) <= SERVICE_ONLY
+    assert SERVICE_ONLY <= set(ENVIRONMENT)
+    for env, message in [
+        ({"RERANKER_MAX_WINDOW": "0"}, "RERANKER_MAX_WINDOW must be >= 1"),
+        ({"RERANKER_MAX_WINDOW": "50"}, "window must be <= 50"),
+        ({"RERANKER_TOPIC_CACHE_MB": "lots"}, "RERANKER_TOPIC_CACHE_MB must be an integer"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            Settings.from_env({"HOME": "/h", **env}, serving=False)
+    shared = Settings.from_env({"HOME": "/h", "RERANKER_DEFAULT_RANKER": "bm25", "RERANKER_MAX_WINDOW": "500"}, serving=False)
+    assert (shared.service.default_ranker, shared.service.max_window) == ("bm25", 500)
 
 
 def test_a_bad_config_file_is_named(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from reranker.config import DEFAULT_RANKER, Settings
 from reranker.interleaving import DEFAULT_TRAFFIC, TEAM_A, sign_test
 from reranker.sequential import DEFAULT_MIN_UNITS, mixing_parameter
 from reranker.service import create_app
-from reranker.store.events import EmbeddedEventStore, Experiment
+from reranker.store.events import EmbeddedEventStore, EventCounts, Experiment
 
 ADMIN = "test-admin-key"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -270,6 +270,36 @@ def test_an_experiment_whose_ranker_was_removed(client: FlaskClient, data_dir: P
     store.close()
     body = client.post("/search", json={"query": QUERIES[0], "client_id": "c1"}).get_json()
     assert "query_id" not in body and body["ranker"] == DEFAULT_RANKER
+
+
+def test_starting_an_experiment_again_reads_it_once_and_checks_its_rankers_after_a_removed_one(tmp_path: Path) -> None:
+    """`reranker ab set --status running` and PATCH read the experiment for the check that
+    its rankers can run, then update() read it again: one lookup now, the check inside."""
+    from reranker.errors import ConflictError
+
+    class LookupsCounted(EmbeddedEventStore):
+        lookups = 0
+
+        def experiment(self, experiment_id: str) -> Experiment | None:
+            self.lookups += 1
+            return super().experiment(experiment_id)
+
+    store = LookupsCounted(tmp_path / "experiments.sqlite3")
+    try:
+        store.create_experiment(Experiment("again", ("hidden_topics", "bm25"), "team_draft", 0.5, "stopped", ex.utc_now()))
+        store.create_experiment(Experiment("gone", ("hidden_topics", "retired_ranker"), "team_draft", 0.5, "stopped", ex.utc_now()))
+        checked: list[tuple[str, ...]] = []
+        assert ex.update(store, "again", traffic=0.2, check_rankers=lambda rankers: checked.append(tuple(rankers))).traffic == 0.2
+        assert checked == [] and store.lookups == 1  # no start, no check
+        assert ex.update(store, "again", status="running", check_rankers=lambda rankers: checked.append(tuple(rankers))).status == "running"
+        assert checked == [("hidden_topics", "bm25")] and store.lookups == 2
+        ex.update(store, "again", status="stopped")
+        # A removed ranker: its own refusal, before any check that would only say it is unknown.
+        with pytest.raises(ConflictError, match="'retired_ranker', which is no longer registered"):
+            ex.update(store, "gone", status="running", check_rankers=lambda rankers: checked.append(tuple(rankers)))
+        assert checked == [("hidden_topics", "bm25")]
+    finally:
+        store.close()
 
 
 # --- interleaved searches --------------------------------------------------------------------
@@ -1256,6 +1286,62 @@ def test_deleting_an_experiment_with_its_events_frees_the_store_quota(data_dir: 
         assert reason.startswith("the event store holds 3 events, the most it may (RERANKER_MAX_EVENTS)")
     finally:
         app.extensions["reranker"].close()
+
+
+def test_the_quota_on_all_events_reads_an_exact_count_once_and_never_counts_the_store(tmp_path: Path) -> None:
+    """Once the store's count of all events was near RERANKER_MAX_EVENTS (its largest rowid,
+    which events deleted with their experiment leave behind), every event sent counted the
+    whole table with COUNT(*), and counted its query's and client's events twice. The count
+    is kept exact as events come and go, and each event reads it once."""
+    import sqlite3
+
+    from reranker.config import ServiceSettings
+    from reranker.errors import QuotaExceededError
+    from reranker.service.experiments import check_event_quota
+    from reranker.store.events import Event
+
+    def event(number: int, experiment_id: str) -> Event:
+        return Event(f"e{number}", f"q{number}", experiment_id, None, "click", "a", 1, "2026-11-21T10:00:00Z", source="s")
+
+    path = tmp_path / "experiments.sqlite3"
+    store = EmbeddedEventStore(path)
+    try:
+        for number in range(5):
+            store.record_event(event(number, "newer" if number == 4 else "old"))
+        store.delete_experiment("old", events=True)  # the 4 events of the lowest rowids
+        assert store.count_events("q4", "newer", "s").total == 1
+        for number in range(5, 8):
+            store.record_event(event(number, "newer"))
+        assert store.count_events("q4", "newer", "s") == EventCounts(query=1, client=4, total=4)
+        statements: list[str] = []
+        # The store's connection for this thread, traced: what one quota check asks SQLite.
+        store._db.set_trace_callback(statements.append)
+        with pytest.raises(QuotaExceededError, match="the event store holds 4 events"):
+            check_event_quota(store, event(9, "newer"), ServiceSettings(max_events=4))
+        check_event_quota(store, event(9, "newer"), ServiceSettings(max_events=5))
+        counts = [statement for statement in statements if "COUNT(" in statement]
+        assert len(counts) == 4 and all("WHERE" in statement for statement in counts), statements
+        store._db.set_trace_callback(None)
+    finally:
+        store.close()
+    # A store whose count was kept by an older version: counted once when opened, then kept.
+    old = sqlite3.connect(path)
+    old.executescript("DROP TRIGGER event_counted; DROP TRIGGER event_uncounted; DROP TABLE event_count;")
+    old.execute("INSERT INTO events (event_id, query_id, experiment_id, action_name, body) VALUES ('x', 'q', 'newer', 'click', '{}')")
+    old.commit()
+    old.close()
+    store = EmbeddedEventStore(path)
+    try:
+        assert store.count_events("q", "newer", None).total == 5
+        store.record_event(event(10, "newer"))
+        assert store.count_events("q", "newer", None).total == 6
+    finally:
+        store.close()
+    store = EmbeddedEventStore(path)
+    try:
+        assert store.count_events("q", "newer", None).total == 6  # opened again: not counted again
+    finally:
+        store.close()
 
 
 def test_events_have_a_quota_per_experiment_and_client(data_dir: Path) -> None:

@@ -913,6 +913,54 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
         _api(served, "PATCH", "/experiments/web-plot", {"status": "stopped"}, key=ADMIN_KEY)
 
 
+def test_an_admin_deletes_a_stopped_experiment_with_its_events_after_confirming(page: "Page", served: str, data_dir: Path) -> None:
+    """Delete on a stopped experiment's card asks first, saying its events go with it;
+    cancelled, nothing changes; confirmed, the card is gone and so are its queries and events."""
+    from playwright.sync_api import expect
+
+    from reranker.store.events import EmbeddedEventStore
+
+    status, _ = _api(served, "POST", "/experiments", {"id": "web-delete", "rankers": ["hidden_topics", "bm25"], "traffic": 1.0}, key=ADMIN_KEY)
+    assert status == 201
+    try:
+        _clicked_searches(served, searches=4, seed=3)
+        page.goto("/ui#/experiments")
+        card = page.locator('[data-experiment="web-delete"]')
+        expect(card.locator(".badge")).to_have_text("running")
+        # Running, it cannot be deleted (a 409): no button that can only be refused.
+        expect(card.get_by_role("button", name="Delete experiment")).to_have_count(0)
+    finally:
+        _api(served, "PATCH", "/experiments/web-delete", {"status": "stopped"}, key=ADMIN_KEY)
+    page.get_by_role("button", name="Refresh").click()
+    expect(card.locator(".badge")).to_have_text("stopped")
+    delete = card.get_by_role("button", name="Delete experiment")
+    delete.click()
+    expect(card.locator(".form-result")).to_have_text("Enter the admin API key first.")  # asked before anything else
+    page.get_by_label("Admin API key (kept in this tab only)").fill(ADMIN_KEY)
+
+    questions: list[str] = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    delete.click()
+    expect(card.locator(".form-result")).to_have_text("Not deleted.")
+    assert questions == ["Delete experiment “web-delete”? Its shown queries and click events are deleted with it, and its report cannot be made again."]
+    assert _api(served, "GET", "/experiments/web-delete")[0] == 200
+
+    # A wrong key gets the route's refusal, after the question as with the right one.
+    page.on("dialog", lambda dialog: dialog.accept())
+    _refused_then_done(page, card, delete)
+    expect(card).to_have_count(0)
+    status_line = page.locator("#status")
+    expect(status_line).to_have_text(re.compile(r"Deleted “web-delete” with its 4 shown queries and \d+ events?\."))
+    expect(page.locator("#experiments-title")).to_be_focused()
+    assert _api(served, "GET", "/experiments/web-delete")[0] == 404
+    store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
+    try:
+        held = store.recorded("web-delete")
+    finally:
+        store.close()
+    assert (held.queries, held.events) == (0, 0)
+
+
 def _fits(page: "Page", view: str) -> None:
     """Nothing is wider than the screen: no sideways scrolling, and every control visible
     on the page lies within its width."""

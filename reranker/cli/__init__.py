@@ -108,8 +108,13 @@ _AFTER_AN_INTERRUPTION = {
 }
 
 
+# The commands that read the service's own settings (config.SERVICE_ONLY): any other
+# runs whatever they say.
+_SERVING_COMMANDS = frozenset({"serve", "config"})
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env(config_file=args.config)
+    settings = Settings.from_env(config_file=args.config, serving=args.command in _SERVING_COMMANDS)
     overrides: dict[str, Any] = {}
     for option, name in [
         ("data_dir", "data_dir"),

@@ -504,11 +504,9 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
     elif args.action == "set":
         if args.traffic is None and args.status is None:
             raise ConfigError("nothing to change: give --traffic and/or --status")
-        if args.status == "running":
-            stored = ex.find(store, args.id)
-            if not ex.removed_rankers(stored):  # a removed ranker gets update()'s clearer refusal
-                _runnable(settings, stored.rankers)
-        experiment = ex.update(store, args.id, traffic=args.traffic, status=args.status)
+        experiment = ex.update(
+            store, args.id, traffic=args.traffic, status=args.status, check_rankers=lambda rankers: _runnable(settings, rankers)
+        )
         print(f"experiment {experiment.id} {experiment.status}, {_share(experiment.traffic)} of searches (running services see it within {ex.RUNNING_TTL_SECONDS:g} s)", file=out)
     elif args.action == "delete":
         print(ex.delete(store, args.id, events=args.delete_events).message(), file=out)

@@ -2,13 +2,15 @@
 who the client is (its network address, for quotas).
 
 Every route reads its body through `json_object()` (the proxy's _msearch through
-`body_bytes()` and `parse_json()`), so "too large", "malformed JSON", "not UTF-8" and
-"a number beyond a double" read the same everywhere and are never a 500. What the JSON
+`body_bytes()`, `require_json_type()` and `parse_json()`), so "too large", "malformed JSON",
+"not UTF-8", "a charset other than UTF-8" and "a number beyond a double" read the same
+everywhere and are never a 500. What the JSON
 must hold is the business of the typed models in `schema.py`.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import hmac
 import ipaddress
@@ -174,11 +176,35 @@ def require_json_type(*accepted: str) -> None:
     first (no CORS preflight): parsing those as JSON would let any page post to the service."""
     mimetype = request.mimetype
     if mimetype == "application/json" or mimetype.endswith("+json") or mimetype in accepted:
+        _require_utf8_charset()
         return
     shown = mimetype or "none"
     raise ApiError(
         415, "media_type_header_exception",
         f"the body must be sent as Content-Type: application/json{''.join(f' or {a}' for a in accepted)}, got {shown}",
+    )
+
+
+def _require_utf8_charset() -> None:
+    """ApiError 415 when the Content-Type names a charset other than UTF-8 (or ASCII, a part
+    of it). JSON is UTF-8 (RFC 8259, which defines no charset for application/json), and
+    every body is read so, as OpenSearch reads it; decoding by the declared charset instead
+    would turn the UTF-8 bytes of a client that labels them ISO-8859-1, and that OpenSearch
+    therefore reads right, into other characters without a word. Refused, the client learns
+    why, and the proxy forwards only what the cluster reads the same."""
+    declared = request.mimetype_params.get("charset")
+    if declared is None:
+        return
+    try:
+        name = codecs.lookup(declared).name
+    except LookupError:
+        name = None
+    if name in ("utf-8", "ascii"):
+        return
+    raise ApiError(
+        415, "media_type_header_exception",
+        f"the body is declared as charset={declared}, which the service does not read: JSON is read as UTF-8 (RFC 8259), "
+        "as OpenSearch reads it; send the body in UTF-8, with charset=utf-8 or no charset",
     )
 
 

@@ -18,7 +18,7 @@ how a winner is named) live in `reranker.experiments`, shared with `reranker ab`
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 from flask import Blueprint, jsonify, request
 from flask.blueprints import BlueprintSetupState
@@ -74,7 +74,7 @@ def _require_admin() -> None:
     )
 
 
-def _runnable(rankers: tuple[str, str]) -> None:
+def _runnable(rankers: Sequence[str]) -> None:
     """409 ranker_unavailable_exception when a ranker cannot run on this index (doc2vec
     without a trained model): an experiment with it would silently collect nothing."""
     engine = runtime().engine()
@@ -116,8 +116,6 @@ def check_event_quota(store: EventStore, event: Event, limits: ServiceSettings) 
     RERANKER_MAX_EVENTS in all: events need no key (a page sends them), so these bound what
     anyone can make the service write, and what one client can take of the whole."""
     counts = store.count_events(event.query_id, event.experiment_id, event.source)
-    if counts.total >= limits.max_events:  # maybe a bound that counts events deleted since: count them
-        counts = store.count_events(event.query_id, event.experiment_id, event.source, exact=True)
     refusal = None
     if counts.query >= limits.events_per_query:
         refusal = f"query {event.query_id!r} has {counts.query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
@@ -207,12 +205,8 @@ def timeline(experiment_id: str) -> Any:
 def change(experiment_id: str) -> Any:
     rt = runtime()
     asked = read(ExperimentChange, json_object())
-    if asked.status == "running":
-        found = ex.find(rt.experiments.store(), experiment_id)
-        if not ex.removed_rankers(found):  # a removed ranker gets update()'s clearer 409
-            _runnable(found.rankers)
     try:
-        experiment = ex.update(rt.experiments.store(), experiment_id, traffic=asked.traffic, status=asked.status)
+        experiment = ex.update(rt.experiments.store(), experiment_id, traffic=asked.traffic, status=asked.status, check_rankers=_runnable)
     finally:
         rt.experiments.changed()
     return jsonify(experiment=experiment.to_json())

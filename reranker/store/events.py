@@ -177,7 +177,7 @@ class Event:
 @dataclass(frozen=True)
 class EventCounts:
     """What the quotas on events read: events stored for one query, for one client in one
-    experiment, and in all (the last may count a few deleted ones)."""
+    experiment, and in all."""
 
     query: int
     client: int
@@ -242,10 +242,9 @@ class EventStore(Protocol):
         only the caller's check just before holds)."""
         ...
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
-        """Events stored for `query_id`, for `source` in `experiment_id`, and in all. The
-        count in all may be an upper bound, quick to read (SQLite: the largest rowid, which
-        events deleted with their experiment leave behind), unless `exact`."""
+    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
+        """Events stored for `query_id`, for `source` in `experiment_id`, and in all: read
+        for every event sent, so each is quick (no count of the whole store)."""
         ...
 
     def has_event(self, event_id: str) -> bool:
@@ -316,6 +315,16 @@ CREATE INDEX IF NOT EXISTS events_by_query ON events (query_id);
 # Added after the first version: a store made before gets the column, then its index.
 _SOURCE_COLUMN = "ALTER TABLE events ADD COLUMN source TEXT"
 _SOURCE_INDEX = "CREATE INDEX IF NOT EXISTS events_by_source ON events (experiment_id, source)"
+# The events the store holds, kept by triggers in the transaction of every insert and delete
+# (whichever process, or version, writes): the quota on all events reads one row, exact,
+# where COUNT(*) reads the whole table, and the largest rowid over-counts once events are
+# deleted with their experiment. A store made before gets it counted once, when opened.
+_EVENT_COUNT = (
+    "CREATE TABLE IF NOT EXISTS event_count (only INTEGER PRIMARY KEY CHECK (only = 1), events INTEGER NOT NULL)",
+    "INSERT INTO event_count (only, events) SELECT 1, (SELECT COUNT(*) FROM events) WHERE NOT EXISTS (SELECT 1 FROM event_count)",
+    "CREATE TRIGGER IF NOT EXISTS event_counted AFTER INSERT ON events BEGIN UPDATE event_count SET events = events + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS event_uncounted AFTER DELETE ON events BEGIN UPDATE event_count SET events = events - 1; END",
+)
 
 
 class EmbeddedEventStore:
@@ -333,6 +342,11 @@ class EmbeddedEventStore:
             if "source" not in columns:
                 self._db.execute(_SOURCE_COLUMN)
             self._db.execute(_SOURCE_INDEX)
+            with self._exclusive():  # counted and then kept counted, with no insert between
+                for statement in _EVENT_COUNT:
+                    self._run(statement)
+        except StoreError:
+            raise  # it names the store already (and a full disk is a StoreFullError)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the experiment store {path}: {exc}") from None
 
@@ -427,15 +441,12 @@ class EmbeddedEventStore:
         if written.rowcount != 1:
             raise NotFoundError(f"experiment {event.experiment_id!r} of query {event.query_id!r} was deleted: it records no more events")
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
+    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
         (for_query,) = self._run("SELECT COUNT(*) FROM events WHERE query_id = ?", (query_id,)).fetchone()
         (for_client,) = self._run(
             "SELECT COUNT(*) FROM events WHERE experiment_id = ? AND source IS ?", (experiment_id, source)
         ).fetchone()
-        # The largest rowid unless `exact`: COUNT(*) of a large table reads all of it, and
-        # events are deleted only with their experiment (then the largest rowid may stay).
-        count = "COUNT(*)" if exact else "COALESCE(MAX(rowid), 0)"
-        (total,) = self._run(f"SELECT {count} FROM events").fetchone()
+        (total,) = self._run("SELECT events FROM event_count").fetchone()
         return EventCounts(int(for_query), int(for_client), int(total))
 
     def has_event(self, event_id: str) -> bool:
@@ -648,8 +659,8 @@ class OpenSearchEventStore:
         if not self._create("recording an event", index, event.event_id, event.to_json()):
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
 
-    def count_events(self, query_id: str, experiment_id: str, source: str | None, *, exact: bool = False) -> EventCounts:
-        """Counted by search (always exact), so as of the last refresh (1 s by default): a burst within
+    def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
+        """Counted by search (exact), so as of the last refresh (1 s by default): a burst within
         that second can pass a quota by what it sends in that second."""
         index = self._index("ubi_events")
         client = self._store.client

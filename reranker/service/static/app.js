@@ -7,7 +7,7 @@
 //                   its per-query wins and losses, plotted
 //   #/paper/<id>    one paper: its opening, top topics and papers like it
 //   #/experiments   interleaving experiments: traffic, clicks, wins, p-value, the preference
-//                   over time; with the admin key, start, change and stop them
+//                   over time; with the admin key, start, change, stop and delete them
 //
 // Every element is built with createElement/textContent: text from the API (titles,
 // abstracts, reasons) is never parsed as HTML. The plots are drawn by plots.js.
@@ -837,6 +837,14 @@
             class: "secondary",
             text: running ? "Stop experiment" : "Resume experiment",
             onclick: () => changeExperiment(experiment.id, { status: running ? "stopped" : "running" }, result),
+          }),
+        // A running experiment cannot be deleted (409: stop it first): no button that can only be refused.
+        !running &&
+          el("button", {
+            type: "button",
+            class: "secondary",
+            text: "Delete experiment",
+            onclick: () => deleteExperiment(experiment.id, result),
           })
       ),
       result
@@ -881,6 +889,33 @@
     }
     const what = "traffic" in change ? `traffic share ${percent(change.traffic)}` : `status ${change.status}`;
     await loadExperiments({ id, message: `Saved: ${what}.` });
+  }
+
+  // The page deletes an experiment with its shown queries and events (events=delete): kept, they
+  // would hold its id and show on no card. `reranker ab delete` without --delete-events keeps them.
+  async function deleteExperiment(id, result) {
+    const key = adminKey(result);
+    if (!key) return;
+    const question = `Delete experiment “${id}”? Its shown queries and click events are deleted with it, and its report cannot be made again.`;
+    if (!window.confirm(question)) {
+      result.textContent = "Not deleted.";
+      return;
+    }
+    result.textContent = "Deleting…";
+    let deleted;
+    try {
+      deleted = await api("DELETE", "/experiments/" + encodeURIComponent(id) + "?events=delete", undefined, { Authorization: `Bearer ${key}` });
+    } catch (error) {
+      result.textContent = `Refused: ${describe(error)}`;
+      return;
+    }
+    await loadExperiments();
+    // Its card is gone: the status line says what happened, and the focus goes to the list's heading.
+    const queries = `${deleted.queries} shown quer${deleted.queries === 1 ? "y" : "ies"}`;
+    say(`Deleted “${id}” with its ${queries} and ${deleted.event_count} event${deleted.event_count === 1 ? "" : "s"}.`, "info");
+    const heading = byId("experiments-title");
+    heading.setAttribute("tabindex", "-1");
+    heading.focus();
   }
 
   async function createExperiment(event) {
