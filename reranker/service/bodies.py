@@ -3,7 +3,7 @@ who the client is (its network address, for quotas).
 
 Every route reads its body through `json_object()` (the proxy's _msearch through
 `body_bytes()`, `require_json_type()` and `parse_json()`), so "too large", "malformed JSON",
-"not UTF-8", "a charset other than UTF-8" and "a number beyond a double" read the same
+"not UTF-8" and "a number beyond a double" read the same
 everywhere and are never a 500. What the JSON
 must hold is the business of the typed models in `schema.py`.
 """
@@ -19,7 +19,7 @@ import math
 import zlib
 from typing import Any, Collection, Sequence
 
-from flask import current_app, g, request
+from flask import current_app, g, has_request_context, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from reranker.config import IPNetwork
@@ -77,7 +77,9 @@ def parse_json(raw: bytes, what: str = "request body") -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ApiError(400, "parse_exception", f"{what} is not UTF-8 (invalid byte at offset {exc.start})") from None
+        charset = _declared_charset()
+        hint = "; JSON is read as UTF-8 (RFC 8259), as OpenSearch reads it, whatever the charset: send it in UTF-8" if charset else ""
+        raise ApiError(400, "parse_exception", f"{what}{charset} is not UTF-8 (invalid byte at offset {exc.start}){hint}") from None
     if not text.strip():
         raise ApiError(400, "parse_exception", f"{what} is empty; expected JSON")
     try:
@@ -176,7 +178,6 @@ def require_json_type(*accepted: str) -> None:
     first (no CORS preflight): parsing those as JSON would let any page post to the service."""
     mimetype = request.mimetype
     if mimetype == "application/json" or mimetype.endswith("+json") or mimetype in accepted:
-        _require_utf8_charset()
         return
     shown = mimetype or "none"
     raise ApiError(
@@ -185,27 +186,26 @@ def require_json_type(*accepted: str) -> None:
     )
 
 
-def _require_utf8_charset() -> None:
-    """ApiError 415 when the Content-Type names a charset other than UTF-8 (or ASCII, a part
-    of it). JSON is UTF-8 (RFC 8259, which defines no charset for application/json), and
-    every body is read so, as OpenSearch reads it; decoding by the declared charset instead
-    would turn the UTF-8 bytes of a client that labels them ISO-8859-1, and that OpenSearch
-    therefore reads right, into other characters without a word. Refused, the client learns
-    why, and the proxy forwards only what the cluster reads the same."""
+def _declared_charset() -> str:
+    """", declared as charset=X," when the request's Content-Type names a charset other
+    than UTF-8 (or ASCII, a part of it), else "": what a "not UTF-8" refusal adds.
+
+    The body is read as UTF-8 whatever the label says, as OpenSearch reads it (its
+    Content-Type parser accepts a charset and ignores it; RFC 8259 defines none for JSON),
+    so a client that labels UTF-8 bytes ISO-8859-1 is served here as by the cluster, and the
+    proxy forwards what the cluster would read. Only bytes that are not UTF-8 are refused,
+    and then the label is the likely reason."""
+    if not has_request_context():
+        return ""
     declared = request.mimetype_params.get("charset")
     if declared is None:
-        return
+        return ""
     try:
-        name = codecs.lookup(declared).name
+        if codecs.lookup(declared).name in ("utf-8", "ascii"):
+            return ""
     except LookupError:
-        name = None
-    if name in ("utf-8", "ascii"):
-        return
-    raise ApiError(
-        415, "media_type_header_exception",
-        f"the body is declared as charset={declared}, which the service does not read: JSON is read as UTF-8 (RFC 8259), "
-        "as OpenSearch reads it; send the body in UTF-8, with charset=utf-8 or no charset",
-    )
+        pass
+    return f", declared as charset={declared},"
 
 
 def json_object(*, required: bool = True) -> dict[str, Any]:

@@ -79,7 +79,7 @@ ERROR_REASONS = {
     405: "method not allowed",
     409: "the ranker cannot run on this index yet (no Doc2Vec model); a filter on a field no document of the index has (the reason lists the filterable ones); an event recorded before; an experiment id taken, another running, or a ranker removed",
     413: "body, document count or text longer than the configured limits; an _msearch over its bounds",
-    415: "a body not declared as JSON (Content-Type: application/json; NDJSON too for _msearch), declared in a charset other than UTF-8, or compressed other than by gzip (Content-Encoding)",
+    415: "a body not declared as JSON (Content-Type: application/json; NDJSON too for _msearch) or compressed other than by gzip (Content-Encoding)",
     429: "an event past its quota (RERANKER_EVENTS_PER_QUERY, RERANKER_EVENTS_PER_CLIENT, RERANKER_MAX_EVENTS)",
     502: "the store failed",
     503: "the store (OpenSearch) is unavailable; see Retry-After",
