@@ -569,6 +569,53 @@ def test_a_resumed_rebuild_whose_deletes_are_refused_leaves_the_alias_alone(
     assert (again.unchanged, again.indexed, again.dropped, again.total_documents) == (4, 0, 4, 4)
 
 
+def test_a_rebuild_stopped_between_its_last_two_writes_is_published_by_the_next_one(
+    tmp_path: Path, os_store: OpenSearchStore, osmem_clone: Any, glove: WordVectors, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run wrote papers-v000002 whole and marked it, then its alias swap failed (as it
+    would if the process were killed there). The version was marked `ready`, as one rolled
+    back from is: the next --rebuild of the same corpus began papers-v000003 and wrote every
+    document again. Now it checks papers-v000002 against the corpus and publishes it."""
+    index_papers(tmp_path, os_store, glove)
+    corpus = write_jsonl(tmp_path / "new.jsonl", [dict(p, id=f"n{i}") for i, p in enumerate(PAPERS)])
+    proxy = ClusterProxy(osmem_clone.url, pages={"/_aliases": (503, "<html><title>503 Service Unavailable</title></html>")})
+    try:
+        flaky = OpenSearchStore(replace(os_store.config, hosts=(proxy.url,)), sleep=lambda seconds: None)
+        with pytest.raises(StoreError, match="swapping the alias"):
+            index_corpus(corpus, flaky, glove, 5, rebuild=True, show_progress=False)
+    finally:
+        proxy.close()
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", True), ("papers-v000002", "publishing", False),
+    ]
+    with caplog.at_level(logging.WARNING, logger="reranker.store.opensearch"):
+        again = index_corpus(corpus, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+    assert [r.getMessage() for r in caplog.records if r.name == "reranker.store.opensearch"] == [
+        "papers-v000002 was built whole (3 documents) by a run stopped before it swapped the alias: "
+        "checking it against the corpus, then publishing it"
+    ]
+    assert (again.unchanged, again.indexed, again.dropped, again.total_documents) == (3, 0, 0, 3)
+    assert again.published is not None and (again.published.current, again.published.previous) == ("papers-v000002", ("papers-v000001",))
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", False), ("papers-v000002", "ready", True),
+    ]
+
+
+def test_a_version_left_publishing_behind_the_alias_is_marked_ready_by_the_next_run(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """A run stopped after its alias swap, before its last write: the version is published,
+    and the next run of either kind marks it so (a rebuild then starts a new version)."""
+    index_papers(tmp_path, os_store, glove)
+    meta = raw(os_store, "GET", "/papers-v000001/_mapping")["papers-v000001"]["mappings"]["_meta"]
+    os_store.client.indices.put_mapping(index="papers-v000001", body={"_meta": {"reranker": {**meta["reranker"], "state": "publishing"}}})
+    again = index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    assert again.published is not None and again.published.current == "papers-v000002"
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", False), ("papers-v000002", "ready", True),
+    ]
+
+
 def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     index_papers(tmp_path, os_store, glove)
     with pytest.raises(IndexMismatchError, match="K=5 topics per document, not K=7"):

@@ -25,6 +25,7 @@ never reach a log or a message.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -152,7 +153,9 @@ class IndexVersion:
     name: str
     documents: int
     aliased: bool
-    state: str  # "building" | "ready" | "unknown" (not made by this package)
+    # "building" | "publishing" (whole; its run stopped before or just after the alias swap)
+    # | "ready" (published) | "unknown" (not made by this package)
+    state: str
     info: IndexInfo | None
     topic_dtype: str | None
 
@@ -505,9 +508,16 @@ class OpenSearchStore:
             self._target, self._target_fresh, self._target_resumed = current, False, False
             self._allow_every_passage(current)
             return
-        versions = self.versions()
+        versions = self._finish_publishing(self.versions(), current)
         resumable = self._resumable_version(versions, info, exclude=current)
-        if resumable is not None:
+        if resumable is not None and resumable.state == "publishing":
+            log.warning(
+                "%s was built whole (%d documents) by a run stopped before it swapped the alias: checking it against "
+                "the corpus, then publishing it", resumable.name, resumable.documents,
+            )
+            self._target = resumable.name
+            self._allow_every_passage(resumable.name)
+        elif resumable is not None:
             log.warning("resuming the unfinished build of %s (%d documents so far)", resumable.name, resumable.documents)
             self._target = resumable.name
             self._allow_every_passage(resumable.name)
@@ -534,11 +544,23 @@ class OpenSearchStore:
         except StoreError as exc:
             log.warning("%s keeps the cluster's limit of nested documents; a document of more than 750,000 content words will be refused (%s)", index, exc)
 
+    def _finish_publishing(self, versions: list[IndexVersion], current: str | None) -> list[IndexVersion]:
+        """Mark `ready` the version behind the alias that a run left `publishing` (stopped
+        after its alias swap, before its last write): it was published. Any other version
+        left `publishing` never was, and a rebuild resumes it (`_resumable_version`)."""
+        for n, version in enumerate(versions):
+            if version.name == current and version.state == "publishing":
+                self._put_meta(version.name, {**self._meta(version.name), "state": "ready"})
+                versions[n] = dataclasses.replace(version, state="ready")
+        return versions
+
     def _resumable_version(self, versions: Sequence[IndexVersion], info: IndexInfo, exclude: str | None) -> IndexVersion | None:
+        """The newest version a rebuild with `info` goes on with: one an interrupted run left
+        `building`, or `publishing` (finished, stopped before the alias swap)."""
         for version in reversed(versions):
             if (
                 version.name != exclude
-                and version.state == "building"
+                and version.state in ("building", "publishing")
                 and version.info is not None
                 and (version.info.embedding, version.info.k) == (info.embedding, info.k)
                 and version.info.stopwords in (None, self.stop_list)
@@ -634,9 +656,15 @@ class OpenSearchStore:
             "updating index settings", self.client.indices.put_settings, index=target,
             body={"index": {"refresh_interval": None}},
         )
+        # Three writes, each a state a run stopped after it leaves for the next one to read:
+        # `publishing` (whole, not yet behind the alias: the next --rebuild checks it against
+        # its corpus and publishes it), the swap, then `ready` (published; `indices use` takes
+        # it back). Marked `ready` before the swap, a version a run was stopped between the
+        # two looked like one rolled back from, and the next --rebuild began a new one.
         meta = self._meta(target)
-        self._put_meta(target, {**meta, "state": "ready"})
+        self._put_meta(target, {**meta, "state": "publishing"})
         self._swap_alias(target, previous)
+        self._put_meta(target, {**meta, "state": "ready"})
         self._target_fresh = False
         self._info = None
         return PublishResult(current=target, previous=previous, swapped=True)
@@ -651,10 +679,12 @@ class OpenSearchStore:
         version = next((v for v in self.versions() if v.name == name), None)
         if version is None:
             raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
-        if version.state != "ready":
+        if version.state not in ("ready", "publishing"):
             raise InputError(f"index {name!r} is {version.state}, not ready; finish it with `reranker index --rebuild`")
         previous = tuple(n for n in self._alias_indices() if n != name)
         self._swap_alias(name, previous)
+        if version.state == "publishing":  # whole, and now published by hand
+            self._put_meta(name, {**self._meta(name), "state": "ready"})
         self._info = None
         return PublishResult(current=name, previous=previous, swapped=bool(previous))
 
