@@ -43,7 +43,7 @@ from reranker.indexing import (
 )
 from reranker.pipeline import Engine
 from reranker.service import create_app
-from reranker.store import Doc2VecInfo, IndexInfo, opensearch
+from reranker.store import Doc2VecInfo, IndexInfo, opensearch, opensearch_claim
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.opensearch_encoding import (
     decode_topics,
@@ -701,6 +701,23 @@ def test_a_claim_of_another_host_is_refused_while_fresh_and_taken_over_once_stal
         "alias 'papers' is being written by `reranker index` on elsewhere (pid 7, started 2026-11-27 09:00:00 UTC); "
         "its claim is stale (not refreshed for 130 s): this run takes it over"
     ]
+
+
+def test_a_claim_is_refreshed_while_its_run_goes_and_released_when_it_closes(
+    os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(opensearch_claim, "CLAIM_REFRESH_SECONDS", 0.05)
+    store = OpenSearchStore(os_store.config)
+    store.initialise(IndexInfo(glove.info, 5), rebuild=True)
+    first = os_store.client.get(index="papers.claim", id="papers")
+    assert first["_source"]["command"] == "reranker index --rebuild" and first["_source"]["pid"] == os.getpid()
+    deadline = time.monotonic() + 10
+    while os_store.client.get(index="papers.claim", id="papers")["_seq_no"] < first["_seq_no"] + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    again = os_store.client.get(index="papers.claim", id="papers")
+    assert again["_seq_no"] >= first["_seq_no"] + 2 and again["_source"]["refreshed"] > first["_source"]["refreshed"]
+    store.close()  # an interrupted run: the CLI closes its store
+    assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False
 
 
 def test_a_run_whose_claim_was_taken_over_stops_before_it_publishes(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:

@@ -5,7 +5,10 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
 - Documents live in versioned indices `ALIAS-v000001`, `ALIAS-v000002`, ... and are read
   through the alias. `initialise(rebuild=True)` starts a new version; `publish()` swaps
   the alias to it in one `_aliases` call, and the previous version is kept until
-  `delete_index` is asked for. An unfinished build (interrupted) is resumed, not restarted.
+  `delete_index` is asked for. An unfinished build (interrupted) is resumed, not restarted,
+  and so is one finished but stopped before the swap (state `publishing`).
+- A run (and `compact`, `use`, `delete_index`) claims the alias for its duration, so that
+  two never write behind it at once (reranker/store/opensearch_claim.py).
 - Each index's mapping `_meta.reranker` records the word vectors (name, d, sha256), K, the
   stop list (sha256, file) and the topic dtype; a query with other vectors or another stop
   list is refused (IndexMismatchError).
