@@ -108,7 +108,8 @@ class AliasClaim:
     def _holder(found: dict[str, Any]) -> tuple[RunClaim | None, float]:
         source = found.get("_source") or {}
         refreshed = source.get("refreshed")
-        age = time.time() - float(refreshed) if isinstance(refreshed, (int, float)) else float("inf")
+        # Never "-3 s ago": the holder's clock may be a little ahead of this one.
+        age = max(0.0, time.time() - float(refreshed)) if isinstance(refreshed, (int, float)) else float("inf")
         return RunClaim.from_json(source), age
 
     def _refresh(self) -> None:
