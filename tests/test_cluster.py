@@ -72,6 +72,7 @@ def cluster_store(cluster_url: str) -> Iterator[OpenSearchStore]:
     store = OpenSearchStore(config)
     yield store
     store.client.indices.delete(index=f"{alias}-v*", ignore_unavailable=True)
+    store.client.indices.delete(index=f"{alias}.claim", ignore_unavailable=True)  # where runs claim the alias
     name, _ = store.templates.index_template_for(alias)
     store.client.indices.delete_index_template(name=name, ignore=[404])
     store.close()

@@ -713,7 +713,8 @@ def test_the_service_role_reads_only_the_indices_the_proxy_forwards() -> None:
     every = {pattern for p in service["index_permissions"] for pattern in p["index_patterns"]}
     assert every == {alias, f"{alias}-v*"} | events, f"the service's role reaches {sorted(every)}"
     assert all(not a.startswith("cluster:admin") and a not in ("cluster_all", "cluster_composite_ops") for a in service["cluster_permissions"])
-    assert {pattern for p in indexer["index_permissions"] for pattern in p["index_patterns"]} == {alias, f"{alias}-v*"} | events
+    # ... and the claim a run holds while it writes (reranker/store/opensearch_claim.py).
+    assert {pattern for p in indexer["index_permissions"] for pattern in p["index_patterns"]} == {alias, f"{alias}-v*", f"{alias}.claim"} | events
     with pytest.raises(ValueError):
         setup_users().roles("reranker*")  # an alias that is a pattern would widen every role
 

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ from reranker.indexing import (
 )
 from reranker.pipeline import Engine
 from reranker.service import create_app
-from reranker.store import Doc2VecInfo, IndexInfo, opensearch
+from reranker.store import Doc2VecInfo, IndexInfo, opensearch, opensearch_claim
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.opensearch_encoding import (
     decode_topics,
@@ -569,10 +570,179 @@ def test_a_resumed_rebuild_whose_deletes_are_refused_leaves_the_alias_alone(
     assert (again.unchanged, again.indexed, again.dropped, again.total_documents) == (4, 0, 4, 4)
 
 
+def test_a_rebuild_stopped_between_its_last_two_writes_is_published_by_the_next_one(
+    tmp_path: Path, os_store: OpenSearchStore, osmem_clone: Any, glove: WordVectors, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run wrote papers-v000002 whole and marked it, then its alias swap failed (as it
+    would if the process were killed there). The version was marked `ready`, as one rolled
+    back from is: the next --rebuild of the same corpus began papers-v000003 and wrote every
+    document again. Now it checks papers-v000002 against the corpus and publishes it."""
+    index_papers(tmp_path, os_store, glove)
+    corpus = write_jsonl(tmp_path / "new.jsonl", [dict(p, id=f"n{i}") for i, p in enumerate(PAPERS)])
+    proxy = ClusterProxy(osmem_clone.url, pages={"/_aliases": (503, "<html><title>503 Service Unavailable</title></html>")})
+    try:
+        flaky = OpenSearchStore(replace(os_store.config, hosts=(proxy.url,)), sleep=lambda seconds: None)
+        with pytest.raises(StoreError, match="swapping the alias"):
+            index_corpus(corpus, flaky, glove, 5, rebuild=True, show_progress=False)
+    finally:
+        proxy.close()
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", True), ("papers-v000002", "publishing", False),
+    ]
+    with caplog.at_level(logging.WARNING, logger="reranker.store.opensearch"):
+        again = index_corpus(corpus, OpenSearchStore(os_store.config), glove, 5, rebuild=True, show_progress=False)
+    assert [r.getMessage() for r in caplog.records if r.name == "reranker.store.opensearch"] == [
+        "papers-v000002 was built whole (3 documents) by a run stopped before it swapped the alias: "
+        "checking it against the corpus, then publishing it"
+    ]
+    assert (again.unchanged, again.indexed, again.dropped, again.total_documents) == (3, 0, 0, 3)
+    assert again.published is not None and (again.published.current, again.published.previous) == ("papers-v000002", ("papers-v000001",))
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", False), ("papers-v000002", "ready", True),
+    ]
+
+
+def test_a_version_left_publishing_behind_the_alias_is_marked_ready_by_the_next_run(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """A run stopped after its alias swap, before its last write: the version is published,
+    and the next run of either kind marks it so (a rebuild then starts a new version)."""
+    index_papers(tmp_path, os_store, glove)
+    meta = raw(os_store, "GET", "/papers-v000001/_mapping")["papers-v000001"]["mappings"]["_meta"]
+    os_store.client.indices.put_mapping(index="papers-v000001", body={"_meta": {"reranker": {**meta["reranker"], "state": "publishing"}}})
+    again = index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    assert again.published is not None and again.published.current == "papers-v000002"
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", False), ("papers-v000002", "ready", True),
+    ]
+
+
+# --- one writer per alias (reranker/store/opensearch_claim.py) -----------------------------
+
+
+CLAIMED = (
+    r"alias 'papers' is being written by `reranker index --rebuild` on {host} \(pid {pid}, started "
+    r"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\); try again when it has ended \(its claim, refreshed \d+ s ago, is taken "
+    r"over by the next run once it goes 120 s without a refresh: its run was stopped, or lost the cluster\)"
+)
+
+
+def test_a_second_run_is_refused_while_a_run_holds_the_alias_and_takes_over_once_it_is_killed(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two `reranker index --rebuild` runs with different corpora: the last to publish won,
+    silently, and two runs resuming one version wrote into it together. Now a real run,
+    held in its first bulk request by a proxy, claims the alias: another run, `compact`,
+    `indices use` and `indices delete` are each refused with one line naming it, while
+    `indices list` and searches of `reranker*` see no trace of the claim. Killed (SIGKILL: it
+    cannot release it), its claim is taken over at once by a run on the same host."""
+    url = osmem_clone.url
+    first = str(write_jsonl(tmp_path / "first.jsonl", PAPERS))
+    second = str(write_jsonl(tmp_path / "second.jsonl", [dict(p, id=f"n{i}") for i, p in enumerate(PAPERS)]))
+    assert run(data_dir, "--opensearch-url", url, "index", first, "--no-progress")[0] == 0
+    proxy = ClusterProxy(url, delay={"_bulk": 60.0})
+    command = [sys.executable, "-m", "reranker", "--data-dir", str(data_dir), "--opensearch-url", proxy.url, "index", first, "--rebuild", "--no-progress"]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 60
+        while not any("_bulk" in path for _, path, _ in proxy.requests) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any("_bulk" in path for _, path, _ in proxy.requests), holder.communicate(timeout=10)
+        claimed = CLAIMED.replace("'papers'", "'reranker'").format(host=re.escape(socket.gethostname()), pid=holder.pid)
+        for argv in (["index", second, "--rebuild", "--no-progress"], ["index", second, "--no-progress"], ["compact"],
+                     ["indices", "use", "reranker-v000001"], ["indices", "delete", "reranker-v000002"]):
+            capsys.readouterr()
+            code, out = run(data_dir, "--opensearch-url", url, *argv)
+            err = capsys.readouterr().err
+            assert code == 1 and re.fullmatch(f"reranker: error: {claimed}\n", err), (argv, out, err)
+        code, out = run(data_dir, "--opensearch-url", url, "indices", "list")
+        assert code == 0 and [line[2:].split()[:2] for line in out.splitlines()] == [
+            ["reranker-v000001", "ready"], ["reranker-v000002", "building"],
+        ], out
+        client = OpenSearchStore(OpenSearchSettings(hosts=(url,), alias="reranker")).client
+        assert client.search(index="reranker*", body={"query": {"match_all": {}}})["hits"]["total"]["value"] == 3
+        assert client.get(index="reranker.claim", id="reranker")["_source"]["pid"] == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+        proxy.close()
+    with caplog.at_level(logging.WARNING, logger="reranker.store.opensearch_claim"):
+        code, out = run(data_dir, "--opensearch-url", url, "index", second, "--rebuild", "--no-progress")
+    assert code == 0 and "alias now points at reranker-v000002" in out, (out, capsys.readouterr().err)
+    said = [r.getMessage() for r in caplog.records if r.name == "reranker.store.opensearch_claim"]
+    assert len(said) == 1 and re.fullmatch(
+        rf"alias 'reranker' is being written by `reranker index --rebuild` on {re.escape(socket.gethostname())} \(pid {holder.pid}, "
+        r"started [^)]*\); its claim is stale \(its process no longer runs\): this run takes it over", said[0],
+    ), said
+    assert client.get(index="reranker.claim", id="reranker", ignore=404)["found"] is False  # released at its end
+
+
+def claim_of_another_host(store: OpenSearchStore, seconds_ago: float) -> None:
+    """The claim a run on another host holds (one it refreshed `seconds_ago`)."""
+    store.client.indices.create(index="papers.claim", body={"settings": {"index": {"hidden": True}}}, ignore=400)
+    source = {"command": "reranker index", "host": "elsewhere", "pid": 7, "started": "2026-11-27T09:00:00+00:00", "refreshed": time.time() - seconds_ago}
+    store.client.index(index="papers.claim", id="papers", body=source)
+
+
+def test_a_claim_of_another_host_is_refused_while_fresh_and_taken_over_once_stale(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, caplog: pytest.LogCaptureFixture
+) -> None:
+    claim_of_another_host(os_store, seconds_ago=100)
+    with pytest.raises(StoreError, match=(
+        r"^alias 'papers' is being written by `reranker index` on elsewhere \(pid 7, started 2026-11-27 09:00:00 UTC\); "
+        r"try again when it has ended \(its claim, refreshed 100 s ago, is taken over"
+    )):
+        index_papers(tmp_path, OpenSearchStore(os_store.config), glove)
+    claim_of_another_host(os_store, seconds_ago=130)
+    with caplog.at_level(logging.WARNING, logger="reranker.store.opensearch_claim"):
+        report = index_papers(tmp_path, OpenSearchStore(os_store.config), glove)
+    assert report.indexed == 3 and os_store.count() == 3
+    assert [r.getMessage() for r in caplog.records if r.name == "reranker.store.opensearch_claim"] == [
+        "alias 'papers' is being written by `reranker index` on elsewhere (pid 7, started 2026-11-27 09:00:00 UTC); "
+        "its claim is stale (not refreshed for 130 s): this run takes it over"
+    ]
+
+
+def test_a_claim_is_refreshed_while_its_run_goes_and_released_when_it_closes(
+    os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(opensearch_claim, "CLAIM_REFRESH_SECONDS", 0.05)
+    store = OpenSearchStore(os_store.config)
+    store.initialise(IndexInfo(glove.info, 5), rebuild=True)
+    first = os_store.client.get(index="papers.claim", id="papers")
+    assert first["_source"]["command"] == "reranker index --rebuild" and first["_source"]["pid"] == os.getpid()
+    deadline = time.monotonic() + 10
+    while os_store.client.get(index="papers.claim", id="papers")["_seq_no"] < first["_seq_no"] + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    again = os_store.client.get(index="papers.claim", id="papers")
+    assert again["_seq_no"] >= first["_seq_no"] + 2 and again["_source"]["refreshed"] > first["_source"]["refreshed"]
+    store.close()  # an interrupted run: the CLI closes its store
+    assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False
+
+
+def test_a_run_whose_claim_was_taken_over_stops_before_it_publishes(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
+    """A run that stalled past the claim's 120 s (or lost the cluster) and whose claim a run
+    on another host took over: it must not swap the alias under that run."""
+    index_papers(tmp_path, os_store, glove)
+    stalled = OpenSearchStore(os_store.config)
+    stalled.initialise(IndexInfo(glove.info, 5), rebuild=True)
+    assert stalled.upsert([stored_for(glove, Document("ships", "Harbours", "Bread and cheese"))]) == []
+    claim_of_another_host(os_store, seconds_ago=0)
+    with pytest.raises(StoreError, match=(
+        r"^this run's claim on alias 'papers' was taken over by `reranker index` on elsewhere \(pid 7\) \(it went 120 s "
+        r"without a refresh: the run stalled, or lost the cluster\); it stopped before writing more"
+    )):
+        stalled.publish()
+    assert os_store.alias_index() == "papers-v000001"
+    assert os_store.client.get(index="papers.claim", id="papers")["_source"]["host"] == "elsewhere"  # not released
+
+
 def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     index_papers(tmp_path, os_store, glove)
     with pytest.raises(IndexMismatchError, match="K=5 topics per document, not K=7"):
         index_corpus(write_jsonl(tmp_path / "p.jsonl", PAPERS), OpenSearchStore(os_store.config), glove, 7, show_progress=False)
+    # Refused before it wrote, the run holds no claim (its store was never closed).
+    assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False
 
     class OtherVectors:
         info = EmbeddingInfo("my-word2vec", 50, "0" * 64)

@@ -8,9 +8,12 @@ the cluster, topic matrices as base64 `binary` fields) is selected by
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
+import os
 import re
+import socket
 import threading
 import time
 from contextvars import ContextVar, Token
@@ -92,6 +95,57 @@ class PublishResult:
     current: str
     previous: tuple[str, ...]
     swapped: bool
+
+
+@dataclass(frozen=True)
+class RunClaim:
+    """Who holds a store's exclusive claim to write (a `reranker index` run, a compaction,
+    an alias move): both stores refuse a second writer with `claimed_message`, naming it.
+    The embedded store's claim is tantivy's writer lock (it goes with its process, and this
+    record, beside it, only names the holder); the OpenSearch store's is a document (see
+    reranker/store/opensearch_claim.py)."""
+
+    command: str  # "reranker index --rebuild", "reranker compact", ...
+    host: str
+    pid: int
+    started: str  # ISO 8601, UTC, to the second
+
+    @classmethod
+    def mine(cls, command: str) -> "RunClaim":
+        started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        return cls(command, socket.gethostname(), os.getpid(), started)
+
+    @classmethod
+    def from_json(cls, value: Any) -> "RunClaim | None":
+        """None for a record this version cannot read (half written, say)."""
+        try:
+            return cls(str(value["command"]), str(value["host"]), int(value["pid"]), str(value["started"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def on_this_host_and_gone(self) -> bool:
+        """Is the holder a process of this host that no longer runs (killed, say)?"""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # another user's process: running
+            return False
+        return False
+
+
+def claimed_message(what: str, holder: RunClaim | None, then: str) -> str:
+    """The one line that refuses a second writer: what is claimed, by whom, since when,
+    and `then`, what to do."""
+    if holder is None:
+        return f"{what} is being written by another process; {then}"
+    started = holder.started.replace("T", " ").replace("+00:00", " UTC")
+    return f"{what} is being written by `{holder.command}` on {holder.host} (pid {holder.pid}, started {started}); {then}"
 
 
 @dataclass(frozen=True)

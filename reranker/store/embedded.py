@@ -364,7 +364,7 @@ class EmbeddedStore:
                 self.index_info()  # raises IndexMismatchError, saying to rebuild
             self._drop_legacy_tables()
         # Taking the text index's writer first makes this process the only writer.
-        self._text.open_writer()
+        self._text.open_writer(by="reranker index --rebuild" if rebuild else "reranker index")
         try:
             # Before `_recover`, which reads rows again with this store's stop list.
             same_words = self._check_stop_list(rebuild)
@@ -549,7 +549,7 @@ class EmbeddedStore:
             raise StoreError(f"nothing to compact: no index in {self.directory} yet (run `reranker index CORPUS` first)")
         # A writer this object opened has the ordinary memory: open one with more.
         self._text.close_writer()
-        self._text.open_writer(COMPACT_HEAP_BYTES)
+        self._text.open_writer(COMPACT_HEAP_BYTES, by="reranker compact")
         try:
             # Up front, before `_recover` or the rewrite reads a row with this store's list.
             self._check_stop_list(rebuild=False)

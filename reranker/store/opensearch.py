@@ -5,7 +5,10 @@ Layout (see index_templates/ and the README's "Against a real OpenSearch"):
 - Documents live in versioned indices `ALIAS-v000001`, `ALIAS-v000002`, ... and are read
   through the alias. `initialise(rebuild=True)` starts a new version; `publish()` swaps
   the alias to it in one `_aliases` call, and the previous version is kept until
-  `delete_index` is asked for. An unfinished build (interrupted) is resumed, not restarted.
+  `delete_index` is asked for. An unfinished build (interrupted) is resumed, not restarted,
+  and so is one finished but stopped before the swap (state `publishing`).
+- A run (and `compact`, `use`, `delete_index`) claims the alias for its duration, so that
+  two never write behind it at once (reranker/store/opensearch_claim.py).
 - Each index's mapping `_meta.reranker` records the word vectors (name, d, sha256), K, the
   stop list (sha256, file) and the topic dtype; a query with other vectors or another stop
   list is refused (IndexMismatchError).
@@ -25,6 +28,7 @@ never reach a log or a message.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -52,8 +56,17 @@ from reranker.errors import (
     StoreUnavailableError,
     UnknownFieldError,
 )
-from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, PublishResult, filter_for_field, filter_shown
+from reranker.store import (
+    MAX_QUERY_TERMS,
+    CompactResult,
+    Doc2VecInfo,
+    IndexInfo,
+    PublishResult,
+    filter_for_field,
+    filter_shown,
+)
 from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
+from reranker.store.opensearch_claim import AliasClaim
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client, unreachable
 from reranker.store.opensearch_encoding import (
     DTYPES,
@@ -152,7 +165,9 @@ class IndexVersion:
     name: str
     documents: int
     aliased: bool
-    state: str  # "building" | "ready" | "unknown" (not made by this package)
+    # "building" | "publishing" (whole; its run stopped before or just after the alias swap)
+    # | "ready" (published) | "unknown" (not made by this package)
+    state: str
     info: IndexInfo | None
     topic_dtype: str | None
 
@@ -231,6 +246,7 @@ class OpenSearchStore:
         self._target_resumed = False  # ... begun by an interrupted run (see drop_absent)
         self._properties: dict[str, dict[str, Any]] = {}  # mapping of the target/alias index
         self._properties_of: str | None = None
+        self._claim: AliasClaim | None = None  # this process's claim on the alias, while this object writes
         # index expression -> (read at, its concrete indices' layouts), for the search proxy
         self._layouts: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, dict[str, TopicLayout] | None]] = {}
 
@@ -244,16 +260,21 @@ class OpenSearchStore:
             self._client_pid = os.getpid()
         return self._client
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, not_found: Any = _RAISE, **kwargs: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, not_found: Any = _RAISE, conflict: Any = _RAISE, **kwargs: Any) -> Any:
         """Run one client call; cluster failures become StoreErrors that say what to do.
 
-        `not_found`, when given, is returned for a 404 instead of raising.
+        `not_found`, when given, is returned for a 404 instead of raising; `conflict` for a
+        409 (a `_create` of a document that exists, a conditional write that lost).
         """
         from opensearchpy import exceptions as ose
 
         try:
             try:
                 return fn(*args, **kwargs)
+            except ose.ConflictError:
+                if conflict is _RAISE:
+                    raise
+                return conflict
             except ose.TransportError as exc:
                 # A block is no fault of the credentials (an old cluster's is a 403) nor an
                 # overload to retry (a new one's is a 429): it says what to do.
@@ -469,6 +490,16 @@ class OpenSearchStore:
         that readers see only after `publish()`.
         """
         self._info = None
+        # Before anything is read: what this run decides from it stays true while it writes.
+        claimed = self._claim_alias("reranker index --rebuild" if rebuild else "reranker index")
+        try:
+            self._choose_target(info, rebuild)
+        except BaseException:
+            if claimed:  # a run refused here writes nothing: it holds nothing either
+                self._release_alias()
+            raise
+
+    def _choose_target(self, info: IndexInfo, rebuild: bool) -> None:
         current = self.alias_index()
         if current is None and self._index_named_as_alias() is not None:
             # Versions are created as ALIAS-v000001, ... and published under the alias's name,
@@ -505,15 +536,45 @@ class OpenSearchStore:
             self._target, self._target_fresh, self._target_resumed = current, False, False
             self._allow_every_passage(current)
             return
-        versions = self.versions()
+        versions = self._finish_publishing(self.versions(), current)
         resumable = self._resumable_version(versions, info, exclude=current)
-        if resumable is not None:
+        if resumable is not None and resumable.state == "publishing":
+            log.warning(
+                "%s was built whole (%d documents) by a run stopped before it swapped the alias: checking it against "
+                "the corpus, then publishing it", resumable.name, resumable.documents,
+            )
+            self._target = resumable.name
+            self._allow_every_passage(resumable.name)
+        elif resumable is not None:
             log.warning("resuming the unfinished build of %s (%d documents so far)", resumable.name, resumable.documents)
             self._target = resumable.name
             self._allow_every_passage(resumable.name)
         else:
             self._target = self._create_version(versions, info)
         self._target_fresh, self._target_resumed = True, resumable is not None
+
+    # --- the claim (reranker/store/opensearch_claim.py) -----------------------------------
+
+    def _claim_alias(self, command: str) -> bool:
+        """Claim the alias for this object's writes unless it holds the claim already
+        (then False). StoreError naming the holder when another process holds it."""
+        if self._claim is not None:
+            return False
+        claim = AliasClaim(self, command)
+        claim.take()
+        self._claim = claim
+        return True
+
+    def _release_alias(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.drop()
+
+    def _still_claimed(self, ask: bool = False) -> None:
+        """StoreError when another run took this one's claim over (it stalled); `ask`: ask
+        the cluster now, not only what the last refresh found (before an irreversible step)."""
+        if self._claim is not None:
+            self._claim.check(ask)
 
     def _allow_every_passage(self, index: str) -> None:
         """Give a version with passages created before `NESTED_OBJECTS_LIMIT` (a dynamic
@@ -534,11 +595,23 @@ class OpenSearchStore:
         except StoreError as exc:
             log.warning("%s keeps the cluster's limit of nested documents; a document of more than 750,000 content words will be refused (%s)", index, exc)
 
+    def _finish_publishing(self, versions: list[IndexVersion], current: str | None) -> list[IndexVersion]:
+        """Mark `ready` the version behind the alias that a run left `publishing` (stopped
+        after its alias swap, before its last write): it was published. Any other version
+        left `publishing` never was, and a rebuild resumes it (`_resumable_version`)."""
+        for n, version in enumerate(versions):
+            if version.name == current and version.state == "publishing":
+                self._put_meta(version.name, {**self._meta(version.name), "state": "ready"})
+                versions[n] = dataclasses.replace(version, state="ready")
+        return versions
+
     def _resumable_version(self, versions: Sequence[IndexVersion], info: IndexInfo, exclude: str | None) -> IndexVersion | None:
+        """The newest version a rebuild with `info` goes on with: one an interrupted run left
+        `building`, or `publishing` (finished, stopped before the alias swap)."""
         for version in reversed(versions):
             if (
                 version.name != exclude
-                and version.state == "building"
+                and version.state in ("building", "publishing")
                 and version.info is not None
                 and (version.info.embedding, version.info.k) == (info.embedding, info.k)
                 and version.info.stopwords in (None, self.stop_list)
@@ -572,6 +645,7 @@ class OpenSearchStore:
         Raises StoreError when some cannot be deleted: publishing them would show readers
         documents the corpus no longer holds."""
         target = self._require_target()
+        self._still_claimed()
         if not self._target_fresh:
             raise StoreError("only a rebuild drops documents (reranker index --rebuild): writing in place never deletes")
         if not self._target_resumed:
@@ -611,6 +685,14 @@ class OpenSearchStore:
         if self._target is None:
             return None
         target = self._target
+        self._still_claimed(ask=True)
+        try:
+            return self._publish(target)
+        finally:
+            # The run has written all it writes; `index --compact` claims the alias again.
+            self._release_alias()
+
+    def _publish(self, target: str) -> PublishResult:
         self._call("refreshing", self.client.indices.refresh, index=target)
         if _info_from_meta(self._meta(target)) is None:
             raise self._target_lost()  # and created again by a bulk request, from the templates alone
@@ -634,9 +716,15 @@ class OpenSearchStore:
             "updating index settings", self.client.indices.put_settings, index=target,
             body={"index": {"refresh_interval": None}},
         )
+        # Three writes, each a state a run stopped after it leaves for the next one to read:
+        # `publishing` (whole, not yet behind the alias: the next --rebuild checks it against
+        # its corpus and publishes it), the swap, then `ready` (published; `indices use` takes
+        # it back). Marked `ready` before the swap, a version a run was stopped between the
+        # two looked like one rolled back from, and the next --rebuild began a new one.
         meta = self._meta(target)
-        self._put_meta(target, {**meta, "state": "ready"})
+        self._put_meta(target, {**meta, "state": "publishing"})
         self._swap_alias(target, previous)
+        self._put_meta(target, {**meta, "state": "ready"})
         self._target_fresh = False
         self._info = None
         return PublishResult(current=target, previous=previous, swapped=True)
@@ -647,19 +735,40 @@ class OpenSearchStore:
         self._call("swapping the alias", self.client.indices.update_aliases, body={"actions": actions})
 
     def use(self, name: str) -> PublishResult:
-        """Point the alias at an existing, finished version (a rollback or a roll-forward)."""
+        """Point the alias at an existing, finished version (a rollback or a roll-forward).
+        Refused while a run holds the alias: it would swap it again, or write into what
+        readers no longer see."""
+        claimed = self._claim_alias("reranker indices use")
+        try:
+            return self._use(name)
+        finally:
+            if claimed:
+                self._release_alias()
+
+    def _use(self, name: str) -> PublishResult:
         version = next((v for v in self.versions() if v.name == name), None)
         if version is None:
             raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
-        if version.state != "ready":
+        if version.state not in ("ready", "publishing"):
             raise InputError(f"index {name!r} is {version.state}, not ready; finish it with `reranker index --rebuild`")
         previous = tuple(n for n in self._alias_indices() if n != name)
         self._swap_alias(name, previous)
+        if version.state == "publishing":  # whole, and now published by hand
+            self._put_meta(name, {**self._meta(name), "state": "ready"})
         self._info = None
         return PublishResult(current=name, previous=previous, swapped=bool(previous))
 
     def delete_index(self, name: str) -> None:
-        """Delete a version the alias does not point at."""
+        """Delete a version the alias does not point at. Refused while a run holds the
+        alias: it may be the version the run builds."""
+        claimed = self._claim_alias("reranker indices delete")
+        try:
+            self._delete_index(name)
+        finally:
+            if claimed:
+                self._release_alias()
+
+    def _delete_index(self, name: str) -> None:
         versions = {v.name: v for v in self.versions()}
         if name not in versions:
             raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
@@ -682,6 +791,7 @@ class OpenSearchStore:
         when a whole batch still cannot reach the cluster (nothing is lost: rerun to resume).
         """
         target = self._require_target()
+        self._still_claimed()
         info = self.index_info()
         assert info is not None
         failures: list[WriteFailure] = []
@@ -813,10 +923,17 @@ class OpenSearchStore:
                 f"OpenSearch at {self.config.display_hosts} has no index or alias {self.alias!r}: "
                 "run `reranker index CORPUS.jsonl` first"
             )
-        index = self.alias_index() or self.alias  # RERANKER_INDEX may name the index itself
-        before = self._primary_segments(index)
-        self._call(f"merging the segments of {index}", self._force_merge, index)
-        return CompactResult(self.count(), before, self._primary_segments(index))
+        # Claimed as a run claims it (the embedded store's compaction takes its writer lock):
+        # a run beside it would write into segments being merged, or swap the alias to another.
+        claimed = self._claim_alias("reranker compact")
+        try:
+            index = self.alias_index() or self.alias  # RERANKER_INDEX may name the index itself
+            before = self._primary_segments(index)
+            self._call(f"merging the segments of {index}", self._force_merge, index)
+            return CompactResult(self.count(), before, self._primary_segments(index))
+        finally:
+            if claimed:
+                self._release_alias()
 
     def _force_merge(self, index: str) -> None:
         from opensearchpy import exceptions as ose
@@ -1245,6 +1362,8 @@ class OpenSearchStore:
         return TopicBatch(doc_ids, topics, importances, missing, backgrounds)
 
     def close(self) -> None:
+        if self._client_pid == os.getpid():
+            self._release_alias()  # a run that ends before publish(): interrupted, or failed
         if self._client is not None and self._client_pid == os.getpid():
             self._client.close()
         self._client = None

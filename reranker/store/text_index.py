@@ -29,8 +29,11 @@ replaces the old one under it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
+import json
+import os
 import shutil
 import threading
 from collections import Counter
@@ -44,6 +47,7 @@ import numpy.typing as npt
 import tantivy
 
 from reranker.errors import StoreError, StoreFullError
+from reranker.store import RunClaim, claimed_message
 from reranker.types import PassageWords
 
 # The fields every query searches, with their boosts (see the module docstring).
@@ -347,21 +351,37 @@ class TextIndex:
         """How many segments a search reads (each one searched on its own: fewer is faster)."""
         return int(self._index.searcher().num_segments)
 
-    def open_writer(self, heap_bytes: int = WRITER_HEAP_BYTES) -> tantivy.IndexWriter:
-        """This index's writer, taking tantivy's lock on first use (StoreError if taken);
-        `heap_bytes` is the memory of a writer this call opens."""
+    @property
+    def _holder_file(self) -> Path:
+        """Who holds the writer (`RunClaim`), for the message that refuses another: beside
+        the index, not in it (tantivy manages the files of its directory)."""
+        return self.directory.parent / "writer.json"
+
+    def open_writer(self, heap_bytes: int = WRITER_HEAP_BYTES, by: str = "reranker index") -> tantivy.IndexWriter:
+        """This index's writer, taking tantivy's lock on first use (StoreError naming the
+        holder if taken); `heap_bytes` is the memory of a writer this call opens, `by` the
+        command it writes for."""
         with self._lock:
             if self._writer is None:
                 try:
                     self._writer = self._index.writer(heap_bytes, 1)
                 except ValueError as exc:
                     if "lock" in str(exc).lower():
-                        raise StoreError(
-                            f"another process is writing to the index in {self.directory.parent} "
-                            "(is `reranker index` running?); try again when it has finished"
-                        ) from None
+                        raise StoreError(claimed_message(
+                            f"the index in {self.directory.parent}", self._holder(),
+                            "try again when it has ended (a run that was killed holds nothing: tantivy's lock goes with its process)",
+                        )) from None
                     raise self._write_error(exc) from None
+                # Lost with the process if it is killed: the next writer writes its own.
+                with contextlib.suppress(OSError):
+                    self._holder_file.write_text(json.dumps(RunClaim.mine(by).to_json()))
             return self._writer
+
+    def _holder(self) -> RunClaim | None:
+        try:
+            return RunClaim.from_json(json.loads(self._holder_file.read_text()))
+        except (OSError, ValueError):
+            return None  # not written yet, or never: the message says "another process"
 
     def replace(self, entries: Iterable[tuple[int, str, str, str]], dropping: Iterable[int] = ()) -> None:
         """Add (rowid, id, content words, their stems) entries, each replacing the entry
@@ -445,6 +465,10 @@ class TextIndex:
             writer, self._writer = self._writer, None
         if writer is None:
             return
+        holder = self._holder()
+        if holder is not None and holder.pid == os.getpid():
+            with contextlib.suppress(OSError):
+                self._holder_file.unlink()
         try:
             writer.commit()
             writer.wait_merging_threads()
