@@ -319,6 +319,21 @@ def train_for_store(
     started = time.perf_counter()
     if store.index_info() is None:
         raise IndexNotFoundError("nothing is indexed yet: run `reranker index CORPUS.jsonl` first, then train Doc2Vec on it")
+    # The store's one writer from the start: a run refused only after minutes of training
+    # would lose them, and vectors stored beside a rebuild would miss its new version.
+    with store.writing("reranker train doc2vec"):
+        return _train_and_store(store, documents, params, data_dir, stopwords, progress, started)
+
+
+def _train_and_store(
+    store: Store,
+    documents: Iterable[Document],
+    params: Doc2VecParams,
+    data_dir: Path,
+    stopwords: frozenset[str] | None,
+    progress: ProgressLike | None,
+    started: float,
+) -> tuple[Doc2VecModel, TrainReport]:
     corpus_items = tagged_documents(documents, stopwords)
     model = _train_tagged(corpus_items, params, data_dir, progress)
     vectors: dict[str, np.ndarray] = {}

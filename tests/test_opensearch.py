@@ -703,6 +703,40 @@ def test_a_claim_of_another_host_is_refused_while_fresh_and_taken_over_once_stal
     ]
 
 
+def test_training_doc2vec_claims_the_alias_from_before_it_trains_to_the_end_of_its_writes(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """Vectors stored beside a rebuild would miss its new version, and a refusal after
+    minutes of training would lose them: `reranker train doc2vec` is refused at once while
+    another run holds the alias, and holds it itself while it writes."""
+    from reranker.doc2vec import Doc2VecParams, train_for_store
+
+    index_papers(tmp_path, os_store, glove)
+    documents = [Document(p["id"], p["title"], p["text"]) for p in PAPERS]
+    params = Doc2VecParams(dim=8, epochs=2, min_count=1)
+    claim_of_another_host(os_store, seconds_ago=0)
+
+    def never_read() -> Iterator[Document]:
+        raise AssertionError("trained while another run holds the alias")
+        yield
+
+    with pytest.raises(StoreError, match=r"^alias 'papers' is being written by `reranker index` on elsewhere \(pid 7, "):
+        train_for_store(OpenSearchStore(os_store.config), never_read(), params, tmp_path / "doc2vec")
+    os_store.client.delete(index="papers.claim", id="papers")
+    trainer = OpenSearchStore(os_store.config)
+    held = []
+    writes = trainer.store_doc_vectors
+
+    def store_doc_vectors(*args: Any) -> Any:
+        held.append(os_store.client.get(index="papers.claim", id="papers")["_source"]["command"])
+        return writes(*args)
+
+    trainer.store_doc_vectors = store_doc_vectors  # type: ignore[method-assign]
+    _, report = train_for_store(trainer, documents, params, tmp_path / "doc2vec")
+    assert report.stored == 3 and held == ["reranker train doc2vec"]
+    assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False  # released at its end
+
+
 def test_a_claim_is_refreshed_while_its_run_goes_and_released_when_it_closes(
     os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:

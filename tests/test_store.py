@@ -19,6 +19,7 @@ import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -688,7 +689,22 @@ def test_readers_in_another_process_see_a_growing_index_that_always_agrees(tmp_p
         reader.close()
 
 
-@pytest.mark.parametrize("write", ["initialise", "compact"])
+def second_write(store: EmbeddedStore, write: str, tmp_path: Path) -> None:
+    if write == "initialise":
+        store.initialise(IndexInfo(EMBEDDING, k=2))
+    elif write == "compact":
+        store.compact()
+    else:  # refused before it trains: a refusal after minutes of training would lose them
+        from reranker.doc2vec import Doc2VecParams, train_for_store
+
+        def never_read() -> Iterator[Document]:
+            raise AssertionError("trained while another process writes")
+            yield
+
+        train_for_store(store, never_read(), Doc2VecParams(dim=8, epochs=1, min_count=1), tmp_path / "doc2vec")
+
+
+@pytest.mark.parametrize("write", ["initialise", "compact", "train doc2vec"])
 def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path, write: str) -> None:
     directory = tmp_path / "store"
     blocker = run_writer(directory, """
@@ -707,7 +723,7 @@ def test_a_second_writer_is_refused_while_one_is_writing(tmp_path: Path, write: 
                 rf"\(pid {blocker.pid}, started \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\); try again when it has ended \(a run that was killed "
                 r"holds nothing: tantivy's lock goes with its process\)$"
             )):
-                second.initialise(IndexInfo(EMBEDDING, k=2)) if write == "initialise" else second.compact()
+                second_write(second, write, tmp_path)
             assert visible(second, "ships") == {"a"}
         finally:
             second.close()

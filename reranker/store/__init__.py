@@ -16,6 +16,7 @@ import re
 import socket
 import threading
 import time
+from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 from dataclasses import asdict, dataclass, fields
 from typing import AbstractSet, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
@@ -478,6 +479,13 @@ class Store(Protocol):
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         """The stored text of those `doc_ids` that exist."""
+        ...
+
+    def writing(self, command: str) -> AbstractContextManager[None]:
+        """Make this process the store's one writer for the `with` block (`command` names it
+        to a writer it refuses), as `initialise` does for an index run until `publish`:
+        StoreError naming the holder when another process writes. Nothing happens when
+        this object is the writer already."""
         ...
 
     def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:

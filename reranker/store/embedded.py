@@ -854,6 +854,19 @@ class EmbeddedStore:
         self._db.execute("INSERT INTO passages(rowid, positions) VALUES (?, ?)", (cursor.lastrowid, passages))
         return cursor.lastrowid
 
+    @contextmanager
+    def writing(self, command: str) -> Iterator[None]:
+        """This process as the store's one writer for the block, as `reranker index` is for
+        its run: tantivy's writer lock, taken here unless this object holds it already."""
+        held = self._text.holds_writer
+        if not held:
+            self._text.open_writer(by=command)
+        try:
+            yield
+        finally:
+            if not held:
+                self._text.close_writer()
+
     def store_doc_vectors(self, info: Doc2VecInfo, vectors: Mapping[str, np.ndarray]) -> list[WriteFailure]:
         """Vectors go to each document's newest version outside an unfinished rebuild:
         the one just written by `reranker index`, the one readers see otherwise."""

@@ -28,6 +28,7 @@ never reach a log or a message.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -39,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import AbstractSet, Any, Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
 import numpy as np
@@ -564,6 +565,17 @@ class OpenSearchStore:
         claim.take()
         self._claim = claim
         return True
+
+    @contextlib.contextmanager
+    def writing(self, command: str) -> Iterator[None]:
+        """This process as the alias's one writer for the block, as `reranker index` is for
+        its run: the alias's claim, taken here unless this object holds it already."""
+        claimed = self._claim_alias(command)
+        try:
+            yield
+        finally:
+            if claimed:
+                self._release_alias()
 
     def _release_alias(self) -> None:
         claim, self._claim = self._claim, None

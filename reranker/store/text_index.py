@@ -357,6 +357,11 @@ class TextIndex:
         the index, not in it (tantivy manages the files of its directory)."""
         return self.directory.parent / "writer.json"
 
+    @property
+    def holds_writer(self) -> bool:
+        """Has this object the writer (and tantivy's lock)?"""
+        return self._writer is not None
+
     def open_writer(self, heap_bytes: int = WRITER_HEAP_BYTES, by: str = "reranker index") -> tantivy.IndexWriter:
         """This index's writer, taking tantivy's lock on first use (StoreError naming the
         holder if taken); `heap_bytes` is the memory of a writer this call opens, `by` the
