@@ -192,6 +192,27 @@ def test_an_in_place_reindex_keeps_every_document_searchable(
     assert watch.misses == (), f"{len(watch.misses)} of {watch.checks} searches missed a document: {watch.misses[:5]}"
 
 
+def test_an_experiment_deleted_takes_the_lists_written_just_before_it(cluster_store: OpenSearchStore) -> None:
+    """A delete by query sees what the last refresh made searchable: a list recorded an
+    instant before the delete (not yet refreshed) stayed behind it, an orphan. The store
+    refreshes before it deletes."""
+    lucene_only(cluster_store, "shows every write at once (no refresh_interval)")
+    from reranker.interleaving import interleave
+    from reranker.store.events import Experiment, OpenSearchEventStore, Recorded, ShownQuery
+
+    events = OpenSearchEventStore(cluster_store)
+    try:
+        events.create_experiment(Experiment("exp", ("hidden_topics", "bm25"), "team_draft", 1.0, "stopped", "2026-11-27T09:00:00+00:00"))
+        cluster_store.client.indices.put_settings(index=events._index("ubi_queries"), body={"index": {"refresh_interval": "-1"}})
+        shown = interleave("team_draft", ["a", "b"], ["b", "a"], 2, seed=0)
+        assert events.record_query(ShownQuery("just-before", "exp", "c1", "ships", "2026-11-27T10:00:00Z", shown)) is True
+        events.delete_experiment("exp", events=True)
+        assert events.shown_query("just-before") is None
+        assert events.recorded("exp") == Recorded(queries=0, events=0)
+    finally:
+        cluster_store.client.indices.delete(index=f"{cluster_store.alias}-experiments,{cluster_store.alias}-ubi_*", ignore_unavailable=True)
+
+
 def max_content_length(store: OpenSearchStore) -> int:
     settings = store.client.cluster.get_settings(include_defaults=True, flat_settings=True)
     raw = next((s["http.max_content_length"] for s in settings.values() if "http.max_content_length" in s), "100mb")

@@ -1064,6 +1064,66 @@ def test_a_worker_that_has_not_seen_the_delete_interleaves_nothing_on_the_cluste
         other.extensions["reranker"].close()
 
 
+@pytest.fixture
+def cluster_events(osmem_server: Any) -> Iterator[Any]:
+    from reranker.config import OpenSearchSettings
+    from reranker.store.events import OpenSearchEventStore
+    from reranker.store.opensearch import OpenSearchStore
+
+    cluster = osmem_server.clone()
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(cluster.url,), alias="papers")))
+    yield store
+    store.close()
+    cluster.close()
+
+
+def _shown(query_id: str, experiment_id: str = "exp") -> Any:
+    from reranker.interleaving import interleave
+    from reranker.store.events import ShownQuery
+
+    return ShownQuery(query_id, experiment_id, "c1", "ships", "2026-11-27T10:00:00Z", interleave("team_draft", ["a", "b"], ["b", "a"], 2, seed=0))
+
+
+def test_a_stop_between_the_cluster_stores_check_and_write_lets_no_list_through(cluster_events: Any) -> None:
+    """A worker's check that the experiment runs, then its write: a stop stored between the
+    two (another worker's, in the same instant) recorded the list under a stopped experiment.
+    The list is now written, then checked, and taken back."""
+    store = cluster_events
+    running = Experiment("exp", ("hidden_topics", "bm25"), "team_draft", 1.0, "running", "2026-11-27T09:00:00+00:00")
+    store.create_experiment(running)
+    client = store._store.client
+    index = client.index
+
+    def stopped_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        written = index(*args, **kwargs)
+        if kwargs.get("index") == store.names["ubi_queries"]:
+            store.save_experiment(replace(running, status="stopped"))
+        return written
+
+    client.index = stopped_meanwhile
+    try:
+        assert store.record_query(_shown("late"), if_running=True) is False
+    finally:
+        client.index = index
+    assert store.shown_query("late") is None
+    assert store.record_query(_shown("unconditional")) is True and store.shown_query("unconditional") is not None
+
+
+def test_an_event_for_an_experiment_deleted_meanwhile_is_taken_back_on_the_cluster(cluster_events: Any) -> None:
+    """The caller checked that the experiment exists; another worker's delete came next: the
+    event must not outlive the experiment (the SQLite store checks in its INSERT)."""
+    from reranker.errors import NotFoundError
+    from reranker.store.events import Event
+
+    store = cluster_events
+    store.create_experiment(Experiment("kept", ("hidden_topics", "bm25"), "team_draft", 1.0, "running", "2026-11-27T09:00:00+00:00"))
+    with pytest.raises(NotFoundError, match="experiment 'gone' of query 'q' was deleted: it records no more events"):
+        store.record_event(Event("e1", "q", "gone", None, "click", "a", 1, "2026-11-27T10:00:00Z", source="s"), if_experiment=True)
+    assert not store.has_event("e1")
+    store.record_event(Event("e2", "q", "kept", None, "click", "a", 1, "2026-11-27T10:00:00Z", source="s"), if_experiment=True)
+    assert store.has_event("e2")
+
+
 def test_the_cluster_lists_every_experiment_past_a_thousand(cluster_app: tuple[Any, Path, str]) -> None:
     """A search answers 1,000 documents at most: the 1,001st experiment (a running one) must
     still be listed, run, and stop a second one from starting."""

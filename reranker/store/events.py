@@ -238,8 +238,8 @@ class EventStore(Protocol):
     def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         """Store `event`; DuplicateEventError when its id was stored before, StoreFullError
         when the store has no room left. `if_experiment`: NotFoundError, and nothing stored,
-        when its experiment is no longer stored (SQLite checks in the write; on OpenSearch
-        only the caller's check just before holds)."""
+        when its experiment is no longer stored (SQLite checks in the write; OpenSearch
+        just after it, and takes the event back)."""
         ...
 
     def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
@@ -638,15 +638,19 @@ class OpenSearchEventStore:
         return None if not found or not found.get("found") else Experiment.from_json(found["_source"])
 
     def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
-        # Checked, then written (a get by id is real-time): a stop or delete in the instant
-        # between the two is not seen (the SQLite store checks in the write itself).
-        if if_running:
-            experiment = self.experiment(query.experiment_id)
-            if experiment is None or experiment.status != "running":
-                return False
+        # Written, then checked (a get by id is real-time), and taken back if the experiment
+        # no longer runs: a stop or delete stored before the check is seen, and one after
+        # it finds the list written before it (`delete_experiment` refreshes first), so no
+        # instant between the two lets a list through. The SQLite store checks in the write.
         index = self._index("ubi_queries")
         self._call("recording a query", self._store.client.index, index=index, id=query.query_id, body=query.to_json())
-        return True
+        if not if_running:
+            return True
+        experiment = self.experiment(query.experiment_id)
+        if experiment is not None and experiment.status == "running":
+            return True
+        self._call("taking back a query", self._store.client.delete, index=index, id=query.query_id, not_found=None)
+        return False
 
     def shown_query(self, query_id: str) -> ShownQuery | None:
         index = self._index("ubi_queries")
@@ -658,6 +662,11 @@ class OpenSearchEventStore:
         index = self._index("ubi_events")
         if not self._create("recording an event", index, event.event_id, event.to_json()):
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before")
+        # Written, then checked, as `record_query`: an experiment deleted since the caller's
+        # check takes its late event back with it.
+        if if_experiment and self.experiment(event.experiment_id) is None:
+            self._call("taking back an event", self._store.client.delete, index=index, id=event.event_id, not_found=None)
+            raise NotFoundError(f"experiment {event.experiment_id!r} of query {event.query_id!r} was deleted: it records no more events")
 
     def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
         """Counted by search (exact), so as of the last refresh (1 s by default): a burst within
@@ -757,6 +766,10 @@ class OpenSearchEventStore:
         if events:
             term = {"query": {"term": {"experiment_id": experiment_id}}}
             for kind in ("ubi_events", "ubi_queries"):
+                # A delete by query sees what the last refresh made searchable: a list or an
+                # event written since (by a worker that found the experiment before this
+                # delete) would be left behind it.
+                self._call("refreshing experiment data", client.indices.refresh, index=self._index(kind))
                 self._call(
                     "deleting experiment data", client.delete_by_query, index=self._index(kind), body=term, refresh="true", conflicts="proceed"
                 )
