@@ -1109,6 +1109,37 @@ def test_a_stop_between_the_cluster_stores_check_and_write_lets_no_list_through(
     assert store.record_query(_shown("unconditional")) is True and store.shown_query("unconditional") is not None
 
 
+@pytest.mark.parametrize("start", ["create", "resume"])
+def test_two_experiments_started_in_the_same_instant_on_the_cluster_never_both_run(cluster_events: Any, start: str) -> None:
+    """Each start checks that none runs, then writes: another admin's start landing between
+    the two (written straight into the index here) left two experiments running."""
+    from reranker.errors import ConflictError
+
+    store = cluster_events
+    mine = Experiment("mine", ("hidden_topics", "bm25"), "team_draft", 1.0, "running", "2026-11-27T09:00:00+00:00")
+    theirs = Experiment("theirs", ("hidden_topics", "bm25"), "team_draft", 1.0, "running", "2026-11-27T09:00:01+00:00")
+    if start == "resume":
+        store.create_experiment(replace(mine, status="stopped"))
+    client = store._store.client
+    index, create = client.index, client.create
+
+    def theirs_meanwhile(write: Any) -> Any:
+        def written(*args: Any, **kwargs: Any) -> Any:
+            answer = write(*args, **kwargs)
+            if kwargs.get("id") == "mine":
+                index(index=store.names["experiments"], id="theirs", body=theirs.to_json(), refresh="true")
+            return answer
+        return written
+
+    client.index, client.create = theirs_meanwhile(index), theirs_meanwhile(create)
+    try:
+        with pytest.raises(ConflictError, match="experiment 'theirs' was started in the same instant as 'mine', which was not started"):
+            store.create_experiment(mine) if start == "create" else store.save_experiment(mine)
+    finally:
+        client.index, client.create = index, create
+    assert [(e.id, e.status) for e in store.experiments()] == ([] if start == "create" else [("mine", "stopped")]) + [("theirs", "running")]
+
+
 def test_an_event_for_an_experiment_deleted_meanwhile_is_taken_back_on_the_cluster(cluster_events: Any) -> None:
     """The caller checked that the experiment exists; another worker's delete came next: the
     event must not outlive the experiment (the SQLite store checks in its INSERT)."""

@@ -26,7 +26,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from reranker.config import Settings
 from reranker.errors import (
@@ -613,18 +613,41 @@ class OpenSearchEventStore:
         created: bool = self._call(what, create, index=index)
         return created
 
+    # One experiment runs at a time (the SQLite store takes a lock): checked before the write,
+    # for the usual refusal, and again after it, for two started in the same instant. Each
+    # write is searchable when it returns (refresh), so of two such starts the later check
+    # sees the other's; a start that finds another running takes itself back. Both may then
+    # be refused, never both kept.
+
     def create_experiment(self, experiment: Experiment) -> None:
-        # Checked, then written: two admins starting two experiments in the same instant
-        # could both succeed here (the SQLite store takes a lock instead).
         _another_running(self.experiments(), experiment)
         index = self._index("experiments")
         if not self._create("storing an experiment", index, experiment.id, experiment.to_json(), refresh="true"):
             raise ExperimentExistsError(f"experiment {experiment.id!r} exists already")
+        if experiment.status == "running":
+            self._alone_or_undone(experiment, lambda: self._call(
+                "taking back an experiment", self._store.client.delete, index=index, id=experiment.id, refresh="true", not_found=None,
+            ))
 
     def save_experiment(self, experiment: Experiment) -> None:
         _another_running(self.experiments(), experiment)
         index = self._index("experiments")
+        before = self.experiment(experiment.id) if experiment.status == "running" else None
         self._call("storing an experiment", self._store.client.index, index=index, id=experiment.id, body=experiment.to_json(), refresh="true")
+        if before is not None and before.status != "running":  # started by this save
+            self._alone_or_undone(experiment, lambda: self._call(
+                "taking back an experiment", self._store.client.index, index=index, id=experiment.id, body=before.to_json(), refresh="true",
+            ))
+
+    def _alone_or_undone(self, experiment: Experiment, undo: Callable[[], Any]) -> None:
+        """ConflictError, after `undo`, when another experiment runs beside `experiment`."""
+        other = next((e for e in self.experiments() if e.status == "running" and e.id != experiment.id), None)
+        if other is not None:
+            undo()
+            raise ConflictError(
+                f"experiment {other.id!r} was started in the same instant as {experiment.id!r}, which was not started "
+                "(one experiment runs at a time): see which runs now, and try again"
+            )
 
     def experiments(self) -> list[Experiment]:
         index = self._index("experiments")
