@@ -130,7 +130,12 @@ def data_dir(browser: "Browser", tmp_path_factory: pytest.TempPathFactory, glove
 def served(data_dir: Path) -> Iterator[str]:
     """The base URL of the real app, served over HTTP by a werkzeug thread."""
     # A WMD budget of 0 ms: every wmd answer is "partial", a real status for the page to show.
-    app = create_app(Settings.from_env({**settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN_KEY, "RERANKER_WMD_BUDGET_MS": "0"}))
+    # A request deadline of 30 s, not 2: at load 8, with the suite's other process beside it,
+    # the first WMD rerank (its model read) took 2 s and came back "degraded" (no test of the
+    # page is about the deadline; tests/test_reliability.py tests it).
+    app = create_app(Settings.from_env({
+        **settings_env(data_dir), "RERANKER_ADMIN_API_KEY": ADMIN_KEY, "RERANKER_WMD_BUDGET_MS": "0", "RERANKER_DEADLINE_MS": "30000",
+    }))
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="web-test-server", daemon=True)
     thread.start()
