@@ -703,6 +703,31 @@ def test_a_claim_of_another_host_is_refused_while_fresh_and_taken_over_once_stal
     ]
 
 
+@pytest.mark.parametrize("holder", ["this process's pid", "a finished process's pid"])
+def test_a_claim_from_another_pid_namespace_under_this_hosts_name_is_refused_while_fresh(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, holder: str
+) -> None:
+    """Containers given the host's name (`docker run --network host`, a pod's hostNetwork)
+    number their processes apart: a live run in one, as pid 1 say, was taken for this
+    process itself (its claim taken on without a word) or, its pid unknown here, for a
+    killed run (taken over), and two runs wrote behind the alias together."""
+    if holder == "this process's pid":
+        pid = os.getpid()
+    else:
+        finished = subprocess.Popen(["true"])
+        finished.wait()
+        pid = finished.pid
+    os_store.client.indices.create(index="papers.claim", body={"settings": {"index": {"hidden": True}}}, ignore=400)
+    source = {
+        "command": "reranker index", "host": socket.gethostname(), "pid": pid, "started": "2026-11-27T09:00:00+00:00",
+        "pid_namespace": "pid:[4026530000]", "refreshed": time.time(),
+    }
+    os_store.client.index(index="papers.claim", id="papers", body=source)
+    with pytest.raises(StoreError, match=rf"^alias 'papers' is being written by `reranker index` on {re.escape(socket.gethostname())} \(pid {pid}, "):
+        index_papers(tmp_path, OpenSearchStore(os_store.config), glove)
+    assert os_store.client.get(index="papers.claim", id="papers")["_source"] == source
+
+
 def test_a_claim_is_refreshed_while_its_run_goes_and_released_when_it_closes(
     os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,7 +12,8 @@ The holder rewrites it every CLAIM_REFRESH_SECONDS, each write conditional on th
 sequence number of its last (`if_seq_no`/`if_primary_term`), and deletes it at its end. A
 claim not refreshed for CLAIM_STALE_SECONDS (its run was killed, or lost the cluster), or
 held by a process of this host that no longer runs, is taken over by the next run, by the
-same conditional write: of two runs taking it over at once, one wins. A run whose claim
+same conditional write (a process "of this host" has its host name and PID namespace: a
+container with the host's name numbers its own processes, and its pid here is another's): of two runs taking it over at once, one wins. A run whose claim
 was taken over (it stalled past CLAIM_STALE_SECONDS) stops before its next write. The
 age of a claim is read with the clocks of two hosts: they must agree within a minute.
 
@@ -102,7 +103,7 @@ class AliasClaim:
         raise StoreError(f"the claim on alias {store.alias!r} changed hands three times while this run asked for it; run it again")
 
     def _ours(self, holder: RunClaim | None) -> bool:
-        return holder is not None and (holder.host, holder.pid) == (self.mine.host, self.mine.pid)
+        return holder is not None and holder.pid == self.mine.pid and holder.is_local()
 
     @staticmethod
     def _holder(found: dict[str, Any]) -> tuple[RunClaim | None, float]:
