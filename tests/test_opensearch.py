@@ -617,6 +617,33 @@ def test_a_version_left_publishing_behind_the_alias_is_marked_ready_by_the_next_
     ]
 
 
+def mark_publishing(store: OpenSearchStore, index: str) -> None:
+    """What a run stopped after its alias swap, before its last write, leaves."""
+    meta = raw(store, "GET", f"/{index}/_mapping")[index]["mappings"]["_meta"]["reranker"]
+    store.client.indices.put_mapping(index=index, body={"_meta": {"reranker": {**meta, "state": "publishing"}}})
+
+
+def test_a_published_version_left_publishing_is_marked_ready_by_a_run_in_place_and_by_a_rollback(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """Only a rebuild marked it: after a run in place it stayed `publishing` behind the alias,
+    and once `indices use` moved the alias back, the next --rebuild took the version rolled
+    back from for one never published ("built whole ... by a run stopped before it swapped
+    the alias") and published it again, instead of building a new one."""
+    index_papers(tmp_path, os_store, glove)
+    mark_publishing(os_store, "papers-v000001")
+    index_papers(tmp_path, OpenSearchStore(os_store.config), glove)
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [("papers-v000001", "ready", True)]
+    index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    mark_publishing(os_store, "papers-v000002")
+    OpenSearchStore(os_store.config).use("papers-v000001")
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", True), ("papers-v000002", "ready", False),
+    ]
+    again = index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    assert again.published is not None and again.published.current == "papers-v000003"
+
+
 # --- one writer per alias (reranker/store/opensearch_claim.py) -----------------------------
 
 
