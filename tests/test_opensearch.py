@@ -644,6 +644,20 @@ def test_a_published_version_left_publishing_is_marked_ready_by_a_run_in_place_a
     assert again.published is not None and again.published.current == "papers-v000003"
 
 
+def test_indices_list_keeps_its_columns_for_a_publishing_version(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `publishing` is ten characters: the state column was nine wide.
+    index_papers(tmp_path, os_store, glove)
+    index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    mark_publishing(os_store, "papers-v000001")
+    monkeypatch.setenv("RERANKER_INDEX", "papers")
+    code, out = run(data_dir, "--opensearch-url", os_store.config.hosts[0], "indices", "list")
+    lines = out.splitlines()
+    assert code == 0 and [line[2:].split()[1:3] for line in lines] == [["publishing", "3"], ["ready", "3"]], out
+    assert len({line.index(" docs ") for line in lines}) == 1, out
+
+
 # --- one writer per alias (reranker/store/opensearch_claim.py) -----------------------------
 
 
