@@ -786,6 +786,29 @@ def test_a_claim_is_refreshed_while_its_run_goes_and_released_when_it_closes(
     assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False
 
 
+def test_a_run_whose_claim_cannot_be_refreshed_for_any_reason_stops_once_it_is_stale(
+    osmem_clone: Any, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer opensearch-py cannot read (a gateway's page with a 200) is no StoreError:
+    it ended the refreshing thread, and the run went on writing, unwarned, under a claim
+    that went stale and that another run took over."""
+    monkeypatch.setattr(opensearch_claim, "CLAIM_REFRESH_SECONDS", 0.05)
+    monkeypatch.setattr(opensearch_claim, "CLAIM_STALE_SECONDS", 0.3)
+    proxy = ClusterProxy(osmem_clone.url)
+    try:
+        store = OpenSearchStore(replace(os_store.config, hosts=(proxy.url,)))
+        store.initialise(IndexInfo(glove.info, 5), rebuild=True)
+        proxy.pages["if_seq_no"] = (200, "<html><title>Welcome</title></html>")  # the refreshes' conditional writes
+        deadline = time.monotonic() + 10
+        while store._claim is not None and store._claim.lost is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(StoreError, match=r"^this run could not refresh its claim on alias 'papers' for 0.3 s \("):
+            store.upsert([stored_for(glove, Document("ships", "Harbours", "Bread and cheese"))])
+        store.close()
+    finally:
+        proxy.close()
+
+
 def test_a_run_whose_claim_was_taken_over_stops_before_it_publishes(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     """A run that stalled past the claim's 120 s (or lost the cluster) and whose claim a run
     on another host took over: it must not swap the alias under that run."""

@@ -151,7 +151,9 @@ class AliasClaim:
             try:
                 self._refresh()
                 last = time.monotonic()
-            except StoreError as exc:
+            # Any failure, not only the cluster's (StoreError): one that ended this thread left
+            # the run writing, unwarned, under a claim no longer refreshed, that another takes.
+            except Exception as exc:
                 if time.monotonic() - last > CLAIM_STALE_SECONDS:
                     self.lost = f"this run could not refresh its claim on alias {self.store.alias!r} for {CLAIM_STALE_SECONDS:g} s ({exc}); run it again"
                 else:
