@@ -354,6 +354,8 @@ class EmbeddedEventStore:
         self._lock = threading.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            # Connected here: a file SQLite cannot open is "cannot open the experiment store".
+            self._db.execute("SELECT 1")
             # In one write transaction: the workers of a service open the store at once, and
             # each read-then-write of the schema (is the column there? add it) must see the
             # others' writes, or two add it and one fails ("duplicate column name"). The
