@@ -826,6 +826,25 @@ def test_a_run_whose_claim_was_taken_over_stops_before_it_publishes(tmp_path: Pa
     assert os_store.client.get(index="papers.claim", id="papers")["_source"]["host"] == "elsewhere"  # not released
 
 
+def test_a_run_whose_claim_was_taken_over_and_released_meanwhile_stops_before_it_publishes(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """The run stalled past 120 s; another took its claim over, ended and released it. Its
+    next refresh found no claim and created one again, and it published over the other."""
+    index_papers(tmp_path, os_store, glove)
+    stalled = OpenSearchStore(os_store.config)
+    stalled.initialise(IndexInfo(glove.info, 5), rebuild=True)
+    assert stalled.upsert([stored_for(glove, Document("ships", "Harbours", "Bread and cheese"))]) == []
+    claim_of_another_host(os_store, seconds_ago=0)
+    os_store.client.delete(index="papers.claim", id="papers")  # its run has ended
+    with pytest.raises(StoreError, match=(
+        r"^this run's claim on alias 'papers' was taken over, and released \(or deleted\) since \(it went 120 s without a refresh"
+    )):
+        stalled.publish()
+    assert os_store.alias_index() == "papers-v000001"
+    assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False
+
+
 def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     index_papers(tmp_path, os_store, glove)
     with pytest.raises(IndexMismatchError, match="K=5 topics per document, not K=7"):

@@ -12,10 +12,12 @@ The holder rewrites it every CLAIM_REFRESH_SECONDS, each write conditional on th
 sequence number of its last (`if_seq_no`/`if_primary_term`), and deletes it at its end. A
 claim not refreshed for CLAIM_STALE_SECONDS (its run was killed, or lost the cluster), or
 held by a process of this host that no longer runs, is taken over by the next run, by the
-same conditional write (a process "of this host" has its host name and PID namespace: a
-container with the host's name numbers its own processes, and its pid here is another's): of two runs taking it over at once, one wins. A run whose claim
-was taken over (it stalled past CLAIM_STALE_SECONDS) stops before its next write. The
-age of a claim is read with the clocks of two hosts: they must agree within a minute.
+same conditional write: of two runs taking it over at once, one wins. "Of this host" is
+its host name and its PID namespace: a container with the host's name numbers its own
+processes, and its pid names another process here. A run whose claim was taken over (it
+stalled past CLAIM_STALE_SECONDS) stops before its next write, even once the run that took
+it has released it (it is not created again). The age of a claim is read with the clocks
+of two hosts: they must agree within a minute.
 
 A process is one writer: a store object finds the claim of another object of its own
 process (one left by a run interrupted in-process, say) its own, and takes it on.
@@ -128,9 +130,9 @@ class AliasClaim:
             found = None
             if written is None:
                 found = store._call("reading the claim", client.get, index=self.index, id=store.alias, not_found=None)
-                if found is None:  # released by another object of this process
-                    written = store._call(what, client.create, index=self.index, id=store.alias, body=self._body(), conflict=None)
-                elif self._ours(self._holder(found)[0]):  # taken on by another object of this process
+                # Gone, it is not created again: a run that took it over meanwhile, and has
+                # ended, may have published, even the version this run writes.
+                if found is not None and self._ours(self._holder(found)[0]):  # taken on by another object of this process
                     written = store._call(
                         what, client.index, index=self.index, id=store.alias, body=self._body(),
                         if_seq_no=found["_seq_no"], if_primary_term=found["_primary_term"], conflict=None, not_found=None,
@@ -140,8 +142,9 @@ class AliasClaim:
                 return
             holder = self._holder(found)[0] if found is not None else None
             taken = f" by `{holder.command}` on {holder.host} (pid {holder.pid})" if holder is not None else ""
+            ended = "" if found is not None else ", and released (or deleted) since"
             self.lost = (
-                f"this run's claim on alias {store.alias!r} was taken over{taken} (it went {CLAIM_STALE_SECONDS:g} s without a "
+                f"this run's claim on alias {store.alias!r} was taken over{taken}{ended} (it went {CLAIM_STALE_SECONDS:g} s without a "
                 "refresh: the run stalled, or lost the cluster); it stopped before writing more: run it again when the other has ended"
             )
 
