@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,6 +123,71 @@ def test_the_service_settings_every_command_reads_are_still_checked_everywhere()
             Settings.from_env({"HOME": "/h", **env}, serving=False)
     shared = Settings.from_env({"HOME": "/h", "RERANKER_DEFAULT_RANKER": "bm25", "RERANKER_MAX_WINDOW": "500"}, serving=False)
     assert (shared.service.default_ranker, shared.service.max_window) == ("bm25", 500)
+
+
+class ReadNames(dict[str, str]):
+    """An environment that records the names read from it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name: str) -> str:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+
+def service_setting_variables(tmp_path: Path) -> dict[str, str]:
+    """Each variable ServiceSettings.from_env reads -> the field it sets: read with one
+    variable set at a time, to the first of a few values its parser takes."""
+    every = ReadNames()
+    ServiceSettings.from_env(every)
+    keys = tmp_path / "keys"
+    keys.write_text("a-key\n")
+    default = ServiceSettings()
+    variables: dict[str, str] = {}
+    for name in sorted(every.read):
+        for value in ("7", "4096", "false", "10.0.0.0/8", str(keys)):
+            try:
+                read = ServiceSettings.from_env({name: value})
+            except ConfigError:
+                continue
+            changed = [f.name for f in dataclasses.fields(read) if getattr(read, f.name) != getattr(default, f.name)]
+            if changed:
+                assert len(changed) == 1, (name, changed)
+                variables[name] = changed[0]
+                break
+        else:
+            raise AssertionError(f"no value of {name} changes a service setting")
+    return variables
+
+
+def service_fields_read_outside_serve() -> set[str]:
+    """The fields of `settings.service` the code of commands other than `serve` reads
+    (`... .service.FIELD` outside reranker/service/ and reranker/cli/serving.py)."""
+    package = Path(__file__).resolve().parent.parent / "reranker"
+    read: set[str] = set()
+    for source in package.rglob("*.py"):
+        if "service" in source.relative_to(package).parts or source == package / "cli" / "serving.py":
+            continue
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "service":
+                read.add(node.attr)
+    return read & {f.name for f in dataclasses.fields(ServiceSettings)}  # not validate()
+
+
+def test_service_only_is_every_service_setting_no_other_command_reads(tmp_path: Path) -> None:
+    """Derived, not listed: a service setting added later, or read by another command
+    later, changes what SERVICE_ONLY must hold, and this says which."""
+    variables = service_setting_variables(tmp_path)
+    assert set(variables.values()) == {f.name for f in dataclasses.fields(ServiceSettings)}
+    outside = service_fields_read_outside_serve()
+    assert outside  # the scan finds what it looks for (search reads max_window, say)
+    assert SERVICE_ONLY == {name for name, field in variables.items() if field not in outside}
 
 
 def test_a_bad_config_file_is_named(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, run, sample_indexed, settings_env
+from conftest import REPO, SAMPLE, run, sample_indexed, settings_env
 from flask.testing import FlaskClient
 
 from reranker import experiments as ex
@@ -270,6 +271,64 @@ def test_an_experiment_whose_ranker_was_removed(client: FlaskClient, data_dir: P
     store.close()
     body = client.post("/search", json={"query": QUERIES[0], "client_id": "c1"}).get_json()
     assert "query_id" not in body and body["ranker"] == DEFAULT_RANKER
+
+
+# The experiment store as the first version with events made it (no `source`, no count).
+FIRST_VERSION_SCHEMA = """
+CREATE TABLE experiments (id TEXT PRIMARY KEY, created TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE queries (query_id TEXT PRIMARY KEY, experiment_id TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX queries_by_experiment ON queries (experiment_id);
+CREATE TABLE events (
+    event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, experiment_id TEXT NOT NULL,
+    action_name TEXT NOT NULL, object_id TEXT, body TEXT NOT NULL
+);
+CREATE INDEX events_by_experiment ON events (experiment_id);
+CREATE INDEX events_by_query ON events (query_id);
+INSERT INTO events VALUES ('e1', 'q1', 'x', 'click', 'd1', '{}');
+"""
+# A service worker opening the store, started with the others at one instant.
+OPEN_TOGETHER = """
+import os, sys
+from pathlib import Path
+from reranker.store.events import EmbeddedEventStore
+path, ready, go = sys.argv[1:]
+Path(ready).touch()
+while not os.path.exists(go):
+    pass
+EmbeddedEventStore(Path(path)).close()
+"""
+
+
+@pytest.mark.parametrize("made_by", ["an older version", "no one yet"])
+def test_workers_opening_the_store_at_once_each_open_it(tmp_path: Path, made_by: str) -> None:
+    """gunicorn's workers open the store together. One of two adding the `source` column
+    to an older store failed ("duplicate column name: source"), and one switching a new
+    file to WAL beside another failed at once ("database is locked"), whatever the timeout."""
+    for trial in range(2):
+        path, go = tmp_path / f"store{trial}.sqlite3", tmp_path / f"go{trial}"
+        if made_by == "an older version":
+            with sqlite3.connect(path) as db:
+                db.executescript(FIRST_VERSION_SCHEMA)
+            db.close()
+        ready = [tmp_path / f"ready{trial}-{n}" for n in range(4)]
+        workers = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPEN_TOGETHER, str(path), str(flag), str(go)],
+                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            for flag in ready
+        ]
+        deadline = time.monotonic() + 60
+        while not all(flag.exists() for flag in ready) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        go.touch()
+        errors = [worker.communicate(timeout=60)[1] for worker in workers]
+        assert [worker.returncode for worker in workers] == [0] * 4, errors
+        store = EmbeddedEventStore(path)
+        try:
+            assert store.count_events("q1", "x", None).total == (made_by == "an older version")
+        finally:
+            store.close()
 
 
 def test_starting_an_experiment_again_reads_it_once_and_checks_its_rankers_after_a_removed_one(tmp_path: Path) -> None:

@@ -617,6 +617,47 @@ def test_a_version_left_publishing_behind_the_alias_is_marked_ready_by_the_next_
     ]
 
 
+def mark_publishing(store: OpenSearchStore, index: str) -> None:
+    """What a run stopped after its alias swap, before its last write, leaves."""
+    meta = raw(store, "GET", f"/{index}/_mapping")[index]["mappings"]["_meta"]["reranker"]
+    store.client.indices.put_mapping(index=index, body={"_meta": {"reranker": {**meta, "state": "publishing"}}})
+
+
+def test_a_published_version_left_publishing_is_marked_ready_by_a_run_in_place_and_by_a_rollback(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """Only a rebuild marked it: after a run in place it stayed `publishing` behind the alias,
+    and once `indices use` moved the alias back, the next --rebuild took the version rolled
+    back from for one never published ("built whole ... by a run stopped before it swapped
+    the alias") and published it again, instead of building a new one."""
+    index_papers(tmp_path, os_store, glove)
+    mark_publishing(os_store, "papers-v000001")
+    index_papers(tmp_path, OpenSearchStore(os_store.config), glove)
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [("papers-v000001", "ready", True)]
+    index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    mark_publishing(os_store, "papers-v000002")
+    OpenSearchStore(os_store.config).use("papers-v000001")
+    assert [(v.name, v.state, v.aliased) for v in os_store.versions()] == [
+        ("papers-v000001", "ready", True), ("papers-v000002", "ready", False),
+    ]
+    again = index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    assert again.published is not None and again.published.current == "papers-v000003"
+
+
+def test_indices_list_keeps_its_columns_for_a_publishing_version(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `publishing` is ten characters: the state column was nine wide.
+    index_papers(tmp_path, os_store, glove)
+    index_papers(tmp_path, OpenSearchStore(os_store.config), glove, rebuild=True)
+    mark_publishing(os_store, "papers-v000001")
+    monkeypatch.setenv("RERANKER_INDEX", "papers")
+    code, out = run(data_dir, "--opensearch-url", os_store.config.hosts[0], "indices", "list")
+    lines = out.splitlines()
+    assert code == 0 and [line[2:].split()[1:3] for line in lines] == [["publishing", "3"], ["ready", "3"]], out
+    assert len({line.index(" docs ") for line in lines}) == 1, out
+
+
 # --- one writer per alias (reranker/store/opensearch_claim.py) -----------------------------
 
 
@@ -737,6 +778,31 @@ def test_training_doc2vec_claims_the_alias_from_before_it_trains_to_the_end_of_i
     assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False  # released at its end
 
 
+@pytest.mark.parametrize("holder", ["this process's pid", "a finished process's pid"])
+def test_a_claim_from_another_pid_namespace_under_this_hosts_name_is_refused_while_fresh(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors, holder: str
+) -> None:
+    """Containers given the host's name (`docker run --network host`, a pod's hostNetwork)
+    number their processes apart: a live run in one, as pid 1 say, was taken for this
+    process itself (its claim taken on without a word) or, its pid unknown here, for a
+    killed run (taken over), and two runs wrote behind the alias together."""
+    if holder == "this process's pid":
+        pid = os.getpid()
+    else:
+        finished = subprocess.Popen(["true"])
+        finished.wait()
+        pid = finished.pid
+    os_store.client.indices.create(index="papers.claim", body={"settings": {"index": {"hidden": True}}}, ignore=400)
+    source = {
+        "command": "reranker index", "host": socket.gethostname(), "pid": pid, "started": "2026-11-27T09:00:00+00:00",
+        "pid_namespace": "pid:[4026530000]", "refreshed": time.time(),
+    }
+    os_store.client.index(index="papers.claim", id="papers", body=source)
+    with pytest.raises(StoreError, match=rf"^alias 'papers' is being written by `reranker index` on {re.escape(socket.gethostname())} \(pid {pid}, "):
+        index_papers(tmp_path, OpenSearchStore(os_store.config), glove)
+    assert os_store.client.get(index="papers.claim", id="papers")["_source"] == source
+
+
 def test_a_claim_is_refreshed_while_its_run_goes_and_released_when_it_closes(
     os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -754,6 +820,29 @@ def test_a_claim_is_refreshed_while_its_run_goes_and_released_when_it_closes(
     assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False
 
 
+def test_a_run_whose_claim_cannot_be_refreshed_for_any_reason_stops_once_it_is_stale(
+    osmem_clone: Any, os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer opensearch-py cannot read (a gateway's page with a 200) is no StoreError:
+    it ended the refreshing thread, and the run went on writing, unwarned, under a claim
+    that went stale and that another run took over."""
+    monkeypatch.setattr(opensearch_claim, "CLAIM_REFRESH_SECONDS", 0.05)
+    monkeypatch.setattr(opensearch_claim, "CLAIM_STALE_SECONDS", 0.3)
+    proxy = ClusterProxy(osmem_clone.url)
+    try:
+        store = OpenSearchStore(replace(os_store.config, hosts=(proxy.url,)))
+        store.initialise(IndexInfo(glove.info, 5), rebuild=True)
+        proxy.pages["if_seq_no"] = (200, "<html><title>Welcome</title></html>")  # the refreshes' conditional writes
+        deadline = time.monotonic() + 10
+        while store._claim is not None and store._claim.lost is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(StoreError, match=r"^this run could not refresh its claim on alias 'papers' for 0.3 s \("):
+            store.upsert([stored_for(glove, Document("ships", "Harbours", "Bread and cheese"))])
+        store.close()
+    finally:
+        proxy.close()
+
+
 def test_a_run_whose_claim_was_taken_over_stops_before_it_publishes(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:
     """A run that stalled past the claim's 120 s (or lost the cluster) and whose claim a run
     on another host took over: it must not swap the alias under that run."""
@@ -769,6 +858,25 @@ def test_a_run_whose_claim_was_taken_over_stops_before_it_publishes(tmp_path: Pa
         stalled.publish()
     assert os_store.alias_index() == "papers-v000001"
     assert os_store.client.get(index="papers.claim", id="papers")["_source"]["host"] == "elsewhere"  # not released
+
+
+def test_a_run_whose_claim_was_taken_over_and_released_meanwhile_stops_before_it_publishes(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """The run stalled past 120 s; another took its claim over, ended and released it. Its
+    next refresh found no claim and created one again, and it published over the other."""
+    index_papers(tmp_path, os_store, glove)
+    stalled = OpenSearchStore(os_store.config)
+    stalled.initialise(IndexInfo(glove.info, 5), rebuild=True)
+    assert stalled.upsert([stored_for(glove, Document("ships", "Harbours", "Bread and cheese"))]) == []
+    claim_of_another_host(os_store, seconds_ago=0)
+    os_store.client.delete(index="papers.claim", id="papers")  # its run has ended
+    with pytest.raises(StoreError, match=(
+        r"^this run's claim on alias 'papers' was taken over, and released \(or deleted\) since \(it went 120 s without a refresh"
+    )):
+        stalled.publish()
+    assert os_store.alias_index() == "papers-v000001"
+    assert os_store.client.get(index="papers.claim", id="papers", ignore=404)["found"] is False
 
 
 def test_other_vectors_or_k_are_refused_until_a_rebuild(tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors) -> None:

@@ -299,7 +299,7 @@ def cmd_indices(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
             for v in versions:
                 built = f"{v.info.embedding.name} d={v.info.embedding.dim} K={v.info.k} {v.topic_dtype}" if v.info else "not built by reranker"
                 mark = "*" if v.aliased else " "
-                print(f"{mark} {v.name:<28} {v.state:<9} {v.documents:>9} docs  {built}", file=out)
+                print(f"{mark} {v.name:<28} {v.state:<10} {v.documents:>9} docs  {built}", file=out)
     finally:
         store.close()
     return 0

@@ -110,26 +110,39 @@ class RunClaim:
     host: str
     pid: int
     started: str  # ISO 8601, UTC, to the second
+    # The PID namespace `pid` is a number of (Linux: "pid:[4026531836]"; None where none is
+    # read): containers sharing the host's name (`--network host`, a pod's `hostNetwork`)
+    # each number their processes from 1, so a host name and a pid alone name no process.
+    pid_namespace: str | None = None
 
     @classmethod
     def mine(cls, command: str) -> "RunClaim":
         started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        return cls(command, socket.gethostname(), os.getpid(), started)
+        return cls(command, socket.gethostname(), os.getpid(), started, _pid_namespace())
 
     @classmethod
     def from_json(cls, value: Any) -> "RunClaim | None":
         """None for a record this version cannot read (half written, say)."""
         try:
-            return cls(str(value["command"]), str(value["host"]), int(value["pid"]), str(value["started"]))
-        except (KeyError, TypeError, ValueError):
+            namespace = value.get("pid_namespace")
+            return cls(
+                str(value["command"]), str(value["host"]), int(value["pid"]), str(value["started"]),
+                namespace if isinstance(namespace, str) else None,
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
             return None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def is_local(self) -> bool:
+        """Is `pid` a process number this process can look up: the holder ran on this host,
+        in this PID namespace? (A record without one, an older version's, is not.)"""
+        return self.host == socket.gethostname() and self.pid_namespace == _pid_namespace()
+
     def on_this_host_and_gone(self) -> bool:
         """Is the holder a process of this host that no longer runs (killed, say)?"""
-        if self.host != socket.gethostname():
+        if not self.is_local():
             return False
         try:
             os.kill(self.pid, 0)
@@ -138,6 +151,13 @@ class RunClaim:
         except PermissionError:  # another user's process: running
             return False
         return False
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:  # no /proc (macOS), or not readable
+        return None
 
 
 def claimed_message(what: str, holder: RunClaim | None, then: str) -> str:

@@ -23,6 +23,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -327,6 +328,22 @@ _EVENT_COUNT = (
 )
 
 
+def _write_ahead_log(db: sqlite3.Connection, wait_seconds: float = 30.0) -> None:
+    """Put `db` in WAL mode, waiting for the lock as every other statement does (the
+    connection's timeout): a new file's switch needs it exclusively, and SQLite answers
+    "database is locked" at once, without waiting, to one that asks while another switches
+    (the workers of a service opening a new store together)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 class EmbeddedEventStore:
     """An `EventStore` in one SQLite file; one connection per thread."""
 
@@ -337,12 +354,20 @@ class EmbeddedEventStore:
         self._lock = threading.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._db.executescript(_SCHEMA)
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(events)")}
-            if "source" not in columns:
-                self._db.execute(_SOURCE_COLUMN)
-            self._db.execute(_SOURCE_INDEX)
-            with self._exclusive():  # counted and then kept counted, with no insert between
+            # Connected here: a file SQLite cannot open is "cannot open the experiment store".
+            self._db.execute("SELECT 1")
+            # In one write transaction: the workers of a service open the store at once, and
+            # each read-then-write of the schema (is the column there? add it) must see the
+            # others' writes, or two add it and one fails ("duplicate column name"). The
+            # event count is counted and then kept counted, with no insert between.
+            with self._exclusive():
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._run(statement)
+                columns = {row[1] for row in self._run("PRAGMA table_info(events)")}
+                if "source" not in columns:
+                    self._run(_SOURCE_COLUMN)
+                self._run(_SOURCE_INDEX)
                 for statement in _EVENT_COUNT:
                     self._run(statement)
         except StoreError:
@@ -355,7 +380,7 @@ class EmbeddedEventStore:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
+            _write_ahead_log(db)
             # FULL: a commit is on disk before the client hears "created".
             db.execute("PRAGMA synchronous=FULL")
             self._local.db = db

@@ -513,6 +513,9 @@ class OpenSearchStore:
         self._ensure_templates()
         if current is not None and not rebuild:
             meta = self._meta(current)
+            if meta.get("state") == "publishing":  # published by a run stopped just after its swap
+                meta = {**meta, "state": "ready"}
+                self._put_meta(current, meta)
             built = _info_from_meta(meta)
             if built is None:
                 raise ForeignIndexError(
@@ -537,7 +540,7 @@ class OpenSearchStore:
             self._target, self._target_fresh, self._target_resumed = current, False, False
             self._allow_every_passage(current)
             return
-        versions = self._finish_publishing(self.versions(), current)
+        versions = self._finish_publishing(self.versions())
         resumable = self._resumable_version(versions, info, exclude=current)
         if resumable is not None and resumable.state == "publishing":
             log.warning(
@@ -607,12 +610,13 @@ class OpenSearchStore:
         except StoreError as exc:
             log.warning("%s keeps the cluster's limit of nested documents; a document of more than 750,000 content words will be refused (%s)", index, exc)
 
-    def _finish_publishing(self, versions: list[IndexVersion], current: str | None) -> list[IndexVersion]:
+    def _finish_publishing(self, versions: list[IndexVersion]) -> list[IndexVersion]:
         """Mark `ready` the version behind the alias that a run left `publishing` (stopped
         after its alias swap, before its last write): it was published. Any other version
-        left `publishing` never was, and a rebuild resumes it (`_resumable_version`)."""
+        left `publishing` never was, and a rebuild resumes it (`_resumable_version`), so
+        this is done before the alias leaves it (`use`) too."""
         for n, version in enumerate(versions):
-            if version.name == current and version.state == "publishing":
+            if version.aliased and version.state == "publishing":
                 self._put_meta(version.name, {**self._meta(version.name), "state": "ready"})
                 versions[n] = dataclasses.replace(version, state="ready")
         return versions
@@ -758,7 +762,7 @@ class OpenSearchStore:
                 self._release_alias()
 
     def _use(self, name: str) -> PublishResult:
-        version = next((v for v in self.versions() if v.name == name), None)
+        version = next((v for v in self._finish_publishing(self.versions()) if v.name == name), None)
         if version is None:
             raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
         if version.state not in ("ready", "publishing"):

@@ -12,12 +12,16 @@ The holder rewrites it every CLAIM_REFRESH_SECONDS, each write conditional on th
 sequence number of its last (`if_seq_no`/`if_primary_term`), and deletes it at its end. A
 claim not refreshed for CLAIM_STALE_SECONDS (its run was killed, or lost the cluster), or
 held by a process of this host that no longer runs, is taken over by the next run, by the
-same conditional write: of two runs taking it over at once, one wins. A run whose claim
-was taken over (it stalled past CLAIM_STALE_SECONDS) stops before its next write. The
-age of a claim is read with the clocks of two hosts: they must agree within a minute.
+same conditional write: of two runs taking it over at once, one wins. "Of this host" is
+its host name and its PID namespace: a container with the host's name numbers its own
+processes, and its pid names another process here. A run whose claim was taken over (it
+stalled past CLAIM_STALE_SECONDS) stops before its next write, even once the run that took
+it has released it (it is not created again). The age of a claim is read with the clocks
+of two hosts: they must agree within a minute.
 
 A process is one writer: a store object finds the claim of another object of its own
-process (one left by a run interrupted in-process, say) its own, and takes it on.
+process (one left by a run interrupted in-process, say) its own, and takes it on; and a
+claim another object of its own process released, it creates again.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ CLAIM_INDEX_BODY: dict[str, Any] = {
 }
 
 
+# Claims released by this process (by any store object of it), per cluster and alias: a
+# refresh that finds its claim gone creates it again only when one of them released it.
+_RELEASED: dict[tuple[tuple[str, ...], str], int] = {}
+_RELEASED_LOCK = threading.Lock()
+
+
 def claim_index(alias: str) -> str:
     return f"{alias}.claim"
 
@@ -61,6 +71,12 @@ class AliasClaim:
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._key = (tuple(store.config.hosts), store.alias)
+        self._released_seen = 0  # this process's releases of the claim as of our last write
+
+    def _wrote(self, written: dict[str, Any]) -> None:
+        self._version = (written["_seq_no"], written["_primary_term"])
+        self._released_seen = _RELEASED.get(self._key, 0)
 
     def _body(self) -> dict[str, Any]:
         return {**self.mine.to_json(), "refreshed": time.time()}
@@ -95,14 +111,14 @@ class AliasClaim:
                 if not ours:
                     gone = "its process no longer runs" if holder is not None and holder.on_this_host_and_gone() else f"not refreshed for {age:.0f} s"
                     log.warning("%s", claimed_message(f"alias {store.alias!r}", holder, f"its claim is stale ({gone}): this run takes it over"))
-            self._version = (written["_seq_no"], written["_primary_term"])
+            self._wrote(written)
             self._thread = threading.Thread(target=self._keep_fresh, name=f"claim {store.alias}", daemon=True)
             self._thread.start()
             return
         raise StoreError(f"the claim on alias {store.alias!r} changed hands three times while this run asked for it; run it again")
 
     def _ours(self, holder: RunClaim | None) -> bool:
-        return holder is not None and (holder.host, holder.pid) == (self.mine.host, self.mine.pid)
+        return holder is not None and holder.pid == self.mine.pid and holder.is_local()
 
     @staticmethod
     def _holder(found: dict[str, Any]) -> tuple[RunClaim | None, float]:
@@ -127,20 +143,23 @@ class AliasClaim:
             found = None
             if written is None:
                 found = store._call("reading the claim", client.get, index=self.index, id=store.alias, not_found=None)
-                if found is None:  # released by another object of this process
+                if found is None and _RELEASED.get(self._key, 0) > self._released_seen:  # released by another object of this process
                     written = store._call(what, client.create, index=self.index, id=store.alias, body=self._body(), conflict=None)
-                elif self._ours(self._holder(found)[0]):  # taken on by another object of this process
+                # Gone otherwise, it is not created again: a run that took it over meanwhile,
+                # and has ended, may have published, even the version this run writes.
+                elif found is not None and self._ours(self._holder(found)[0]):  # taken on by another object of this process
                     written = store._call(
                         what, client.index, index=self.index, id=store.alias, body=self._body(),
                         if_seq_no=found["_seq_no"], if_primary_term=found["_primary_term"], conflict=None, not_found=None,
                     )
             if written is not None:
-                self._version = (written["_seq_no"], written["_primary_term"])
+                self._wrote(written)
                 return
             holder = self._holder(found)[0] if found is not None else None
             taken = f" by `{holder.command}` on {holder.host} (pid {holder.pid})" if holder is not None else ""
+            ended = "" if found is not None else ", and released (or deleted) since"
             self.lost = (
-                f"this run's claim on alias {store.alias!r} was taken over{taken} (it went {CLAIM_STALE_SECONDS:g} s without a "
+                f"this run's claim on alias {store.alias!r} was taken over{taken}{ended} (it went {CLAIM_STALE_SECONDS:g} s without a "
                 "refresh: the run stalled, or lost the cluster); it stopped before writing more: run it again when the other has ended"
             )
 
@@ -150,7 +169,9 @@ class AliasClaim:
             try:
                 self._refresh()
                 last = time.monotonic()
-            except StoreError as exc:
+            # Any failure, not only the cluster's (StoreError): one that ended this thread left
+            # the run writing, unwarned, under a claim no longer refreshed, that another takes.
+            except Exception as exc:
                 if time.monotonic() - last > CLAIM_STALE_SECONDS:
                     self.lost = f"this run could not refresh its claim on alias {self.store.alias!r} for {CLAIM_STALE_SECONDS:g} s ({exc}); run it again"
                 else:
@@ -178,9 +199,12 @@ class AliasClaim:
             seq_no, term = self._version
             self._version = None
             try:
-                self.store._call(
+                deleted = self.store._call(
                     f"releasing the claim on alias {self.store.alias!r}", self.store.client.delete, index=self.index,
                     id=self.store.alias, if_seq_no=seq_no, if_primary_term=term, conflict=None, not_found=None,
                 )
+                if deleted is not None:
+                    with _RELEASED_LOCK:
+                        _RELEASED[self._key] = _RELEASED.get(self._key, 0) + 1
             except StoreError as exc:
                 log.warning("%s; it goes stale in %g s", exc, CLAIM_STALE_SECONDS)
