@@ -590,6 +590,25 @@ def test_a_url_that_is_not_an_opensearch_cluster_is_one_line(
     assert err == f"reranker: error: OpenSearch counting documents failed: {said}; is OPENSEARCH_URL an OpenSearch cluster?\n"
 
 
+def test_a_url_that_answers_a_page_with_200_is_one_line(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sign-in page or a gateway's, answered 200: opensearch-py cannot read it as JSON, and
+    every command printed its SerializationError's traceback."""
+    web_server = ClusterProxy("http://127.0.0.1:9", pages={"/": (200, "<html><body>Please sign in</body></html>")})
+    try:
+        said = {}
+        for argv in (["search", "translation"], ["indices", "list"], ["index", str(SAMPLE / "corpus.jsonl"), "--no-progress"]):
+            assert run(data_dir, "--opensearch-url", web_server.url, *argv)[0] == 1, argv
+            said[argv[0]] = capsys.readouterr().err
+    finally:
+        web_server.close()
+    for command, err in said.items():
+        assert re.fullmatch(
+            rf"reranker: error: OpenSearch [a-z ]+ failed: the answer of {re.escape(web_server.url)} was not JSON \(Unknown mimetype, "
+            r"unable to deserialize: text/html[^)]*\); is OPENSEARCH_URL an OpenSearch cluster, not a gateway's or a sign-in page\?\n",
+            err,
+        ), (command, err)
+
+
 @pytest.mark.parametrize(
     "page, said",
     [

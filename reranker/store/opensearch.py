@@ -308,6 +308,12 @@ class OpenSearchStore:
             raise StoreError(f"OpenSearch {what} failed: HTTP 404 {error_reason(exc)}{_not_a_cluster(exc)}") from None
         except ose.TransportError as exc:
             raise StoreError(f"OpenSearch {what} failed: HTTP {exc.status_code} {error_reason(exc)}{_not_a_cluster(exc)}") from None
+        except ose.SerializationError as exc:
+            # A success that is not JSON: a sign-in page or a gateway's page, answered 200.
+            raise StoreError(
+                f"OpenSearch {what} failed: the answer of {self.config.display_hosts} was not JSON ({exc}); "
+                "is OPENSEARCH_URL an OpenSearch cluster, not a gateway's or a sign-in page?"
+            ) from None
 
     def _unpublished(self) -> str | None:
         """What to do about versions of the alias that no run published (a first `reranker
