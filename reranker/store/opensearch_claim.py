@@ -15,7 +15,8 @@ held by a process of this host that no longer runs, is taken over by the next ru
 same conditional write: of two runs taking it over at once, one wins. "Of this host" is
 its host name and its PID namespace: a container with the host's name numbers its own
 processes, and its pid names another process here. A run whose claim was taken over (it
-stalled past CLAIM_STALE_SECONDS) stops before its next write, even once the run that took
+stalled past CLAIM_STALE_SECONDS) stops at its first write after the refresh that finds it
+so (within CLAIM_REFRESH_SECONDS), and before it swaps the alias (`check(ask=True)`), even once the run that took
 it has released it (it is not created again). The age of a claim is read with the clocks
 of two hosts: they must agree within a minute.
 
