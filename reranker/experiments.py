@@ -43,6 +43,7 @@ from reranker.store.events import (
     ExperimentData,
     Recorded,
     open_event_store,
+    running_refusal,
 )
 from reranker.text import listed
 
@@ -186,10 +187,7 @@ def delete(store: EventStore, experiment_id: str, *, events: bool) -> Deleted:
     """
     experiment = store.experiment(experiment_id)
     if experiment is not None and experiment.status == "running":
-        raise ConflictError(
-            f"experiment {experiment_id!r} is running: stop it first (`reranker ab set {experiment_id} --status stopped`, "
-            'or PATCH /experiments/ID {"status": "stopped"}), then delete it'
-        )
+        raise running_refusal(experiment_id)  # and the store checks again as it deletes
     if experiment is None:
         held = store.recorded(experiment_id)
         if not held.queries and not held.events:

@@ -1199,6 +1199,45 @@ def test_two_experiments_started_in_the_same_instant_on_the_cluster_never_both_r
     assert [(e.id, e.status) for e in store.experiments()] == ([] if start == "create" else [("mine", "stopped")]) + [("theirs", "running")]
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "cluster"])
+def test_a_resume_just_before_a_delete_keeps_the_experiment(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """`ex.delete` checks that the experiment is stopped, then the store deletes it: a resume
+    by another admin between the two deleted a running experiment (and its events), which
+    every worker went on interleaving for. The store now checks in the delete itself."""
+    from reranker.errors import ConflictError
+
+    store = EmbeddedEventStore(tmp_path / "experiments.sqlite3") if kind == "sqlite" else request.getfixturevalue("cluster_events")
+    stopped = Experiment("exp", ("hidden_topics", "bm25"), "team_draft", 1.0, "stopped", "2026-11-27T09:00:00+00:00")
+    store.create_experiment(stopped)
+    store.record_query(_shown("q1"))
+    if kind == "sqlite":  # resumed after ex.delete read it
+        store.save_experiment(replace(stopped, status="running"))
+        with pytest.raises(ConflictError, match="experiment 'exp' is running: stop it first"):
+            store.delete_experiment("exp", events=True)
+    else:  # resumed after the store read it too, before its delete
+        client = store._store.client
+        delete = client.delete
+
+        def resumed_first(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("index") == store.names["experiments"]:
+                client.delete = delete
+                store.save_experiment(replace(stopped, status="running"))
+            return delete(*args, **kwargs)
+
+        client.delete = resumed_first
+        try:
+            with pytest.raises(ConflictError, match="experiment 'exp' is running: stop it first"):
+                store.delete_experiment("exp", events=True)
+        finally:
+            client.delete = delete
+    assert store.experiment("exp").status == "running" and store.shown_query("q1") is not None
+    store.save_experiment(stopped)
+    store.delete_experiment("exp", events=True)
+    assert store.experiment("exp") is None and store.shown_query("q1") is None
+    if kind == "sqlite":
+        store.close()
+
+
 def test_an_event_for_an_experiment_deleted_meanwhile_is_taken_back_on_the_cluster(cluster_events: Any) -> None:
     """The caller checked that the experiment exists; another worker's delete came next: the
     event must not outlive the experiment (the SQLite store checks in its INSERT)."""

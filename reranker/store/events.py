@@ -265,7 +265,8 @@ class EventStore(Protocol):
 
     def delete_experiment(self, experiment_id: str, events: bool) -> Recorded:
         """Remove the experiment, if stored, and with `events` its shown queries and events
-        too; returns what it held of them (removed, or kept)."""
+        too; returns what it held of them (removed, or kept). `running_refusal` when it is
+        running, checked in the delete itself (a resume an instant before is seen)."""
         ...
 
     def close(self) -> None: ...
@@ -287,6 +288,15 @@ def _clicked_ids(rows: Iterable[Any]) -> dict[str, frozenset[str]]:
         if object_id is not None:
             clicked.setdefault(query_id, set()).add(object_id)
     return {query_id: frozenset(ids) for query_id, ids in clicked.items()}
+
+
+def running_refusal(experiment_id: str) -> ConflictError:
+    """Why a running experiment is not deleted: every worker would go on interleaving
+    searches for it until it read the experiments again."""
+    return ConflictError(
+        f"experiment {experiment_id!r} is running: stop it first (`reranker ab set {experiment_id} --status stopped`, "
+        'or PATCH /experiments/ID {"status": "stopped"}), then delete it'
+    )
 
 
 def _another_running(experiments: Sequence[Experiment], experiment: Experiment) -> None:
@@ -522,6 +532,9 @@ class EmbeddedEventStore:
 
     def delete_experiment(self, experiment_id: str, events: bool) -> Recorded:
         with self._exclusive():  # the experiment and its records go together, or not at all
+            row = self._run("SELECT body FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+            if row is not None and Experiment.from_json(json.loads(row[0])).status == "running":
+                raise running_refusal(experiment_id)
             held = self.recorded(experiment_id)
             self._run("DELETE FROM experiments WHERE id = ?", (experiment_id,))
             if events:
@@ -810,7 +823,21 @@ class OpenSearchEventStore:
         client = self._store.client
         held = self.recorded(experiment_id)
         index = self._index("experiments")
-        self._call("deleting an experiment", client.delete, index=index, id=experiment_id, refresh="true", not_found=None)
+        for _ in range(3):  # each turn, the experiment was changed between its read and the delete
+            found = self._call("reading an experiment", client.get, index=index, id=experiment_id, not_found=None)
+            if not found or not found.get("found"):
+                break
+            if Experiment.from_json(found["_source"]).status == "running":
+                raise running_refusal(experiment_id)
+            # Only the version read: a resume stored since makes it a 409, read again.
+            deleted = self._call(
+                "deleting an experiment", client.delete, index=index, id=experiment_id, refresh="true",
+                if_seq_no=found["_seq_no"], if_primary_term=found["_primary_term"], not_found=None, conflict=None,
+            )
+            if deleted is not None:
+                break
+        else:
+            raise ConflictError(f"experiment {experiment_id!r} changed three times while it was being deleted; try again")
         if events:
             term = {"query": {"term": {"experiment_id": experiment_id}}}
             for kind in ("ubi_events", "ubi_queries"):
