@@ -254,6 +254,33 @@ def test_filters_read_values_by_the_field_and_both_stores_agree(
         assert {hit.doc_id for hit in each.bm25(query, 10, filters)} == expected, type(each).__name__
 
 
+def test_numbers_written_as_text_beside_numbers_filter_as_numbers_on_both_stores(
+    tmp_path: Path, os_store: OpenSearchStore, store: Any, glove: WordVectors
+) -> None:
+    """A corpus whose `year` is 1998 in one record and "1990" in another: the cluster maps the
+    field by its first number and coerces the texts into it; the embedded store compared as
+    given, and SQLite orders every text after every number, so `year >= 2000` found "1990"."""
+    years: list[Any] = [1998, "2005", "1990", 2010, [1985, "2015"]]
+    records = [dict(TINY_CORPUS[n % 3], id=f"p{n}", year=year) for n, year in enumerate(years)]
+    for each in (os_store, store):
+        index_corpus(write_jsonl(tmp_path / "years.jsonl", records), each, glove, 5, show_progress=False)
+        found = lambda op, value: sorted(hit.doc_id for hit in each.bm25("ocean bread chess", 10, [Filter("year", op, value)]))  # noqa: E731,B023
+        assert found("gte", 2000) == ["p1", "p3", "p4"], type(each).__name__
+        assert found("lt", "2000") == ["p0", "p2", "p4"], type(each).__name__
+        assert found("eq", 2005) == ["p1"] and found("eq", "2015") == ["p4"], type(each).__name__
+
+
+def test_a_range_on_numbers_beside_texts_that_are_not_is_refused_on_the_embedded_store(tmp_path: Path, store: Any, glove: WordVectors) -> None:
+    """"n/a" beside numbers: no order puts it among them (the cluster refuses the record when
+    it maps the field as a number), so a range is refused with the reason; = still compares."""
+    records = [dict(TINY_CORPUS[0], id="p0", year=1998), dict(TINY_CORPUS[1], id="p1", year="n/a"), dict(TINY_CORPUS[2], id="p2", year=2010)]
+    index_corpus(write_jsonl(tmp_path / "years.jsonl", records), store, glove, 5, show_progress=False)
+    with pytest.raises(InputError, match=r"^cannot filter 'year' \(gte 2000\): the field holds numbers and texts that are not numbers, which no range"):
+        store.bm25("ocean bread chess", 10, [Filter("year", "gte", 2000)])
+    assert [hit.doc_id for hit in store.bm25("ocean bread chess", 10, [Filter("year", "eq", 2010)])] == ["p2"]
+    assert [hit.doc_id for hit in store.bm25("ocean bread chess", 10, [Filter("year", "eq", "n/a")])] == ["p1"]
+
+
 def test_a_long_title_is_matched_exactly_on_both_stores(tmp_path: Path, os_store: OpenSearchStore, store: Any, glove: WordVectors) -> None:
     """A keyword sub-field leaves out values longer than its `ignore_above`: at 256 (the
     usual bound) a 300-character title was found by the embedded store and not the cluster."""

@@ -50,6 +50,7 @@ import errno
 import hashlib
 import json
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -62,8 +63,17 @@ from typing import AbstractSet, Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from reranker.errors import IndexMismatchError, StoreError, UnknownFieldError
-from reranker.store import MAX_QUERY_TERMS, CompactResult, Doc2VecInfo, IndexInfo, LruCache, check_stop_list, filter_for_field
+from reranker.errors import IndexMismatchError, InputError, StoreError, UnknownFieldError
+from reranker.store import (
+    MAX_QUERY_TERMS,
+    CompactResult,
+    Doc2VecInfo,
+    IndexInfo,
+    LruCache,
+    check_stop_list,
+    filter_for_field,
+    filter_shown,
+)
 from reranker.store.bm25 import PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, bm25_of_texts, passage_query
 from reranker.store.text_index import (
     COMPACT_HEAP_BYTES,
@@ -910,9 +920,10 @@ class EmbeddedStore:
 
     # --- the read path --------------------------------------------------------------
 
-    def _fields_filters(self, filters: Sequence[Filter], watermark: int) -> tuple[list[Filter], set[str]]:
+    def _fields_filters(self, filters: Sequence[Filter], watermark: int) -> tuple[list[Filter], set[str], set[str]]:
         """`filters` with each value read as its field's values are (`filter_for_field`),
-        and which of their fields hold arrays somewhere (for `_filter_sql`).
+        which of their fields hold arrays somewhere, and which hold numbers written as text
+        beside numbers (both for `_filter_sql`).
 
         UnknownFieldError, naming the filterable fields, when no document has a filtered
         field: without it a typo would quietly filter out everything. What a field holds
@@ -922,8 +933,8 @@ class EmbeddedStore:
         known = getattr(self._local, "fields", None)
         if known is None or known[0] != watermark:
             known = self._local.fields = (watermark, {})
-        held: dict[str, tuple[str | None, bool]] = known[1]
-        read, arrays = [], set()
+        held: dict[str, tuple[str | None, bool, bool]] = known[1]
+        read, arrays, numeric_texts = [], set(), set()
         for item in filters:
             if item.field == "title":
                 read.append(filter_for_field(item, "text"))
@@ -937,16 +948,28 @@ class EmbeddedStore:
                 )
                 names = sorted({"title", *(row[0] for row in rows)})
                 raise UnknownFieldError(f"cannot filter on {item.field!r}; filterable fields: {', '.join(names)}")
-            kind, in_arrays = found
-            read.append(filter_for_field(item, kind))
+            kind, in_arrays, as_text = found
+            if kind == _MIXED and item.op != "eq":
+                # SQLite orders every number before every text: `year >= 2000` would take
+                # "1990" (and leave out no text at all).
+                raise InputError(
+                    f"cannot filter {filter_shown(item)}: the field holds numbers and texts that are not numbers, "
+                    "which no range orders together; filter with = or make the field's values one kind"
+                )
+            read.append(filter_for_field(item, None if kind == _MIXED else kind))
             if in_arrays:
                 arrays.add(item.field)
-        return read, arrays
+            if as_text:
+                numeric_texts.add(item.field)
+        return read, arrays, numeric_texts
 
-    def _field_values(self, field: str, watermark: int) -> tuple[str | None, bool] | None:
+    def _field_values(self, field: str, watermark: int) -> tuple[str | None, bool, bool] | None:
         """What `field` holds: the kind of its values ("number", "text" or "boolean";
-        None when they are of several, nulls aside), an array's items one by one, and
-        whether any value is an array. None when no document has the field."""
+        _MIXED for numbers beside texts that are not numbers, None for other mixes, nulls
+        aside), an array's items one by one; whether any value is an array; and whether
+        numbers are also written as text ("2005" beside 2010: then the field holds numbers,
+        as OpenSearch coerces "2005" into the number field its first number mapped). None
+        when no document has the field."""
         # By key, not by a JSON path: a path cannot name every key (see _filter_sql).
         scan = "SELECT DISTINCT {} FROM docs, {} WHERE docs.rowid <= ? AND field.key = ?"
         try:
@@ -959,7 +982,16 @@ class EmbeddedStore:
         if not types:
             return None
         kinds = {_KINDS.get(type_) for type_ in types if type_ not in ("null", "array")}
-        return (kinds.pop() if len(kinds) == 1 else None), in_arrays
+        if kinds == {"number", "text"}:
+            texts = scan.format(_ITEM.format("value"), _VALUES) + f" AND {_ITEM.format('type')} = 'text'"
+            try:
+                values = [row[0] for row in self._db.execute(texts, (watermark, field))]
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the field {field!r}: {exc}") from None
+            if all(_NUMERIC_TEXT.fullmatch(value.strip()) for value in values):
+                return "number", in_arrays, True
+            return _MIXED, in_arrays, False
+        return (kinds.pop() if len(kinds) == 1 else None), in_arrays, False
 
     def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
@@ -1092,12 +1124,12 @@ class EmbeddedStore:
         self._commit_pending()
         with self._snapshot() as view:
             # Checked first: a query of stop words only must not make a filter typo a success.
-            filters, arrays = self._fields_filters(filters, view.watermark)
+            filters, arrays, numeric_texts = self._fields_filters(filters, view.watermark)
             if not terms or size < 1:
                 return []
             allowed: list[int] | None = None
             if filters:
-                where, params = _filter_sql(filters, arrays)
+                where, params = _filter_sql(filters, arrays, numeric_texts)
                 try:
                     allowed = [row[0] for row in self._db.execute(
                         f"SELECT rowid FROM docs WHERE rowid <= ?{where}", (view.watermark, *params)
@@ -1267,23 +1299,29 @@ _VALUES = (
 )
 _ITEM = "(CASE field.type WHEN 'array' THEN item.{0} ELSE field.{0} END)"
 _KINDS = {"integer": "number", "real": "number", "text": "text", "true": "boolean", "false": "boolean"}
+# A field of numbers beside texts that are not numbers ("n/a"): compared only with =.
+_MIXED = "mixed"
+# A number written as text, as SQLite's CAST(... AS NUMERIC) reads it whole ("2005", "-1.5e3").
+_NUMERIC_TEXT = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
-def _filter_sql(filters: Sequence[Filter], arrays: set[str]) -> tuple[str, list[object]]:
+def _filter_sql(filters: Sequence[Filter], arrays: set[str], numeric_texts: AbstractSet[str] = frozenset()) -> tuple[str, list[object]]:
     """" AND ..." conditions on the title or a metadata field (from the JSON `fields`);
     `arrays`: the fields that hold an array in some document, read item by item (a
-    slower way, about 2x over 50,000 documents, so only for them)."""
+    slower way, about 2x over 50,000 documents, so only for them); `numeric_texts`: the
+    fields of numbers some of which are written as text, compared as numbers."""
     where, params = "", list[object]()
     for item in filters:
         op = _SQL_OPS[item.op]
+        number = "CAST({} AS NUMERIC)" if item.field in numeric_texts else "{}"
         if item.field == "title":
             where += f" AND docs.title {op} ?"
         elif item.field in arrays:
-            where += f" AND EXISTS (SELECT 1 FROM {_VALUES} WHERE field.key = ? AND {_ITEM.format('value')} {op} ?)"
+            where += f" AND EXISTS (SELECT 1 FROM {_VALUES} WHERE field.key = ? AND {number.format(_ITEM.format('value'))} {op} ?)"
         else:
             # By key, not by a JSON path: a path cannot name every key (one with a quote,
             # or one stored \u-escaped, as every non-ASCII key is).
-            where += f" AND (SELECT value FROM json_each(docs.fields) WHERE key = ?) {op} ?"
+            where += f" AND {number.format('(SELECT value FROM json_each(docs.fields) WHERE key = ?)')} {op} ?"
         params += [item.value] if item.field == "title" else [item.field, item.value]
     return where, params
 
