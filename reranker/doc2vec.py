@@ -322,45 +322,33 @@ def train_for_store(
     # The store's one writer from the start: a run refused only after minutes of training
     # would lose them, and vectors stored beside a rebuild would miss its new version.
     with store.writing("reranker train doc2vec"):
-        return _train_and_store(store, documents, params, data_dir, stopwords, progress, started)
-
-
-def _train_and_store(
-    store: Store,
-    documents: Iterable[Document],
-    params: Doc2VecParams,
-    data_dir: Path,
-    stopwords: frozenset[str] | None,
-    progress: ProgressLike | None,
-    started: float,
-) -> tuple[Doc2VecModel, TrainReport]:
-    corpus_items = tagged_documents(documents, stopwords)
-    model = _train_tagged(corpus_items, params, data_dir, progress)
-    vectors: dict[str, np.ndarray] = {}
-    no_known_words: list[str] = []
-    for doc_id, tokens in corpus_items:
-        # A document without a known word keeps its random starting vector: not a vector.
-        if model.known(tokens):
-            vectors[doc_id] = model.document_vector(doc_id)
-        else:
-            no_known_words.append(doc_id)
-    failures = store.store_doc_vectors(model.info, vectors)
-    not_in_index = tuple(f.doc_id for f in failures if f.reason == "not in the index")
-    others = tuple(f for f in failures if f.reason != "not in the index")
-    stored = len(vectors) - len(failures)
-    report = TrainReport(
-        info=model.info,
-        documents=len(corpus_items),
-        stored=stored,
-        not_in_index=not_in_index,
-        no_known_words=tuple(no_known_words),
-        failures=others,
-        without_vector=max(0, store.count() - stored),
-        seconds=time.perf_counter() - started,
-    )
-    for failure in others:
-        log.warning("no Doc2Vec vector stored for %s: %s", failure.doc_id, failure.reason)
-    return model, report
+        corpus_items = tagged_documents(documents, stopwords)
+        model = _train_tagged(corpus_items, params, data_dir, progress)
+        vectors: dict[str, np.ndarray] = {}
+        no_known_words: list[str] = []
+        for doc_id, tokens in corpus_items:
+            # A document without a known word keeps its random starting vector: not a vector.
+            if model.known(tokens):
+                vectors[doc_id] = model.document_vector(doc_id)
+            else:
+                no_known_words.append(doc_id)
+        failures = store.store_doc_vectors(model.info, vectors)
+        not_in_index = tuple(f.doc_id for f in failures if f.reason == "not in the index")
+        others = tuple(f for f in failures if f.reason != "not in the index")
+        stored = len(vectors) - len(failures)
+        report = TrainReport(
+            info=model.info,
+            documents=len(corpus_items),
+            stored=stored,
+            not_in_index=not_in_index,
+            no_known_words=tuple(no_known_words),
+            failures=others,
+            without_vector=max(0, store.count() - stored),
+            seconds=time.perf_counter() - started,
+        )
+        for failure in others:
+            log.warning("no Doc2Vec vector stored for %s: %s", failure.doc_id, failure.reason)
+        return model, report
 
 
 def infer_vectors(model: Doc2VecModel, documents: Iterable[Document], stopwords: frozenset[str] | None) -> dict[str, np.ndarray]:

@@ -3,9 +3,8 @@ who the client is (its network address, for quotas).
 
 Every route reads its body through `json_object()` (the proxy's _msearch through
 `body_bytes()`, `require_json_type()` and `parse_json()`), so "too large", "malformed JSON",
-"not UTF-8" and "a number beyond a double" read the same
-everywhere and are never a 500. What the JSON
-must hold is the business of the typed models in `schema.py`.
+"not UTF-8" and "a number beyond a double" read the same everywhere and are never a 500.
+What the JSON must hold is the business of the typed models in `schema.py`.
 """
 
 from __future__ import annotations

@@ -1305,7 +1305,7 @@ _MIXED = "mixed"
 _NUMERIC_TEXT = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
-def _filter_sql(filters: Sequence[Filter], arrays: set[str], numeric_texts: AbstractSet[str] = frozenset()) -> tuple[str, list[object]]:
+def _filter_sql(filters: Sequence[Filter], arrays: set[str], numeric_texts: AbstractSet[str]) -> tuple[str, list[object]]:
     """" AND ..." conditions on the title or a metadata field (from the JSON `fields`);
     `arrays`: the fields that hold an array in some document, read item by item (a
     slower way, about 2x over 50,000 documents, so only for them); `numeric_texts`: the

@@ -265,7 +265,7 @@ class EventStore(Protocol):
 
     def delete_experiment(self, experiment_id: str, events: bool) -> Recorded:
         """Remove the experiment, if stored, and with `events` its shown queries and events
-        too; returns what it held of them (removed, or kept). `running_refusal` when it is
+        too; returns what it held of them (removed, or kept). ConflictError when it is
         running, checked in the delete itself (a resume an instant before is seen)."""
         ...
 
@@ -290,7 +290,12 @@ def _clicked_ids(rows: Iterable[Any]) -> dict[str, frozenset[str]]:
     return {query_id: frozenset(ids) for query_id, ids in clicked.items()}
 
 
-def running_refusal(experiment_id: str) -> ConflictError:
+def _experiment_gone(event: Event) -> NotFoundError:
+    """Why an event is not recorded: its experiment was deleted since the caller read it."""
+    return NotFoundError(f"experiment {event.experiment_id!r} of query {event.query_id!r} was deleted: it records no more events")
+
+
+def _running_refusal(experiment_id: str) -> ConflictError:
     """Why a running experiment is not deleted: every worker would go on interleaving
     searches for it until it read the experiments again."""
     return ConflictError(
@@ -474,7 +479,7 @@ class EmbeddedEventStore:
         except sqlite3.IntegrityError:
             raise DuplicateEventError(f"event {event.event_id!r} was recorded before") from None
         if written.rowcount != 1:
-            raise NotFoundError(f"experiment {event.experiment_id!r} of query {event.query_id!r} was deleted: it records no more events")
+            raise _experiment_gone(event)
 
     def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
         (for_query,) = self._run("SELECT COUNT(*) FROM events WHERE query_id = ?", (query_id,)).fetchone()
@@ -534,7 +539,7 @@ class EmbeddedEventStore:
         with self._exclusive():  # the experiment and its records go together, or not at all
             row = self._run("SELECT body FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
             if row is not None and Experiment.from_json(json.loads(row[0])).status == "running":
-                raise running_refusal(experiment_id)
+                raise _running_refusal(experiment_id)
             held = self.recorded(experiment_id)
             self._run("DELETE FROM experiments WHERE id = ?", (experiment_id,))
             if events:
@@ -727,7 +732,7 @@ class OpenSearchEventStore:
         # check takes its late event back with it.
         if if_experiment and self.experiment(event.experiment_id) is None:
             self._call("taking back an event", self._store.client.delete, index=index, id=event.event_id, not_found=None)
-            raise NotFoundError(f"experiment {event.experiment_id!r} of query {event.query_id!r} was deleted: it records no more events")
+            raise _experiment_gone(event)
 
     def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
         """Counted by search (exact), so as of the last refresh (1 s by default): a burst within
@@ -828,7 +833,7 @@ class OpenSearchEventStore:
             if not found or not found.get("found"):
                 break
             if Experiment.from_json(found["_source"]).status == "running":
-                raise running_refusal(experiment_id)
+                raise _running_refusal(experiment_id)
             # Only the version read: a resume stored since makes it a 409, read again.
             deleted = self._call(
                 "deleting an experiment", client.delete, index=index, id=experiment_id, refresh="true",

@@ -760,43 +760,29 @@ class OpenSearchStore:
         """Point the alias at an existing, finished version (a rollback or a roll-forward).
         Refused while a run holds the alias: it would swap it again, or write into what
         readers no longer see."""
-        claimed = self._claim_alias("reranker indices use")
-        try:
-            return self._use(name)
-        finally:
-            if claimed:
-                self._release_alias()
-
-    def _use(self, name: str) -> PublishResult:
-        version = next((v for v in self._finish_publishing(self.versions()) if v.name == name), None)
-        if version is None:
-            raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
-        if version.state not in ("ready", "publishing"):
-            raise InputError(f"index {name!r} is {version.state}, not ready; finish it with `reranker index --rebuild`")
-        previous = tuple(n for n in self._alias_indices() if n != name)
-        self._swap_alias(name, previous)
-        if version.state == "publishing":  # whole, and now published by hand
-            self._put_meta(name, {**self._meta(name), "state": "ready"})
-        self._info = None
-        return PublishResult(current=name, previous=previous, swapped=bool(previous))
+        with self.writing("reranker indices use"):
+            version = next((v for v in self._finish_publishing(self.versions()) if v.name == name), None)
+            if version is None:
+                raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
+            if version.state not in ("ready", "publishing"):
+                raise InputError(f"index {name!r} is {version.state}, not ready; finish it with `reranker index --rebuild`")
+            previous = tuple(n for n in self._alias_indices() if n != name)
+            self._swap_alias(name, previous)
+            if version.state == "publishing":  # whole, and now published by hand
+                self._put_meta(name, {**self._meta(name), "state": "ready"})
+            self._info = None
+            return PublishResult(current=name, previous=previous, swapped=bool(previous))
 
     def delete_index(self, name: str) -> None:
         """Delete a version the alias does not point at. Refused while a run holds the
         alias: it may be the version the run builds."""
-        claimed = self._claim_alias("reranker indices delete")
-        try:
-            self._delete_index(name)
-        finally:
-            if claimed:
-                self._release_alias()
-
-    def _delete_index(self, name: str) -> None:
-        versions = {v.name: v for v in self.versions()}
-        if name not in versions:
-            raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
-        if versions[name].aliased:
-            raise InputError(f"index {name!r} is behind alias {self.alias!r}; point the alias elsewhere first")
-        self._call(f"deleting index {name}", self.client.indices.delete, index=name)
+        with self.writing("reranker indices delete"):
+            versions = {v.name: v for v in self.versions()}
+            if name not in versions:
+                raise InputError(f"no index {name!r} among the versions of alias {self.alias!r}")
+            if versions[name].aliased:
+                raise InputError(f"index {name!r} is behind alias {self.alias!r}; point the alias elsewhere first")
+            self._call(f"deleting index {name}", self.client.indices.delete, index=name)
 
     # --- the Store protocol: writes ------------------------------------------------------
 
@@ -947,15 +933,11 @@ class OpenSearchStore:
             )
         # Claimed as a run claims it (the embedded store's compaction takes its writer lock):
         # a run beside it would write into segments being merged, or swap the alias to another.
-        claimed = self._claim_alias("reranker compact")
-        try:
+        with self.writing("reranker compact"):
             index = self.alias_index() or self.alias  # RERANKER_INDEX may name the index itself
             before = self._primary_segments(index)
             self._call(f"merging the segments of {index}", self._force_merge, index)
             return CompactResult(self.count(), before, self._primary_segments(index))
-        finally:
-            if claimed:
-                self._release_alias()
 
     def _force_merge(self, index: str) -> None:
         from opensearchpy import exceptions as ose
