@@ -17,7 +17,10 @@ bench_first_stage.py builds them), indexed with 2 topic workers, then the whole 
 (`Engine.search`: BM25 top 100, what the ranker needs, rerank, top 10) for `hidden_topics`
 (the path bench_first_stage.py times), the previous default and the default, alternating
 per query, 3 rounds over the 40 summaries: p50 and p95 and the ratios to the previous default
-and to `hidden_topics` (the budget's path), and the bytes kept for passages per document.
+and to `hidden_topics` (the budget's path), and the bytes kept for passages per document;
+timed in the same rounds, the store's BM25 top 100 alone (the first stage's share of the
+path) and tantivy's search alone for a top 100 and a top 10 (their ratio says whether the
+search prunes: it does not, see bench/README.md).
 With --compact as well: a copy of the index compacted into one segment (`reranker compact`),
 timed alternating with the index as it was indexed, and the ratio of the two.
 
@@ -159,31 +162,50 @@ def search_path(documents: int, store: Path | None, compact: bool) -> None:
     for label in engines:
         base, budget = (float(np.median(timings[label, name])) for name in (RANKERS[0], "hidden_topics"))
         print(f"{'search path, ' + label + ' (top 10 of 100)':<44} {'p50 ms':>8} {'p95 ms':>8} {'x previous':>10} {'x hidden_topics':>15}")
-        for name in rankers:
+        for name in (*rankers, *FIRST_STAGE):
             values = timings[label, name]
             p50, p95 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 95))
             print(f"{name:<44} {p50:8.2f} {p95:8.2f} {p50 / 1000 / base:9.2f}x {p50 / 1000 / budget:14.2f}x")
+        # tantivy skips postings that cannot enter the top k (block-max WAND) only under its
+        # plain top-score collector; tantivy-py's `Searcher.search` always collects through a
+        # MultiCollector (even with count=False), which visits every matching document.
+        top100, top10 = (float(np.median(timings[label, name])) for name in FIRST_STAGE[1:])
+        print(f"{'tantivy top 10 / top 100, p50':<44} {top10 / top100:8.2f}x  (about 1: both visit every match)")
     if compact:
         print(f"{'compacted / as indexed, p50':<44}")
-        for name in rankers:
+        for name in (*rankers, *FIRST_STAGE):
             print(f"{name:<44} {float(np.median(timings['compacted', name])) / float(np.median(timings['as indexed', name])):8.2f}x")
 
 
+# The first stage alone, timed beside the whole paths: its share of the budget; and tantivy's
+# search alone for a top 100 and a top 10, which would cost less if the search skipped
+# postings that cannot enter the top.
+FIRST_STAGE = ("BM25 top 100 alone (the store's)", "tantivy's search alone, top 100", "tantivy's search alone, top 10")
+
+
 def _time_search_path(engines: dict[str, Any], queries: list[str], rankers: tuple[str, ...]) -> dict[tuple[str, str], list[float]]:
-    """`Engine.search` (top 10 of 100) per engine and ranker, ROUNDS x the queries, the order
-    of engines and of rankers alternating from query to query."""
+    """`Engine.search` (top 10 of 100) per engine and ranker, and the first stage alone
+    (FIRST_STAGE), ROUNDS x the queries, the order of engines and of what
+    is timed alternating from query to query."""
+    from reranker.text import tokenize
+
+    runs: dict[str, Any] = {name: (lambda engine, query, name=name: engine.search(query, name, window=100, size=10)) for name in rankers}
+    runs[FIRST_STAGE[0]] = lambda engine, query: engine.store.bm25(query, 100)
+    runs[FIRST_STAGE[1]] = lambda engine, query: engine.store._text.search(tokenize(query, engine.stopwords), 100)
+    runs[FIRST_STAGE[2]] = lambda engine, query: engine.store._text.search(tokenize(query, engine.stopwords), 10)
+    names = list(runs)
     for engine in engines.values():
-        for name in rankers:
-            engine.search(queries[0], name, window=100, size=10)  # warm: first reads
-    timings: dict[tuple[str, str], list[float]] = {(label, name): [] for label in engines for name in rankers}
+        for name in names:
+            runs[name](engine, queries[0])  # warm: first reads
+    timings: dict[tuple[str, str], list[float]] = {(label, name): [] for label in engines for name in names}
     labels = list(engines)
     for round_ in range(ROUNDS):
         for number, query in enumerate(queries):
             flip = (number + round_) % 2 == 1
             for label in labels[::-1] if flip else labels:
-                for name in rankers[::-1] if flip else rankers:
+                for name in names[::-1] if flip else names:
                     started = time.perf_counter()
-                    engines[label].search(query, name, window=100, size=10)
+                    runs[name](engines[label], query)
                     timings[label, name].append(time.perf_counter() - started)
     return timings
 
