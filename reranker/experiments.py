@@ -135,8 +135,10 @@ def create(store: EventStore, experiment: Experiment) -> Experiment:
     of a deleted one (kept on purpose): they would be counted in the new one's report."""
     if experiment.status == "running":
         _startable(experiment)
-    held = store.recorded(experiment.id)
-    if held.queries or held.events:
+    # Records under an id that still names an experiment are that experiment's own: the store
+    # refuses the id as taken. Only records without one were kept from a deleted experiment.
+    held = store.recorded(experiment.id) if store.experiment(experiment.id) is None else None
+    if held is not None and (held.queries or held.events):
         raise ConflictError(
             f"experiment id {experiment.id!r} still holds {_records(held)} of an experiment deleted with its events kept, "
             f"which the new one's report would count: delete them (`reranker ab delete {experiment.id} --delete-events`, "
