@@ -54,6 +54,11 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (SearchRequest, {"query": "ships", "size": 10.5}, 400, "[size] must be an integer, got a number"),
         (SearchRequest, {"query": "ships", "fusion_weight": 1.5}, 400, "[fusion_weight] must be <= 1.0, got 1.5"),
         (SearchRequest, {"query": "ships", "ranker": "wmd+bm25:rrf", "fusion_weight": 0.5}, 400, "[fusion_weight] weighs a min-max, z-score or maxp fusion with BM25; ranker 'wmd+bm25:rrf' has no weight (reciprocal rank fusion uses ranks only): leave fusion_weight out, or name such a fusion"),
+        # A misspelt required field is also an unknown one: the refusal names what was sent.
+        (SearchRequest, {"qeury": "ships"}, 400, "unknown field [qeury]; known fields: client_id, explain, filters, from, fusion_weight, query, ranker, size, snippets, window"),
+        (SearchRequest, {"query": "ships", "filters": [{"feild": "year", "value": 1}]}, 400, "unknown field [filters[0].feild]; known fields: field, op, value"),
+        (RerankRequest, {"query": "ships", "docs": ["a"]}, 400, "unknown field [docs]; known fields: documents, fusion_weight, query, ranker, size"),
+        (UbiEvent, {"action": "click", "query_id": "q"}, 400, "unknown field [action]; known fields: action_name, application, client_id, event_attributes, event_id, message, message_type, query_id, session_id, timestamp, user_id"),
         (SearchRequest, {"query": "ships", "windw": 5}, 400, "unknown field [windw]; known fields: client_id, explain, filters, from, fusion_weight, query, ranker, size, snippets, window"),
         (SearchRequest, {"query": "ships", "filters": {"year": 1}}, 400, "[filters] must be an array, got an object"),
         (SearchRequest, {"query": "ships", "filters": [{"field": "year", "op": "like", "value": 1}]}, 400, "[filters[0].op] must be one of 'eq', 'gt', 'gte', 'lt' or 'lte', got 'like'"),

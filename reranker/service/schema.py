@@ -843,11 +843,20 @@ def read(model: type[Model], body: Any, *, where: str = "", limits: ServiceSetti
     try:
         return model.model_validate(body, context=limits)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
+        errors = _misspelt_first(exc.errors(include_url=False))
         alternatives = _union_errors(model, errors)
         if alternatives:
             raise _union_error(alternatives, where) from None
         raise _api_error(model, errors[0], where) from None
+
+
+def _misspelt_first(errors: list[Any]) -> list[Any]:
+    """The errors with an unknown field first when a field of the same object is missing: a
+    misspelt name (`qeury`) is both, and only the unknown field's refusal names what was sent
+    and lists the right name."""
+    missing = {tuple(error["loc"])[:-1] for error in errors if error["type"] == "missing"}
+    unknown = [error for error in errors if error["type"] == "extra_forbidden" and tuple(error["loc"])[:-1] in missing]
+    return unknown + [error for error in errors if error not in unknown] if unknown and errors[0]["type"] == "missing" else errors
 
 
 def _union_errors(model: type[BaseModel], errors: list[Any]) -> list[Any]:
