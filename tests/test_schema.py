@@ -79,7 +79,7 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (RerankRequest, {"query": "ships", "documents": [{"text": "a", "score": -(10**400)}]}, 400, "[documents[0].score] must be a number within a double's range (about ±1.8e308), got an integer of 401 digits"),
         (RerankRequest, {"query": "ships", "documents": [{"text": "a", "title": "b"}]}, 400, "unknown field [documents[0].title]; known fields: id, score, text"),
         (CohereRequest, {"query": "ships", "documents": ["a"], "top_n": 0}, 400, "[top_n] must be >= 1, got 0"),
-        (NewExperiment, {"id": "Bad Id", "rankers": ["bm25", "wmd"]}, 400, "[id] must match ^[a-z0-9][a-z0-9_-]{0,63}$, got 'Bad Id'"),
+        (NewExperiment, {"id": "Bad Id", "rankers": ["bm25", "wmd"]}, 400, "[id] must be 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, got 'Bad Id'"),
         (NewExperiment, {"id": "e", "rankers": ["bm25", "wmd"], "traffic": 0}, 400, "[traffic] must be > 0.0, got 0"),
         (ExperimentChange, {}, 400, 'nothing to change: send "traffic" and/or "status" ("running" or "stopped")'),
         (UbiEvent, {"action_name": "click", "query_id": "q"}, 400, "a 'click' event needs [event_attributes.object.object_id], the id of the hit clicked"),
