@@ -63,7 +63,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_K": "topics per document at index time (default 15)",
     "RERANKER_WINDOW": "BM25 candidates a query reranks (default 100)",
     "RERANKER_STOPWORDS": "stop-word file, one word per line",
-    "RERANKER_FUSION_WEIGHT": f"weight of the ranker's score in the min-max and z-score fusions with BM25 (default {DEFAULT_FUSION_WEIGHT})",
+    "RERANKER_FUSION_WEIGHT": f"weight of the ranker's score in the min-max, z-score and maxp fusions with BM25, the default ranker's included (default {DEFAULT_FUSION_WEIGHT})",
     "RERANKER_WMD_BUDGET_MS": f"time the wmd ranker may spend on exact distances per query before it orders the rest by a lower bound (default {DEFAULT_WMD_BUDGET_MS:g})",
     "RERANKER_BLAS_THREADS": "BLAS threads per process (default 1)",
     "RERANKER_INDEX_WORKERS": "topic-extraction processes while indexing (default: CPU count, at most 4)",
@@ -391,8 +391,8 @@ class Settings:
     k: topics per document at index time (a document may get fewer).
     window: how many BM25 candidates a query reranks.
     stopwords_file: one word per line, replacing the built-in stop list.
-    fusion_weight: weight of the ranker's score in the min-max and z-score fusions with
-        BM25 (`hidden_topics+bm25`, `wmd+bm25:zscore`, ...).
+    fusion_weight: weight of the ranker's score in the min-max, z-score and maxp fusions with
+        BM25 (`hidden_topics+bm25`, `wmd+bm25:zscore`, the default `...+bm25:maxp`).
     wmd_budget_ms: time the `wmd` ranker may spend on exact distances per query.
     blas_threads: BLAS threads per process (1: indexing is ~10x faster on a 2-core host
         than with OpenBLAS's default, measured; scoring is one small product anyway).

@@ -49,6 +49,7 @@ from reranker.text import listed
 log = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+ID_RULE = "1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit"  # ID_PATTERN in words
 MAX_MIN_UNITS = 1_000_000
 CONFIDENCE = 1 - ALPHA  # the timeline's band: the dual of the verdict's test
 STATUSES = ("running", "stopped")
@@ -90,7 +91,7 @@ def new_experiment(
 ) -> Experiment:
     """A validated, running experiment. InputError / UnknownRankerError (400) otherwise."""
     if not isinstance(experiment_id, str) or not ID_PATTERN.fullmatch(experiment_id):
-        raise InputError(f"[id] must be 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, got {experiment_id!r}")
+        raise InputError(f"[id] must be {ID_RULE}, got {experiment_id!r}")
     if len(rankers) != 2 or rankers[0] == rankers[1]:
         raise InputError(f"[rankers] must name two different rankers, got {list(rankers)}")
     for name in rankers:
@@ -135,8 +136,10 @@ def create(store: EventStore, experiment: Experiment) -> Experiment:
     of a deleted one (kept on purpose): they would be counted in the new one's report."""
     if experiment.status == "running":
         _startable(experiment)
-    held = store.recorded(experiment.id)
-    if held.queries or held.events:
+    # Records under an id that still names an experiment are that experiment's own: the store
+    # refuses the id as taken. Only records without one were kept from a deleted experiment.
+    held = store.recorded(experiment.id) if store.experiment(experiment.id) is None else None
+    if held is not None and (held.queries or held.events):
         raise ConflictError(
             f"experiment id {experiment.id!r} still holds {_records(held)} of an experiment deleted with its events kept, "
             f"which the new one's report would count: delete them (`reranker ab delete {experiment.id} --delete-events`, "

@@ -112,6 +112,13 @@ def test_an_out_of_vocabulary_search_says_what_orders_it(data_dir: Path, tmp_pat
     explained = run(data_dir, "search", "zorblaxian", "--explain")[1]
     assert explained.count("the hidden topics add nothing to this score") == 2, explained
     assert "topic 1:" not in explained and "topics' contributions" not in explained, explained
+    # A query of stop words only has no word lacking a vector: the reason says what it has.
+    header = run(data_dir, "search", "the of and")[1].splitlines()[0]
+    assert header.endswith(
+        "[query_out_of_vocabulary: the query has no words but stop words; its word-vector parts add 0 and the rest of the fusion orders the hits]"
+    ), header
+    body = json.loads(run(data_dir, "search", "the of and", "--ranker", "hidden_topics", "--json")[1])
+    assert (body["status"], body["reason"]) == ("query_out_of_vocabulary", "the query has no words but stop words; first-stage order kept")
 
 
 def test_compact_merges_the_index_runs_segments_and_every_search_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -732,6 +739,9 @@ def test_help_states_the_fusion_weight_in_force(data_dir: Path, command: str, ca
     weight = Settings.from_env(settings_env(data_dir)).fusion_weight
     assert f"(default RERANKER_FUSION_WEIGHT, {weight:g})" in help_text
     assert weight != 0.5 and "(default 0.5)" not in help_text
+    # The default ranker is a maxp fusion, which the weight weighs: a help naming only the
+    # min-max and z-score fusions told its reader the flag did nothing to the default.
+    assert "min-max, z-score and maxp fusions" in help_text and DEFAULT_RANKER.endswith(":maxp")
 
 
 def test_a_query_index_mismatch_is_an_error(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -806,6 +816,8 @@ def test_config_prints_each_setting_in_force_readably(data_dir: Path, monkeypatc
     assert lines["OPENSEARCH_URL"].startswith("https://***@search.example:9200")
     assert lines["OPENSEARCH_PASSWORD"].startswith("(set)") and lines["RERANKER_THREADS"].startswith("6")
     assert out.startswith("store: OpenSearch at https://***@search.example:9200")
+    meanings = {line.split()[0]: line.split(None, 1)[1] for line in out.split("What each one means")[1].splitlines() if line.startswith("  ")}
+    assert "min-max, z-score and maxp fusions" in meanings["RERANKER_FUSION_WEIGHT"], "the default ranker's fusion is weighed too"
 
 
 def test_a_bad_service_setting_stops_serve_and_config_only(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -877,6 +877,21 @@ def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> 
     assert _start(client, "gone")["id"] == "gone"
 
 
+def test_creating_an_experiment_whose_id_is_taken_says_it_exists(client: FlaskClient, data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stopped experiment that showed lists still exists: creating one of its id again is
+    refused as taken, not as the kept records of a deleted one (which it was told to delete)."""
+    _start(client, "taken")
+    body = client.post("/search", json={"query": QUERIES[0], "size": 3, "client_id": "c1"}).get_json()
+    assert body["ranker"] == "interleaved"
+    assert client.patch("/experiments/taken", json={"status": "stopped"}, headers=AUTH).status_code == 200
+    again = {"id": "taken", "rankers": ["hidden_topics", "bm25"]}
+    reason = _error(client.post("/experiments", json=again, headers=AUTH), 409, "conflict_exception")
+    assert reason == "experiment 'taken' exists already"
+    assert run(data_dir, "ab", "create", "taken", "--rankers", "hidden_topics,bm25")[0] == 1
+    assert capsys.readouterr().err.strip() == "reranker: error: experiment 'taken' exists already"
+    assert client.get("/experiments/taken").get_json()["report"]["queries"] == 1, "untouched"
+
+
 def test_a_worker_that_has_not_seen_the_stop_interleaves_nothing_more(data_dir: Path) -> None:
     """Two workers: the one that did not stop the experiment still holds it as running for up
     to RUNNING_TTL_SECONDS. Its searches in that time must not be recorded under a stopped or

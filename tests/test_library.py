@@ -202,6 +202,10 @@ def test_the_page_and_its_files_are_served_with_a_strict_policy(client: FlaskCli
         answer = client.get(f"/ui/static/{name}")
         assert answer.status_code == 200 and answer.mimetype == mimetype and answer.headers["X-Content-Type-Options"] == "nosniff"
     assert client.get("/ui/static/missing.js").status_code == 404
+    # Typed with a slash, the address is the page too (it was a 404 naming /openapi.json).
+    slashed = client.get("/ui/")
+    assert slashed.status_code == 200 and slashed.get_data(as_text=True) == html
+    assert slashed.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
 
 
 def test_the_page_never_parses_data_as_html() -> None:

@@ -200,7 +200,7 @@ def add_ranking_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fusion-weight",
         type=fraction,
-        help=f"weight of the ranker in the min-max and z-score fusions with BM25, e.g. wmd+bm25:zscore (default RERANKER_FUSION_WEIGHT, {DEFAULT_FUSION_WEIGHT:g})",
+        help=f"weight of the ranker in the min-max, z-score and maxp fusions with BM25, e.g. wmd+bm25:zscore or the default ranker (default RERANKER_FUSION_WEIGHT, {DEFAULT_FUSION_WEIGHT:g})",
     )
 
 def open_engine(

@@ -45,7 +45,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from reranker.config import ServiceSettings
-from reranker.experiments import ID_PATTERN, MAX_MIN_UNITS, TIMESTAMP_PATTERN
+from reranker.experiments import ID_PATTERN, ID_RULE, MAX_MIN_UNITS, TIMESTAMP_PATTERN
 from reranker.interleaving import DEFAULT_TRAFFIC
 from reranker.pipeline import EXPLAIN_TOPICS
 from reranker.rankers import ranker_names, unweighted_reason, weighted_ranker_names
@@ -843,11 +843,20 @@ def read(model: type[Model], body: Any, *, where: str = "", limits: ServiceSetti
     try:
         return model.model_validate(body, context=limits)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
+        errors = _misspelt_first(exc.errors(include_url=False))
         alternatives = _union_errors(model, errors)
         if alternatives:
             raise _union_error(alternatives, where) from None
         raise _api_error(model, errors[0], where) from None
+
+
+def _misspelt_first(errors: list[Any]) -> list[Any]:
+    """The errors with an unknown field first when a field of the same object is missing: a
+    misspelt name (`qeury`) is both, and only the unknown field's refusal names what was sent
+    and lists the right name."""
+    missing = {tuple(error["loc"])[:-1] for error in errors if error["type"] == "missing"}
+    unknown = [error for error in errors if error["type"] == "extra_forbidden" and tuple(error["loc"])[:-1] in missing]
+    return unknown + [error for error in errors if error not in unknown] if unknown and errors[0]["type"] == "missing" else errors
 
 
 def _union_errors(model: type[BaseModel], errors: list[Any]) -> list[Any]:
@@ -894,6 +903,10 @@ def _api_error(model: type[BaseModel], error: Any, where: str) -> ApiError:
     return ApiError(400, "illegal_argument_exception", field + _reason(kind, ctx, value, error["msg"]))
 
 
+# Patterns a user types against (an experiment's name, in the web page's form too) refused in
+# the words `reranker ab create` uses, not as a regular expression.
+_PATTERN_RULES = {f"^{ID_PATTERN.pattern}$": ID_RULE}
+
 _EXPECTED = {
     "string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
     "list_type": "an array", "dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
@@ -911,6 +924,8 @@ def _reason(kind: str, ctx: dict[str, Any], value: Any, message: str) -> str:
         return f"must be {_EXPECTED[kind]}, got {json_type(value)}"
     if kind == "string_too_short" or (kind == "string_pattern_mismatch" and ctx.get("pattern") == r"\S"):
         return "must not be empty"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_RULES:
+        return f"must be {_PATTERN_RULES[ctx['pattern']]}, got {_shown(value)}"
     if kind == "string_pattern_mismatch":
         return f"must match {ctx['pattern']}, got {_shown(value)}"
     if kind == "string_too_long":

@@ -1,6 +1,6 @@
 """The web page: search papers by an abstract (its first screen), compare two rankers, browse papers by topic, run experiments.
 
-    GET /ui                        the page (one HTML file; views are hash routes)
+    GET /ui                        the page (one HTML file; views are hash routes), also as /ui/
     GET /ui/static/<file>          its scripts (app.js, plots.js) and style sheet
 
 The page reads `/search` (with `snippets`, to name untitled documents by their opening
@@ -43,7 +43,9 @@ CONTENT_SECURITY_POLICY = "; ".join(
 )
 
 
-@blueprint.get("/ui")
+# `/ui/` too: a user who types the address with a slash gets the page, not a 404 (its files
+# and views are named by absolute paths and hashes, so either address serves it whole).
+@blueprint.get("/ui", strict_slashes=False)
 @operation("the web page: search papers (the first screen), compare rankers, browse papers, experiments", answers={200: Reply("the page", media=("text/html",))})
 def page() -> Any:
     """The page itself; its views are #/search (the first screen), #/compare, #/paper/<id>, #/experiments."""
