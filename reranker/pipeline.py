@@ -795,9 +795,13 @@ def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str,
     ranker ordered some candidates by a bound (its notes), "tied" when every candidate got
     the same score, else "ok" (reason None)."""
     if len(query.words) == 0 and uses_word_vectors(ranker):
-        # A query of stop words only ("the of and") has no word without a vector either:
-        # saying none has a vector sent its user looking for a vocabulary problem.
-        lacks = "no query word has a word vector" if query.oov else "the query has no words but stop words"
+        # A query of stop words, numbers and single letters only ("the of and", "2018 a") has
+        # no word without a vector either: saying none has a vector sent its user looking for
+        # a vocabulary problem.
+        lacks = (
+            "no query word has a word vector" if query.oov
+            else "the query has no words to search (stop words, numbers and single letters are left out)"
+        )
         if isinstance(ranker, Fusion):
             return "query_out_of_vocabulary", f"{lacks}; its word-vector parts add 0 and the rest of the fusion orders the hits"
         return "query_out_of_vocabulary", f"{lacks}; first-stage order kept"

@@ -112,13 +112,13 @@ def test_an_out_of_vocabulary_search_says_what_orders_it(data_dir: Path, tmp_pat
     explained = run(data_dir, "search", "zorblaxian", "--explain")[1]
     assert explained.count("the hidden topics add nothing to this score") == 2, explained
     assert "topic 1:" not in explained and "topics' contributions" not in explained, explained
-    # A query of stop words only has no word lacking a vector: the reason says what it has.
+    # A query of stop words, numbers and single letters has no word lacking a vector: the
+    # reason says what it has.
+    lacks = "the query has no words to search (stop words, numbers and single letters are left out)"
     header = run(data_dir, "search", "the of and")[1].splitlines()[0]
-    assert header.endswith(
-        "[query_out_of_vocabulary: the query has no words but stop words; its word-vector parts add 0 and the rest of the fusion orders the hits]"
-    ), header
-    body = json.loads(run(data_dir, "search", "the of and", "--ranker", "hidden_topics", "--json")[1])
-    assert (body["status"], body["reason"]) == ("query_out_of_vocabulary", "the query has no words but stop words; first-stage order kept")
+    assert header.endswith(f"[query_out_of_vocabulary: {lacks}; its word-vector parts add 0 and the rest of the fusion orders the hits]"), header
+    body = json.loads(run(data_dir, "search", "the 2018 a", "--ranker", "hidden_topics", "--json")[1])
+    assert (body["status"], body["reason"]) == ("query_out_of_vocabulary", f"{lacks}; first-stage order kept")
 
 
 def test_compact_merges_the_index_runs_segments_and_every_search_stays(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
