@@ -769,10 +769,30 @@ def test_a_store_built_by_the_fts5_version_names_the_rebuild_command(data_dir: P
     assert code == 0 and "1." in out
 
 
-def test_rankers_are_listed(data_dir: Path) -> None:
+def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path) -> None:
+    """One ranker a line, its name first (scripts read the first column), then what GET
+    /rankers says of it: the default, whether it scores by topics, and, for the
+    doc2vec rankers on an index without a Doc2Vec model, that they cannot run and why.
+    The command printed bare names: a user learnt of doc2vec's model when a search failed."""
+    from reranker.errors import NO_DOC2VEC_MODEL
+    from reranker.service import create_app
+
     code, out = run(data_dir, "rankers")
-    assert code == 0 and out.split() == ranker_names()
+    lines = out.splitlines()
+    assert code == 0 and [line.split()[0] for line in lines] == ranker_names()
     assert {"bm25", "hidden_topics", "wmd", "doc2vec", "wmd+bm25:rrf", "hidden_topics+bm25"} <= set(ranker_names())
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    served = app.test_client().get("/rankers").get_json()
+    app.extensions["reranker"].close()
+    for line, listed in zip(lines, served["rankers"], strict=True):
+        notes = line.split(None, 1)[1].split("; ")
+        assert listed["name"] == line.split()[0]
+        assert ("the default (RERANKER_DEFAULT_RANKER)" in notes) == (listed["name"] == served["default"] == DEFAULT_RANKER)
+        assert ("scores by topics" in notes) == listed["uses_topics"] and ("does not score by topics" in notes) != listed["uses_topics"]
+        assert line.endswith(f"; unavailable: {listed['reason']}") == (not listed["available"])  # the reason last: it may hold "; "
+    by_name = {line.split()[0]: line for line in lines}
+    assert by_name["doc2vec"].endswith(f"unavailable: {NO_DOC2VEC_MODEL}") and "unavailable" not in by_name["bm25"]
+    assert "unavailable" in by_name["doc2vec+bm25:rrf"] and "unavailable" not in by_name[DEFAULT_RANKER]
 
 
 @pytest.mark.slow

@@ -73,7 +73,7 @@ EXPECTED: list[tuple[str, str]] = [
     (r"^reranker search .*--json\b", r'^  "hits": \[$'),
     (r"^reranker search\b", r"^\S+: \d+ of the BM25 top 100, \d+ query words in vocabulary"),
     (r"^reranker similar\b", r"^\S+: \d+ papers? like \S+ of the BM25 top 100"),
-    (r"^reranker rankers$", r"^hidden_topics_corrected\+bm25$"),
+    (r"^reranker rankers$", r"^hidden_topics_corrected\+bm25 +scores by topics$"),
     (r"^reranker train doc2vec\b", r"^trained PV-DBOW Doc2Vec .* on 25 documents"),
     (r"^reranker evaluate\b", r"^\| bm25 \| \d\.\d{3} \|"),
     (r"^reranker compare\b", r"^\| bm25 \(baseline\) \| \d\.\d{3} \|"),

@@ -19,7 +19,7 @@ from reranker.cli.common import (
 )
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
-from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
+from reranker.rankers import get_ranker, unweighted_reason, weighted_ranker_names
 from reranker.types import MAX_FILTERS
 
 if TYPE_CHECKING:
@@ -294,8 +294,30 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     return 0
 
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    for name in ranker_names():
-        print(name, file=out)
+    """The list GET /rankers answers (`listed_rankers`), one ranker a line, its name first
+    (so a script can read the first column), then what the route says of it: the
+    default, whether it scores by topics, and whether it can run on this index."""
+    from reranker.pipeline import listed_rankers
+
+    default = settings.service.default_ranker
+    engines: list[Engine] = []
+
+    def engine() -> "Engine":
+        engines.append(open_engine(settings, show_bar=False))
+        return engines[-1]
+
+    try:
+        listed = listed_rankers(engine)
+    finally:
+        for opened in engines:
+            opened.store.close()
+    width = max(len(entry["name"]) for entry in listed)
+    for entry in listed:
+        notes = ["the default (RERANKER_DEFAULT_RANKER)"] if entry["name"] == default else []
+        notes.append("scores by topics" if entry["uses_topics"] else "does not score by topics")
+        if not entry["available"]:
+            notes.append(f"unavailable: {entry['reason']}")
+        print(f"{entry['name']:<{width}}  {'; '.join(notes)}", file=out)
     return 0
 
 def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
