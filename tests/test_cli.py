@@ -74,6 +74,23 @@ def test_index_then_search(data_dir: Path) -> None:
     assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP
 
 
+def test_explain_with_a_ranker_without_topics_says_there_is_nothing_to_explain(data_dir: Path) -> None:
+    """--explain with bm25, wmd or a fusion of rankers without topics printed the hits and
+    not a word of why nothing explained them; one line says it, in the web page's words."""
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    query = "a maximum entropy named entity recognizer using global features"
+    for ranker in ("bm25", "wmd", "wmd+bm25:rrf"):
+        code, out = run(data_dir, "search", query, "--explain", "--ranker", ranker, "--size", "3")
+        header, said, *hits = out.splitlines()
+        assert code == 0 and header.startswith(f"{ranker}: 3 of the BM25 top") and len(hits) == 3, out
+        assert said.startswith(f"{ranker} does not score by topics: no explanations (the rankers that do: hidden_topics, "), said
+        assert "every fusion with one of them" in said and out.count("does not score by topics") == 1
+        # Without --explain, or with a ranker that has topics to show, no such line.
+        assert "does not score by topics" not in run(data_dir, "search", query, "--ranker", ranker)[1]
+    explained = run(data_dir, "search", query, "--explain", "--ranker", "hidden_topics_corrected+wmd+bm25", "--size", "1")[1]
+    assert "does not score by topics" not in explained and "topics' contributions" in explained
+
+
 def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir: Path, tmp_path: Path) -> None:
     """Identical texts under different ids: every ranker gives them one score, so the
     order is BM25's. /search said "tied"; the CLI said "ok", passing it off as a ranking."""

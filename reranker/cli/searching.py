@@ -19,7 +19,7 @@ from reranker.cli.common import (
 )
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
-from reranker.rankers import get_ranker, unweighted_reason, weighted_ranker_names
+from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
 from reranker.types import MAX_FILTERS
 
 if TYPE_CHECKING:
@@ -205,6 +205,8 @@ def _result_json(result: Any, *, explain: bool) -> dict[str, Any]:
     }
 
 def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
+    from reranker.pipeline import explained_ranker
+
     note = ""
     if result.status in ("partial", "query_out_of_vocabulary"):
         note = f"  [{result.status}: {result.reason}]"
@@ -215,6 +217,10 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         f"{len(result.query_words)} query words in vocabulary, {len(result.oov_words)} not{note}",
         file=out,
     )
+    if explain and explained_ranker(get_ranker(result.ranker)) is None:
+        # Said once, as the web page says it above a column: else --explain prints nothing,
+        # and nothing says why.
+        print(f"{result.ranker} does not score by topics: no explanations (the rankers that do: {_topic_rankers()})", file=out)
     for hit in result.hits:
         move = hit.bm25_rank - hit.rank
         arrow = f"+{move}" if move > 0 else (str(move) if move < 0 else "=")
@@ -228,6 +234,13 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         if explain and hit.explanation is not None:
             for line in explanation_lines(hit.explanation, result.status):
                 print("       " + line, file=out)
+
+def _topic_rankers() -> str:
+    """The rankers that score by topics, in a few words: those on their own, and the
+    fusions with one of them (`reranker rankers` marks each)."""
+    alone = [name for name in ranker_names() if "+" not in name and get_ranker(name).variant is not None]
+    return f"{', '.join(alone)} and every fusion with one of them, as `reranker rankers` marks them"
+
 
 def _title(title: str) -> str:
     """A hit line's last column: the title's start, or nothing (no trailing spaces) without one."""
