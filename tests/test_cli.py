@@ -484,6 +484,23 @@ def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path
     assert f"skipped {corpus}:3: id 'x': missing 'text' (a string)" in out
 
 
+def test_skipped_lines_are_listed_in_file_order_as_file_line_reason(data_dir: Path, tmp_path: Path) -> None:
+    """A line with no in-vocabulary word is found once its batch's topics are computed,
+    after the reader has refused the lines it cannot read: the report listed line 2 before
+    line 1, and named the id as `file:1 (7): ...`, which docs/cli.md did not describe (and
+    which reads as a second line number). In file order, each `file:line: reason`, the
+    reason led by the id as the reader's own reasons are."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "7", "text": "the of and"}, "{broken", TINY_CORPUS[0], {"id": "x"}, {"id": 9, "text": "2018 a"}])
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and "indexed 1, unchanged 0, skipped 4" in out
+    assert [line for line in out.splitlines() if line.startswith("  skipped ")] == [
+        f"  skipped {corpus}:1: id '7': no in-vocabulary words",
+        f"  skipped {corpus}:2: not valid JSON (Expecting property name enclosed in double quotes at column 2)",
+        f"  skipped {corpus}:4: id 'x': missing 'text' (a string)",
+        f"  skipped {corpus}:5: id '9': no in-vocabulary words",
+    ]
+
+
 # Lines with the mistakes a corpus and a query file share, and what each is told.
 BAD_LINES = [
     ("{broken", "not valid JSON (Expecting property name enclosed in double quotes at column 2)"),

@@ -294,10 +294,11 @@ def with_trained_vectors(
     return dataclasses.replace(settings, vectors=trained.info.source)
 
 def skipped_lines(skipped: Any, shown: int, *, every_skip: bool, label: str = "") -> list[str]:
-    """The skipped corpus lines as `index` and `evaluate` report them, `file:line (id):
-    reason` each: the first `shown` (every one with `every_skip`), then how many more."""
+    """The skipped corpus lines as `index` and `evaluate` report them, `file:line: reason`
+    each (`Skipped.__str__`), in file order: the first `shown` (every one with
+    `every_skip`), then how many more."""
     listed = skipped if every_skip else skipped[:shown]
-    lines = [f"  {label}{item.location}{f' ({item.doc_id})' if item.doc_id else ''}: {item.reason}" for item in listed]
+    lines = [f"  {label}{item}" for item in listed]
     if len(skipped) > len(listed):
         lines.append(f"  ... and {len(skipped) - len(listed)} more (run with -v to list them all)")
     return lines
