@@ -50,7 +50,7 @@ def test_index_then_search(data_dir: Path) -> None:
     code, out = run(data_dir, "search", query, "--size", "4", "--explain")
     assert code == 0
     assert [line for line in out.splitlines() if line != line.rstrip()] == []  # the sample's titles are empty
-    assert out.startswith("hidden_topics_corrected+bm25:maxp: 4 of the BM25 top 100")  # the default ranker
+    assert out.startswith("hidden_topics_corrected+bm25:maxp: 4 of the 25 BM25 candidates (the window of 100 held all that matched)")  # the default ranker
     assert out.count("topics' contributions") == 4 and out.count("other 5 topics together") == 4  # K = 10
     code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20", "--explain")
     body = json.loads(out)
@@ -74,6 +74,24 @@ def test_index_then_search(data_dir: Path) -> None:
     assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP
 
 
+def test_the_search_header_counts_the_candidates_as_search_does(data_dir: Path) -> None:
+    """On the 25-document sample the header said "3 of the BM25 top 100" where /search
+    answers `candidates: 25`: the window, not what it held. It says what it held, and names
+    the window when that was larger."""
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    for query, window, said in [
+        ("named entity", None, "3 of the 14 BM25 candidates (the window of 100 held all that matched)"),
+        ("named entity", "5", "3 of the BM25 top 5"),
+        ("named entity", "14", "3 of the BM25 top 14"),
+        ("zorblaxian", None, "0 of the 0 BM25 candidates (no document matched)"),
+    ]:
+        options = ["--size", "3", *(["--window", window] if window else [])]
+        body = json.loads(run(data_dir, "search", query, *options, "--json")[1])
+        assert body["candidates"] == int(said.split()[3] if "candidates" in said else said.split()[-1])
+        header = run(data_dir, "search", query, *options)[1].splitlines()[0]
+        assert header.startswith(f"{body['ranker']}: {said}, "), header
+
+
 def test_explain_with_a_ranker_without_topics_says_there_is_nothing_to_explain(data_dir: Path) -> None:
     """--explain with bm25, wmd or a fusion of rankers without topics printed the hits and
     not a word of why nothing explained them; one line says it, in the web page's words."""
@@ -82,7 +100,7 @@ def test_explain_with_a_ranker_without_topics_says_there_is_nothing_to_explain(d
     for ranker in ("bm25", "wmd", "wmd+bm25:rrf"):
         code, out = run(data_dir, "search", query, "--explain", "--ranker", ranker, "--size", "3")
         header, said, *hits = out.splitlines()
-        assert code == 0 and header.startswith(f"{ranker}: 3 of the BM25 top") and len(hits) == 3, out
+        assert code == 0 and header.startswith(f"{ranker}: 3 of the ") and len(hits) == 3, out
         assert said.startswith(f"{ranker} does not score by topics: no explanations (the rankers that do: hidden_topics, "), said
         assert "every fusion with one of them" in said and out.count("does not score by topics") == 1
         # Without --explain, or with a ranker that has topics to show, no such line.

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import (
     add_ranking_options,
+    counted,
     index_file,
     open_engine,
     parse_filter,
@@ -213,7 +214,7 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
     elif result.status != "ok":
         note = f"  [{result.status}: BM25 order kept]"
     print(
-        f"{result.ranker}: {len(result.hits)} of the BM25 top {result.window}, "
+        f"{result.ranker}: {len(result.hits)} of {_candidates(result.candidates, result.window)}, "
         f"{len(result.query_words)} query words in vocabulary, {len(result.oov_words)} not{note}",
         file=out,
     )
@@ -234,6 +235,17 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         if explain and hit.explanation is not None:
             for line in explanation_lines(hit.explanation, result.status):
                 print("       " + line, file=out)
+
+def _candidates(candidates: int, window: int) -> str:
+    """What the hits were ranked from, as /search's `candidates` counts it: the BM25 top
+    `window`, or, when fewer documents matched, how many did and the window that held them
+    all ("the BM25 top 100" on a 25-document index claimed 75 candidates that were not there)."""
+    if candidates >= window:
+        return f"the BM25 top {window}"
+    if candidates == 0:
+        return "the 0 BM25 candidates (no document matched)"
+    return f"the {counted(candidates, 'BM25 candidate')} (the window of {window} held all that matched)"
+
 
 def _topic_rankers() -> str:
     """The rankers that score by topics, in a few words: those on their own, and the
