@@ -90,6 +90,8 @@ def test_the_search_header_counts_the_candidates_as_search_does(data_dir: Path) 
         assert body["candidates"] == int(said.split()[3] if "candidates" in said else said.split()[-1])
         header = run(data_dir, "search", query, *options)[1].splitlines()[0]
         assert header.startswith(f"{body['ranker']}: {said}, "), header
+    # One word is one word (the header said "1 query words").
+    assert ", 1 query word in vocabulary, 0 not" in run(data_dir, "search", "parsing", "--size", "1")[1].splitlines()[0]
 
 
 def test_explain_with_a_ranker_without_topics_says_there_is_nothing_to_explain(data_dir: Path) -> None:

@@ -85,7 +85,7 @@ EXPECTED: list[tuple[str, str]] = [
     (r"^reranker ab report (\S+)$", r"^experiment topics-vs-bm25 \(running\): "),
     (r"^reranker ab set \S+ --status stopped$", r"^experiment topics-vs-bm25 stopped"),
     (r"^reranker ab list$", r"^topics-vs-bm25 +stopped "),
-    (r"^reranker ab delete \S+ --delete-events$", r"^deleted experiment topics-vs-bm25 and its \d+ shown queries and \d+ events$"),
+    (r"^reranker ab delete \S+ --delete-events$", r"^deleted experiment topics-vs-bm25 and its \d+ shown quer(y|ies) and \d+ events?$"),
     (r"^curl .*localhost:8000/search\b", r'^\{"status": "ok", .*"hits": \[\{"id": '),
     (r"^curl .*localhost:8000/\w+/_search\b", r'"ext": \{"rerank": \{"ranker": "[^"]+", "status": "ok"'),
     (r"^curl .*localhost:8000/v1/rerank\b", r'"results": \[\{"index": \d+, "relevance_score": '),

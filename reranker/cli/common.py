@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, TextIO
 
 from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_K, DEFAULT_WINDOW, Settings
 from reranker.errors import ConfigError, IndexMismatchError, InputError
+from reranker.text import counted
 from reranker.types import MAX_FILTER_VALUE_CHARS, Filter
 
 if TYPE_CHECKING:
@@ -125,11 +126,6 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # as argparse reads them
 def _closest(given: str, names: list[str]) -> str | None:
     near = difflib.get_close_matches(given, names, n=1, cutoff=0.6)
     return near[0] if near else None
-
-
-def counted(count: int, noun: str, *, grouped: bool = False) -> str:
-    """"1 document", "2 documents" (`grouped`: "50,000 documents")."""
-    return (f"{count:,}" if grouped else str(count)) + f" {noun}{'' if count == 1 else 's'}"
 
 
 def positive_int(raw: str) -> int:

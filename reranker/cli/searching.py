@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import (
     add_ranking_options,
-    counted,
     index_file,
     open_engine,
     parse_filter,
@@ -21,6 +20,7 @@ from reranker.cli.common import (
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
 from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
+from reranker.text import counted
 from reranker.types import MAX_FILTERS
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         note = f"  [{result.status}: BM25 order kept]"
     print(
         f"{result.ranker}: {len(result.hits)} of {_candidates(result.candidates, result.window)}, "
-        f"{len(result.query_words)} query words in vocabulary, {len(result.oov_words)} not{note}",
+        f"{counted(len(result.query_words), 'query word')} in vocabulary, {len(result.oov_words)} not{note}",
         file=out,
     )
     if explain and explained_ranker(get_ranker(result.ranker)) is None:
