@@ -44,7 +44,7 @@ from reranker.store.events import (
     Recorded,
     open_event_store,
 )
-from reranker.text import listed
+from reranker.text import counted, listed
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class Deleted:
 
 
 def _records(held: Recorded) -> str:
-    return f"{held.queries} shown queries and {held.events} events"
+    return f"{counted(held.queries, 'shown query', plural='shown queries')} and {counted(held.events, 'event')}"
 
 
 def delete(store: EventStore, experiment_id: str, *, events: bool) -> Deleted:

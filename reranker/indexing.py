@@ -82,6 +82,17 @@ class Skipped:
     doc_id: str | None
     reason: str
 
+    def __str__(self) -> str:
+        """`file:line: reason`, the reason led by the document's id where the line gave one,
+        in the reader's own words for a line it refuses (`c.jsonl:3: id 'x': missing 'text'`)."""
+        return f"{self.location}: {f'id {self.doc_id!r}: ' if self.doc_id is not None else ''}{self.reason}"
+
+    def line(self) -> float:
+        """The line number, for the report's file order (a line the store refused is
+        reported after the batch that held it); unknown ("?") last."""
+        number = self.location.rpartition(":")[2]
+        return int(number) if number.isdigit() else math.inf
+
 
 # What a line does whose id an earlier line of the same run used (see `index_documents`).
 DuplicatePolicy = Literal["last", "error"]
@@ -514,9 +525,12 @@ def index_documents(
     # version of it stays). A line that is no document names no id.
     dropped = store.drop_absent(first_seen.keys() | {item.doc_id for item in skipped if item.doc_id}) if rebuild else 0
     published = store.publish()
+    # In file order: a line the reader refuses is listed as it is read, one without an
+    # in-vocabulary word or refused by the store once its batch is written, later.
+    skipped.sort(key=Skipped.line)
     # Skipped lines are the report's to tell (the CLI prints each one once), not the log's.
     for item in skipped:
-        log.debug("skipped %s%s: %s", item.location, f" ({item.doc_id})" if item.doc_id else "", item.reason)
+        log.debug("skipped %s", item)
     if without_doc_vector:
         log.warning(
             "%d documents were indexed without a Doc2Vec vector (%s); the doc2vec ranker ranks "

@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from reranker.sequential import ALPHA, DEFAULT_MIN_UNITS, sequential_test
+from reranker.text import counted
 
 TEAM_A, TEAM_B = "A", "B"
 METHODS = ("team_draft", "balanced")
@@ -334,7 +335,11 @@ def outcome(
         history.append((votes.wins_a, votes.wins_b))
     wins_a, wins_b, ties = votes.wins_a, votes.wins_b, votes.ties
     decided = wins_a + wins_b
-    counted = "queries" if units is None else "units"
+    noun, nouns = ("query", "queries") if units is None else ("unit", "units")
+
+    def of(count: int) -> str:
+        return counted(count, noun, plural=nouns)
+
     test = sequential_test(history, min_units, alpha)
     p_value = float(test.p_values[-1]) if decided else None
     crossed = test.first_significant if decided else None
@@ -342,7 +347,7 @@ def outcome(
     if decided < min_units:
         verdict = "not_enough_data"
         message = (
-            f"not enough data yet: {decided} of the {min_units} {counted} with a "
+            f"not enough data yet: {decided} of the {of(min_units)} with a "
             "preference needed"
         )
     else:
@@ -353,7 +358,7 @@ def outcome(
             if wins_a == wins_b
             else f"{labels[leader]} preferred on {leader_wins}"
         )
-        summary = f"{preferred} of {decided} {counted} with a preference (always-valid {format_p_value(p_value)})"
+        summary = f"{preferred} of {of(decided)} with a preference (always-valid {format_p_value(p_value)})"
         if crossed is not None:
             # The direction is the one the evidence had when it first sufficed: the
             # confidence sequence then left 1/2 on that side, and it holds every moment at
@@ -369,7 +374,7 @@ def outcome(
             else:
                 message = (
                     f"{labels[side]} was preferred significantly, on {max(then_a, then_b)} of the first "
-                    f"{then_a + then_b} {counted} with a preference; since then the preference has changed "
+                    f"{of(then_a + then_b)} with a preference; since then the preference has changed "
                     f"({summary}): start a new experiment to measure it as it is now"
                 )
         else:

@@ -26,6 +26,7 @@ from reranker.errors import (
     IndexOutdatedError,
     InputError,
     RankerUnavailableError,
+    RerankerError,
     StoreUnavailableError,
     VectorsError,
 )
@@ -47,6 +48,7 @@ from reranker.rankers import (
     WordIds,
     get_ranker,
     rank_candidates,
+    ranker_names,
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import LruCache, Store
@@ -742,6 +744,32 @@ def explained_ranker(ranker: Ranker) -> Ranker | None:
     if isinstance(ranker, Fusion):
         return next((base for base in ranker.bases if base.variant is not None), None)
     return ranker if ranker.variant is not None else None
+
+
+def listed_rankers(engine: Callable[[], Engine]) -> list[dict[str, Any]]:
+    """Every registered ranker as GET /rankers and `reranker rankers` list it: its `name`,
+    whether it `uses_topics` (scores by hidden topics, so an explanation has topics to
+    show), and whether it is `available` on this index, with the `reason` (the words of
+    the 409 a search with it would get) when it is not: doc2vec before `reranker train
+    doc2vec`. Any other failure (the store down, `engine` not built) is not the ranker's,
+    so it is listed as available and a search with it says what is wrong."""
+    try:
+        built: Engine | None = engine()
+    except RerankerError:
+        built = None
+    listed = []
+    for name in ranker_names():
+        ranker = get_ranker(name)
+        reason = None
+        try:
+            if built is not None:
+                built.check_ranker(ranker)
+        except RankerUnavailableError as exc:
+            reason = str(exc)
+        except RerankerError:
+            pass
+        listed.append({"name": name, "uses_topics": ranker.variant is not None, "available": reason is None, "reason": reason})
+    return listed
 
 
 def strongest_topics(contributions: Scores) -> list[int]:

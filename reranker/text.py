@@ -139,6 +139,12 @@ def content_words(text: str, stopwords: frozenset[str] | None = None) -> tuple[l
 SNIPPET_WORDS = 30
 
 
+def counted(count: int, noun: str, *, plural: str | None = None, grouped: bool = False) -> str:
+    """"1 document", "2 documents" (`plural`: "2 shown queries"; `grouped`: "50,000
+    documents"): every message that counts, in the CLI, the service and the library."""
+    return (f"{count:,}" if grouped else str(count)) + " " + (noun if count == 1 else plural or noun + "s")
+
+
 def listed(items: Sequence[str], shown: int) -> str:
     """The first `shown` of `items`, comma-separated, and how many more there are (for a
     message that names what it is about without printing thousands of ids)."""

@@ -50,7 +50,7 @@ def test_index_then_search(data_dir: Path) -> None:
     code, out = run(data_dir, "search", query, "--size", "4", "--explain")
     assert code == 0
     assert [line for line in out.splitlines() if line != line.rstrip()] == []  # the sample's titles are empty
-    assert out.startswith("hidden_topics_corrected+bm25:maxp: 4 of the BM25 top 100")  # the default ranker
+    assert out.startswith("hidden_topics_corrected+bm25:maxp: 4 of the 25 BM25 candidates (the window of 100 held all that matched)")  # the default ranker
     assert out.count("topics' contributions") == 4 and out.count("other 5 topics together") == 4  # K = 10
     code, out = run(data_dir, "search", query, "--json", "--ranker", "hidden_topics_code", "--window", "20", "--explain")
     body = json.loads(out)
@@ -72,6 +72,43 @@ def test_index_then_search(data_dir: Path) -> None:
     assert set(body) <= set(served) | {"reason"}
     plain = json.loads(run(data_dir, "search", query, "--json")[1])
     assert "explanation" not in plain["hits"][0]  # only when asked for, as over HTTP
+
+
+def test_the_search_header_counts_the_candidates_as_search_does(data_dir: Path) -> None:
+    """On the 25-document sample the header said "3 of the BM25 top 100" where /search
+    answers `candidates: 25`: the window, not what it held. It says what it held, and names
+    the window when that was larger."""
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    for query, window, said in [
+        ("named entity", None, "3 of the 14 BM25 candidates (the window of 100 held all that matched)"),
+        ("named entity", "5", "3 of the BM25 top 5"),
+        ("named entity", "14", "3 of the BM25 top 14"),
+        ("zorblaxian", None, "0 of the 0 BM25 candidates (no document matched)"),
+    ]:
+        options = ["--size", "3", *(["--window", window] if window else [])]
+        body = json.loads(run(data_dir, "search", query, *options, "--json")[1])
+        assert body["candidates"] == int(said.split()[3] if "candidates" in said else said.split()[-1])
+        header = run(data_dir, "search", query, *options)[1].splitlines()[0]
+        assert header.startswith(f"{body['ranker']}: {said}, "), header
+    # One word is one word (the header said "1 query words").
+    assert ", 1 query word in vocabulary, 0 not" in run(data_dir, "search", "parsing", "--size", "1")[1].splitlines()[0]
+
+
+def test_explain_with_a_ranker_without_topics_says_there_is_nothing_to_explain(data_dir: Path) -> None:
+    """--explain with bm25, wmd or a fusion of rankers without topics printed the hits and
+    not a word of why nothing explained them; one line says it, in the web page's words."""
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    query = "a maximum entropy named entity recognizer using global features"
+    for ranker in ("bm25", "wmd", "wmd+bm25:rrf"):
+        code, out = run(data_dir, "search", query, "--explain", "--ranker", ranker, "--size", "3")
+        header, said, *hits = out.splitlines()
+        assert code == 0 and header.startswith(f"{ranker}: 3 of the ") and len(hits) == 3, out
+        assert said.startswith(f"{ranker} does not score by topics: no explanations (the rankers that do: hidden_topics, "), said
+        assert "every fusion with one of them" in said and out.count("does not score by topics") == 1
+        # Without --explain, or with a ranker that has topics to show, no such line.
+        assert "does not score by topics" not in run(data_dir, "search", query, "--ranker", ranker)[1]
+    explained = run(data_dir, "search", query, "--explain", "--ranker", "hidden_topics_corrected+wmd+bm25", "--size", "1")[1]
+    assert "does not score by topics" not in explained and "topics' contributions" in explained
 
 
 def test_a_search_whose_candidates_all_tie_says_so_as_the_service_does(data_dir: Path, tmp_path: Path) -> None:
@@ -467,6 +504,23 @@ def test_index_reports_skipped_lines_and_exits_non_zero(data_dir: Path, tmp_path
     assert f"skipped {corpus}:3: id 'x': missing 'text' (a string)" in out
 
 
+def test_skipped_lines_are_listed_in_file_order_as_file_line_reason(data_dir: Path, tmp_path: Path) -> None:
+    """A line with no in-vocabulary word is found once its batch's topics are computed,
+    after the reader has refused the lines it cannot read: the report listed line 2 before
+    line 1, and named the id as `file:1 (7): ...`, which docs/cli.md did not describe (and
+    which reads as a second line number). In file order, each `file:line: reason`, the
+    reason led by the id as the reader's own reasons are."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "7", "text": "the of and"}, "{broken", TINY_CORPUS[0], {"id": "x"}, {"id": 9, "text": "2018 a"}])
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and "indexed 1, unchanged 0, skipped 4" in out
+    assert [line for line in out.splitlines() if line.startswith("  skipped ")] == [
+        f"  skipped {corpus}:1: id '7': no in-vocabulary words",
+        f"  skipped {corpus}:2: not valid JSON (Expecting property name enclosed in double quotes at column 2)",
+        f"  skipped {corpus}:4: id 'x': missing 'text' (a string)",
+        f"  skipped {corpus}:5: id '9': no in-vocabulary words",
+    ]
+
+
 # Lines with the mistakes a corpus and a query file share, and what each is told.
 BAD_LINES = [
     ("{broken", "not valid JSON (Expecting property name enclosed in double quotes at column 2)"),
@@ -769,10 +823,30 @@ def test_a_store_built_by_the_fts5_version_names_the_rebuild_command(data_dir: P
     assert code == 0 and "1." in out
 
 
-def test_rankers_are_listed(data_dir: Path) -> None:
+def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path) -> None:
+    """One ranker a line, its name first (scripts read the first column), then what GET
+    /rankers says of it: the default, whether it scores by topics, and, for the
+    doc2vec rankers on an index without a Doc2Vec model, that they cannot run and why.
+    The command printed bare names: a user learnt of doc2vec's model when a search failed."""
+    from reranker.errors import NO_DOC2VEC_MODEL
+    from reranker.service import create_app
+
     code, out = run(data_dir, "rankers")
-    assert code == 0 and out.split() == ranker_names()
+    lines = out.splitlines()
+    assert code == 0 and [line.split()[0] for line in lines] == ranker_names()
     assert {"bm25", "hidden_topics", "wmd", "doc2vec", "wmd+bm25:rrf", "hidden_topics+bm25"} <= set(ranker_names())
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    served = app.test_client().get("/rankers").get_json()
+    app.extensions["reranker"].close()
+    for line, listed in zip(lines, served["rankers"], strict=True):
+        notes = line.split(None, 1)[1].split("; ")
+        assert listed["name"] == line.split()[0]
+        assert ("the default (RERANKER_DEFAULT_RANKER)" in notes) == (listed["name"] == served["default"] == DEFAULT_RANKER)
+        assert ("scores by topics" in notes) == listed["uses_topics"] and ("does not score by topics" in notes) != listed["uses_topics"]
+        assert line.endswith(f"; unavailable: {listed['reason']}") == (not listed["available"])  # the reason last: it may hold "; "
+    by_name = {line.split()[0]: line for line in lines}
+    assert by_name["doc2vec"].endswith(f"unavailable: {NO_DOC2VEC_MODEL}") and "unavailable" not in by_name["bm25"]
+    assert "unavailable" in by_name["doc2vec+bm25:rrf"] and "unavailable" not in by_name[DEFAULT_RANKER]
 
 
 @pytest.mark.slow

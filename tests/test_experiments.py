@@ -827,11 +827,11 @@ def test_the_ab_command_deletes_an_experiment_so_its_walkthrough_runs_twice(clie
     assert "is running: stop it first" in capsys.readouterr().err
     assert run(data_dir, "ab", "set", "walk", "--status", "stopped")[0] == 0
     code, out = run(data_dir, "ab", "delete", "walk", "--keep-events")
-    assert code == 0 and out.strip() == "deleted experiment walk; its 1 shown queries and 1 events are kept (delete them with --delete-events)"
+    assert code == 0 and out.strip() == "deleted experiment walk; its 1 shown query and 1 event are kept (delete them with --delete-events)"
     assert run(data_dir, *create)[0] == 1, "the kept records would be counted again"
-    assert "still holds 1 shown queries and 1 events" in capsys.readouterr().err
+    assert "still holds 1 shown query and 1 event of an experiment deleted" in capsys.readouterr().err
     code, out = run(data_dir, "ab", "delete", "walk", "--delete-events")
-    assert code == 0 and out.strip() == "deleted what was left of experiment walk and its 1 shown queries and 1 events"
+    assert code == 0 and out.strip() == "deleted what was left of experiment walk and its 1 shown query and 1 event"
     code, out = run(data_dir, *create)
     assert code == 0 and "walk running" in out
     code, out = run(data_dir, "ab", "report", "walk")
@@ -867,7 +867,7 @@ def test_delete_an_experiment_over_http(client: FlaskClient, data_dir: Path) -> 
     assert client.get("/experiments").get_json() == {"experiments": []}
     store = EmbeddedEventStore(data_dir / "experiments.sqlite3")
     assert store.recorded("gone") == Recorded(queries=1, events=2), "kept: still in the store"
-    assert "still holds 1 shown queries" in _error(client.post("/experiments", json={"id": "gone", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH), 409)
+    assert "still holds 1 shown query and " in _error(client.post("/experiments", json={"id": "gone", "rankers": ["hidden_topics", "bm25"]}, headers=AUTH), 409)
     assert "are kept" in _error(client.delete("/experiments/gone?events=keep", headers=AUTH), 404)
     answer = client.delete("/experiments/gone?events=delete", headers=AUTH)
     assert answer.status_code == 200 and answer.get_json() == {"deleted": "gone", "experiment": None, "events": "deleted", "queries": 1, "event_count": 2}

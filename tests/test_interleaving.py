@@ -502,7 +502,7 @@ def test_outcome_counts_a_unit_of_searches_once() -> None:
     assert (one.queries, one.queries_with_clicks, one.units_with_clicks, one.wins_a, one.wins_b, one.ties) == (30, 30, 1, 1, 0, 0)
     # One trial is no evidence: Lambda_1 = B(a + 1, a) / B(a, a) * 2 = 1.
     assert (one.verdict, one.winner, one.p_value) == ("no_significant_difference", None, pytest.approx(1.0, abs=1e-12))
-    assert one.message == "no significant difference: A preferred on 1 of 1 units with a preference (always-valid p = 1)"
+    assert one.message == "no significant difference: A preferred on 1 of 1 unit with a preference (always-valid p = 1)"
     # A unit's credit is summed: 2 for A and 1 for B prefer A; one each is a tie. Searches
     # without a click on a shown hit are in no unit.
     mixed = outcome(

@@ -1158,7 +1158,7 @@ def test_the_cli_indexes_searches_and_rebuilds_in_opensearch(
     corpus = write_jsonl(tmp_path / "c.jsonl", [*PAPERS, {"id": "bad", "text": "ships", "year": "soon"}])
     code, out = run(data_dir, *url, "index", str(corpus), "--no-progress")
     assert code == 1  # one document refused: reported, the rest indexed
-    assert "indexed 3" in out and f"skipped {corpus}:4 (bad): mapper_parsing_exception" in out
+    assert "indexed 3" in out and f"skipped {corpus}:4: id 'bad': mapper_parsing_exception" in out
     assert "alias now points at reranker-v000001" in out
     code, out = run(data_dir, *url, "search", "a grandmaster and his knight", "--filter", "year>=2000", "--json")
     hits = json.loads(out)["hits"]

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reranker.errors import ConfigError
-from reranker.text import content_words, default_stopwords, is_readable, load_stopwords, readable_words, tokenize
+from reranker.text import content_words, counted, default_stopwords, is_readable, load_stopwords, readable_words, tokenize
 
 
 def test_preprocessing_follows_the_paper() -> None:
@@ -63,3 +63,11 @@ def test_one_pass_gives_what_tokenize_and_readable_words_give(text: str) -> None
         ]
         assert content_words(text, stop) == (tokenize(text, stop), readable)
         assert readable_words(text, stop) == readable
+
+
+def test_counted_says_one_in_the_singular() -> None:
+    """Messages counted "1 shown queries and 1 events" (experiment deletes and conflicts)."""
+    assert counted(1, "event") == "1 event" and counted(0, "event") == "0 events" and counted(2, "event") == "2 events"
+    assert counted(1, "shown query", plural="shown queries") == "1 shown query"
+    assert counted(3, "shown query", plural="shown queries") == "3 shown queries"
+    assert counted(50_000, "document", grouped=True) == "50,000 documents"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, TextIO
 
 from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_K, DEFAULT_WINDOW, Settings
 from reranker.errors import ConfigError, IndexMismatchError, InputError
+from reranker.text import counted
 from reranker.types import MAX_FILTER_VALUE_CHARS, Filter
 
 if TYPE_CHECKING:
@@ -125,11 +126,6 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # as argparse reads them
 def _closest(given: str, names: list[str]) -> str | None:
     near = difflib.get_close_matches(given, names, n=1, cutoff=0.6)
     return near[0] if near else None
-
-
-def counted(count: int, noun: str, *, grouped: bool = False) -> str:
-    """"1 document", "2 documents" (`grouped`: "50,000 documents")."""
-    return (f"{count:,}" if grouped else str(count)) + f" {noun}{'' if count == 1 else 's'}"
 
 
 def positive_int(raw: str) -> int:
@@ -294,10 +290,11 @@ def with_trained_vectors(
     return dataclasses.replace(settings, vectors=trained.info.source)
 
 def skipped_lines(skipped: Any, shown: int, *, every_skip: bool, label: str = "") -> list[str]:
-    """The skipped corpus lines as `index` and `evaluate` report them, `file:line (id):
-    reason` each: the first `shown` (every one with `every_skip`), then how many more."""
+    """The skipped corpus lines as `index` and `evaluate` report them, `file:line: reason`
+    each (`Skipped.__str__`), in file order: the first `shown` (every one with
+    `every_skip`), then how many more."""
     listed = skipped if every_skip else skipped[:shown]
-    lines = [f"  {label}{item.location}{f' ({item.doc_id})' if item.doc_id else ''}: {item.reason}" for item in listed]
+    lines = [f"  {label}{item}" for item in listed]
     if len(skipped) > len(listed):
         lines.append(f"  ... and {len(skipped) - len(listed)} more (run with -v to list them all)")
     return lines

@@ -16,7 +16,6 @@ from reranker.cli.common import (
     add_k_option,
     check_output,
     cluster_store,
-    counted,
     given,
     index_file,
     open_engine,
@@ -26,7 +25,7 @@ from reranker.cli.common import (
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
 from reranker.errors import ConfigError, InputError, RerankerError, StoreError
-from reranker.text import listed
+from reranker.text import counted, listed
 
 if TYPE_CHECKING:
     from reranker.store import Store

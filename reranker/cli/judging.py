@@ -21,9 +21,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, TextIO
 
-from reranker.cli.common import EXIT_ERROR, check_output, counted, positive_int
+from reranker.cli.common import EXIT_ERROR, check_output, positive_int
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
+from reranker.text import counted
 
 if TYPE_CHECKING:
     from reranker.judgments import Impression, Judged

@@ -20,6 +20,7 @@ from reranker.cli.common import (
 from reranker.config import Settings
 from reranker.errors import ConfigError, InputError
 from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
+from reranker.text import counted
 from reranker.types import MAX_FILTERS
 
 if TYPE_CHECKING:
@@ -205,16 +206,22 @@ def _result_json(result: Any, *, explain: bool) -> dict[str, Any]:
     }
 
 def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
+    from reranker.pipeline import explained_ranker
+
     note = ""
     if result.status in ("partial", "query_out_of_vocabulary"):
         note = f"  [{result.status}: {result.reason}]"
     elif result.status != "ok":
         note = f"  [{result.status}: BM25 order kept]"
     print(
-        f"{result.ranker}: {len(result.hits)} of the BM25 top {result.window}, "
-        f"{len(result.query_words)} query words in vocabulary, {len(result.oov_words)} not{note}",
+        f"{result.ranker}: {len(result.hits)} of {_candidates(result.candidates, result.window)}, "
+        f"{counted(len(result.query_words), 'query word')} in vocabulary, {len(result.oov_words)} not{note}",
         file=out,
     )
+    if explain and explained_ranker(get_ranker(result.ranker)) is None:
+        # Said once, as the web page says it above a column: else --explain prints nothing,
+        # and nothing says why.
+        print(f"{result.ranker} does not score by topics: no explanations (the rankers that do: {_topic_rankers()})", file=out)
     for hit in result.hits:
         move = hit.bm25_rank - hit.rank
         arrow = f"+{move}" if move > 0 else (str(move) if move < 0 else "=")
@@ -228,6 +235,24 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         if explain and hit.explanation is not None:
             for line in explanation_lines(hit.explanation, result.status):
                 print("       " + line, file=out)
+
+def _candidates(candidates: int, window: int) -> str:
+    """What the hits were ranked from, as /search's `candidates` counts it: the BM25 top
+    `window`, or, when fewer documents matched, how many did and the window that held them
+    all ("the BM25 top 100" on a 25-document index claimed 75 candidates that were not there)."""
+    if candidates >= window:
+        return f"the BM25 top {window}"
+    if candidates == 0:
+        return "the 0 BM25 candidates (no document matched)"
+    return f"the {counted(candidates, 'BM25 candidate')} (the window of {window} held all that matched)"
+
+
+def _topic_rankers() -> str:
+    """The rankers that score by topics, in a few words: those on their own, and the
+    fusions with one of them (`reranker rankers` marks each)."""
+    alone = [name for name in ranker_names() if "+" not in name and get_ranker(name).variant is not None]
+    return f"{', '.join(alone)} and every fusion with one of them, as `reranker rankers` marks them"
+
 
 def _title(title: str) -> str:
     """A hit line's last column: the title's start, or nothing (no trailing spaces) without one."""
@@ -294,8 +319,30 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     return 0
 
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    for name in ranker_names():
-        print(name, file=out)
+    """The list GET /rankers answers (`listed_rankers`), one ranker a line, its name first
+    (so a script can read the first column), then what the route says of it: the
+    default, whether it scores by topics, and whether it can run on this index."""
+    from reranker.pipeline import listed_rankers
+
+    default = settings.service.default_ranker
+    engines: list[Engine] = []
+
+    def engine() -> "Engine":
+        engines.append(open_engine(settings, show_bar=False))
+        return engines[-1]
+
+    try:
+        listed = listed_rankers(engine)
+    finally:
+        for opened in engines:
+            opened.store.close()
+    width = max(len(entry["name"]) for entry in listed)
+    for entry in listed:
+        notes = ["the default (RERANKER_DEFAULT_RANKER)"] if entry["name"] == default else []
+        notes.append("scores by topics" if entry["uses_topics"] else "does not score by topics")
+        if not entry["available"]:
+            notes.append(f"unavailable: {entry['reason']}")
+        print(f"{entry['name']:<{width}}  {'; '.join(notes)}", file=out)
     return 0
 
 def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

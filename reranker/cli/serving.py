@@ -6,9 +6,10 @@ import argparse
 import logging
 from typing import TYPE_CHECKING, Any, TextIO
 
-from reranker.cli.common import check_port_free, conversion_progress, counted, log, positive_int
+from reranker.cli.common import check_port_free, conversion_progress, log, positive_int
 from reranker.config import DEFAULT_VECTORS, Settings
 from reranker.errors import ConfigError, InputError
+from reranker.text import counted
 
 if TYPE_CHECKING:
     from reranker.store import Store

@@ -7,9 +7,8 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify
 
 from reranker import __version__
-from reranker.errors import RankerUnavailableError, RerankerError
-from reranker.pipeline import search_window
-from reranker.rankers import Ranker, ranker_names
+from reranker.errors import RerankerError
+from reranker.pipeline import listed_rankers, search_window
 from reranker.service.bodies import json_object
 from reranker.service.errors import api_error
 from reranker.service.operations import Reply, openapi_document, operation
@@ -80,26 +79,8 @@ def readyz() -> Any:
 @operation("registered rankers", answers={200: Reply("names", Rankers)})
 def rankers() -> Any:
     """The registered rankers, whether each can run on this index (and why not), and the
-    one used when a request names none."""
-    found = []
-    for name in ranker_names():
-        ranker = runtime().ranker(name)
-        found.append({"name": name, "uses_topics": ranker.variant is not None, **_availability(ranker)})
-    return jsonify(rankers=found, default=runtime().limits.default_ranker)
-
-
-def _availability(ranker: Ranker) -> dict[str, Any]:
-    """available false, with the 409's reason, for a ranker a search would refuse (doc2vec
-    with no trained model); any other failure (the store down) is not the ranker's, so it
-    is listed as available and the search says what is wrong."""
-    try:
-        engine = runtime().engine()
-        engine.check_ranker(ranker)
-    except RankerUnavailableError as exc:
-        return {"available": False, "reason": str(exc)}
-    except RerankerError:
-        pass
-    return {"available": True, "reason": None}
+    one used when a request names none (`reranker rankers` lists the same)."""
+    return jsonify(rankers=listed_rankers(runtime().engine), default=runtime().limits.default_ranker)
 
 
 @blueprint.get("/metrics")

@@ -44,6 +44,7 @@ from reranker.service.schema import (
     read,
 )
 from reranker.store.events import Event, EventStore
+from reranker.text import counted
 
 blueprint = Blueprint("experiments", __name__)
 
@@ -118,16 +119,16 @@ def check_event_quota(store: EventStore, event: Event, limits: ServiceSettings) 
     counts = store.count_events(event.query_id, event.experiment_id, event.source)
     refusal = None
     if counts.query >= limits.events_per_query:
-        refusal = f"query {event.query_id!r} has {counts.query} events recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
+        refusal = f"query {event.query_id!r} has {counted(counts.query, 'event')} recorded, the most one query may hold (RERANKER_EVENTS_PER_QUERY)"
     elif counts.client >= limits.events_per_client:
         refusal = (
-            f"this client (its network address) has sent {counts.client} events to experiment {event.experiment_id!r}, "
+            f"this client (its network address) has sent {counted(counts.client, 'event')} to experiment {event.experiment_id!r}, "
             "the most one client may (RERANKER_EVENTS_PER_CLIENT); behind a reverse proxy, set RERANKER_TRUSTED_PROXIES "
             "so that clients are told apart by the address it forwards"
         )
     elif counts.total >= limits.max_events:
         refusal = (
-            f"the event store holds {counts.total} events, the most it may (RERANKER_MAX_EVENTS): an operator must archive "
+            f"the event store holds {counted(counts.total, 'event')}, the most it may (RERANKER_MAX_EVENTS): an operator must archive "
             "or end experiments before more are recorded"
         )
     if refusal is not None:
