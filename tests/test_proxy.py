@@ -778,6 +778,19 @@ def test_msearch_reranks_each_search_and_keeps_the_errors(client: FlaskClient) -
     assert ids(bm25) == ids(client.post("/papers/_search", json=summary("ocean bread", ext={"rerank": {"ranker": "bm25"}})).get_json())
 
 
+@pytest.mark.parametrize("content_type", ["application/vnd.elasticsearch+x-ndjson; compatible-with=8", "application/vnd.elasticsearch+x-ndjson; compatible-with=9"])
+def test_msearch_takes_the_elasticsearch_clients_ndjson_type(client: FlaskClient, content_type: str) -> None:
+    """elasticsearch-py 8 and 9 send an _msearch body as `application/vnd.elasticsearch+x-ndjson`
+    (their compatibility type, as their searches go as `...+json`): it was a 415."""
+    data = "".join(json.dumps(line) + "\n" for line in ({"index": "papers"}, summary(SEA, size=3)))
+    answer = client.post("/_msearch", data=data, content_type=content_type)
+    assert answer.status_code == 200, answer.get_json()
+    (found,) = answer.get_json()["responses"]
+    assert found["ext"]["rerank"]["status"] == "ok" and ids(found) == ids(client.post("/papers/_search", json=summary(SEA, size=3)).get_json())
+    refused = client.post("/_msearch", data=data, content_type="application/vnd.elasticsearch+x-www-form-urlencoded")
+    assert refused.status_code == 415
+
+
 def test_msearch_pages_of_stored_documents_come_from_one_mget(recorded: tuple[FlaskClient, ClusterProxy], client: FlaskClient) -> None:
     """Pages that are plain stored documents come from one `_mget` for every search (a
     lookup by id), the others (with highlight) from a second _msearch: both give what each
@@ -1175,7 +1188,7 @@ def test_search_clients_search_and_count_through_the_proxy(
     served: tuple[str, ClusterProxy, dict[str, Any]], direct: OpenSearchStore, request: pytest.FixtureRequest, client: str, major: str | None, compress: str
 ) -> None:
     """opensearch-py and elasticsearch-py 8 and 9 pointed at the proxy, each in its own
-    process (tests/search_clients.py): `info()` is the cluster's, the search is reranked and
+    process (tests/search_clients.py): `info()` is the cluster's, the search and a multi-search are reranked and
     its documents come without the service's own fields, the count is the cluster's, and
     the X-Opaque-Id the client sets reaches the cluster with every call made for it.
     opensearch-py also with `http_compress=True`, which sends its bodies as gzip."""
@@ -1209,8 +1222,11 @@ def test_search_clients_search_and_count_through_the_proxy(
     assert [doc["_id"] for doc in reads["mget_ids"]["docs"]] == ["ships", "harbour"] and internal_in(reads["mget_ids"]) == []
     missing = reads["get_missing"]
     assert missing["status"] == 404 and missing["info"]["found"] is False
+    # A multi-search (elasticsearch-py sends it as application/vnd.elasticsearch+x-ndjson).
+    (searched,) = seen["msearch"]["responses"]
+    assert searched["ext"]["rerank"]["status"] == "ok" and ids(searched) == ids(found) and internal_in(searched) == []
     tagged = [headers for _, path, headers in recorder.request_headers if any(api in path for api in ("_search", "_mget", "_count", "_doc/", "_source/"))]
-    assert len(tagged) >= 3 + 8 and all(headers.get("X-Opaque-Id") == opaque for headers in tagged)
+    assert len(tagged) >= 3 + 8 + 1 and all(headers.get("X-Opaque-Id") == opaque for headers in tagged)
 
 
 # --- escapes found by an attack on the proxy (issue 23) ----------------------------------
