@@ -750,6 +750,29 @@ def test_a_gateways_page_instead_of_the_clusters_answer_is_said_in_one_line(pape
     assert "502 Bad Gateway The upstream server is not answering." in reason and "\n" not in reason and "<" not in reason
 
 
+def test_searches_are_reranked_as_soon_as_the_index_exists(osmem_server: Any, glove: WordVectors, tmp_path: Path) -> None:
+    """An application that searched before `reranker index` created the index (a first
+    deployment) got the cluster's 404; once the index existed, its searches came back
+    `not_reranked` ("the cluster could not resolve the index") for 30 s more, the lookup
+    that failed being cached as a layout."""
+    clone = osmem_server.clone()
+    try:
+        data_dir = tmp_path / "data"
+        data_dir.mkdir()
+        app = make_app((clone.url, data_dir), RERANKER_INDEX="late")
+        client = app.test_client()
+        before = client.post("/late/_search", json=summary(SEA, size=3))
+        assert before.status_code == 404 and before.get_json()["error"]["type"] == "index_not_found_exception"
+        store = OpenSearchStore(OpenSearchSettings(hosts=(clone.url,), alias="late"))
+        index_corpus(write_jsonl(tmp_path / "late.jsonl", CORPUS), store, glove, 5, show_progress=False)
+        store.close()
+        after = client.post("/late/_search", json=summary(SEA, size=3)).get_json()
+        assert after["ext"]["rerank"]["status"] == "ok", after["ext"]
+        assert ids(after)
+    finally:
+        clone.close()
+
+
 def test_a_search_without_an_index_goes_to_the_alias(client: FlaskClient) -> None:
     answer = client.get("/_search", json=summary(SEA)).get_json()
     assert ids(answer) == ids(client.post("/papers/_search", json=summary(SEA)).get_json())
