@@ -211,6 +211,22 @@ def test_pages_are_sliced_from_the_reranked_window(client: FlaskClient) -> None:
     assert ids(nothing) == [] and nothing["ext"]["rerank"]["candidates"] == 0
 
 
+def test_paging_numbers_in_strings_are_read_as_the_cluster_reads_them(client: FlaskClient, direct: OpenSearchStore) -> None:
+    """OpenSearch takes `"from": "1", "size": "2"` (a form's values, sent as they are) as the
+    numbers; the proxy refused them with 400."""
+    body = summary(SEA, ext=TOPICS, **{"from": "1", "size": "2"})
+    page = client.post("/papers/_search", json=body)
+    assert page.status_code == 200, page.get_json()
+    assert ids(page.get_json()) == ids(client.post("/papers/_search", json=summary(SEA, ext=TOPICS)).get_json())[1:3]
+    status, own = direct.forward("POST", "/papers/_search", {}, {**summary(SEA, **{"from": "1", "size": "2"})})
+    assert status == 200 and len(own["hits"]["hits"]) == 2  # the cluster's own reading
+    lines = "".join(json.dumps(line) + "\n" for line in ({}, body))
+    (found,) = client.post("/papers/_msearch", data=lines, content_type="application/x-ndjson").get_json()["responses"]
+    assert ids(found) == ids(page.get_json())
+    for wrong in ("two", "1.5", ""):
+        assert client.post("/papers/_search", json=summary(SEA, size=wrong)).status_code == 400
+
+
 def test_aggregations_highlight_and_source_filtering_pass_through(client: FlaskClient, direct: OpenSearchStore) -> None:
     body = summary("ocean bread", aggs={"years": {"terms": {"field": "year"}}}, highlight={"fields": {"body": {}}}, _source=["title"], track_total_hits=True)
     answer = client.post("/papers/_search", json=body).get_json()
