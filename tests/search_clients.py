@@ -6,7 +6,7 @@ CLIENT: `opensearchpy` (opensearch-py), `elasticsearch` (elasticsearch-py 8, fro
 extra) or `elasticsearch9` (elasticsearch-py 9, which needs an elastic-transport 9 that 8
 refuses, so the test installs it apart and puts it first on PYTHONPATH). Each client does
 what an application does on connect and per search: `info()`, a search (reranked by the
-paper's ranker), a count, the last two tagged with OPAQUE_ID as X-Opaque-Id by the
+paper's ranker), a count, the same search as an `_msearch`, the last three tagged with OPAQUE_ID as X-Opaque-Id by the
 client's own option, then what a detail page does: the document reads `get`, `exists`,
 `get_source` and `mget` (tagged too). Prints one JSON object of what the client received.
 """
@@ -30,6 +30,7 @@ def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[
         info = os_client.info()
         found = os_client.search(index="papers", body={"query": QUERY, "size": 3, "ext": EXT}, opaque_id=opaque_id)
         counted = os_client.count(index="papers", body={"query": QUERY}, opaque_id=opaque_id)
+        searched = os_client.msearch(body=[{"index": "papers"}, {"query": QUERY, "size": 3, "ext": EXT}], opaque_id=opaque_id)
         reads = {
             "get": os_client.get(index="papers", id="ships", opaque_id=opaque_id),
             "get_named": os_client.get(index="papers", id="ships", params={"_source_includes": "title,hidden_topics"}, opaque_id=opaque_id),
@@ -49,6 +50,7 @@ def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[
         tagged = es.options(opaque_id=opaque_id)
         found = tagged.search(index="papers", query=QUERY, size=3, ext=EXT).body
         counted = tagged.count(index="papers", query=QUERY).body
+        searched = tagged.msearch(searches=[{"index": "papers"}, {"query": QUERY, "size": 3, "ext": EXT}]).body
         reads = {
             "get": tagged.get(index="papers", id="ships").body,
             "get_named": tagged.get(index="papers", id="ships", source_includes=["title", "hidden_topics"]).body,
@@ -62,7 +64,7 @@ def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[
             reads["get_missing"] = tagged.get(index="papers", id="nowhere").body
         except module.NotFoundError as missing:
             reads["get_missing"] = {"status": missing.meta.status, "info": missing.body}
-    return {"version": module.__versionstr__, "info": info, "search": found, "count": counted["count"], "reads": reads}
+    return {"version": module.__versionstr__, "info": info, "search": found, "count": counted["count"], "msearch": searched, "reads": reads}
 
 
 if __name__ == "__main__":

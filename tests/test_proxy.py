@@ -211,6 +211,22 @@ def test_pages_are_sliced_from_the_reranked_window(client: FlaskClient) -> None:
     assert ids(nothing) == [] and nothing["ext"]["rerank"]["candidates"] == 0
 
 
+def test_paging_numbers_in_strings_are_read_as_the_cluster_reads_them(client: FlaskClient, direct: OpenSearchStore) -> None:
+    """OpenSearch takes `"from": "1", "size": "2"` (a form's values, sent as they are) as the
+    numbers; the proxy refused them with 400."""
+    body = summary(SEA, ext=TOPICS, **{"from": "1", "size": "2"})
+    page = client.post("/papers/_search", json=body)
+    assert page.status_code == 200, page.get_json()
+    assert ids(page.get_json()) == ids(client.post("/papers/_search", json=summary(SEA, ext=TOPICS)).get_json())[1:3]
+    status, own = direct.forward("POST", "/papers/_search", {}, {**summary(SEA, **{"from": "1", "size": "2"})})
+    assert status == 200 and len(own["hits"]["hits"]) == 2  # the cluster's own reading
+    lines = "".join(json.dumps(line) + "\n" for line in ({}, body))
+    (found,) = client.post("/papers/_msearch", data=lines, content_type="application/x-ndjson").get_json()["responses"]
+    assert ids(found) == ids(page.get_json())
+    for wrong in ("two", "1.5", ""):
+        assert client.post("/papers/_search", json=summary(SEA, size=wrong)).status_code == 400
+
+
 def test_aggregations_highlight_and_source_filtering_pass_through(client: FlaskClient, direct: OpenSearchStore) -> None:
     body = summary("ocean bread", aggs={"years": {"terms": {"field": "year"}}}, highlight={"fields": {"body": {}}}, _source=["title"], track_total_hits=True)
     answer = client.post("/papers/_search", json=body).get_json()
@@ -750,6 +766,29 @@ def test_a_gateways_page_instead_of_the_clusters_answer_is_said_in_one_line(pape
     assert "502 Bad Gateway The upstream server is not answering." in reason and "\n" not in reason and "<" not in reason
 
 
+def test_searches_are_reranked_as_soon_as_the_index_exists(osmem_server: Any, glove: WordVectors, tmp_path: Path) -> None:
+    """An application that searched before `reranker index` created the index (a first
+    deployment) got the cluster's 404; once the index existed, its searches came back
+    `not_reranked` ("the cluster could not resolve the index") for 30 s more, the lookup
+    that failed being cached as a layout."""
+    clone = osmem_server.clone()
+    try:
+        data_dir = tmp_path / "data"
+        data_dir.mkdir()
+        app = make_app((clone.url, data_dir), RERANKER_INDEX="late")
+        client = app.test_client()
+        before = client.post("/late/_search", json=summary(SEA, size=3))
+        assert before.status_code == 404 and before.get_json()["error"]["type"] == "index_not_found_exception"
+        store = OpenSearchStore(OpenSearchSettings(hosts=(clone.url,), alias="late"))
+        index_corpus(write_jsonl(tmp_path / "late.jsonl", CORPUS), store, glove, 5, show_progress=False)
+        store.close()
+        after = client.post("/late/_search", json=summary(SEA, size=3)).get_json()
+        assert after["ext"]["rerank"]["status"] == "ok", after["ext"]
+        assert ids(after)
+    finally:
+        clone.close()
+
+
 def test_a_search_without_an_index_goes_to_the_alias(client: FlaskClient) -> None:
     answer = client.get("/_search", json=summary(SEA)).get_json()
     assert ids(answer) == ids(client.post("/papers/_search", json=summary(SEA)).get_json())
@@ -776,6 +815,19 @@ def test_msearch_reranks_each_search_and_keeps_the_errors(client: FlaskClient) -
     assert plain["ext"]["rerank"]["status"] == "not_reranked" and len(ids(plain)) == 2
     assert bm25["ext"]["rerank"]["ranker"] == "bm25"
     assert ids(bm25) == ids(client.post("/papers/_search", json=summary("ocean bread", ext={"rerank": {"ranker": "bm25"}})).get_json())
+
+
+@pytest.mark.parametrize("content_type", ["application/vnd.elasticsearch+x-ndjson; compatible-with=8", "application/vnd.elasticsearch+x-ndjson; compatible-with=9"])
+def test_msearch_takes_the_elasticsearch_clients_ndjson_type(client: FlaskClient, content_type: str) -> None:
+    """elasticsearch-py 8 and 9 send an _msearch body as `application/vnd.elasticsearch+x-ndjson`
+    (their compatibility type, as their searches go as `...+json`): it was a 415."""
+    data = "".join(json.dumps(line) + "\n" for line in ({"index": "papers"}, summary(SEA, size=3)))
+    answer = client.post("/_msearch", data=data, content_type=content_type)
+    assert answer.status_code == 200, answer.get_json()
+    (found,) = answer.get_json()["responses"]
+    assert found["ext"]["rerank"]["status"] == "ok" and ids(found) == ids(client.post("/papers/_search", json=summary(SEA, size=3)).get_json())
+    refused = client.post("/_msearch", data=data, content_type="application/vnd.elasticsearch+x-www-form-urlencoded")
+    assert refused.status_code == 415
 
 
 def test_msearch_pages_of_stored_documents_come_from_one_mget(recorded: tuple[FlaskClient, ClusterProxy], client: FlaskClient) -> None:
@@ -1175,7 +1227,7 @@ def test_search_clients_search_and_count_through_the_proxy(
     served: tuple[str, ClusterProxy, dict[str, Any]], direct: OpenSearchStore, request: pytest.FixtureRequest, client: str, major: str | None, compress: str
 ) -> None:
     """opensearch-py and elasticsearch-py 8 and 9 pointed at the proxy, each in its own
-    process (tests/search_clients.py): `info()` is the cluster's, the search is reranked and
+    process (tests/search_clients.py): `info()` is the cluster's, the search and a multi-search are reranked and
     its documents come without the service's own fields, the count is the cluster's, and
     the X-Opaque-Id the client sets reaches the cluster with every call made for it.
     opensearch-py also with `http_compress=True`, which sends its bodies as gzip."""
@@ -1209,8 +1261,11 @@ def test_search_clients_search_and_count_through_the_proxy(
     assert [doc["_id"] for doc in reads["mget_ids"]["docs"]] == ["ships", "harbour"] and internal_in(reads["mget_ids"]) == []
     missing = reads["get_missing"]
     assert missing["status"] == 404 and missing["info"]["found"] is False
+    # A multi-search (elasticsearch-py sends it as application/vnd.elasticsearch+x-ndjson).
+    (searched,) = seen["msearch"]["responses"]
+    assert searched["ext"]["rerank"]["status"] == "ok" and ids(searched) == ids(found) and internal_in(searched) == []
     tagged = [headers for _, path, headers in recorder.request_headers if any(api in path for api in ("_search", "_mget", "_count", "_doc/", "_source/"))]
-    assert len(tagged) >= 3 + 8 and all(headers.get("X-Opaque-Id") == opaque for headers in tagged)
+    assert len(tagged) >= 3 + 8 + 1 and all(headers.get("X-Opaque-Id") == opaque for headers in tagged)
 
 
 # --- escapes found by an attack on the proxy (issue 23) ----------------------------------

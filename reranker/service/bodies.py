@@ -173,10 +173,14 @@ def _gunzipped(raw: bytes, encoding: str, limit: int | None) -> bytes:
 def require_json_type(*accepted: str) -> None:
     """ApiError 415 unless the request declares its body as JSON (`application/json`, or a
     `+json` type such as Elasticsearch clients' `application/vnd.elasticsearch+json`), or
-    one of `accepted`. A browser sends `text/plain` and form bodies cross-site without asking
-    first (no CORS preflight): parsing those as JSON would let any page post to the service."""
+    one of `accepted` (also in its vendor form: for `application/x-ndjson`, the
+    `application/vnd.elasticsearch+x-ndjson` elasticsearch-py 8 and 9 send an `_msearch` as).
+    A browser sends `text/plain` and form bodies cross-site without asking first (no CORS
+    preflight): parsing those as JSON would let any page post to the service."""
     mimetype = request.mimetype
     if mimetype == "application/json" or mimetype.endswith("+json") or mimetype in accepted:
+        return
+    if mimetype.startswith("application/vnd.") and any(mimetype.endswith("+" + a.partition("/")[2]) for a in accepted):
         return
     shown = mimetype or "none"
     raise ApiError(

@@ -194,7 +194,8 @@ def rerank_options(body: dict[str, Any], settings: Settings) -> tuple[dict[str, 
 
 
 def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]:
-    """(from, size): the URL's when given, else the body's, else (0, 10). ApiError 400 if malformed.
+    """(from, size): the URL's when given, else the body's, else (0, 10). ApiError 400 if malformed;
+    the body's may be a string of digits, which the cluster reads as the number.
 
     The body is OpenSearch's, passed on to the cluster; only its paging is read here.
     """
@@ -209,6 +210,8 @@ def page_bounds(body: dict[str, Any], params: dict[str, str]) -> tuple[int, int]
             value = int(text)
         if value is None:
             continue
+        if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value.strip()):
+            value = int(value)  # OpenSearch reads a number in a string too ("size": "20", as a form sends it)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
             raise bad_request(f"[{name}] must be an integer, got {json_type(value)}")
         if value < 0:

@@ -1317,7 +1317,9 @@ class OpenSearchStore:
 
         `params`: the search's index options (ignore_unavailable, allow_no_indices,
         expand_wildcards), so the expression resolves as the search will. One mapping
-        request, cached for METADATA_TTL seconds per expression.
+        request, cached for METADATA_TTL seconds per expression when it found indices: an
+        expression that resolves to none is asked again, so that searches are reranked as
+        soon as `reranker index` creates the index, not up to METADATA_TTL later.
         """
         options = tuple(sorted((k, v) for k, v in (params or {}).items() if k in _RESOLVE_OPTIONS))
         key = (expression, options)
@@ -1331,6 +1333,8 @@ class OpenSearchStore:
             for name, body in found.items():
                 meta = (body.get("mappings") or {}).get("_meta", {}).get("reranker", {}) if isinstance(body, dict) else {}
                 layouts[name] = TopicLayout(_info_from_meta(meta), str(meta.get("topic_dtype", "float32")))
+        if not layouts:
+            return layouts
         if len(self._layouts) >= 256:  # a bound against clients inventing expressions
             self._layouts.clear()
         self._layouts[key] = (time.monotonic(), layouts)
