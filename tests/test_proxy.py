@@ -211,6 +211,25 @@ def test_pages_are_sliced_from_the_reranked_window(client: FlaskClient) -> None:
     assert ids(nothing) == [] and nothing["ext"]["rerank"]["candidates"] == 0
 
 
+def test_pages_past_the_window_keep_bm25_order_so_every_page_is_a_slice_of_one_list(client: FlaskClient) -> None:
+    """Only the top `window` hits are reranked, as Elasticsearch's rescore leaves hits past its
+    window_size: a window grown to each page's end reordered the pages before it, so paging
+    showed one hit twice and another never."""
+    bm25 = ids(client.post("/papers/_search", json=summary(SEA, ext={"rerank": {"ranker": "bm25"}})).get_json())
+    assert len(bm25) == 4
+    window = {"rerank": {"window": 3, "ranker": "hidden_topics"}}
+    top = client.post("/papers/_search", json=summary(SEA, size=3, ext=window)).get_json()
+    assert sorted(ids(top)) == sorted(bm25[:3]) and ids(top) != bm25[:3]  # the window is reordered
+    pages = [client.post("/papers/_search", json=summary(SEA, ext=window, **{"from": start, "size": 2})).get_json() for start in (0, 2)]
+    assert [doc_id for page in pages for doc_id in ids(page)] == ids(top) + bm25[3:], (pages, bm25)
+    straddling = pages[1]["ext"]["rerank"]  # hits 2 and 3: the window's last, and the first past it
+    assert straddling["status"] == "ok" and straddling["window"] == straddling["candidates"] == 3
+    assert [s["score"] is None for s in straddling["scores"]] == [False, True]
+    past = client.post("/papers/_search", json=summary(SEA, ext=window, **{"from": 3, "size": 1})).get_json()
+    assert ids(past) == bm25[3:]
+    assert past["ext"]["rerank"]["status"] == "not_reranked" and "past the reranked window of 3 hits" in past["ext"]["rerank"]["reason"]
+
+
 def test_paging_numbers_in_strings_are_read_as_the_cluster_reads_them(client: FlaskClient, direct: OpenSearchStore) -> None:
     """OpenSearch takes `"from": "1", "size": "2"` (a form's values, sent as they are) as the
     numbers; the proxy refused them with 400."""

@@ -139,7 +139,12 @@ def _proxied(
 
 @dataclass(frozen=True)
 class Plan:
-    """How one search is served: reranked over `window` hits, or forwarded as it is (`reason`)."""
+    """How one search is served: reranked over its top `window` hits, or forwarded as it is
+    (`reason`). `hits`: how many BM25 hits the window request reads, the page's end when it
+    reaches past the window; those past it keep their BM25 order after the reranked ones, as
+    Elasticsearch's rescore leaves hits past its window, so that every page is a slice of one
+    list (a window grown to each page's end reordered the pages before it: a hit shown on
+    two pages, another on none)."""
 
     ranker: Ranker
     text: str = ""
@@ -149,6 +154,7 @@ class Plan:
     experiment: Experiment | None = None  # interleave this search's window (only _search)
     # The topic sets the rankers read, fetched with the window's hits (request (1)).
     fields: tuple[str, ...] = ()
+    hits: int = 0
 
 
 def cluster(rt: Runtime) -> OpenSearchStore:
@@ -227,17 +233,19 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     reason = _behind_alias(store, ranker, layouts)
     if reason is not None:
         return Plan(ranker, reason=reason)
-    wanted = search.options.window or rt.settings.window
-    window = min(max(search.offset + search.size, wanted), rt.limits.max_window)
+    window = min(search.options.window or rt.settings.window, rt.limits.max_window)
     unit = assignment_key(search.options.client_id, text)
     named = search.options.ranker is not None or search.options.fusion_weight is not None
-    experiment = rt.experiments.pick(unit) if experiments and not named else None
+    # An experiment compares the two rankers' orders of the window: a page reaching past it
+    # shows BM25's order there, which neither ranker chose.
+    within = search.offset + search.size <= window
+    experiment = rt.experiments.pick(unit) if experiments and not named and within else None
     if experiment is not None and any(_behind_alias(store, rt.ranker(name), layouts) for name in experiment.rankers):
         experiment = None
     rankers = [ranker, *(rt.ranker(name) for name in (experiment.rankers if experiment is not None else ()))]
     needs = set().union(*(r.needs for r in rankers))
     fields = tuple(field for need, field in TOPIC_FIELDS.items() if need in needs)
-    return Plan(ranker, text, window, layouts, experiment=experiment, fields=fields)
+    return Plan(ranker, text, window, layouts, experiment=experiment, fields=fields, hits=max(window, search.offset + search.size))
 
 
 # The source field of each topic set a ranker may need.
@@ -271,16 +279,26 @@ def rerank_window(
     experiment in the plan, the page is the interleaving of its two rankers and the block
     carries the `query_id` that click events must name.
     """
+    offset, size = page
+    reranked, past = hits[: plan_.window], list(range(min(plan_.window, len(hits)), len(hits)))
+    if offset >= plan_.window:  # the page lies past the window: BM25's order, nothing to score
+        reason = (
+            f"the page starts past the reranked window of {plan_.window} hits (RERANKER_WINDOW, or ext.rerank.window), "
+            "and hits past it keep their BM25 order"
+        )
+        return past[offset - len(reranked) : offset - len(reranked) + size], {
+            "ranker": plan_.ranker.name, "status": "not_reranked", "reason": reason, "took_ms": 0.0, "window": plan_.window,
+        }
     engine = rt.engine()
     candidates = tuple(
         Candidate(doc_id=str(hit.get("_id")), bm25_score=float(hit.get("_score") or 0.0), bm25_rank=rank)
-        for rank, hit in enumerate(hits, start=1)
+        for rank, hit in enumerate(reranked, start=1)
     )
     dtypes = {name: layout.dtype for name, layout in plan_.layouts.items()}
-    topic_sets = {field: store.topics_from_hits(hits, engine.vectors.dim, dtypes, corrected=field == "corrected_topics") for field in plan_.fields}
-    offset, size = page
+    topic_sets = {field: store.topics_from_hits(reranked, engine.vectors.dim, dtypes, corrected=field == "corrected_topics") for field in plan_.fields}
     window = CandidateSet(
-        candidates, topic_sets.get("hidden_topics"), corrected=topic_sets.get("corrected_topics"), exact_top=offset + size, query_text=plan_.text
+        candidates, topic_sets.get("hidden_topics"), corrected=topic_sets.get("corrected_topics"),
+        exact_top=min(offset + size, len(reranked)), query_text=plan_.text,
     )
     query = engine.query(plan_.text)
     if plan_.experiment is not None:
@@ -292,21 +310,22 @@ def rerank_window(
                 **interleaved.fields(),
                 "took_ms": round(interleaved.rerank_ms, 3),
                 "window": plan_.window,
-                "candidates": len(hits),
+                "candidates": len(reranked),
                 "scores": [
                     {"_id": candidates[p].doc_id, **interleaved.outcome_of(team).hit_scores(p)}
                     for p, team in zip(interleaved.positions, interleaved.teams)
                 ],
             }
-    outcome, _ = rt.rerank(query, window, plan_.ranker, deadline, "proxy", len(hits))
-    positions = outcome.order[offset : offset + size]
+    outcome, _ = rt.rerank(query, window, plan_.ranker, deadline, "proxy", len(reranked))
+    positions = [*outcome.order, *past][offset : offset + size]
+    unscored = {"score": None, "ranker_score": None}  # past the window, as a failed ranker's
     block = {
         "ranker": plan_.ranker.name,
         **status_fields(outcome),
         "took_ms": round(outcome.rerank_ms, 3),
         "window": plan_.window,
-        "candidates": len(hits),
-        "scores": [{"_id": candidates[p].doc_id, **outcome.hit_scores(p)} for p in positions],
+        "candidates": len(reranked),
+        "scores": [{"_id": str(hits[p].get("_id")), **(outcome.hit_scores(p) if p < len(reranked) else unscored)} for p in positions],
     }
     return positions, block
 
@@ -385,7 +404,7 @@ def search(index: str | None = None) -> Response:
     if how.reason is not None:
         status, found = store.forward("POST", path, params, body)
         return answer(status, strip_internal(mark(found, not_reranked(how)), hidden))
-    status, first = store.forward("POST", path, *window_request(wanted, how.window, how.fields))
+    status, first = store.forward("POST", path, *window_request(wanted, how.hits, how.fields))
     if status != 200:
         return answer(status, first)
     hits = hits_of(first)
@@ -417,7 +436,7 @@ def msearch(index: str | None = None) -> Response:
     require_json_type("application/x-ndjson")
     items = read_msearch(raw, default_index, rt.settings)
     plans = [plan(rt, store, wanted) for _, wanted in items]
-    total = sum(how.window for how in plans if how.reason is None)
+    total = sum(how.hits for how in plans if how.reason is None)
     if total > rt.limits.max_total_window:
         raise ApiError(
             413, "content_too_long_exception",
@@ -426,7 +445,7 @@ def msearch(index: str | None = None) -> Response:
         )
     windows = []
     for (header, wanted), how in zip(items, plans):
-        windows += [header, wanted.body if how.reason is not None else window_request(wanted, how.window, how.fields)[1]]
+        windows += [header, wanted.body if how.reason is not None else window_request(wanted, how.hits, how.fields)[1]]
     status, first = store.forward("POST", "/_msearch", params, ndjson(windows))
     if status != 200:
         return answer(status, first)
