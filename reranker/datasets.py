@@ -133,8 +133,18 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
         if len(parts) == 4:  # TREC layout: query, iteration, doc, relevance
             parts = [parts[0], parts[2], parts[3]]
         if len(parts) != 3:
+            # TREC's own qrels files separate their columns with spaces; ids may hold spaces,
+            # so they are not split there, and the message says how to convert such a file.
+            spaced = len(parts) == 1 and len(line.split()) in (3, 4)
             raise InputError(
-                f"expected 3 tab-separated columns (query_id, doc_id, relevance), got {len(parts)}",
+                f"expected 3 tab-separated columns (query_id, doc_id, relevance) or the TREC layout's 4 "
+                f"(query_id, iteration, doc_id, relevance), got {len(parts)}"
+                + (
+                    ": the columns are separated by spaces, as in TREC's own qrels files; separate them by tabs "
+                    "(ids may hold spaces), e.g. tr ' ' '\\t' < FILE.qrels > qrels.tsv"
+                    if spaced
+                    else ""
+                ),
                 f"{path}:{number}",
             )
         query_id, doc_id, raw = parts

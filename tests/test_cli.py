@@ -600,7 +600,7 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     (dataset / "qrels.tsv").write_text("q\tships\t1\nq ships\n")
     assert run(data_dir, "evaluate", str(dataset))[0] == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"reranker: error: {dataset / 'qrels.tsv'}:2: expected 3 tab-separated columns (query_id, doc_id, relevance), got 1"
+    assert err == f"reranker: error: {dataset / 'qrels.tsv'}:2: expected 3 tab-separated columns (query_id, doc_id, relevance) or the TREC layout's 4 (query_id, iteration, doc_id, relevance), got 1"
     assert run(data_dir, "--vectors", str(tmp_path / "none.txt"), "rankers")[0] == 0  # vectors not needed
     assert run(data_dir, "--vectors", str(tmp_path / "none.txt"), "search", "x")[0] == 1
     assert "word vectors not found" in capsys.readouterr().err

@@ -369,9 +369,14 @@ def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"queries.jsonl:1: id 'q1': empty text"):
         load_queries(queries)
     qrels = tmp_path / "qrels.tsv"
-    qrels.write_text("q1\td1\t1\nq1 d2 1\n")
-    with pytest.raises(InputError, match=r"qrels.tsv:2: expected 3 tab-separated columns"):
+    qrels.write_text("q1\td1\t1\nq1 d2\n")
+    with pytest.raises(InputError, match=r"qrels.tsv:2: expected 3 tab-separated columns \(query_id, doc_id, relevance\) or the TREC layout's 4 \(query_id, iteration, doc_id, relevance\), got 1$"):
         load_qrels(qrels)
+    # TREC's own qrels files separate their columns with spaces: the message says to use tabs.
+    for spaced in ("q1 0 d2 1\n", "q1 d2 1\n"):
+        qrels.write_text(spaced)
+        with pytest.raises(InputError, match=r"qrels.tsv:1: expected .*, got 1: the columns are separated by spaces.* separate them by tabs"):
+            load_qrels(qrels)
     qrels.write_text("q1\td1\tyes\n")
     with pytest.raises(InputError, match=r"qrels.tsv:1: relevance must be an integer"):
         load_qrels(qrels)
