@@ -321,6 +321,8 @@ def load_dataset(
     if judgments is not None:
         return _rank_eval_dataset(name, corpus, directory / queries_file, judgments)
     queries = load_queries(directory / queries_file)
+    if not queries:  # else the error below would blame the judgments
+        raise InputError('no queries: expected one {"id", "text"} object per line', str(directory / queries_file))
     qrels_file = judgments_file(directory, qrels_file)
     qrels = load_qrels(directory / qrels_file)
     judged = tuple((qid, text) for qid, text in queries if qrels.get(qid))

@@ -384,6 +384,14 @@ def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
     assert load_qrels(qrels) == {"q1": {"d1": 1}}
     with pytest.raises(InputError, match="not a dataset folder"):
         load_dataset(tmp_path / "nowhere")
+    # An empty (or blank) queries file is named, not blamed on the judgments.
+    folder = tmp_path / "judged"
+    folder.mkdir()
+    write_jsonl(folder / "corpus.jsonl", [{"id": "d1", "text": "ships"}])
+    (folder / "queries.jsonl").write_text("\n")
+    (folder / "qrels.tsv").write_text("q1\td1\t1\n")
+    with pytest.raises(InputError, match=r"judged/queries.jsonl: no queries: expected one \{\"id\", \"text\"\} object per line$"):
+        load_dataset(folder)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "cisi").is_dir(), reason="../shared/data is not beside the repo")
