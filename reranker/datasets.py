@@ -351,8 +351,9 @@ def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, i
     unjudged = [qid for qid, _ in queries if not qrels.get(qid)]
     if unjudged:
         log.warning(
-            "%d of the %d queries in %s have no relevant document in %s and are not evaluated: %s",
-            len(unjudged), len(queries), queries_path, qrels_path, listed(unjudged, 5),
+            "%d of the %d queries in %s %s no relevant document in %s and %s not evaluated: %s",
+            len(unjudged), len(queries), queries_path, "has" if len(unjudged) == 1 else "have", qrels_path,
+            "is" if len(unjudged) == 1 else "are", listed(unjudged, 5),
         )
     asked = {qid for qid, _ in queries}
     textless = [qid for qid in qrels if qid not in asked]

@@ -31,7 +31,7 @@ from reranker.config import DEFAULT_RANKER, Settings
 from reranker.errors import ConfigError, InputError, UnknownRankerError
 from reranker.interleaving import DEFAULT_TRAFFIC, METHODS
 from reranker.sequential import DEFAULT_MIN_UNITS
-from reranker.text import listed
+from reranker.text import counted, listed
 
 if TYPE_CHECKING:
     from reranker.datasets import Dataset
@@ -365,8 +365,9 @@ def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
             judgments,
         )
     log.warning(
-        "%d of the %d relevant documents in %s are not in the index (no ranker can find them): %s",
-        len(missing), len(judged), judgments, listed(missing, SHOWN_SKIPS),
+        "%d of the %d relevant documents in %s %s not in the index (no ranker can find %s): %s",
+        len(missing), len(judged), judgments, "is" if len(missing) == 1 else "are", "it" if len(missing) == 1 else "them",
+        listed(missing, SHOWN_SKIPS),
     )
 
 
@@ -521,7 +522,7 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             o = found.outcome
             a, b = experiment.rankers
             print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {_share(experiment.traffic)} of searches", file=out)
-            print(f"  searches interleaved {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
+            print(f"  searches interleaved {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {counted(o.clicks, 'distinct hit')})", file=out)
             print(f"  units with clicks {o.units_with_clicks} (a client's query, or a query without a client id: one trial each)", file=out)
             print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
             print(f"  {o.message}", file=out)
