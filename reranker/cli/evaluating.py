@@ -195,7 +195,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         ),
     )
     drifts = against_saved_run(result, saved, args.regression_metric, args.regression_p) if saved is not None else ()
-    verdict = _drift_lines(args, result, drifts) if saved is not None else []
+    verdict = _drift_lines(args, result, saved, drifts) if saved is not None else []
     args.exit_code = EXIT_REGRESSION if any(drift.dropped for drift in drifts) else 0
     written = []
     if args.markdown is not None:
@@ -242,8 +242,8 @@ def _saved_run(args: argparse.Namespace, settings: Settings) -> "EvaluationResul
         raise InputError(f"the saved run has no per-query metrics; {how}", str(args.baseline_run))
     return saved
 
-def _drift_lines(args: argparse.Namespace, result: "EvaluationResult", drifts: Sequence["Drift"]) -> list[str]:
-    """What --baseline-run found, one line per ranker, then the verdict."""
+def _drift_lines(args: argparse.Namespace, result: "EvaluationResult", saved: "EvaluationResult", drifts: Sequence["Drift"]) -> list[str]:
+    """What --baseline-run found, one line per ranker, the rankers only one run has, then the verdict."""
     lines = [f"against the saved run {args.baseline_run} ({args.regression_metric}, paired randomisation test, fails below p = {args.regression_p:g}):"]
     for drift in drifts:
         state = "DROPPED" if drift.dropped else "ok"
@@ -254,6 +254,10 @@ def _drift_lines(args: argparse.Namespace, result: "EvaluationResult", drifts: S
     missing = [name for name in result.rankers if name not in {drift.ranker for drift in drifts}]
     if missing:
         lines.append(f"  not in the saved run, so not compared: {', '.join(missing)}")
+    # A ranker dropped from --rankers would otherwise leave the check without a word.
+    saved_only = [name for name in saved.per_query if name not in result.rankers]
+    if saved_only:
+        lines.append(f"  in the saved run only, so not compared: {', '.join(saved_only)}")
     dropped = [drift.ranker for drift in drifts if drift.dropped]
     lines.append(f"regression: {', '.join(dropped)} (exit {EXIT_REGRESSION})" if dropped else "no significant drop")
     return lines
