@@ -447,8 +447,9 @@ def load_cocitation_dataset(directory: Path, qrels_file: str | None = None) -> D
         raise InputError("no such file", str(corpus))
     qrels_file = judgments_file(directory, qrels_file)
     qrels_path = directory / qrels_file
+    qrels = load_qrels(qrels_path)  # its errors name the file and line already
     try:
-        judgments = cocitation_judgments(load_qrels(qrels_path))
+        judgments = cocitation_judgments(qrels)
     except InputError as exc:
         raise InputError(str(exc), str(qrels_path)) from None
     if not judgments:

@@ -478,6 +478,11 @@ def test_qrels_without_citation_structure_give_no_cocitation_judgments(tmp_path:
     (folder / "qrels.tsv").write_text("1\t2\t1\n1\t3\t1\n2\t5\t1\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"qrels\.tsv: query '2' does not name a cited paper"):
         load_cocitation_dataset(folder)
+    # A malformed line is named once, as evaluate names it: the file, the line, the reason.
+    (folder / "qrels.tsv").write_text("1\t2\t1\n1 3 1\n", encoding="utf-8")
+    with pytest.raises(InputError) as malformed:
+        load_cocitation_dataset(folder)
+    assert str(malformed.value).startswith(f"{folder / 'qrels.tsv'}:2: expected 3 tab-separated columns")
 
 
 def test_the_sample_has_cocitation_judgments() -> None:
