@@ -57,11 +57,19 @@ class Dataset:
 
 
 def load_queries(path: Path) -> list[tuple[str, str]]:
-    """(id, text) pairs from a JSONL file. Raises InputError naming file and line."""
+    """(id, text) pairs from a JSONL file. Raises InputError naming file and line, also for
+    an id given twice: results are kept per query id, so one of the two would go unmeasured."""
     queries: list[tuple[str, str]] = []
+    first_line: dict[str, int] = {}
     for number, line in enumerate(_read_lines(path), start=1):
         if line.strip():
             query = parse_record(line, f"{path}:{number}", titled=False)
+            if query.id in first_line:
+                raise InputError(
+                    f"id {query.id!r} is given again (first on line {first_line[query.id]}): each query needs an id of its own",
+                    f"{path}:{number}",
+                )
+            first_line[query.id] = number
             queries.append((query.id, query.text))
     return queries
 

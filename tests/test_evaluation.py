@@ -368,6 +368,10 @@ def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
     write_jsonl(queries, [{"id": "q1", "text": ""}])
     with pytest.raises(InputError, match=r"queries.jsonl:1: id 'q1': empty text"):
         load_queries(queries)
+    # Two queries under one id: results are per id, so one would silently go unmeasured.
+    write_jsonl(queries, [{"id": "q1", "text": "ships"}, {"id": "q2", "text": "boats"}, {"id": 1, "text": "x"}, {"id": "q1", "text": "sails"}])
+    with pytest.raises(InputError, match=r"queries.jsonl:4: id 'q1' is given again \(first on line 1\): each query needs an id of its own$"):
+        load_queries(queries)
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("q1\td1\t1\nq1 d2\n")
     with pytest.raises(InputError, match=r"qrels.tsv:2: expected 3 tab-separated columns \(query_id, doc_id, relevance\) or the TREC layout's 4 \(query_id, iteration, doc_id, relevance\), got 1$"):
