@@ -46,7 +46,9 @@ _TEXT_QUERIES = ("match", "match_phrase", "match_bool_prefix", "multi_match", "q
 class Dataset:
     """Judged queries over a corpus. qrels: query id -> {doc id: relevance > 0}.
 
-    judgments: where the qrels came from (`qrels.tsv`, or the `_rank_eval` file's path).
+    judgments: where the qrels came from, as reports name it (`qrels.tsv`, the `_rank_eval`
+    file's path as given, `co-citation (qrels.tsv)`); judgments_path: that file, for messages
+    (None: the corpus's folder's `judgments`).
     """
 
     name: str
@@ -54,6 +56,7 @@ class Dataset:
     queries: tuple[tuple[str, str], ...]
     qrels: dict[str, dict[str, int]]
     judgments: str = QRELS_FILE
+    judgments_path: Path | None = None
 
 
 def load_queries(path: Path) -> list[tuple[str, str]]:
@@ -337,7 +340,7 @@ def load_dataset(
     if not judged:
         raise InputError(f"no query has a relevant document in {qrels_file}", str(directory))
     _warn_unmatched(queries, qrels, directory / queries_file, directory / qrels_file)
-    return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels, judgments=qrels_file)
+    return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels, judgments=qrels_file, judgments_path=directory / qrels_file)
 
 
 def judgments_file(directory: Path, qrels_file: str | None = None) -> str:
@@ -391,7 +394,7 @@ def _rank_eval_dataset(name: str, corpus: Path, queries_path: Path, judgments: P
         qrels[request.id] = request.relevant
     if not queries:
         raise InputError("no request rates a document above 0", str(judgments))
-    return Dataset(name=name, corpus_path=corpus, queries=tuple(queries), qrels=qrels, judgments=str(judgments))
+    return Dataset(name=name, corpus_path=corpus, queries=tuple(queries), qrels=qrels, judgments=str(judgments), judgments_path=judgments)
 
 
 # --- "papers like this one": co-citation judgments ------------------------------------------
@@ -463,4 +466,7 @@ def load_cocitation_dataset(directory: Path, qrels_file: str | None = None) -> D
     if not judgments:
         raise InputError("no two papers cite the same reference paper", str(qrels_path))
     papers = tuple((paper, paper) for paper in sorted(judgments))
-    return Dataset(name=directory.resolve().name, corpus_path=corpus, queries=papers, qrels=judgments, judgments=f"co-citation ({qrels_file})")
+    return Dataset(
+        name=directory.resolve().name, corpus_path=corpus, queries=papers, qrels=judgments,
+        judgments=f"co-citation ({qrels_file})", judgments_path=qrels_path,
+    )

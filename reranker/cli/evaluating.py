@@ -361,7 +361,7 @@ def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
     missing = sorted(set(judged) - set(engine.store.content_hashes(judged)))
     if not missing:
         return
-    judgments = str(dataset.corpus_path.parent / dataset.judgments)  # a `_rank_eval` file's path is absolute
+    judgments = str(dataset.judgments_path or dataset.corpus_path.parent / dataset.judgments)
     if len(missing) == len(judged):
         raise InputError(
             f"no relevant document it names ({len(judged)}) is in the corpus, or each one's line was skipped: "
