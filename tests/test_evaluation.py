@@ -511,6 +511,22 @@ def test_cli_evaluates_papers_like_this_one_on_the_sample(data_dir: Path, tmp_pa
     assert run(data_dir, "evaluate-similar", str(SHARED_DATA.parent / "nowhere"))[0] == 1
 
 
+def test_evaluate_similar_leaves_out_a_cited_paper_the_corpus_lacks(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A citing paper the qrels name and the corpus lacks co-cites with others, so it is a
+    query of its own: `similar` cannot read it, and it is left out with a warning (it ended
+    the run with "no stored document with id ...")."""
+    folder = tmp_path / "cited"
+    shutil.copytree(SAMPLE, folder)
+    first = (SAMPLE / "qrels.tsv").read_text(encoding="utf-8").split("\t", 1)[0]
+    with (folder / "qrels.tsv").open("a", encoding="utf-8") as qrels:
+        qrels.write(f"{first}\tNOT-IN-CORPUS\t1\n")
+    with caplog.at_level("WARNING"):
+        code, out = run(data_dir, "evaluate-similar", str(folder), "--json", "--rankers", "hidden_topics_corrected+bm25", "--no-progress")
+    assert code == 0, out
+    assert json.loads(out)["queries"] == 25
+    assert "1 of the 26 papers with a co-citing partner is not in the index, so it is no query: NOT-IN-CORPUS" in caplog.text
+
+
 def _as_beir(folder: Path, source: Path) -> Path:
     """`source` (a dataset folder of ours) in BEIR's layout: `_id` keys, `metadata` objects,
     qrels/test.tsv with its header line, and a dev split of the first two judged queries."""
