@@ -135,8 +135,10 @@ def control_character(text: str) -> str | None:
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:
     """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped. A first line
-    that names its columns (BEIR's `query-id corpus-id score`) is skipped."""
+    that names its columns (BEIR's `query-id corpus-id score`) is skipped. A pair given
+    twice with two relevances is an error (the same row twice is not)."""
     qrels: dict[str, dict[str, int]] = {}
+    graded: dict[tuple[str, str], tuple[int, int]] = {}  # (query, doc) -> (relevance, line), every row
     for number, line in enumerate(_read_lines(path), start=1):
         if not line.strip():
             continue
@@ -165,6 +167,12 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
             if number == 1 and raw.strip().lower() in _RELEVANCE_HEADINGS:
                 continue
             raise InputError(f"relevance must be an integer, got {raw!r}", f"{path}:{number}") from None
+        earlier = graded.setdefault((query_id, doc_id), (relevance, number))
+        if earlier[0] != relevance:  # which grade holds is no reader's guess to make
+            raise InputError(
+                f"query {query_id!r}, document {doc_id!r}: relevance {relevance}, but {earlier[0]} on line {earlier[1]}",
+                f"{path}:{number}",
+            )
         if relevance > 0:
             qrels.setdefault(query_id, {})[doc_id] = relevance
     return qrels

@@ -386,6 +386,10 @@ def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
         load_qrels(qrels)
     qrels.write_text("q1\t0\td1\t1\nq1\td2\t0\n")  # TREC layout; zero means not relevant
     assert load_qrels(qrels) == {"q1": {"d1": 1}}
+    # A pair judged twice with two grades: the last one silently won; the same row twice is fine.
+    qrels.write_text("q1\td1\t1\nq1\td2\t2\nq1\td1\t1\nq1\td2\t0\n")
+    with pytest.raises(InputError, match=r"qrels.tsv:4: query 'q1', document 'd2': relevance 0, but 2 on line 2$"):
+        load_qrels(qrels)
     with pytest.raises(InputError, match="not a dataset folder"):
         load_dataset(tmp_path / "nowhere")
     # An empty (or blank) queries file is named, not blamed on the judgments.
