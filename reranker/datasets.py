@@ -46,7 +46,9 @@ _TEXT_QUERIES = ("match", "match_phrase", "match_bool_prefix", "multi_match", "q
 class Dataset:
     """Judged queries over a corpus. qrels: query id -> {doc id: relevance > 0}.
 
-    judgments: where the qrels came from (`qrels.tsv`, or the `_rank_eval` file's path).
+    judgments: where the qrels came from, as reports name it (`qrels.tsv`, the `_rank_eval`
+    file's path as given, `co-citation (qrels.tsv)`); judgments_path: that file, for messages
+    (None: the corpus's folder's `judgments`).
     """
 
     name: str
@@ -54,14 +56,23 @@ class Dataset:
     queries: tuple[tuple[str, str], ...]
     qrels: dict[str, dict[str, int]]
     judgments: str = QRELS_FILE
+    judgments_path: Path | None = None
 
 
 def load_queries(path: Path) -> list[tuple[str, str]]:
-    """(id, text) pairs from a JSONL file. Raises InputError naming file and line."""
+    """(id, text) pairs from a JSONL file. Raises InputError naming file and line, also for
+    an id given twice: results are kept per query id, so one of the two would go unmeasured."""
     queries: list[tuple[str, str]] = []
+    first_line: dict[str, int] = {}
     for number, line in enumerate(_read_lines(path), start=1):
         if line.strip():
             query = parse_record(line, f"{path}:{number}", titled=False)
+            if query.id in first_line:
+                raise InputError(
+                    f"id {query.id!r} is given again (first on line {first_line[query.id]}): each query needs an id of its own",
+                    f"{path}:{number}",
+                )
+            first_line[query.id] = number
             queries.append((query.id, query.text))
     return queries
 
@@ -124,8 +135,10 @@ def control_character(text: str) -> str | None:
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:
     """query id -> {doc id: relevance}; rows with relevance <= 0 are dropped. A first line
-    that names its columns (BEIR's `query-id corpus-id score`) is skipped."""
+    that names its columns (BEIR's `query-id corpus-id score`) is skipped. A pair given
+    twice with two relevances is an error (the same row twice is not)."""
     qrels: dict[str, dict[str, int]] = {}
+    graded: dict[tuple[str, str], tuple[int, int]] = {}  # (query, doc) -> (relevance, line), every row
     for number, line in enumerate(_read_lines(path), start=1):
         if not line.strip():
             continue
@@ -133,8 +146,18 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
         if len(parts) == 4:  # TREC layout: query, iteration, doc, relevance
             parts = [parts[0], parts[2], parts[3]]
         if len(parts) != 3:
+            # TREC's own qrels files separate their columns with spaces; ids may hold spaces,
+            # so they are not split there, and the message says how to convert such a file.
+            spaced = len(parts) == 1 and len(line.split()) in (3, 4)
             raise InputError(
-                f"expected 3 tab-separated columns (query_id, doc_id, relevance), got {len(parts)}",
+                f"expected 3 tab-separated columns (query_id, doc_id, relevance) or the TREC layout's 4 "
+                f"(query_id, iteration, doc_id, relevance), got {len(parts)}"
+                + (
+                    ": the columns are separated by spaces, as in TREC's own qrels files; separate them by tabs "
+                    "(ids may hold spaces), e.g. tr ' ' '\\t' < FILE.qrels > qrels.tsv"
+                    if spaced
+                    else ""
+                ),
                 f"{path}:{number}",
             )
         query_id, doc_id, raw = parts
@@ -144,6 +167,12 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
             if number == 1 and raw.strip().lower() in _RELEVANCE_HEADINGS:
                 continue
             raise InputError(f"relevance must be an integer, got {raw!r}", f"{path}:{number}") from None
+        earlier = graded.setdefault((query_id, doc_id), (relevance, number))
+        if earlier[0] != relevance:  # which grade holds is no reader's guess to make
+            raise InputError(
+                f"query {query_id!r}, document {doc_id!r}: relevance {relevance}, but {earlier[0]} on line {earlier[1]}",
+                f"{path}:{number}",
+            )
         if relevance > 0:
             qrels.setdefault(query_id, {})[doc_id] = relevance
     return qrels
@@ -311,13 +340,15 @@ def load_dataset(
     if judgments is not None:
         return _rank_eval_dataset(name, corpus, directory / queries_file, judgments)
     queries = load_queries(directory / queries_file)
+    if not queries:  # else the error below would blame the judgments
+        raise InputError('no queries: expected one {"id", "text"} object per line', str(directory / queries_file))
     qrels_file = judgments_file(directory, qrels_file)
     qrels = load_qrels(directory / qrels_file)
     judged = tuple((qid, text) for qid, text in queries if qrels.get(qid))
     if not judged:
         raise InputError(f"no query has a relevant document in {qrels_file}", str(directory))
     _warn_unmatched(queries, qrels, directory / queries_file, directory / qrels_file)
-    return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels, judgments=qrels_file)
+    return Dataset(name=name, corpus_path=corpus, queries=judged, qrels=qrels, judgments=qrels_file, judgments_path=directory / qrels_file)
 
 
 def judgments_file(directory: Path, qrels_file: str | None = None) -> str:
@@ -339,8 +370,9 @@ def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, i
     unjudged = [qid for qid, _ in queries if not qrels.get(qid)]
     if unjudged:
         log.warning(
-            "%d of the %d queries in %s have no relevant document in %s and are not evaluated: %s",
-            len(unjudged), len(queries), queries_path, qrels_path, listed(unjudged, 5),
+            "%d of the %d queries in %s %s no relevant document in %s and %s not evaluated: %s",
+            len(unjudged), len(queries), queries_path, "has" if len(unjudged) == 1 else "have", qrels_path,
+            "is" if len(unjudged) == 1 else "are", listed(unjudged, 5),
         )
     asked = {qid for qid, _ in queries}
     textless = [qid for qid in qrels if qid not in asked]
@@ -370,7 +402,7 @@ def _rank_eval_dataset(name: str, corpus: Path, queries_path: Path, judgments: P
         qrels[request.id] = request.relevant
     if not queries:
         raise InputError("no request rates a document above 0", str(judgments))
-    return Dataset(name=name, corpus_path=corpus, queries=tuple(queries), qrels=qrels, judgments=str(judgments))
+    return Dataset(name=name, corpus_path=corpus, queries=tuple(queries), qrels=qrels, judgments=str(judgments), judgments_path=judgments)
 
 
 # --- "papers like this one": co-citation judgments ------------------------------------------
@@ -434,11 +466,15 @@ def load_cocitation_dataset(directory: Path, qrels_file: str | None = None) -> D
         raise InputError("no such file", str(corpus))
     qrels_file = judgments_file(directory, qrels_file)
     qrels_path = directory / qrels_file
+    qrels = load_qrels(qrels_path)  # its errors name the file and line already
     try:
-        judgments = cocitation_judgments(load_qrels(qrels_path))
+        judgments = cocitation_judgments(qrels)
     except InputError as exc:
         raise InputError(str(exc), str(qrels_path)) from None
     if not judgments:
         raise InputError("no two papers cite the same reference paper", str(qrels_path))
     papers = tuple((paper, paper) for paper in sorted(judgments))
-    return Dataset(name=directory.resolve().name, corpus_path=corpus, queries=papers, qrels=judgments, judgments=f"co-citation ({qrels_file})")
+    return Dataset(
+        name=directory.resolve().name, corpus_path=corpus, queries=papers, qrels=judgments,
+        judgments=f"co-citation ({qrels_file})", judgments_path=qrels_path,
+    )

@@ -28,6 +28,7 @@ from reranker.config import DEFAULT_WINDOW
 from reranker.datasets import Dataset
 from reranker.errors import InputError
 from reranker.pipeline import Engine
+from reranker.text import listed
 
 log = logging.getLogger(__name__)
 
@@ -411,8 +412,21 @@ def evaluate_similar(
     names = list(dict.fromkeys([*ranker_names, "bm25"]))
     for name in names:
         engine.check_ranker(engine.ranker(name))
+    # A paper the qrels name but the corpus lacks (or whose line was skipped) cannot be the
+    # query: `similar` reads the stored paper. Left out, and said, rather than ending the run.
+    papers = [paper for paper, _ in dataset.queries]
+    stored = engine.store.content_hashes(papers)
+    absent = [paper for paper in papers if paper not in stored]
+    if absent:
+        log.warning(
+            "%d of the %d papers with a co-citing partner %s not in the index, so %s no query: %s",
+            len(absent), len(papers), "is" if len(absent) == 1 else "are", "it is" if len(absent) == 1 else "they are",
+            listed(absent, 5),
+        )
+    if len(absent) == len(papers):
+        raise InputError(f"no paper with a co-citing partner is in the index (the first: {papers[0]!r})", str(dataset.judgments_path or dataset.judgments))
     rankings: Rankings = {name: {} for name in names}
-    for paper, _ in dataset.queries:
+    for paper in (paper for paper in papers if paper in stored):
         for name in names:
             hits = engine.similar(paper, name, size=window, window=window)
             rankings[name][paper] = tuple(hit.doc_id for hit in hits)

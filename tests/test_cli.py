@@ -600,7 +600,7 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     (dataset / "qrels.tsv").write_text("q\tships\t1\nq ships\n")
     assert run(data_dir, "evaluate", str(dataset))[0] == 1
     err = capsys.readouterr().err.strip()
-    assert err == f"reranker: error: {dataset / 'qrels.tsv'}:2: expected 3 tab-separated columns (query_id, doc_id, relevance), got 1"
+    assert err == f"reranker: error: {dataset / 'qrels.tsv'}:2: expected 3 tab-separated columns (query_id, doc_id, relevance) or the TREC layout's 4 (query_id, iteration, doc_id, relevance), got 1"
     assert run(data_dir, "--vectors", str(tmp_path / "none.txt"), "rankers")[0] == 0  # vectors not needed
     assert run(data_dir, "--vectors", str(tmp_path / "none.txt"), "search", "x")[0] == 1
     assert "word vectors not found" in capsys.readouterr().err
@@ -731,7 +731,7 @@ def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_
         code, out = run(data_dir, "evaluate", str(some), "--json", "--rankers", "bm25", "--no-progress")
     assert code == 0
     judged = len({line.split(b"\t")[1] for line in qrels.splitlines()}) + 1
-    assert f"1 of the {judged} relevant documents in {some / 'qrels.tsv'} are not in the index" in caplog.text
+    assert f"1 of the {judged} relevant documents in {some / 'qrels.tsv'} is not in the index (no ranker can find it)" in caplog.text
     assert "NOT-IN-CORPUS" in caplog.text
     # Queries without judgments, and judgments of query ids no query has, are named.
     extra = b'{"id": "unjudged", "text": "parsing"}\n'
@@ -741,7 +741,7 @@ def test_evaluate_reads_judgments_other_tools_write_and_says_when_they_miss_the_
         code, out = run(data_dir, "evaluate", str(partial), "--json", "--rankers", "bm25", "--no-progress")
     assert code == 0 and json.loads(out)["queries"] == json.loads(plain[1])["queries"]
     queries_path, qrels_path = partial / "queries.jsonl", partial / "qrels.tsv"
-    assert f"1 of the 6 queries in {queries_path} have no relevant document in {qrels_path} and are not evaluated: unjudged" in caplog.text
+    assert f"1 of the 6 queries in {queries_path} has no relevant document in {qrels_path} and is not evaluated: unjudged" in caplog.text
     assert f"1 query id judged in {qrels_path} is not in {queries_path} (not evaluated): lost" in caplog.text
     none = dataset("none", b"".join(line.split(b"\t")[0] + b"\tX" + line.split(b"\t")[1] + b"\t1\n" for line in qrels.splitlines()))
     assert run(data_dir, "evaluate", str(none), "--rankers", "bm25", "--no-progress")[0] == 1

@@ -431,3 +431,20 @@ def test_cli_compare_refuses_bad_options(data_dir: Path, tmp_path: Path, capsys:
     assert run(data_dir, *common, "--rankers", "bm25,hidden_topics", "--plots", str(tmp_path / "file"))[0] == 2
     assert "is a file; expected a folder" in capsys.readouterr().err
     assert not (data_dir / "eval").exists()  # every refusal came before any indexing
+
+
+def test_a_judged_document_missing_from_the_corpus_is_named_with_the_file_that_judges_it(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warning names the judgments file where it is: a `_rank_eval` file given by a
+    relative path is relative to where the command runs, not to the data set's folder."""
+    folder = dataset_folder(tmp_path / "tiny", TINY_QUERIES, TINY_QRELS)
+    write_json(tmp_path / "judgments.json", rank_eval_body(
+        *(rated(qid, {"match": {"text": text}}, **{doc: 1}) for (qid, text), doc in zip(TINY_QUERIES, ["ships", "cooking", "chess"])),
+        rated("q9", {"match": {"text": "sails"}}, ships=1, gone=1),
+    ))
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("WARNING"):
+        code, _ = run(data_dir, "compare", "--dataset", str(folder), "--rankers", "bm25,hidden_topics", "--judgments", "judgments.json", "--json")
+    assert code == 0
+    assert "1 of the 4 relevant documents in judgments.json is not in the index (no ranker can find it): gone" in caplog.text

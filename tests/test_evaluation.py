@@ -368,17 +368,38 @@ def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
     write_jsonl(queries, [{"id": "q1", "text": ""}])
     with pytest.raises(InputError, match=r"queries.jsonl:1: id 'q1': empty text"):
         load_queries(queries)
+    # Two queries under one id: results are per id, so one would silently go unmeasured.
+    write_jsonl(queries, [{"id": "q1", "text": "ships"}, {"id": "q2", "text": "boats"}, {"id": 1, "text": "x"}, {"id": "q1", "text": "sails"}])
+    with pytest.raises(InputError, match=r"queries.jsonl:4: id 'q1' is given again \(first on line 1\): each query needs an id of its own$"):
+        load_queries(queries)
     qrels = tmp_path / "qrels.tsv"
-    qrels.write_text("q1\td1\t1\nq1 d2 1\n")
-    with pytest.raises(InputError, match=r"qrels.tsv:2: expected 3 tab-separated columns"):
+    qrels.write_text("q1\td1\t1\nq1 d2\n")
+    with pytest.raises(InputError, match=r"qrels.tsv:2: expected 3 tab-separated columns \(query_id, doc_id, relevance\) or the TREC layout's 4 \(query_id, iteration, doc_id, relevance\), got 1$"):
         load_qrels(qrels)
+    # TREC's own qrels files separate their columns with spaces: the message says to use tabs.
+    for spaced in ("q1 0 d2 1\n", "q1 d2 1\n"):
+        qrels.write_text(spaced)
+        with pytest.raises(InputError, match=r"qrels.tsv:1: expected .*, got 1: the columns are separated by spaces.* separate them by tabs"):
+            load_qrels(qrels)
     qrels.write_text("q1\td1\tyes\n")
     with pytest.raises(InputError, match=r"qrels.tsv:1: relevance must be an integer"):
         load_qrels(qrels)
     qrels.write_text("q1\t0\td1\t1\nq1\td2\t0\n")  # TREC layout; zero means not relevant
     assert load_qrels(qrels) == {"q1": {"d1": 1}}
+    # A pair judged twice with two grades: the last one silently won; the same row twice is fine.
+    qrels.write_text("q1\td1\t1\nq1\td2\t2\nq1\td1\t1\nq1\td2\t0\n")
+    with pytest.raises(InputError, match=r"qrels.tsv:4: query 'q1', document 'd2': relevance 0, but 2 on line 2$"):
+        load_qrels(qrels)
     with pytest.raises(InputError, match="not a dataset folder"):
         load_dataset(tmp_path / "nowhere")
+    # An empty (or blank) queries file is named, not blamed on the judgments.
+    folder = tmp_path / "judged"
+    folder.mkdir()
+    write_jsonl(folder / "corpus.jsonl", [{"id": "d1", "text": "ships"}])
+    (folder / "queries.jsonl").write_text("\n")
+    (folder / "qrels.tsv").write_text("q1\td1\t1\n")
+    with pytest.raises(InputError, match=r"judged/queries.jsonl: no queries: expected one \{\"id\", \"text\"\} object per line$"):
+        load_dataset(folder)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "cisi").is_dir(), reason="../shared/data is not beside the repo")
@@ -465,6 +486,11 @@ def test_qrels_without_citation_structure_give_no_cocitation_judgments(tmp_path:
     (folder / "qrels.tsv").write_text("1\t2\t1\n1\t3\t1\n2\t5\t1\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"qrels\.tsv: query '2' does not name a cited paper"):
         load_cocitation_dataset(folder)
+    # A malformed line is named once, as evaluate names it: the file, the line, the reason.
+    (folder / "qrels.tsv").write_text("1\t2\t1\n1 3 1\n", encoding="utf-8")
+    with pytest.raises(InputError) as malformed:
+        load_cocitation_dataset(folder)
+    assert str(malformed.value).startswith(f"{folder / 'qrels.tsv'}:2: expected 3 tab-separated columns")
 
 
 def test_the_sample_has_cocitation_judgments() -> None:
@@ -487,6 +513,22 @@ def test_cli_evaluates_papers_like_this_one_on_the_sample(data_dir: Path, tmp_pa
     assert code == 0 and "| bm25 |" in table and "| hidden_topics |" in table
     assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() in table
     assert run(data_dir, "evaluate-similar", str(SHARED_DATA.parent / "nowhere"))[0] == 1
+
+
+def test_evaluate_similar_leaves_out_a_cited_paper_the_corpus_lacks(data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A citing paper the qrels name and the corpus lacks co-cites with others, so it is a
+    query of its own: `similar` cannot read it, and it is left out with a warning (it ended
+    the run with "no stored document with id ...")."""
+    folder = tmp_path / "cited"
+    shutil.copytree(SAMPLE, folder)
+    first = (SAMPLE / "qrels.tsv").read_text(encoding="utf-8").split("\t", 1)[0]
+    with (folder / "qrels.tsv").open("a", encoding="utf-8") as qrels:
+        qrels.write(f"{first}\tNOT-IN-CORPUS\t1\n")
+    with caplog.at_level("WARNING"):
+        code, out = run(data_dir, "evaluate-similar", str(folder), "--json", "--rankers", "hidden_topics_corrected+bm25", "--no-progress")
+    assert code == 0, out
+    assert json.loads(out)["queries"] == 25
+    assert "1 of the 26 papers with a co-citing partner is not in the index, so it is no query: NOT-IN-CORPUS" in caplog.text
 
 
 def _as_beir(folder: Path, source: Path) -> Path:

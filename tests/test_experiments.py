@@ -741,7 +741,7 @@ def test_the_ab_command(client: FlaskClient, data_dir: Path) -> None:
     assert printed["report"]["p_value"] == pytest.approx(1.0) and printed["report"]["fixed_horizon_p_value"] == 1.0
     assert printed["report"]["mixing"] == mixing_parameter(DEFAULT_MIN_UNITS)
     code, out = run(data_dir, "ab", "report", "cli-exp")
-    assert code == 0 and "not enough data yet" in out and "clicks 1" in out
+    assert code == 0 and "not enough data yet" in out and "clicks 1 (on 1 distinct hit)\n" in out
     assert "  fixed-horizon sign test (one look at a planned size only): p = 1\n" in out
     code, out = run(data_dir, "ab", "set", "cli-exp", "--status", "stopped")
     assert code == 0 and "stopped" in out

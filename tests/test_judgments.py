@@ -189,7 +189,7 @@ def test_judgments_from_clicks_rank_the_rankers_as_the_truth_does(simulated: str
     assert report["lists_shown"] == 40 * len(QUERIES) + 3
     # Every sample query judged; the rare one dropped, and the report says so.
     assert report["queries_judged"] == len(QUERIES) and report["queries_dropped"] == 1
-    assert f"judged {len(QUERIES)} of {len(QUERIES) + 1} queries" in out and "1 queries left with no judged pair" in out
+    assert f"judged {len(QUERIES)} of {len(QUERIES) + 1} queries" in out and "1 query left with no judged pair" in out
     assert query_id(RARE_QUERY) not in (out_dir / "queries.jsonl").read_text()
     # Position corrected: the click-through rate falls with the rank. Compared over bands of
     # ranks: below rank 4 a rank has a handful of clicks in 203 lists, and the order of two

@@ -215,6 +215,13 @@ def test_the_same_rankers_pass_against_their_saved_run(known_items: Path, shared
     assert code == 0
     assert "hidden_topics+bm25: 0.985 -> 0.985 (+0.000, p = 1.000, 25 queries) ok" in out
     assert out.rstrip().endswith("no significant drop")
+    # A ranker only one of the two runs has is named, whichever run it is.
+    one = saved.rename(tmp_path / "one-ranker.json")
+    both = _saved(shared_data_dir, known_items, tmp_path, "--fusion-weight", "0.3", "--rankers", "hidden_topics+bm25,hidden_topics")
+    code, out = run(shared_data_dir, "evaluate", str(known_items), "--rankers", "hidden_topics+bm25", "--baseline-run", str(both), "--no-progress")
+    assert code == 0 and "\n  in the saved run only, so not compared: hidden_topics\nno significant drop" in out
+    code, out = run(shared_data_dir, "evaluate", str(known_items), "--rankers", "hidden_topics+bm25,hidden_topics", "--baseline-run", str(one), "--no-progress")
+    assert code == 0 and "\n  not in the saved run, so not compared: hidden_topics\nno significant drop" in out
 
 
 def test_a_significant_drop_fails_with_exit_3(

@@ -31,7 +31,7 @@ from reranker.config import DEFAULT_RANKER, Settings
 from reranker.errors import ConfigError, InputError, UnknownRankerError
 from reranker.interleaving import DEFAULT_TRAFFIC, METHODS
 from reranker.sequential import DEFAULT_MIN_UNITS
-from reranker.text import listed
+from reranker.text import counted, listed
 
 if TYPE_CHECKING:
     from reranker.datasets import Dataset
@@ -195,7 +195,7 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
         ),
     )
     drifts = against_saved_run(result, saved, args.regression_metric, args.regression_p) if saved is not None else ()
-    verdict = _drift_lines(args, result, drifts) if saved is not None else []
+    verdict = _drift_lines(args, result, saved, drifts) if saved is not None else []
     args.exit_code = EXIT_REGRESSION if any(drift.dropped for drift in drifts) else 0
     written = []
     if args.markdown is not None:
@@ -242,8 +242,8 @@ def _saved_run(args: argparse.Namespace, settings: Settings) -> "EvaluationResul
         raise InputError(f"the saved run has no per-query metrics; {how}", str(args.baseline_run))
     return saved
 
-def _drift_lines(args: argparse.Namespace, result: "EvaluationResult", drifts: Sequence["Drift"]) -> list[str]:
-    """What --baseline-run found, one line per ranker, then the verdict."""
+def _drift_lines(args: argparse.Namespace, result: "EvaluationResult", saved: "EvaluationResult", drifts: Sequence["Drift"]) -> list[str]:
+    """What --baseline-run found, one line per ranker, the rankers only one run has, then the verdict."""
     lines = [f"against the saved run {args.baseline_run} ({args.regression_metric}, paired randomisation test, fails below p = {args.regression_p:g}):"]
     for drift in drifts:
         state = "DROPPED" if drift.dropped else "ok"
@@ -254,6 +254,10 @@ def _drift_lines(args: argparse.Namespace, result: "EvaluationResult", drifts: S
     missing = [name for name in result.rankers if name not in {drift.ranker for drift in drifts}]
     if missing:
         lines.append(f"  not in the saved run, so not compared: {', '.join(missing)}")
+    # A ranker dropped from --rankers would otherwise leave the check without a word.
+    saved_only = [name for name in saved.per_query if name not in result.rankers]
+    if saved_only:
+        lines.append(f"  in the saved run only, so not compared: {', '.join(saved_only)}")
     dropped = [drift.ranker for drift in drifts if drift.dropped]
     lines.append(f"regression: {', '.join(dropped)} (exit {EXIT_REGRESSION})" if dropped else "no significant drop")
     return lines
@@ -357,7 +361,7 @@ def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
     missing = sorted(set(judged) - set(engine.store.content_hashes(judged)))
     if not missing:
         return
-    judgments = str(dataset.corpus_path.parent / dataset.judgments)  # a `_rank_eval` file's path is absolute
+    judgments = str(dataset.judgments_path or dataset.corpus_path.parent / dataset.judgments)
     if len(missing) == len(judged):
         raise InputError(
             f"no relevant document it names ({len(judged)}) is in the corpus, or each one's line was skipped: "
@@ -365,8 +369,9 @@ def _check_judged_documents(engine: "Engine", dataset: "Dataset") -> None:
             judgments,
         )
     log.warning(
-        "%d of the %d relevant documents in %s are not in the index (no ranker can find them): %s",
-        len(missing), len(judged), judgments, listed(missing, SHOWN_SKIPS),
+        "%d of the %d relevant documents in %s %s not in the index (no ranker can find %s): %s",
+        len(missing), len(judged), judgments, "is" if len(missing) == 1 else "are", "it" if len(missing) == 1 else "them",
+        listed(missing, SHOWN_SKIPS),
     )
 
 
@@ -521,7 +526,7 @@ def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
             o = found.outcome
             a, b = experiment.rankers
             print(f"experiment {experiment.id} ({experiment.status}): {a} vs {b}, {experiment.method}, {_share(experiment.traffic)} of searches", file=out)
-            print(f"  searches interleaved {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {o.clicks} distinct hits)", file=out)
+            print(f"  searches interleaved {o.queries}, with clicks {o.queries_with_clicks}, clicks {found.click_events} (on {counted(o.clicks, 'distinct hit')})", file=out)
             print(f"  units with clicks {o.units_with_clicks} (a client's query, or a query without a client id: one trial each)", file=out)
             print(f"  wins: {a} {o.wins_a}, {b} {o.wins_b}, ties {o.ties}", file=out)
             print(f"  {o.message}", file=out)

@@ -122,15 +122,15 @@ def run(args: argparse.Namespace, settings: Settings, store: "EventStore", out: 
         return 0
     grades = "/".join(str(count) for count in judged.grade_counts())
     labels = "/".join(str(value) for value in range(len(judged.thresholds) + 1))
-    print(f"experiment {args.id}: {judged.lists} result lists shown, {judged.lists_with_clicks} with clicks; click model {CLICK_MODEL} "
-          f"(expected clicks per rank from all {judged.lists} lists)", file=out)
-    print(f"  judged {judged.judged_queries} of {judged.queries} queries ({judged.queries_with_relevant} with a document graded above 0) "
-          f"and {len(judged.judgments)} of {judged.pairs} (query, document) pairs, {summary['documents_judged']} distinct documents; "
+    print(f"experiment {args.id}: {counted(judged.lists, 'result list')} shown, {judged.lists_with_clicks} with clicks; click model {CLICK_MODEL} "
+          f"(expected clicks per rank from {'the one list' if judged.lists == 1 else f'all {judged.lists} lists'})", file=out)
+    print(f"  judged {judged.judged_queries} of {counted(judged.queries, 'query', plural='queries')} ({judged.queries_with_relevant} with a document graded above 0) "
+          f"and {len(judged.judgments)} of {counted(judged.pairs, '(query, document) pair')}, {counted(summary['documents_judged'], 'distinct document')}; "
           f"grades {labels}: {grades}", file=out)
-    print(f"  dropped for fewer than {judged.min_impressions} impressions: {judged.dropped_pairs} pairs, "
-          f"{judged.dropped_queries} queries left with no judged pair", file=out)
+    print(f"  dropped for fewer than {counted(judged.min_impressions, 'impression')}: {counted(judged.dropped_pairs, 'pair')}, "
+          f"{counted(judged.dropped_queries, 'query', plural='queries')} left with no judged pair", file=out)
     if judged.unwritable_pairs:
-        print(f"  left out {judged.unwritable_pairs} pairs whose document id holds a control character "
+        print(f"  left out {counted(judged.unwritable_pairs, 'pair')} whose document id holds a control character "
               "(a tab or a line break would split the rows of qrels.tsv)", file=out)
     print(f"  corpus.jsonl: {corpus_note}", file=out)
     print(f"  wrote {args.out}/queries.jsonl, qrels.tsv, corpus.jsonl, judgments.json", file=out)
