@@ -174,7 +174,8 @@ def _evaluation_holm_note(result: EvaluationResult) -> str:
     if alone:
         notes.append(
             f"One ranker is tested against {' and against '.join(alone)}, so Holm's correction for multiple "
-            "comparisons changes nothing there."
+            f"comparisons changes nothing there: its p is in the column{'s' if len(alone) > 1 else ''} "
+            f"{' and '.join(f'{metric_label(HEADLINE_METRIC)} p vs {baseline}' for baseline in alone)}."
         )
     return " ".join(notes)
 
@@ -182,21 +183,26 @@ def _evaluation_holm_note(result: EvaluationResult) -> str:
 def evaluation_table(result: EvaluationResult) -> str:
     """The caption, a blank line, and the means as a Markdown table: rankers as rows,
     metrics as columns, each value marked where it differs significantly from a baseline,
-    then the headline metric's Holm-adjusted p against each baseline that tests more than
-    one ranker, and W/T/L against the first baseline."""
+    then the headline metric's p against each baseline: Holm-adjusted where it tests more
+    than one ranker, the raw p where it tests one (the same figure; else the text would
+    give no p at all, only marks), and W/T/L against the first baseline."""
     names = table_metric_names(result.window)
     holm_baselines = _holm_baselines(result)
     holm = result.holm_p_values
-    columns = ["ranker", *(metric_label(m) for m in names), *(_holm_label(b) for b in holm_baselines)]
+    tested = [baseline for baseline in result.baselines if result.p_values.get(baseline)]
+    columns = [
+        "ranker", *(metric_label(m) for m in names),
+        *(_holm_label(b) if b in holm_baselines else f"{metric_label(HEADLINE_METRIC)} p vs {b}" for b in tested),
+    ]
     wtl = result.wins_ties_losses(result.baselines[0]) if result.baselines else None
     if result.baselines:
         columns.append(f"W/T/L vs {result.baselines[0]}")
     lines = [evaluation_caption(result), "", _row(columns), _rule(len(columns))]
     for ranker in result.rankers:
         cells = [ranker, *(f"{result.results[ranker][m]:.3f}{_marks(result, ranker, m)}" for m in names)]
-        for baseline in holm_baselines:
-            adjusted = holm[baseline].get(ranker)
-            cells.append(format_p(adjusted[HEADLINE_METRIC]) if adjusted is not None else "–")
+        for baseline in tested:
+            found = (holm if baseline in holm_baselines else result.p_values)[baseline].get(ranker)
+            cells.append(format_p(found[HEADLINE_METRIC]) if found is not None else "–")
         if wtl is not None:
             cells.append("/".join(str(n) for n in wtl[ranker]) if ranker in wtl else "–")
         lines.append(_row(cells))

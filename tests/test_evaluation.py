@@ -231,11 +231,17 @@ def test_the_table_has_a_row_per_ranker_marks_and_a_caption() -> None:
     assert hidden[-3:-1] == [format_p(holm["bm25"]["hidden_topics"]["ndcg@10"]), "–"]
     assert copy[-3:-1] == ["1.000", format_p(holm["hidden_topics"]["copy"]["ndcg@10"])]
     assert "P@6" not in header
-    # One ranker tested against the one baseline: no column that would repeat the raw p, and the caption says why.
+    # One ranker tested against the one baseline: its raw p (Holm's would be the same), which
+    # the text gave nowhere before (only a mark), and the caption says why it is not Holm's.
     alone = summarise("synthetic", 100, {"bm25": synthetic(BASE, 0.0), "better": synthetic(BASE, 0.2)})
-    caption, _, header, *_ = evaluation_table(alone).splitlines()
-    assert "Holm" not in header and header.endswith("| R@100 | W/T/L vs bm25 |")
-    assert "One ranker is tested against bm25, so Holm's correction for multiple comparisons changes nothing there." in caption
+    caption, _, header, _, bm25_row, better_row = evaluation_table(alone).splitlines()
+    assert "Holm" not in header and header.endswith("| R@100 | nDCG@10 p vs bm25 | W/T/L vs bm25 |")
+    assert better_row.split(" | ")[-2] == format_p(alone.p_values["bm25"]["better"]["ndcg@10"])
+    assert bm25_row.split(" | ")[-2] == "–"
+    assert (
+        "One ranker is tested against bm25, so Holm's correction for multiple comparisons changes nothing there: "
+        "its p is in the column nDCG@10 p vs bm25."
+    ) in caption
 
 
 def test_json_round_trip() -> None:
