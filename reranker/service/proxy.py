@@ -280,7 +280,8 @@ def rerank_window(
     carries the `query_id` that click events must name.
     """
     offset, size = page
-    reranked, past = hits[: plan_.window], list(range(min(plan_.window, len(hits)), len(hits)))
+    reranked = hits[: plan_.window]
+    past = list(range(len(reranked), len(hits)))  # positions after the window, in BM25 order
     if offset >= plan_.window:  # the page lies past the window: BM25's order, nothing to score
         reason = (
             f"the page starts past the reranked window of {plan_.window} hits (RERANKER_WINDOW, or ext.rerank.window), "
