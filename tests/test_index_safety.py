@@ -455,6 +455,35 @@ def test_a_full_disk_is_a_one_line_error_and_loses_nothing(
 # --- a topic worker killed ------------------------------------------------------------------
 
 
+# `reranker index ARGV` with topic-extraction workers whatever the corpus's size: the
+# process lowers the size from which `--workers` starts them (PARALLEL_MIN_BYTES, 24 MB), so
+# the tests below kill workers of a 6 MB corpus. With 24 MB, the runs they make (the one
+# they kill and the one that completes the index) were most of this file's time; what they
+# test is the same at any size once workers start, and 1,600 documents are 25 batches.
+_PARALLEL_INDEXER = """
+import sys
+from reranker import indexing
+indexing.PARALLEL_MIN_BYTES = 1
+from reranker.cli import main
+sys.exit(main())
+"""
+
+
+def parallel_indexer(argv: list[str]) -> list[str]:
+    """The command line of a `reranker index ARGV` process that starts its workers whatever
+    the corpus's size."""
+    return [sys.executable, "-c", _PARALLEL_INDEXER, "index", *argv]
+
+
+def worker_corpus(directory: Path) -> tuple[list[dict[str, str]], Path]:
+    """1,600 documents of about 4 KB (600 words each), and their corpus file."""
+    records = [
+        {"id": f"d{n}", "text": f"{own_word(n)} " + " ".join(random.Random(n).choices(_TOPIC_WORDS, k=600))}
+        for n in range(1_600)
+    ]
+    return records, write_jsonl(directory / "big.jsonl", records)
+
+
 @pytest.mark.parametrize("when", ["at work", "starting"])
 def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(data_dir: Path, tmp_path: Path, when: str) -> None:
     """A topic-extraction worker process killed (as the kernel's out-of-memory killer would)
@@ -463,16 +492,8 @@ def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(da
     have counted it yet and the run may complete: then it must have indexed everything.
     (Killed as it started, the other worker once hung the run for good: see
     `TopicExtractor._worker_ended`.)"""
-    from reranker.indexing import PARALLEL_MIN_BYTES
-
-    # Large enough for `--workers 2` to start workers: 1,600 documents of about 15 KB.
-    records = [
-        {"id": f"d{n}", "text": f"{own_word(n)} " + " ".join(random.Random(n).choices(_TOPIC_WORDS, k=2_400))}
-        for n in range(1_600)
-    ]
-    path = write_jsonl(tmp_path / "big.jsonl", records)
-    assert path.stat().st_size >= PARALLEL_MIN_BYTES
-    command = [sys.executable, "-m", "reranker", "index", str(path), "--workers", "2", "--no-progress"]
+    records, path = worker_corpus(tmp_path)
+    command = parallel_indexer([str(path), "--workers", "2", "--no-progress"])
     env = {**os.environ, **settings_env(data_dir), "PYTHONPATH": str(REPO)}
     indexer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -510,12 +531,8 @@ def test_ctrl_c_while_topic_workers_start_is_one_line_and_leaves_no_process(data
     it instead, one the pool started as the interrupt came was never told to stop and
     waited for batches for good. Now: one line, exit 130, no process left, and the next
     run completes the index."""
-    records = [
-        {"id": f"d{n}", "text": f"{own_word(n)} " + " ".join(random.Random(n).choices(_TOPIC_WORDS, k=2_400))}
-        for n in range(1_600)
-    ]
-    path = write_jsonl(tmp_path / "big.jsonl", records)
-    command = [sys.executable, "-m", "reranker", "index", str(path), "--workers", "2", "--no-progress"]
+    records, path = worker_corpus(tmp_path)
+    command = parallel_indexer([str(path), "--workers", "2", "--no-progress"])
     env = {**os.environ, **settings_env(data_dir), "PYTHONPATH": str(REPO)}
     # A session of its own, as a terminal's foreground job; SIGINT as the terminal sends it
     # (a shell starts background jobs with it ignored, and children would inherit that).
