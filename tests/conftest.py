@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,13 +22,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import pytest
 from hypothesis import settings
 
 from reranker.cli import main
-from reranker.config import Settings
+from reranker.config import DEFAULT_RANKER, Settings
 from reranker.embeddings import WordVectors, load_vectors
 from reranker.pipeline import Engine
 from reranker.store.embedded import EmbeddedStore
@@ -277,6 +279,53 @@ def sample_indexed(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     code, out = run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
     assert code == 0, out
     return data_dir
+
+
+@dataclass(frozen=True)
+class SharedEvaluation:
+    """`reranker evaluate DATASET --json --rankers bm25,DEFAULT` of a shared data set, and the
+    data dir that holds the evaluation index it built. Tests only read that index."""
+
+    data_dir: Path
+    report: dict[str, Any]
+
+    @property
+    def store_name(self) -> str:
+        """The evaluation index's name, for `build_engine` (there is one: one set of vectors)."""
+        (index,) = (self.data_dir / "eval").iterdir()
+        return f"eval/{index.name}"
+
+
+@pytest.fixture(scope="session")
+def shared_evaluation(tmp_path_factory: pytest.TempPathFactory, glove: object) -> Callable[[str], SharedEvaluation]:
+    """The evaluation of a shared data set (../shared/data/DATASET), run once per test run:
+    indexing CL-SciSumm's 18 MB of papers is most of what its tests cost, and both the
+    quality bars (tests/test_cli.py) and the topic words (tests/test_topic_words.py) read
+    the same index. xdist's workers share the parent of their base temp dirs: the first to
+    ask evaluates under a file lock, the others wait for it and read what it wrote. Skips
+    when ../shared/data is not beside the repo."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    root = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+
+    def evaluated(dataset: str) -> SharedEvaluation:
+        if not (SHARED_DATA / dataset).is_dir():
+            pytest.skip("../shared/data is not beside the repo")
+        folder = root / f"shared-evaluation-{dataset}"
+        folder.mkdir(exist_ok=True)
+        report = folder / "evaluate.json"
+        with (folder / "lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not report.exists():
+                data_dir = folder / "data"
+                shutil.rmtree(data_dir, ignore_errors=True)  # what a worker that failed here left
+                data_dir.mkdir()
+                rankers = f"bm25,{DEFAULT_RANKER}"
+                code, out = run(data_dir, "evaluate", str(SHARED_DATA / dataset), "--json", "--rankers", rankers, "--no-progress")
+                assert code == 0, out
+                report.write_text(out, encoding="utf-8")  # last: once it is there, the index is whole
+        return SharedEvaluation(folder / "data", json.loads(report.read_text(encoding="utf-8")))
+
+    return evaluated
 
 
 @pytest.fixture

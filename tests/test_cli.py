@@ -8,10 +8,10 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
-from conftest import REPO, SAMPLE, SHARED_DATA, TINY_CORPUS, ClusterProxy, Service, run, settings_env, write_jsonl
+from conftest import REPO, SAMPLE, TINY_CORPUS, ClusterProxy, Service, SharedEvaluation, run, settings_env, write_jsonl
 
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.evaluation import metric_names
@@ -862,14 +862,11 @@ def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path) -> None:
     ],
 )
 def test_bm25_and_the_default_reach_their_quality_bars_on_the_shared_data(
-    data_dir: Path, dataset: str, queries: int, documents: int, at_least: float, default_at_least: float | None
+    shared_evaluation: Callable[[str], SharedEvaluation], dataset: str, queries: int, documents: int, at_least: float, default_at_least: float | None
 ) -> None:
-    if not (SHARED_DATA / dataset).is_dir():
-        pytest.skip("../shared/data is not beside the repo")
-    rankers = f"bm25,{DEFAULT_RANKER}"
-    code, out = run(data_dir, "evaluate", str(SHARED_DATA / dataset), "--json", "--rankers", rankers, "--no-progress")
-    assert code == 0
-    body = json.loads(out)
+    # `reranker evaluate DATASET --json --rankers bm25,DEFAULT`, run once for this test and
+    # tests/test_topic_words.py, which reads the index it built (see `shared_evaluation`).
+    body = shared_evaluation(dataset).report
     assert body["queries"] == queries and body["config"]["documents"] == documents
     bm25, default = (body["results"][name]["ndcg@10"] for name in ("bm25", DEFAULT_RANKER))
     assert bm25 >= at_least

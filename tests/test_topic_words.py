@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, settings_env
+from conftest import SHARED_DATA, SharedEvaluation, settings_env
 
 from reranker.text import is_readable, readable_words, tokenize
 from reranker.topics import word_shares
@@ -81,16 +81,15 @@ def test_the_check_finds_fragments() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["clscisumm2018-train", "cisi"])
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is not beside the repo")
-def test_no_shown_topic_word_is_a_fragment(dataset: str, tmp_path: Path, glove: object) -> None:
-    from conftest import run
-
+def test_no_shown_topic_word_is_a_fragment(dataset: str, shared_evaluation: Callable[[str], SharedEvaluation]) -> None:
     from reranker.config import DEFAULT_RANKER, Settings
     from reranker.datasets import load_dataset
     from reranker.pipeline import build_engine
 
-    data_dir = tmp_path / "data"
-    assert run(data_dir, "index", str(SHARED_DATA / dataset / "corpus.jsonl"), "--no-progress")[0] == 0
-    engine = build_engine(Settings.from_env(settings_env(data_dir)))
+    # The index `reranker evaluate` built of the whole corpus, which the quality bars of
+    # tests/test_cli.py read too: indexed as `reranker index` indexes (read only here).
+    evaluated = shared_evaluation(dataset)
+    engine = build_engine(Settings.from_env(settings_env(evaluated.data_dir)), evaluated.store_name)
     try:
         lines = (SHARED_DATA / dataset / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
         ids = [json.loads(line)["id"] for line in lines if line.strip()]
