@@ -437,8 +437,15 @@ def searches_during_reindex(
         for thread in threads:
             thread.join()
     seconds = time.perf_counter() - started
+    # Afterwards, one search per document still, and its text and topics by id in one
+    # request each for all of them (the same facts as `found`, without 4,000 more requests).
     after = OpenSearchStore(config)
-    misses += [f"d{number}" for number in range(documents) if not found(after, number)]
+    every = [f"d{number}" for number in range(documents)]
+    stored, without_topics = after.documents(every), set(after.topics(every).missing)
+    misses += [
+        doc_id for number, doc_id in enumerate(every)
+        if doc_id not in [hit.doc_id for hit in after.bm25(distinct_word(number), 5)] or doc_id not in stored or doc_id in without_topics
+    ]
     assert after.documents(["d0"])["d0"].text.endswith("second revised edition")
     after.close()
     return ReindexWatch(documents, report.replaced, len(checks), tuple(misses), seconds)
