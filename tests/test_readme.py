@@ -296,7 +296,8 @@ class Shell:
 
         app = create_app(Settings.from_env({**os.environ, **env, "RERANKER_DATA_DIR": str(self.data_dir)}))
         server = make_server("127.0.0.1", 0, app, threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # The block's end waits for the serving loop's next poll (every half second by default).
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return server, app
 
     def _curl(self, words: list[str], served: list[Any]) -> tuple[int, str]:
