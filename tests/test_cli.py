@@ -94,6 +94,21 @@ def test_the_search_header_counts_the_candidates_as_search_does(data_dir: Path) 
     assert ", 1 query word in vocabulary, 0 not" in run(data_dir, "search", "parsing", "--size", "1")[1].splitlines()[0]
 
 
+def test_a_size_beyond_the_window_shows_the_rest_in_bm25_order(data_dir: Path) -> None:
+    """As /search pages: the top --window reranked, the hits past it after them in BM25
+    order, unscored, and the header says which is which (the window was widened to the
+    size, so that --size and /search's paging reranked different windows)."""
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    code, out = run(data_dir, "search", "named entity", "--window", "3", "--size", "5")
+    header, *lines = out.splitlines()
+    assert code == 0 and header.startswith("hidden_topics_corrected+bm25:maxp: 3 of the BM25 top 3, then 2 hits past it in BM25 order, "), header
+    assert len(lines) == 5 and all("score " in line for line in lines[:3])
+    assert [line.split("(rank ")[1].split(",")[0] for line in lines[3:]] == ["4", "5"]
+    assert all("not scored: past the reranked window" in line for line in lines[3:])
+    body = json.loads(run(data_dir, "search", "named entity", "--window", "3", "--size", "5", "--json")[1])
+    assert (body["window"], body["candidates"]) == (3, 3) and [h["score"] for h in body["hits"][3:]] == [None, None]
+
+
 def test_explain_with_a_ranker_without_topics_says_there_is_nothing_to_explain(data_dir: Path) -> None:
     """--explain with bm25, wmd or a fusion of rankers without topics printed the hits and
     not a word of why nothing explained them; one line says it, in the web page's words."""
@@ -318,8 +333,9 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     assert [line for line in out.splitlines() if line != line.rstrip()] == []
     assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
     assert run(data_dir, "similar", "P01-1027", "--size", "1")[1].startswith("hidden_topics_corrected+bm25:maxp: 1 paper like P01-1027 ")
-    # A size beyond the window widens it, and the header says how far.
-    assert " like P01-1027 of the BM25 top 120 for its distinctive words\n" in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
+    # A size beyond the window does not widen it (the hits past it would keep their BM25
+    # order; the sample's 24 other papers all fit in it).
+    assert " like P01-1027 of the BM25 top 100 for its distinctive words\n" in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
     assert run(data_dir, "similar", "P01-1027", "--size", "1001")[0] == 2  # beyond RERANKER_MAX_WINDOW, as `search --size`
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}

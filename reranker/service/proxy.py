@@ -59,6 +59,7 @@ from werkzeug.routing import Map, Rule
 
 from reranker.errors import IndexMismatchError
 from reranker.experiments import assignment_key
+from reranker.pipeline import rescored
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
@@ -281,13 +282,12 @@ def rerank_window(
     """
     offset, size = page
     reranked = hits[: plan_.window]
-    past = list(range(len(reranked), len(hits)))  # positions after the window, in BM25 order
     if offset >= plan_.window:  # the page lies past the window: BM25's order, nothing to score
         reason = (
             f"the page starts past the reranked window of {plan_.window} hits (RERANKER_WINDOW, or ext.rerank.window), "
             "and hits past it keep their BM25 order"
         )
-        return past[offset - len(reranked) : offset - len(reranked) + size], {
+        return list(range(len(hits)))[offset : offset + size], {
             "ranker": plan_.ranker.name, "status": "not_reranked", "reason": reason, "took_ms": 0.0, "window": plan_.window,
         }
     engine = rt.engine()
@@ -318,7 +318,7 @@ def rerank_window(
                 ],
             }
     outcome, _ = rt.rerank(query, window, plan_.ranker, deadline, "proxy", len(reranked))
-    positions = [*outcome.order, *past][offset : offset + size]
+    positions = rescored(outcome.order, len(hits))[offset : offset + size]
     unscored = {"score": None, "ranker_score": None}  # past the window, as a failed ranker's
     block = {
         "ranker": plan_.ranker.name,
