@@ -426,7 +426,13 @@ def test_pages_without_a_client_are_pages_of_one_interleaving(client: FlaskClien
     before = store.experiment_data("exp").queries
     past_the_end = client.post("/search", json={"query": QUERIES[0], "size": 3, "from": 500}).get_json()
     assert past_the_end["hits"] == [] and "query_id" not in past_the_end, "an empty page is not part of the experiment"
-    assert store.experiment_data("exp").queries == before
+    # Nor is a page reaching past the reranked window: its hits there keep BM25's order,
+    # which neither ranker chose (the default ranker answers, as the proxy's does).
+    within = client.post("/search", json={"query": QUERIES[0], "size": 3, "window": 4}).get_json()
+    straddling = client.post("/search", json={"query": QUERIES[0], "size": 3, "from": 3, "window": 4}).get_json()
+    assert "query_id" in within and "query_id" not in straddling and straddling["ranker"] == "hidden_topics_corrected+bm25:maxp"
+    assert straddling["hits"][0]["score"] is not None and straddling["hits"][1]["score"] is None
+    assert store.experiment_data("exp").queries == before + 1
 
 
 def test_an_unreadable_experiment_store_never_fails_a_search(data_dir: Path) -> None:
