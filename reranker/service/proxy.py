@@ -235,6 +235,13 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     if reason is not None:
         return Plan(ranker, reason=reason)
     window = min(search.options.window or rt.settings.window, rt.limits.max_window)
+    if search.offset >= window:
+        # Past the window hits keep the cluster's order: its own answer to the search is
+        # the page, without a window request that reads every hit above it with its topics.
+        return Plan(ranker, reason=(
+            f"the page starts past the reranked window of {window} hits (RERANKER_WINDOW, or ext.rerank.window), "
+            "and hits past it keep their BM25 order"
+        ))
     unit = assignment_key(search.options.client_id, text)
     named = search.options.ranker is not None or search.options.fusion_weight is not None
     # An experiment compares the two rankers' orders of the window: a page reaching past it
@@ -281,15 +288,7 @@ def rerank_window(
     carries the `query_id` that click events must name.
     """
     offset, size = page
-    reranked = hits[: plan_.window]
-    if offset >= plan_.window:  # the page lies past the window: BM25's order, nothing to score
-        reason = (
-            f"the page starts past the reranked window of {plan_.window} hits (RERANKER_WINDOW, or ext.rerank.window), "
-            "and hits past it keep their BM25 order"
-        )
-        return list(range(len(hits)))[offset : offset + size], {
-            "ranker": plan_.ranker.name, "status": "not_reranked", "reason": reason, "took_ms": 0.0, "window": plan_.window,
-        }
+    reranked = hits[: plan_.window]  # a page past the window is forwarded (`plan`)
     engine = rt.engine()
     candidates = tuple(
         Candidate(doc_id=str(hit.get("_id")), bm25_score=float(hit.get("_score") or 0.0), bm25_rank=rank)
