@@ -29,7 +29,12 @@ import numpy.typing as npt
 
 from reranker.datasets import Dataset
 from reranker.errors import ConfigError
-from reranker.evaluation import NDCG_CUTOFF, RANDOMIZATION_ROUNDS, RANDOMIZATION_SEED, paired_randomization_p, ranking_metrics
+from reranker.evaluation import (
+    NDCG_CUTOFF,
+    paired_randomization_p,
+    randomization_test_name,
+    ranking_metrics,
+)
 from reranker.pipeline import Engine
 from reranker.rankers import CandidateSet, Ranker, Scores
 from reranker.rankers.fusion import METHODS, Fusion, Method, fusion_name
@@ -227,7 +232,7 @@ class TuneResult:
                 "p_tuned_vs_default": self.p_tuned_default,
                 "p_tuned_vs_bm25": self.p_tuned_bm25,
                 "p_default_vs_bm25": self.p_default_bm25,
-                "significance_test": f"paired randomisation (two-sided, {RANDOMIZATION_ROUNDS} sign flips, seed {RANDOMIZATION_SEED})",
+                "significance_test": randomization_test_name(len(self.query_ids)),
             },
             "fold_choices": [setting.to_json() for setting in self.fold_choices],
             "chosen": {
