@@ -595,6 +595,18 @@ def test_searches_sharing_one_interleaving_are_one_trial(client: FlaskClient, da
     )
 
 
+def test_one_unit_with_a_preference_reports_p_exactly_1(client: FlaskClient) -> None:
+    # One vote is as likely either way under "no preference", so its p is 1, not the
+    # 0.9999999999999999 the report's JSON gave at min_units 1 (the mixture's a = 1/2).
+    _start(client, "one-unit", (DEFAULT_RANKER, "bm25"), min_units=1)
+    _click_the_top_hit(client, 1, ["c1"])
+    report = client.get("/experiments/one-unit").get_json()["report"]
+    assert sum(report["wins"].values()) == 1 and report["ties"] == 0, report
+    assert (report["p_value"], report["fixed_horizon_p_value"]) == (1.0, 1.0), report
+    last = client.get("/experiments/one-unit/timeline").get_json()["periods"][-1]["cumulative"]
+    assert last["p_value"] == 1.0, last
+
+
 def test_one_client_gets_new_coins_for_each_query(client: FlaskClient, data_dir: Path) -> None:
     # A client's searches of one text share coins (its pages agree), but its other texts
     # get their own: one coin for all of them would credit the top hit of every query the
