@@ -482,8 +482,8 @@ def evaluate_similar(
     rankings: Rankings = {name: {} for name in names}
     for paper in (paper for paper in papers if paper in stored):
         for name in names:
-            hits = engine.similar(paper, name, size=window, window=window)
-            rankings[name][paper] = tuple(hit.doc_id for hit in hits)
+            found = engine.similar(paper, name, size=window, window=window)
+            rankings[name][paper] = tuple(hit.doc_id for hit in found.hits)
         if on_query is not None:
             on_query()
     if run_dir is not None:

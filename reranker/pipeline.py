@@ -75,6 +75,7 @@ from reranker.types import (
     Query,
     RankedDoc,
     SearchResult,
+    SimilarResult,
     TopicBatch,
     TopicExplanation,
 )
@@ -703,7 +704,7 @@ class Engine:
         )
         return document, topics
 
-    def similar(self, doc_id: str, ranker_name: str, *, size: int = 10, window: int = 100) -> tuple[RankedDoc, ...]:
+    def similar(self, doc_id: str, ranker_name: str, *, size: int = 10, window: int = 100) -> SimilarResult:
         """The stored documents most like `doc_id` ("papers like this one"): a search whose
         query is the paper itself, the paper left out of its hits.
 
@@ -712,8 +713,9 @@ class Engine:
         (`bm25_rank` counts from 1 without the document itself). Then `ranker_name`
         reorders them with the paper's whole text as the query (for the hidden-topic
         rankers: how well all of the paper's words align with each candidate's topics);
-        the first `size`, those past the window in their BM25 order, unscored (`rescored`). Raises DocumentNotFoundError, UnknownRankerError, and what
-        `check_ranker` raises.
+        the first `size`, those past the window in their BM25 order, unscored (`rescored`),
+        with how many candidates the window held (as `search` counts them). Raises
+        DocumentNotFoundError, UnknownRankerError, and what `check_ranker` raises.
         """
         ranker = self.ranker(ranker_name)
         document = self.document(doc_id)
@@ -729,7 +731,7 @@ class Engine:
         ][:depth]
         candidates = CandidateSet(candidates=tuple(found[:window]), exact_top=size)
         ranking = self.rerank(self.query(document.full_text), candidates, ranker)
-        return tuple(
+        hits = tuple(
             RankedDoc(
                 doc_id=found[position].doc_id,
                 rank=rank,
@@ -741,6 +743,7 @@ class Engine:
             )
             for rank, position in enumerate(rescored(ranking.order[:size], len(found))[:size], start=1)
         )
+        return SimilarResult(hits=hits, window=window, candidates=len(candidates))
 
 
 def explained_ranker(ranker: Ranker) -> Ranker | None:

@@ -396,3 +396,12 @@ class SearchResult:
     status: str = "ok"
     reason: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SimilarResult:
+    """The papers most like a stored one (`Engine.similar`), and what they were ranked from."""
+
+    hits: tuple[RankedDoc, ...]
+    window: int
+    candidates: int  # how many the window held (fewer than `window` when BM25 found fewer)

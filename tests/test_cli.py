@@ -334,8 +334,9 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
     assert run(data_dir, "similar", "P01-1027", "--size", "1")[1].startswith("hidden_topics_corrected+bm25:maxp: 1 paper like P01-1027 ")
     # A size beyond the window does not widen it (the hits past it would keep their BM25
-    # order; the sample's 24 other papers all fit in it).
-    assert " like P01-1027 of the BM25 top 100 for its distinctive words\n" in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
+    # order; the sample's 24 other papers all fit in it), and the header says what it held.
+    held = " like P01-1027 of the 24 BM25 candidates (the window of 100 held all that matched) for its distinctive words\n"
+    assert held in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
     assert run(data_dir, "similar", "P01-1027", "--size", "1001")[0] == 2  # beyond RERANKER_MAX_WINDOW, as `search --size`
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
@@ -348,6 +349,25 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     app.extensions["reranker"].close()
     assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
     assert run(data_dir, "similar", "nope")[0] == 1
+
+
+def test_the_similar_header_counts_the_candidates_as_search_does(data_dir: Path, tmp_path: Path) -> None:
+    """On an index smaller than the window the header said "of the BM25 top 100" whatever
+    the window held; it counts the candidates as `reranker search`'s header does, and the
+    papers past the window apart."""
+    ship_log = {"id": "log", "title": "A ship's log", "text": "The sailors' log of the vessel: wind, sails, storms and harbours on the ocean voyage."}
+    harbour = {"id": "harbour", "title": "Harbours", "text": "Ships in the harbour: sailors furl the sails after a voyage across the ocean."}
+    assert run(data_dir, "index", str(write_jsonl(tmp_path / "tiny.jsonl", [*TINY_CORPUS, ship_log, harbour])), "--no-progress")[0] == 0
+    for doc_id, window, said in [
+        ("ships", None, "2 papers like ships of the 2 BM25 candidates (the window of 100 held all that matched) for its distinctive words"),
+        ("ships", "1", "1 paper like ships of the BM25 top 1 for its distinctive words, then 1 paper past it in BM25 order"),
+        ("chess", None, "0 papers like chess of the 0 BM25 candidates (no document matched) for its distinctive words"),
+    ]:
+        options = ["--window", window] if window else []
+        hits = json.loads(run(data_dir, "similar", doc_id, *options, "--json")[1])["hits"]
+        assert sum(hit["score"] is not None for hit in hits) == int(said.split()[0]), "the header counts what the window held"
+        code, out = run(data_dir, "similar", doc_id, *options)
+        assert code == 0 and out.splitlines()[0] == f"{DEFAULT_RANKER}: {said}", out
 
 
 def test_evaluate_json_has_the_documented_shape(data_dir: Path) -> None:

@@ -310,16 +310,22 @@ def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     _check_size(args, settings)
     engine = open_engine(settings, require_documents=True)
     try:
-        window = settings.window
-        hits = engine.similar(args.doc_id, ranker, size=args.size, window=window)
-        answer = similar_answer(engine, args.doc_id, hits, ranker) if args.json else None
+        found = engine.similar(args.doc_id, ranker, size=args.size, window=settings.window)
+        answer = similar_answer(engine, args.doc_id, found.hits, ranker) if args.json else None
     finally:
         engine.store.close()
     if answer is not None:
         json.dump(answer, out, indent=2)
         out.write("\n")
         return 0
-    print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {_one_line(args.doc_id)} of the BM25 top {window} for its distinctive words", file=out)
+    hits = found.hits
+    past = sum(hit.score is None for hit in hits)  # past the window, in BM25 order
+    after = f", then {counted(past, 'paper')} past it in BM25 order" if past else ""
+    print(
+        f"{ranker}: {counted(len(hits) - past, 'paper')} like {_one_line(args.doc_id)} "
+        f"of {_candidates(found.candidates, found.window)} for its distinctive words{after}",
+        file=out,
+    )
     for hit in hits:
         print(f"{hit.rank:>3}. {_one_line(hit.doc_id):<24} {_scores(hit)}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
     return 0

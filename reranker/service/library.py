@@ -128,5 +128,5 @@ def _similar(doc_id: str) -> Any:
     rt = runtime()
     ranker = request.args.get("ranker", rt.limits.default_ranker)  # "ranker=" names no ranker: a 400
     engine = rt.engine()
-    hits = engine.similar(doc_id, ranker, size=size, window=rt.settings.window)
-    return jsonify(similar_answer(engine, doc_id, hits, ranker))
+    found = engine.similar(doc_id, ranker, size=size, window=rt.settings.window)
+    return jsonify(similar_answer(engine, doc_id, found.hits, ranker))
