@@ -99,6 +99,7 @@ def build_engine(
     store_name: str | Callable[[WordVectors], str] | None = None,
     *,
     require_documents: bool = False,
+    create: bool = True,
     progress: ProgressFactory | None = None,
 ) -> "Engine":
     """Vectors, store and stop list as `settings` say.
@@ -107,7 +108,9 @@ def build_engine(
     per data set and vectors. Otherwise, with no vectors in `settings`, the engine uses
     the ones the index was built with (see `vectors_spec`). `require_documents`: an empty
     index is an InputError, raised before the vectors are loaded (a first load converts
-    them). `progress`: shown while vectors are converted (see `load_vectors`).
+    them). `create=False` (a command that only reads; `require_documents` implies it): where
+    there is no index, IndexNotFoundError, and nothing is made (see `open_store`).
+    `progress`: shown while vectors are converted (see `load_vectors`).
     """
     from reranker.embeddings import load_vectors
     from reranker.store import open_store
@@ -118,7 +121,7 @@ def build_engine(
         vectors = load_vectors(settings.vectors or DEFAULT_VECTORS, settings.vectors_cache, progress)
         store = open_store(settings, store_name(vectors))
     else:
-        store = open_store(settings, store_name)
+        store = open_store(settings, store_name, create=create and not require_documents)
         try:
             if require_documents and store.count() == 0:
                 raise InputError("the index is empty: run `reranker index CORPUS.jsonl` first")

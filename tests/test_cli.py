@@ -614,7 +614,7 @@ def test_evaluate_names_the_corpus_lines_it_skipped(data_dir: Path, tmp_path: Pa
 
 def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(data_dir, "search", "ships")[0] == 1
-    assert "the index is empty" in capsys.readouterr().err
+    assert "no index in" in capsys.readouterr().err
     # A misspelt ranker is said first, whatever the index holds (it said "the index is empty").
     for command in (["search", "ships"], ["similar", "P01-1027"]):
         assert run(data_dir, *command, "--ranker", "nope")[0] == 2
@@ -647,6 +647,31 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--filter", "title=" + "a" * 8192)
     assert usage.value.code == 2 and "argument --filter: must be at most 8191 characters, got 8192" in capsys.readouterr().err
+
+
+def test_commands_that_read_make_no_index_in_an_empty_data_dir(tmp_path: Path, glove: object) -> None:
+    """`reranker search` on a fresh data dir made an empty index there, then said the index
+    was empty. The commands that read say there is no index and how to make one, and leave
+    the data dir as it was."""
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    env = {**os.environ, **settings_env(data_dir)}
+    no_index = f"no index in {data_dir / 'index'} yet: run `reranker index CORPUS.jsonl` first"
+    for argv, said in [
+        (["search", "ships"], f"reranker: error: {no_index}\n"),
+        (["similar", "ships"], f"reranker: error: {no_index}\n"),
+        (["compact"], f"reranker: error: nothing to compact: {no_index}\n"),
+        (["train", "doc2vec", str(SAMPLE / "corpus.jsonl"), "--no-progress"], f"reranker: error: {no_index}\n"),
+        (["rankers"], f"reranker: {no_index}; which rankers can run on it is known once there is one\n"),
+    ]:
+        done = subprocess.run([sys.executable, "-m", "reranker", *argv], env=env, capture_output=True, text=True, timeout=120)
+        assert done.stderr == said, (argv, done.stderr)
+        assert done.returncode == (0 if argv == ["rankers"] else 1), argv
+        assert list(data_dir.iterdir()) == [], f"reranker {' '.join(argv)} wrote {sorted(data_dir.iterdir())}"
+    assert DEFAULT_RANKER in done.stdout.split(), "the rankers are listed all the same"
 
 
 def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:
@@ -859,7 +884,7 @@ def test_a_store_built_by_the_fts5_version_names_the_rebuild_command(data_dir: P
     assert code == 0 and "1." in out
 
 
-def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path) -> None:
+def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path, tmp_path: Path) -> None:
     """One ranker a line, its name first (scripts read the first column), then what GET
     /rankers says of it: the default, whether it scores by topics, and, for the
     doc2vec rankers on an index without a Doc2Vec model, that they cannot run and why.
@@ -867,6 +892,7 @@ def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path) -> None:
     from reranker.errors import NO_DOC2VEC_MODEL
     from reranker.service import create_app
 
+    assert run(data_dir, "index", str(write_jsonl(tmp_path / "tiny.jsonl", TINY_CORPUS)), "--no-progress")[0] == 0
     code, out = run(data_dir, "rankers")
     lines = out.splitlines()
     assert code == 0 and [line.split()[0] for line in lines] == ranker_names()
@@ -1074,8 +1100,8 @@ def test_vectors_are_converted_once_for_every_data_dir(
     for command in (["search", "ships"], ["similar", "ships"]):
         assert run(one, "--vectors", f"word2vec:{vectors}", *command)[0] == 1
         err = capsys.readouterr().err
-        assert err.strip() == "reranker: error: the index is empty: run `reranker index CORPUS.jsonl` first"
-    assert not cache.exists(), "a command that fails on an empty index converted vectors first"
+        assert err.strip() == f"reranker: error: no index in {one / 'index'} yet: run `reranker index CORPUS.jsonl` first"
+    assert not cache.exists(), "a command that fails without an index converted vectors first"
 
     assert run(one, "--vectors", f"word2vec:{vectors}", "index", str(corpus), "--no-progress")[0] == 0
     err = capsys.readouterr().err
@@ -1228,9 +1254,9 @@ def test_values_that_look_like_options_are_still_values(data_dir: Path, capsys: 
         run(data_dir, "search", "x", "--fusion-weight", "-0.5")
     assert "must lie in [0, 1], got -0.5" in capsys.readouterr().err
     assert run(data_dir, "search", "-not an option", "--siz", "2")[0] == 1
-    assert "the index is empty" in capsys.readouterr().err
+    assert "no index in" in capsys.readouterr().err
     assert run(data_dir, "search", "--", "--explian")[0] == 1
-    assert "the index is empty" in capsys.readouterr().err
+    assert "no index in" in capsys.readouterr().err
 
 
 def test_help_is_printed_whatever_else_the_line_holds(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

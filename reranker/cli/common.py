@@ -204,14 +204,16 @@ def open_engine(
     store_name: str | Callable[["WordVectors"], str] | None = None,
     *,
     require_documents: bool = False,
+    create: bool = True,
     show_bar: bool = True,
 ) -> "Engine":
     """The engine a command works with; `require_documents`: an empty index is an error,
-    before any vectors are converted. A conversion says so (see `conversion_progress`)."""
+    before any vectors are converted; `create=False` (implied by it): no index is an error,
+    and nothing is made. A conversion says so (see `conversion_progress`)."""
     from reranker.pipeline import build_engine
 
     return build_engine(
-        settings, store_name, require_documents=require_documents,
+        settings, store_name, require_documents=require_documents, create=create,
         progress=lambda what: conversion_progress(what, show_bar=show_bar),
     )
 

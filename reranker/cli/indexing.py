@@ -24,7 +24,7 @@ from reranker.cli.common import (
     with_trained_vectors,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
-from reranker.errors import ConfigError, InputError, RerankerError, StoreError
+from reranker.errors import ConfigError, IndexNotFoundError, InputError, RerankerError, StoreError
 from reranker.text import counted, listed
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
             skipped.append(item)
         else:
             documents.append(item)
-    store = open_store(settings)
+    store = open_store(settings, create=False)  # trains on an index: makes none
     show = not args.no_progress and sys.stderr.isatty()
     try:
         with tqdm(total=params.epochs, unit="epoch", desc="training doc2vec", disable=not show, leave=False) as bar:
@@ -229,7 +229,10 @@ def cmd_compact(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     from reranker.store import open_store
 
     args.after_an_interruption = _compaction_interrupted(settings)
-    store = open_store(settings)
+    try:
+        store = open_store(settings, create=False)
+    except IndexNotFoundError as exc:
+        raise IndexNotFoundError(f"nothing to compact: {exc}") from None
     try:
         _compact(store, args, out)
     finally:

@@ -18,7 +18,7 @@ from reranker.cli.common import (
     positive_int,
 )
 from reranker.config import Settings
-from reranker.errors import ConfigError, InputError
+from reranker.errors import ConfigError, IndexNotFoundError, InputError
 from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
 from reranker.text import counted
 from reranker.types import MAX_FILTERS
@@ -338,9 +338,15 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
 
     default = settings.service.default_ranker
     engines: list[Engine] = []
+    missing: list[IndexNotFoundError] = []
 
     def engine() -> "Engine":
-        engines.append(open_engine(settings, show_bar=False))
+        try:
+            # Listing reads: without an index it makes none (an empty one would claim there is one).
+            engines.append(open_engine(settings, create=False, show_bar=False))
+        except IndexNotFoundError as exc:
+            missing.append(exc)
+            raise
         return engines[-1]
 
     try:
@@ -355,6 +361,9 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
         if not entry["available"]:
             notes.append(f"unavailable: {entry['reason']}")
         print(f"{entry['name']:<{width}}  {'; '.join(notes)}", file=out)
+    if missing:
+        # On stderr: the list stays one ranker a line for scripts.
+        print(f"reranker: {missing[0]}; which rankers can run on it is known once there is one", file=sys.stderr)
     return 0
 
 def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
