@@ -37,6 +37,9 @@ EXIT_USAGE = 2
 # `evaluate --baseline-run`: a ranker got significantly worse (distinct from errors, for CI).
 EXIT_REGRESSION = 3
 
+# Skipped corpus lines `index` and `train doc2vec` name (all of them with -v).
+SHOWN_SKIPPED_LINES = 20
+
 class CommandParser(argparse.ArgumentParser):
     """argparse, refusing a command line in one line on stderr (exit 2) that names the
     (sub)command whose line it is, e.g. `reranker search: error: unrecognized argument
@@ -320,7 +323,7 @@ def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     if published is not None and published.swapped:
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
         print(f"alias now points at {published.current}{kept}", file=out)
-    for line in skipped_lines(report.skipped, 20, every_skip=every_skip, label="skipped "):
+    for line in skipped_lines(report.skipped, SHOWN_SKIPPED_LINES, every_skip=every_skip, label="skipped "):
         print(line, file=out)
 
 def ranker_list(raw: str) -> list[str]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import (
     EXIT_ERROR,
+    SHOWN_SKIPPED_LINES,
     add_k_option,
     check_output,
     cluster_store,
@@ -21,6 +22,7 @@ from reranker.cli.common import (
     open_engine,
     positive_int,
     print_report,
+    skipped_lines,
     with_trained_vectors,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
@@ -210,6 +212,9 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
         f"model {info.checksum[:12]} saved as {model_path(settings.data_dir, info.checksum)}",
         file=out,
     )
+    # Which lines, as `index` names them: the count alone left the user to find them.
+    for line in skipped_lines(skipped, SHOWN_SKIPPED_LINES, every_skip=args.verbose, label="skipped "):
+        print(line, file=out)
     print(
         f"stored the vectors of {counted(report.stored, 'document')}; "
         f"{counted(report.without_vector, 'indexed document')} {'has' if report.without_vector == 1 else 'have'} none "
