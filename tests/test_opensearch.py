@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, load_script, run, searches_during_reindex, settings_env, write_jsonl
+from conftest import REPO, TINY_CORPUS, ClusterProxy, InterruptAfter, run, searches_during_reindex, settings_env, write_jsonl
 
 from reranker.config import OpenSearchSettings, Settings
 from reranker.embeddings import WordVectors
@@ -988,26 +988,6 @@ def test_a_cluster_that_answers_too_late_is_said_so_not_unreachable(osmem_clone:
                 ask()
             assert f"OpenSearch at {proxy.url} did not answer within 0.5 s (OPENSEARCH_TIMEOUT)" in str(late.value), late.value
             assert "cannot reach" not in str(late.value)
-    finally:
-        proxy.close()
-
-
-def test_the_service_bench_indexes_with_a_timeout_of_its_own(
-    osmem_clone: Any, tmp_path: Path, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """bench/bench_service.py indexed with the product's OPENSEARCH_TIMEOUT of 10 s, which
-    osmem's bulk requests of 2,000-word documents outran on a busy machine: their documents
-    were skipped and the bench refused to report. A cluster that answers a bulk request after
-    10.5 s stands in for that machine; the service the bench measures keeps the default."""
-    monkeypatch.syspath_prepend(str(REPO / "bench"))  # the script imports its helpers by name, as when run
-    bench = load_script(REPO / "bench" / "bench_service.py")
-    monkeypatch.delenv("OPENSEARCH_TIMEOUT", raising=False)
-    proxy = ClusterProxy(osmem_clone.url, delay={"_bulk": 10.5})
-    try:
-        env = bench.service_env(proxy.url, tmp_path)
-        assert "OPENSEARCH_TIMEOUT" not in env, "the service is measured with the product's default"
-        corpus = write_jsonl(tmp_path / "corpus.jsonl", TINY_CORPUS)
-        assert bench.index_corpus(corpus, env, len(TINY_CORPUS)) > 10.5
     finally:
         proxy.close()
 
