@@ -821,8 +821,10 @@ def similar_query(
 def first_stage_depth(window: int, size: int, max_window: int, offset: int = 0) -> int:
     """How many BM25 hits a search of hits [offset, offset + size) reads: the reranked
     `window`, or the page's end when it reaches past it, at most `max_window`
-    (RERANKER_MAX_WINDOW). POST /search, `reranker search`, /similar and `reranker similar`
-    all read this many, and rerank only the top `window` of them (`rescored`)."""
+    (RERANKER_MAX_WINDOW); only the top `window` of them are reranked (`rescored`). POST
+    /search reads this many; `Engine.search` and `Engine.similar`, which show the first
+    page only, read max(window, size), the same number where both are within the limit
+    (as `reranker search --size` and /similar's `size` are checked to be)."""
     return min(max(window, offset + size), max_window)
 
 
