@@ -24,12 +24,11 @@ from reranker.config import DEFAULT_WINDOW
 from reranker.datasets import Dataset
 from reranker.errors import ConfigError, InputError
 from reranker.evaluation import (
-    RANDOMIZATION_ROUNDS,
-    RANDOMIZATION_SEED,
     PerQuery,
     RankerRun,
     holm_adjusted,
     metric_names,
+    randomization_test_name,
     run_rankers,
     score_rankings,
     summarise,
@@ -154,8 +153,9 @@ class Comparison:
     wins_ties_losses: ranker (not the baseline) -> metric -> (queries above, equal to,
         below the baseline).
     p_values: ranker (not the baseline) -> metric -> two-sided paired randomisation
-        test p-value against the baseline (RANDOMIZATION_ROUNDS sign flips, seed
-        RANDOMIZATION_SEED; the smallest possible is 1 / (rounds + 1)).
+        test p-value against the baseline (`paired_randomization_p`: exact, at least
+        2 / 2^queries, over 13 queries or fewer; else RANDOMIZATION_ROUNDS sign flips,
+        seed RANDOMIZATION_SEED, at least 1 / (rounds + 1)).
     t_test_p_values: the same shape, two-sided paired t-test.
     holm_p_values (derived, not stored): `p_values` adjusted by Holm's step-down method
         (`holm_adjusted`), one family per metric: the rankers tested against the baseline.
@@ -210,8 +210,7 @@ class Comparison:
                 ranker: {metric: list(wtl) for metric, wtl in by_metric.items()}
                 for ranker, by_metric in self.wins_ties_losses.items()
             },
-            "significance_test": "paired randomisation (two-sided, "
-            f"{RANDOMIZATION_ROUNDS} sign flips, seed {RANDOMIZATION_SEED})",
+            "significance_test": randomization_test_name(self.queries),
             "p_values": self.p_values,
             "holm_p_values": self.holm_p_values,
             "t_test_p_values": self.t_test_p_values,

@@ -89,6 +89,45 @@ def _sign_flips(rounds: int, size: int, seed: int) -> npt.NDArray[np.float64]:
     return signs
 
 
+@functools.lru_cache(maxsize=8)
+def _every_sign_pattern(size: int) -> npt.NDArray[np.float64]:
+    """(2^size, size) every pattern of signs, read-only: bit j of row i set flips pair j
+    (row 0 flips nothing, the last row flips everything)."""
+    flipped = (np.arange(1 << size)[:, None] >> np.arange(size)) & 1
+    signs = np.asarray(1.0 - 2.0 * flipped, dtype=np.float64)
+    signs.flags.writeable = False
+    return signs
+
+
+def randomization_is_exact(pairs: int, rounds: int = RANDOMIZATION_ROUNDS) -> bool:
+    """Whether `paired_randomization_p` over `pairs` pairs enumerates every sign pattern
+    (an exact p) rather than sampling `rounds` of them (an estimate).
+
+    Exact when 2^pairs <= rounds (13 pairs or fewer at 10,000 rounds): enumerating then
+    costs no more than sampling did, and sampling would only estimate, with Monte-Carlo
+    error, a p that is a multiple of 1/2^pairs (and could print one no pattern gives, as
+    0.065 for 2/2^5 = 0.0625). Beyond it the patterns double with every pair (2^40 for 40
+    queries) and sampling is the only way."""
+    return (1 << pairs) <= rounds
+
+
+def randomization_draws(pairs: int, rounds: int = RANDOMIZATION_ROUNDS, seed: int = RANDOMIZATION_SEED) -> str:
+    """How `paired_randomization_p` tested `pairs` pairs, for people: 'exact: all 2^5 = 32
+    sign patterns' or '10,000 sign flips, seed 7'."""
+    if randomization_is_exact(pairs, rounds):
+        return f"exact: all 2^{pairs} = {2**pairs:,} sign patterns"
+    return f"{rounds:,} sign flips, seed {seed}"
+
+
+def randomization_test_name(pairs: int, rounds: int = RANDOMIZATION_ROUNDS, seed: int = RANDOMIZATION_SEED) -> str:
+    """How `paired_randomization_p` tested `pairs` pairs, for a report's JSON:
+    'paired randomisation (two-sided, 10000 sign flips, seed 7)' or, when exact,
+    'paired randomisation (two-sided, exact: all 32 sign patterns of 5 pairs)'."""
+    if randomization_is_exact(pairs, rounds):
+        return f"paired randomisation (two-sided, exact: all {2**pairs} sign patterns of {pairs} pairs)"
+    return f"paired randomisation (two-sided, {rounds} sign flips, seed {seed})"
+
+
 def _paired_differences(a: Sequence[float], b: Sequence[float]) -> npt.NDArray[np.float64]:
     diffs = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if diffs.ndim != 1:
@@ -102,8 +141,17 @@ def paired_randomization_p(
     """Two-sided p-value of the mean paired difference under random sign flips
     (Fisher's randomisation test; Smucker, Allan & Carterette, CIKM 2007).
 
-    a, b: (n,) per-query values of two rankers, same query order. Deterministic for a
-    fixed `seed`; the smallest p-value it can give is 1 / (rounds + 1).
+    a, b: (n,) per-query values of two rankers, same query order. With 2^n <= `rounds`
+    (`randomization_is_exact`) every sign pattern is tried and p is exact: the share of
+    the 2^n patterns whose |mean difference| reaches the observed one. The observed pattern
+    and its negation are among them, so p >= 2 / 2^n. Beyond, `rounds` patterns are drawn
+    (deterministic for a fixed `seed`) and p = (extreme + 1) / (rounds + 1), an estimate
+    that is never below 1 / (rounds + 1).
+
+    Pairs with no difference stay in n, in both ways, as the callers' "over n queries"
+    says: their sign changes no mean, so each pattern of the other pairs is counted 2^z
+    times for z such pairs and the exact p is the one over the other pairs alone (its
+    floor is then 2 / 2^(n - z), above 2 / 2^n).
 
     Why not scipy.stats.permutation_test (permutation_type="samples", the same sign
     flips): it gives the same p-values within Monte-Carlo error (fixed inputs of 40 and 76
@@ -116,8 +164,14 @@ def paired_randomization_p(
     if diffs.size == 0 or not diffs.any():
         return 1.0
     observed = abs(diffs.mean())
+    # A pattern ties the observed mean when it differs only by rounding (the same
+    # differences summed in another order), so it counts as reaching it.
+    tolerance = 1e-12
+    if randomization_is_exact(diffs.size, rounds):
+        means = np.abs(_every_sign_pattern(diffs.size) @ diffs) / diffs.size
+        return float(np.count_nonzero(means >= observed - tolerance) / (1 << diffs.size))
     signs = _sign_flips(rounds, diffs.size, seed)
-    extreme = np.count_nonzero(np.abs(signs @ diffs) / diffs.size >= observed - 1e-12)
+    extreme = np.count_nonzero(np.abs(signs @ diffs) / diffs.size >= observed - tolerance)
     return float((extreme + 1) / (rounds + 1))
 
 
@@ -214,7 +268,8 @@ class EvaluationResult:
     baselines: the rankers every other one is tested against: BM25, and hidden_topics
         when it was evaluated.
     p_values: baseline -> ranker -> metric -> two-sided paired randomisation test p-value
-        (the headline test: RANDOMIZATION_ROUNDS sign flips, seed RANDOMIZATION_SEED).
+        (the headline test: `paired_randomization_p`, exact over 13 queries or fewer,
+        else RANDOMIZATION_ROUNDS sign flips, seed RANDOMIZATION_SEED).
     t_test_p_values: the same shape, two-sided paired t-test.
     approximate: ranker -> queries it answered approximately (a time budget ran out).
     config: what the run was built with (vectors, K, ...), as the caller states it.
@@ -252,8 +307,7 @@ class EvaluationResult:
             "rankers": list(self.rankers),
             "results": self.results,
             "baselines": list(self.baselines),
-            "significance_test": "paired randomisation (two-sided, "
-            f"{RANDOMIZATION_ROUNDS} sign flips, seed {RANDOMIZATION_SEED})",
+            "significance_test": randomization_test_name(self.queries),
             "p_values": self.p_values,
             "holm_p_values": self.holm_p_values,
             "t_test_p_values": self.t_test_p_values,
@@ -428,8 +482,8 @@ def evaluate_similar(
     rankings: Rankings = {name: {} for name in names}
     for paper in (paper for paper in papers if paper in stored):
         for name in names:
-            hits = engine.similar(paper, name, size=window, window=window)
-            rankings[name][paper] = tuple(hit.doc_id for hit in hits)
+            found = engine.similar(paper, name, size=window, window=window)
+            rankings[name][paper] = tuple(hit.doc_id for hit in found.hits)
         if on_query is not None:
             on_query()
     if run_dir is not None:

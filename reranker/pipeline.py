@@ -75,6 +75,7 @@ from reranker.types import (
     Query,
     RankedDoc,
     SearchResult,
+    SimilarResult,
     TopicBatch,
     TopicExplanation,
 )
@@ -98,6 +99,7 @@ def build_engine(
     store_name: str | Callable[[WordVectors], str] | None = None,
     *,
     require_documents: bool = False,
+    create: bool = True,
     progress: ProgressFactory | None = None,
 ) -> "Engine":
     """Vectors, store and stop list as `settings` say.
@@ -106,7 +108,9 @@ def build_engine(
     per data set and vectors. Otherwise, with no vectors in `settings`, the engine uses
     the ones the index was built with (see `vectors_spec`). `require_documents`: an empty
     index is an InputError, raised before the vectors are loaded (a first load converts
-    them). `progress`: shown while vectors are converted (see `load_vectors`).
+    them). `create=False` (a command that only reads; `require_documents` implies it): where
+    there is no index, IndexNotFoundError, and nothing is made (see `open_store`).
+    `progress`: shown while vectors are converted (see `load_vectors`).
     """
     from reranker.embeddings import load_vectors
     from reranker.store import open_store
@@ -117,7 +121,7 @@ def build_engine(
         vectors = load_vectors(settings.vectors or DEFAULT_VECTORS, settings.vectors_cache, progress)
         store = open_store(settings, store_name(vectors))
     else:
-        store = open_store(settings, store_name)
+        store = open_store(settings, store_name, create=create and not require_documents)
         try:
             if require_documents and store.count() == 0:
                 raise InputError("the index is empty: run `reranker index CORPUS.jsonl` first")
@@ -530,32 +534,35 @@ class Engine:
         explain: bool = False,
         filters: Sequence[Filter] = (),
     ) -> SearchResult:
-        """BM25 top-`window` (passing `filters`), reranked by `ranker_name`; the first `size` hits."""
+        """BM25 top-`window` (passing `filters`), reranked by `ranker_name`; the first `size`
+        hits. When `size` is larger than `window`, the hits past the window follow it in
+        their BM25 order, unscored (`rescored`), as POST /search pages."""
         ranker = self.ranker(ranker_name)
         self.check_index()
         if "word_ids" in ranker.needs:  # WMD, alone or fused: loaded before its budget starts
             self.load_wmd()
         started = time.perf_counter()
         query = self.query(text)
+        found = self.store.bm25(query.text, max(window, size), filters)
         # Completed before reranking, so that `explain` reads what the ranker scored.
-        candidates = self.complete(replace(self.window(query, window, filters), exact_top=size), ranker)
+        candidates = self.complete(CandidateSet(tuple(found[:window]), query_text=query.text, exact_top=size), ranker)
         retrieved = time.perf_counter()
         ranking = self.rerank(query, candidates, ranker)
-        order, scores = ranking.order[:size], ranking.scores
+        order = ranking.order[:size]
         reranked = time.perf_counter()
         explanations = self.explain(query, candidates, order, ranker, ranking.parts) if explain else {}
         hits = tuple(
             RankedDoc(
-                doc_id=candidates.candidates[position].doc_id,
+                doc_id=found[position].doc_id,
                 rank=rank,
-                score=float(scores[position]),
-                ranker_score=float(ranking.ranker_scores[position]),
-                bm25_score=candidates.candidates[position].bm25_score,
-                bm25_rank=candidates.candidates[position].bm25_rank,
-                title=candidates.candidates[position].title,
+                score=float(ranking.scores[position]) if position < len(candidates) else None,
+                ranker_score=float(ranking.ranker_scores[position]) if position < len(candidates) else None,
+                bm25_score=found[position].bm25_score,
+                bm25_rank=found[position].bm25_rank,
+                title=found[position].title,
                 explanation=explanations.get(position),
             )
-            for rank, position in enumerate(order, start=1)
+            for rank, position in enumerate(rescored(order, len(found))[:size], start=1)
         )
         status, reason = ranking_status(query, ranker, ranking)
         return SearchResult(
@@ -700,7 +707,7 @@ class Engine:
         )
         return document, topics
 
-    def similar(self, doc_id: str, ranker_name: str, *, size: int = 10, window: int = 100) -> tuple[RankedDoc, ...]:
+    def similar(self, doc_id: str, ranker_name: str, *, size: int = 10, window: int = 100) -> SimilarResult:
         """The stored documents most like `doc_id` ("papers like this one"): a search whose
         query is the paper itself, the paper left out of its hits.
 
@@ -709,8 +716,9 @@ class Engine:
         (`bm25_rank` counts from 1 without the document itself). Then `ranker_name`
         reorders them with the paper's whole text as the query (for the hidden-topic
         rankers: how well all of the paper's words align with each candidate's topics);
-        the first `size`. Raises DocumentNotFoundError, UnknownRankerError, and what
-        `check_ranker` raises.
+        the first `size`, those past the window in their BM25 order, unscored (`rescored`),
+        with how many candidates the window held (as `search` counts them). Raises
+        DocumentNotFoundError, UnknownRankerError, and what `check_ranker` raises.
         """
         ranker = self.ranker(ranker_name)
         document = self.document(doc_id)
@@ -719,23 +727,26 @@ class Engine:
         info = self.store.index_info()
         common = info.centering.background_words if info is not None and info.centering is not None else ()
         first_stage = similar_query(document, self.stopwords, frozenset(common), doc_freqs=self.store.doc_freqs)
-        found = [c for c in self.store.bm25(first_stage, window + 1) if c.doc_id != doc_id][:window]
-        candidates = CandidateSet(
-            candidates=tuple(replace(c, bm25_rank=rank) for rank, c in enumerate(found, start=1)), exact_top=size
-        )
+        depth = max(window, size)
+        found = [
+            replace(c, bm25_rank=rank)
+            for rank, c in enumerate((c for c in self.store.bm25(first_stage, depth + 1) if c.doc_id != doc_id), start=1)
+        ][:depth]
+        candidates = CandidateSet(candidates=tuple(found[:window]), exact_top=size)
         ranking = self.rerank(self.query(document.full_text), candidates, ranker)
-        return tuple(
+        hits = tuple(
             RankedDoc(
-                doc_id=candidates.candidates[position].doc_id,
+                doc_id=found[position].doc_id,
                 rank=rank,
-                score=float(ranking.scores[position]),
-                ranker_score=float(ranking.ranker_scores[position]),
-                bm25_score=candidates.candidates[position].bm25_score,
-                bm25_rank=candidates.candidates[position].bm25_rank,
-                title=candidates.candidates[position].title,
+                score=float(ranking.scores[position]) if position < len(candidates) else None,
+                ranker_score=float(ranking.ranker_scores[position]) if position < len(candidates) else None,
+                bm25_score=found[position].bm25_score,
+                bm25_rank=found[position].bm25_rank,
+                title=found[position].title,
             )
-            for rank, position in enumerate(ranking.order[:size], start=1)
+            for rank, position in enumerate(rescored(ranking.order[:size], len(found))[:size], start=1)
         )
+        return SimilarResult(hits=hits, window=window, candidates=len(candidates))
 
 
 def explained_ranker(ranker: Ranker) -> Ranker | None:
@@ -807,12 +818,23 @@ def similar_query(
     return " ".join(chosen or [word for word, _ in counts.most_common(terms)])
 
 
-def search_window(window: int, size: int, max_window: int, offset: int = 0) -> int:
-    """The BM25 window a search of hits [offset, offset + size) reranks: `window`, widened
-    to hold the page, at most `max_window` (RERANKER_MAX_WINDOW). POST /search, `reranker
-    search`, /similar and `reranker similar` all ask for this one, so that the same options
-    rerank the same candidates (docs/http-api.md: BM25 top-max(window, from+size))."""
+def first_stage_depth(window: int, size: int, max_window: int, offset: int = 0) -> int:
+    """How many BM25 hits a search of hits [offset, offset + size) reads: the reranked
+    `window`, or the page's end when it reaches past it, at most `max_window`
+    (RERANKER_MAX_WINDOW); only the top `window` of them are reranked (`rescored`). POST
+    /search reads this many; `Engine.search` and `Engine.similar`, which show the first
+    page only, read max(window, size), the same number where both are within the limit
+    (as `reranker search --size` and /similar's `size` are checked to be)."""
     return min(max(window, offset + size), max_window)
+
+
+def rescored(order: Sequence[int], hits: int) -> list[int]:
+    """One list of a first stage's `hits` positions: the reranked window's `order`, then
+    the hits past the window (positions len(order) onwards) in their first-stage order, as
+    Elasticsearch's rescore leaves hits past its `window_size`. Every page is a slice of
+    it: a window widened to each page's end reordered the pages before it, so that paging
+    showed one hit twice and another never."""
+    return [*order, *range(len(order), hits)]
 
 
 def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str, str | None]:

@@ -18,12 +18,11 @@ from reranker.errors import ConfigError
 from reranker.evaluation import (
     FIGURE_CUTOFFS,
     NDCG_CUTOFF,
-    RANDOMIZATION_ROUNDS,
-    RANDOMIZATION_SEED,
     SIGNIFICANCE_LEVEL,
     EvaluationResult,
     PerQuery,
     precision_bins,
+    randomization_draws,
     table_metric_names,
 )
 
@@ -92,11 +91,8 @@ def describe(result: OfflineResult) -> str:
     return ", ".join(parts)
 
 
-def _test_note() -> str:
-    return (
-        f"two-sided paired randomisation test over queries, {RANDOMIZATION_ROUNDS:,} sign flips, "
-        f"seed {RANDOMIZATION_SEED}"
-    )
+def _test_note(queries: int) -> str:
+    return f"two-sided paired randomisation test over queries, {randomization_draws(queries)}"
 
 
 def _power_note(queries: int) -> list[str]:
@@ -148,7 +144,7 @@ def evaluation_caption(result: EvaluationResult) -> str:
     parts = [f"{describe(result)}; means over queries."]
     if result.baselines:
         parts.append(
-            f"{marks} ({_test_note()}; paired t-test p-values in the JSON; the p of each ranker "
+            f"{marks} ({_test_note(result.queries)}; paired t-test p-values in the JSON; the p of each ranker "
             "alone, not corrected for multiple comparisons)."
         )
         parts.append(_evaluation_holm_note(result))
@@ -247,7 +243,7 @@ def comparison_caption(comparison: Comparison) -> str:
     tested = len(comparison.rankers) - 1
     parts = [
         f"{describe(comparison)}; judgments: {comparison.judgments}; baseline {base}; means over queries.",
-        f"† p < {SIGNIFICANCE_LEVEL:g} against {base} ({_test_note()}; the p of each ranker alone, not "
+        f"† p < {SIGNIFICANCE_LEVEL:g} against {base} ({_test_note(comparison.queries)}; the p of each ranker alone, not "
         f"corrected for multiple comparisons). Δ nDCG@{NDCG_CUTOFF}: mean of the ranker's minus {base}'s "
         "per query; p: the randomisation test and the paired t-test on it; "
         f"{_holm_note(tested, base)}; W/T/L: queries where the ranker's "

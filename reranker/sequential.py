@@ -48,6 +48,7 @@ ALPHA = 0.05
 # unit), an effect no two rankers of one window have; 1/2 is the Jeffreys prior.
 MIN_MIXING = 0.5
 _BISECTIONS = 60  # halvings of [0, 1]: 2^-60 is below a double's resolution near 1/2
+_ROUNDING_ULPS = 64  # generous: three terms of a few ulps each (`_rounding_error`)
 
 Counts = npt.ArrayLike
 Floats = npt.NDArray[np.float64]
@@ -115,8 +116,25 @@ def always_valid_p_values(wins_a: Counts, wins_b: Counts, mixing: float) -> Floa
     the order they happened. Returns (n,) p-values, non-increasing. Raises ValueError as
     `log_likelihood_ratio`, or for sequences of different shapes or not 1-d.
     """
-    log_ratio = log_likelihood_ratio(*_sequence(wins_a, wins_b), mixing)
+    successes, failures = _sequence(wins_a, wins_b)
+    log_ratio = log_likelihood_ratio(successes, failures, mixing)
+    # A ratio within rounding of 1 is 1, so p is 1, not 0.9999999999999999: one unit's
+    # Lambda is exactly 1 (the symmetric mixture gives either vote 1/2, as H0 does) but
+    # comes out 1 + 1e-16 for some a, and the running maximum kept it through later ties.
+    log_ratio = np.where(log_ratio > _rounding_error(successes, failures, mixing), log_ratio, 0.0)
     return np.asarray(np.minimum(1.0, np.exp(-np.maximum.accumulate(log_ratio))), dtype=np.float64)
+
+
+def _rounding_error(successes: Floats, failures: Floats, mixing: float) -> Floats:
+    """A bound on the rounding error of `log_likelihood_ratio`: a few ulps of the terms it
+    sums (each betaln is good to a few ulps of itself), _ROUNDING_ULPS of their magnitudes.
+    Below it a log-ratio cannot be told from 0; it moves a p-value by a factor of at most
+    1 + 1e-8 even at a million units, and only p-values that round to 1."""
+    from scipy.special import betaln
+
+    magnitude = np.abs(betaln(mixing + successes, mixing + failures)) + abs(float(betaln(mixing, mixing)))
+    magnitude += (successes + failures) * math.log(2.0)
+    return np.asarray(_ROUNDING_ULPS * np.finfo(np.float64).eps * magnitude, dtype=np.float64)
 
 
 def confidence_sequence(wins_a: Counts, wins_b: Counts, mixing: float, alpha: float = ALPHA) -> tuple[Floats, Floats]:

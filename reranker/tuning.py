@@ -29,7 +29,13 @@ import numpy.typing as npt
 
 from reranker.datasets import Dataset
 from reranker.errors import ConfigError
-from reranker.evaluation import NDCG_CUTOFF, RANDOMIZATION_ROUNDS, RANDOMIZATION_SEED, paired_randomization_p, ranking_metrics
+from reranker.evaluation import (
+    NDCG_CUTOFF,
+    paired_randomization_p,
+    randomization_draws,
+    randomization_test_name,
+    ranking_metrics,
+)
 from reranker.pipeline import Engine
 from reranker.rankers import CandidateSet, Ranker, Scores
 from reranker.rankers.fusion import METHODS, Fusion, Method, fusion_name
@@ -227,7 +233,7 @@ class TuneResult:
                 "p_tuned_vs_default": self.p_tuned_default,
                 "p_tuned_vs_bm25": self.p_tuned_bm25,
                 "p_default_vs_bm25": self.p_default_bm25,
-                "significance_test": f"paired randomisation (two-sided, {RANDOMIZATION_ROUNDS} sign flips, seed {RANDOMIZATION_SEED})",
+                "significance_test": randomization_test_name(len(self.query_ids)),
             },
             "fold_choices": [setting.to_json() for setting in self.fold_choices],
             "chosen": {
@@ -310,6 +316,12 @@ def tune_report(result: TuneResult) -> str:
         f"  {default_label:<{width}}  {default:.3f}   tuned vs default: {tuned - default:+.3f}, {p(result.p_tuned_default)}",
         f"  {'bm25':<{width}}  {bm25:.3f}   tuned vs bm25: {tuned - bm25:+.3f}, {p(result.p_tuned_bm25)}; "
         f"default vs bm25: {default - bm25:+.3f}, {p(result.p_default_bm25)}",
+        # Holm's correction (compare, evaluate) is over several rankers tested against one
+        # baseline; these are three different questions (tuned vs default is the one that
+        # decides --write-config), left unadjusted as the reports leave their p against the
+        # default, and a reader used to evaluate's "p (Holm)" must not take them for adjusted.
+        f"  p: two-sided paired randomisation test over the {len(result.query_ids)} queries "
+        f"({randomization_draws(len(result.query_ids))}); each comparison's own p, not adjusted for multiple comparisons",
         "  chosen per fold: " + ", ".join(setting.label() for setting in result.fold_choices),
         "",
         f"chosen on all queries: {chosen_name} at weight {result.chosen.weight:g}" if result.chosen.weight is not None

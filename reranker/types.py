@@ -352,13 +352,16 @@ class RankedDoc:
 
     doc_id: str
     rank: int
-    score: float  # what the order follows (for a fusion: the fused score)
+    # What the order follows (for a fusion: the fused score); None past the reranked
+    # window, where hits keep their BM25 order (`pipeline.rescored`).
+    score: float | None
     bm25_score: float
     bm25_rank: int
     title: str = ""
     # Why, when asked for and the ranker scores by topics (None otherwise).
     explanation: Explanation | None = None
-    ranker_score: float = 0.0  # the ranker's own score (a fusion's first ranker's; else = score)
+    # The ranker's own score (a fusion's first ranker's; else = score); None past the window.
+    ranker_score: float | None = 0.0
 
     def to_json(self, *, explain: bool = False) -> dict[str, Any]:
         """The one JSON shape of a hit, for the CLI's --json and /search alike (its schema:
@@ -393,3 +396,12 @@ class SearchResult:
     status: str = "ok"
     reason: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SimilarResult:
+    """The papers most like a stored one (`Engine.similar`), and what they were ranked from."""
+
+    hits: tuple[RankedDoc, ...]
+    window: int
+    candidates: int  # how many the window held (fewer than `window` when BM25 found fewer)

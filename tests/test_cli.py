@@ -94,6 +94,21 @@ def test_the_search_header_counts_the_candidates_as_search_does(data_dir: Path) 
     assert ", 1 query word in vocabulary, 0 not" in run(data_dir, "search", "parsing", "--size", "1")[1].splitlines()[0]
 
 
+def test_a_size_beyond_the_window_shows_the_rest_in_bm25_order(data_dir: Path) -> None:
+    """As /search pages: the top --window reranked, the hits past it after them in BM25
+    order, unscored, and the header says which is which (the window was widened to the
+    size, so that --size and /search's paging reranked different windows)."""
+    assert run(data_dir, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")[0] == 0
+    code, out = run(data_dir, "search", "named entity", "--window", "3", "--size", "5")
+    header, *lines = out.splitlines()
+    assert code == 0 and header.startswith("hidden_topics_corrected+bm25:maxp: 3 of the BM25 top 3, then 2 hits past it in BM25 order, "), header
+    assert len(lines) == 5 and all("score " in line for line in lines[:3])
+    assert [line.split("(rank ")[1].split(",")[0] for line in lines[3:]] == ["4", "5"]
+    assert all("not scored: past the reranked window" in line for line in lines[3:])
+    body = json.loads(run(data_dir, "search", "named entity", "--window", "3", "--size", "5", "--json")[1])
+    assert (body["window"], body["candidates"]) == (3, 3) and [h["score"] for h in body["hits"][3:]] == [None, None]
+
+
 def test_explain_with_a_ranker_without_topics_says_there_is_nothing_to_explain(data_dir: Path) -> None:
     """--explain with bm25, wmd or a fusion of rankers without topics printed the hits and
     not a word of why nothing explained them; one line says it, in the web page's words."""
@@ -318,8 +333,10 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     assert [line for line in out.splitlines() if line != line.rstrip()] == []
     assert code == 0 and out.startswith("hidden_topics_corrected+bm25:maxp: 3 papers like P01-1027")  # the default ranker
     assert run(data_dir, "similar", "P01-1027", "--size", "1")[1].startswith("hidden_topics_corrected+bm25:maxp: 1 paper like P01-1027 ")
-    # A size beyond the window widens it, and the header says how far.
-    assert " like P01-1027 of the BM25 top 120 for its distinctive words\n" in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
+    # A size beyond the window does not widen it (the hits past it would keep their BM25
+    # order; the sample's 24 other papers all fit in it), and the header says what it held.
+    held = " like P01-1027 of the 24 BM25 candidates (the window of 100 held all that matched) for its distinctive words\n"
+    assert held in run(data_dir, "similar", "P01-1027", "--size", "120")[1]
     assert run(data_dir, "similar", "P01-1027", "--size", "1001")[0] == 2  # beyond RERANKER_MAX_WINDOW, as `search --size`
     body = json.loads(run(data_dir, "similar", "P01-1027", "--json", "--ranker", "bm25")[1])
     assert body["ranker"] == "bm25" and len(body["hits"]) == 10 and "P01-1027" not in {h["id"] for h in body["hits"]}
@@ -332,6 +349,25 @@ def test_similar_papers_on_the_command_line_are_the_services(data_dir: Path) -> 
     app.extensions["reranker"].close()
     assert [h["id"] for h in served["hits"]] == [h["id"] for h in body["hits"]]
     assert run(data_dir, "similar", "nope")[0] == 1
+
+
+def test_the_similar_header_counts_the_candidates_as_search_does(data_dir: Path, tmp_path: Path) -> None:
+    """On an index smaller than the window the header said "of the BM25 top 100" whatever
+    the window held; it counts the candidates as `reranker search`'s header does, and the
+    papers past the window apart."""
+    ship_log = {"id": "log", "title": "A ship's log", "text": "The sailors' log of the vessel: wind, sails, storms and harbours on the ocean voyage."}
+    harbour = {"id": "harbour", "title": "Harbours", "text": "Ships in the harbour: sailors furl the sails after a voyage across the ocean."}
+    assert run(data_dir, "index", str(write_jsonl(tmp_path / "tiny.jsonl", [*TINY_CORPUS, ship_log, harbour])), "--no-progress")[0] == 0
+    for doc_id, window, said in [
+        ("ships", None, "2 papers like ships of the 2 BM25 candidates (the window of 100 held all that matched) for its distinctive words"),
+        ("ships", "1", "1 paper like ships of the BM25 top 1 for its distinctive words, then 1 paper past it in BM25 order"),
+        ("chess", None, "0 papers like chess of the 0 BM25 candidates (no document matched) for its distinctive words"),
+    ]:
+        options = ["--window", window] if window else []
+        hits = json.loads(run(data_dir, "similar", doc_id, *options, "--json")[1])["hits"]
+        assert sum(hit["score"] is not None for hit in hits) == int(said.split()[0]), "the header counts what the window held"
+        code, out = run(data_dir, "similar", doc_id, *options)
+        assert code == 0 and out.splitlines()[0] == f"{DEFAULT_RANKER}: {said}", out
 
 
 def test_evaluate_json_has_the_documented_shape(data_dir: Path) -> None:
@@ -578,7 +614,7 @@ def test_evaluate_names_the_corpus_lines_it_skipped(data_dir: Path, tmp_path: Pa
 
 def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(data_dir, "search", "ships")[0] == 1
-    assert "the index is empty" in capsys.readouterr().err
+    assert "no index in" in capsys.readouterr().err
     # A misspelt ranker is said first, whatever the index holds (it said "the index is empty").
     for command in (["search", "ships"], ["similar", "P01-1027"]):
         assert run(data_dir, *command, "--ranker", "nope")[0] == 2
@@ -611,6 +647,31 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--filter", "title=" + "a" * 8192)
     assert usage.value.code == 2 and "argument --filter: must be at most 8191 characters, got 8192" in capsys.readouterr().err
+
+
+def test_commands_that_read_make_no_index_in_an_empty_data_dir(tmp_path: Path, glove: object) -> None:
+    """`reranker search` on a fresh data dir made an empty index there, then said the index
+    was empty. The commands that read say there is no index and how to make one, and leave
+    the data dir as it was."""
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    env = {**os.environ, **settings_env(data_dir)}
+    no_index = f"no index in {data_dir / 'index'} yet: run `reranker index CORPUS.jsonl` first"
+    for argv, said in [
+        (["search", "ships"], f"reranker: error: {no_index}\n"),
+        (["similar", "ships"], f"reranker: error: {no_index}\n"),
+        (["compact"], f"reranker: error: nothing to compact: {no_index}\n"),
+        (["train", "doc2vec", str(SAMPLE / "corpus.jsonl"), "--no-progress"], f"reranker: error: {no_index}\n"),
+        (["rankers"], f"reranker: {no_index}; which rankers can run on it is known once there is one\n"),
+    ]:
+        done = subprocess.run([sys.executable, "-m", "reranker", *argv], env=env, capture_output=True, text=True, timeout=120)
+        assert done.stderr == said, (argv, done.stderr)
+        assert done.returncode == (0 if argv == ["rankers"] else 1), argv
+        assert list(data_dir.iterdir()) == [], f"reranker {' '.join(argv)} wrote {sorted(data_dir.iterdir())}"
+    assert DEFAULT_RANKER in done.stdout.split(), "the rankers are listed all the same"
 
 
 def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:
@@ -823,7 +884,7 @@ def test_a_store_built_by_the_fts5_version_names_the_rebuild_command(data_dir: P
     assert code == 0 and "1." in out
 
 
-def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path) -> None:
+def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path, tmp_path: Path) -> None:
     """One ranker a line, its name first (scripts read the first column), then what GET
     /rankers says of it: the default, whether it scores by topics, and, for the
     doc2vec rankers on an index without a Doc2Vec model, that they cannot run and why.
@@ -831,6 +892,7 @@ def test_rankers_are_listed_as_get_rankers_lists_them(data_dir: Path) -> None:
     from reranker.errors import NO_DOC2VEC_MODEL
     from reranker.service import create_app
 
+    assert run(data_dir, "index", str(write_jsonl(tmp_path / "tiny.jsonl", TINY_CORPUS)), "--no-progress")[0] == 0
     code, out = run(data_dir, "rankers")
     lines = out.splitlines()
     assert code == 0 and [line.split()[0] for line in lines] == ranker_names()
@@ -1035,8 +1097,8 @@ def test_vectors_are_converted_once_for_every_data_dir(
     for command in (["search", "ships"], ["similar", "ships"]):
         assert run(one, "--vectors", f"word2vec:{vectors}", *command)[0] == 1
         err = capsys.readouterr().err
-        assert err.strip() == "reranker: error: the index is empty: run `reranker index CORPUS.jsonl` first"
-    assert not cache.exists(), "a command that fails on an empty index converted vectors first"
+        assert err.strip() == f"reranker: error: no index in {one / 'index'} yet: run `reranker index CORPUS.jsonl` first"
+    assert not cache.exists(), "a command that fails without an index converted vectors first"
 
     assert run(one, "--vectors", f"word2vec:{vectors}", "index", str(corpus), "--no-progress")[0] == 0
     err = capsys.readouterr().err
@@ -1189,9 +1251,9 @@ def test_values_that_look_like_options_are_still_values(data_dir: Path, capsys: 
         run(data_dir, "search", "x", "--fusion-weight", "-0.5")
     assert "must lie in [0, 1], got -0.5" in capsys.readouterr().err
     assert run(data_dir, "search", "-not an option", "--siz", "2")[0] == 1
-    assert "the index is empty" in capsys.readouterr().err
+    assert "no index in" in capsys.readouterr().err
     assert run(data_dir, "search", "--", "--explian")[0] == 1
-    assert "the index is empty" in capsys.readouterr().err
+    assert "no index in" in capsys.readouterr().err
 
 
 def test_help_is_printed_whatever_else_the_line_holds(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -301,6 +301,20 @@ def test_a_degraded_answer_still_conforms(indexed: Path, monkeypatch: pytest.Mon
     assert answer.headers["X-Reranker-First-Stage"] == "order", "a degraded answer keeps the order sent, and says so"
 
 
+@pytest.mark.parametrize("route", ["/v1/rerank", "/v2/rerank"])
+def test_a_degraded_answer_scores_in_the_units_of_a_ranked_one(route: str, tmp_path: Path, glove: object) -> None:
+    """With the cluster down (a port nothing listens on) the topics cannot be read and the
+    caller's order is kept; its scores are min-max over the request as a ranked answer's
+    are, so one document scores 0 either way (it was 1.0 when degraded)."""
+    client = _app(tmp_path, OPENSEARCH_URL="http://127.0.0.1:9", OPENSEARCH_RETRIES="0").test_client()
+    for documents, expected in [(1, [0.0]), (2, [1.0, 0.0]), (3, [1.0, 0.5, 0.0])]:
+        answer = client.post(route, json={"query": QUERY, "documents": _documents(documents)}, headers=HEADERS)
+        assert answer.status_code == 200 and answer.headers["X-Reranker-Status"] == "degraded"
+        assert "cannot reach OpenSearch" in answer.get_json()["meta"]["warnings"][0]
+        pairs = _conforms(answer.get_data(), documents)
+        assert pairs == list(enumerate(expected)), "the caller's order, first 1 and last 0"
+
+
 def test_a_ranker_that_ties_every_document_says_so(client: FlaskClient) -> None:
     """Identical texts get the same score: the order is the caller's, and the answer must
     not pass it off as a ranking."""

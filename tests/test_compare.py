@@ -253,12 +253,16 @@ def test_the_shape_is_the_same_whatever_the_judgments(tmp_path: Path) -> None:
 
 
 def test_too_few_queries_to_mark_anything_are_said_so(tmp_path: Path) -> None:
-    # On 5 queries even a ranker better on every one gets p of about 2/2^5: no mark can appear,
+    # On 5 queries even a ranker better on every one gets p = 2/2^5 (exact): no mark can appear,
     # and a table without one must not read as "no difference found".
-    assert paired_randomization_p([1.0] * 5, [0.0] * 5) == pytest.approx(0.0625, abs=0.01)
-    assert paired_randomization_p([1.0] * 6, [0.0] * 6) < 0.05
-    caption = comparison_table(compare_rankings(qrels_dataset(tmp_path), RUN, "copy")).splitlines()[0]
+    assert paired_randomization_p([1.0] * 5, [0.0] * 5) == 0.0625
+    assert paired_randomization_p([1.0] * 6, [0.0] * 6) == 2 / 2**6 < 0.05
+    comparison = compare_rankings(qrels_dataset(tmp_path), RUN, "copy")
+    caption = comparison_table(comparison).splitlines()[0]
     assert caption.endswith("With 3 queries no ranker can be marked: the randomisation test's smallest two-sided p over 3 queries is 2/2^3 = 0.25.")
+    # ... and the p it gives is exact, which the caption and the JSON say.
+    assert "(two-sided paired randomisation test over queries, exact: all 2^3 = 8 sign patterns;" in caption
+    assert comparison.to_json()["significance_test"] == "paired randomisation (two-sided, exact: all 8 sign patterns of 3 pairs)"
 
 
 def test_json_round_trip_and_markdown(tmp_path: Path) -> None:

@@ -445,6 +445,28 @@ def test_cli_trains_doc2vec_on_the_indexed_corpus(data_dir: Path, tmp_path: Path
     assert json.loads(run(data_dir, "search", QUERY, "--ranker", "doc2vec", "--json")[1])["hits"] == hits
 
 
+def test_cli_names_the_lines_it_skipped_as_index_does(data_dir: Path, tmp_path: Path) -> None:
+    """`train doc2vec` said "(23 lines skipped)" and not which: it names them as `index`
+    does, `file:line: id 'x': reason` in file order, the first 20 and how many more (all
+    of them with -v)."""
+    lines = SAMPLE.joinpath("corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    bad = ["{broken", json.dumps({"id": "x", "title": "no text"}), *(json.dumps({"id": f"e{i}", "text": ""}) for i in range(21))]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [*lines[:12], *bad, *lines[12:]])
+    code, indexed = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and "skipped 23" in indexed
+    named = [line for line in indexed.splitlines() if line.startswith("  skipped ") or line.startswith("  ... and ")]
+    assert named[0] == f"  skipped {corpus}:13: not valid JSON (Expecting property name enclosed in double quotes at column 2)"
+    assert len(named) == 21 and named[-1] == "  ... and 3 more (run with -v to list them all)"
+    for verbose, shown in [([], named), (["-v"], None)]:
+        code, out = run(data_dir, *verbose, "train", "doc2vec", str(corpus), "--dim", "8", "--epochs", "1", "--no-progress")
+        assert code == 0 and "on 25 documents of " in out and "(23 lines skipped)" in out, out
+        said = [line for line in out.splitlines() if line.startswith("  skipped ") or line.startswith("  ... and ")]
+        if shown is not None:
+            assert said == shown, "the lines `index` names, in its words"
+        else:
+            assert said[:20] == named[:20] and len(said) == 23 and said[-1] == f"  skipped {corpus}:35: id 'e20': empty text"
+
+
 def test_cli_word2vec_still_needs_out(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _ = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"))
     assert code == 2 and "--out" in capsys.readouterr().err

@@ -78,6 +78,34 @@ def test_paired_randomization_test() -> None:
     assert paired_randomization_p(better, worse) == paired_randomization_p(better, worse)  # fixed seed
 
 
+def test_few_queries_get_the_exact_randomization_p() -> None:
+    """With 2^n <= the 10,000 rounds (n <= 13) every sign pattern is tried, so p is a count
+    over 2^n, and scipy's permutation_test, which enumerates too when its resamples cover
+    every pattern, gives the same. Sampling printed 0.065 where 2/2^5 = 0.0625 is the answer."""
+    import numpy as np
+    from scipy.stats import permutation_test
+
+    assert paired_randomization_p([1.0] * 5, [0.0] * 5) == 2 / 2**5
+    assert paired_randomization_p([0.2, 0.7], [0.7, 0.2]) == 1.0  # opposite differences: every pattern reaches 0
+    # Pairs with no difference stay in n and change nothing: flipping a zero moves no mean,
+    # so the p over 3 gains and 2 ties is the one over the 3 gains alone.
+    assert paired_randomization_p([1.0, 1.0, 1.0, 0.5, 0.5], [0.0, 0.0, 0.0, 0.5, 0.5]) == 2 / 2**3
+    rng = np.random.default_rng(44)
+    assert paired_randomization_p([0.3], [0.1]) == 1.0  # one pair: its flip gives the same |mean|
+    for queries in (2, 3, 5, 9, 13):
+        a = rng.random(queries)
+        b = a - 0.05 + rng.normal(0.0, 0.1, queries)
+        b[: queries // 3] = a[: queries // 3]  # a few ties
+        ours = paired_randomization_p(list(a), list(b))
+        assert ours * 2**queries == round(ours * 2**queries), (queries, ours)
+        theirs = permutation_test((a - b,), lambda d, axis: np.mean(d, axis=axis), permutation_type="samples", vectorized=True,
+                                  n_resamples=10_000, alternative="two-sided").pvalue  # fmt: skip
+        assert ours == pytest.approx(theirs, rel=1e-12), (queries, ours, theirs)
+    # 14 queries have 16,384 patterns, more than the rounds: sampled, (extreme + 1) / 10,001.
+    sampled = paired_randomization_p([1.0] * 14, [0.0] * 14)
+    assert sampled * 10_001 == pytest.approx(round(sampled * 10_001)) and sampled != 2 / 2**14
+
+
 def test_the_randomization_test_agrees_with_scipys_permutation_test() -> None:
     """Ours is kept for speed (its docstring); its p-value must be scipy's, up to the
     Monte-Carlo error of two independent 10,000-flip estimates."""

@@ -426,7 +426,13 @@ def test_pages_without_a_client_are_pages_of_one_interleaving(client: FlaskClien
     before = store.experiment_data("exp").queries
     past_the_end = client.post("/search", json={"query": QUERIES[0], "size": 3, "from": 500}).get_json()
     assert past_the_end["hits"] == [] and "query_id" not in past_the_end, "an empty page is not part of the experiment"
-    assert store.experiment_data("exp").queries == before
+    # Nor is a page reaching past the reranked window: its hits there keep BM25's order,
+    # which neither ranker chose (the default ranker answers, as the proxy's does).
+    within = client.post("/search", json={"query": QUERIES[0], "size": 3, "window": 4}).get_json()
+    straddling = client.post("/search", json={"query": QUERIES[0], "size": 3, "from": 3, "window": 4}).get_json()
+    assert "query_id" in within and "query_id" not in straddling and straddling["ranker"] == "hidden_topics_corrected+bm25:maxp"
+    assert straddling["hits"][0]["score"] is not None and straddling["hits"][1]["score"] is None
+    assert store.experiment_data("exp").queries == before + 1
 
 
 def test_an_unreadable_experiment_store_never_fails_a_search(data_dir: Path) -> None:
@@ -587,6 +593,18 @@ def test_searches_sharing_one_interleaving_are_one_trial(client: FlaskClient, da
     assert (last["wins"], last["ties"], last["p_value"], last["units_with_clicks"]) == (
         report["wins"], report["ties"], report["p_value"], len(QUERIES)
     )
+
+
+def test_one_unit_with_a_preference_reports_p_exactly_1(client: FlaskClient) -> None:
+    # One vote is as likely either way under "no preference", so its p is 1, not the
+    # 0.9999999999999999 the report's JSON gave at min_units 1 (the mixture's a = 1/2).
+    _start(client, "one-unit", (DEFAULT_RANKER, "bm25"), min_units=1)
+    _click_the_top_hit(client, 1, ["c1"])
+    report = client.get("/experiments/one-unit").get_json()["report"]
+    assert sum(report["wins"].values()) == 1 and report["ties"] == 0, report
+    assert (report["p_value"], report["fixed_horizon_p_value"]) == (1.0, 1.0), report
+    last = client.get("/experiments/one-unit/timeline").get_json()["periods"][-1]["cumulative"]
+    assert last["p_value"] == 1.0, last
 
 
 def test_one_client_gets_new_coins_for_each_query(client: FlaskClient, data_dir: Path) -> None:

@@ -77,7 +77,7 @@ def test_papers_like_this_one_are_a_search_with_the_paper_as_the_query(client: F
     assert all(h["snippet_truncated"] is (len(texts[h["id"]]["text"].split()) > 30) for h in hits)
     # The route is Engine.similar with the default ranker (what the CLI and the evaluation run).
     rt = client.application.extensions["reranker"]
-    expected = rt.engine().similar(PAPER, rt.limits.default_ranker, size=5)
+    expected = rt.engine().similar(PAPER, rt.limits.default_ranker, size=5).hits
     assert [h["id"] for h in hits] == [e.doc_id for e in expected]
     assert scores == pytest.approx([e.score for e in expected])
     everything = client.get(f"/documents/{PAPER}/similar?size=100").get_json()["hits"]

@@ -230,6 +230,20 @@ def test_pages_past_the_window_keep_bm25_order_so_every_page_is_a_slice_of_one_l
     assert past["ext"]["rerank"]["status"] == "not_reranked" and "past the reranked window of 3 hits" in past["ext"]["rerank"]["reason"]
 
 
+def test_explain_explains_the_clients_query_not_the_proxys_page_filter(client: FlaskClient, direct: OpenSearchStore) -> None:
+    """`"explain": true` showed the proxy's own page filter (the page's ids, `_id:(...)`)
+    in every hit's `_explanation`: each is now the cluster's explanation of the query sent."""
+    for explain in ({"explain": True}, {}):
+        url = "/papers/_search" + ("" if explain else "?explain=true")
+        page = client.post(url, json=summary(SEA, ext=TOPICS, size=3, **explain)).get_json()
+        status, own = direct.forward("POST", "/papers/_search", {}, summary(SEA, explain=True, size=10))
+        assert status == 200 and len(page["hits"]["hits"]) == 3
+        theirs = {hit["_id"]: hit["_explanation"] for hit in own["hits"]["hits"]}
+        for hit in page["hits"]["hits"]:
+            assert hit["_explanation"] == theirs[hit["_id"]] and "_id:" not in json.dumps(hit["_explanation"])
+        assert ids(page) != [hit["_id"] for hit in own["hits"]["hits"]][:3]  # reranked all the same
+
+
 def test_paging_numbers_in_strings_are_read_as_the_cluster_reads_them(client: FlaskClient, direct: OpenSearchStore) -> None:
     """OpenSearch takes `"from": "1", "size": "2"` (a form's values, sent as they are) as the
     numbers; the proxy refused them with 400."""

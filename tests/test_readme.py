@@ -72,7 +72,7 @@ EXPECTED: list[tuple[str, str]] = [
     (r"^reranker compact$", r"^compacted the BM25 index of \d+ documents in \d+ s: \d+ segments? before, 1 now$"),
     (r"^reranker search .*--json\b", r'^  "hits": \[$'),
     (r"^reranker search\b", r"^\S+: \d+ of (the BM25 top 100|the \d+ BM25 candidates? \((the window of 100 held all that matched|no document matched)\)), \d+ query words? in vocabulary"),
-    (r"^reranker similar\b", r"^\S+: \d+ papers? like \S+ of the BM25 top 100"),
+    (r"^reranker similar\b", r"^\S+: \d+ papers? like \S+ of the (BM25 top 100|\d+ BM25 candidates? \(the window of 100 held all that matched\)) for its distinctive words"),
     (r"^reranker rankers$", r"^hidden_topics_corrected\+bm25 +scores by topics$"),
     (r"^reranker train doc2vec\b", r"^trained PV-DBOW Doc2Vec .* on 25 documents"),
     (r"^reranker evaluate\b", r"^\| bm25 \| \d\.\d{3} \|"),

@@ -90,6 +90,19 @@ def test_the_p_value_is_the_running_minimum_of_one_over_lambda() -> None:
         always_valid_p_values([1, 2], [0], 1.0)
 
 
+def test_one_unit_or_a_tie_is_p_exactly_1() -> None:
+    # Lambda_1 = B(a + 1, a) / B(a, a) * 2 = 1 for every a: the mixture gives either first vote
+    # 1/2, as H0 does. Computed it came out 1 + 1e-16 for about half of these a (min_units 1 to
+    # 10 among them), and the report's JSON said p_value 0.9999999999999999, for one unit and
+    # for every tie after it (the running maximum kept it).
+    mixings = sorted({*(mixing_parameter(units) for units in range(1, 5001)), *np.linspace(MIN_MIXING, 2000.0, 4001)})
+    for mixing in mixings:
+        assert always_valid_p_values([1], [0], mixing)[0] == 1.0, mixing
+        assert list(always_valid_p_values([0, 1, 2, 2], [1, 1, 1, 2], mixing)) == [1.0, 1.0, 1.0, 1.0], mixing
+    # What is not 1 stays as it was: the tolerance is rounding, not a floor.
+    assert always_valid_p_values(list(range(1, 31)), [0] * 30, 0.5)[-1] < 1e-6
+
+
 def test_the_mixture_is_matched_to_the_planned_size() -> None:
     ratio = optimal_mixture_ratio(0.05)
     assert ratio == pytest.approx(2 * math.log(20) + math.log1p(ratio), abs=1e-10) and 8.1 < ratio < 8.3

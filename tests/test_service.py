@@ -118,9 +118,29 @@ def test_from_and_size_slice_one_reranked_order(client: FlaskClient) -> None:
 def test_a_small_window_reranks_fewer_candidates(client: FlaskClient) -> None:
     body = client.post("/search", json={"query": QUERY, "size": 3, "window": 5}).get_json()
     assert body["candidates"] == 5 and max(h["bm25_rank"] for h in body["hits"]) <= 5
-    # from + size beyond the window widens it: a page is never cut short by the window.
+    # from + size beyond the window: the page is not cut short, and the window stays.
     body = client.post("/search", json={"query": QUERY, "size": 4, "from": 4, "window": 5}).get_json()
-    assert body["window"] == 8 and len(body["hits"]) == 4
+    assert body["window"] == 5 and body["candidates"] == 5 and len(body["hits"]) == 4
+
+
+def test_pages_past_the_window_keep_their_bm25_order(client: FlaskClient) -> None:
+    """Only the top window is reranked; the hits past it follow in BM25 order, as
+    Elasticsearch's rescore leaves them, so every page is a slice of one list. (A window
+    widened to each page's end reranked more for each deeper page and reordered the pages
+    before it: one hit shown twice, another never.)"""
+    whole = client.post("/search", json={"query": QUERY, "size": 9, "window": 4}).get_json()
+    assert (whole["window"], whole["candidates"], whole["status"]) == (4, 4, "ok")
+    hits = whole["hits"]
+    assert sorted(h["bm25_rank"] for h in hits[:4]) == [1, 2, 3, 4] and all(h["score"] is not None for h in hits[:4])
+    assert [h["bm25_rank"] for h in hits[4:]] == [5, 6, 7, 8, 9]
+    assert all(h["score"] is None and h["ranker_score"] is None for h in hits[4:])
+    pages = [client.post("/search", json={"query": QUERY, "size": 3, "from": start, "window": 4}).get_json() for start in (0, 3, 6)]
+    assert [h["id"] for page in pages for h in page["hits"]] == [h["id"] for h in hits]
+    assert [h["rank"] for page in pages for h in page["hits"]] == list(range(1, 10))
+    assert pages[1]["status"] == "ok" and pages[1]["candidates"] == 4  # straddles the window
+    # A page wholly past the window: nothing to score, and the answer says so.
+    assert pages[2]["status"] == "not_reranked" and "past the reranked window of 4 hits" in pages[2]["reason"]
+    assert pages[2]["timings_ms"]["rerank"] == 0.0
 
 
 def test_explanations_add_up_to_the_score(client: FlaskClient) -> None:

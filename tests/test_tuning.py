@@ -20,7 +20,7 @@ from conftest import SAMPLE, run
 
 from reranker.config import Settings, write_config_values
 from reranker.errors import ConfigError
-from reranker.tuning import GridScores, Setting, cross_validate, fold_of, grid
+from reranker.tuning import GridScores, Setting, cross_validate, fold_of, grid, tune_report
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,21 @@ def test_a_setting_better_everywhere_is_chosen_in_every_fold() -> None:
     result = cross_validate(_table(rows), dataset="d", ranker="r+bm25", bases=["r"], window=10, folds=3, seed=1)
     assert set(result.fold_choices) == {Setting("minmax", 0.1)} and result.chosen == Setting("minmax", 0.1)
     assert result.tuned == (0.6,) * 12
-    assert result.p_tuned_default < 0.001  # twelve equal gains: p = 2 / 2^12 exactly, about that by sampling
+    assert result.p_tuned_default == 2 / 2**12  # twelve equal gains: exact over 2^12 sign patterns
+
+
+def test_the_text_names_its_test_and_says_its_p_values_are_unadjusted() -> None:
+    # --json says which test; the text must too, and that each p is its comparison's own:
+    # compare and evaluate print Holm-adjusted p-values beside theirs, tune does not.
+    twelve = cross_validate(_table([[0.5] * 12, [0.6] * 12]), dataset="d", ranker="r+bm25", bases=["r"], window=10, folds=3, seed=1)
+    assert (
+        "  p: two-sided paired randomisation test over the 12 queries (exact: all 2^12 = 4,096 sign patterns); "
+        "each comparison's own p, not adjusted for multiple comparisons"
+    ) in tune_report(twelve).splitlines()
+    assert twelve.to_json()["cross_validated"]["significance_test"] == "paired randomisation (two-sided, exact: all 4096 sign patterns of 12 pairs)"
+    twenty = cross_validate(_table([[0.5] * 20, [0.6] * 20]), dataset="d", ranker="r+bm25", bases=["r"], window=10, folds=4, seed=1)
+    assert "over the 20 queries (10,000 sign flips, seed 7); each comparison's own p, not adjusted" in tune_report(twenty)
+    assert twenty.to_json()["cross_validated"]["significance_test"] == "paired randomisation (two-sided, 10000 sign flips, seed 7)"
 
 
 def test_ties_keep_the_default() -> None:

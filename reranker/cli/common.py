@@ -37,6 +37,9 @@ EXIT_USAGE = 2
 # `evaluate --baseline-run`: a ranker got significantly worse (distinct from errors, for CI).
 EXIT_REGRESSION = 3
 
+# Skipped corpus lines `index` and `train doc2vec` name (all of them with -v).
+SHOWN_SKIPPED_LINES = 20
+
 class CommandParser(argparse.ArgumentParser):
     """argparse, refusing a command line in one line on stderr (exit 2) that names the
     (sub)command whose line it is, e.g. `reranker search: error: unrecognized argument
@@ -204,14 +207,16 @@ def open_engine(
     store_name: str | Callable[["WordVectors"], str] | None = None,
     *,
     require_documents: bool = False,
+    create: bool = True,
     show_bar: bool = True,
 ) -> "Engine":
     """The engine a command works with; `require_documents`: an empty index is an error,
-    before any vectors are converted. A conversion says so (see `conversion_progress`)."""
+    before any vectors are converted; `create=False` (implied by it): no index is an error,
+    and nothing is made. A conversion says so (see `conversion_progress`)."""
     from reranker.pipeline import build_engine
 
     return build_engine(
-        settings, store_name, require_documents=require_documents,
+        settings, store_name, require_documents=require_documents, create=create,
         progress=lambda what: conversion_progress(what, show_bar=show_bar),
     )
 
@@ -318,7 +323,7 @@ def print_report(report: Any, out: TextIO, *, every_skip: bool = False) -> None:
     if published is not None and published.swapped:
         kept = f"; kept {', '.join(published.previous)} (reranker indices delete NAME)" if published.previous else ""
         print(f"alias now points at {published.current}{kept}", file=out)
-    for line in skipped_lines(report.skipped, 20, every_skip=every_skip, label="skipped "):
+    for line in skipped_lines(report.skipped, SHOWN_SKIPPED_LINES, every_skip=every_skip, label="skipped "):
         print(line, file=out)
 
 def ranker_list(raw: str) -> list[str]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import (
     EXIT_ERROR,
+    SHOWN_SKIPPED_LINES,
     add_k_option,
     check_output,
     cluster_store,
@@ -21,10 +22,11 @@ from reranker.cli.common import (
     open_engine,
     positive_int,
     print_report,
+    skipped_lines,
     with_trained_vectors,
 )
 from reranker.config import WORD2VEC_DIM, WORD2VEC_EPOCHS, Settings
-from reranker.errors import ConfigError, InputError, RerankerError, StoreError
+from reranker.errors import ConfigError, IndexNotFoundError, InputError, RerankerError, StoreError
 from reranker.text import counted, listed
 
 if TYPE_CHECKING:
@@ -194,7 +196,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
             skipped.append(item)
         else:
             documents.append(item)
-    store = open_store(settings)
+    store = open_store(settings, create=False)  # trains on an index: makes none
     show = not args.no_progress and sys.stderr.isatty()
     try:
         with tqdm(total=params.epochs, unit="epoch", desc="training doc2vec", disable=not show, leave=False) as bar:
@@ -210,6 +212,9 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
         f"model {info.checksum[:12]} saved as {model_path(settings.data_dir, info.checksum)}",
         file=out,
     )
+    # Which lines, as `index` names them: the count alone left the user to find them.
+    for line in skipped_lines(skipped, SHOWN_SKIPPED_LINES, every_skip=args.verbose, label="skipped "):
+        print(line, file=out)
     print(
         f"stored the vectors of {counted(report.stored, 'document')}; "
         f"{counted(report.without_vector, 'indexed document')} {'has' if report.without_vector == 1 else 'have'} none "
@@ -229,7 +234,10 @@ def cmd_compact(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     from reranker.store import open_store
 
     args.after_an_interruption = _compaction_interrupted(settings)
-    store = open_store(settings)
+    try:
+        store = open_store(settings, create=False)
+    except IndexNotFoundError as exc:
+        raise IndexNotFoundError(f"nothing to compact: {exc}") from None
     try:
         _compact(store, args, out)
     finally:

@@ -18,14 +18,14 @@ from reranker.cli.common import (
     positive_int,
 )
 from reranker.config import Settings
-from reranker.errors import ConfigError, InputError
+from reranker.errors import ConfigError, IndexNotFoundError, InputError
 from reranker.rankers import get_ranker, ranker_names, unweighted_reason, weighted_ranker_names
 from reranker.text import counted
 from reranker.types import MAX_FILTERS
 
 if TYPE_CHECKING:
     from reranker.pipeline import Engine
-    from reranker.types import Explanation
+    from reranker.types import Explanation, RankedDoc
 
 
 def add_parsers(commands: Any) -> None:
@@ -161,8 +161,6 @@ def _check_size(args: argparse.Namespace, settings: Settings) -> None:
         raise ConfigError(f"--size: must be <= {settings.service.max_window} (RERANKER_MAX_WINDOW), got {args.size}")
 
 def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.pipeline import search_window
-
     query = _read_query(args.query)
     ranker = _chosen_ranker(args, settings)
     _check_size(args, settings)
@@ -173,8 +171,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
         result = engine.search(
             query,
             ranker,
-            # Widened to the page and capped as /search does, so the same options rerank the same candidates.
-            window=search_window(settings.window, args.size, settings.service.max_window),
+            # As /search: the top window reranked, a --size beyond it in BM25 order after it.
+            window=settings.window,
             size=args.size,
             explain=args.explain,
             filters=args.filter,
@@ -213,8 +211,10 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
         note = f"  [{result.status}: {result.reason}]"
     elif result.status != "ok":
         note = f"  [{result.status}: BM25 order kept]"
+    past = sum(hit.score is None for hit in result.hits)  # past the window, in BM25 order
+    after = f", then {counted(past, 'hit')} past it in BM25 order" if past else ""
     print(
-        f"{result.ranker}: {len(result.hits)} of {_candidates(result.candidates, result.window)}, "
+        f"{result.ranker}: {len(result.hits) - past} of {_candidates(result.candidates, result.window)}{after}, "
         f"{counted(len(result.query_words), 'query word')} in vocabulary, {len(result.oov_words)} not{note}",
         file=out,
     )
@@ -225,16 +225,23 @@ def _print_result(result: Any, out: TextIO, *, explain: bool) -> None:
     for hit in result.hits:
         move = hit.bm25_rank - hit.rank
         arrow = f"+{move}" if move > 0 else (str(move) if move < 0 else "=")
-        # A fusion orders by the fused score; show its base ranker's own score too.
-        own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
         print(
-            f"{hit.rank:>3}. {_one_line(hit.doc_id):<24} score {hit.score:.4f}{own}  bm25 {hit.bm25_score:7.2f} "
+            f"{hit.rank:>3}. {_one_line(hit.doc_id):<24} {_scores(hit)}  bm25 {hit.bm25_score:7.2f} "
             f"(rank {hit.bm25_rank}, {arrow}){_title(hit.title)}",
             file=out,
         )
         if explain and hit.explanation is not None:
             for line in explanation_lines(hit.explanation, result.status):
                 print("       " + line, file=out)
+
+def _scores(hit: "RankedDoc") -> str:
+    """A hit line's score column: the score, and a fusion's base ranker's own score beside
+    the fused one; for a hit past the reranked window, which keeps its BM25 place, none."""
+    if hit.score is None:
+        return "not scored: past the reranked window"
+    own = f" ({hit.ranker_score:.4f})" if hit.ranker_score is not None and hit.ranker_score != hit.score else ""
+    return f"score {hit.score:.4f}{own}"
+
 
 def _candidates(candidates: int, window: int) -> str:
     """What the hits were ranked from, as /search's `candidates` counts it: the BM25 top
@@ -297,25 +304,30 @@ def explanation_lines(explanation: "Explanation", status: str = "ok") -> list[st
 
 def cmd_similar(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Engine.similar, the code path of GET /documents/<id>/similar and `evaluate-similar`."""
-    from reranker.pipeline import search_window, similar_answer
+    from reranker.pipeline import similar_answer
 
     ranker = _chosen_ranker(args, settings)
     _check_size(args, settings)
     engine = open_engine(settings, require_documents=True)
     try:
-        window = search_window(settings.window, args.size, settings.service.max_window)
-        hits = engine.similar(args.doc_id, ranker, size=args.size, window=window)
-        answer = similar_answer(engine, args.doc_id, hits, ranker) if args.json else None
+        found = engine.similar(args.doc_id, ranker, size=args.size, window=settings.window)
+        answer = similar_answer(engine, args.doc_id, found.hits, ranker) if args.json else None
     finally:
         engine.store.close()
     if answer is not None:
         json.dump(answer, out, indent=2)
         out.write("\n")
         return 0
-    print(f"{ranker}: {len(hits)} paper{'' if len(hits) == 1 else 's'} like {_one_line(args.doc_id)} of the BM25 top {window} for its distinctive words", file=out)
+    hits = found.hits
+    past = sum(hit.score is None for hit in hits)  # past the window, in BM25 order
+    after = f", then {counted(past, 'paper')} past it in BM25 order" if past else ""
+    print(
+        f"{ranker}: {counted(len(hits) - past, 'paper')} like {_one_line(args.doc_id)} "
+        f"of {_candidates(found.candidates, found.window)} for its distinctive words{after}",
+        file=out,
+    )
     for hit in hits:
-        own = f" ({hit.ranker_score:.4f})" if hit.ranker_score != hit.score else ""
-        print(f"{hit.rank:>3}. {_one_line(hit.doc_id):<24} score {hit.score:.4f}{own}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
+        print(f"{hit.rank:>3}. {_one_line(hit.doc_id):<24} {_scores(hit)}  (BM25 rank {hit.bm25_rank}){_title(hit.title)}", file=out)
     return 0
 
 def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -326,9 +338,15 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
 
     default = settings.service.default_ranker
     engines: list[Engine] = []
+    missing: list[IndexNotFoundError] = []
 
     def engine() -> "Engine":
-        engines.append(open_engine(settings, show_bar=False))
+        try:
+            # Listing reads: without an index it makes none (an empty one would claim there is one).
+            engines.append(open_engine(settings, create=False, show_bar=False))
+        except IndexNotFoundError as exc:
+            missing.append(exc)
+            raise
         return engines[-1]
 
     try:
@@ -343,6 +361,9 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
         if not entry["available"]:
             notes.append(f"unavailable: {entry['reason']}")
         print(f"{entry['name']:<{width}}  {'; '.join(notes)}", file=out)
+    if missing:
+        # On stderr: the list stays one ranker a line for scripts.
+        print(f"reranker: {missing[0]}; which rankers can run on it is known once there is one", file=sys.stderr)
     return 0
 
 def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:

@@ -8,7 +8,7 @@ from flask import Blueprint, Response, current_app, jsonify
 
 from reranker import __version__
 from reranker.errors import RerankerError
-from reranker.pipeline import listed_rankers, search_window
+from reranker.pipeline import listed_rankers
 from reranker.service.bodies import json_object
 from reranker.service.errors import api_error
 from reranker.service.operations import Reply, openapi_document, operation
@@ -112,7 +112,7 @@ def search() -> Any:
     window = asked.window or rt.settings.window
     filters = [Filter(field=clause.field, op=clause.op, value=clause.value) for clause in asked.filters]
     return jsonify(rt.search(
-        asked.query, ranker, window=search_window(window, asked.size, rt.limits.max_window, asked.offset), size=asked.size, offset=asked.offset,
+        asked.query, ranker, window=window, size=asked.size, offset=asked.offset,
         filters=filters, explain=asked.explain, client_id=asked.client_id, snippets=asked.snippets,
     ))
 

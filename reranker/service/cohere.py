@@ -113,8 +113,10 @@ def _rerank(version: str) -> Response:
     outcome, _ = rt.rerank_documents(asked.query, ranker, documents, f"v{version}/rerank", exact_top=top_n if apply_top_n else None)
     n = len(documents)
     if outcome.scores is None:
-        # Degraded: keep the caller's order, with scores that say so (descending, in (0, 1]).
-        scores = [(n - position) / n for position in range(n)]
+        # Degraded: the caller's order is the only evidence left, scaled to [0, 1] over the
+        # request as the fusion's parts are (min-max: first 1, last 0), so the units do not
+        # change with the status: one document scores 0, as it does when reranked.
+        scores = [(n - 1 - position) / (n - 1) if n > 1 else 0.0 for position in range(n)]
     else:
         scores = [float(outcome.scores[position]) for position in range(n)]
     order = outcome.order

@@ -22,7 +22,7 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
-from reranker.pipeline import search_window, similar_answer
+from reranker.pipeline import similar_answer
 from reranker.rankers import ranker_names
 from reranker.service.operations import Reply, operation
 from reranker.service.paths import PLAIN_ID_PATTERN, AnyDocIdConverter, DocIdConverter
@@ -128,5 +128,5 @@ def _similar(doc_id: str) -> Any:
     rt = runtime()
     ranker = request.args.get("ranker", rt.limits.default_ranker)  # "ranker=" names no ranker: a 400
     engine = rt.engine()
-    hits = engine.similar(doc_id, ranker, size=size, window=search_window(rt.settings.window, size, rt.limits.max_window))
-    return jsonify(similar_answer(engine, doc_id, hits, ranker))
+    found = engine.similar(doc_id, ranker, size=size, window=rt.settings.window)
+    return jsonify(similar_answer(engine, doc_id, found.hits, ranker))

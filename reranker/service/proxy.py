@@ -59,6 +59,7 @@ from werkzeug.routing import Map, Rule
 
 from reranker.errors import IndexMismatchError
 from reranker.experiments import assignment_key
+from reranker.pipeline import rescored
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
@@ -234,6 +235,13 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     if reason is not None:
         return Plan(ranker, reason=reason)
     window = min(search.options.window or rt.settings.window, rt.limits.max_window)
+    if search.offset >= window:
+        # Past the window hits keep the cluster's order: its own answer to the search is
+        # the page, without a window request that reads every hit above it with its topics.
+        return Plan(ranker, reason=(
+            f"the page starts past the reranked window of {window} hits (RERANKER_WINDOW, or ext.rerank.window), "
+            "and hits past it keep their BM25 order"
+        ))
     unit = assignment_key(search.options.client_id, text)
     named = search.options.ranker is not None or search.options.fusion_weight is not None
     # An experiment compares the two rankers' orders of the window: a page reaching past it
@@ -280,16 +288,7 @@ def rerank_window(
     carries the `query_id` that click events must name.
     """
     offset, size = page
-    reranked = hits[: plan_.window]
-    past = list(range(len(reranked), len(hits)))  # positions after the window, in BM25 order
-    if offset >= plan_.window:  # the page lies past the window: BM25's order, nothing to score
-        reason = (
-            f"the page starts past the reranked window of {plan_.window} hits (RERANKER_WINDOW, or ext.rerank.window), "
-            "and hits past it keep their BM25 order"
-        )
-        return past[offset - len(reranked) : offset - len(reranked) + size], {
-            "ranker": plan_.ranker.name, "status": "not_reranked", "reason": reason, "took_ms": 0.0, "window": plan_.window,
-        }
+    reranked = hits[: plan_.window]  # a page past the window is forwarded (`plan`)
     engine = rt.engine()
     candidates = tuple(
         Candidate(doc_id=str(hit.get("_id")), bm25_score=float(hit.get("_score") or 0.0), bm25_rank=rank)
@@ -318,7 +317,7 @@ def rerank_window(
                 ],
             }
     outcome, _ = rt.rerank(query, window, plan_.ranker, deadline, "proxy", len(reranked))
-    positions = [*outcome.order, *past][offset : offset + size]
+    positions = rescored(outcome.order, len(hits))[offset : offset + size]
     unscored = {"score": None, "ranker_score": None}  # past the window, as a failed ranker's
     block = {
         "ranker": plan_.ranker.name,

@@ -34,7 +34,7 @@ from reranker.errors import (
 )
 from reranker.experiments import Experiments, assignment_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
-from reranker.pipeline import Ranking, explained_ranker, ranking_status
+from reranker.pipeline import Ranking, explained_ranker, first_stage_depth, ranking_status, rescored
 from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, unweighted_reason, weighted_ranker_names
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
@@ -99,7 +99,8 @@ class Reranked:
     parts: the terms `scores` adds up (see `Ranking.parts`); empty when degraded.
     status: "ok" | "degraded" | "query_out_of_vocabulary" (word vectors add 0, by design)
         | "partial" (the ranker ran out of its time budget and ordered some candidates
-        by a bound; see reason) | "tied" (every candidate got the same score).
+        by a bound; see reason) | "tied" (every candidate got the same score)
+        | "not_reranked" (a /search page past the window: nothing was scored).
     reason: why, when status is not "ok".
     first_stage: where the first-stage scores the ranker read came from (`FirstStage`).
     """
@@ -114,8 +115,9 @@ class Reranked:
     first_stage: FirstStage = "scores"
 
     def hit_scores(self, position: int) -> dict[str, float | None]:
-        """{"score", "ranker_score"} of one candidate, for a response body."""
-        if self.scores is None or self.ranker_scores is None:
+        """{"score", "ranker_score"} of one candidate, for a response body: None when
+        degraded, and for a hit past the reranked window (it keeps its BM25 place)."""
+        if self.scores is None or self.ranker_scores is None or position >= len(self.scores):
             return {"score": None, "ranker_score": None}
         return {"score": float(self.scores[position]), "ranker_score": float(self.ranker_scores[position])}
 
@@ -379,30 +381,39 @@ class Runtime:
         client_id: str | None = None,
         snippets: bool = False,
     ) -> dict[str, Any]:
-        """BM25 top-`window`, reranked before the deadline; hits [offset, offset + size).
+        """BM25 top-`window`, reranked before the deadline; hits [offset, offset + size) of
+        it, then of the BM25 hits past it in their order (`rescored`: every page a slice of
+        one list, as Elasticsearch's rescore pages); a page past the window is not reranked.
 
         ranker: None when the request named none: the default ranker, or the running
-        experiment's interleaving when this search falls in its traffic share.
+        experiment's interleaving when this search falls in its traffic share (pages within
+        the window only: past it, neither ranker chose the order).
         """
         engine = self.engine()
         deadline = Deadline(self.limits.deadline_ms)
         engine.check_index()
-        experiment = self.experiments.pick(assignment_key(client_id, text)) if ranker is None else None
+        within = offset + size <= window
+        experiment = self.experiments.pick(assignment_key(client_id, text)) if ranker is None and within else None
         chosen = ranker or self.ranker(None)
         query = engine.query(text)
         started = time.perf_counter()
-        candidates = tuple(engine.store.bm25(text, window, filters))  # cluster down: 503
+        # cluster down: 503
+        candidates = tuple(engine.store.bm25(text, first_stage_depth(window, size, self.limits.max_window, offset), filters))
         retrieved = time.perf_counter()
+        reranked = candidates[:window]
         outcome: Reranked
         interleaved: Interleaved | None = None
         completed: CandidateSet | None = None  # the window with what the rankers read of it
-        window_set = CandidateSet(candidates, exact_top=offset + size, query_text=text)
+        window_set = CandidateSet(reranked, exact_top=min(offset + size, len(reranked)), query_text=text)
         if experiment is not None:
             interleaved, completed = self.interleave(
                 query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
             )
-        if interleaved is None:
-            outcome, completed = self.rerank(query, window_set, chosen, deadline, "search", len(candidates))
+        if interleaved is None and offset >= window:  # the page lies past the window: BM25's order, nothing to score
+            reason = f"the page starts past the reranked window of {window} hits (RERANKER_WINDOW, or window), and hits past it keep their BM25 order"
+            outcome = Reranked(order=[], scores=None, status="not_reranked", reason=reason, rerank_ms=0.0)
+        elif interleaved is None:
+            outcome, completed = self.rerank(query, window_set, chosen, deadline, "search", len(reranked))
         # (window position, the outcome that scored it, the ranker that placed it) per hit
         page: list[tuple[int, Reranked, Ranker]]
         if interleaved is not None:
@@ -412,7 +423,7 @@ class Runtime:
                 for position, team in zip(interleaved.positions, interleaved.teams)
             ]
         else:
-            page = [(position, outcome, chosen) for position in outcome.order[offset : offset + size]]
+            page = [(position, outcome, chosen) for position in rescored(outcome.order, len(candidates))[offset : offset + size]]
         explanations = self._explanations(query, completed, page) if explain else {}
         openings = self._snippets([candidates[position].doc_id for position, _, _ in page]) if snippets else {}
         hits = []
@@ -440,7 +451,7 @@ class Runtime:
         return {
             **head,
             "window": window,
-            "candidates": len(candidates),
+            "candidates": len(reranked),
             "hits": hits,
             "query_words": list(query.words),
             "oov_words": list(dict.fromkeys(query.oov)),
@@ -468,7 +479,8 @@ class Runtime:
             return {}
         wanted: dict[str, tuple[Ranker, Reranked, list[int]]] = {}
         for position, scored, ranker in page:
-            if scored.parts and explained_ranker(ranker) is not None:
+            # Hits past the window (positions the completed window lacks) were not scored.
+            if scored.parts and explained_ranker(ranker) is not None and position < len(completed):
                 wanted.setdefault(ranker.name, (ranker, scored, []))[2].append(position)
         found: dict[int, Explanation] = {}
         for ranker, scored, positions in wanted.values():

@@ -207,9 +207,9 @@ class SearchRequest(Body):
     ranker: RankerName | None = None
     fusion_weight: FusionWeight | None = None
     window: WindowSize | None = None
-    # Hits [from, from + size) of a window of at most RERANKER_MAX_WINDOW: a page that
-    # reaches past it holds the hits that are in it (none beyond), as a search past the
-    # last hit does.
+    # Hits [from, from + size) of the BM25 top RERANKER_MAX_WINDOW at most (the top `window`
+    # of them reranked): a page that reaches past it holds the hits that are in it (none
+    # beyond), as a search past the last hit does.
     size: Annotated[int, Field(ge=0), INTEGRAL, AfterValidator(_within_window), _limit("max_window")] = 10
     offset: Annotated[int, Field(ge=0, alias="from"), INTEGRAL, AfterValidator(_within_window), _limit("max_window")] = 0
     explain: bool = False
@@ -572,6 +572,8 @@ class UbiEvent(Body):
 # --- answers (documentation: the fuzz test checks every answer against them) ----------------
 
 Status = Literal["ok", "degraded", "query_out_of_vocabulary", "partial", "tied"]
+# A /search page past the reranked window: its hits keep their BM25 order, nothing scored.
+SearchStatus = Literal["ok", "degraded", "query_out_of_vocabulary", "partial", "tied", "not_reranked"]
 
 
 class Answer(BaseModel):
@@ -646,7 +648,7 @@ class ExperimentArm(Answer):
 
 
 class SearchAnswer(Answer):
-    status: Status
+    status: SearchStatus
     reason: str | SkipJsonSchema[None] = None
     query: str
     ranker: str = Field(description='the ranker, or "interleaved" when a running experiment answered')

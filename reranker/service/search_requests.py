@@ -299,7 +299,13 @@ def page_request(search: Search, ids: list[str], size: int) -> tuple[dict[str, s
     """(URL parameters, body) of request (2): the original request for the page's hits only."""
     body = {key: value for key, value in search.body.items() if key not in PAGE_DROPS}
     query = search.body.get("query", {"match_all": {}})
-    body["query"] = {"bool": {"must": [query], "filter": [{"ids": {"values": ids}}]}}
+    if body.get("explain") is True or search.params.get("explain") == "true":
+        # Each hit's `_explanation` is of the client's query: the page's ids in its bool
+        # added a clause to every one. As a post_filter they leave it as it is, at the
+        # cost of a query over every match (as the window's), only when explain is asked.
+        body.update({"query": query, "post_filter": {"ids": {"values": ids}}})
+    else:
+        body["query"] = {"bool": {"must": [query], "filter": [{"ids": {"values": ids}}]}}
     body.update({"from": 0, "size": size, "track_total_hits": False})
     return {key: value for key, value in search.params.items() if key not in PAGE_PARAM_DROPS}, body
 

@@ -529,11 +529,14 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def open_store(settings: Settings, name: str | None = None) -> Store:
+def open_store(settings: Settings, name: str | None = None, *, create: bool = True) -> Store:
     """The store `settings` select: OpenSearch when a URL is set, else the embedded one.
 
     `name` picks a separate index beside the default one (the demo's, an evaluation's):
     `<data_dir>/<name>` for the embedded store, alias `<RERANKER_INDEX>-<name>` in OpenSearch.
+    `create=False` is for a command that only reads: without an embedded store there, it
+    raises IndexNotFoundError instead of making an empty one (opening an OpenSearch store
+    creates nothing either way; its reads raise IndexNotFoundError without an alias).
     """
     stopwords = load_stopwords(settings.stopwords_file)
     cluster = settings.opensearch_store
@@ -548,4 +551,4 @@ def open_store(settings: Settings, name: str | None = None) -> Store:
         return OpenSearchStore(cluster, stopwords, stopwords_file=settings.stopwords_file)
     from reranker.store.embedded import EmbeddedStore
 
-    return EmbeddedStore(settings.data_dir / (name or "index"), stopwords, stopwords_file=settings.stopwords_file)
+    return EmbeddedStore(settings.data_dir / (name or "index"), stopwords, stopwords_file=settings.stopwords_file, create=create)

@@ -63,7 +63,7 @@ from typing import AbstractSet, Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from reranker.errors import IndexMismatchError, InputError, StoreError, UnknownFieldError
+from reranker.errors import IndexMismatchError, IndexNotFoundError, InputError, StoreError, UnknownFieldError
 from reranker.store import (
     MAX_QUERY_TERMS,
     CompactResult,
@@ -222,8 +222,14 @@ class EmbeddedStore:
     Several processes may read one store while one process (`reranker index`) writes.
     """
 
-    def __init__(self, directory: Path, stopwords: frozenset[str] | None = None, *, stopwords_file: Path | None = None) -> None:
-        """`stopwords` (None: the built-in list), read from `stopwords_file` (for messages)."""
+    def __init__(
+        self, directory: Path, stopwords: frozenset[str] | None = None, *, stopwords_file: Path | None = None, create: bool = True
+    ) -> None:
+        """`stopwords` (None: the built-in list), read from `stopwords_file` (for messages).
+        `create`: make the store where there is none; else (a command that only reads)
+        raise IndexNotFoundError, leaving the directory as it was."""
+        if not create and not (directory / "store.sqlite3").is_file():
+            raise IndexNotFoundError(f"no index in {directory} yet: run `reranker index CORPUS.jsonl` first")
         self.directory = directory
         self._stopwords = stopwords
         self.stop_list = stop_list_info(stopwords, stopwords_file)
