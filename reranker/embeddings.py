@@ -154,7 +154,7 @@ class WordVectors:
         if self._keyed is None:
             if self.path is None:
                 raise VectorsError("these word vectors were not loaded from a file; gensim's view of them is unavailable")
-            self._keyed = _load_keyed(self.path)
+            self._keyed = _shared_keyed(self.path)
         return self._keyed
 
     def _rows(self, tokens: Sequence[str]) -> list[int]:
@@ -515,9 +515,34 @@ def _open_native(path: Path, info: EmbeddingInfo) -> WordVectors:
     if fast is not None:
         vectors, index = fast
         return WordVectors(vectors, index, replace(info, dim=int(vectors.shape[1])), path)
-    keyed = _load_keyed(path)
+    keyed = _shared_keyed(path)
     _write_fast_copy(path, keyed)
     return WordVectors.from_keyed(keyed, info, path)
+
+
+# gensim's view of a native file, shared by every WordVectors of this process that reads
+# it: a process that builds several engines over the same vectors (a service rebuilding its
+# engine, a test suite's many apps) loads it, and WMD its norms (`load_wmd`), once; about
+# 0.4 s each time otherwise. Keyed by the file's identity, so a file replaced is read anew;
+# the last few kept (read-only, memory-mapped: little memory of their own but the norms).
+_SHARED_KEYED: dict[tuple[str, int, int], "KeyedVectors"] = {}
+_SHARED_KEYED_LOCK = threading.Lock()
+SHARED_KEYED_KEPT = 4
+
+
+def _shared_keyed(path: Path) -> "KeyedVectors":
+    try:
+        stat = path.stat()
+    except OSError:
+        return _load_keyed(path)  # which says why it cannot be read
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    with _SHARED_KEYED_LOCK:
+        keyed = _SHARED_KEYED.get(key)
+        if keyed is None:
+            keyed = _SHARED_KEYED[key] = _load_keyed(path)
+            while len(_SHARED_KEYED) > SHARED_KEYED_KEPT:
+                del _SHARED_KEYED[next(iter(_SHARED_KEYED))]
+        return keyed
 
 
 def _load_keyed(path: Path) -> "KeyedVectors":

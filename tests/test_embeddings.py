@@ -71,6 +71,26 @@ def test_formats_load_to_the_same_vectors(tmp_path: Path, filename, writer, spec
     np.testing.assert_allclose(loaded.lookup(["matrix"]).vectors[0], [1.6, 1.7, 1.8, 1.9], atol=1e-6)
 
 
+def test_gensims_view_of_one_file_is_loaded_once_per_process(tmp_path: Path) -> None:
+    """Each engine over the same vectors (a service rebuilding its engine, a suite's many
+    apps) loaded gensim's view of them, and WMD their norms, again: about 0.4 s each. One
+    file is one view, with its norms; a file replaced at the same path is read anew."""
+    source = tmp_path / "native.kv"
+    small_vectors().save(str(source))
+    first = load_vectors(str(source), tmp_path / "cache")
+    second = load_vectors(str(source), tmp_path / "cache")
+    assert first is not second and first.keyed_vectors is second.keyed_vectors
+    first.keyed_vectors.fill_norms()
+    assert second.keyed_vectors.norms is not None  # load_wmd's work, done once
+    replaced = small_vectors()
+    replaced.vectors[:] *= 2.0
+    time.sleep(0.01)  # a later modification time, on a coarse clock too
+    replaced.save(str(source))
+    again = load_vectors(str(source), tmp_path / "cache")
+    assert again.keyed_vectors is not first.keyed_vectors
+    np.testing.assert_allclose(again.keyed_vectors["matrix"], 2.0 * first.keyed_vectors["matrix"])
+
+
 def test_glove_text_is_told_apart_from_word2vec_text(tmp_path: Path) -> None:
     path = tmp_path / "g.txt"
     small_vectors().save_word2vec_format(str(path), binary=False, write_header=False)
