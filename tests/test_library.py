@@ -16,6 +16,7 @@ from flask.testing import FlaskClient
 from reranker.config import Settings
 from reranker.pipeline import similar_query
 from reranker.service import create_app
+from reranker.service.schema import SimilarAnswer
 from reranker.service.web import CONTENT_SECURITY_POLICY
 from reranker.types import Document
 
@@ -89,6 +90,22 @@ def test_papers_like_this_one_are_a_search_with_the_paper_as_the_query(client: F
     assert [h["bm25_rank"] for h in bm25] == list(range(1, len(bm25) + 1))
     reason = _error(client.get(f"/documents/{PAPER}/similar?ranker=nope"), 400, "illegal_argument_exception")
     assert "nope" in reason
+
+
+def test_similar_papers_past_the_window_have_null_scores_as_the_schema_says(client: FlaskClient) -> None:
+    """A `size` beyond RERANKER_WINDOW: the hits past the window follow in BM25 order with
+    `score` and `ranker_score` null, which /openapi.json's SimilarHit did not allow."""
+    data_dir = Path(client.application.extensions["reranker"].settings.data_dir)
+    app = create_app(Settings.from_env(settings_env(data_dir, RERANKER_WINDOW="3")))
+    try:
+        body = app.test_client().get(f"/documents/{PAPER}/similar?size=5").get_json()
+    finally:
+        app.extensions["reranker"].close()
+    hits = body["hits"]
+    assert [h["score"] is None for h in hits] == [False, False, False, True, True]
+    assert [h["ranker_score"] is None for h in hits] == [False, False, False, True, True]
+    assert [h["bm25_rank"] for h in hits[3:]] == [4, 5]
+    SimilarAnswer.model_validate(body, strict=True)
 
 
 def test_search_hits_carry_their_opening_words_when_asked(client: FlaskClient) -> None:

@@ -228,6 +228,7 @@ def test_pages_past_the_window_keep_bm25_order_so_every_page_is_a_slice_of_one_l
     past = client.post("/papers/_search", json=summary(SEA, ext=window, **{"from": 3, "size": 1})).get_json()
     assert ids(past) == bm25[3:]
     assert past["ext"]["rerank"]["status"] == "not_reranked" and "past the reranked window of 3 hits" in past["ext"]["rerank"]["reason"]
+    assert past["ext"]["rerank"]["window"] == 3  # the window it is past, as /search says it (it said 0)
 
 
 def test_explain_explains_the_clients_query_not_the_proxys_page_filter(client: FlaskClient, direct: OpenSearchStore) -> None:

@@ -487,8 +487,9 @@ def _share(traffic: float) -> str:
 def _runnable(settings: Settings, rankers: Sequence[str]) -> None:
     """RankerUnavailableError when a ranker cannot run on this index (doc2vec before `reranker
     train doc2vec`), as POST /experiments refuses it: every search would leave the experiment
-    out, and it would collect nothing while listed as running."""
-    engine = open_engine(settings, show_bar=False)
+    out, and it would collect nothing while listed as running. Reads the index: without
+    one it makes none (IndexNotFoundError), as the other commands that read."""
+    engine = open_engine(settings, create=False, show_bar=False)
     try:
         for name in rankers:
             engine.check_ranker(engine.ranker(name))

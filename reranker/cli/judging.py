@@ -178,7 +178,7 @@ def _write_corpus(args: argparse.Namespace, settings: Settings, judged: "Judged"
     from reranker.store import open_store
 
     shown_ids = sorted({doc_id for impression in impressions for doc_id in impression.shown})
-    documents = open_store(settings)
+    documents = open_store(settings, create=False)  # reads the shown documents: makes no index
     try:
         found = documents.documents(shown_ids)
     finally:

@@ -238,7 +238,7 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     if search.offset >= window:
         # Past the window hits keep the cluster's order: its own answer to the search is
         # the page, without a window request that reads every hit above it with its topics.
-        return Plan(ranker, reason=(
+        return Plan(ranker, window=window, reason=(
             f"the page starts past the reranked window of {window} hits (RERANKER_WINDOW, or ext.rerank.window), "
             "and hits past it keep their BM25 order"
         ))
@@ -331,7 +331,9 @@ def rerank_window(
 
 
 def not_reranked(plan_: Plan) -> dict[str, Any]:
-    return {"ranker": plan_.ranker.name, "status": "not_reranked", "reason": plan_.reason, "took_ms": 0.0, "window": 0}
+    """`ext.rerank` of a search forwarded as it is: `window` is 0 when nothing could be
+    reranked, the search's window when its page starts past it (as /search says it)."""
+    return {"ranker": plan_.ranker.name, "status": "not_reranked", "reason": plan_.reason, "took_ms": 0.0, "window": plan_.window}
 
 
 def _took(started: float) -> int:

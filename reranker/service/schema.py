@@ -723,8 +723,8 @@ class SimilarHit(Answer):
     id: str
     rank: int
     title: str
-    score: float = Field(description="the ranker's score with the paper as the query (for a fusion, the fused score)")
-    ranker_score: float = Field(description="the ranker's own score (for a fusion, its first ranker's; else the same as score)")
+    score: float | None = Field(description="the ranker's score with the paper as the query (for a fusion, the fused score); null for a hit past the reranked window")
+    ranker_score: float | None = Field(description="the ranker's own score (for a fusion, its first ranker's; else the same as score); null for a hit past the reranked window")
     bm25_score: float = Field(description="BM25 of the paper's most distinctive words")
     bm25_rank: int = Field(description="rank by BM25 on the paper's most distinctive words, the paper itself left out")
     snippet: str = Field(description="the first 30 words of the text")
