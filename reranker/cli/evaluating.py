@@ -28,7 +28,7 @@ from reranker.cli.common import (
     write_output,
 )
 from reranker.config import DEFAULT_RANKER, Settings
-from reranker.errors import ConfigError, InputError, UnknownRankerError
+from reranker.errors import ConfigError, IndexNotFoundError, InputError, UnknownRankerError
 from reranker.interleaving import DEFAULT_TRAFFIC, METHODS
 from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.text import counted, listed
@@ -487,9 +487,17 @@ def _share(traffic: float) -> str:
 def _runnable(settings: Settings, rankers: Sequence[str]) -> None:
     """RankerUnavailableError when a ranker cannot run on this index (doc2vec before `reranker
     train doc2vec`), as POST /experiments refuses it: every search would leave the experiment
-    out, and it would collect nothing while listed as running. Reads the index: without
-    one it makes none (IndexNotFoundError), as the other commands that read."""
-    engine = open_engine(settings, create=False, show_bar=False)
+    out, and it would collect nothing while listed as running.
+
+    Without an index there is nothing to check them on, and none is made (an empty one
+    would then say "the index is empty" to every search): the experiment is created, as
+    the walkthrough does before anything is indexed, and stderr says the check waits for
+    the index (a service starting on this data dir makes its index and checks as it serves)."""
+    try:
+        engine = open_engine(settings, create=False, show_bar=False)
+    except IndexNotFoundError as exc:
+        print(f"reranker: {exc}; the rankers are checked once there is one (a search leaves the experiment out while one cannot run)", file=sys.stderr)
+        return
     try:
         for name in rankers:
             engine.check_ranker(engine.ranker(name))
