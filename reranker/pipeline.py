@@ -837,6 +837,12 @@ def rescored(order: Sequence[int], hits: int) -> list[int]:
     return [*order, *range(len(order), hits)]
 
 
+def past_window_reason(window: int, setting: str) -> str:
+    """Why a page that starts past the reranked window is in BM25 order (/search's and the
+    proxy's `not_reranked` reason); `setting`: what sets the window on that route."""
+    return f"the page starts past the reranked window of {window} hits ({setting}), and hits past it keep their BM25 order"
+
+
 def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str, str | None]:
     """(status, reason) of a ranking that finished, as every answer says it (`reranker
     search`, /search, /rerank, the proxy, the Cohere routes; the schema's `Status`):

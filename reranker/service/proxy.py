@@ -59,7 +59,7 @@ from werkzeug.routing import Map, Rule
 
 from reranker.errors import IndexMismatchError
 from reranker.experiments import assignment_key
-from reranker.pipeline import rescored
+from reranker.pipeline import past_window_reason, rescored
 from reranker.rankers import CandidateSet, Ranker
 from reranker.service.bodies import body_bytes, json_object, require_json_type
 from reranker.service.errors import ApiError, bad_request
@@ -238,10 +238,7 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     if search.offset >= window:
         # Past the window hits keep the cluster's order: its own answer to the search is
         # the page, without a window request that reads every hit above it with its topics.
-        return Plan(ranker, window=window, reason=(
-            f"the page starts past the reranked window of {window} hits (RERANKER_WINDOW, or ext.rerank.window), "
-            "and hits past it keep their BM25 order"
-        ))
+        return Plan(ranker, window=window, reason=past_window_reason(window, "RERANKER_WINDOW, or ext.rerank.window"))
     unit = assignment_key(search.options.client_id, text)
     named = search.options.ranker is not None or search.options.fusion_weight is not None
     # An experiment compares the two rankers' orders of the window: a page reaching past it

@@ -34,7 +34,7 @@ from reranker.errors import (
 )
 from reranker.experiments import Experiments, assignment_key, utc_now
 from reranker.interleaving import TEAM_A, interleave
-from reranker.pipeline import Ranking, explained_ranker, first_stage_depth, ranking_status, rescored
+from reranker.pipeline import Ranking, explained_ranker, first_stage_depth, past_window_reason, ranking_status, rescored
 from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, unweighted_reason, weighted_ranker_names
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
@@ -410,7 +410,7 @@ class Runtime:
                 query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
             )
         if interleaved is None and offset >= window:  # the page lies past the window: BM25's order, nothing to score
-            reason = f"the page starts past the reranked window of {window} hits (RERANKER_WINDOW, or window), and hits past it keep their BM25 order"
+            reason = past_window_reason(window, "RERANKER_WINDOW, or window")
             outcome = Reranked(order=[], scores=None, status="not_reranked", reason=reason, rerank_ms=0.0)
         elif interleaved is None:
             outcome, completed = self.rerank(query, window_set, chosen, deadline, "search", len(reranked))
