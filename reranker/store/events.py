@@ -272,13 +272,15 @@ class EventStore(Protocol):
     def close(self) -> None: ...
 
 
-def open_event_store(settings: Settings) -> EventStore:
-    """The event store `settings` select: OpenSearch when a URL is set, else SQLite."""
+def open_event_store(settings: Settings, *, create: bool = True) -> EventStore:
+    """The event store `settings` select: OpenSearch when a URL is set, else SQLite.
+    `create=False` (a command that only reads) makes no SQLite file: without one, the
+    store is an empty read-only view (see `EmbeddedEventStore`)."""
     if settings.opensearch_store is not None:
         from reranker.store.opensearch import OpenSearchStore
 
         return OpenSearchEventStore(OpenSearchStore(settings.opensearch_store))
-    return EmbeddedEventStore(settings.data_dir / "experiments.sqlite3")
+    return EmbeddedEventStore(settings.data_dir / "experiments.sqlite3", create=create)
 
 
 def _clicked_ids(rows: Iterable[Any]) -> dict[str, frozenset[str]]:
@@ -360,15 +362,25 @@ def _write_ahead_log(db: sqlite3.Connection, wait_seconds: float = 30.0) -> None
 
 
 class EmbeddedEventStore:
-    """An `EventStore` in one SQLite file; one connection per thread."""
+    """An `EventStore` in one SQLite file; one connection per thread.
 
-    def __init__(self, path: Path) -> None:
+    With `create=False` and no file, nothing is made on disk: the store is an empty
+    database in memory (one connection, shared by every thread), with the same schema, so
+    every read answers as a new file would (no experiments, no events), and read-only
+    (`query_only`), so a write is a `StoreError` instead of being lost."""
+
+    def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = path
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._empty: sqlite3.Connection | None = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not create and not path.exists():
+                self._empty = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                self._connections.append(self._empty)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
             # Connected here: a file SQLite cannot open is "cannot open the experiment store".
             self._db.execute("SELECT 1")
             # In one write transaction: the workers of a service open the store at once, and
@@ -385,6 +397,8 @@ class EmbeddedEventStore:
                 self._run(_SOURCE_INDEX)
                 for statement in _EVENT_COUNT:
                     self._run(statement)
+            if self._empty is not None:
+                self._run("PRAGMA query_only=ON")
         except StoreError:
             raise  # it names the store already (and a full disk is a StoreFullError)
         except (OSError, sqlite3.Error) as exc:
@@ -392,6 +406,8 @@ class EmbeddedEventStore:
 
     @property
     def _db(self) -> sqlite3.Connection:
+        if self._empty is not None:
+            return self._empty
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
