@@ -234,6 +234,9 @@ class TuneResult:
                 "p_tuned_vs_bm25": self.p_tuned_bm25,
                 "p_default_vs_bm25": self.p_default_bm25,
                 "significance_test": randomization_test_name(len(self.query_ids)),
+                # As the text says: each p is its comparison's own (evaluate's JSON gives
+                # Holm-adjusted ones beside its raw p as "holm_p_values"; tune has none).
+                "p_values_adjusted": False,
             },
             "fold_choices": [setting.to_json() for setting in self.fold_choices],
             "chosen": {

@@ -355,13 +355,15 @@ class RankedDoc:
     # What the order follows (for a fusion: the fused score); None past the reranked
     # window, where hits keep their BM25 order (`pipeline.rescored`).
     score: float | None
+    # The ranker's own score (a fusion's first ranker's; else = score); None past the window.
+    # No default: a hit built without it would claim a score of 0 (or, with None, claim to
+    # be past the window), so every hit says which.
+    ranker_score: float | None
     bm25_score: float
     bm25_rank: int
     title: str = ""
     # Why, when asked for and the ranker scores by topics (None otherwise).
     explanation: Explanation | None = None
-    # The ranker's own score (a fusion's first ranker's; else = score); None past the window.
-    ranker_score: float | None = 0.0
 
     def to_json(self, *, explain: bool = False) -> dict[str, Any]:
         """The one JSON shape of a hit, for the CLI's --json and /search alike (its schema:

@@ -680,6 +680,49 @@ def test_commands_that_read_make_no_index_in_an_empty_data_dir(tmp_path: Path, g
     assert DEFAULT_RANKER in done.stdout.split(), "the rankers are listed all the same"
 
 
+def test_ab_commands_that_read_make_no_experiment_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ab list`, `ab report` and `ab judgments` on a fresh data dir answered right but left
+    an empty experiments.sqlite3 behind. They answer the same and leave the data dir as it
+    was; a command that writes still makes the store."""
+    from reranker.errors import StoreError
+    from reranker.store.events import EmbeddedEventStore, Experiment
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    capsys.readouterr()
+    assert run(data_dir, "ab", "list") == (0, "no experiments yet: reranker ab create ID --rankers A,B\n")
+    for argv in (["report", "x"], ["report", "x", "--json"], ["judgments", "x", "--out", str(tmp_path / "j.jsonl")]):
+        assert run(data_dir, "ab", *argv) == (1, ""), argv
+        assert capsys.readouterr().err == "reranker: error: no experiment 'x' (experiments, newest first: none yet)\n", argv
+    assert list(data_dir.iterdir()) == []
+    # The empty view refuses a write rather than losing it.
+    view = EmbeddedEventStore(None)
+    with pytest.raises(StoreError, match="readonly"):
+        view.create_experiment(Experiment("e", ("bm25", DEFAULT_RANKER), "team_draft", 1.0, "stopped", "2026-01-01T00:00:00Z"))
+    view.close()
+    assert list(data_dir.iterdir()) == []
+    assert run(data_dir, "ab", "delete", "x", "--keep-events")[0] == 1  # a writer: the store is made
+    assert [path.name for path in data_dir.iterdir()] == ["experiments.sqlite3"]
+
+
+def test_ab_commands_that_read_make_no_experiment_index(tmp_path: Path, osmem_clone: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same on OpenSearch: `ab list` made the experiments index (`ALIAS-experiments`)."""
+    import urllib.request
+
+    def indices() -> str:
+        with urllib.request.urlopen(f"{osmem_clone.url}/_cat/indices?h=index") as answer:
+            return str(answer.read().decode())
+
+    data_dir = tmp_path / "data"
+    cluster = ["--opensearch-url", osmem_clone.url]
+    assert run(data_dir, *cluster, "ab", "list") == (0, "no experiments yet: reranker ab create ID --rankers A,B\n")
+    assert run(data_dir, *cluster, "ab", "report", "x") == (1, "")
+    assert "no experiment 'x'" in capsys.readouterr().err
+    assert "experiments" not in indices() and not data_dir.exists()
+    assert run(data_dir, *cluster, "ab", "delete", "x", "--keep-events")[0] == 1  # a writer: the index is made
+    assert "reranker-experiments" in indices()
+
+
 def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:
     """A Latin-1 file piped in (or such bytes in the argument) was searched with escape
     characters for its accents, and `--json` wrote them out as lone surrogates, which no

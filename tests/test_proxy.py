@@ -784,6 +784,41 @@ GATEWAY_PAGE = """<!DOCTYPE html>
 <body><h1>502 Bad Gateway</h1><p>The upstream server is not answering.</p></body></html>"""
 
 
+@pytest.mark.parametrize("body", [
+    # The window request replaces `_source` (by the topics' field): the query after it moves.
+    {"_source": ["title"], "query": {"match": {"title": {"query": SEA, "bogus": 1}}}},
+    # The page request (the query inside a bool with the page's ids) carries the highlight.
+    {"query": {"match": {"title": SEA}}, "_source": ["title"], "highlight": {"fields": {"title": {"bogus": 1}}}},
+], ids=["window", "page"])
+def test_a_refused_search_gets_the_clusters_error_for_its_own_body(client: FlaskClient, direct: OpenSearchStore, body: dict[str, Any]) -> None:
+    """The cluster's 400 to the proxy's rewrite of a search gave `line`/`col` (and the
+    positions its reasons quote) in the rewrite, not in the client's body: the client's own
+    search is sent once more, and its error is the one the cluster gives that search. Sent
+    compact, as opensearch-py (the proxy's client and `direct`) sends it; the positions of
+    a body sent otherwise (indented, say) never matched, the proxy parses and re-serialises it."""
+    answer = client.post("/papers/_search", data=json.dumps(body, separators=(",", ":")), content_type="application/json")
+    status, error = direct.forward("POST", "/papers/_search", {}, body)
+    assert status == 400 and re.search(r'"col"|\[1:\d+\]', json.dumps(error)), error  # osmem-server gives positions
+    assert (answer.status_code, answer.get_json()) == (status, error)
+
+
+def test_a_window_the_index_refuses_leaves_the_search_as_it_is(papers: tuple[str, Path], client: FlaskClient, direct: OpenSearchStore) -> None:
+    """The rewrite alone refused (a window above the index's max_result_window): the
+    client's own search is answered, not reranked, with the cluster's refusal as the reason."""
+    settings = direct.client.indices.get_settings(index="papers")
+    (name,) = settings
+    direct.client.indices.put_settings(index=name, body={"index": {"max_result_window": 3}})
+    try:
+        answer = client.post("/papers/_search", json=summary(SEA, size=2))
+        status, found = direct.forward("POST", "/papers/_search", {}, summary(SEA, size=2))
+    finally:
+        direct.client.indices.put_settings(index=name, body={"index": {"max_result_window": 10000}})
+    assert answer.status_code == 200 == status, answer.get_json()
+    block = answer.get_json()["ext"]["rerank"]
+    assert block["status"] == "not_reranked" and "Result window is too large" in block["reason"], block
+    assert ids(answer.get_json()) == ids(found)
+
+
 def test_a_gateways_page_instead_of_the_clusters_answer_is_said_in_one_line(papers: tuple[str, Path]) -> None:
     """A load balancer in front of the cluster answers a search with its own HTML page: the
     proxy's error said "HTTP 502 from the cluster: None", hiding what came back."""

@@ -208,6 +208,17 @@ def test_the_document_is_generated_from_the_routes_and_their_models() -> None:
         openapi_document(app)
 
 
+def test_a_hit_says_its_ranker_score() -> None:
+    # ranker_score defaulted to 0.0 while None meant "past the reranked window": a hit built
+    # without it claimed a score of 0. Every hit now says which, as its JSON does.
+    from reranker.types import RankedDoc
+
+    with pytest.raises(TypeError, match="ranker_score"):
+        RankedDoc(doc_id="d", rank=1, score=None, bm25_score=2.0, bm25_rank=1)  # type: ignore[call-arg]
+    past = RankedDoc(doc_id="d", rank=1, score=None, ranker_score=None, bm25_score=2.0, bm25_rank=1)
+    assert (past.to_json()["score"], past.to_json()["ranker_score"]) == (None, None)
+
+
 def test_a_filter_value_is_bounded_by_the_longest_exact_value_the_index_keeps() -> None:
     """The bound is not a number of its own: it is title.raw's ignore_above in the index
     template, so that no value the schema takes is longer than one a filter could match."""

@@ -90,7 +90,7 @@ def test_a_setting_better_everywhere_is_chosen_in_every_fold() -> None:
 
 
 def test_the_text_names_its_test_and_says_its_p_values_are_unadjusted() -> None:
-    # --json says which test; the text must too, and that each p is its comparison's own:
+    # --json says which test; the text must too, and both that each p is its comparison's own:
     # compare and evaluate print Holm-adjusted p-values beside theirs, tune does not.
     twelve = cross_validate(_table([[0.5] * 12, [0.6] * 12]), dataset="d", ranker="r+bm25", bases=["r"], window=10, folds=3, seed=1)
     assert (
@@ -98,6 +98,7 @@ def test_the_text_names_its_test_and_says_its_p_values_are_unadjusted() -> None:
         "each comparison's own p, not adjusted for multiple comparisons"
     ) in tune_report(twelve).splitlines()
     assert twelve.to_json()["cross_validated"]["significance_test"] == "paired randomisation (two-sided, exact: all 4096 sign patterns of 12 pairs)"
+    assert twelve.to_json()["cross_validated"]["p_values_adjusted"] is False, "--json says it as a field, as the text does"
     twenty = cross_validate(_table([[0.5] * 20, [0.6] * 20]), dataset="d", ranker="r+bm25", bases=["r"], window=10, folds=4, seed=1)
     assert "over the 20 queries (10,000 sign flips, seed 7); each comparison's own p, not adjusted" in tune_report(twenty)
     assert twenty.to_json()["cross_validated"]["significance_test"] == "paired randomisation (two-sided, 10000 sign flips, seed 7)"

@@ -458,7 +458,9 @@ def cmd_ab(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     run this on the server can already read the store)."""
     from reranker.store.events import open_event_store
 
-    store = open_event_store(settings)
+    # The actions that only read make no store: on a data dir without one, they answer
+    # from an empty view ("no experiments yet", "no experiment 'x'") and leave it as it was.
+    store = open_event_store(settings, create=args.action not in ("list", "report", "judgments"))
     try:
         return _ab(args, settings, store, out)
     except (InputError, UnknownRankerError) as exc:  # a bad name or value given on the command line

@@ -37,7 +37,8 @@ click events name (POST /events). `_msearch` searches are never interleaved.
 A search that cannot be reranked (no query text, another sort, search_after, scroll,
 size 0, rescore, collapse, an index without hidden topics, ...) is forwarded as it is
 and marked `ext.rerank.status = "not_reranked"` with the reason. The cluster's own
-errors come back with its status and body; a cluster that cannot be reached is a 503.
+errors come back with its status and body (a 400 to a rewritten request: its answer to the
+client's own search, `_refused`); a cluster that cannot be reached is a 503.
 Without OPENSEARCH_URL there is no cluster to forward to: every proxy route answers
 404 resource_not_found_exception.
 """
@@ -405,20 +406,42 @@ def search(index: str | None = None) -> Response:
         return answer(status, strip_internal(mark(found, not_reranked(how)), hidden))
     status, first = store.forward("POST", path, *window_request(wanted, how.hits, how.fields))
     if status != 200:
-        return answer(status, first)
+        return _refused(store, path, wanted, how, hidden, status, first)
     hits = hits_of(first)
     positions, block = rerank_window(rt, store, how, hits, deadline, (offset, size), options.client_id)
     second: dict[str, Any] = {}
     if positions and page_by_mget(wanted):
         status, found = store.forward("POST", "/_mget", *mget_request(wanted, hits, positions))
         if status != 200:
-            return answer(status, found)
+            return _refused(store, path, wanted, how, hidden, status, found)
         second = hits_from_mget(found)
     elif positions:
         status, second = store.forward("POST", path, *page_request(wanted, page_ids(hits, positions), len(positions) * len(how.layouts)))
         if status != 200:
-            return answer(status, second)
+            return _refused(store, path, wanted, how, hidden, status, second)
     return answer(200, strip_internal({**merge(first, positions, second, block), "took": _took(started)}, hidden))
+
+
+def _refused(store: OpenSearchStore, path: str, wanted: Search, how: Plan, hidden: tuple[str, ...], status: int, refused: Any) -> Response:
+    """The answer to a search whose window or page request the cluster refused.
+
+    A 400 is about the body the proxy sent, its rewrite of the client's (the window's size
+    and `_source`, the page's `ids` filter), so its `line`/`col` and any part it quotes
+    point into that rewrite. The client's own search is then sent once, as a search that
+    is not reranked is, and the cluster's answer to it returned: its error is the one the
+    client's request gets from the cluster; if it is accepted (the rewrite alone was
+    refused: a window above the index's `max_result_window`, say), it is the answer, not
+    reranked, with the refusal as the reason. Only on errors: a search the cluster takes
+    costs nothing more. Other statuses (404, 429, 5xx) are not about the body: as they came."""
+    if status != 400:
+        return answer(status, refused)
+    status, found = store.forward("POST", path, wanted.params, wanted.body)
+    error = refused.get("error") if isinstance(refused, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("root_cause"), list) and error["root_cause"]:
+        error = error["root_cause"][0]  # the cause itself ("Result window is too large ..."), not "all shards failed"
+    said = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else json.dumps(refused)[:300]
+    block = {**not_reranked(how), "reason": f"the cluster refused the reranking request ({said})", "window": 0}
+    return answer(status, strip_internal(mark(found, block), hidden))
 
 
 @blueprint.route("/_msearch", methods=SEARCH_METHODS)

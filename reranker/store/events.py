@@ -272,13 +272,21 @@ class EventStore(Protocol):
     def close(self) -> None: ...
 
 
-def open_event_store(settings: Settings) -> EventStore:
-    """The event store `settings` select: OpenSearch when a URL is set, else SQLite."""
+def open_event_store(settings: Settings, *, create: bool = True) -> EventStore:
+    """The event store `settings` select: OpenSearch when a URL is set, else SQLite.
+    `create=False` (a command that only reads) makes none: where there is none yet (no
+    SQLite file, no experiments index), the store is an empty read-only view
+    (`EmbeddedEventStore(None)`), which answers as a new store would."""
     if settings.opensearch_store is not None:
         from reranker.store.opensearch import OpenSearchStore
 
-        return OpenSearchEventStore(OpenSearchStore(settings.opensearch_store))
-    return EmbeddedEventStore(settings.data_dir / "experiments.sqlite3")
+        events = OpenSearchEventStore(OpenSearchStore(settings.opensearch_store))
+        if create or events.holds_experiments():
+            return events
+        events.close()
+        return EmbeddedEventStore(None)
+    path = settings.data_dir / "experiments.sqlite3"
+    return EmbeddedEventStore(path if create or path.exists() else None)
 
 
 def _clicked_ids(rows: Iterable[Any]) -> dict[str, frozenset[str]]:
@@ -360,15 +368,25 @@ def _write_ahead_log(db: sqlite3.Connection, wait_seconds: float = 30.0) -> None
 
 
 class EmbeddedEventStore:
-    """An `EventStore` in one SQLite file; one connection per thread."""
+    """An `EventStore` in one SQLite file; one connection per thread.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    path None: nothing on disk, an empty database in memory (one connection, shared by
+    every thread) with the same schema, so every read answers as a new store would (no
+    experiments, no events), and read-only (`query_only`), so a write is a `StoreError`
+    instead of being lost: what a command that only reads opens where there is no store."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path: Path | str = path if path is not None else "(none yet: an empty read-only view)"
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._empty: sqlite3.Connection | None = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if path is None:
+                self._empty = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                self._connections.append(self._empty)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
             # Connected here: a file SQLite cannot open is "cannot open the experiment store".
             self._db.execute("SELECT 1")
             # In one write transaction: the workers of a service open the store at once, and
@@ -385,13 +403,17 @@ class EmbeddedEventStore:
                 self._run(_SOURCE_INDEX)
                 for statement in _EVENT_COUNT:
                     self._run(statement)
+            if self._empty is not None:
+                self._run("PRAGMA query_only=ON")
         except StoreError:
             raise  # it names the store already (and a full disk is a StoreFullError)
         except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the experiment store {path}: {exc}") from None
+            raise StoreError(f"cannot open the experiment store {self.path}: {exc}") from None
 
     @property
     def _db(self) -> sqlite3.Connection:
+        if self._empty is not None:
+            return self._empty
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
@@ -593,6 +615,11 @@ class OpenSearchEventStore:
         self._store = store  # an OpenSearchStore: its client and its error translation
         self.names = {kind: f"{store.alias}-{kind}" for kind in MAPPINGS}
         self._ready: set[str] = set()
+
+    def holds_experiments(self) -> bool:
+        """Whether the experiments index exists (checked without making it)."""
+        name = self.names["experiments"]
+        return bool(self._store._call(f"checking index {name}", self._store.client.indices.exists, index=name))
 
     def _index(self, kind: str) -> str:
         """The index for `kind`, created (with its strict mapping) on first use."""
