@@ -807,12 +807,15 @@ def test_a_window_the_index_refuses_leaves_the_search_as_it_is(papers: tuple[str
     client's own search is answered, not reranked, with the cluster's refusal as the reason."""
     settings = direct.client.indices.get_settings(index="papers")
     (name,) = settings
+    # The module's index is shared: put back what it had (null: the cluster's default).
+    before = settings[name]["settings"]["index"].get("max_result_window")
     direct.client.indices.put_settings(index=name, body={"index": {"max_result_window": 3}})
     try:
         answer = client.post("/papers/_search", json=summary(SEA, size=2))
         status, found = direct.forward("POST", "/papers/_search", {}, summary(SEA, size=2))
     finally:
-        direct.client.indices.put_settings(index=name, body={"index": {"max_result_window": 10000}})
+        direct.client.indices.put_settings(index=name, body={"index": {"max_result_window": before}})
+        assert direct.client.indices.get_settings(index=name)[name]["settings"]["index"].get("max_result_window") == before
     assert answer.status_code == 200 == status, answer.get_json()
     block = answer.get_json()["ext"]["rerank"]
     assert block["status"] == "not_reranked" and "Result window is too large" in block["reason"], block
