@@ -30,7 +30,6 @@ Run:  python bench/bench_common_terms.py                   (about 2 minutes)
 
 from __future__ import annotations
 
-import os
 import sys
 
 if __name__ == "__main__":
@@ -41,13 +40,12 @@ if __name__ == "__main__":
 import argparse
 import sqlite3
 import statistics
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchlib import require, table
+from benchlib import require, table, throwaway_index
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
@@ -94,24 +92,18 @@ def top(text_index: Any, built: Any, size: int = WINDOW) -> list[int]:
 
 def relevance(folder: Path) -> list[str]:
     """One row of the relevance table for the data set in `folder`."""
-    from reranker.config import Settings
     from reranker.datasets import load_dataset
     from reranker.evaluation import paired_randomization_p, ranking_metrics
-    from reranker.indexing import index_corpus
-    from reranker.pipeline import build_engine
     from reranker.store import MAX_QUERY_TERMS
     from reranker.store.text_index import TextIndex
     from reranker.text import tokenize
 
     dataset = load_dataset(folder)
-    with tempfile.TemporaryDirectory() as data_dir:
-        os.environ["RERANKER_DATA_DIR"] = data_dir
-        settings = Settings.from_env()
-        engine = build_engine(settings)
-        index_corpus(folder / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False)
+    with throwaway_index(folder / "corpus.jsonl") as engine:
+        index = Path(engine.store.directory)
         engine.store.close()
-        text_index = TextIndex(Path(data_dir) / "index" / "text")
-        with sqlite3.connect(f"file:{Path(data_dir) / 'index' / 'store.sqlite3'}?mode=ro", uri=True) as db:
+        text_index = TextIndex(index / "text")
+        with sqlite3.connect(f"file:{index / 'store.sqlite3'}?mode=ro", uri=True) as db:
             doc_ids = dict(db.execute("SELECT rowid, id FROM docs"))
         full: list[float] = []
         cut: list[float] = []

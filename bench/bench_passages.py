@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchlib import throwaway_index
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
@@ -59,17 +60,10 @@ RANKERS = ("hidden_topics_corrected+bm25", "hidden_topics_corrected+bm25:maxp")
 
 
 def measure(folder: Path) -> None:
-    from reranker.config import Settings
     from reranker.datasets import load_dataset
-    from reranker.indexing import index_corpus
-    from reranker.pipeline import build_engine
 
     dataset = load_dataset(folder)
-    with tempfile.TemporaryDirectory() as data_dir:
-        os.environ["RERANKER_DATA_DIR"] = data_dir
-        settings = Settings.from_env()
-        engine = build_engine(settings)
-        index_corpus(folder / "corpus.jsonl", engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False)
+    with throwaway_index(folder / "corpus.jsonl") as engine:
         rankers = [engine.ranker(name) for name in RANKERS]
         timings: dict[str, list[float]] = {name: [] for name in RANKERS}
         for round_ in range(ROUNDS):

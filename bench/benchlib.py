@@ -8,7 +8,12 @@ numpy is first imported).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 
 def require(condition: bool, message: str) -> None:
@@ -60,3 +65,20 @@ def product_threads() -> int:
     threads = Settings.from_env().blas_threads
     limit_native_threads(threads)
     return threads
+
+
+@contextmanager
+def throwaway_index(corpus: Path) -> Iterator[Any]:
+    """The engine over `corpus` indexed by the real pipeline into a temporary data dir
+    (RERANKER_DATA_DIR names it meanwhile), removed afterwards; `engine.store.directory`
+    is its index."""
+    from reranker.config import Settings
+    from reranker.indexing import index_corpus
+    from reranker.pipeline import build_engine
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        os.environ["RERANKER_DATA_DIR"] = data_dir
+        settings = Settings.from_env()
+        engine = build_engine(settings)
+        index_corpus(corpus, engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False)
+        yield engine
