@@ -925,6 +925,68 @@ def test_msearch_pages_of_stored_documents_come_from_one_mget(recorded: tuple[Fl
         assert response["hits"]["hits"] == alone["hits"]["hits"] and response["ext"]["rerank"]["status"] == "ok"
 
 
+def compact_ndjson(*lines: dict[str, Any]) -> str:
+    """NDJSON as opensearch-py sends it (and the proxy forwards it): each line compact."""
+    return "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+
+
+@pytest.mark.parametrize("body", [
+    # As in test_a_refused_search_gets_the_clusters_error_for_its_own_body: the window
+    # request moves the query (its `_source` replaced), the page request the highlight.
+    {"_source": ["title"], "query": {"match": {"title": {"query": SEA, "bogus": 1}}}},
+    {"query": {"match": {"title": SEA}}, "_source": ["title"], "highlight": {"fields": {"title": {"bogus": 1}}}},
+], ids=["window", "page"])
+def test_a_refused_msearch_gets_the_clusters_error_for_its_own_searches(client: FlaskClient, direct: OpenSearchStore, body: dict[str, Any]) -> None:
+    """A body the cluster cannot parse refuses a whole _msearch (the cluster parses every
+    search before it runs one), with `line`/`col` and quoted positions in that body: in the
+    proxy's rewrite of it, before the proxy sent the refused searches again as the client
+    sent them. The answer is now the one the cluster gives the client's _msearch."""
+    data = compact_ndjson({"index": "papers"}, summary(SEA, size=2), {"index": "papers"}, body)
+    answer = client.post("/_msearch", data=data, content_type="application/x-ndjson")
+    status, error = direct.forward("POST", "/_msearch", {}, data)
+    assert status == 400 and re.search(r'"col"|\[1:\d+\]', json.dumps(error)), error  # osmem-server gives positions
+    assert (answer.status_code, answer.get_json()) == (status, error)
+
+
+def test_msearch_searches_whose_rewrite_is_refused_get_the_clusters_answer_to_their_own(
+    papers: tuple[str, Path], recorded: tuple[FlaskClient, ClusterProxy], direct: OpenSearchStore,
+) -> None:
+    """An _msearch item refused with a 400 as the proxy rewrote it (a window above the
+    index's max_result_window; a query the shards refuse) is the cluster's item for the
+    search as the client sent it: all of them sent again in one more _msearch, the others
+    reranked as ever; one the cluster takes comes back not reranked, the refusal its reason."""
+    proxied, recorder = recorded
+    lines = [
+        {"index": "papers"}, summary(SEA, size=2, ext={"rerank": {"window": 3}}),  # within the index's window: reranked
+        {"index": "papers"}, summary(SEA, size=2),  # the service's window is above it: refused
+        {"index": "papers"}, {"query": {"bool": {"must": [summary(SEA)["query"], {"regexp": {"title": "[a"}}]}}, "size": 2},  # a shard error
+        {"index": "papers-v000009"}, summary("ocean"),  # a 404: as it came, not sent again
+    ]
+    settings = direct.client.indices.get_settings(index="papers")
+    (name,) = settings
+    # The module's index is shared: put back what it had (null: the cluster's default).
+    before = settings[name]["settings"]["index"].get("max_result_window")
+    direct.client.indices.put_settings(index=name, body={"index": {"max_result_window": 3}})
+    try:
+        recorder.requests.clear()
+        answer = proxied.post("/_msearch", data=compact_ndjson(*lines), content_type="application/x-ndjson")
+        status, found = direct.forward("POST", "/_msearch", {}, compact_ndjson(*(line if "ext" not in line else summary(SEA, size=2) for line in lines)))
+    finally:
+        direct.client.indices.put_settings(index=name, body={"index": {"max_result_window": before}})
+        assert direct.client.indices.get_settings(index=name)[name]["settings"]["index"].get("max_result_window") == before
+    assert answer.status_code == 200 == status, answer.get_json()
+    reranked, refused, failed, missing = answer.get_json()["responses"]
+    _, alone, error, absent = found["responses"]
+    assert reranked["ext"]["rerank"]["status"] == "ok", reranked
+    block = refused["ext"]["rerank"]
+    assert block["status"] == "not_reranked" and "Result window is too large" in block["reason"], block
+    assert refused["hits"]["hits"] == without_internal(alone["hits"]["hits"])
+    assert error["status"] == 400 and failed == error and missing == absent
+    sent = [(path.split("?")[0], body) for _, path, body in recorder.requests if path.split("?")[0] in ("/_msearch", "/_mget")]
+    assert [path for path, _ in sent] == ["/_msearch", "/_mget", "/_msearch"]
+    assert sent[2][1].decode() == compact_ndjson(*lines[2:6])
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [

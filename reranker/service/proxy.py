@@ -2,7 +2,8 @@
 
     GET|POST [/INDEX]/_search     forwarded; the top window reranked; one page answered
     GET|POST [/INDEX]/_msearch    the same for every search in it: one _msearch for the windows,
-                                  one _mget and/or one _msearch for the pages
+                                  one _mget and/or one _msearch for the pages (and one
+                                  more for the searches refused with a 400: `resend`)
     GET|POST /_search/scroll      forwarded as it is (a scroll is never reranked)
     GET|POST [/INDEX]/_count      forwarded as it is (the same indices and query clauses as _search)
     GET|HEAD /INDEX/_doc/ID       a document read, forwarded (get and exists)
@@ -38,7 +39,8 @@ A search that cannot be reranked (no query text, another sort, search_after, scr
 size 0, rescore, collapse, an index without hidden topics, ...) is forwarded as it is
 and marked `ext.rerank.status = "not_reranked"` with the reason. The cluster's own
 errors come back with its status and body (a 400 to a rewritten request: its answer to the
-client's own search, `_refused`); a cluster that cannot be reached is a 503.
+client's own search, `_refused`; in an `_msearch`, to each such search's, all sent again in
+one more _msearch, `resend`); a cluster that cannot be reached is a 503.
 Without OPENSEARCH_URL there is no cluster to forward to: every proxy route answers
 404 resource_not_found_exception.
 """
@@ -431,24 +433,38 @@ def _refused(store: OpenSearchStore, path: str, wanted: Search, how: Plan, hidde
     is not reranked is, and the cluster's answer to it returned: its error is the one the
     client's request gets from the cluster; if it is accepted (the rewrite alone was
     refused: a window above the index's `max_result_window`, say), it is the answer, not
-    reranked, with the refusal as the reason. Only on errors: a search the cluster takes
-    costs nothing more. Other statuses (404, 429, 5xx) are not about the body: as they came."""
+    reranked, with the refusal as the reason (`refusal_block`). Only on errors: a search the
+    cluster takes costs nothing more. Other statuses (404, 429, 5xx) are not about the body:
+    as they came. `_msearch` does the same for each of its searches (`msearch`)."""
     if status != 400:
         return answer(status, refused)
     status, found = store.forward("POST", path, wanted.params, wanted.body)
+    return answer(status, strip_internal(mark(found, refusal_block(how, refused)), hidden))
+
+
+def refusal_block(how: Plan, refused: Any) -> dict[str, Any]:
+    """`ext.rerank` of a search answered as the client sent it because the cluster refused
+    the proxy's rewrite of it with `refused` (an error body, or an `_msearch` error item)."""
     error = refused.get("error") if isinstance(refused, dict) else None
     if isinstance(error, dict) and isinstance(error.get("root_cause"), list) and error["root_cause"]:
         error = error["root_cause"][0]  # the cause itself ("Result window is too large ..."), not "all shards failed"
     said = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else json.dumps(refused)[:300]
-    block = {**not_reranked(how), "reason": f"the cluster refused the reranking request ({said})", "window": 0}
-    return answer(status, strip_internal(mark(found, block), hidden))
+    return {**not_reranked(how), "reason": f"the cluster refused the reranking request ({said})", "window": 0}
+
+
+def is_refusal(response: Any) -> bool:
+    """Whether an `_msearch` item (or a whole answer given as one) is a 400: the cluster's
+    refusal of the body the proxy sent, which the client's own search may not share."""
+    return isinstance(response, dict) and "error" in response and response.get("status") == 400
 
 
 @blueprint.route("/_msearch", methods=SEARCH_METHODS)
 @blueprint.route("/<index>/_msearch", methods=SEARCH_METHODS)
 @_proxied("multi-search, each reranked", ndjson=True)
 def msearch(index: str | None = None) -> Response:
-    """Several searches: all windows in one _msearch, all pages in a second."""
+    """Several searches: all windows in one _msearch, all pages in a second (and/or an
+    _mget). A search whose window or page the cluster refused with a 400 gets its answer
+    to the search as the client sent it, all of them from one more _msearch (`resend`)."""
     started = time.perf_counter()
     rt = runtime()
     default_index, store = target(rt, index)
@@ -469,27 +485,65 @@ def msearch(index: str | None = None) -> Response:
     for (header, wanted), how in zip(items, plans):
         windows += [header, wanted.body if how.reason is not None else window_request(wanted, how.hits, how.fields)[1]]
     status, first = store.forward("POST", "/_msearch", params, ndjson(windows))
-    if status != 200:
+    # The searches the cluster refused as the proxy rewrote them (item number -> the 400),
+    # sent again as the client sent them (`resend`).
+    refused: dict[int, Any] = {}
+    if status == 400 and any(how.reason is None for how in plans):
+        # The whole request refused (a body it could not parse, its positions in a rewrite):
+        # every search goes again, and the cluster's answer to them is the answer.
+        refused = dict.fromkeys(range(len(items)), first)
+        first = {}
+    elif status != 200:
         return answer(status, first)
-    responses = list(first.get("responses") or [])
+    responses = list(first.get("responses") or [{} for _ in items])
     pages: dict[int, tuple[list[int], dict[str, Any]]] = {}
-    for number, how in enumerate(plans):
-        if how.reason is None and number < len(responses) and "error" not in responses[number]:
+    for number, (how, response) in enumerate(zip(plans, responses)):
+        if how.reason is None and is_refusal(response):
+            refused[number] = response
+        elif how.reason is None and "error" not in response and number not in refused:
             wanted = items[number][1]
-            pages[number] = rerank_window(rt, store, how, hits_of(responses[number]), deadline, (wanted.offset, wanted.size))
+            pages[number] = rerank_window(rt, store, how, hits_of(response), deadline, (wanted.offset, wanted.size))
     fetched = fetch_pages(store, params, items, plans, responses, pages)
     if isinstance(fetched, Response):
         return fetched
+    refused.update((number, second) for number, second in fetched.items() if is_refusal(second))
     for number, response in enumerate(responses):
+        if number in refused:
+            continue
         if number in pages:
             second = fetched.get(number, {})
             responses[number] = second if "error" in second else merge(response, pages[number][0], second, pages[number][1])
         elif number < len(plans) and plans[number].reason is not None:
             responses[number] = mark(response, not_reranked(plans[number]))
-        if number < len(items):
-            search_ = items[number][1]
+    if refused:
+        again = resend(store, params, items, plans, refused)
+        if isinstance(again, Response):
+            return again
+        responses = [again.get(number, response) for number, response in enumerate(responses)]
+    for number, search_ in enumerate(search_ for _, search_ in items):
+        if number < len(responses):
             strip_internal(responses[number], hidden_fields(named_fields(search_.body, search_.params)))
     return answer(200, {**first, "took": _took(started), "responses": responses})
+
+
+def resend(
+    store: OpenSearchStore, params: dict[str, str], items: list[tuple[dict[str, Any], Search]], plans: list[Plan], refused: dict[int, Any],
+) -> dict[int, Any] | Response:
+    """The cluster's answers to the refused searches of an `_msearch` as the client sent them
+    (header and body, as a search that is not reranked goes), all in one more _msearch, by
+    item number: its error items as they come, the others marked not reranked with the
+    refusal as the reason (`_refused` for one search). A refusal of that whole request (a body
+    the cluster cannot parse) is the answer to the client's _msearch, as it would have been."""
+    numbers = sorted(refused)
+    lines = [line for number in numbers for line in (items[number][0], items[number][1].body)]
+    status, again = store.forward("POST", "/_msearch", params, ndjson(lines))
+    if status != 200:
+        return answer(status, again)
+    found = list(again.get("responses") or [])
+    return {
+        number: mark(response, refusal_block(plans[number], refused[number]) if plans[number].reason is None else not_reranked(plans[number]))
+        for number, response in zip(numbers, found)
+    }
 
 
 def fetch_pages(
@@ -499,7 +553,8 @@ def fetch_pages(
     """The page responses of the reranked searches, by item number: the pages of plain
     stored documents from one `_mget` (a lookup by id: at the _msearch limits, a second run
     of 50 queries cost the cluster as much as the first, bench/bench_bounds.py), the others
-    from one _msearch that runs their queries again on the page's ids."""
+    from one _msearch that runs their queries again on the page's ids. A 400 to either
+    request as a whole is each of its searches' error item (`is_refusal`: `msearch` sends them again)."""
     wanted = [number for number, (positions, _) in pages.items() if positions]
     by_id = [number for number in wanted if page_by_mget(items[number][1])]
     by_query = [number for number in wanted if number not in by_id]
@@ -507,13 +562,16 @@ def fetch_pages(
     if by_id:
         docs = [mget_docs(items[number][1], hits_of(responses[number]), pages[number][0]) for number in by_id]
         status, found = store.forward("POST", "/_mget", {}, {"docs": [doc for group in docs for doc in group]})
-        if status != 200:
+        if status == 400:
+            fetched.update(dict.fromkeys(by_id, {**found, "status": status}))
+        elif status != 200:
             return answer(status, found)
-        every = list(found.get("docs") or [])
-        start = 0
-        for number, group in zip(by_id, docs):
-            fetched[number] = hits_from_mget({"docs": every[start : start + len(group)]})
-            start += len(group)
+        else:
+            every = list(found.get("docs") or [])
+            start = 0
+            for number, group in zip(by_id, docs):
+                fetched[number] = hits_from_mget({"docs": every[start : start + len(group)]})
+                start += len(group)
     if by_query:
         lines: list[dict[str, Any]] = []
         for number in by_query:
@@ -521,9 +579,12 @@ def fetch_pages(
             ids = page_ids(hits_of(responses[number]), pages[number][0])
             lines += [header, page_request(search_, ids, len(pages[number][0]) * len(plans[number].layouts))[1]]
         status, second = store.forward("POST", "/_msearch", params, ndjson(lines))
-        if status != 200:
+        if status == 400:
+            fetched.update(dict.fromkeys(by_query, {**second, "status": status}))
+        elif status != 200:
             return answer(status, second)
-        fetched.update(zip(by_query, list(second.get("responses") or [])))
+        else:
+            fetched.update(zip(by_query, list(second.get("responses") or [])))
     return fetched
 
 

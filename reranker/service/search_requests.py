@@ -471,7 +471,10 @@ def _param(value: Any) -> str:
 
 
 def ndjson(lines: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(line) + "\n" for line in lines)
+    """The lines as opensearch-py serialises a body (compact, UTF-8 as it is), so that the
+    positions of the cluster's errors in a search sent as the client sent it are those of
+    the body a client sends through opensearch-py, as for a `_search` (`proxy._refused`)."""
+    return "".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines)
 
 
 # --- the service's own fields -----------------------------------------------------------
