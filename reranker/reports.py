@@ -9,7 +9,7 @@ importing this module stays cheap; the service never imports it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, Sequence, cast
+from typing import Any, Mapping, Protocol, Sequence, cast
 
 import numpy as np
 
@@ -95,17 +95,33 @@ def _test_note(queries: int) -> str:
     return f"two-sided paired randomisation test over queries, {randomization_draws(queries)}"
 
 
-def _power_note(queries: int) -> list[str]:
+def _power_note(queries: int, ties: Mapping[str, int] | None = None, baseline: str = "") -> list[str]:
     """A warning when no difference over `queries` queries can reach SIGNIFICANCE_LEVEL:
     the sign flips of n differences give the observed mean's magnitude at least 2 of 2^n
     times (its own signs and their negation), so the exact p is never below 2 / 2^n.
-    Without it a table with no mark reads as "no difference" when the test had no chance."""
-    if queries < 1 or 2.0 / 2**queries < SIGNIFICANCE_LEVEL:
+    Without it a table with no mark reads as "no difference" when the test had no chance.
+
+    A query where a ranker ties `baseline` (`ties`: ranker -> such queries, on the marked
+    metric) moves no mean when flipped, so that ranker's floor is 2 / 2^(n - ties): one
+    tied on all but 5 queries cannot be marked either, and a note names it."""
+    if queries < 1:
         return []
-    return [
-        f"With {queries} queries no ranker can be marked: the randomisation test's smallest "
-        f"two-sided p over {queries} queries is 2/2^{queries} = {2.0 / 2**queries:.3g}."
-    ]
+    if 2.0 / 2**queries >= SIGNIFICANCE_LEVEL:
+        return [
+            f"With {queries} queries no ranker can be marked: the randomisation test's smallest "
+            f"two-sided p over {queries} queries is 2/2^{queries} = {2.0 / 2**queries:.3g}."
+        ]
+    notes = []
+    for ranker, tied in (ties or {}).items():
+        differing = queries - tied
+        if 2.0 / 2**differing < SIGNIFICANCE_LEVEL:
+            continue
+        floor = f"2/2^{differing} = {min(1.0, 2.0 / 2**differing):.3g}" if differing else "1"
+        notes.append(
+            f"{ranker} cannot be marked: it ties {baseline} on {tied} of {queries} queries, which no sign flip "
+            f"moves, so its smallest two-sided p is {floor}."
+        )
+    return notes
 
 
 def _approximate_note(approximate: dict[str, int]) -> list[str]:
@@ -151,7 +167,9 @@ def evaluation_caption(result: EvaluationResult) -> str:
         parts.append(
             f"W/T/L: queries where nDCG@{NDCG_CUTOFF} is above / equal to / below {result.baselines[0]}'s."
         )
-        parts.extend(_power_note(result.queries))
+        first = result.baselines[0]
+        tied = {ranker: counts[1] for ranker, counts in result.wins_ties_losses(first).items()}
+        parts.extend(_power_note(result.queries, tied, first))
     return " ".join([*parts, *_approximate_note(result.approximate)])
 
 
@@ -251,7 +269,7 @@ def comparison_caption(comparison: Comparison) -> str:
         f"Overlap with {base}'s ranking, mean over queries: Jaccard of the top {comparison.jaccard_depth} "
         f"and rank-biased overlap over the whole window (RBO_ext, p = {comparison.rbo_p:g}; Webber, "
         "Moffat & Zobel 2010).",
-        *_power_note(comparison.queries),
+        *_power_note(comparison.queries, {ranker: by_metric[HEADLINE_METRIC][1] for ranker, by_metric in comparison.wins_ties_losses.items()}, base),
     ]
     return " ".join([*parts, *_approximate_note(comparison.approximate)])
 

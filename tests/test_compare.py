@@ -239,6 +239,32 @@ def test_a_comparison_holds_means_tests_and_overlap(tmp_path: Path) -> None:
     assert comparison.config == {"k": 15} and comparison.rbo_p == 0.9 and comparison.jaccard_depth == 10
 
 
+def test_a_ranker_that_ties_too_often_to_be_marked_is_named(tmp_path: Path) -> None:
+    # 8 queries allow a mark (2/2^8), but a tied query moves no mean when its sign flips: a
+    # ranker tied with the baseline on 4 of them has the floor of 4 queries, 2/2^4, and no
+    # caption said so, so its missing mark read as "no difference found".
+    from reranker.evaluation import score_rankings, summarise
+    from reranker.reports import evaluation_caption
+
+    queries = [f"q{n}" for n in range(8)]
+    qrels = {query: {"relevant": 1} for query in queries}
+    late, early = ("other", "relevant"), ("relevant", "other")
+    run_ = RankerRun(window=2, rankings={
+        "bm25": dict.fromkeys(queries, late),
+        "better": dict.fromkeys(queries, early),
+        "half": {query: early if n % 2 else late for n, query in enumerate(queries)},
+        "same": dict.fromkeys(queries, late),
+    }, approximate={})
+    dataset = Dataset("ties", tmp_path / "corpus.jsonl", tuple((query, query) for query in queries), qrels)
+    caption = comparison_table(compare_rankings(dataset, run_, "bm25")).splitlines()[0]
+    half = "half cannot be marked: it ties bm25 on 4 of 8 queries, which no sign flip moves, so its smallest two-sided p is 2/2^4 = 0.125."
+    same = "same cannot be marked: it ties bm25 on 8 of 8 queries, which no sign flip moves, so its smallest two-sided p is 1."
+    assert half in caption and same in caption and "better cannot" not in caption and "no ranker can be marked" not in caption
+    assert paired_randomization_p(tuple([1.0, 0.0] * 4), tuple([0.0] * 8)) == 2 / 2**4  # the floor the caption gives
+    result = summarise("ties", 2, score_rankings(run_.rankings, qrels, 2), ("bm25",))
+    assert half in evaluation_caption(result) and same in evaluation_caption(result)
+
+
 def test_the_shape_is_the_same_whatever_the_judgments(tmp_path: Path) -> None:
     from_qrels = compare_rankings(qrels_dataset(tmp_path), RUN, "bm25")
     judgments = write_json(
