@@ -1103,6 +1103,30 @@ def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tu
         assert client.post("/events", json={**click, "timestamp": f"2026-01-01T10:15:00{zone}"}).status_code == 201, zone
 
 
+def test_a_list_whose_page_the_proxy_could_not_fetch_is_not_recorded_as_shown(cluster_app: tuple[Any, Path, str], tmp_path: Path) -> None:
+    """The proxy records an experiment's interleaved list before it fetches the page; when
+    the cluster refused that page request (here a highlight it cannot parse, which the
+    window request leaves out), the client got an error, or its own search not reranked,
+    and never saw the list, yet it stayed recorded: one search more in the report, and an
+    unclicked impression of every hit in the judgments. It is now taken back."""
+    make, _, _ = cluster_app
+    client = make().test_client()
+    _start(client, "px")
+    search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}}, "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+    refused = client.post("/papers/_search", json={**search, "highlight": {"fields": {"title": {"bogus": 1}}}})
+    assert refused.status_code == 400 and "bogus" in json.dumps(refused.get_json()), refused.get_json()
+    assert client.get("/experiments/px").get_json()["report"]["queries"] == 0
+    shown = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
+    assert shown["ranker"] == "interleaved" and client.get("/experiments/px").get_json()["report"]["queries"] == 1
+    # The SQLite store takes a list back the same way.
+    store = EmbeddedEventStore(tmp_path / "experiments.sqlite3")
+    store.record_query(_shown("q1"))
+    store.take_back_query("q1")
+    store.take_back_query("never-recorded")
+    assert store.shown_query("q1") is None
+    store.close()
+
+
 def test_delete_an_experiment_on_the_cluster_event_store(cluster_app: tuple[Any, Path, str]) -> None:
     from reranker.config import OpenSearchSettings
     from reranker.store.events import OpenSearchEventStore, Recorded

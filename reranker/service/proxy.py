@@ -60,7 +60,7 @@ from pydantic import BaseModel
 from werkzeug.exceptions import MethodNotAllowed
 from werkzeug.routing import Map, Rule
 
-from reranker.errors import IndexMismatchError
+from reranker.errors import IndexMismatchError, StoreError
 from reranker.experiments import assignment_key
 from reranker.pipeline import past_window_reason, rescored
 from reranker.rankers import CandidateSet, Ranker
@@ -415,13 +415,29 @@ def search(index: str | None = None) -> Response:
     if positions and page_by_mget(wanted):
         status, found = store.forward("POST", "/_mget", *mget_request(wanted, hits, positions))
         if status != 200:
+            _take_back(rt, block)
             return _refused(store, path, wanted, how, hidden, status, found)
         second = hits_from_mget(found)
     elif positions:
         status, second = store.forward("POST", path, *page_request(wanted, page_ids(hits, positions), len(positions) * len(how.layouts)))
         if status != 200:
+            _take_back(rt, block)
             return _refused(store, path, wanted, how, hidden, status, second)
     return answer(200, strip_internal({**merge(first, positions, second, block), "took": _took(started)}, hidden))
+
+
+def _take_back(rt: Runtime, block: dict[str, Any]) -> None:
+    """An experiment's list recorded for a page that is not shown (its page request failed:
+    the answer is the cluster's error, or the client's own search not reranked) is taken
+    back from the experiment store. Fails open, as recording it does: a store that cannot
+    take it back leaves it, and the search is answered all the same."""
+    query_id = block.get("query_id")
+    if query_id is None:
+        return
+    try:
+        rt.experiments.store().take_back_query(str(query_id))
+    except StoreError as exc:
+        log.warning("experiment query %s was recorded but not shown, and could not be taken back: %s", query_id, exc)
 
 
 def _refused(store: OpenSearchStore, path: str, wanted: Search, how: Plan, hidden: tuple[str, ...], status: int, refused: Any) -> Response:

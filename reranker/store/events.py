@@ -236,6 +236,13 @@ class EventStore(Protocol):
 
     def shown_query(self, query_id: str) -> ShownQuery | None: ...
 
+    def take_back_query(self, query_id: str) -> None:
+        """Remove the list recorded as `query_id`, which was never shown after all (the
+        proxy's request for its page failed): an impression no one saw would count in the
+        report's searches and as an unclicked impression in the judgments. Nothing when
+        it is not stored."""
+        ...
+
     def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         """Store `event`; DuplicateEventError when its id was stored before, StoreFullError
         when the store has no room left. `if_experiment`: NotFoundError, and nothing stored,
@@ -487,6 +494,9 @@ class EmbeddedEventStore:
     def shown_query(self, query_id: str) -> ShownQuery | None:
         row = self._run("SELECT body FROM queries WHERE query_id = ?", (query_id,)).fetchone()
         return None if row is None else ShownQuery.from_json(json.loads(row[0]))
+
+    def take_back_query(self, query_id: str) -> None:
+        self._run("DELETE FROM queries WHERE query_id = ?", (query_id,))
 
     def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         row = (event.event_id, event.query_id, event.experiment_id, event.action_name, event.object_id, json.dumps(event.to_json()), event.source)
@@ -750,6 +760,10 @@ class OpenSearchEventStore:
         # A get by id is real-time: a query is found at once, before any refresh.
         found = self._call("reading a query", self._store.client.get, index=index, id=query_id, not_found=None)
         return None if not found or not found.get("found") else ShownQuery.from_json(found["_source"])
+
+    def take_back_query(self, query_id: str) -> None:
+        index = self._index("ubi_queries")
+        self._call("taking back a query", self._store.client.delete, index=index, id=query_id, not_found=None)
 
     def record_event(self, event: Event, *, if_experiment: bool = False) -> None:
         index = self._index("ubi_events")
