@@ -24,7 +24,7 @@ leaving the same terms out: BM25 0.736 against 0.721 on CL-SciSumm, but the defa
 the same to the digit. The common terms' share of a document's and its passage's BM25 is part
 of what the fusion reads, so the rule was not adopted (docs/performance.md).
 
-Run:  python bench/bench_common_terms.py                   (about 2 minutes)
+Run:  python bench/bench_common_terms.py                   (about 30 s)
       python bench/bench_common_terms.py --store DIR       (and the speed at DIR's size)
 """
 

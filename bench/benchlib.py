@@ -70,15 +70,25 @@ def product_threads() -> int:
 @contextmanager
 def throwaway_index(corpus: Path) -> Iterator[Any]:
     """The engine over `corpus` indexed by the real pipeline into a temporary data dir
-    (RERANKER_DATA_DIR names it meanwhile), removed afterwards; `engine.store.directory`
-    is its index."""
+    (RERANKER_DATA_DIR names it meanwhile, and is put back after), its store closed and the
+    dir removed afterwards; `engine.store.directory` is its index."""
     from reranker.config import Settings
     from reranker.indexing import index_corpus
     from reranker.pipeline import build_engine
 
+    before = os.environ.get("RERANKER_DATA_DIR")
     with tempfile.TemporaryDirectory() as data_dir:
         os.environ["RERANKER_DATA_DIR"] = data_dir
-        settings = Settings.from_env()
-        engine = build_engine(settings)
-        index_corpus(corpus, engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False)
-        yield engine
+        try:
+            settings = Settings.from_env()
+            engine = build_engine(settings)
+            try:
+                index_corpus(corpus, engine.store, engine.vectors, settings.k, stopwords=engine.stopwords, show_progress=False)
+                yield engine
+            finally:
+                engine.store.close()  # closing twice is harmless: a caller may close it first
+        finally:
+            if before is None:
+                os.environ.pop("RERANKER_DATA_DIR", None)
+            else:
+                os.environ["RERANKER_DATA_DIR"] = before

@@ -39,7 +39,7 @@ field of both has the same length / average length, and each prefixed term the s
 document frequency, as two: the same BM25 sum. Each query term is weighted by its count.
 Xapian: BM25Weight(k1 1.2, k2 0, k3 1, b 0.75, min_normlen 0.5). PISA (pyterrier-pisa's
 `_pisathon`, unquantised scores, k1 1.2, b 0.75): MaxScore (block_max_maxscore), block-max
-WAND and exhaustive (ranked_or). `time` alternates the engines query by query, top 100 then
+WAND and exhaustive (ranked_or). `time` runs every engine on each query in turn (in the same order each time), top 100 then
 top 10, after a warm-up pass; a timing covers building the query, the search and mapping
 hits to row ids. The overlap is the mean |A & B| / k against tantivy's list; with --papers,
 also of the papers the row ids stand for (counted as multisets), since the repeated corpus

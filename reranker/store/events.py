@@ -288,8 +288,12 @@ def open_event_store(settings: Settings, *, create: bool = True) -> EventStore:
         from reranker.store.opensearch import OpenSearchStore
 
         events = OpenSearchEventStore(OpenSearchStore(settings.opensearch_store))
-        if create or events.holds_experiments():
-            return events
+        try:
+            if create or events.holds_experiments():
+                return events
+        except BaseException:
+            events.close()  # the cluster could not say: its client is not left open
+            raise
         events.close()
         return EmbeddedEventStore(None)
     path = settings.data_dir / "experiments.sqlite3"
