@@ -116,7 +116,7 @@ def _power_note(queries: int, ties: Mapping[str, int] | None = None, baseline: s
         differing = queries - tied
         if 2.0 / 2**differing < SIGNIFICANCE_LEVEL:
             continue
-        floor = f"2/2^{differing} = {min(1.0, 2.0 / 2**differing):.3g}" if differing else "1"
+        floor = f"2/2^{differing} = {2.0 / 2**differing:.3g}" if differing else "1"
         notes.append(
             f"{ranker} cannot be marked: it ties {baseline} on {tied} of {queries} queries, which no sign flip "
             f"moves, so its smallest two-sided p is {floor}."

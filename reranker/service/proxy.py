@@ -536,9 +536,8 @@ def msearch(index: str | None = None) -> Response:
         if isinstance(again, Response):
             return again
         responses = [again.get(number, response) for number, response in enumerate(responses)]
-    for number, search_ in enumerate(search_ for _, search_ in items):
-        if number < len(responses):
-            strip_internal(responses[number], hidden_fields(named_fields(search_.body, search_.params)))
+    for (_, search_), response in zip(items, responses):
+        strip_internal(response, hidden_fields(named_fields(search_.body, search_.params)))
     return answer(200, {**first, "took": _took(started), "responses": responses})
 
 
