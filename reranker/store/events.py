@@ -283,7 +283,8 @@ def open_event_store(settings: Settings, *, create: bool = True) -> EventStore:
     """The event store `settings` select: OpenSearch when a URL is set, else SQLite.
     `create=False` (a command that only reads) makes none: where there is none yet (no
     SQLite file, no experiments index), the store is an empty read-only view
-    (`EmbeddedEventStore(None)`), which answers as a new store would."""
+    (`EmbeddedEventStore(None)`), which answers as a new store would; a SQLite file that
+    exists is opened read-only (no write lock, no schema statements)."""
     if settings.opensearch_store is not None:
         from reranker.store.opensearch import OpenSearchStore
 
@@ -297,7 +298,9 @@ def open_event_store(settings: Settings, *, create: bool = True) -> EventStore:
         events.close()
         return EmbeddedEventStore(None)
     path = settings.data_dir / "experiments.sqlite3"
-    return EmbeddedEventStore(path if create or path.exists() else None)
+    if create:
+        return EmbeddedEventStore(path)
+    return EmbeddedEventStore(path, read_only=True) if path.exists() else EmbeddedEventStore(None)
 
 
 def _clicked_ids(rows: Iterable[Any]) -> dict[str, frozenset[str]]:
@@ -384,14 +387,23 @@ class EmbeddedEventStore:
     path None: nothing on disk, an empty database in memory (one connection, shared by
     every thread) with the same schema, so every read answers as a new store would (no
     experiments, no events), and read-only (`query_only`), so a write is a `StoreError`
-    instead of being lost: what a command that only reads opens where there is no store."""
+    instead of being lost: what a command that only reads opens where there is no store.
 
-    def __init__(self, path: Path | None) -> None:
+    read_only: a command that only reads, on a store that exists: opened `mode=ro`, with
+    no schema statements and no write lock, so it answers beside a writer that holds the
+    lock, and on a file the user may only read. A store an older version made (no
+    `source` column, no event count) is read as it is: no read needs them."""
+
+    def __init__(self, path: Path | None, *, read_only: bool = False) -> None:
         self.path: Path | str = path if path is not None else "(none yet: an empty read-only view)"
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._empty: sqlite3.Connection | None = None
+        self._read_only = read_only and path is not None
+        if self._read_only:
+            self._check_tables()
+            return
         try:
             if path is None:
                 self._empty = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -421,11 +433,37 @@ class EmbeddedEventStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the experiment store {self.path}: {exc}") from None
 
+    def _check_tables(self) -> None:
+        """A read-only open's check that the file is an experiment store (it makes nothing)."""
+        try:
+            tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error as exc:
+            if exc.sqlite_errorname == "SQLITE_READONLY_DIRECTORY":
+                raise StoreError(
+                    f"cannot read the experiment store {self.path}: SQLite reads it through {self.path}-shm, which it cannot "
+                    "make in a folder you may not write (it is there while a service has the store open)"
+                ) from None
+            raise StoreError(f"cannot open the experiment store {self.path}: {exc}") from None
+        missing = [name for name in ("experiments", "queries", "events") if name not in tables]
+        if missing:
+            raise StoreError(
+                f"cannot read the experiment store {self.path}: it has no table {', '.join(missing)} "
+                "(a command that writes to it, such as `reranker ab create`, makes them)"
+            )
+
     @property
     def _db(self) -> sqlite3.Connection:
         if self._empty is not None:
             return self._empty
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None and self._read_only:
+            # mode=ro: SQLite takes no write lock and writes nothing to the file (in WAL mode
+            # a reader never waits for a writer); a write is "attempt to write a readonly database".
+            uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
         if db is None:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             _write_ahead_log(db)
