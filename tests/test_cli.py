@@ -781,8 +781,52 @@ def test_ab_commands_that_read_make_no_experiment_index(tmp_path: Path, osmem_cl
     assert run(data_dir, *cluster, "ab", "report", "x") == (1, "")
     assert "no experiment 'x'" in capsys.readouterr().err
     assert "experiments" not in indices() and not data_dir.exists()
-    assert run(data_dir, *cluster, "ab", "delete", "x", "--keep-events")[0] == 1  # a writer: the index is made
+    assert run(data_dir, *cluster, "ab", "delete", "x", "--keep-events")[0] == 1  # nothing to delete: nothing written
+    assert "experiments" not in indices()
+    assert run(data_dir, *cluster, "ab", "create", "x", "--rankers", f"bm25,{DEFAULT_RANKER}")[0] == 0  # a write makes the index
     assert "reranker-experiments" in indices()
+
+
+def test_reads_of_the_cluster_event_store_make_no_index(tmp_path: Path, osmem_clone: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ab report` and `ab judgments` of an experiment no search had taken part in made the
+    `ALIAS-ubi_queries` and `ALIAS-ubi_events` indices: every read of the cluster's event
+    store made the index it read (and updated its mapping). A read of a missing index now
+    answers empty and makes nothing; the first write makes it."""
+    import urllib.request
+
+    from reranker.config import OpenSearchSettings
+    from reranker.interleaving import interleave
+    from reranker.store.events import OpenSearchEventStore, Recorded, ShownQuery
+    from reranker.store.opensearch import OpenSearchStore
+
+    def indices() -> list[str]:
+        with urllib.request.urlopen(f"{osmem_clone.url}/_cat/indices?h=index") as answer:
+            return sorted(str(answer.read().decode()).split())
+
+    data_dir = tmp_path / "data"
+    cluster = ["--opensearch-url", osmem_clone.url]
+    assert run(data_dir, *cluster, "ab", "create", "e1", "--rankers", f"bm25,{DEFAULT_RANKER}")[0] == 0, capsys.readouterr().err
+    assert indices() == ["reranker-experiments"]
+    assert run(data_dir, *cluster, "ab", "list")[0] == 0
+    code, reported = run(data_dir, *cluster, "ab", "report", "e1", "--json")
+    assert code == 0 and json.loads(reported)["report"]["queries"] == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert run(data_dir, *cluster, "ab", "judgments", "e1", "--out", str(tmp_path / "j.jsonl")) == (1, "")
+    assert "has shown no interleaved result list yet" in capsys.readouterr().err
+    assert indices() == ["reranker-experiments"]
+    # Every read of the store, as the service makes them too.
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="reranker")))
+    try:
+        assert store.shown_query("q1") is None and not store.has_event("x")
+        assert store.count_events("q1", "e1", None).total == 0 and store.recorded("e1") == Recorded(0, 0)
+        assert list(store.impressions("e1")) == [] and store.experiment_data("e1").queries == 0
+        assert indices() == ["reranker-experiments"]
+        shown = interleave("team_draft", ["a", "b"], ["b", "a"], 2, "seed")
+        store.record_query(ShownQuery("q1", "e1", "c1", "text", "2026-01-01T00:00:00Z", shown, 0))
+        assert indices() == ["reranker-experiments", "reranker-ubi_queries"]
+        assert store.experiment_data("e1").queries == 1
+    finally:
+        store.close()
 
 
 def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:

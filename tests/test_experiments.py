@@ -1340,7 +1340,7 @@ def test_the_cluster_lists_every_experiment_past_a_thousand(cluster_app: tuple[A
     app = make()
     try:
         index = store.names["experiments"]
-        store.experiments()  # creates the index with its mapping
+        store._index("experiments")  # creates the index with its mapping (a read makes none)
         old = [Experiment(f"old-{n:04d}", ("hidden_topics", "bm25"), "team_draft", 1.0, "stopped", f"2026-01-01T00:00:00.{n:03d}+00:00")
                for n in range(1000)]
         bulk = "".join(json.dumps({"index": {"_index": index, "_id": e.id}}) + "\n" + json.dumps(e.to_json()) + "\n" for e in old)
