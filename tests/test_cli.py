@@ -705,6 +705,68 @@ def test_ab_commands_that_read_make_no_experiment_store(tmp_path: Path, capsys: 
     assert [path.name for path in data_dir.iterdir()] == ["experiments.sqlite3"]
 
 
+def test_ab_commands_that_read_take_no_write_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ab list`, `ab report` and `ab judgments` on a store that exists ran its schema
+    statements in a write transaction (BEGIN IMMEDIATE) on every open: beside a writer that
+    held SQLite's write lock they waited 30 s and failed ("database is locked"), and on a
+    file the user may only read they failed at once. They now open it read-only, answering
+    at once as SQLite's WAL readers do, and write nothing: a store an older version made
+    (no `source` column, no event count) is read as it is."""
+    import time
+
+    from reranker.store.events import EmbeddedEventStore, Experiment
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    path = data_dir / "experiments.sqlite3"
+    experiment = Experiment("e1", ("bm25", DEFAULT_RANKER), "team_draft", 1.0, "stopped", "2026-01-01T00:00:00Z")
+    store = EmbeddedEventStore(path)
+    store.create_experiment(experiment)
+    store.close()
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process's write under way: the lock is held
+    try:
+        started = time.monotonic()
+        code, listed = run(data_dir, "ab", "list")
+        assert code == 0 and "e1" in listed, capsys.readouterr().err
+        code, reported = run(data_dir, "ab", "report", "e1", "--json")
+        assert code == 0 and json.loads(reported)["report"]["queries"] == 0, capsys.readouterr().err
+        assert time.monotonic() - started < 10, "a reader waited for the write lock"
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+    # A store as the first version with events made it: read, and left as it was.
+    old = tmp_path / "old"
+    old.mkdir()
+    with sqlite3.connect(old / "experiments.sqlite3") as db:
+        db.executescript(
+            "CREATE TABLE experiments (id TEXT PRIMARY KEY, created TEXT NOT NULL, body TEXT NOT NULL);"
+            "CREATE TABLE queries (query_id TEXT PRIMARY KEY, experiment_id TEXT NOT NULL, body TEXT NOT NULL);"
+            "CREATE TABLE events (event_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, experiment_id TEXT NOT NULL,"
+            " action_name TEXT NOT NULL, object_id TEXT, body TEXT NOT NULL);"
+        )
+        db.execute("INSERT INTO experiments VALUES (?, ?, ?)", (experiment.id, experiment.created, json.dumps(experiment.to_json())))
+    db.close()
+    schema = sqlite3.connect(old / "experiments.sqlite3")
+    before = schema.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+    code, listed = run(old, "ab", "list")
+    assert code == 0 and "e1" in listed, capsys.readouterr().err
+    assert run(old, "ab", "report", "e1")[0] == 0, capsys.readouterr().err
+    assert schema.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == before
+    schema.close()
+    # A file that is not an experiment store is refused in one line, and left as it was.
+    with sqlite3.connect(old / "experiments.sqlite3") as db:
+        db.execute("DROP TABLE queries")
+    db.close()
+    capsys.readouterr()
+    assert run(old, "ab", "list") == (1, "")
+    assert capsys.readouterr().err == (
+        f"reranker: error: cannot read the experiment store {old / 'experiments.sqlite3'}: it has no table queries "
+        "(a command that writes to it, such as `reranker ab create`, makes them)\n"
+    )
+
+
 def test_ab_commands_that_read_make_no_experiment_index(tmp_path: Path, osmem_clone: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """The same on OpenSearch: `ab list` made the experiments index (`ALIAS-experiments`)."""
     import urllib.request
@@ -719,8 +781,52 @@ def test_ab_commands_that_read_make_no_experiment_index(tmp_path: Path, osmem_cl
     assert run(data_dir, *cluster, "ab", "report", "x") == (1, "")
     assert "no experiment 'x'" in capsys.readouterr().err
     assert "experiments" not in indices() and not data_dir.exists()
-    assert run(data_dir, *cluster, "ab", "delete", "x", "--keep-events")[0] == 1  # a writer: the index is made
+    assert run(data_dir, *cluster, "ab", "delete", "x", "--keep-events")[0] == 1  # nothing to delete: nothing written
+    assert "experiments" not in indices()
+    assert run(data_dir, *cluster, "ab", "create", "x", "--rankers", f"bm25,{DEFAULT_RANKER}")[0] == 0  # a write makes the index
     assert "reranker-experiments" in indices()
+
+
+def test_reads_of_the_cluster_event_store_make_no_index(tmp_path: Path, osmem_clone: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ab report` and `ab judgments` of an experiment no search had taken part in made the
+    `ALIAS-ubi_queries` and `ALIAS-ubi_events` indices: every read of the cluster's event
+    store made the index it read (and updated its mapping). A read of a missing index now
+    answers empty and makes nothing; the first write makes it."""
+    import urllib.request
+
+    from reranker.config import OpenSearchSettings
+    from reranker.interleaving import interleave
+    from reranker.store.events import OpenSearchEventStore, Recorded, ShownQuery
+    from reranker.store.opensearch import OpenSearchStore
+
+    def indices() -> list[str]:
+        with urllib.request.urlopen(f"{osmem_clone.url}/_cat/indices?h=index") as answer:
+            return sorted(str(answer.read().decode()).split())
+
+    data_dir = tmp_path / "data"
+    cluster = ["--opensearch-url", osmem_clone.url]
+    assert run(data_dir, *cluster, "ab", "create", "e1", "--rankers", f"bm25,{DEFAULT_RANKER}")[0] == 0, capsys.readouterr().err
+    assert indices() == ["reranker-experiments"]
+    assert run(data_dir, *cluster, "ab", "list")[0] == 0
+    code, reported = run(data_dir, *cluster, "ab", "report", "e1", "--json")
+    assert code == 0 and json.loads(reported)["report"]["queries"] == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert run(data_dir, *cluster, "ab", "judgments", "e1", "--out", str(tmp_path / "j.jsonl")) == (1, "")
+    assert "has shown no interleaved result list yet" in capsys.readouterr().err
+    assert indices() == ["reranker-experiments"]
+    # Every read of the store, as the service makes them too.
+    store = OpenSearchEventStore(OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="reranker")))
+    try:
+        assert store.shown_query("q1") is None and not store.has_event("x")
+        assert store.count_events("q1", "e1", None).total == 0 and store.recorded("e1") == Recorded(0, 0)
+        assert list(store.impressions("e1")) == [] and store.experiment_data("e1").queries == 0
+        assert indices() == ["reranker-experiments"]
+        shown = interleave("team_draft", ["a", "b"], ["b", "a"], 2, "seed")
+        store.record_query(ShownQuery("q1", "e1", "c1", "text", "2026-01-01T00:00:00Z", shown, 0))
+        assert indices() == ["reranker-experiments", "reranker-ubi_queries"]
+        assert store.experiment_data("e1").queries == 1
+    finally:
+        store.close()
 
 
 def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None:

@@ -76,6 +76,14 @@ def _error(answer: Any, status: int, type_: str | None = None) -> str:
     return str(body["error"]["reason"])
 
 
+def _metric(client: FlaskClient, sample: str) -> float:
+    """One sample's value in a scrape of /metrics; 0 when it is not there yet."""
+    for line in client.get("/metrics").get_data(as_text=True).splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def _start(client: FlaskClient, experiment_id: str = "exp", rankers: tuple[str, str] = ("hidden_topics", "bm25"), **extra: Any) -> dict[str, Any]:
     answer = client.post("/experiments", json={"id": experiment_id, "rankers": list(rankers), "traffic": 1.0, **extra}, headers=AUTH)
     assert answer.status_code == 201, answer.get_data(as_text=True)
@@ -1108,16 +1116,23 @@ def test_a_list_whose_page_the_proxy_could_not_fetch_is_not_recorded_as_shown(cl
     the cluster refused that page request (here a highlight it cannot parse, which the
     window request leaves out), the client got an error, or its own search not reranked,
     and never saw the list, yet it stayed recorded: one search more in the report, and an
-    unclicked impression of every hit in the judgments. It is now taken back."""
+    unclicked impression of every hit in the judgments. It is now taken back, and the
+    metric says so: interleaved - taken_back is the report's count of searches."""
     make, _, _ = cluster_app
     client = make().test_client()
     _start(client, "px")
+
+    def searches(result: str) -> float:
+        return _metric(client, f'reranker_experiment_searches_total{{experiment="px",result="{result}"}}')
+
     search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}}, "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
     refused = client.post("/papers/_search", json={**search, "highlight": {"fields": {"title": {"bogus": 1}}}})
     assert refused.status_code == 400 and "bogus" in json.dumps(refused.get_json()), refused.get_json()
     assert client.get("/experiments/px").get_json()["report"]["queries"] == 0
+    assert (searches("interleaved"), searches("taken_back")) == (1, 1)
     shown = client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]
     assert shown["ranker"] == "interleaved" and client.get("/experiments/px").get_json()["report"]["queries"] == 1
+    assert (searches("interleaved"), searches("taken_back")) == (2, 1)
     # The SQLite store takes a list back the same way.
     store = EmbeddedEventStore(tmp_path / "experiments.sqlite3")
     store.record_query(_shown("q1"))
@@ -1325,7 +1340,7 @@ def test_the_cluster_lists_every_experiment_past_a_thousand(cluster_app: tuple[A
     app = make()
     try:
         index = store.names["experiments"]
-        store.experiments()  # creates the index with its mapping
+        store._index("experiments")  # creates the index with its mapping (a read makes none)
         old = [Experiment(f"old-{n:04d}", ("hidden_topics", "bm25"), "team_draft", 1.0, "stopped", f"2026-01-01T00:00:00.{n:03d}+00:00")
                for n in range(1000)]
         bulk = "".join(json.dumps({"index": {"_index": index, "_id": e.id}}) + "\n" + json.dumps(e.to_json()) + "\n" for e in old)

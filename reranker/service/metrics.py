@@ -53,7 +53,7 @@ class Metrics:
             ["result"], registry=self.registry,
         )
         self.experiment_searches = Counter(
-            "reranker_experiment_searches", "Searches an experiment picked: interleaved, or left out (a ranker degraded)",
+            "reranker_experiment_searches", "Searches an experiment picked: interleaved, left out (a ranker degraded), or interleaved then taken back (its page was not shown)",
             ["experiment", "result"], registry=self.registry,
         )
         self.events = Counter(

@@ -430,7 +430,9 @@ def _take_back(rt: Runtime, block: dict[str, Any]) -> None:
     """An experiment's list recorded for a page that is not shown (its page request failed:
     the answer is the cluster's error, or the client's own search not reranked) is taken
     back from the experiment store. Fails open, as recording it does: a store that cannot
-    take it back leaves it, and the search is answered all the same."""
+    take it back leaves it, and the search is answered all the same. Counted as
+    `taken_back` once it is out of the store (a Counter cannot go down), so an operator's
+    `interleaved - taken_back` is the report's count of searches."""
     query_id = block.get("query_id")
     if query_id is None:
         return
@@ -438,6 +440,8 @@ def _take_back(rt: Runtime, block: dict[str, Any]) -> None:
         rt.experiments.store().take_back_query(str(query_id))
     except StoreError as exc:
         log.warning("experiment query %s was recorded but not shown, and could not be taken back: %s", query_id, exc)
+        return
+    rt.metrics.experiment_searches.labels(block["experiment"]["id"], "taken_back").inc()
 
 
 def _refused(store: OpenSearchStore, path: str, wanted: Search, how: Plan, hidden: tuple[str, ...], status: int, refused: Any) -> Response:

@@ -283,7 +283,8 @@ def open_event_store(settings: Settings, *, create: bool = True) -> EventStore:
     """The event store `settings` select: OpenSearch when a URL is set, else SQLite.
     `create=False` (a command that only reads) makes none: where there is none yet (no
     SQLite file, no experiments index), the store is an empty read-only view
-    (`EmbeddedEventStore(None)`), which answers as a new store would."""
+    (`EmbeddedEventStore(None)`), which answers as a new store would; a SQLite file that
+    exists is opened read-only (no write lock, no schema statements)."""
     if settings.opensearch_store is not None:
         from reranker.store.opensearch import OpenSearchStore
 
@@ -297,7 +298,9 @@ def open_event_store(settings: Settings, *, create: bool = True) -> EventStore:
         events.close()
         return EmbeddedEventStore(None)
     path = settings.data_dir / "experiments.sqlite3"
-    return EmbeddedEventStore(path if create or path.exists() else None)
+    if create:
+        return EmbeddedEventStore(path)
+    return EmbeddedEventStore(path, read_only=True) if path.exists() else EmbeddedEventStore(None)
 
 
 def _clicked_ids(rows: Iterable[Any]) -> dict[str, frozenset[str]]:
@@ -384,14 +387,23 @@ class EmbeddedEventStore:
     path None: nothing on disk, an empty database in memory (one connection, shared by
     every thread) with the same schema, so every read answers as a new store would (no
     experiments, no events), and read-only (`query_only`), so a write is a `StoreError`
-    instead of being lost: what a command that only reads opens where there is no store."""
+    instead of being lost: what a command that only reads opens where there is no store.
 
-    def __init__(self, path: Path | None) -> None:
+    read_only: a command that only reads, on a store that exists: opened `mode=ro`, with
+    no schema statements and no write lock, so it answers beside a writer that holds the
+    lock, and on a file the user may only read. A store an older version made (no
+    `source` column, no event count) is read as it is: no read needs them."""
+
+    def __init__(self, path: Path | None, *, read_only: bool = False) -> None:
         self.path: Path | str = path if path is not None else "(none yet: an empty read-only view)"
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._empty: sqlite3.Connection | None = None
+        self._read_only = read_only and path is not None
+        if self._read_only:
+            self._check_tables()
+            return
         try:
             if path is None:
                 self._empty = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -421,11 +433,37 @@ class EmbeddedEventStore:
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the experiment store {self.path}: {exc}") from None
 
+    def _check_tables(self) -> None:
+        """A read-only open's check that the file is an experiment store (it makes nothing)."""
+        try:
+            tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error as exc:
+            if exc.sqlite_errorname == "SQLITE_READONLY_DIRECTORY":
+                raise StoreError(
+                    f"cannot read the experiment store {self.path}: SQLite reads it through {self.path}-shm, which it cannot "
+                    "make in a folder you may not write (it is there while a service has the store open)"
+                ) from None
+            raise StoreError(f"cannot open the experiment store {self.path}: {exc}") from None
+        missing = [name for name in ("experiments", "queries", "events") if name not in tables]
+        if missing:
+            raise StoreError(
+                f"cannot read the experiment store {self.path}: it has no table {', '.join(missing)} "
+                "(a command that writes to it, such as `reranker ab create`, makes them)"
+            )
+
     @property
     def _db(self) -> sqlite3.Connection:
         if self._empty is not None:
             return self._empty
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None and self._read_only:
+            # mode=ro: SQLite takes no write lock and writes nothing to the file (in WAL mode
+            # a reader never waits for a writer); a write is "attempt to write a readonly database".
+            uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
         if db is None:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
             _write_ahead_log(db)
@@ -622,6 +660,10 @@ MAPPINGS: dict[str, dict[str, Any]] = {
         },
     },
 }
+# A search of a missing index: what a read answers for it (no index is made to read it).
+_NO_HITS: dict[str, Any] = {"hits": {"hits": []}}
+
+
 class OpenSearchEventStore:
     """An `EventStore` in three indices beside the document alias."""
 
@@ -636,7 +678,8 @@ class OpenSearchEventStore:
         return bool(self._store._call(f"checking index {name}", self._store.client.indices.exists, index=name))
 
     def _index(self, kind: str) -> str:
-        """The index for `kind`, created (with its strict mapping) on first use."""
+        """The index for `kind`, created (with its strict mapping) on first use by a
+        write. Reads name `self.names[kind]` and go through `_read`, which makes none."""
         name = self.names[kind]
         if name not in self._ready:
             from opensearchpy.exceptions import RequestError
@@ -682,6 +725,30 @@ class OpenSearchEventStore:
             kind = next(kind for kind, name in self.names.items() if name == index)
             self._index(kind)
             return self._store._call(what, fn, **kwargs)
+
+    def _read(self, what: str, fn: Any, empty: Any, **kwargs: Any) -> Any:
+        """One read of an event index (`index=` in kwargs): a missing index answers `empty`,
+        so that a read (`ab report`, `ab judgments`, a report over HTTP) makes no index
+        and changes no mapping. One this process made before and the cluster has lost
+        since is made again, with its mapping, by the next write into it: a write alone
+        would have the cluster make it with a mapping of its own guessing."""
+        from opensearchpy.exceptions import NotFoundError
+
+        missing = object()
+
+        def read(**kwargs: Any) -> Any:
+            try:
+                return fn(**kwargs)
+            except NotFoundError as exc:
+                if exc.error == "index_not_found_exception":  # else a missing document: `not_found` says
+                    return missing
+                raise
+
+        found = self._store._call(what, read, **kwargs)
+        if found is missing:
+            self._ready.discard(kwargs["index"])
+            return empty
+        return found
 
     def _create(self, what: str, index: str, doc_id: str, body: dict[str, Any], **kwargs: Any) -> bool:
         """Write a document unless its id exists (op_type=create); False when it did."""
@@ -734,14 +801,14 @@ class OpenSearchEventStore:
             )
 
     def experiments(self) -> list[Experiment]:
-        index = self._index("experiments")
+        index = self.names["experiments"]
         # Every page: one search answers 1,000 at most, and the running one may be past them.
         items = [Experiment.from_json(source) for source in self._all(index, {"match_all": {}}, "id", source=True)]
         return sorted(items, key=lambda e: (e.created, e.id))
 
     def experiment(self, experiment_id: str) -> Experiment | None:
-        index = self._index("experiments")
-        found = self._call("reading an experiment", self._store.client.get, index=index, id=experiment_id, not_found=None)
+        index = self.names["experiments"]
+        found = self._read("reading an experiment", self._store.client.get, None, index=index, id=experiment_id, not_found=None)
         return None if not found or not found.get("found") else Experiment.from_json(found["_source"])
 
     def record_query(self, query: ShownQuery, *, if_running: bool = False) -> bool:
@@ -760,9 +827,9 @@ class OpenSearchEventStore:
         return False
 
     def shown_query(self, query_id: str) -> ShownQuery | None:
-        index = self._index("ubi_queries")
+        index = self.names["ubi_queries"]
         # A get by id is real-time: a query is found at once, before any refresh.
-        found = self._call("reading a query", self._store.client.get, index=index, id=query_id, not_found=None)
+        found = self._read("reading a query", self._store.client.get, None, index=index, id=query_id, not_found=None)
         return None if not found or not found.get("found") else ShownQuery.from_json(found["_source"])
 
     def take_back_query(self, query_id: str) -> None:
@@ -782,34 +849,35 @@ class OpenSearchEventStore:
     def count_events(self, query_id: str, experiment_id: str, source: str | None) -> EventCounts:
         """Counted by search (exact), so as of the last refresh (1 s by default): a burst within
         that second can pass a quota by what it sends in that second."""
-        index = self._index("ubi_events")
+        index = self.names["ubi_events"]
         client = self._store.client
         by_query = {"query": {"term": {"query_id": query_id}}}
-        for_query = self._call("counting events", client.count, index=index, body=by_query, not_found={"count": 0})
+        for_query = self._read("counting events", client.count, {"count": 0}, index=index, body=by_query)
         by_client: dict[str, Any] = {"bool": {"filter": [{"term": {"experiment_id": experiment_id}}]}}
         if source is None:
             by_client["bool"]["must_not"] = [{"exists": {"field": "source"}}]
         else:
             by_client["bool"]["filter"].append({"term": {"source": source}})
-        for_client = self._call("counting events", client.count, index=index, body={"query": by_client}, not_found={"count": 0})
-        total = self._call("counting events", client.count, index=index, not_found={"count": 0})
+        for_client = self._read("counting events", client.count, {"count": 0}, index=index, body={"query": by_client})
+        total = self._read("counting events", client.count, {"count": 0}, index=index)
         return EventCounts(int(for_query["count"]), int(for_client["count"]), int(total["count"]))
 
     def has_event(self, event_id: str) -> bool:
-        index = self._index("ubi_events")
+        index = self.names["ubi_events"]
         # A get by id is real-time: an event is found at once, before any refresh.
-        found = self._call("reading an event", self._store.client.get, index=index, id=event_id, _source=False, not_found=None)
+        found = self._read("reading an event", self._store.client.get, None, index=index, id=event_id, _source=False, not_found=None)
         return bool(found and found.get("found"))
 
     def _all(self, index: str, query: dict[str, Any], key: str, source: Sequence[str] | bool = ("query_id", "object_id")) -> Iterator[dict[str, Any]]:
         """`source` (by default query_id and object_id) of every matching document: pages
-        sorted by the unique keyword `key`, walked with search_after (no scroll context to leak)."""
+        sorted by the unique keyword `key`, walked with search_after (no scroll context to leak);
+        none from a missing index."""
         after: list[Any] | None = None
         while True:
             body: dict[str, Any] = {"size": _PAGE, "query": query, "sort": [{key: "asc"}], "_source": source if isinstance(source, bool) else list(source)}
             if after is not None:
                 body["search_after"] = after
-            found = self._call("reading experiment data", self._store.client.search, index=index, body=body)
+            found = self._read("reading experiment data", self._store.client.search, _NO_HITS, index=index, body=body)
             hits = found["hits"]["hits"]
             yield from (hit["_source"] for hit in hits)
             if len(hits) < _PAGE:
@@ -818,12 +886,12 @@ class OpenSearchEventStore:
 
     def experiment_data(self, experiment_id: str) -> ExperimentData:
         client = self._store.client
-        queries_index, events_index = self._index("ubi_queries"), self._index("ubi_events")
+        queries_index, events_index = self.names["ubi_queries"], self.names["ubi_events"]
         # Reports are rare; make every acknowledged write visible to search first.
         for index in (queries_index, events_index):
-            self._call("refreshing experiment data", client.indices.refresh, index=index)
+            self._read("refreshing experiment data", client.indices.refresh, None, index=index)
         term = {"term": {"experiment_id": experiment_id}}
-        counted = self._call("counting queries", client.count, index=queries_index, body={"query": term})
+        counted = self._read("counting queries", client.count, {"count": 0}, index=queries_index, body={"query": term})
         clicks = {"bool": {"filter": [term, {"terms": {"action_name": sorted(CLICK_ACTIONS)}}]}}
         rows = list(self._all(events_index, clicks, "event_id"))
         clicked: dict[str, set[str]] = {}
@@ -835,7 +903,7 @@ class OpenSearchEventStore:
         units: list[str] = []
         for start in range(0, len(ids), _PAGE):
             batch = ids[start : start + _PAGE]
-            docs = self._call("reading queries", client.mget, index=queries_index, body={"ids": batch})["docs"]
+            docs = self._read("reading queries", client.mget, {"docs": []}, index=queries_index, body={"ids": batch})["docs"]
             for doc in docs:
                 if doc.get("found"):
                     query = ShownQuery.from_json(doc["_source"])
@@ -846,9 +914,9 @@ class OpenSearchEventStore:
 
     def impressions(self, experiment_id: str) -> Iterator[tuple[ShownQuery, frozenset[str]]]:
         client = self._store.client
-        queries_index, events_index = self._index("ubi_queries"), self._index("ubi_events")
+        queries_index, events_index = self.names["ubi_queries"], self.names["ubi_events"]
         for index in (queries_index, events_index):
-            self._call("refreshing experiment data", client.indices.refresh, index=index)
+            self._read("refreshing experiment data", client.indices.refresh, None, index=index)
         term = {"term": {"experiment_id": experiment_id}}
         clicks = {"bool": {"filter": [term, {"terms": {"action_name": sorted(CLICK_ACTIONS)}}]}}
         clicked = _clicked_ids((row["query_id"], row.get("object_id")) for row in self._all(events_index, clicks, "event_id"))
@@ -861,10 +929,10 @@ class OpenSearchEventStore:
         term = {"query": {"term": {"experiment_id": experiment_id}}}
         counts = []
         for kind in ("ubi_queries", "ubi_events"):
-            index = self._index(kind)
+            index = self.names[kind]
             # Writes are acknowledged before they are searchable: count every one of them.
-            self._call("refreshing experiment data", client.indices.refresh, index=index)
-            counts.append(int(self._call("counting experiment data", client.count, index=index, body=term)["count"]))
+            self._read("refreshing experiment data", client.indices.refresh, None, index=index)
+            counts.append(int(self._read("counting experiment data", client.count, {"count": 0}, index=index, body=term)["count"]))
         return Recorded(*counts)
 
     def delete_experiment(self, experiment_id: str, events: bool) -> Recorded:
