@@ -343,6 +343,18 @@ def test_a_number_beyond_the_fields_integer_type_is_refused_not_a_failed_search(
     assert os_store.bm25("ocean bread", 10, [Filter("year", "lt", 9.2e18)]) == os_store.bm25("ocean bread", 10)
 
 
+def test_a_search_the_shards_refuse_says_why_not_only_that_all_shards_failed(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """A window above the index's max_result_window: /search answered 502 "OpenSearch BM25
+    search failed: HTTP 400 search_phase_execution_exception: all shards failed", the
+    cluster's reason left out of its answer; the first root cause says what to change."""
+    index_papers(tmp_path, os_store, glove)
+    os_store.client.indices.put_settings(index="papers", body={"index": {"max_result_window": 2}})
+    with pytest.raises(StoreError, match=r"all shards failed \(illegal_argument_exception: Result window is too large, from \+ size must be less than or equal to: \[2\] but was \[10\]"):
+        os_store.bm25("ocean bread", 10)
+
+
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [
