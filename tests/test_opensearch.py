@@ -216,6 +216,10 @@ def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenS
     assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, both)] == ["cooking"]
     with pytest.raises(UnknownFieldError, match="cannot filter on 'colour'; filterable fields: .*venue.*year"):
         os_store.bm25("bread", 10, [Filter("colour", "eq", "red")])
+    # docs/http-api.md: the template maps `abstract` in every index; no record here has one.
+    with pytest.raises(UnknownFieldError, match="filterable fields: abstract, body, title, venue, year$"):
+        os_store.bm25("bread", 10, [Filter("text", "eq", "red")])
+    assert os_store.bm25("bread ships chess", 10, [Filter("abstract", "eq", "bread")]) == []
 
 
 FILTERED = [
