@@ -456,6 +456,20 @@ def test_texts_without_a_query_word_keep_their_order_as_first_stage(client: Flas
     assert [r["index"] for r in answer.get_json()["results"]] == [0, 1]
 
 
+
+def test_an_empty_document_scores_0_from_bm25_but_keeps_its_share_of_the_order(client: FlaskClient) -> None:
+    """docs/cohere-rerank.md said an empty-string document scores 0. It does where the
+    first stage is BM25 of the texts; where it is the order sent (no text holds a query
+    word, no index, or a cluster without _mtermvectors), the empty text keeps the share of
+    its place, as the cluster ranked it, and can come first."""
+    by_bm25 = client.post("/v1/rerank", json={"query": QUERY, "documents": ["", "statistical translation", "bread"]}, headers=HEADERS)
+    assert by_bm25.headers["X-Reranker-First-Stage"] == "index_bm25"
+    assert dict(_conforms(by_bm25.get_data(), 3))[0] == 0.0
+    by_order = client.post("/v1/rerank", json={"query": QUERY, "documents": ["", "bread and yeast"]}, headers=HEADERS)
+    assert by_order.headers["X-Reranker-First-Stage"] == "order"
+    pairs = _conforms(by_order.get_data(), 2)
+    assert pairs[0][0] == 0 and pairs[0][1] > 0.0, pairs
+
 # --- the cluster configurations in docs/cohere-rerank.md -----------------------------------
 # No cluster runs here, so what a reader copies from the page is checked against what the
 # clusters do with it (ml-commons' parameter substitution, Elasticsearch's custom-service

@@ -1111,6 +1111,23 @@ def test_the_proxy_interleaves_and_the_events_live_in_opensearch(cluster_app: tu
         assert client.post("/events", json={**click, "timestamp": f"2026-01-01T10:15:00{zone}"}).status_code == 201, zone
 
 
+def test_the_searches_of_an_msearch_are_never_interleaved(cluster_app: tuple[Any, Path, str]) -> None:
+    """docs/proxy.md and experiments.md: while an experiment takes every search, the same
+    search is interleaved through _search and answered by the default ranker through
+    _msearch, which records nothing."""
+    make, _, _ = cluster_app
+    client = make().test_client()
+    _start(client, "px")
+    search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}}, "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
+    lines = "".join(json.dumps(line) + "\n" for line in ({}, search))
+    answer = client.post("/papers/_msearch", data=lines, content_type="application/x-ndjson")
+    (item,) = answer.get_json()["responses"]
+    assert item["ext"]["rerank"]["ranker"] == "hidden_topics_corrected+bm25:maxp" and "query_id" not in item["ext"]["rerank"], item["ext"]
+    assert client.get("/experiments/px").get_json()["report"]["queries"] == 0
+    assert client.post("/papers/_search", json=search).get_json()["ext"]["rerank"]["ranker"] == "interleaved"
+    assert client.get("/experiments/px").get_json()["report"]["queries"] == 1
+
+
 def test_a_list_whose_page_the_proxy_could_not_fetch_is_not_recorded_as_shown(cluster_app: tuple[Any, Path, str], tmp_path: Path) -> None:
     """The proxy records an experiment's interleaved list before it fetches the page; when
     the cluster refused that page request (here a highlight it cannot parse, which the

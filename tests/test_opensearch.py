@@ -216,6 +216,10 @@ def test_bm25_candidates_with_boosts_and_filters(tmp_path: Path, os_store: OpenS
     assert [h.doc_id for h in os_store.bm25("bread ships chess", 10, both)] == ["cooking"]
     with pytest.raises(UnknownFieldError, match="cannot filter on 'colour'; filterable fields: .*venue.*year"):
         os_store.bm25("bread", 10, [Filter("colour", "eq", "red")])
+    # docs/http-api.md: the template maps `abstract` in every index; no record here has one.
+    with pytest.raises(UnknownFieldError, match="filterable fields: abstract, body, title, venue, year$"):
+        os_store.bm25("bread", 10, [Filter("text", "eq", "red")])
+    assert os_store.bm25("bread ships chess", 10, [Filter("abstract", "eq", "bread")]) == []
 
 
 FILTERED = [
@@ -341,6 +345,18 @@ def test_a_number_beyond_the_fields_integer_type_is_refused_not_a_failed_search(
     assert os_store.bm25("ocean bread", 10, [Filter("year", "gt", 2**63 - 1)]) == []
     assert os_store.bm25("ocean bread", 10, [Filter("year", "lt", -(2**63))]) == []
     assert os_store.bm25("ocean bread", 10, [Filter("year", "lt", 9.2e18)]) == os_store.bm25("ocean bread", 10)
+
+
+def test_a_search_the_shards_refuse_says_why_not_only_that_all_shards_failed(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """A window above the index's max_result_window: /search answered 502 "OpenSearch BM25
+    search failed: HTTP 400 search_phase_execution_exception: all shards failed", the
+    cluster's reason left out of its answer; the first root cause says what to change."""
+    index_papers(tmp_path, os_store, glove)
+    os_store.client.indices.put_settings(index="papers", body={"index": {"max_result_window": 2}})
+    with pytest.raises(StoreError, match=r"all shards failed \(illegal_argument_exception: Result window is too large, from \+ size must be less than or equal to: \[2\] but was \[10\]"):
+        os_store.bm25("ocean bread", 10)
 
 
 @pytest.mark.parametrize(

@@ -328,6 +328,19 @@ def test_rerank_mixes_ids_and_texts_and_refuses_unknown_ids(client: FlaskClient)
         assert empty["results"] == [] and empty["first_stage"] == "order"
 
 
+
+def test_rerank_with_an_id_and_a_text_scores_the_stored_document_when_the_id_is_stored(client: FlaskClient) -> None:
+    """docs/http-api.md: with both, a stored id wins and the text sent is not read."""
+    def scores(documents: list[Any]) -> list[float]:
+        body = client.post("/rerank", json={"query": QUERY, "ranker": "hidden_topics", "documents": documents}).get_json()
+        return [r["ranker_score"] for r in sorted(body["results"], key=lambda r: r["index"])]
+
+    stored = scores([{"id": "P01-1027"}, {"id": "P03-1039"}])
+    assert scores([{"id": "P01-1027", "text": "bread ovens and flour"}, {"id": "P03-1039"}]) == pytest.approx(stored)
+    sent = scores([{"text": "bread ovens and flour"}, {"id": "P03-1039"}])
+    assert scores([{"id": "not-stored", "text": "bread ovens and flour"}, {"id": "P03-1039"}]) == pytest.approx(sent)
+    assert sent[0] != pytest.approx(stored[0])
+
 # --- failing open ------------------------------------------------------------------------
 
 

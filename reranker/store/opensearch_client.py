@@ -130,7 +130,14 @@ def error_reason(exc: Any) -> str:
     if isinstance(info, dict):
         error = info.get("error")
         if isinstance(error, dict):
-            return f"{error.get('type', 'error')}: {error.get('reason', '')}".strip()
+            reason = f"{error.get('type', 'error')}: {error.get('reason', '')}".strip()
+            # A search the shards refused says only "all shards failed" at the top: the
+            # cause ("Result window is too large ...") is the first root cause.
+            causes = error.get("root_cause")
+            cause = causes[0] if isinstance(causes, list) and causes and isinstance(causes[0], dict) else None
+            if cause is not None and cause.get("reason") and cause.get("reason") != error.get("reason"):
+                reason += f" ({cause.get('type', 'error')}: {cause['reason']})"
+            return reason
         if error:
             return str(error)
     if isinstance(info, BaseException):
