@@ -1019,6 +1019,20 @@ def test_a_bad_service_setting_stops_serve_and_config_only(data_dir: Path, tmp_p
         assert capsys.readouterr().err == "reranker: error: the service address (RERANKER_BIND, --bind) must be HOST:PORT, got 'nonsense'\n"
 
 
+def test_an_unknown_default_ranker_is_refused_by_config_and_rankers_as_by_search(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`reranker config` showed RERANKER_DEFAULT_RANKER=foo as in force and `reranker rankers`
+    listed no default, both exit 0, while every search (and serve) refused it."""
+    monkeypatch.setenv("RERANKER_DEFAULT_RANKER", "hidden_topics_corected+bm25")
+    capsys.readouterr()
+    for argv in (["search", "ships"], ["config"], ["rankers"]):
+        code, out = run(data_dir, *argv)
+        err = capsys.readouterr().err
+        assert code == 2 and out == "", argv
+        assert err.startswith("reranker: error: unknown ranker 'hidden_topics_corected+bm25'; valid rankers: bm25, ") and err.count("\n") == 1, argv
+
+
 def test_config_names_the_config_file_it_read(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # RERANKER_CONFIG with a ~: the line names the file Settings read (its home expanded).
     monkeypatch.setenv("HOME", str(tmp_path))
