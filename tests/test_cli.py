@@ -1019,6 +1019,29 @@ def test_a_bad_service_setting_stops_serve_and_config_only(data_dir: Path, tmp_p
         assert capsys.readouterr().err == "reranker: error: the service address (RERANKER_BIND, --bind) must be HOST:PORT, got 'nonsense'\n"
 
 
+def test_an_option_overrides_a_bad_value_of_its_variable_instead_of_being_refused_for_it(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RERANKER_WINDOW=5000 stopped `reranker search x --window 50` with "window must be <=
+    1000 ..., got 5000": the environment was checked before the option replaced it."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    monkeypatch.setenv("RERANKER_INDEX_WORKERS", "0")
+    monkeypatch.setenv("RERANKER_K", "many")
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 2
+    code, out = run(data_dir, "index", str(corpus), "--no-progress", "--workers", "1", "--k", "15")
+    assert code == 0 and "indexed" in out
+    monkeypatch.delenv("RERANKER_INDEX_WORKERS")
+    monkeypatch.delenv("RERANKER_K")
+    config = tmp_path / "reranker.toml"
+    config.write_text("RERANKER_WINDOW = 5000\n")  # from the config file as from the environment
+    monkeypatch.setenv("RERANKER_FUSION_WEIGHT", "1.5")
+    capsys.readouterr()
+    assert run(data_dir, "--config", str(config), "search", "ships")[0] == 2
+    assert "got 5000" in capsys.readouterr().err
+    code, out = run(data_dir, "--config", str(config), "search", "sailing ships", "--window", "50", "--fusion-weight", "0.5", "--size", "1")
+    assert code == 0 and "ships" in out, capsys.readouterr().err
+
+
 def test_an_unknown_default_ranker_is_refused_by_config_and_rankers_as_by_search(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
