@@ -568,7 +568,21 @@ BAD_LINES = [
     ('{"id": "x"}', "id 'x': missing 'text' (a string)"),
     ('{"id": "x", "text": 3}', "id 'x': missing 'text' (a string)"),
     ('{"id": "x", "text": "  "}', "id 'x': empty text"),
+    # Python's reader takes NaN and Infinity; JSON (and SQLite's reader of the stored metadata) does not.
+    ('{"id": "x", "text": "a number JSON has no word for", "score": NaN}', "not valid JSON (NaN is not a JSON value: write null or a number)"),
 ]
+
+
+def test_a_corpus_value_that_is_not_json_leaves_filters_working(data_dir: Path, tmp_path: Path) -> None:
+    """A line whose metadata held NaN was indexed, and from then on every filtered search
+    failed with "cannot read the field 'year': malformed JSON", naming no document."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{**TINY_CORPUS[0], "year": 2010}])
+    with corpus.open("a", encoding="utf-8") as lines:
+        lines.write('{"id": "inf", "text": "sailing ships at sea", "year": 2011, "weight": -Infinity}\n')
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and f"  skipped {corpus}:2: not valid JSON (-Infinity is not a JSON value: write null or a number)\n" in out
+    code, out = run(data_dir, "search", "sailing ships at sea", "--filter", "year>=2000")
+    assert code == 0 and f"  1. {TINY_CORPUS[0]['id']}" in out
 
 
 @pytest.mark.parametrize(("line", "message"), BAD_LINES, ids=[message[:24] for _, message in BAD_LINES])
