@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
-from conftest import REPO, SAMPLE, TINY_CORPUS, ClusterProxy, Service, SharedEvaluation, run, settings_env, write_jsonl
+from conftest import REPO, SAMPLE, TINY_CORPUS, ClusterProxy, Service, SharedEvaluation, http_json, run, settings_env, write_jsonl
 
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.evaluation import metric_names
@@ -1054,6 +1054,19 @@ def test_an_option_overrides_a_bad_value_of_its_variable_instead_of_being_refuse
     assert "got 5000" in capsys.readouterr().err
     code, out = run(data_dir, "--config", str(config), "search", "sailing ships", "--window", "50", "--fusion-weight", "0.5", "--size", "1")
     assert code == 0 and "ships" in out, capsys.readouterr().err
+
+
+def test_serve_options_override_bad_values_of_their_variables(data_dir: Path, tmp_path: Path) -> None:
+    """As the test above, for `serve`, whose gunicorn config file reads the environment
+    again: RERANKER_WORKERS=0 under `--workers 1` ended there with a traceback."""
+    assert run(data_dir, "index", str(write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)), "--no-progress")[0] == 0
+    bad = {"RERANKER_BIND": "nonsense", "RERANKER_WORKERS": "0", "RERANKER_THREADS": "0"}
+    service = Service(data_dir, bad, workers=1, threads=2)  # which gives --bind, --workers and --threads
+    try:
+        assert http_json(service.url + "/search", {"query": "sailing ships", "size": 1})[0] == 200
+    finally:
+        log = service.stop()
+    assert "Traceback" not in log
 
 
 def test_an_unknown_default_ranker_is_refused_by_config_and_rankers_as_by_search(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import check_port_free, conversion_progress, log, positive_int
@@ -46,6 +47,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
+    # gunicorn's config file reads these four from the environment (service/gunicorn.conf.py):
+    # an option given over a bad value there (RERANKER_WORKERS=0 with --workers 1) would
+    # fail it with a traceback, after the command line had been taken.
+    service = settings.service
+    os.environ.update(
+        RERANKER_BIND=service.bind, RERANKER_WORKERS=str(service.workers),
+        RERANKER_THREADS=str(service.threads), RERANKER_TIMEOUT=str(service.timeout),
+    )
 
     # Once, in the master: a first run converts the vectors here (the rerank routes need
     # them even before anything is indexed), and a bad vectors setting fails now instead
