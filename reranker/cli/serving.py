@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import check_port_free, conversion_progress, log, positive_int
-from reranker.config import DEFAULT_VECTORS, Settings
+from reranker.config import DEFAULT_VECTORS, Settings, config_file_path, read_config_file
 from reranker.errors import ConfigError, InputError
 from reranker.text import counted
 
@@ -47,9 +47,16 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
-    # gunicorn's config file reads these four from the environment (service/gunicorn.conf.py):
-    # an option given over a bad value there (RERANKER_WORKERS=0 with --workers 1) would
-    # fail it with a traceback, after the command line had been taken.
+    # gunicorn's config file and its workers read settings from the environment alone
+    # (service/gunicorn.conf.py, service/worker.py): the config file's values go there,
+    # under the environment's as in Settings, or a RERANKER_READ_TIMEOUT of the file would
+    # be shown by `reranker config` and ignored by the workers; and the options go over
+    # both, or RERANKER_WORKERS=0 under --workers 1 would fail them with a traceback.
+    source = config_file_path(args.config)
+    if source is not None:
+        for name, value in read_config_file(source).items():
+            if not os.environ.get(name):
+                os.environ[name] = value
     service = settings.service
     os.environ.update(
         RERANKER_BIND=service.bind, RERANKER_WORKERS=str(service.workers),
