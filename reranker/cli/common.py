@@ -161,8 +161,12 @@ def traffic_share(raw: str) -> float:
     return value
 
 def persistence(raw: str) -> float:
-    value = fraction(raw)
-    if value in (0.0, 1.0):
+    # One message for every value out of range: fraction's "[0, 1]" for 1.5 named 1 as allowed.
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
+    if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {value}")
     return value
 
