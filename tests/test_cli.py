@@ -1090,6 +1090,19 @@ def test_serve_workers_read_the_config_file_as_reranker_config_shows_it(data_dir
     assert answer.startswith(b"HTTP/1.1 408") and waited < 5, (answer, waited)
 
 
+def test_a_bad_value_of_the_config_file_is_said_to_be_the_files(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "reranker.toml"
+    config.write_text('RERANKER_WINDOW = "fifty"\nRERANKER_K = 12\n')
+    capsys.readouterr()
+    assert run(data_dir, "--config", str(config), "search", "ships")[0] == 2
+    assert capsys.readouterr().err == f"reranker: error: RERANKER_WINDOW must be an integer, got 'fifty' (from the config file {config})\n"
+    monkeypatch.setenv("RERANKER_WINDOW", "many")  # the environment's, which overrides the file's
+    assert run(data_dir, "--config", str(config), "search", "ships")[0] == 2
+    assert capsys.readouterr().err == "reranker: error: RERANKER_WINDOW must be an integer, got 'many'\n"
+
+
 def test_an_unknown_default_ranker_is_refused_by_config_and_rankers_as_by_search(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence, TextIO
@@ -26,7 +27,7 @@ from typing import Sequence, TextIO
 from reranker import __version__
 from reranker.cli import evaluating, indexing, searching, serving, tuning
 from reranker.cli.common import EXIT_ERROR, EXIT_USAGE, CommandParser
-from reranker.config import Settings
+from reranker.config import Settings, config_file_path, read_config_file
 from reranker.errors import ConfigError, IndexOutdatedError, RerankerError, UnknownRankerError
 
 _GROUPS = (searching, indexing, evaluating, tuning, serving)
@@ -137,4 +138,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         value = getattr(args, option, None)
         if value is not None:
             env[name] = str(value)
-    return Settings.from_env(env, config_file=args.config, serving=args.command in _SERVING_COMMANDS)
+    try:
+        return Settings.from_env(env, config_file=args.config, serving=args.command in _SERVING_COMMANDS)
+    except ConfigError as exc:
+        # "RERANKER_WINDOW must be an integer, got 'fifty'" sent the user to an environment
+        # that does not set it: say that the value is the config file's.
+        source = config_file_path(args.config, env)
+        from_file = [] if source is None else [name for name in read_config_file(source) if not env.get(name)]
+        if any(re.search(rf"\b{name}\b", str(exc)) for name in from_file):
+            raise ConfigError(f"{exc} (from the config file {source})") from None
+        raise
