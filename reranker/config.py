@@ -12,6 +12,7 @@ one table (`ENVIRONMENT`) documents both:
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
@@ -572,7 +573,13 @@ def read_config_file(path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
     for key, value in raw.items():
         if key not in ENVIRONMENT or key == "RERANKER_CONFIG":
-            raise ConfigError(f"config file {path}: unknown key {key!r} (known: see `reranker config`)")
+            # Not "see `reranker config`" alone: with this file in force, it refuses the same way.
+            known = [name for name in ENVIRONMENT if name != "RERANKER_CONFIG"]
+            close = difflib.get_close_matches(key, known, n=1)
+            raise ConfigError(
+                f"config file {path}: unknown key {key!r} ({f'did you mean {close[0]}?; ' if close else ''}"
+                "the keys are the variables `reranker config` lists when run without this file)"
+            )
         if isinstance(value, bool):
             values[key] = "true" if value else "false"
         elif isinstance(value, (str, int, float)):

@@ -87,7 +87,7 @@ def parse_record(line: str, location: str, *, titled: bool = True) -> Document:
     Raises InputError naming `location` ("file:line").
     """
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_constant=lambda name: _not_json(name, location))
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
     if not isinstance(record, dict):
@@ -103,6 +103,13 @@ def parse_record(line: str, location: str, *, titled: bool = True) -> Document:
     # `_id` is no field: OpenSearch refuses it inside a document's source.
     fields = {key: value for key, value in record.items() if key not in ("id", "_id", "title", "text")}
     return Document(id=record_key, title=title or "", text=text, fields=fields)
+
+
+def _not_json(name: str, location: str) -> Any:
+    """Python's reader takes NaN and Infinity, which JSON has no word for: kept in a
+    document's metadata, they made every later filter fail on "malformed JSON" (SQLite's
+    reader refuses them) without naming the document, and a cluster refuses them too."""
+    raise InputError(f"not valid JSON ({name} is not a JSON value: write null or a number)", location)
 
 
 def record_id(record: dict[str, Any], location: str) -> str:

@@ -7,11 +7,12 @@ import logging
 import os
 import re
 import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
-from conftest import REPO, SAMPLE, TINY_CORPUS, ClusterProxy, Service, SharedEvaluation, run, settings_env, write_jsonl
+from conftest import REPO, SAMPLE, TINY_CORPUS, ClusterProxy, Service, SharedEvaluation, http_json, run, settings_env, write_jsonl
 
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.evaluation import metric_names
@@ -568,7 +569,21 @@ BAD_LINES = [
     ('{"id": "x"}', "id 'x': missing 'text' (a string)"),
     ('{"id": "x", "text": 3}', "id 'x': missing 'text' (a string)"),
     ('{"id": "x", "text": "  "}', "id 'x': empty text"),
+    # Python's reader takes NaN and Infinity; JSON (and SQLite's reader of the stored metadata) does not.
+    ('{"id": "x", "text": "a number JSON has no word for", "score": NaN}', "not valid JSON (NaN is not a JSON value: write null or a number)"),
 ]
+
+
+def test_a_corpus_value_that_is_not_json_leaves_filters_working(data_dir: Path, tmp_path: Path) -> None:
+    """A line whose metadata held NaN was indexed, and from then on every filtered search
+    failed with "cannot read the field 'year': malformed JSON", naming no document."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{**TINY_CORPUS[0], "year": 2010}])
+    with corpus.open("a", encoding="utf-8") as lines:
+        lines.write('{"id": "inf", "text": "sailing ships at sea", "year": 2011, "weight": -Infinity}\n')
+    code, out = run(data_dir, "index", str(corpus), "--no-progress")
+    assert code == 1 and f"  skipped {corpus}:2: not valid JSON (-Infinity is not a JSON value: write null or a number)\n" in out
+    code, out = run(data_dir, "search", "sailing ships at sea", "--filter", "year>=2000")
+    assert code == 0 and f"  1. {TINY_CORPUS[0]['id']}" in out
 
 
 @pytest.mark.parametrize(("line", "message"), BAD_LINES, ids=[message[:24] for _, message in BAD_LINES])
@@ -1123,6 +1138,89 @@ def test_a_bad_service_setting_stops_serve_and_config_only(data_dir: Path, tmp_p
     for command in ("serve", "config"):
         assert run(data_dir, command)[0] == 2
         assert capsys.readouterr().err == "reranker: error: the service address (RERANKER_BIND, --bind) must be HOST:PORT, got 'nonsense'\n"
+
+
+def test_an_option_overrides_a_bad_value_of_its_variable_instead_of_being_refused_for_it(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RERANKER_WINDOW=5000 stopped `reranker search x --window 50` with "window must be <=
+    1000 ..., got 5000": the environment was checked before the option replaced it."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)
+    monkeypatch.setenv("RERANKER_INDEX_WORKERS", "0")
+    monkeypatch.setenv("RERANKER_K", "many")
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 2
+    code, out = run(data_dir, "index", str(corpus), "--no-progress", "--workers", "1", "--k", "15")
+    assert code == 0 and "indexed" in out
+    monkeypatch.delenv("RERANKER_INDEX_WORKERS")
+    monkeypatch.delenv("RERANKER_K")
+    config = tmp_path / "reranker.toml"
+    config.write_text("RERANKER_WINDOW = 5000\n")  # from the config file as from the environment
+    monkeypatch.setenv("RERANKER_FUSION_WEIGHT", "1.5")
+    capsys.readouterr()
+    assert run(data_dir, "--config", str(config), "search", "ships")[0] == 2
+    assert "got 5000" in capsys.readouterr().err
+    code, out = run(data_dir, "--config", str(config), "search", "sailing ships", "--window", "50", "--fusion-weight", "0.5", "--size", "1")
+    assert code == 0 and "ships" in out, capsys.readouterr().err
+
+
+def test_serve_options_override_bad_values_of_their_variables(data_dir: Path, tmp_path: Path) -> None:
+    """As the test above, for `serve`, whose gunicorn config file reads the environment
+    again: RERANKER_WORKERS=0 under `--workers 1` ended there with a traceback."""
+    assert run(data_dir, "index", str(write_jsonl(tmp_path / "c.jsonl", TINY_CORPUS)), "--no-progress")[0] == 0
+    bad = {"RERANKER_BIND": "nonsense", "RERANKER_WORKERS": "0", "RERANKER_THREADS": "0"}
+    service = Service(data_dir, bad, workers=1, threads=2)  # which gives --bind, --workers and --threads
+    try:
+        assert http_json(service.url + "/search", {"query": "sailing ships", "size": 1})[0] == 200
+    finally:
+        log = service.stop()
+    assert "Traceback" not in log
+
+
+def test_serve_workers_read_the_config_file_as_reranker_config_shows_it(data_dir: Path, tmp_path: Path) -> None:
+    """RERANKER_READ_TIMEOUT = 1 in the config file: `reranker config` showed 1, and the
+    workers, which read the environment alone, waited the default 10 s for a request."""
+    import socket
+
+    config = tmp_path / "reranker.toml"
+    config.write_text("RERANKER_READ_TIMEOUT = 1\n")
+    assert any(line.split() == ["RERANKER_READ_TIMEOUT", "1"] for line in run(data_dir, "--config", str(config), "config")[1].splitlines())
+    service = Service(data_dir, {"RERANKER_CONFIG": str(config)})
+    try:
+        with socket.create_connection(("127.0.0.1", service.port), timeout=30) as client:
+            client.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{")
+            started = time.monotonic()
+            answer = client.recv(100)
+            waited = time.monotonic() - started
+    finally:
+        service.stop()
+    assert answer.startswith(b"HTTP/1.1 408") and waited < 5, (answer, waited)
+
+
+def test_a_bad_value_of_the_config_file_is_said_to_be_the_files(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "reranker.toml"
+    config.write_text('RERANKER_WINDOW = "fifty"\nRERANKER_K = 12\n')
+    capsys.readouterr()
+    assert run(data_dir, "--config", str(config), "search", "ships")[0] == 2
+    assert capsys.readouterr().err == f"reranker: error: RERANKER_WINDOW must be an integer, got 'fifty' (from the config file {config})\n"
+    monkeypatch.setenv("RERANKER_WINDOW", "many")  # the environment's, which overrides the file's
+    assert run(data_dir, "--config", str(config), "search", "ships")[0] == 2
+    assert capsys.readouterr().err == "reranker: error: RERANKER_WINDOW must be an integer, got 'many'\n"
+
+
+def test_an_unknown_default_ranker_is_refused_by_config_and_rankers_as_by_search(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`reranker config` showed RERANKER_DEFAULT_RANKER=foo as in force and `reranker rankers`
+    listed no default, both exit 0, while every search (and serve) refused it."""
+    monkeypatch.setenv("RERANKER_DEFAULT_RANKER", "hidden_topics_corected+bm25")
+    capsys.readouterr()
+    for argv in (["search", "ships"], ["config"], ["rankers"]):
+        code, out = run(data_dir, *argv)
+        err = capsys.readouterr().err
+        assert code == 2 and out == "", argv
+        assert err.startswith("reranker: error: unknown ranker 'hidden_topics_corected+bm25'; valid rankers: bm25, ") and err.count("\n") == 1, argv
 
 
 def test_config_names_the_config_file_it_read(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

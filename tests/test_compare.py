@@ -448,9 +448,10 @@ def test_cli_compare_refuses_bad_options(data_dir: Path, tmp_path: Path, capsys:
     assert "the baseline 'wmd' is not one of the rankers compared (bm25, hidden_topics)" in capsys.readouterr().err
     assert run(data_dir, *common, "--rankers", "bm25")[0] == 2
     assert "at least two different rankers" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as usage:
-        run(data_dir, *common, "--rankers", "bm25,hidden_topics", "--rbo-p", "1")
-    assert usage.value.code == 2 and "strictly between 0 and 1" in capsys.readouterr().err
+    for value in ("1", "1.5", "nan"):  # 1.5 was "must lie in [0, 1]", which 1 does
+        with pytest.raises(SystemExit) as usage:
+            run(data_dir, *common, "--rankers", "bm25,hidden_topics", "--rbo-p", value)
+        assert usage.value.code == 2 and f"must lie strictly between 0 and 1, got {float(value)}" in capsys.readouterr().err
     broken = tmp_path / "broken.json"
     broken.write_text('{"requests": [{"id": "q1", "ratings": [{"_id": "ships", "rating": "yes"}]}]}', encoding="utf-8")
     assert run(data_dir, *common, "--rankers", "bm25,hidden_topics", "--judgments", str(broken))[0] == 1

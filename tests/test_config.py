@@ -198,6 +198,14 @@ def test_a_bad_config_file_is_named(tmp_path: Path) -> None:
     bad.write_text('OPENSEARCH_URLS = "http://h:9200"\n')
     with pytest.raises(ConfigError, match="unknown key 'OPENSEARCH_URLS'"):
         Settings.from_env({"HOME": "/h"}, config_file=bad)
+    # It said "known: see `reranker config`", which refuses the same file the same way.
+    bad.write_text("RERANKER_WINDW = 50\n")
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"HOME": "/h"}, config_file=bad)
+    assert str(refused.value) == (
+        f"config file {bad}: unknown key 'RERANKER_WINDW' (did you mean RERANKER_WINDOW?; "
+        "the keys are the variables `reranker config` lists when run without this file)"
+    )
     with pytest.raises(ConfigError, match="cannot read config file"):
         Settings.from_env({"HOME": "/h"}, config_file=tmp_path / "missing.toml")
     # tomllib lets a UnicodeDecodeError through: it was a traceback (a Latin-1 file, a binary).

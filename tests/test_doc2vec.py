@@ -445,6 +445,24 @@ def test_cli_trains_doc2vec_on_the_indexed_corpus(data_dir: Path, tmp_path: Path
     assert json.loads(run(data_dir, "search", QUERY, "--ranker", "doc2vec", "--json")[1])["hits"] == hits
 
 
+def test_cli_refuses_a_corpus_the_index_holds_none_of_and_keeps_the_model(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another data set's corpus stored no vector, yet became the index's model (exit 0):
+    the vectors trained before counted as missing, and `doc2vec` ranked every document last."""
+    corpus = SAMPLE / "corpus.jsonl"
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    assert run(data_dir, "train", "doc2vec", str(corpus), "--dim", "8", "--epochs", "2", "--no-progress")[0] == 0
+    before = json.loads(run(data_dir, "search", QUERY, "--ranker", "doc2vec", "--json")[1])["hits"]
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": f"o{i}", "text": "machine translation of parallel corpora"} for i in range(3)])
+    capsys.readouterr()
+    code, out = run(data_dir, "train", "doc2vec", str(other), "--dim", "8", "--epochs", "2", "--no-progress")
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err == (
+        f"reranker: error: {other}: none of its 3 documents is in the index (25 documents): "
+        "train Doc2Vec on the corpus that was indexed; the index's model is unchanged\n"
+    )
+    assert json.loads(run(data_dir, "search", QUERY, "--ranker", "doc2vec", "--json")[1])["hits"] == before
+
+
 def test_cli_names_the_lines_it_skipped_as_index_does(data_dir: Path, tmp_path: Path) -> None:
     """`train doc2vec` said "(23 lines skipped)" and not which: it names them as `index`
     does, `file:line: id 'x': reason` in file order, the first 20 and how many more (all

@@ -791,6 +791,17 @@ def test_ab_prints_a_small_traffic_share_as_it_is(data_dir: Path) -> None:
     assert ", 20% of searches" in run(data_dir, "ab", "set", "small", "--traffic", "0.2")[1]
 
 
+def test_ab_refuses_a_traffic_share_as_the_option_it_is(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It said "[traffic] is the share of searches interleaved: ...", the HTTP body's words.
+    capsys.readouterr()
+    for action in (["create", "t", "--rankers", "hidden_topics,bm25"], ["set", "t"]):
+        for value, reason in [("1.5", "must lie in (0, 1], got 1.5"), ("0", "must lie in (0, 1], got 0.0"), ("all", "expected a number, got 'all'")]:
+            with pytest.raises(SystemExit) as refused:  # argparse's own refusal
+                run(data_dir, "ab", *action, "--traffic", value)
+            assert refused.value.code == 2
+            assert capsys.readouterr().err == f"reranker ab {action[0]}: error: argument --traffic: {reason} (see reranker ab {action[0]} --help)\n"
+
+
 def test_ab_refuses_a_ranker_this_index_cannot_run(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # As POST /experiments does (409): the sample index has no Doc2Vec model, so an experiment
     # with doc2vec would leave every search out and collect nothing, while saying "running".

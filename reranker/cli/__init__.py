@@ -17,17 +17,17 @@ a closed pipe and Ctrl-C are caught: anything else is a bug, and its traceback i
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Sequence, TextIO
 
 from reranker import __version__
 from reranker.cli import evaluating, indexing, searching, serving, tuning
 from reranker.cli.common import EXIT_ERROR, EXIT_USAGE, CommandParser
-from reranker.config import Settings
+from reranker.config import Settings, config_file_path, read_config_file
 from reranker.errors import ConfigError, IndexOutdatedError, RerankerError, UnknownRankerError
 
 _GROUPS = (searching, indexing, evaluating, tuning, serving)
@@ -113,29 +113,38 @@ _AFTER_AN_INTERRUPTION = {
 _SERVING_COMMANDS = frozenset({"serve", "config"})
 
 
+# Each option that stands for a variable, by its argparse dest. The option is given to
+# Settings as that variable, so it overrides the environment and the config file before
+# either is read: a bad RERANKER_WINDOW is not refused when --window replaces it.
+_OPTION_VARIABLES = {
+    "data_dir": "RERANKER_DATA_DIR",
+    "opensearch_url": "OPENSEARCH_URL",
+    "vectors": "RERANKER_VECTORS",
+    "stopwords": "RERANKER_STOPWORDS",
+    "k": "RERANKER_K",
+    "window": "RERANKER_WINDOW",
+    "fusion_weight": "RERANKER_FUSION_WEIGHT",
+    "workers": "RERANKER_INDEX_WORKERS",
+    "bind": "RERANKER_BIND",
+    "server_workers": "RERANKER_WORKERS",
+    "threads": "RERANKER_THREADS",
+    "timeout": "RERANKER_TIMEOUT",
+}
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env(config_file=args.config, serving=args.command in _SERVING_COMMANDS)
-    overrides: dict[str, Any] = {}
-    for option, name in [
-        ("data_dir", "data_dir"),
-        ("opensearch_url", "opensearch_url"),
-        ("vectors", "vectors"),
-        ("stopwords", "stopwords_file"),
-        ("k", "k"),
-        ("window", "window"),
-        ("fusion_weight", "fusion_weight"),
-        ("workers", "index_workers"),
-    ]:
+    env = dict(os.environ)
+    for option, name in _OPTION_VARIABLES.items():
         value = getattr(args, option, None)
         if value is not None:
-            overrides[name] = value
-    service: dict[str, Any] = {}
-    for option, name in [("bind", "bind"), ("server_workers", "workers"), ("threads", "threads"), ("timeout", "timeout")]:
-        value = getattr(args, option, None)
-        if value is not None:
-            service[name] = value
-    if service:
-        overrides["service"] = dataclasses.replace(settings.service, **service)
-    settings = dataclasses.replace(settings, **overrides)
-    settings.validate()
-    return settings
+            env[name] = str(value)
+    try:
+        return Settings.from_env(env, config_file=args.config, serving=args.command in _SERVING_COMMANDS)
+    except ConfigError as exc:
+        # "RERANKER_WINDOW must be an integer, got 'fifty'" sent the user to an environment
+        # that does not set it: say that the value is the config file's.
+        source = config_file_path(args.config, env)
+        from_file = [] if source is None else [name for name in read_config_file(source) if not env.get(name)]
+        if any(re.search(rf"\b{name}\b", str(exc)) for name in from_file):
+            raise ConfigError(f"{exc} (from the config file {source})") from None
+        raise

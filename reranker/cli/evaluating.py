@@ -24,6 +24,7 @@ from reranker.cli.common import (
     positive_int,
     ranker_list,
     skipped_lines,
+    traffic_share,
     with_trained_vectors,
     write_output,
 )
@@ -145,7 +146,7 @@ def add_parsers(commands: Any) -> None:
     create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
     create.add_argument("--method", choices=METHODS, default=METHODS[0], help=f"interleaving method (default {METHODS[0]})")
     create.add_argument(
-        "--traffic", type=float, default=DEFAULT_TRAFFIC,
+        "--traffic", type=traffic_share, default=DEFAULT_TRAFFIC,
         help=f"share of searches naming no ranker that are interleaved, 0 < x <= 1 (default {DEFAULT_TRAFFIC:g})",
     )
     create.add_argument(
@@ -160,7 +161,7 @@ def add_parsers(commands: Any) -> None:
     report.add_argument("--json", action="store_true", help="print one JSON object (the same as GET /experiments/ID)")
     change = ab_action.add_parser("set", help="change an experiment's traffic share or status")
     change.add_argument("id")
-    change.add_argument("--traffic", type=float, help="new share of traffic, 0 < x <= 1")
+    change.add_argument("--traffic", type=traffic_share, help="new share of traffic, 0 < x <= 1")
     change.add_argument("--status", choices=("running", "stopped"), help="stop it, or run it again")
     remove = ab_action.add_parser("delete", help="delete a stopped experiment, with its events or keeping them")
     remove.add_argument("id")

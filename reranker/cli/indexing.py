@@ -199,6 +199,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
     store = open_store(settings, create=False)  # trains on an index: makes none
     show = not args.no_progress and sys.stderr.isatty()
     try:
+        _check_corpus_is_indexed(store, args.corpus, [document.id for document in documents])
         with tqdm(total=params.epochs, unit="epoch", desc="training doc2vec", disable=not show, leave=False) as bar:
             _, report = train_for_store(
                 store, documents, params, settings.data_dir, load_stopwords(settings.stopwords_file), progress=bar
@@ -228,6 +229,23 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
         print(f"  not stored {failure.doc_id}: {failure.reason}", file=out)
     print('use it with: reranker search "..." --ranker doc2vec', file=out)
     return EXIT_ERROR if report.failures else 0
+
+def _check_corpus_is_indexed(store: Store, corpus: Path, doc_ids: list[str]) -> None:
+    """Refuse a corpus none of whose documents the index holds (another data set's file,
+    say): training on it stored no vector, yet recorded its model as the index's, so the
+    vectors of the model trained before counted as missing and `doc2vec` ranked every
+    document last, all after exit 0. Chunked: one found is enough, and is usually in the first.
+    A corpus with no document at all is train's own error."""
+    if not doc_ids:
+        return
+    for start in range(0, len(doc_ids), 1000):
+        if store.content_hashes(doc_ids[start : start + 1000]):
+            return
+    raise InputError(
+        f"none of its {counted(len(doc_ids), 'document')} is in the index ({counted(store.count(), 'document')}): "
+        "train Doc2Vec on the corpus that was indexed; the index's model is unchanged",
+        str(corpus),
+    )
 
 def cmd_compact(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """`reranker compact`: the store's first-stage index in one segment (Store.compact)."""

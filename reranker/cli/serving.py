@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import check_port_free, conversion_progress, log, positive_int
-from reranker.config import DEFAULT_VECTORS, Settings
+from reranker.config import DEFAULT_VECTORS, Settings, config_file_path, read_config_file
 from reranker.errors import ConfigError, InputError
 from reranker.text import counted
 
@@ -46,6 +47,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
+    # gunicorn's config file and its workers read settings from the environment alone
+    # (service/gunicorn.conf.py, service/worker.py): the config file's values go there,
+    # under the environment's as in Settings, or a RERANKER_READ_TIMEOUT of the file would
+    # be shown by `reranker config` and ignored by the workers; and the options go over
+    # both, or RERANKER_WORKERS=0 under --workers 1 would fail them with a traceback.
+    source = config_file_path(args.config)
+    if source is not None:
+        for name, value in read_config_file(source).items():
+            if not os.environ.get(name):
+                os.environ[name] = value
+    service = settings.service
+    os.environ.update(
+        RERANKER_BIND=service.bind, RERANKER_WORKERS=str(service.workers),
+        RERANKER_THREADS=str(service.threads), RERANKER_TIMEOUT=str(service.timeout),
+    )
 
     # Once, in the master: a first run converts the vectors here (the rerank routes need
     # them even before anything is indexed), and a bad vectors setting fails now instead
