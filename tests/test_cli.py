@@ -524,6 +524,25 @@ def test_index_train_vectors_end_to_end(data_dir: Path, tmp_path: Path, capsys: 
     assert err.count("\n") == 1 and "which is not there now" in err
 
 
+def test_evaluate_measures_the_default_ranker_in_force(data_dir: Path, tmp_path: Path) -> None:
+    """`evaluate` and `evaluate-similar` without --rankers measured the built-in default
+    ranker whatever RERANKER_DEFAULT_RANKER said, while their help says "the default ranker"
+    and search and tune take the one in force: after `tune --write-config FILE`, `reranker
+    --config FILE evaluate` measured another ranker than the file chose."""
+    config = tmp_path / "tuned.toml"
+    config.write_text('RERANKER_DEFAULT_RANKER = "hidden_topics_corrected+bm25"\n', encoding="utf-8")
+    code, out = run(data_dir, "--config", str(config), "evaluate", str(SAMPLE), "--json", "--no-progress")
+    assert code == 0, out
+    assert list(json.loads(out)["results"]) == ["bm25", "hidden_topics", "hidden_topics_code", "hidden_topics+bm25", "hidden_topics_corrected+bm25"]
+    code, out = run(data_dir, "--config", str(config), "evaluate-similar", str(SAMPLE), "--json", "--no-progress")
+    assert code == 0, out
+    assert json.loads(out)["rankers"] == ["hidden_topics_corrected+bm25", "bm25"]
+    # The default in force being one of the paper's rankers, it is measured once.
+    config.write_text('RERANKER_DEFAULT_RANKER = "hidden_topics"\n', encoding="utf-8")
+    code, out = run(data_dir, "--config", str(config), "evaluate", str(SAMPLE), "--json", "--no-progress")
+    assert code == 0 and list(json.loads(out)["results"]) == ["bm25", "hidden_topics", "hidden_topics_code", "hidden_topics+bm25"]
+
+
 def test_evaluate_can_train_the_datasets_own_vectors(data_dir: Path) -> None:
     evaluate = ["evaluate", str(SAMPLE), "--json", "--rankers", "bm25,hidden_topics_corrected+bm25", "--train-vectors", "--no-progress"]
     code, out = run(data_dir, *evaluate)

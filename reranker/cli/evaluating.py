@@ -56,6 +56,11 @@ def _add_offline_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# What `evaluate` measures unless told (`--rankers`), before the default ranker in force:
+# BM25 and the paper's formulas, alone and fused.
+EVALUATED = ("bm25", "hidden_topics", "hidden_topics_code", "hidden_topics+bm25")
+
+
 def add_parsers(commands: Any) -> None:
     """The command-line parsers of evaluate, compare, evaluate-similar, ab."""
     evaluate = commands.add_parser("evaluate", help="IR metrics of rankers on a judged dataset folder")
@@ -63,8 +68,10 @@ def add_parsers(commands: Any) -> None:
     add_dataset_files(evaluate)
     evaluate.add_argument(
         "--rankers",
-        default=f"bm25,hidden_topics,hidden_topics_code,hidden_topics+bm25,{DEFAULT_RANKER}",
-        help="comma-separated ranker names (default: BM25, the paper's formulas alone and fused, and the default ranker)",
+        help=(
+            "comma-separated ranker names (default: BM25, the paper's formulas alone and fused, and the default ranker "
+            f"in force, RERANKER_DEFAULT_RANKER: {','.join(EVALUATED)},{DEFAULT_RANKER} unless it is set)"
+        ),
     )
     add_k_option(evaluate)
     add_ranking_options(evaluate)
@@ -128,8 +135,11 @@ def add_parsers(commands: Any) -> None:
     )
     add_dataset_files(similar, queries=False)
     similar.add_argument(
-        "--rankers", default=DEFAULT_RANKER,
-        help=f"comma-separated ranker names, each reordering the same first stage (default {DEFAULT_RANKER}; bm25 is always added)",
+        "--rankers",
+        help=(
+            "comma-separated ranker names, each reordering the same first stage (default: the default ranker in force, "
+            f"RERANKER_DEFAULT_RANKER, {DEFAULT_RANKER} unless it is set; bm25 is always added)"
+        ),
     )
     add_k_option(similar)
     add_ranking_options(similar)
@@ -180,7 +190,10 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     from reranker.rankers import get_ranker
     from reranker.reports import evaluation_table, plot_precision_bins, require_plotting
 
-    names = ranker_list(args.rankers)
+    # The default ranker in force, as search and tune take it: after `tune --write-config`,
+    # `reranker --config FILE evaluate` measures the ranker the file chose.
+    default = settings.service.default_ranker
+    names = ranker_list(args.rankers) if args.rankers is not None else list(dict.fromkeys([*EVALUATED, default]))
     rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
     if args.plot is not None:
         require_plotting("--plot")
@@ -271,7 +284,7 @@ def cmd_evaluate_similar(args: argparse.Namespace, settings: Settings, out: Text
     from reranker.rankers import get_ranker
     from reranker.reports import evaluation_table
 
-    names = ranker_list(args.rankers)
+    names = ranker_list(args.rankers if args.rankers is not None else settings.service.default_ranker)
     rankers = [get_ranker(name) for name in names]  # fail on a typo before minutes of indexing
     check_output("--markdown", args.markdown)
     check_output("--run-dir", args.run_dir, folder=True)
