@@ -1268,6 +1268,31 @@ def test_skipped_lines_are_reported_once_and_a_closed_pipe_keeps_exit_1(data_dir
     assert piped.returncode == 1 and len(piped.stdout.splitlines()) == 2 and "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
 
 
+def test_ctrl_c_while_the_command_starts_is_one_line(data_dir: Path) -> None:
+    """A Ctrl-C in the first half second (the CLI's imports) printed a 20-line traceback:
+    the console script imported reranker.cli before `main` could catch it. The script is
+    run as pip writes it, from pyproject.toml's entry point; whether the signal lands in the
+    imports or in `search -` (which waits on stdin), it is the one line and exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import tomllib
+
+    module, function = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["reranker"].split(":")
+    script = f"import sys; from {module} import {function}; sys.exit({function}())"
+    env = {**os.environ, **settings_env(data_dir)}
+    for delay in (0.15, 0.4):
+        # SIGINT as a foreground command gets it (see the dev-cluster test below).
+        child = subprocess.Popen([sys.executable, "-c", script, "search", "-"], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 130 and "Traceback" not in err, (delay, child.returncode, err)
+        assert err.strip() == "reranker: interrupted"
+
+
 def test_dev_cluster_runs_the_opensearch_walkthrough_without_docker(data_dir: Path, tmp_path: Path) -> None:
     import signal
     import socket
