@@ -597,6 +597,24 @@ def config_file_path(given: Path | None = None, env: Mapping[str, str] | None = 
     return given or (Path(env["RERANKER_CONFIG"]).expanduser() if env.get("RERANKER_CONFIG") else None)
 
 
+def put_config_file_in_environ(given: Path | None = None) -> None:
+    """The config file's values into os.environ, under the environment's own (as in
+    Settings.from_env); RERANKER_CONFIG then names that file.
+
+    For what reads the environment alone: gunicorn's config file (bind, workers, threads,
+    timeout) and its workers (RERANKER_READ_TIMEOUT, RERANKER_MAX_BODY_BYTES,
+    RERANKER_MAX_PENDING), whether `reranker serve` or an operator starts gunicorn. Naming
+    the file keeps a second call (gunicorn.conf.py under serve --config) to the same one.
+    """
+    path = config_file_path(given)
+    if path is None:
+        return
+    for name, value in read_config_file(path).items():
+        if not os.environ.get(name):
+            os.environ[name] = value
+    os.environ["RERANKER_CONFIG"] = str(path)
+
+
 def write_config_values(path: Path, values: Mapping[str, str | float]) -> list[str]:
     """Set `values` (ENVIRONMENT names) in the TOML config file `path`, creating it if
     need be and keeping its other lines (comments included) as they are; the file is

@@ -210,3 +210,26 @@ def test_a_worker_told_not_to_preload_wmd_loads_it_on_the_first_wmd_search(sampl
         assert _maps_pot(pid)
     finally:
         server.stop()
+
+
+def test_gunicorn_started_by_hand_runs_the_config_files_service_settings(data_dir: Path, tmp_path: Path) -> None:
+    """RERANKER_CONFIG=FILE gunicorn -c gunicorn.conf.py ...: the file's bind, workers and
+    read timeout were ignored (gunicorn.conf.py and the workers read the environment alone),
+    while `reranker serve` and `reranker config` took them."""
+    import socket
+
+    port = free_port()
+    config = tmp_path / "reranker.toml"
+    config.write_text(f'RERANKER_BIND = "127.0.0.1:{port}"\nRERANKER_WORKERS = 1\nRERANKER_THREADS = 1\nRERANKER_READ_TIMEOUT = 1\n')
+    server = Started([GUNICORN, "-c", str(CONFIG), "reranker.service:create_app()"], clean_env(data_dir, RERANKER_CONFIG=str(config)), port)
+    try:
+        server.worker_lines(1)  # on the file's port: the environment would have bound 127.0.0.1:8000
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+            client.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{")
+            started = time.monotonic()
+            answer = client.recv(100)
+            waited = time.monotonic() - started
+    finally:
+        server.stop()
+    assert answer.startswith(b"HTTP/1.1 408") and waited < 5, (answer, waited)  # the default waits 10 s
+    assert sum("Booting worker" in line for line in server.lines) == 1, server.lines  # the default: one per core

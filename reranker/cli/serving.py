@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any, TextIO
 
 from reranker.cli.common import check_port_free, conversion_progress, log, positive_int
-from reranker.config import DEFAULT_VECTORS, Settings, config_file_path, read_config_file
+from reranker.config import DEFAULT_VECTORS, Settings, put_config_file_in_environ
 from reranker.errors import ConfigError, InputError
 from reranker.text import counted
 
@@ -52,11 +52,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     # under the environment's as in Settings, or a RERANKER_READ_TIMEOUT of the file would
     # be shown by `reranker config` and ignored by the workers; and the options go over
     # both, or RERANKER_WORKERS=0 under --workers 1 would fail them with a traceback.
-    source = config_file_path(args.config)
-    if source is not None:
-        for name, value in read_config_file(source).items():
-            if not os.environ.get(name):
-                os.environ[name] = value
+    put_config_file_in_environ(args.config)
     service = settings.service
     os.environ.update(
         RERANKER_BIND=service.bind, RERANKER_WORKERS=str(service.workers),

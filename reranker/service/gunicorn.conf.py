@@ -2,8 +2,10 @@
 
     gunicorn -c reranker/service/gunicorn.conf.py 'reranker.service:create_app()'
 
-Values come from the same environment variables as everything else (see
-`reranker config`): RERANKER_BIND, RERANKER_WORKERS, RERANKER_THREADS, RERANKER_TIMEOUT.
+Values come from the same settings as everything else (see `reranker config`):
+RERANKER_BIND, RERANKER_WORKERS, RERANKER_THREADS, RERANKER_TIMEOUT, from the environment
+over the config file RERANKER_CONFIG names. The file's values are put in this process's
+environment first, so the workers read theirs (RERANKER_READ_TIMEOUT, ...) from it too.
 
 Why these choices:
 - gthread workers: a request spends most of its time waiting on OpenSearch, so a few
@@ -23,8 +25,9 @@ import os
 import shutil
 import tempfile
 
-from reranker.config import ServiceSettings
+from reranker.config import ServiceSettings, put_config_file_in_environ
 
+put_config_file_in_environ()
 _service = ServiceSettings.from_env(os.environ)
 
 bind = [_service.bind]
