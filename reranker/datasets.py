@@ -346,7 +346,7 @@ def load_dataset(
     name = directory.resolve().name
     if judgments is not None:
         return _rank_eval_dataset(name, corpus, directory / queries_file, judgments)
-    queries = load_queries(directory / queries_file)
+    queries = load_queries(_in_the_folder(directory, queries_file, "query file"))
     if not queries:  # else the error below would blame the judgments
         raise InputError('no queries: expected one {"id", "text"} object per line', str(directory / queries_file))
     qrels_file = judgments_file(directory, qrels_file)
@@ -362,13 +362,26 @@ def judgments_file(directory: Path, qrels_file: str | None = None) -> str:
     """The folder's judgments, relative to it: `qrels_file` when given, else qrels.tsv, else
     BEIR's qrels/test.tsv. Raises InputError naming what was looked for."""
     if qrels_file is not None:
-        if not (directory / qrels_file).is_file():
-            raise InputError("no such file", str(directory / qrels_file))
+        if not _in_the_folder(directory, qrels_file, "judgments file").is_file():
+            raise InputError("is a folder; expected a file", str(directory / qrels_file))
         return qrels_file
     for candidate in (QRELS_FILE, BEIR_QRELS_FILE):
         if (directory / candidate).is_file():
             return candidate
     raise InputError(f"no judgments: expected {QRELS_FILE} (or BEIR's {BEIR_QRELS_FILE}) in the folder", str(directory))
+
+
+def _in_the_folder(directory: Path, name: str, what: str) -> Path:
+    """`directory / name`, which must exist. A relative name is the folder's, not the
+    current directory's: when it is missing, the error says so, and names the file of the
+    current directory the user may have meant by its absolute path (which is taken as it is)."""
+    path = directory / name
+    if path.exists() or Path(name).is_absolute():
+        return path
+    hint = f"the {what} is looked for inside the data set's folder"
+    if Path(name).is_file():
+        hint += f"; to read {name} from the current directory, give its absolute path: {Path(name).resolve()}"
+    raise InputError(f"no such file ({hint})", str(path))
 
 
 def _warn_unmatched(queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], queries_path: Path, qrels_path: Path) -> None:

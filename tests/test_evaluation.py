@@ -622,6 +622,29 @@ def test_cli_evaluates_a_beir_folder_as_ours(data_dir: Path, tmp_path: Path, cap
     assert err.count("\n") == 1 and "qrels/train.tsv: no such file" in err
 
 
+def test_a_query_or_judgments_file_missing_from_the_folder_says_where_it_was_looked_for(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--queries-file myq.jsonl` is the folder's myq.jsonl: with ./myq.jsonl there, the error
+    said "SAMPLE/myq.jsonl: no such file", as if the file were missing. It says where it was
+    looked for, and the absolute path that reads ./myq.jsonl (which then works)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "myq.jsonl").write_text((SAMPLE / "queries.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "myqrels.tsv").write_text((SAMPLE / "qrels.tsv").read_text(encoding="utf-8"), encoding="utf-8")
+    for option, name, what in (("--queries-file", "myq.jsonl", "query file"), ("--qrels-file", "myqrels.tsv", "judgments file")):
+        assert run(data_dir, "evaluate", str(SAMPLE), option, name, "--no-progress")[0] == 1
+        err = capsys.readouterr().err
+        assert err == (
+            f"reranker: error: {SAMPLE / name}: no such file (the {what} is looked for inside the data set's folder; "
+            f"to read {name} from the current directory, give its absolute path: {tmp_path / name})\n"
+        )
+    dataset = load_dataset(SAMPLE, str(tmp_path / "myq.jsonl"), qrels_file=str(tmp_path / "myqrels.tsv"))
+    assert dataset.queries == load_dataset(SAMPLE).queries and dataset.judgments_path == tmp_path / "myqrels.tsv"
+    (tmp_path / "myq.jsonl").unlink()  # nowhere: where it was looked for, and no path to give
+    with pytest.raises(InputError, match=r"myq.jsonl: no such file \(the query file is looked for inside the data set's folder\)$"):
+        load_dataset(SAMPLE, "myq.jsonl")
+
+
 def test_a_run_file_that_cannot_be_written_is_a_one_line_error(tmp_path: Path) -> None:
     """A failure while writing run files (here: a folder where the file goes; a full disk
     mid-run is the real case) names the file instead of ending in a traceback."""

@@ -196,10 +196,10 @@ def parse_filter(raw: str) -> Filter:
 def add_dataset_files(parser: argparse.ArgumentParser, *, queries: bool = True) -> None:
     """Which files of a dataset folder hold its queries and its judgments."""
     if queries:
-        parser.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder")
+        parser.add_argument("--queries-file", default="queries.jsonl", help="query file inside the folder, or an absolute path")
     parser.add_argument(
         "--qrels-file", metavar="PATH",
-        help="judgments inside the folder (default: qrels.tsv, else BEIR's qrels/test.tsv; e.g. qrels/dev.tsv)",
+        help="judgments inside the folder, or an absolute path (default: qrels.tsv, else BEIR's qrels/test.tsv; e.g. qrels/dev.tsv)",
     )
 
 
