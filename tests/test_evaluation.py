@@ -395,6 +395,16 @@ def test_cli_refuses_an_unwritable_output_before_evaluating(
     assert not (data_dir / "eval").exists()  # nothing was indexed
 
 
+def test_cli_refuses_a_plot_named_other_than_png_before_evaluating(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--plot fig.txt wrote PNG bytes into fig.txt, after the whole evaluation."""
+    figure = tmp_path / "fig.txt"
+    assert run(data_dir, "evaluate", str(SAMPLE), "--plot", str(figure))[0] == 2
+    assert capsys.readouterr().err == f"reranker: error: --plot {figure}: the figure is a PNG image; expected a name ending in .png\n"
+    assert not figure.exists() and not (data_dir / "eval").exists()  # nothing was indexed
+
+
 def test_malformed_files_name_the_file_and_line(tmp_path: Path) -> None:
     queries = write_jsonl(tmp_path / "queries.jsonl", [{"id": "q1", "text": "fine"}, "{oops"])
     with pytest.raises(InputError, match=r"queries.jsonl:2: not valid JSON"):

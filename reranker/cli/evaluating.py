@@ -198,6 +198,9 @@ def cmd_evaluate(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     if args.plot is not None:
         require_plotting("--plot")
     check_output("--plot", args.plot)  # and on an unwritable output path
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        # The figure is PNG whatever the name: fig.txt would hold PNG bytes.
+        raise ConfigError(f"--plot {args.plot}: the figure is a PNG image; expected a name ending in .png")
     check_output("--markdown", args.markdown)
     check_output("--run-dir", args.run_dir, folder=True)
     saved = _saved_run(args, settings) if args.baseline_run is not None else None
