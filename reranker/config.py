@@ -157,7 +157,8 @@ def _float(env: Mapping[str, str], name: str, default: float, minimum: float | N
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
     if minimum is not None and not value >= minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {raw!r}")
+        # As _int says it: "must be >= 0, got -5", not "must be >= 0.0, got '-5'".
+        raise ConfigError(f"{name} must be >= {minimum:g}, got {value:g}")
     return value
 
 

@@ -54,7 +54,10 @@ def test_the_environment_overrides_the_config_file(tmp_path: Path) -> None:
         ({"OPENSEARCH_URL": "http://h:9200", "RERANKER_INDEX": "Papers"}, "RERANKER_INDEX must be a lower-case index name"),
         ({"OPENSEARCH_URL": "http://h:9200", "RERANKER_TOPIC_DTYPE": "float64"}, "RERANKER_TOPIC_DTYPE must be one of float32, float16"),
         ({"OPENSEARCH_VERIFY_CERTS": "maybe"}, "OPENSEARCH_VERIFY_CERTS must be true or false"),
-        ({"OPENSEARCH_TIMEOUT": "0"}, "OPENSEARCH_TIMEOUT must be >= 0.001"),
+        ({"OPENSEARCH_TIMEOUT": "0"}, "OPENSEARCH_TIMEOUT must be >= 0.001, got 0"),
+        # A bounded number reads as a bounded integer does: it said "must be >= 0.0, got '-5'".
+        ({"RERANKER_WMD_BUDGET_MS": "-5"}, "RERANKER_WMD_BUDGET_MS must be >= 0, got -5"),
+        ({"RERANKER_WMD_BUDGET_MS": "nan"}, "RERANKER_WMD_BUDGET_MS must be >= 0, got nan"),
         ({"RERANKER_SEARCH_FIELDS": "title^x"}, "bad boost"),
         ({"RERANKER_BULK_BYTES": "100"}, "RERANKER_BULK_BYTES must be >= 10000"),
         # A C int in the BLAS libraries: it overflowed with a traceback.
