@@ -605,6 +605,28 @@ def test_a_corpus_value_that_is_not_json_leaves_filters_working(data_dir: Path, 
     assert code == 0 and f"  1. {TINY_CORPUS[0]['id']}" in out
 
 
+def test_a_stored_value_that_is_not_json_names_its_document_and_the_fix(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An index built before such lines were refused holds them: every filtered search said
+    "cannot read the field 'year': malformed JSON", naming neither the document nor a way out."""
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{**TINY_CORPUS[0], "year": 2010}, {**TINY_CORPUS[1], "year": 2011}])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0
+    with sqlite3.connect(data_dir / "index" / "store.sqlite3") as db:  # as the older version wrote it
+        db.execute("""UPDATE docs SET fields = '{"year": 2011, "weight": NaN}' WHERE id = 'cooking'""")
+    code, out = run(data_dir, "search", "sailing ships at sea", "--filter", "year>=2000")
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err == (
+        "reranker: error: cannot read the field 'year': the metadata of document 'cooking' is not valid JSON "
+        "(NaN or Infinity, which an index made before they were refused kept): write null or a number in its "
+        "corpus line and index the corpus again\n"
+    )
+    write_jsonl(corpus, [{**TINY_CORPUS[0], "year": 2010}, {**TINY_CORPUS[1], "year": 2011, "weight": None}])
+    assert run(data_dir, "index", str(corpus), "--no-progress")[0] == 0  # what the message says to do
+    code, out = run(data_dir, "search", "sailing ships at sea", "--filter", "year>=2000")
+    assert code == 0 and "  1. ships" in out
+
+
 @pytest.mark.parametrize(("line", "message"), BAD_LINES, ids=[message[:24] for _, message in BAD_LINES])
 def test_a_bad_line_reads_the_same_in_a_corpus_and_in_a_query_file(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str

@@ -984,7 +984,7 @@ class EmbeddedStore:
             if in_arrays:
                 types |= {row[0] for row in self._db.execute(scan.format(_ITEM.format("type"), _VALUES), (watermark, field))}
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the field {field!r}: {exc}") from None
+            raise self._unreadable_field(field, watermark, exc) from None
         if not types:
             return None
         kinds = {_KINDS.get(type_) for type_ in types if type_ not in ("null", "array")}
@@ -993,11 +993,26 @@ class EmbeddedStore:
             try:
                 values = [row[0] for row in self._db.execute(texts, (watermark, field))]
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot read the field {field!r}: {exc}") from None
+                raise self._unreadable_field(field, watermark, exc) from None
             if all(_NUMERIC_TEXT.fullmatch(value.strip()) for value in values):
                 return "number", in_arrays, True
             return _MIXED, in_arrays, False
         return (kinds.pop() if len(kinds) == 1 else None), in_arrays, False
+
+    def _unreadable_field(self, field: str, watermark: int, exc: sqlite3.Error) -> StoreError:
+        """The error of reading `field`. SQLite's "malformed JSON" is a document's metadata
+        holding NaN or Infinity, which corpus lines can no longer give (datasets._not_json)
+        but an older index kept: it names the first such document and how to replace it."""
+        try:
+            found = self._db.execute("SELECT id FROM docs WHERE rowid <= ? AND NOT json_valid(fields) LIMIT 1", (watermark,)).fetchone()
+        except sqlite3.Error:
+            found = None
+        if found is None:
+            return StoreError(f"cannot read the field {field!r}: {exc}")
+        return StoreError(
+            f"cannot read the field {field!r}: the metadata of document {found[0]!r} is not valid JSON (NaN or Infinity, "
+            "which an index made before they were refused kept): write null or a number in its corpus line and index the corpus again"
+        )
 
     def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
