@@ -376,8 +376,10 @@ def _in_the_folder(directory: Path, name: str, what: str) -> Path:
     current directory's: when it is missing, the error says so, and names the file of the
     current directory the user may have meant by its absolute path (which is taken as it is)."""
     path = directory / name
-    if path.exists() or Path(name).is_absolute():
+    if path.exists():
         return path
+    if Path(name).is_absolute():
+        raise InputError("no such file", str(path))
     hint = f"the {what} is looked for inside the data set's folder"
     if Path(name).is_file():
         hint += f"; to read {name} from the current directory, give its absolute path: {Path(name).resolve()}"

@@ -653,6 +653,9 @@ def test_a_query_or_judgments_file_missing_from_the_folder_says_where_it_was_loo
     (tmp_path / "myq.jsonl").unlink()  # nowhere: where it was looked for, and no path to give
     with pytest.raises(InputError, match=r"myq.jsonl: no such file \(the query file is looked for inside the data set's folder\)$"):
         load_dataset(SAMPLE, "myq.jsonl")
+    # An absolute path that is missing is "no such file", not a folder.
+    with pytest.raises(InputError, match=r"myqrels-gone.tsv: no such file$"):
+        load_dataset(SAMPLE, qrels_file=str(tmp_path / "myqrels-gone.tsv"))
 
 
 def test_a_run_file_that_cannot_be_written_is_a_one_line_error(tmp_path: Path) -> None:
