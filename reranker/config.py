@@ -608,12 +608,24 @@ def put_config_file_in_environ(given: Path | None = None) -> None:
     the file keeps a second call (gunicorn.conf.py under serve --config) to the same one.
     """
     path = config_file_path(given)
+    values = read_config_file(path) if path is not None else {}
+    # What an earlier call put is the file's of then, not the environment's own: gunicorn
+    # runs its config file again on SIGHUP, and the file's new values must replace them
+    # (kept, they would look like the operator's and win over the edited file).
+    for name, value in _PUT_FROM_FILE.items():
+        if os.environ.get(name) == value:
+            del os.environ[name]
+    _PUT_FROM_FILE.clear()
     if path is None:
         return
-    for name, value in read_config_file(path).items():
+    for name, value in values.items():
         if not os.environ.get(name):
-            os.environ[name] = value
+            os.environ[name] = _PUT_FROM_FILE[name] = value
     os.environ["RERANKER_CONFIG"] = str(path)
+
+
+# The values put_config_file_in_environ put in os.environ (and are still the file's).
+_PUT_FROM_FILE: dict[str, str] = {}
 
 
 def write_config_values(path: Path, values: Mapping[str, str | float]) -> list[str]:
