@@ -598,7 +598,7 @@ def config_file_path(given: Path | None = None, env: Mapping[str, str] | None = 
     return given or (Path(env["RERANKER_CONFIG"]).expanduser() if env.get("RERANKER_CONFIG") else None)
 
 
-def put_config_file_in_environ(given: Path | None = None) -> None:
+def put_config_file_in_environ(given: Path | None = None, *, reread: bool = True) -> None:
     """The config file's values into os.environ, under the environment's own (as in
     Settings.from_env); RERANKER_CONFIG then names that file.
 
@@ -606,6 +606,10 @@ def put_config_file_in_environ(given: Path | None = None) -> None:
     timeout) and its workers (RERANKER_READ_TIMEOUT, RERANKER_MAX_BODY_BYTES,
     RERANKER_MAX_PENDING), whether `reranker serve` or an operator starts gunicorn. Naming
     the file keeps a second call (gunicorn.conf.py under serve --config) to the same one.
+
+    reread=False (serve): the values stay as the environment's own, so a later call (gunicorn
+    runs its config file again on SIGHUP) keeps them, as serve's own settings are kept; by
+    default a later call replaces them with the file's values of then.
     """
     path = config_file_path(given)
     values = read_config_file(path) if path is not None else {}
@@ -620,7 +624,9 @@ def put_config_file_in_environ(given: Path | None = None) -> None:
         return
     for name, value in values.items():
         if not os.environ.get(name):
-            os.environ[name] = _PUT_FROM_FILE[name] = value
+            os.environ[name] = value
+            if reread:
+                _PUT_FROM_FILE[name] = value
     os.environ["RERANKER_CONFIG"] = str(path)
 
 

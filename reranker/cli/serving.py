@@ -67,7 +67,8 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     # under the environment's as in Settings, or a RERANKER_READ_TIMEOUT of the file would
     # be shown by `reranker config` and ignored by the workers; and the options go over
     # both, or RERANKER_WORKERS=0 under --workers 1 would fail them with a traceback.
-    put_config_file_in_environ(args.config)
+    # reread=False: on SIGHUP the workers keep the values this serve read, as its settings do.
+    put_config_file_in_environ(args.config, reread=False)
     service = settings.service
     os.environ.update(
         RERANKER_BIND=service.bind, RERANKER_WORKERS=str(service.workers),
