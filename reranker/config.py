@@ -598,7 +598,7 @@ def config_file_path(given: Path | None = None, env: Mapping[str, str] | None = 
     return given or (Path(env["RERANKER_CONFIG"]).expanduser() if env.get("RERANKER_CONFIG") else None)
 
 
-def put_config_file_in_environ(given: Path | None = None) -> None:
+def put_config_file_in_environ(given: Path | None = None, *, reread: bool = True) -> None:
     """The config file's values into os.environ, under the environment's own (as in
     Settings.from_env); RERANKER_CONFIG then names that file.
 
@@ -606,14 +606,32 @@ def put_config_file_in_environ(given: Path | None = None) -> None:
     timeout) and its workers (RERANKER_READ_TIMEOUT, RERANKER_MAX_BODY_BYTES,
     RERANKER_MAX_PENDING), whether `reranker serve` or an operator starts gunicorn. Naming
     the file keeps a second call (gunicorn.conf.py under serve --config) to the same one.
+
+    reread=False (serve): the values stay as the environment's own, so a later call (gunicorn
+    runs its config file again on SIGHUP) keeps them, as serve's own settings are kept; by
+    default a later call replaces them with the file's values of then.
     """
     path = config_file_path(given)
+    values = read_config_file(path) if path is not None else {}
+    # What an earlier call put is the file's of then, not the environment's own: gunicorn
+    # runs its config file again on SIGHUP, and the file's new values must replace them
+    # (kept, they would look like the operator's and win over the edited file).
+    for name, value in _PUT_FROM_FILE.items():
+        if os.environ.get(name) == value:
+            del os.environ[name]
+    _PUT_FROM_FILE.clear()
     if path is None:
         return
-    for name, value in read_config_file(path).items():
+    for name, value in values.items():
         if not os.environ.get(name):
             os.environ[name] = value
+            if reread:
+                _PUT_FROM_FILE[name] = value
     os.environ["RERANKER_CONFIG"] = str(path)
+
+
+# The values put_config_file_in_environ put in os.environ (and are still the file's).
+_PUT_FROM_FILE: dict[str, str] = {}
 
 
 def write_config_values(path: Path, values: Mapping[str, str | float]) -> list[str]:

@@ -87,7 +87,9 @@ def parse_record(line: str, location: str, *, titled: bool = True) -> Document:
     Raises InputError naming `location` ("file:line").
     """
     try:
-        record = json.loads(line, parse_constant=lambda name: _not_json(name, location))
+        record = json.loads(
+            line, parse_constant=lambda name: _not_json(name, location), parse_float=lambda literal: _finite(literal, location)
+        )
     except json.JSONDecodeError as exc:
         raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})", location) from None
     if not isinstance(record, dict):
@@ -110,6 +112,15 @@ def _not_json(name: str, location: str) -> Any:
     document's metadata, they made every later filter fail on "malformed JSON" (SQLite's
     reader refuses them) without naming the document, and a cluster refuses them too."""
     raise InputError(f"not valid JSON ({name} is not a JSON value: write null or a number)", location)
+
+
+def _finite(literal: str, location: str) -> float:
+    """A number beyond a double (1e999) is read as infinity, stored as Infinity: the same
+    malformed metadata as _not_json's, from a line of valid JSON."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise InputError(f"the number {literal[:40]} is out of range: write null or a number a double holds", location)
+    return value
 
 
 def record_id(record: dict[str, Any], location: str) -> str:

@@ -590,6 +590,8 @@ BAD_LINES = [
     ('{"id": "x", "text": "  "}', "id 'x': empty text"),
     # Python's reader takes NaN and Infinity; JSON (and SQLite's reader of the stored metadata) does not.
     ('{"id": "x", "text": "a number JSON has no word for", "score": NaN}', "not valid JSON (NaN is not a JSON value: write null or a number)"),
+    # Valid JSON, but Python reads it as infinity, which was stored as Infinity as NaN was.
+    ('{"id": "x", "text": "a number beyond a double", "score": -1e999}', "the number -1e999 is out of range: write null or a number a double holds"),
 ]
 
 

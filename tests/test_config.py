@@ -256,3 +256,28 @@ def test_service_settings_made_in_code_default_as_the_environment_does(monkeypat
     monkeypatch.setattr(os, "cpu_count", lambda: 7)
     assert ServiceSettings().workers == 7
     assert ServiceSettings() == Settings.from_env({}).service
+
+
+def test_the_config_file_put_in_the_environment_is_read_again_unless_serve_put_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gunicorn runs its config file again on SIGHUP: what an earlier call put is the file's
+    of then, and the edited file replaces it (kept, it won over the file as if the operator
+    had set it); the environment's own values, and those `reranker serve` put (its settings
+    are read once), stay."""
+    from reranker.config import put_config_file_in_environ
+
+    config = tmp_path / "reranker.toml"
+    for name in ("RERANKER_CONFIG", "RERANKER_MAX_DOCUMENTS", "RERANKER_READ_TIMEOUT", "RERANKER_MAX_PENDING"):
+        monkeypatch.setenv(name, "")  # recorded, so that monkeypatch puts the environment back
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RERANKER_MAX_PENDING", "9")
+    config.write_text("RERANKER_MAX_DOCUMENTS = 2\nRERANKER_READ_TIMEOUT = 3\nRERANKER_MAX_PENDING = 4\n")
+    put_config_file_in_environ(config)
+    assert [os.environ.get(n) for n in ("RERANKER_MAX_DOCUMENTS", "RERANKER_READ_TIMEOUT", "RERANKER_MAX_PENDING")] == ["2", "3", "9"]
+    config.write_text("RERANKER_MAX_DOCUMENTS = 5\nRERANKER_MAX_PENDING = 4\n")
+    put_config_file_in_environ()  # gunicorn.conf.py's call, RERANKER_CONFIG naming the file
+    assert [os.environ.get(n) for n in ("RERANKER_MAX_DOCUMENTS", "RERANKER_READ_TIMEOUT", "RERANKER_MAX_PENDING")] == ["5", None, "9"]
+    monkeypatch.delenv("RERANKER_MAX_DOCUMENTS")
+    put_config_file_in_environ(config, reread=False)  # serve's: read once
+    config.write_text("RERANKER_MAX_DOCUMENTS = 7\n")
+    put_config_file_in_environ()
+    assert os.environ.get("RERANKER_MAX_DOCUMENTS") == "5"

@@ -359,6 +359,32 @@ def test_a_search_the_shards_refuse_says_why_not_only_that_all_shards_failed(
         os_store.bm25("ocean bread", 10)
 
 
+def test_a_failure_with_no_root_cause_says_the_last_cause_it_was_caused_by() -> None:
+    """A search failed after the shards answered (the reduce phase's too many buckets) has
+    an empty root_cause and an empty reason: the error read "search_phase_execution_exception:",
+    and a 502 of the service said no more.
+    The body is what a cluster answered (elastic/rally-tracks#355)."""
+    from opensearchpy.exceptions import TransportError
+
+    from reranker.store.opensearch_client import error_reason
+
+    limit = "Trying to create too many buckets. Must be less than or equal to: [300000] but this number of buckets was exceeded."
+    body = {
+        "error": {
+            "root_cause": [], "type": "search_phase_execution_exception", "reason": "", "phase": "fetch", "grouped": True,
+            "failed_shards": [], "caused_by": {"type": "too_many_buckets_exception", "reason": limit, "max_buckets": 300000},
+        },
+        "status": 503,
+    }
+    failed = TransportError(503, "search_phase_execution_exception", body)
+    assert error_reason(failed) == f"search_phase_execution_exception (too_many_buckets_exception: {limit})"
+    body["error"]["caused_by"] = {"type": "a", "reason": "outer", "caused_by": {"type": "b", "reason": "inner"}}
+    assert error_reason(failed) == "search_phase_execution_exception (b: inner)"
+    # Root causes of other shapes: strings are not read, and the top reason is then all there is.
+    body["error"] = {"root_cause": ["text"], "type": "t", "reason": "r"}
+    assert error_reason(failed) == "t: r"
+
+
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [

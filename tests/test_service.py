@@ -697,6 +697,20 @@ def test_bad_service_settings_fail_at_start(indexed: Path) -> None:
     assert refused.value.code == 2
 
 
+def test_a_serve_that_fails_leaves_the_environment_as_it_found_it(indexed: Path, tmp_path: Path) -> None:
+    # serve puts its config file's values and its options in the environment for gunicorn:
+    # a serve that fails after that (here: vectors that are not there) must take them back,
+    # or the next command of the same process reads a config file it was not given.
+    config = tmp_path / "serve.toml"
+    config.write_text('RERANKER_VECTORS = "/nonexistent/vectors.txt"\nRERANKER_READ_TIMEOUT = 3\n', encoding="utf-8")
+    before = dict(os.environ)
+    code, _ = run(indexed, "--config", str(config), "serve", "--bind", f"127.0.0.1:{_free_port()}", "--workers", "1")
+    assert code == 1
+    assert dict(os.environ) == before
+    config.unlink()
+    assert run(indexed, "config")[0] == 0
+
+
 def test_serve_on_a_port_in_use_says_so_in_one_line(indexed: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -233,3 +233,27 @@ def test_gunicorn_started_by_hand_runs_the_config_files_service_settings(data_di
         server.stop()
     assert answer.startswith(b"HTTP/1.1 408") and waited < 5, (answer, waited)  # the default waits 10 s
     assert sum("Booting worker" in line for line in server.lines) == 1, server.lines  # the default: one per core
+
+
+def test_gunicorn_started_by_hand_reads_the_edited_config_file_on_sighup(data_dir: Path, tmp_path: Path) -> None:
+    """SIGHUP has gunicorn run its config file again and start new workers: the file's values
+    the first run put in the environment were taken for the operator's and won over the
+    edited file, so RERANKER_MAX_DOCUMENTS = 2 stayed 2 after the file said 5."""
+    port = free_port()
+    config = tmp_path / "reranker.toml"
+    config.write_text(f'RERANKER_BIND = "127.0.0.1:{port}"\nRERANKER_WORKERS = 1\nRERANKER_THREADS = 2\nRERANKER_MAX_DOCUMENTS = 2\n')
+    server = Started([GUNICORN, "-c", str(CONFIG), "reranker.service:create_app()"], clean_env(data_dir, RERANKER_CONFIG=str(config)), port)
+    body = {"query": "bread", "documents": ["bread and yeast", "ships at sea", "flour and water"]}
+    try:
+        (first,) = server.worker_lines(1)
+        assert http_json(server.url + "/rerank", body)[0] == 413  # three documents, two allowed
+        config.write_text(config.read_text().replace("RERANKER_MAX_DOCUMENTS = 2", "RERANKER_MAX_DOCUMENTS = 5"))
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 90
+        while not any(m[1] != first[1] for m in server.worker_lines(1)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # the old worker stops gracefully; the new one answers
+        status, _, answer = http_json(server.url + "/rerank", body)
+    finally:
+        server.stop()
+    assert status == 200, answer

@@ -33,13 +33,8 @@ def add_parsers(commands: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.embeddings import load_vectors
-    from reranker.errors import StoreUnavailableError
-    from reranker.pipeline import vectors_spec
     from reranker.rankers import get_ranker
     from reranker.service.access import LOG_DATE_FORMAT, LOG_FORMAT
-    from reranker.service.server import serve
-    from reranker.store import open_store
 
     # Its lines as gunicorn's own, which follow them (timestamp, pid, level), and so are
     # those of the workers it forks (reranker/service/access.py).
@@ -47,12 +42,33 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
     get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
+    # _serve puts settings in the environment for gunicorn: they are put back when it
+    # returns or fails, or a later command in the same process (main() called again, as
+    # the tests do) would read this serve's config file and options.
+    environ = dict(os.environ)
+    try:
+        return _serve(args, settings, out)
+    finally:
+        for name in set(os.environ) - set(environ):
+            del os.environ[name]
+        os.environ.update(environ)
+
+
+def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """serve's work once the settings are checked (cmd_serve restores the environment after)."""
+    from reranker.embeddings import load_vectors
+    from reranker.errors import StoreUnavailableError
+    from reranker.pipeline import vectors_spec
+    from reranker.service.server import serve
+    from reranker.store import open_store
+
     # gunicorn's config file and its workers read settings from the environment alone
     # (service/gunicorn.conf.py, service/worker.py): the config file's values go there,
     # under the environment's as in Settings, or a RERANKER_READ_TIMEOUT of the file would
     # be shown by `reranker config` and ignored by the workers; and the options go over
     # both, or RERANKER_WORKERS=0 under --workers 1 would fail them with a traceback.
-    put_config_file_in_environ(args.config)
+    # reread=False: on SIGHUP the workers keep the values this serve read, as its settings do.
+    put_config_file_in_environ(args.config, reread=False)
     service = settings.service
     os.environ.update(
         RERANKER_BIND=service.bind, RERANKER_WORKERS=str(service.workers),

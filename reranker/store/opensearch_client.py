@@ -130,11 +130,16 @@ def error_reason(exc: Any) -> str:
     if isinstance(info, dict):
         error = info.get("error")
         if isinstance(error, dict):
-            reason = f"{error.get('type', 'error')}: {error.get('reason', '')}".strip()
+            reason = str(error.get("type", "error")) + (f": {error['reason']}" if error.get("reason") else "")
             # A search the shards refused says only "all shards failed" at the top: the
             # cause ("Result window is too large ...") is the first root cause.
             causes = error.get("root_cause")
             cause = causes[0] if isinstance(causes, list) and causes and isinstance(causes[0], dict) else None
+            # A failure after the shards answered (too many buckets in the reduce phase) has no
+            # root cause and an empty reason: the last of the caused_by chain is the cause.
+            nested = error.get("caused_by") if cause is None else None
+            while isinstance(nested, dict):
+                cause, nested = nested, nested.get("caused_by")
             if cause is not None and cause.get("reason") and cause.get("reason") != error.get("reason"):
                 reason += f" ({cause.get('type', 'error')}: {cause['reason']})"
             return reason
