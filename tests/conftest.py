@@ -194,6 +194,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stalled_request(port: int) -> tuple[bytes, float]:
+    """A POST whose body stops after its first byte, to a service on `port`: (the first bytes
+    of its answer, seconds waited for them). RERANKER_READ_TIMEOUT's 408 ends the wait."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+        client.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{")
+        started = time.monotonic()
+        answer = client.recv(100)
+        return answer, time.monotonic() - started
+
+
 def http_json(url: str, body: Any = None, timeout: float = 30) -> tuple[int, float, Any]:
     """(status, seconds, parsed JSON body or None)."""
     data = None if body is None else json.dumps(body).encode()

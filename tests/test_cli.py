@@ -12,7 +12,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
-from conftest import REPO, SAMPLE, TINY_CORPUS, ClusterProxy, Service, SharedEvaluation, http_json, run, settings_env, write_jsonl
+from conftest import (
+    REPO,
+    SAMPLE,
+    TINY_CORPUS,
+    ClusterProxy,
+    Service,
+    SharedEvaluation,
+    http_json,
+    run,
+    settings_env,
+    stalled_request,
+    write_jsonl,
+)
 
 from reranker.config import DEFAULT_RANKER, Settings
 from reranker.evaluation import metric_names
@@ -1222,18 +1234,12 @@ def test_serve_options_override_bad_values_of_their_variables(data_dir: Path, tm
 def test_serve_workers_read_the_config_file_as_reranker_config_shows_it(data_dir: Path, tmp_path: Path) -> None:
     """RERANKER_READ_TIMEOUT = 1 in the config file: `reranker config` showed 1, and the
     workers, which read the environment alone, waited the default 10 s for a request."""
-    import socket
-
     config = tmp_path / "reranker.toml"
     config.write_text("RERANKER_READ_TIMEOUT = 1\n")
     assert any(line.split() == ["RERANKER_READ_TIMEOUT", "1"] for line in run(data_dir, "--config", str(config), "config")[1].splitlines())
     service = Service(data_dir, {"RERANKER_CONFIG": str(config)})
     try:
-        with socket.create_connection(("127.0.0.1", service.port), timeout=30) as client:
-            client.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{")
-            started = time.monotonic()
-            answer = client.recv(100)
-            waited = time.monotonic() - started
+        answer, waited = stalled_request(service.port)
     finally:
         service.stop()
     assert answer.startswith(b"HTTP/1.1 408") and waited < 5, (answer, waited)

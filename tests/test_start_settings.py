@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_port, http_json, sample_indexed
+from conftest import REPO, free_port, http_json, sample_indexed, stalled_request
 from test_docker import dockerfile_env, gunicorn_argv, gunicorn_option, repo_path_of
 
 from reranker.threads import VARIABLES
@@ -216,19 +216,13 @@ def test_gunicorn_started_by_hand_runs_the_config_files_service_settings(data_di
     """RERANKER_CONFIG=FILE gunicorn -c gunicorn.conf.py ...: the file's bind, workers and
     read timeout were ignored (gunicorn.conf.py and the workers read the environment alone),
     while `reranker serve` and `reranker config` took them."""
-    import socket
-
     port = free_port()
     config = tmp_path / "reranker.toml"
     config.write_text(f'RERANKER_BIND = "127.0.0.1:{port}"\nRERANKER_WORKERS = 1\nRERANKER_THREADS = 1\nRERANKER_READ_TIMEOUT = 1\n')
     server = Started([GUNICORN, "-c", str(CONFIG), "reranker.service:create_app()"], clean_env(data_dir, RERANKER_CONFIG=str(config)), port)
     try:
         server.worker_lines(1)  # on the file's port: the environment would have bound 127.0.0.1:8000
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
-            client.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{")
-            started = time.monotonic()
-            answer = client.recv(100)
-            waited = time.monotonic() - started
+        answer, waited = stalled_request(port)
     finally:
         server.stop()
     assert answer.startswith(b"HTTP/1.1 408") and waited < 5, (answer, waited)  # the default waits 10 s
