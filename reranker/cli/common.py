@@ -140,11 +140,14 @@ def positive_int(raw: str) -> int:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
-def fraction(raw: str) -> float:
+def _number(raw: str) -> float:
     try:
-        value = float(raw)
+        return float(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
+
+def fraction(raw: str) -> float:
+    value = _number(raw)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {value}")
     return value
@@ -152,20 +155,14 @@ def fraction(raw: str) -> float:
 def traffic_share(raw: str) -> float:
     """`ab --traffic`: refused here, named as the option, not by the store's check in the
     words of the HTTP body ("[traffic] is the share ...")."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
+    value = _number(raw)
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"must lie in (0, 1], got {value}")
     return value
 
 def persistence(raw: str) -> float:
     # One message for every value out of range: fraction's "[0, 1]" for 1.5 named 1 as allowed.
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
+    value = _number(raw)
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {value}")
     return value
