@@ -1188,7 +1188,7 @@ class EmbeddedStore:
     def topics(self, doc_ids: Sequence[str], corrected: bool = False) -> TopicBatch:
         self._commit_pending()
         columns = "corrected_k, corrected_topics, corrected_importances, backgrounds" if corrected else "k, topics, importances, NULL"
-        stored: dict[str, tuple[int, bytes, bytes, bytes | None]] = {}
+        stored: dict[str, tuple[int, bytes | None, bytes | None, bytes | None]] = {}
         with self._snapshot() as view:
             dim = view.info.embedding.dim if view.info else 0
             for chunk in _chunks(doc_ids):
@@ -1199,17 +1199,10 @@ class EmbeddedStore:
                 )
                 stored.update((row[0], row[1:]) for row in rows)
         k_max = max((k for k, _, _, _ in stored.values()), default=0)
-        topics = np.zeros((len(doc_ids), k_max, dim), dtype=np.float32)
-        importances = np.zeros((len(doc_ids), k_max), dtype=np.float32)
-        backgrounds = np.zeros((len(doc_ids), k_max), dtype=np.float32) if corrected else None
-        for row, doc_id in enumerate(doc_ids):
-            if doc_id not in stored:
-                continue
-            k, topic_bytes, importance_bytes, background_bytes = stored[doc_id]
-            topics[row, :k] = np.frombuffer(topic_bytes, dtype=_FLOAT32).reshape(k, dim)
-            importances[row, :k] = np.frombuffer(importance_bytes, dtype=_FLOAT32)
-            if backgrounds is not None and background_bytes is not None:
-                backgrounds[row, :k] = np.frombuffer(background_bytes, dtype=_FLOAT32)
+        found = [stored.get(doc_id, (0, None, None, None)) for doc_id in doc_ids]
+        topics = _stacked([topic_bytes for _, topic_bytes, _, _ in found], k_max * dim).reshape(len(doc_ids), k_max, dim)
+        importances = _stacked([importance_bytes for _, _, importance_bytes, _ in found], k_max)
+        backgrounds = _stacked([background_bytes for _, _, _, background_bytes in found], k_max) if corrected else None
         missing = tuple(doc_id for doc_id in doc_ids if doc_id not in stored)
         return TopicBatch(tuple(doc_ids), topics, importances, missing, backgrounds)
 
@@ -1349,6 +1342,15 @@ def _filter_sql(filters: Sequence[Filter], arrays: set[str], numeric_texts: Abst
 
 def _blob(values: np.ndarray) -> bytes:
     return np.ascontiguousarray(values, dtype=_FLOAT32).tobytes()
+
+
+def _stacked(blobs: Sequence[bytes | None], width: int) -> npt.NDArray[np.float32]:
+    """(len(blobs), width) float32: each blob's float32 values (None: none), zero-padded
+    on the right. One join for a window: a frombuffer and a copy per row and array cost
+    0.7 ms per window of 100 (50,000 papers; the rows' read 1.2 ms)."""
+    padding = bytes(width * _FLOAT32.itemsize)
+    joined = bytearray(b"".join((blob or b"") + padding[len(blob or b"") :] for blob in blobs))
+    return np.frombuffer(joined, dtype=_FLOAT32).reshape(len(blobs), width)
 
 
 def _chunks(items: Sequence[str], size: int = 500) -> list[list[str]]:
