@@ -837,6 +837,19 @@ def test_ab_commands_that_read_take_no_write_lock(tmp_path: Path, capsys: pytest
     )
 
 
+def test_an_experiment_store_that_is_a_folder_is_named_as_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SQLite's own words for a folder in the store's place were "disk I/O error" (a read)
+    and "unable to open database file" (a write)."""
+    (tmp_path / "experiments.sqlite3").mkdir()
+    for command in (("ab", "list"), ("ab", "create", "e1", "--rankers", "bm25,hidden_topics")):
+        capsys.readouterr()
+        assert run(tmp_path, *command)[0] == 1
+        assert capsys.readouterr().err == (
+            f"reranker: error: cannot open the experiment store {tmp_path / 'experiments.sqlite3'}: it is a folder "
+            "(the store is a file of that name; move the folder away)\n"
+        )
+
+
 def test_ab_commands_that_read_make_no_experiment_index(tmp_path: Path, osmem_clone: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """The same on OpenSearch: `ab list` made the experiments index (`ALIAS-experiments`)."""
     import urllib.request

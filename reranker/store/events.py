@@ -401,6 +401,9 @@ class EmbeddedEventStore:
         self._lock = threading.Lock()
         self._empty: sqlite3.Connection | None = None
         self._read_only = read_only and path is not None
+        if path is not None and path.is_dir():
+            # SQLite says only "disk I/O error" or "unable to open database file".
+            raise StoreError(f"cannot open the experiment store {path}: it is a folder (the store is a file of that name; move the folder away)")
         if self._read_only:
             self._check_tables()
             return
