@@ -167,7 +167,9 @@ def read_corpus(path: Path) -> Iterator[tuple[str, Document | Skipped, int]]:
 # 2: the corrected topics of readable words only; the stems kept for best passages.
 # 3: the words kept for best passages (both BM25 fields), with the stem of each.
 # 4: those words kept by word, each with its positions (`WordPositions`).
-DERIVATION = 4
+# 5: words read from the text after its character references are decoded and its line-end
+#    soft hyphens joined (`reranker.text.plain_text`).
+DERIVATION = 5
 
 
 def content_hash(document: Document) -> str:

@@ -6,7 +6,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reranker.errors import ConfigError
-from reranker.text import content_words, counted, default_stopwords, is_readable, load_stopwords, readable_words, tokenize
+from reranker.text import (
+    content_words,
+    counted,
+    default_stopwords,
+    is_readable,
+    load_stopwords,
+    opening,
+    plain_text,
+    readable_words,
+    tokenize,
+)
 
 
 def test_preprocessing_follows_the_paper() -> None:
@@ -20,6 +30,21 @@ def test_prepositions_and_contractions_are_dropped() -> None:
 
 def test_soft_hyphens_inside_words_are_removed() -> None:
     assert tokenize("multi\u00adlingual coreference") == ["multilingual", "coreference"]
+
+
+def test_a_word_broken_at_a_soft_hyphen_across_lines_is_whole_again() -> None:
+    # As CL-SciSumm's PDF text holds 5,380 words: "fea" and "tures" were two content words.
+    assert tokenize("new fea\u00ad tures of lan\u00ad\nguage") == ["new", "features", "language"]
+    assert opening("a multi\u00ad lingual method", 3) == ("a multilingual method", False)
+
+
+def test_character_references_are_read_as_the_characters_they_name() -> None:
+    # As CL-SciSumm's XML-extracted text holds them, escaped twice at times: they read as
+    # the words "amp", "quot", "apos".
+    text = "the &amp;quot;best&amp;quot; parse &lt;s&gt; John&apos;s &#233;t&#xE9; R&D &copy &bogus;"
+    assert plain_text(text) == "the \"best\" parse <s> John's été R&D &copy &bogus;"
+    assert tokenize(text) == ["best", "parse", "john", "été", "copy", "bogus"]
+    assert plain_text("&amp;amp;lt;") == "<" and plain_text("no references") == "no references"
 
 
 def test_the_stop_list_is_configurable(tmp_path: Path) -> None:
@@ -40,7 +65,7 @@ def test_an_unreadable_stop_list_is_a_config_error(tmp_path: Path) -> None:
 def test_the_digit_rule_is_the_regular_expressions(text: str) -> None:
     """A token is dropped when it holds a decimal digit (\\d), whatever shortcut tests it."""
     expected = [
-        w for w in re.findall(r"[^\W_]+", text.replace("\u00ad", "").lower())
+        w for w in re.findall(r"[^\W_]+", re.sub("\u00ad\\s*", "", text).lower())
         if len(w) > 1 and w not in default_stopwords() and not re.search(r"\d", w)
     ]
     assert tokenize(text) == expected
@@ -58,7 +83,7 @@ def test_one_pass_gives_what_tokenize_and_readable_words_give(text: str) -> None
     # words and read as words (written out here, as readable_words is that pass's second half).
     for stop in (default_stopwords(), frozenset({"mt"})):
         readable = [
-            token.lower() for token in re.findall(r"[^\W_]+", text.replace("\u00ad", ""))
+            token.lower() for token in re.findall(r"[^\W_]+", re.sub("\u00ad\\s*", "", text))
             if len(token.lower()) > 1 and token.lower() not in stop and not re.search(r"\d", token) and is_readable(token, token.lower())
         ]
         assert content_words(text, stop) == (tokenize(text, stop), readable)
