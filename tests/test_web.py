@@ -417,6 +417,25 @@ def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page", served: str) 
     expect(page.locator("#status")).to_contain_text("no stored document with id 'no-such-paper'")
 
 
+def test_a_failed_search_does_not_leave_the_last_querys_papers_under_it(page: "Page") -> None:
+    """The service stopped mid-use: the next search fails, and its list says so instead of
+    keeping the papers of the query before, which read as this query's answer."""
+    from playwright.sync_api import expect
+
+    page.goto("/ui")
+    box = page.get_by_label("Abstract or a few words")
+    box.fill(TYPED_QUERY)
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    page.route("**/search", lambda route: route.abort("connectionrefused"))  # as a stopped service refuses
+    box.fill(SHORT_QUERY)
+    box.press("Enter")
+    expect(page.locator("#status")).to_have_text(re.compile(r"^Search failed: cannot reach the service"))
+    expect(page.locator("#search-hits .hit")).to_have_count(0)
+    expect(page.locator("#search-hits .problem")).to_have_text(re.compile(r"^Search failed: cannot reach the service"))
+    _screenshot(page, "search-failed.png")
+
+
 def test_the_keyboard_reaches_the_query_box_and_the_search_button(page: "Page") -> None:
     from playwright.sync_api import expect
 

@@ -504,6 +504,13 @@
     try {
       result = await api("POST", "/search", { query, size: PAGE_SIZE, client_id: clientId(), snippets: true });
     } catch (error) {
+      // The list below held the last query's papers: left there, under this query's text, they
+      // read as its answer (and a click on one would count for the last query's experiment).
+      state.live = { queryId: null, clicks: 0, experiment: null };
+      notice.hidden = true;
+      notice.textContent = "";
+      byId("click-status").textContent = "";
+      list.replaceChildren(el("li", { class: "problem", text: `Search failed: ${describe(error)}` }));
       say(`Search failed: ${describe(error)}`, "error");
       return;
     }
