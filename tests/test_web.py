@@ -436,6 +436,38 @@ def test_a_failed_search_does_not_leave_the_last_querys_papers_under_it(page: "P
     _screenshot(page, "search-failed.png")
 
 
+def test_an_empty_index_says_so_instead_of_no_match(browser: "Browser", tmp_path: Path, glove: object) -> None:
+    """A service over a fresh data dir, nothing indexed: every query finds nothing, and the
+    lists say that the index is empty, not that no document matches the query."""
+    from playwright.sync_api import expect
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="web-test-empty-server", daemon=True)
+    thread.start()
+    try:
+        tabs = _tab(browser, f"http://127.0.0.1:{server.server_port}", 1280, 900)
+        page = next(tabs)
+        empty = re.compile(r"^The index holds no papers yet: nothing can match until a corpus is indexed \(reranker index CORPUS.jsonl\)\.$")
+        page.goto("/ui")
+        page.get_by_label("Abstract or a few words").fill(QUERY)
+        page.get_by_label("Abstract or a few words").press("Enter")
+        expect(page.locator("#search-hits .empty")).to_have_text(empty)
+        page.goto("/ui#/compare")
+        page.get_by_label("Query (an abstract or a few sentences)").fill(QUERY)
+        page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+        for side in ("left", "right"):
+            expect(page.locator(f"#column-{side} .hits .empty")).to_have_text(empty)
+        _screenshot(page, "empty-index.png")
+        next(tabs, None)  # closes the tab, checking it met no script error
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        app.extensions["reranker"].close()
+
+
 def test_the_keyboard_reaches_the_query_box_and_the_search_button(page: "Page") -> None:
     from playwright.sync_api import expect
 

@@ -357,13 +357,30 @@
     }
     facts.filter((fact) => fact).forEach((fact, i) => meta.append(...(i ? [" · ", fact] : [fact])));
     if (body.hits.length === 0) {
-      list.append(el("li", { class: "empty", text: "No document matches this query." }));
+      list.append(noHits(body));
       return;
     }
     const otherRanks = new Map((other ? other.hits : []).map((hit) => [hit.id, hit.rank]));
     for (const hit of body.hits) {
       list.append(renderHit(hit, other ? moveMarker(hit.rank, otherRanks.get(hit.id), otherRanker, other.hits.length) : null, body.status));
     }
+  }
+
+  // An empty list. From an empty index it is not "no match": every query finds nothing until a
+  // corpus is indexed (a fresh deployment), which /readyz counts; the list says so once it knows.
+  function noHits(body) {
+    const item = el("li", { class: "empty", text: "No document matches this query." });
+    if (body.candidates === 0) {
+      api("GET", "/readyz").then(
+        (ready) => {
+          if (ready && ready.documents === 0) {
+            item.textContent = "The index holds no papers yet: nothing can match until a corpus is indexed (reranker index CORPUS.jsonl).";
+          }
+        },
+        () => {} // not ready or not reachable: "no match" stays, and the next search says more
+      );
+    }
+    return item;
   }
 
   // An answer whose status is not "ok" (degraded, query_out_of_vocabulary, partial, tied) says
@@ -526,7 +543,7 @@
     list.replaceChildren();
     const note = statusNote(result);
     if (note) meta.append(note);
-    if (result.hits.length === 0) list.append(el("li", { class: "empty", text: "No document matches this query." }));
+    if (result.hits.length === 0) list.append(noHits(result));
     for (const hit of result.hits) {
       const link = el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) });
       link.addEventListener("click", (clickEvent) => onLiveClick(clickEvent, hit));
