@@ -468,6 +468,27 @@ def test_an_empty_index_says_so_instead_of_no_match(browser: "Browser", tmp_path
         app.extensions["reranker"].close()
 
 
+def test_a_paper_link_that_names_no_paper_says_so_and_shows_none(page: "Page") -> None:
+    """#/paper/ with no id, or with one that is not percent-encoded, shows no paper: neither
+    the one opened before (its opening, topics and papers like it stayed under "Paper not
+    available") nor the service's words about its routes."""
+    from playwright.sync_api import expect
+
+    for link, reason in (
+        ("#/paper/", "Not a paper link: #/paper/ names no paper (it needs a paper's id after the slash)."),
+        ("#/paper/50%", 'Not a paper link: 50% (percent-encode the id, a "%" as %25)'),
+    ):
+        page.goto("/ui#/paper/P01-1027")
+        expect(page.locator("#paper-similar .hit")).to_have_count(10)
+        page.goto(f"/ui{link}")
+        expect(page.locator("#status")).to_have_text(reason)
+        expect(page.locator("#paper-title")).to_have_text("Paper not available")
+        expect(page.locator("#paper-excerpt")).to_be_empty()
+        expect(page.locator("#view-paper .paper-id")).to_be_empty()
+        expect(page.locator("#paper-topics .topic")).to_have_count(0)
+        expect(page.locator("#paper-similar .hit")).to_have_count(0)
+
+
 def test_the_keyboard_reaches_the_query_box_and_the_search_button(page: "Page") -> None:
     from playwright.sync_api import expect
 

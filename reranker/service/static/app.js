@@ -227,8 +227,18 @@
       try {
         id = decodeURIComponent(rest.join("/"));
       } catch (error) {
+        ++paperRequest; // a paper still loading is not shown over this
         byId("paper-title").textContent = "Paper not available";
+        clearPaper();
         say(`Not a paper link: ${rest.join("/")} (percent-encode the id, a "%" as %25)`, "error");
+        return;
+      }
+      if (!id) {
+        // Asked for, /documents/_doc/ is no route: its reason spoke of routes, not of the link.
+        ++paperRequest; // a paper still loading is not shown over this
+        byId("paper-title").textContent = "Paper not available";
+        clearPaper();
+        say("Not a paper link: #/paper/ names no paper (it needs a paper's id after the slash).", "error");
         return;
       }
       loadPaper(id);
@@ -607,14 +617,19 @@
 
   let paperRequest = 0;
 
-  async function loadPaper(id) {
-    const request = ++paperRequest;
-    byId("paper-title").textContent = "Loading…";
+  // The last paper's parts, gone before another is shown (or none is).
+  function clearPaper() {
     byId("view-paper").querySelector(".paper-id").textContent = "";
     byId("paper-excerpt").textContent = "";
     byId("paper-topics").replaceChildren();
     byId("paper-similar").replaceChildren();
     byId("paper-similar-ranker").textContent = "";
+  }
+
+  async function loadPaper(id) {
+    const request = ++paperRequest;
+    byId("paper-title").textContent = "Loading…";
+    clearPaper();
     say("Loading the paper…", "busy");
     // The _doc form names every id, those the plain one leaves to the proxy (_search, ...) too.
     const path = "/documents/_doc/" + encodeURIComponent(id);
