@@ -489,6 +489,31 @@ def test_a_paper_link_that_names_no_paper_says_so_and_shows_none(page: "Page") -
         expect(page.locator("#paper-similar .hit")).to_have_count(0)
 
 
+def test_a_slow_answer_to_an_earlier_search_does_not_replace_the_later_ones(page: "Page") -> None:
+    """A librarian pastes a long abstract, then, before it is answered, searches a few words:
+    the list shows the few words' papers, and the abstract's answer, arriving last, is dropped
+    (it was shown under the new query's text)."""
+    from playwright.sync_api import expect
+
+    held: list[Any] = []
+    page.route("**/search", lambda route: held.append(route) if not held else route.continue_())
+    page.goto("/ui")
+    box = page.get_by_label("Abstract or a few words")
+    box.fill(QUERY)
+    box.press("Enter")
+    page.wait_for_function("document.getElementById('status').textContent === 'Searching…'")
+    assert len(held) == 1
+    box.fill(SHORT_QUERY)
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit").first).to_have_attribute("data-id", SHORT_ID)
+    with page.expect_response("**/search") as answered:
+        held[0].continue_()
+    assert answered.value.ok
+    page.wait_for_timeout(300)  # the late answer's turn to be drawn, were it drawn
+    expect(page.locator("#search-hits .hit").first).to_have_attribute("data-id", SHORT_ID)
+    expect(page.locator("#status")).to_have_text("10 results.")
+
+
 def test_the_keyboard_reaches_the_query_box_and_the_search_button(page: "Page") -> None:
     from playwright.sync_api import expect
 

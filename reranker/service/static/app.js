@@ -514,6 +514,10 @@
 
   // --- live search, with click events when an experiment interleaves it -------------------
 
+  // The last search asked for: an answer to an earlier one (a long abstract's, slower than the
+  // few words typed after it) arrives too late to be shown under the box's query.
+  let liveRequest = 0;
+
   async function runLive(event) {
     event.preventDefault();
     const query = byId("search-query").value.trim();
@@ -521,6 +525,7 @@
       say("Type a query first.", "error");
       return;
     }
+    const request = ++liveRequest;
     say("Searching…", "busy");
     byId("event-status").textContent = "";
     const list = byId("search-hits");
@@ -531,6 +536,7 @@
     try {
       result = await api("POST", "/search", { query, size: PAGE_SIZE, client_id: clientId(), snippets: true });
     } catch (error) {
+      if (request !== liveRequest) return;
       // The list below held the last query's papers: left there, under this query's text, they
       // read as its answer (and a click on one would count for the last query's experiment).
       state.live = { queryId: null, clicks: 0, experiment: null };
@@ -541,6 +547,7 @@
       say(`Search failed: ${describe(error)}`, "error");
       return;
     }
+    if (request !== liveRequest) return;
     state.live = { queryId: result.query_id || null, clicks: 0, experiment: result.experiment || null };
     byId("click-status").textContent = "";
     if (state.live.queryId && state.live.experiment) {
