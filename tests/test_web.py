@@ -514,6 +514,32 @@ def test_a_slow_answer_to_an_earlier_search_does_not_replace_the_later_ones(page
     expect(page.locator("#status")).to_have_text("10 results.")
 
 
+def test_a_compare_sent_while_another_runs_is_the_one_shown(page: "Page") -> None:
+    """Compare, a new query sent before the last one is answered: it was ignored (the button
+    did nothing) and the columns then showed the old query's hits under the new text."""
+    from playwright.sync_api import expect
+
+    held: list[Any] = []
+    page.route("**/search", lambda route: held.append(route) if len(held) < 2 else route.continue_())
+    page.goto("/ui#/compare")
+    box = page.get_by_label("Query (an abstract or a few sentences)")
+    expect(page.get_by_label("Left ranker")).to_have_value("bm25")
+    box.fill(QUERY)
+    box.press("Control+Enter")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Searching with')")
+    assert len(held) == 2  # one search per column
+    box.fill(SHORT_QUERY)
+    box.press("Control+Enter")
+    for side in ("left", "right"):
+        expect(page.locator(f"#column-{side} .hit").first).to_have_attribute("data-id", SHORT_ID)
+    for route in held:
+        route.continue_()
+    page.wait_for_timeout(500)  # the late answers' turn to be drawn, were they drawn
+    for side in ("left", "right"):
+        expect(page.locator(f"#column-{side} .hit").first).to_have_attribute("data-id", SHORT_ID)
+    expect(page.locator("#compare-columns")).not_to_have_attribute("aria-busy", "true")
+
+
 def test_the_keyboard_reaches_the_query_box_and_the_search_button(page: "Page") -> None:
     from playwright.sync_api import expect
 

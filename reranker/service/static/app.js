@@ -308,27 +308,31 @@
     return chosen;
   }
 
-  let comparing = false;
+  // The last comparison asked for. One sent while another runs is searched (ignoring it left the
+  // button doing nothing, and the columns then showed the old query's hits under the new text);
+  // the earlier one's answers are dropped when they come.
+  let compareRequest = 0;
 
   async function runCompare(event) {
     event.preventDefault();
-    if (comparing) return;
     const query = byId("compare-query").value.trim();
     if (!query) {
       say("Type or paste a query first.", "error");
       byId("compare-query").focus();
       return;
     }
+    const request = ++compareRequest;
     const columns = [byId("column-left"), byId("column-right")];
-    comparing = true;
     byId("compare-columns").setAttribute("aria-busy", "true");
     try {
       const rankers = await chosenRankers(["compare-left", "compare-right"], say);
+      if (request !== compareRequest) return;
       if (!rankers) return;
       say(`Searching with ${rankers[0]} and ${rankers[1]}…`, "busy");
       const results = await Promise.allSettled(
         rankers.map((ranker) => api("POST", "/search", { query, ranker, size: PAGE_SIZE, explain: true, snippets: true }))
       );
+      if (request !== compareRequest) return;
       results.forEach((result, side) => {
         const other = results[1 - side];
         renderColumn(columns[side], rankers[side], result, other.status === "fulfilled" ? other.value : null, rankers[1 - side]);
@@ -337,8 +341,7 @@
       if (failed.length) say(`Search failed: ${describe(failed[0].reason)}`, "error");
       else say(`Showing ${results[0].value.hits.length} hits from ${rankers[0]} and ${results[1].value.hits.length} from ${rankers[1]}.`, "info");
     } finally {
-      comparing = false;
-      byId("compare-columns").removeAttribute("aria-busy");
+      if (request === compareRequest) byId("compare-columns").removeAttribute("aria-busy");
     }
   }
 
