@@ -417,6 +417,129 @@ def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page", served: str) 
     expect(page.locator("#status")).to_contain_text("no stored document with id 'no-such-paper'")
 
 
+def test_a_failed_search_does_not_leave_the_last_querys_papers_under_it(page: "Page") -> None:
+    """The service stopped mid-use: the next search fails, and its list says so instead of
+    keeping the papers of the query before, which read as this query's answer."""
+    from playwright.sync_api import expect
+
+    page.goto("/ui")
+    box = page.get_by_label("Abstract or a few words")
+    box.fill(TYPED_QUERY)
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    page.route("**/search", lambda route: route.abort("connectionrefused"))  # as a stopped service refuses
+    box.fill(SHORT_QUERY)
+    box.press("Enter")
+    expect(page.locator("#status")).to_have_text(re.compile(r"^Search failed: cannot reach the service"))
+    expect(page.locator("#search-hits .hit")).to_have_count(0)
+    expect(page.locator("#search-hits .problem")).to_have_text(re.compile(r"^Search failed: cannot reach the service"))
+    _screenshot(page, "search-failed.png")
+
+
+def test_an_empty_index_says_so_instead_of_no_match(browser: "Browser", tmp_path: Path, glove: object) -> None:
+    """A service over a fresh data dir, nothing indexed: every query finds nothing, and the
+    lists say that the index is empty, not that no document matches the query."""
+    from playwright.sync_api import expect
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    app = create_app(Settings.from_env(settings_env(data_dir)))
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="web-test-empty-server", daemon=True)
+    thread.start()
+    try:
+        tabs = _tab(browser, f"http://127.0.0.1:{server.server_port}", 1280, 900)
+        page = next(tabs)
+        empty = re.compile(r"^The index holds no papers yet: nothing can match until a corpus is indexed \(reranker index CORPUS.jsonl\)\.$")
+        page.goto("/ui")
+        page.get_by_label("Abstract or a few words").fill(QUERY)
+        page.get_by_label("Abstract or a few words").press("Enter")
+        expect(page.locator("#search-hits .empty")).to_have_text(empty)
+        page.goto("/ui#/compare")
+        page.get_by_label("Query (an abstract or a few sentences)").fill(QUERY)
+        page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+        for side in ("left", "right"):
+            expect(page.locator(f"#column-{side} .hits .empty")).to_have_text(empty)
+        _screenshot(page, "empty-index.png")
+        next(tabs, None)  # closes the tab, checking it met no script error
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        app.extensions["reranker"].close()
+
+
+def test_a_paper_link_that_names_no_paper_says_so_and_shows_none(page: "Page") -> None:
+    """#/paper/ with no id, or with one that is not percent-encoded, shows no paper: neither
+    the one opened before (its opening, topics and papers like it stayed under "Paper not
+    available") nor the service's words about its routes."""
+    from playwright.sync_api import expect
+
+    for link, reason in (
+        ("#/paper/", "Not a paper link: #/paper/ names no paper (it needs a paper's id after the slash)."),
+        ("#/paper/50%", 'Not a paper link: 50% (percent-encode the id, a "%" as %25)'),
+    ):
+        page.goto("/ui#/paper/P01-1027")
+        expect(page.locator("#paper-similar .hit")).to_have_count(10)
+        page.goto(f"/ui{link}")
+        expect(page.locator("#status")).to_have_text(reason)
+        expect(page.locator("#paper-title")).to_have_text("Paper not available")
+        expect(page.locator("#paper-excerpt")).to_be_empty()
+        expect(page.locator("#view-paper .paper-id")).to_be_empty()
+        expect(page.locator("#paper-topics .topic")).to_have_count(0)
+        expect(page.locator("#paper-similar .hit")).to_have_count(0)
+
+
+def test_a_slow_answer_to_an_earlier_search_does_not_replace_the_later_ones(page: "Page") -> None:
+    """A librarian pastes a long abstract, then, before it is answered, searches a few words:
+    the list shows the few words' papers, and the abstract's answer, arriving last, is dropped
+    (it was shown under the new query's text)."""
+    from playwright.sync_api import expect
+
+    held: list[Any] = []
+    page.route("**/search", lambda route: held.append(route) if not held else route.continue_())
+    page.goto("/ui")
+    box = page.get_by_label("Abstract or a few words")
+    box.fill(QUERY)
+    box.press("Enter")
+    page.wait_for_function("document.getElementById('status').textContent === 'Searching…'")
+    assert len(held) == 1
+    box.fill(SHORT_QUERY)
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit").first).to_have_attribute("data-id", SHORT_ID)
+    with page.expect_response("**/search") as answered:
+        held[0].continue_()
+    assert answered.value.ok
+    page.wait_for_timeout(300)  # the late answer's turn to be drawn, were it drawn
+    expect(page.locator("#search-hits .hit").first).to_have_attribute("data-id", SHORT_ID)
+    expect(page.locator("#status")).to_have_text("10 results.")
+
+
+def test_a_compare_sent_while_another_runs_is_the_one_shown(page: "Page") -> None:
+    """Compare, a new query sent before the last one is answered: it was ignored (the button
+    did nothing) and the columns then showed the old query's hits under the new text."""
+    from playwright.sync_api import expect
+
+    held: list[Any] = []
+    page.route("**/search", lambda route: held.append(route) if len(held) < 2 else route.continue_())
+    page.goto("/ui#/compare")
+    box = page.get_by_label("Query (an abstract or a few sentences)")
+    expect(page.get_by_label("Left ranker")).to_have_value("bm25")
+    box.fill(QUERY)
+    box.press("Control+Enter")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Searching with')")
+    assert len(held) == 2  # one search per column
+    box.fill(SHORT_QUERY)
+    box.press("Control+Enter")
+    for side in ("left", "right"):
+        expect(page.locator(f"#column-{side} .hit").first).to_have_attribute("data-id", SHORT_ID)
+    for route in held:
+        route.continue_()
+    page.wait_for_timeout(500)  # the late answers' turn to be drawn, were they drawn
+    for side in ("left", "right"):
+        expect(page.locator(f"#column-{side} .hit").first).to_have_attribute("data-id", SHORT_ID)
+    expect(page.locator("#compare-columns")).not_to_have_attribute("aria-busy", "true")
+
+
 def test_the_keyboard_reaches_the_query_box_and_the_search_button(page: "Page") -> None:
     from playwright.sync_api import expect
 

@@ -5,7 +5,7 @@
 
 The page reads `/search` (with `snippets`, to name untitled documents by their opening
 words), `/documents`, `/experiments` and `/experiments/<id>/timeline` (the plot of each
-experiment), and changes experiments through the admin routes with a key typed into it.
+experiment), `/readyz` (whether an empty answer came from an empty index), and changes experiments through the admin routes with a key typed into it.
 
 Plain HTML, CSS and JavaScript shipped in the package (`static/`): no build step, no
 CDN. The page talks to the JSON API only, and builds every element from data with

@@ -227,8 +227,18 @@
       try {
         id = decodeURIComponent(rest.join("/"));
       } catch (error) {
+        ++paperRequest; // a paper still loading is not shown over this
         byId("paper-title").textContent = "Paper not available";
+        clearPaper();
         say(`Not a paper link: ${rest.join("/")} (percent-encode the id, a "%" as %25)`, "error");
+        return;
+      }
+      if (!id) {
+        // Asked for, /documents/_doc/ is no route: its reason spoke of routes, not of the link.
+        ++paperRequest; // a paper still loading is not shown over this
+        byId("paper-title").textContent = "Paper not available";
+        clearPaper();
+        say("Not a paper link: #/paper/ names no paper (it needs a paper's id after the slash).", "error");
         return;
       }
       loadPaper(id);
@@ -298,27 +308,31 @@
     return chosen;
   }
 
-  let comparing = false;
+  // The last comparison asked for. One sent while another runs is searched (ignoring it left the
+  // button doing nothing, and the columns then showed the old query's hits under the new text);
+  // the earlier one's answers are dropped when they come.
+  let compareRequest = 0;
 
   async function runCompare(event) {
     event.preventDefault();
-    if (comparing) return;
     const query = byId("compare-query").value.trim();
     if (!query) {
       say("Type or paste a query first.", "error");
       byId("compare-query").focus();
       return;
     }
+    const request = ++compareRequest;
     const columns = [byId("column-left"), byId("column-right")];
-    comparing = true;
     byId("compare-columns").setAttribute("aria-busy", "true");
     try {
       const rankers = await chosenRankers(["compare-left", "compare-right"], say);
+      if (request !== compareRequest) return;
       if (!rankers) return;
       say(`Searching with ${rankers[0]} and ${rankers[1]}…`, "busy");
       const results = await Promise.allSettled(
         rankers.map((ranker) => api("POST", "/search", { query, ranker, size: PAGE_SIZE, explain: true, snippets: true }))
       );
+      if (request !== compareRequest) return;
       results.forEach((result, side) => {
         const other = results[1 - side];
         renderColumn(columns[side], rankers[side], result, other.status === "fulfilled" ? other.value : null, rankers[1 - side]);
@@ -327,8 +341,7 @@
       if (failed.length) say(`Search failed: ${describe(failed[0].reason)}`, "error");
       else say(`Showing ${results[0].value.hits.length} hits from ${rankers[0]} and ${results[1].value.hits.length} from ${rankers[1]}.`, "info");
     } finally {
-      comparing = false;
-      byId("compare-columns").removeAttribute("aria-busy");
+      if (request === compareRequest) byId("compare-columns").removeAttribute("aria-busy");
     }
   }
 
@@ -357,13 +370,30 @@
     }
     facts.filter((fact) => fact).forEach((fact, i) => meta.append(...(i ? [" · ", fact] : [fact])));
     if (body.hits.length === 0) {
-      list.append(el("li", { class: "empty", text: "No document matches this query." }));
+      list.append(noHits(body));
       return;
     }
     const otherRanks = new Map((other ? other.hits : []).map((hit) => [hit.id, hit.rank]));
     for (const hit of body.hits) {
       list.append(renderHit(hit, other ? moveMarker(hit.rank, otherRanks.get(hit.id), otherRanker, other.hits.length) : null, body.status));
     }
+  }
+
+  // An empty list. From an empty index it is not "no match": every query finds nothing until a
+  // corpus is indexed (a fresh deployment), which /readyz counts; the list says so once it knows.
+  function noHits(body) {
+    const item = el("li", { class: "empty", text: "No document matches this query." });
+    if (body.candidates === 0) {
+      api("GET", "/readyz").then(
+        (ready) => {
+          if (ready && ready.documents === 0) {
+            item.textContent = "The index holds no papers yet: nothing can match until a corpus is indexed (reranker index CORPUS.jsonl).";
+          }
+        },
+        () => {} // not ready or not reachable: "no match" stays, and the next search says more
+      );
+    }
+    return item;
   }
 
   // An answer whose status is not "ok" (degraded, query_out_of_vocabulary, partial, tied) says
@@ -487,6 +517,10 @@
 
   // --- live search, with click events when an experiment interleaves it -------------------
 
+  // The last search asked for: an answer to an earlier one (a long abstract's, slower than the
+  // few words typed after it) arrives too late to be shown under the box's query.
+  let liveRequest = 0;
+
   async function runLive(event) {
     event.preventDefault();
     const query = byId("search-query").value.trim();
@@ -494,6 +528,7 @@
       say("Type a query first.", "error");
       return;
     }
+    const request = ++liveRequest;
     say("Searching…", "busy");
     byId("event-status").textContent = "";
     const list = byId("search-hits");
@@ -504,9 +539,18 @@
     try {
       result = await api("POST", "/search", { query, size: PAGE_SIZE, client_id: clientId(), snippets: true });
     } catch (error) {
+      if (request !== liveRequest) return;
+      // The list below held the last query's papers: left there, under this query's text, they
+      // read as its answer (and a click on one would count for the last query's experiment).
+      state.live = { queryId: null, clicks: 0, experiment: null };
+      notice.hidden = true;
+      notice.textContent = "";
+      byId("click-status").textContent = "";
+      list.replaceChildren(el("li", { class: "problem", text: `Search failed: ${describe(error)}` }));
       say(`Search failed: ${describe(error)}`, "error");
       return;
     }
+    if (request !== liveRequest) return;
     state.live = { queryId: result.query_id || null, clicks: 0, experiment: result.experiment || null };
     byId("click-status").textContent = "";
     if (state.live.queryId && state.live.experiment) {
@@ -519,7 +563,7 @@
     list.replaceChildren();
     const note = statusNote(result);
     if (note) meta.append(note);
-    if (result.hits.length === 0) list.append(el("li", { class: "empty", text: "No document matches this query." }));
+    if (result.hits.length === 0) list.append(noHits(result));
     for (const hit of result.hits) {
       const link = el("a", { class: "hit-title", href: paperHref(hit.id), text: displayTitle(hit) });
       link.addEventListener("click", (clickEvent) => onLiveClick(clickEvent, hit));
@@ -583,14 +627,19 @@
 
   let paperRequest = 0;
 
-  async function loadPaper(id) {
-    const request = ++paperRequest;
-    byId("paper-title").textContent = "Loading…";
+  // The last paper's parts, gone before another is shown (or none is).
+  function clearPaper() {
     byId("view-paper").querySelector(".paper-id").textContent = "";
     byId("paper-excerpt").textContent = "";
     byId("paper-topics").replaceChildren();
     byId("paper-similar").replaceChildren();
     byId("paper-similar-ranker").textContent = "";
+  }
+
+  async function loadPaper(id) {
+    const request = ++paperRequest;
+    byId("paper-title").textContent = "Loading…";
+    clearPaper();
     say("Loading the paper…", "busy");
     // The _doc form names every id, those the plain one leaves to the proxy (_search, ...) too.
     const path = "/documents/_doc/" + encodeURIComponent(id);
