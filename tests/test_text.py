@@ -35,7 +35,6 @@ def test_soft_hyphens_inside_words_are_removed() -> None:
 def test_a_word_broken_at_a_soft_hyphen_across_lines_is_whole_again() -> None:
     # As CL-SciSumm's PDF text holds 5,380 words: "fea" and "tures" were two content words.
     assert tokenize("new fea\u00ad tures of lan\u00ad\nguage") == ["new", "features", "language"]
-    assert opening("a multi\u00ad lingual method", 3) == ("a multilingual method", False)
 
 
 def test_character_references_are_read_as_the_characters_they_name() -> None:
@@ -45,6 +44,7 @@ def test_character_references_are_read_as_the_characters_they_name() -> None:
     assert plain_text(text) == "the \"best\" parse <s> John's été R&D &copy &bogus;"
     assert tokenize(text) == ["best", "parse", "john", "été", "copy", "bogus"]
     assert plain_text("&amp;amp;lt;") == "<" and plain_text("no references") == "no references"
+    assert opening("the &amp;quot;best&amp;quot; multi\u00ad lingual parse", 4) == ("the \"best\" multi\u00ad lingual", True)
 
 
 def test_the_stop_list_is_configurable(tmp_path: Path) -> None:
