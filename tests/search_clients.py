@@ -5,7 +5,8 @@
 CLIENT: `opensearchpy` (opensearch-py), `elasticsearch` (elasticsearch-py 8, from the test
 extra) or `elasticsearch9` (elasticsearch-py 9, which needs an elastic-transport 9 that 8
 refuses, so the test installs it apart and puts it first on PYTHONPATH). Each client does
-what an application does on connect and per search: `info()`, a search (reranked by the
+what an application does on connect and per search: `info()`, `ping()` and
+`indices.exists` of its index (and of a missing one), a search (reranked by the
 paper's ranker), a count, the same search as an `_msearch`, the last three tagged with OPAQUE_ID as X-Opaque-Id by the
 client's own option, then what a detail page does: the document reads `get`, `exists`,
 `get_source` and `mget` (tagged too). Prints one JSON object of what the client received.
@@ -28,6 +29,11 @@ def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[
         # http_compress: request bodies sent as gzip (Content-Encoding: gzip).
         os_client = module.OpenSearch(hosts=[url], http_compress=compress == "gzip")
         info = os_client.info()
+        start_up = {
+            "ping": os_client.ping(),
+            "index_exists": os_client.indices.exists(index="papers"),
+            "missing_index_exists": os_client.indices.exists(index="papers-v999999"),
+        }
         found = os_client.search(index="papers", body={"query": QUERY, "size": 3, "ext": EXT}, opaque_id=opaque_id)
         counted = os_client.count(index="papers", body={"query": QUERY}, opaque_id=opaque_id)
         searched = os_client.msearch(body=[{"index": "papers"}, {"query": QUERY, "size": 3, "ext": EXT}], opaque_id=opaque_id)
@@ -47,6 +53,11 @@ def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[
     else:
         es = module.Elasticsearch(url)
         info = es.info().body
+        start_up = {
+            "ping": es.ping(),
+            "index_exists": bool(es.indices.exists(index="papers")),
+            "missing_index_exists": bool(es.indices.exists(index="papers-v999999")),
+        }
         tagged = es.options(opaque_id=opaque_id)
         found = tagged.search(index="papers", query=QUERY, size=3, ext=EXT).body
         counted = tagged.count(index="papers", query=QUERY).body
@@ -64,7 +75,7 @@ def run(client: str, url: str, opaque_id: str, compress: str = "plain") -> dict[
             reads["get_missing"] = tagged.get(index="papers", id="nowhere").body
         except module.NotFoundError as missing:
             reads["get_missing"] = {"status": missing.meta.status, "info": missing.body}
-    return {"version": module.__versionstr__, "info": info, "search": found, "count": counted["count"], "msearch": searched, "reads": reads}
+    return {"version": module.__versionstr__, "info": info, "start_up": start_up, "search": found, "count": counted["count"], "msearch": searched, "reads": reads}
 
 
 if __name__ == "__main__":

@@ -587,6 +587,10 @@ SECRET_READS: list[tuple[str, str, str, Any, str, Any]] = [
     ("get with refresh", "GET", "/papers/_doc/ships?refresh=true", None, "/papers/_doc/ships?realtime=true", None),
     ("mget with refresh", "POST", "/papers/_mget?refresh=true", {"ids": ["ships"]}, "/papers/_mget?realtime=false", {"ids": ["ships"]}),
     ("get with the cluster's stack traces", "GET", "/secret/_doc/2?error_trace=true", None, "/papers/_doc/ships?pretty", None),
+    ("indices.exists", "HEAD", "/secret", None, "/papers", None),
+    ("indices.exists, secret beside an allowed index", "HEAD", "/papers,secret", None, "/papers", None),
+    ("indices.exists, a pattern", "HEAD", "/sec*", None, "/papers-v*", None),
+    ("indices.exists, cross-cluster", "HEAD", "/papers-vx:secret", None, "/papers-v000001", None),
 ]
 
 
@@ -1033,9 +1037,8 @@ def test_a_declared_charset_is_forwarded_as_the_cluster_reads_it_and_bytes_not_u
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
-        ("DELETE", "/papers", None),
+        ("POST", "/papers/_close", None),
         ("POST", "/papers/_doc", {"title": "x"}),
-        ("POST", "/papers", {"title": "x"}),
         ("POST", "/_bulk", '{"delete": {"_index": "papers", "_id": "ships"}}\n'),
         ("POST", "/papers/_update/ships", {"doc": {"title": "x"}}),
         ("POST", "/papers/_delete_by_query", {"query": {"match_all": {}}}),
@@ -1255,15 +1258,16 @@ def test_without_a_cluster_the_proxy_routes_say_what_is_missing(tmp_path: Path, 
     # /documents/_search may name the document "_search": the answer says how to ask for it.
     answer = client.get("/documents/_search")
     assert answer.status_code == 404 and "/documents/_doc/" in answer.get_json()["error"]["reason"]
+    assert client.head("/papers").status_code == 404  # indices.exists: no cluster to ask
     # Any other route is simply not there (README: "unknown routes are 404").
-    for method, path in (("DELETE", "/reranker"), ("GET", "/nowhere"), ("POST", "/a/b/c")):
+    for method, path in (("DELETE", "/reranker/_settings"), ("GET", "/nowhere/x"), ("POST", "/a/b/c")):
         answer = client.open(path, method=method)
         assert answer.status_code == 404 and answer.get_json()["error"]["type"] == "resource_not_found_exception", path
     # The service's own routes asked with a method they do not have: 405, and Allow lists
     # what they do have (paths with parameters and paths with one rule per method too).
     for method, path, allowed in (("PUT", "/search", {"POST"}), ("DELETE", "/documents/ships", {"GET"}),
                                   ("PUT", "/experiments", {"GET", "POST"}), ("PUT", "/experiments/e1", {"GET", "PATCH", "DELETE"}),
-                                  ("POST", "/healthz", {"GET"})):
+                                  ("POST", "/healthz", {"GET"}), ("HEAD", "/search", {"POST"})):
         answer = client.open(path, method=method)
         assert answer.status_code == 405, (method, path)
         assert set(answer.headers["Allow"].split(", ")) - {"HEAD", "OPTIONS"} == allowed, (path, answer.headers["Allow"])
@@ -1337,6 +1341,71 @@ def test_the_clusters_product_headers_reach_the_client(served: tuple[str, Cluste
         assert answer.headers["X-Elastic-Product"] == "Elasticsearch" and "a deprecation" in answer.headers["Warning"]
 
 
+@pytest.mark.filterwarnings("ignore:a deprecation")
+def test_an_application_checks_its_index_through_the_proxy_at_start_up(served: tuple[str, ClusterProxy, dict[str, Any]]) -> None:
+    """opensearch-py's `indices.exists` (HEAD /INDEX), which applications call before they
+    search (creating the index when it says False), and `ping` (HEAD /): the cluster's
+    answers for the allowed indices; any other is a 403 (AuthorizationException, as for
+    every index the proxy does not forward) and is never asked of the cluster."""
+    from opensearchpy import AuthorizationException, OpenSearch
+
+    proxy, recorder, _ = served
+    client = OpenSearch(hosts=[proxy])
+    recorder.requests.clear()
+    try:
+        assert client.ping() is True
+        assert client.indices.exists(index="papers") is True  # the alias
+        assert client.indices.exists(index="papers-v000001") is True
+        assert client.indices.exists(index="papers-v999999") is False  # allowed, and the cluster's 404
+        with pytest.raises(AuthorizationException):
+            client.indices.exists(index="secret")
+        with pytest.raises(AuthorizationException):
+            client.indices.exists(index="_all")
+    finally:
+        client.close()
+    sent = [(method, path) for method, path, _ in recorder.requests]
+    assert ("HEAD", "/papers") in sent and ("HEAD", "/papers-v999999") in sent
+    assert not any("secret" in path or "_all" in path for _, path in sent), sent
+
+
+def single_segment_routes(app: Flask) -> dict[str, set[str]]:
+    """The service's own routes of one path segment (/healthz, /search, ...), each with its
+    methods (of one rule or of several: GET and POST /experiments)."""
+    routes: dict[str, set[str]] = {}
+    for rule in app.url_map.iter_rules():
+        if not rule.arguments and rule.rule.count("/") == 1 and rule.rule != "/" and not rule.endpoint.startswith("proxy."):
+            routes.setdefault(rule.rule[1:], set()).update(set(rule.methods or ()) - {"HEAD", "OPTIONS"})
+    return routes
+
+
+def test_head_of_a_name_the_services_routes_take_keeps_their_meaning(app: Flask, client: FlaskClient, direct: OpenSearchStore) -> None:
+    """HEAD /NAME is indices.exists through the proxy, but where one of the service's own
+    routes is /NAME: a GET route's HEAD is that route's (HEAD /healthz, a probe), a POST
+    route's a 405 as ever (HEAD /search). docs/proxy.md names them, as names whose index is
+    not checked through the proxy."""
+    routes = single_segment_routes(app)
+    assert {"healthz", "search", "rerank", "events", "experiments"} <= set(routes)
+    adapter = app.url_map.bind("localhost")
+    for name, methods in routes.items():
+        if "GET" in methods:
+            assert not adapter.match(f"/{name}", "HEAD")[0].startswith("proxy."), name
+        else:
+            answer = client.head(f"/{name}")
+            assert answer.status_code == 405 and set(answer.headers["Allow"].split(", ")) - {"OPTIONS"} == methods, name
+    assert client.head("/healthz").status_code == 200
+    listed = re.search(r"^- The names the service's own routes take: (.*)$", (REPO / "docs" / "proxy.md").read_text(), re.MULTILINE)
+    assert listed is not None and set(re.findall(r"`([^`]+)`", listed.group(1))) == set(routes)
+    # Any other method of an index's path, a write or a read of its settings and mappings
+    # (indices.get), is a 405 that says HEAD is its one method here, as a write to a
+    # document read's path is; OPTIONS says so too.
+    for method in ("PUT", "DELETE", "GET", "POST"):
+        answer = client.open("/papers", method=method, json={"title": "x"} if method in ("PUT", "POST") else None)
+        assert answer.status_code == 405 and set(answer.headers["Allow"].split(", ")) == {"HEAD", "OPTIONS"}, method
+    assert direct.count() == len(CORPUS)  # nothing written, nothing deleted
+    answer = client.options("/papers")
+    assert answer.status_code == 200 and set(answer.headers["Allow"].split(", ")) == {"HEAD", "OPTIONS"}
+
+
 @pytest.fixture(scope="session")
 def elasticsearch9(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """elasticsearch-py 9 (its `elasticsearch9` package), installed apart from the test
@@ -1395,6 +1464,8 @@ def test_search_clients_search_and_count_through_the_proxy(
     assert [doc["_id"] for doc in reads["mget_ids"]["docs"]] == ["ships", "harbour"] and internal_in(reads["mget_ids"]) == []
     missing = reads["get_missing"]
     assert missing["status"] == 404 and missing["info"]["found"] is False
+    # What an application checks at start-up: ping, and indices.exists of its index.
+    assert seen["start_up"] == {"ping": True, "index_exists": True, "missing_index_exists": False}
     # A multi-search (elasticsearch-py sends it as application/vnd.elasticsearch+x-ndjson).
     (searched,) = seen["msearch"]["responses"]
     assert searched["ext"]["rerank"]["status"] == "ok" and ids(searched) == ids(found) and internal_in(searched) == []

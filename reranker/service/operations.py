@@ -204,7 +204,10 @@ def _build(app: Flask) -> Schema:
         if described is None:
             continue
         path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)  # /<doc_id:doc_id> -> /{doc_id}
-        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+        methods = (rule.methods or set()) - {"OPTIONS"}
+        if "GET" in methods:
+            methods -= {"HEAD"}  # Flask's own HEAD of a GET route: the GET's operation says it
+        for method in sorted(methods):
             found.append((path, method.lower(), described, set(rule.arguments)))
 
     # Every model once, by name: request bodies as validated, answers as sent.
@@ -219,7 +222,7 @@ def _build(app: Flask) -> Schema:
 
     paths: Schema = {}
     for path, method, described, arguments in found:
-        paths.setdefault(path, {})[method] = _operation_object(described, arguments, refs)
+        paths.setdefault(path, {})[method] = _operation_object(described, arguments, refs, bodiless=method == "head")
     runtime = app.extensions.get("reranker")  # None: an app of the tests' own, with no settings
     publish_limits(definitions, runtime.limits if runtime is not None else None)
     return {
@@ -234,7 +237,8 @@ def _build(app: Flask) -> Schema:
     }
 
 
-def _operation_object(described: Operation, arguments: set[str], refs: Mapping[Any, Schema]) -> Schema:
+def _operation_object(described: Operation, arguments: set[str], refs: Mapping[Any, Schema], bodiless: bool = False) -> Schema:
+    """bodiless: the answers have no body (HEAD), only their status and headers."""
     missing = arguments - set(described.path)
     if missing:
         raise RuntimeError(f"operation {described.summary!r} does not describe its path parameter(s) {sorted(missing)}")
@@ -261,6 +265,8 @@ def _operation_object(described: Operation, arguments: set[str], refs: Mapping[A
     statuses = (*described.errors, 415) if described.body is not None and 415 not in described.errors else described.errors
     for status in statuses:
         answers[str(status)] = {"description": ERROR_REASONS[status], "content": {"application/json": {"schema": error}}}
+    if bodiless:
+        answers = {status: {"description": answer["description"]} for status, answer in answers.items()}
     # Order: statuses by number, then "default".
     result["responses"] = dict(sorted(answers.items(), key=lambda item: (not item[0].isdigit(), item[0])))
     return result

@@ -9,6 +9,9 @@
     GET|HEAD /INDEX/_doc/ID       a document read, forwarded (get and exists)
     GET|HEAD /INDEX/_source/ID    its source alone, forwarded (get_source and exists_source)
     GET|POST [/INDEX]/_mget       documents read by id, forwarded (each document's index allowed)
+    HEAD /INDEX                   whether the index exists, forwarded (indices.exists); a name
+                                  the service's own routes take (/search, /healthz, ...) is theirs,
+                                  any other method of /INDEX a 405
     anything else                 403 security_exception, never forwarded
 
 Every document the proxy returns comes without the service's own fields (its topic
@@ -56,9 +59,10 @@ from typing import Any, Callable, Mapping, NoReturn
 from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, request
+from flask.blueprints import BlueprintSetupState
 from pydantic import BaseModel
 from werkzeug.exceptions import MethodNotAllowed
-from werkzeug.routing import Map, Rule
+from werkzeug.routing import BaseConverter, Map, Rule
 
 from reranker.errors import IndexMismatchError, StoreError
 from reranker.experiments import assignment_key
@@ -112,7 +116,7 @@ ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 READ_METHODS = ["GET"]  # and HEAD, which Flask adds to every GET route: exists()
 PROXIED = (
     "searches: GET|POST [/INDEX]/_search, [/INDEX]/_msearch, [/INDEX]/_count and /_search/scroll; "
-    "reads: GET|HEAD /INDEX/_doc/ID, /INDEX/_source/ID and GET|POST [/INDEX]/_mget"
+    "reads: GET|HEAD /INDEX/_doc/ID, /INDEX/_source/ID, GET|POST [/INDEX]/_mget and HEAD /INDEX"
 )
 INDEX_PATTERN = "^[a-z0-9][a-z0-9_.*,-]*$"
 INDEX = {"index": {"type": "string", "minLength": 1, "pattern": INDEX_PATTERN}}
@@ -716,6 +720,60 @@ def read_documents(index: str | None) -> Response:
     path = _path(expression, "_mget") if expression is not None else "/_mget"
     status, found = store.forward("POST", path, exclude_internal(params, hidden, body), body)
     return answer(status, strip_mget(found, body, params))
+
+
+class IndexNameConverter(BaseConverter):
+    """An index named alone in the path (HEAD /INDEX), but no name the service's own
+    one-segment routes take (/healthz, /search, /rerank, ...): those keep their meaning,
+    HEAD /healthz the probe's and HEAD /search a 405, where this route would make them the
+    proxy's. Nor a name starting with `_`, which no index has: /_bulk, /_aliases, /_mapping
+    are the cluster's APIs, refused as such (`refuse`), not a 405 of this route. The names
+    are read from the app's routes as the rule is added: the proxy's blueprint is registered
+    last (`create_app`)."""
+
+    part_isolating = True
+
+    def __init__(self, url_map: Map, *args: Any, **kwargs: Any) -> None:
+        super().__init__(url_map, *args, **kwargs)
+        taken = sorted({
+            rule.rule[1:] for rule in url_map.iter_rules()
+            if not rule.arguments and rule.rule.count("/") == 1 and not rule.rule.startswith("/_") and rule.rule != "/"
+        })  # fmt: skip
+        # `(?![\s\S])`, not `$`, which also matches before a final newline.
+        self.regex = f"(?!_)(?!(?:{'|'.join(re.escape(name) for name in taken)})(?![\\s\\S]))[^/]+" if taken else "(?!_)[^/]+"
+
+
+@blueprint.record_once
+def _register_converter(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters["index_name"] = IndexNameConverter
+
+
+@blueprint.route("/<index_name:index>", methods=["HEAD"])
+@operation(
+    "whether an index or alias exists (a client's `indices.exists`), forwarded for the allowed indices",
+    path=INDEX,
+    forwards_query=True,
+    answers={
+        200: Reply("the cluster has it", media=()),
+        404: Reply("the cluster has no such index (opensearch-py's `indices.exists` reads False), or there is no cluster", media=()),
+    },
+    errors=(403, 502, 503),
+)
+def index_exists(index: str) -> Response:
+    """HEAD of an allowed index, as applications check theirs at start-up (an
+    AuthorizationException from a 403 there stops them). Only the status comes back, the
+    cluster's 200 or 404: a name outside RERANKER_PROXY_INDICES is refused with 403 before
+    the cluster is asked, so it never tells which other indices exist. Any other method of
+    /INDEX is a 405 (`refuse`): writes to an index, reads of its settings and mappings are
+    not forwarded."""
+    rt = runtime()
+    expression, store = target(rt, index)
+    params = url_params()
+    status, found = store.forward("HEAD", f"/{quote(expression, safe=',*')}", params)
+    # opensearch-py answers a HEAD with whether the status was 2xx (False for a 404 only); an
+    # error of another status comes back as the error's (`forward`), its body dropped.
+    status = status if not isinstance(found, bool) else 200 if found else 404
+    return _with_cluster_headers(Response(b"", status=status, mimetype="application/json"))
 
 
 @blueprint.route("/<path:path>", methods=ALL_METHODS)
