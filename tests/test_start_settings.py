@@ -99,14 +99,17 @@ def start_serve(data_dir: Path) -> Started:
 
 
 def start_image_command(data_dir: Path) -> Started:
-    """The Dockerfile's ENTRYPOINT verbatim but for the paths inside the image and the port."""
+    """The Dockerfile's ENTRYPOINT verbatim but for the paths inside the image and the port
+    (its RERANKER_BIND, as `docker run -e` would set it)."""
     port = free_port()
     argv = gunicorn_argv()
     config = gunicorn_option(argv, "--config", "-c")
-    bind = gunicorn_option(argv, "--bind", "-b")
-    assert config and bind
-    local = [GUNICORN] + [str(repo_path_of(word)) if word == config else f"127.0.0.1:{port}" if word == bind else word for word in argv[1:]]
-    image_env = {**dockerfile_env(), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"]}
+    assert config and not gunicorn_option(argv, "--bind", "-b")
+    local = [GUNICORN] + [str(repo_path_of(word)) if word == config else word for word in argv[1:]]
+    image_env = {
+        **dockerfile_env(), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"],
+        "RERANKER_BIND": f"127.0.0.1:{port}",
+    }
     assert image_env.get("RERANKER_BLAS_THREADS") == "1"
     return Started(local, clean_env(data_dir, **{k: v for k, v in image_env.items() if k.startswith("RERANKER_")}), port)
 
