@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,6 +155,23 @@ def test_the_first_wmd_search_of_a_worker_computes_exact_distances(started: tupl
     # was every worker's first WMD search, while it loaded gensim inside the budget.
     assert body["status"] == "ok", body.get("reason")
     assert len(body["hits"]) == 5
+
+
+def test_each_request_is_one_line_of_the_log(started: tuple[Started, int]) -> None:
+    """The image's entry point passed --access-logfile -, so gunicorn wrote its own line
+    (without the request id) after the service's: two lines per request."""
+    server, workers = started
+    server.worker_lines(workers)
+    request_id = f"one-line-{time.monotonic_ns()}"
+    request = urllib.request.Request(server.url + "/healthz", headers={"X-Request-Id": request_id, "User-Agent": request_id})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(request_id in line for line in server.lines):
+        time.sleep(0.05)
+    time.sleep(0.5)  # a second line would follow the first at once
+    lines = [line for line in server.lines if "/healthz" in line]
+    assert len(lines) == 1 and f"request_id={request_id}" in lines[0], lines
 
 
 # Scripts under bench/ that measure through the product's own entry points, which size the
