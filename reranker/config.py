@@ -634,6 +634,56 @@ def put_config_file_in_environ(given: Path | None = None, *, reread: bool = True
 _PUT_FROM_FILE: dict[str, str] = {}
 
 
+def naming_its_source(exc: ConfigError) -> str:
+    """`exc`'s message, with where the setting it names came from: the config file (its
+    value put in os.environ by put_config_file_in_environ) or the environment."""
+    message = str(exc)
+    named = [name for name in ENVIRONMENT if re.search(rf"\b{name}\b", message)]
+    if not named or message.startswith(("config file", "cannot read config file")):
+        return message
+    if any(name in _PUT_FROM_FILE for name in named) and os.environ.get("RERANKER_CONFIG"):
+        return f"{message} (from the config file {os.environ['RERANKER_CONFIG']})"
+    return f"{message} (from the environment)"
+
+
+# gunicorn.conf.py's last settings that passed its checks in this process: the values of
+# ENVIRONMENT it left in os.environ, what of them the config file put there, and that file.
+# A SIGHUP whose config file fails the checks puts them back (restore_good_settings).
+_LAST_GOOD: tuple[dict[str, str], dict[str, str], Path | None] | None = None
+
+
+def remember_good_settings() -> None:
+    global _LAST_GOOD
+    values = {name: os.environ[name] for name in ENVIRONMENT if name in os.environ}
+    _LAST_GOOD = (values, dict(_PUT_FROM_FILE), config_file_path() or pinned_config_file())
+
+
+def restore_good_settings() -> bool:
+    """The last good settings back in os.environ, without RERANKER_CONFIG: the workers
+    gunicorn starts next read the environment alone, not the file that failed. False when
+    none passed yet in this process (gunicorn is starting: it should stop)."""
+    if _LAST_GOOD is None:
+        return False
+    values, put, _ = _LAST_GOOD
+    for name in ENVIRONMENT:
+        if name in values:
+            os.environ[name] = values[name]
+        else:
+            os.environ.pop(name, None)
+    os.environ.pop("RERANKER_CONFIG", None)
+    _PUT_FROM_FILE.clear()
+    _PUT_FROM_FILE.update(put)
+    return True
+
+
+def pinned_config_file() -> Path | None:
+    """The config file of the last good settings while restore_good_settings holds them
+    (RERANKER_CONFIG is then unset), so that the next SIGHUP reads it again."""
+    if _LAST_GOOD is None or os.environ.get("RERANKER_CONFIG"):
+        return None
+    return _LAST_GOOD[2]
+
+
 def write_config_values(path: Path, values: Mapping[str, str | float]) -> list[str]:
     """Set `values` (ENVIRONMENT names) in the TOML config file `path`, creating it if
     need be and keeping its other lines (comments included) as they are; the file is

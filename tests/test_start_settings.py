@@ -250,6 +250,57 @@ def test_gunicorn_started_by_hand_runs_the_config_files_service_settings(data_di
     assert sum("Booting worker" in line for line in server.lines) == 1, server.lines  # the default: one per core
 
 
+@pytest.mark.parametrize("source", ["environment", "config file"])
+def test_gunicorn_started_by_hand_refuses_a_bad_setting_in_one_line(data_dir: Path, tmp_path: Path, source: str) -> None:
+    """The image's way to start (gunicorn -c gunicorn.conf.py): a bad service setting was a
+    traceback from the config file, and a bad store or ranker setting one traceback per
+    worker as each failed to boot; `reranker serve` says it in one line."""
+    config = tmp_path / "reranker.toml"
+    config.write_text('RERANKER_THREADS = "x"\n')
+    if source == "environment":
+        env, expected = {"RERANKER_K": "abc"}, "reranker: error: RERANKER_K must be an integer, got 'abc' (from the environment)"
+    else:
+        env, expected = {"RERANKER_CONFIG": str(config)}, f"reranker: error: RERANKER_THREADS must be an integer, got 'x' (from the config file {config})"
+    argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{free_port()}", "--workers", "1", "reranker.service:create_app()"]
+    done = subprocess.run(argv, env=clean_env(data_dir, **env), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr == expected + "\n", (done.returncode, done.stdout, done.stderr)
+
+
+def test_a_bad_config_file_on_sighup_leaves_the_service_up_with_its_settings(data_dir: Path, tmp_path: Path) -> None:
+    """gunicorn runs its config file again on SIGHUP: a typo in the edited file raised there,
+    and gunicorn's master exited (every worker with it), the service down until restarted."""
+    port = free_port()
+    config = tmp_path / "reranker.toml"
+    good = f'RERANKER_BIND = "127.0.0.1:{port}"\nRERANKER_WORKERS = 1\nRERANKER_THREADS = 2\nRERANKER_MAX_DOCUMENTS = 5\n'
+    config.write_text(good)
+    server = Started([GUNICORN, "-c", str(CONFIG), "reranker.service:create_app()"], clean_env(data_dir, RERANKER_CONFIG=str(config)), port)
+    body = {"query": "bread", "documents": ["bread and yeast", "ships at sea", "flour and water"]}
+
+    def reloaded(edited: str) -> int:
+        """The status of `body` once the workers started after SIGHUP answer."""
+        before = {m[1] for m in server.worker_lines(1)}
+        config.write_text(edited)
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 90
+        while not {m[1] for m in server.worker_lines(1)} - before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # the old worker stops gracefully; the new one answers
+        return http_json(server.url + "/rerank", body)[0]
+
+    try:
+        server.worker_lines(1)
+        assert http_json(server.url + "/rerank", body)[0] == 200
+        # A bad value, and a good one beside it: neither is taken, the file's last good values stay.
+        status = reloaded(good.replace("RERANKER_MAX_DOCUMENTS = 5", 'RERANKER_MAX_DOCUMENTS = "two"\nRERANKER_MAX_TEXT_CHARS = 3'))
+        assert status == 200 and server.process.poll() is None, server.lines[-20:]
+        errors = [line for line in server.lines if "[ERROR]" in line]
+        assert len(errors) == 1 and "RERANKER_MAX_DOCUMENTS must be an integer, got 'two' (from the config file" in errors[0], errors
+        assert not any("Traceback" in line for line in server.lines)
+        assert reloaded(good.replace("RERANKER_MAX_DOCUMENTS = 5", "RERANKER_MAX_DOCUMENTS = 2")) == 413  # fixed: taken
+    finally:
+        server.stop()
+
+
 def test_gunicorn_started_by_hand_reads_the_edited_config_file_on_sighup(data_dir: Path, tmp_path: Path) -> None:
     """SIGHUP has gunicorn run its config file again and start new workers: the file's values
     the first run put in the environment were taken for the operator's and won over the
