@@ -21,6 +21,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -299,6 +300,45 @@ def test_a_bad_config_file_on_sighup_leaves_the_service_up_with_its_settings(dat
         assert reloaded(good.replace("RERANKER_MAX_DOCUMENTS = 5", "RERANKER_MAX_DOCUMENTS = 2")) == 413  # fixed: taken
     finally:
         server.stop()
+
+
+def test_sighup_keeps_the_metrics_counted_so_far(data_dir: Path, tmp_path: Path) -> None:
+    """gunicorn runs its config file again on SIGHUP, which emptied the metrics directory it
+    had made itself: every counter of /metrics went back to 0 on a reload, and the directory
+    was left behind at exit."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "2", "reranker.service:create_app()"]
+    server = Started(argv, clean_env(data_dir), port)
+
+    def healthz_count() -> float:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=10) as answer:
+            families = text_string_to_metric_families(answer.read().decode())
+        return sum(
+            sample.value for family in families for sample in family.samples
+            if sample.name == "reranker_requests_total" and sample.labels["endpoint"] == "/healthz"
+        )  # fmt: skip
+
+    try:
+        (first,) = server.worker_lines(1)
+        for _ in range(3):
+            urllib.request.urlopen(server.url + "/healthz", timeout=10).close()
+        assert healthz_count() == 3
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 90
+        while not any(m[1] != first[1] for m in server.worker_lines(1)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # the old worker stops gracefully; the new one answers
+        urllib.request.urlopen(server.url + "/healthz", timeout=10).close()
+        assert healthz_count() == 4
+        (directory,) = [  # the master's own (it writes its pid there)
+            found.parent for found in Path(tempfile.gettempdir()).glob("reranker-metrics-*/master.pid")
+            if found.read_text().strip() == str(server.process.pid)
+        ]  # fmt: skip
+    finally:
+        server.stop()
+    assert not directory.exists(), "the master's metrics directory outlived it"
 
 
 def test_gunicorn_started_by_hand_reads_the_edited_config_file_on_sighup(data_dir: Path, tmp_path: Path) -> None:

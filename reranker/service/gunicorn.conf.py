@@ -101,6 +101,10 @@ def _metrics_dir() -> str | None:
     directories of masters that died without cleaning up (SIGKILL) are removed.
     """
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given and _master_of(given) == os.getpid():
+        # Made by this master, and this file run again on SIGHUP: the files are this run's
+        # workers' values (emptied, every counter went back to 0 on a reload).
+        return given
     if given:
         os.makedirs(given, exist_ok=True)
         for name in os.listdir(given):
