@@ -197,9 +197,9 @@ def parse_search_fields(raw: str) -> tuple[tuple[str, float], ...]:
         try:
             weight = float(boost) if boost else 1.0
         except ValueError:
-            raise ConfigError(f"bad boost in search field {item.strip()!r}: expected NAME or NAME^NUMBER") from None
+            raise ConfigError(f"RERANKER_SEARCH_FIELDS: bad boost in search field {item.strip()!r}: expected NAME or NAME^NUMBER") from None
         if not weight > 0:
-            raise ConfigError(f"search field boost must be > 0, got {item.strip()!r}")
+            raise ConfigError(f"RERANKER_SEARCH_FIELDS: search field boost must be > 0, got {item.strip()!r}")
         fields.append((name, weight))
     if not fields:
         raise ConfigError("RERANKER_SEARCH_FIELDS names no field")
@@ -549,9 +549,12 @@ class Settings:
         if self.window < 1:
             raise ConfigError(f"window must be >= 1, got {self.window}")
         if self.window > self.service.max_window:
-            raise ConfigError(f"window must be <= {self.service.max_window} (RERANKER_MAX_WINDOW, the service's limit too), got {self.window}")
+            raise ConfigError(
+                f"RERANKER_WINDOW (--window) must be <= {self.service.max_window} (RERANKER_MAX_WINDOW, the service's limit too), got {self.window}"
+            )
         if not 0.0 <= self.fusion_weight <= 1.0:
-            raise ConfigError(f"fusion weight must lie in [0, 1], got {self.fusion_weight}")
+            # Named as the variable, so that the CLI can say when the config file set it.
+            raise ConfigError(f"RERANKER_FUSION_WEIGHT (--fusion-weight) must lie in [0, 1], got {self.fusion_weight:g}")
         if self.index_workers < 1:
             raise ConfigError(f"index workers must be >= 1, got {self.index_workers}")
         self.service.validate()
