@@ -86,7 +86,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_WORKERS": "gunicorn worker processes (default: CPU count)",
     "RERANKER_THREADS": "threads per worker (default 8; one is kept for health checks)",
     "RERANKER_TIMEOUT": "seconds before gunicorn restarts a stuck worker (default 30)",
-    "RERANKER_DEADLINE_MS": "time a request may spend reranking before it falls back to BM25 order (default 2000)",
+    "RERANKER_DEADLINE_MS": "a request's deadline, counted from its arrival, first stage included; past it the answer keeps BM25 order (default 2000)",
     "RERANKER_READ_TIMEOUT": "seconds a client has to send a whole request before a 408 (default 10)",
     "RERANKER_CLUSTER_BUDGET_MS": "time beyond the deadline a request may still wait on OpenSearch before a 503 (default 3000)",
     "RERANKER_MAX_BODY_BYTES": "largest request body accepted, else 413 (default 10000000)",
