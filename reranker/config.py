@@ -86,7 +86,7 @@ ENVIRONMENT: dict[str, str] = {
     "RERANKER_WORKERS": "gunicorn worker processes (default: CPU count)",
     "RERANKER_THREADS": "threads per worker (default 8; one is kept for health checks)",
     "RERANKER_TIMEOUT": "seconds before gunicorn restarts a stuck worker (default 30)",
-    "RERANKER_DEADLINE_MS": "time a request may spend reranking before it falls back to BM25 order (default 2000)",
+    "RERANKER_DEADLINE_MS": "a request's deadline, counted from its arrival, first stage included; past it the answer keeps BM25 order (default 2000)",
     "RERANKER_READ_TIMEOUT": "seconds a client has to send a whole request before a 408 (default 10)",
     "RERANKER_CLUSTER_BUDGET_MS": "time beyond the deadline a request may still wait on OpenSearch before a 503 (default 3000)",
     "RERANKER_MAX_BODY_BYTES": "largest request body accepted, else 413 (default 10000000)",
@@ -197,9 +197,9 @@ def parse_search_fields(raw: str) -> tuple[tuple[str, float], ...]:
         try:
             weight = float(boost) if boost else 1.0
         except ValueError:
-            raise ConfigError(f"bad boost in search field {item.strip()!r}: expected NAME or NAME^NUMBER") from None
+            raise ConfigError(f"RERANKER_SEARCH_FIELDS: bad boost in search field {item.strip()!r}: expected NAME or NAME^NUMBER") from None
         if not weight > 0:
-            raise ConfigError(f"search field boost must be > 0, got {item.strip()!r}")
+            raise ConfigError(f"RERANKER_SEARCH_FIELDS: search field boost must be > 0, got {item.strip()!r}")
         fields.append((name, weight))
     if not fields:
         raise ConfigError("RERANKER_SEARCH_FIELDS names no field")
@@ -549,9 +549,12 @@ class Settings:
         if self.window < 1:
             raise ConfigError(f"window must be >= 1, got {self.window}")
         if self.window > self.service.max_window:
-            raise ConfigError(f"window must be <= {self.service.max_window} (RERANKER_MAX_WINDOW, the service's limit too), got {self.window}")
+            raise ConfigError(
+                f"RERANKER_WINDOW (--window) must be <= {self.service.max_window} (RERANKER_MAX_WINDOW, the service's limit too), got {self.window}"
+            )
         if not 0.0 <= self.fusion_weight <= 1.0:
-            raise ConfigError(f"fusion weight must lie in [0, 1], got {self.fusion_weight}")
+            # Named as the variable, so that the CLI can say when the config file set it.
+            raise ConfigError(f"RERANKER_FUSION_WEIGHT (--fusion-weight) must lie in [0, 1], got {self.fusion_weight:g}")
         if self.index_workers < 1:
             raise ConfigError(f"index workers must be >= 1, got {self.index_workers}")
         self.service.validate()
@@ -632,6 +635,56 @@ def put_config_file_in_environ(given: Path | None = None, *, reread: bool = True
 
 # The values put_config_file_in_environ put in os.environ (and are still the file's).
 _PUT_FROM_FILE: dict[str, str] = {}
+
+
+def naming_its_source(exc: ConfigError) -> str:
+    """`exc`'s message, with where the setting it names came from: the config file (its
+    value put in os.environ by put_config_file_in_environ) or the environment."""
+    message = str(exc)
+    named = [name for name in ENVIRONMENT if re.search(rf"\b{name}\b", message)]
+    if not named or message.startswith(("config file", "cannot read config file")):
+        return message
+    if any(name in _PUT_FROM_FILE for name in named) and os.environ.get("RERANKER_CONFIG"):
+        return f"{message} (from the config file {os.environ['RERANKER_CONFIG']})"
+    return f"{message} (from the environment)"
+
+
+# gunicorn.conf.py's last settings that passed its checks in this process: the values of
+# ENVIRONMENT it left in os.environ, what of them the config file put there, and that file.
+# A SIGHUP whose config file fails the checks puts them back (restore_good_settings).
+_LAST_GOOD: tuple[dict[str, str], dict[str, str], Path | None] | None = None
+
+
+def remember_good_settings() -> None:
+    global _LAST_GOOD
+    values = {name: os.environ[name] for name in ENVIRONMENT if name in os.environ}
+    _LAST_GOOD = (values, dict(_PUT_FROM_FILE), config_file_path() or pinned_config_file())
+
+
+def restore_good_settings() -> bool:
+    """The last good settings back in os.environ, without RERANKER_CONFIG: the workers
+    gunicorn starts next read the environment alone, not the file that failed. False when
+    none passed yet in this process (gunicorn is starting: it should stop)."""
+    if _LAST_GOOD is None:
+        return False
+    values, put, _ = _LAST_GOOD
+    for name in ENVIRONMENT:
+        if name in values:
+            os.environ[name] = values[name]
+        else:
+            os.environ.pop(name, None)
+    os.environ.pop("RERANKER_CONFIG", None)
+    _PUT_FROM_FILE.clear()
+    _PUT_FROM_FILE.update(put)
+    return True
+
+
+def pinned_config_file() -> Path | None:
+    """The config file of the last good settings while restore_good_settings holds them
+    (RERANKER_CONFIG is then unset), so that the next SIGHUP reads it again."""
+    if _LAST_GOOD is None or os.environ.get("RERANKER_CONFIG"):
+        return None
+    return _LAST_GOOD[2]
 
 
 def write_config_values(path: Path, values: Mapping[str, str | float]) -> list[str]:

@@ -1271,6 +1271,27 @@ def test_a_bad_value_of_the_config_file_is_said_to_be_the_files(
     assert capsys.readouterr().err == "reranker: error: RERANKER_WINDOW must be an integer, got 'many'\n"
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("RERANKER_FUSION_WEIGHT = 2", "RERANKER_FUSION_WEIGHT (--fusion-weight) must lie in [0, 1], got 2"),
+        ("RERANKER_WINDOW = 5000", "RERANKER_WINDOW (--window) must be <= 1000 (RERANKER_MAX_WINDOW, the service's limit too), got 5000"),
+        ('RERANKER_SEARCH_FIELDS = "title^x"', "RERANKER_SEARCH_FIELDS: bad boost in search field 'title^x': expected NAME or NAME^NUMBER"),
+    ],
+)
+def test_a_value_refused_after_it_was_read_names_its_variable_and_the_file(
+    data_dir: Path, tmp_path: Path, line: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A number out of range, checked once read, said "fusion weight must lie in [0, 1], got
+    2.0" (or "window must be <= ...", "bad boost in search field ..."): no variable named, so
+    nothing said that the config file had set it."""
+    config = tmp_path / "reranker.toml"
+    config.write_text(line + "\n")
+    capsys.readouterr()
+    assert run(data_dir, "--config", str(config), "config")[0] == 2
+    assert capsys.readouterr().err == f"reranker: error: {said} (from the config file {config})\n"
+
+
 def test_an_unknown_default_ranker_is_refused_by_config_and_rankers_as_by_search(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -119,7 +119,7 @@ def test_the_service_settings_every_command_reads_are_still_checked_everywhere()
     assert SERVICE_ONLY <= set(ENVIRONMENT)
     for env, message in [
         ({"RERANKER_MAX_WINDOW": "0"}, "RERANKER_MAX_WINDOW must be >= 1"),
-        ({"RERANKER_MAX_WINDOW": "50"}, "window must be <= 50"),
+        ({"RERANKER_MAX_WINDOW": "50"}, "RERANKER_WINDOW \\(--window\\) must be <= 50"),
         ({"RERANKER_TOPIC_CACHE_MB": "lots"}, "RERANKER_TOPIC_CACHE_MB must be an integer"),
     ]:
         with pytest.raises(ConfigError, match=message):

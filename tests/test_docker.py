@@ -14,8 +14,10 @@ import fnmatch
 import importlib
 import io
 import json
+import os
 import re
 import shlex
+import sys
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -275,10 +277,30 @@ def gunicorn_target(argv: list[str]) -> str:
 
 
 def gunicorn_bind() -> tuple[str, int]:
-    bind = gunicorn_option(gunicorn_argv(), "--bind", "-b")
-    assert bind, f"gunicorn has no --bind: {gunicorn_argv()}"
+    """Where the image's gunicorn listens: its --bind, else the image's RERANKER_BIND
+    (gunicorn.conf.py reads it)."""
+    bind = gunicorn_option(gunicorn_argv(), "--bind", "-b") or dockerfile_env().get("RERANKER_BIND")
+    assert bind, f"gunicorn has no --bind and the image no RERANKER_BIND: {gunicorn_argv()}"
     host, _, port = bind.rpartition(":")
     return host, int(port)
+
+
+def image_gunicorn_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str]) -> Any:
+    """gunicorn's settings as the image's entry point makes them, under the image's ENV and
+    `env` over it (what `docker run -e` or compose's `environment:` add): gunicorn's own
+    loading of its command line and config file, the repository's in place of /app's."""
+    from gunicorn.app.wsgiapp import WSGIApplication
+
+    argv = gunicorn_argv()
+    config = gunicorn_option(argv, "--config", "-c")
+    for name in list(os.environ):
+        if name.startswith(("RERANKER_", "OPENSEARCH_", "GUNICORN_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # reused, not made in /tmp
+    for name, value in {**dockerfile_env(), **env}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", [str(repo_path_of(word)) if word == config else word for word in argv])
+    return WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
 
 
 def exposed_ports() -> set[int]:
@@ -540,17 +562,27 @@ def test_dockerfile_env_names_are_known() -> None:
     assert env.get("RERANKER_DATA_DIR"), "the image should set RERANKER_DATA_DIR"
 
 
-def test_gunicorn_settings() -> None:
+def test_gunicorn_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     argv = gunicorn_argv()
-    workers = gunicorn_option(argv, "--workers", "-w")
-    timeout = gunicorn_option(argv, "--timeout", "-t")
-    graceful = gunicorn_option(argv, "--graceful-timeout")
-    assert workers and int(workers) >= 2, f"--workers {workers}"
-    assert timeout and 10 <= int(timeout) <= 120, f"--timeout {timeout}"
-    assert graceful and int(graceful) <= int(timeout), f"--graceful-timeout {graceful} (timeout {timeout})"
-    assert "--preload" not in argv, "engines must be built after the fork (reranker/service.py)"
+    cfg = image_gunicorn_config(monkeypatch, tmp_path, {})
+    assert cfg.workers >= 2, f"workers {cfg.workers}"
+    assert 10 <= cfg.timeout <= 120, f"timeout {cfg.timeout}"
+    assert cfg.graceful_timeout <= cfg.timeout, f"graceful timeout {cfg.graceful_timeout} (timeout {cfg.timeout})"
+    assert cfg.bind == [":".join(map(str, gunicorn_bind()))]
+    assert "--preload" not in argv and not cfg.preload_app, "engines must be built after the fork (reranker/service.py)"
     dependencies = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     assert any(re.match(r"gunicorn\b", dep) for dep in dependencies), "gunicorn is not a dependency: the image would lack it"
+
+
+def test_the_image_takes_its_server_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The entry point passed --bind, --workers and --timeout, which win over gunicorn.conf.py:
+    `docker run -e RERANKER_WORKERS=4` (or compose's environment) ran 2 workers all the same,
+    while `reranker config` in the container said 4."""
+    asked = {"RERANKER_BIND": "0.0.0.0:8001", "RERANKER_WORKERS": "3", "RERANKER_THREADS": "5", "RERANKER_TIMEOUT": "45"}
+    cfg = image_gunicorn_config(monkeypatch, tmp_path, asked)
+    assert (cfg.bind, cfg.workers, cfg.threads, cfg.timeout) == (["0.0.0.0:8001"], 3, 5, 45)
+    shown = Settings.from_env({**dockerfile_env(), **asked}).effective()
+    assert all(shown[name] == value for name, value in asked.items()), "what `reranker config` shows is what runs"
 
 
 def test_gunicorn_reads_the_packaged_config_file() -> None:

@@ -481,3 +481,41 @@ def test_a_worker_gives_back_what_a_large_request_freed() -> None:
     after = worker.heap_bytes()
     assert after is not None and grown - after > 16 << 20, (before >> 20, grown >> 20, after >> 20)
     assert len(kept) == 512
+
+
+def test_the_workers_own_refusals_are_counted_in_the_metrics(data_dir: Path) -> None:
+    """The answers the worker makes before any route (a body over RERANKER_MAX_BODY_BYTES
+    refused on its Content-Length, a request not sent whole in time, framing it refuses)
+    were in the access log only: /metrics left them out of every error rate."""
+    from conftest import stalled_request
+    from prometheus_client.parser import text_string_to_metric_families
+
+    service = Service(data_dir, {"RERANKER_READ_TIMEOUT": "1", "RERANKER_MAX_BODY_BYTES": "2048"}, workers=1, threads=2)
+    try:
+        with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 99999\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.1 413")
+        answer, _ = stalled_request(service.port)
+        assert answer.startswith(b"HTTP/1.1 408")
+        with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\nHost: x\n\n")  # bare LF lines
+            assert sock.recv(100).startswith(b"HTTP/1.1 400")
+        status, body = _get_text(service.url + "/metrics")
+    finally:
+        service.stop()
+    assert status == 200
+    counted = {
+        (sample.labels["endpoint"], sample.labels["method"], sample.labels["status"]): sample.value
+        for family in text_string_to_metric_families(body) for sample in family.samples
+        if sample.name == "reranker_requests_total"
+    }  # fmt: skip
+    assert counted.get(("unrouted", "POST", "413")) == 1, counted
+    assert counted.get(("unrouted", "POST", "408")) == 1, counted
+    assert counted.get(("unrouted", "GET", "400")) == 1, counted
+
+
+def _get_text(url: str) -> tuple[int, str]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.status, answer.read().decode()

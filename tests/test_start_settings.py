@@ -21,8 +21,10 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,14 +101,17 @@ def start_serve(data_dir: Path) -> Started:
 
 
 def start_image_command(data_dir: Path) -> Started:
-    """The Dockerfile's ENTRYPOINT verbatim but for the paths inside the image and the port."""
+    """The Dockerfile's ENTRYPOINT verbatim but for the paths inside the image and the port
+    (its RERANKER_BIND, as `docker run -e` would set it)."""
     port = free_port()
     argv = gunicorn_argv()
     config = gunicorn_option(argv, "--config", "-c")
-    bind = gunicorn_option(argv, "--bind", "-b")
-    assert config and bind
-    local = [GUNICORN] + [str(repo_path_of(word)) if word == config else f"127.0.0.1:{port}" if word == bind else word for word in argv[1:]]
-    image_env = {**dockerfile_env(), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"]}
+    assert config and not gunicorn_option(argv, "--bind", "-b")
+    local = [GUNICORN] + [str(repo_path_of(word)) if word == config else word for word in argv[1:]]
+    image_env = {
+        **dockerfile_env(), "RERANKER_DATA_DIR": str(data_dir), "RERANKER_CACHE_DIR": os.environ["RERANKER_CACHE_DIR"],
+        "RERANKER_BIND": f"127.0.0.1:{port}",
+    }
     assert image_env.get("RERANKER_BLAS_THREADS") == "1"
     return Started(local, clean_env(data_dir, **{k: v for k, v in image_env.items() if k.startswith("RERANKER_")}), port)
 
@@ -151,6 +156,23 @@ def test_the_first_wmd_search_of_a_worker_computes_exact_distances(started: tupl
     # was every worker's first WMD search, while it loaded gensim inside the budget.
     assert body["status"] == "ok", body.get("reason")
     assert len(body["hits"]) == 5
+
+
+def test_each_request_is_one_line_of_the_log(started: tuple[Started, int]) -> None:
+    """The image's entry point passed --access-logfile -, so gunicorn wrote its own line
+    (without the request id) after the service's: two lines per request."""
+    server, workers = started
+    server.worker_lines(workers)
+    request_id = f"one-line-{time.monotonic_ns()}"
+    request = urllib.request.Request(server.url + "/healthz", headers={"X-Request-Id": request_id, "User-Agent": request_id})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(request_id in line for line in server.lines):
+        time.sleep(0.05)
+    time.sleep(0.5)  # a second line would follow the first at once
+    lines = [line for line in server.lines if "/healthz" in line]
+    assert len(lines) == 1 and f"request_id={request_id}" in lines[0], lines
 
 
 # Scripts under bench/ that measure through the product's own entry points, which size the
@@ -227,6 +249,96 @@ def test_gunicorn_started_by_hand_runs_the_config_files_service_settings(data_di
         server.stop()
     assert answer.startswith(b"HTTP/1.1 408") and waited < 5, (answer, waited)  # the default waits 10 s
     assert sum("Booting worker" in line for line in server.lines) == 1, server.lines  # the default: one per core
+
+
+@pytest.mark.parametrize("source", ["environment", "config file"])
+def test_gunicorn_started_by_hand_refuses_a_bad_setting_in_one_line(data_dir: Path, tmp_path: Path, source: str) -> None:
+    """The image's way to start (gunicorn -c gunicorn.conf.py): a bad service setting was a
+    traceback from the config file, and a bad store or ranker setting one traceback per
+    worker as each failed to boot; `reranker serve` says it in one line."""
+    config = tmp_path / "reranker.toml"
+    config.write_text('RERANKER_THREADS = "x"\n')
+    if source == "environment":
+        env, expected = {"RERANKER_K": "abc"}, "reranker: error: RERANKER_K must be an integer, got 'abc' (from the environment)"
+    else:
+        env, expected = {"RERANKER_CONFIG": str(config)}, f"reranker: error: RERANKER_THREADS must be an integer, got 'x' (from the config file {config})"
+    argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{free_port()}", "--workers", "1", "reranker.service:create_app()"]
+    done = subprocess.run(argv, env=clean_env(data_dir, **env), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr == expected + "\n", (done.returncode, done.stdout, done.stderr)
+
+
+def test_a_bad_config_file_on_sighup_leaves_the_service_up_with_its_settings(data_dir: Path, tmp_path: Path) -> None:
+    """gunicorn runs its config file again on SIGHUP: a typo in the edited file raised there,
+    and gunicorn's master exited (every worker with it), the service down until restarted."""
+    port = free_port()
+    config = tmp_path / "reranker.toml"
+    good = f'RERANKER_BIND = "127.0.0.1:{port}"\nRERANKER_WORKERS = 1\nRERANKER_THREADS = 2\nRERANKER_MAX_DOCUMENTS = 5\n'
+    config.write_text(good)
+    server = Started([GUNICORN, "-c", str(CONFIG), "reranker.service:create_app()"], clean_env(data_dir, RERANKER_CONFIG=str(config)), port)
+    body = {"query": "bread", "documents": ["bread and yeast", "ships at sea", "flour and water"]}
+
+    def reloaded(edited: str) -> int:
+        """The status of `body` once the workers started after SIGHUP answer."""
+        before = {m[1] for m in server.worker_lines(1)}
+        config.write_text(edited)
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 90
+        while not {m[1] for m in server.worker_lines(1)} - before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # the old worker stops gracefully; the new one answers
+        return http_json(server.url + "/rerank", body)[0]
+
+    try:
+        server.worker_lines(1)
+        assert http_json(server.url + "/rerank", body)[0] == 200
+        # A bad value, and a good one beside it: neither is taken, the file's last good values stay.
+        status = reloaded(good.replace("RERANKER_MAX_DOCUMENTS = 5", 'RERANKER_MAX_DOCUMENTS = "two"\nRERANKER_MAX_TEXT_CHARS = 3'))
+        assert status == 200 and server.process.poll() is None, server.lines[-20:]
+        errors = [line for line in server.lines if "[ERROR]" in line]
+        assert len(errors) == 1 and "RERANKER_MAX_DOCUMENTS must be an integer, got 'two' (from the config file" in errors[0], errors
+        assert not any("Traceback" in line for line in server.lines)
+        assert reloaded(good.replace("RERANKER_MAX_DOCUMENTS = 5", "RERANKER_MAX_DOCUMENTS = 2")) == 413  # fixed: taken
+    finally:
+        server.stop()
+
+
+def test_sighup_keeps_the_metrics_counted_so_far(data_dir: Path, tmp_path: Path) -> None:
+    """gunicorn runs its config file again on SIGHUP, which emptied the metrics directory it
+    had made itself: every counter of /metrics went back to 0 on a reload, and the directory
+    was left behind at exit."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "2", "reranker.service:create_app()"]
+    server = Started(argv, clean_env(data_dir), port)
+
+    def healthz_count() -> float:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=10) as answer:
+            families = text_string_to_metric_families(answer.read().decode())
+        return sum(
+            sample.value for family in families for sample in family.samples
+            if sample.name == "reranker_requests_total" and sample.labels["endpoint"] == "/healthz"
+        )  # fmt: skip
+
+    try:
+        (first,) = server.worker_lines(1)
+        for _ in range(3):
+            urllib.request.urlopen(server.url + "/healthz", timeout=10).close()
+        assert healthz_count() == 3
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 90
+        while not any(m[1] != first[1] for m in server.worker_lines(1)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)  # the old worker stops gracefully; the new one answers
+        urllib.request.urlopen(server.url + "/healthz", timeout=10).close()
+        assert healthz_count() == 4
+        (directory,) = [  # the master's own (it writes its pid there)
+            found.parent for found in Path(tempfile.gettempdir()).glob("reranker-metrics-*/master.pid")
+            if found.read_text().strip() == str(server.process.pid)
+        ]  # fmt: skip
+    finally:
+        server.stop()
+    assert not directory.exists(), "the master's metrics directory outlived it"
 
 
 def test_gunicorn_started_by_hand_reads_the_edited_config_file_on_sighup(data_dir: Path, tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from urllib.parse import quote
 from flask import Flask, g, request
 from flask.wrappers import Response
 
+from reranker.service import HTTP_METHODS
 from reranker.service.paths import raw_path
 from reranker.store import end_opaque_id, start_opaque_id
 
@@ -174,6 +175,14 @@ def raw_request_id(received: bytes | bytearray) -> str:
     found = _RAW_ID.search(received[: end + 2] if end >= 0 else received)
     given = found.group(1).decode("latin-1") if found else ""
     return given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+def raw_method(received: bytes | bytearray) -> str:
+    """The method of a request answered from its raw bytes, as the metrics' `method` label
+    has it: one of HTTP's usual seven, else "other" (none arrived, or a made-up one)."""
+    line = _RAW_REQUEST_LINE.match(received[:4096])
+    method = line.group(1).decode() if line else ""
+    return method if method in HTTP_METHODS else "other"
 
 
 def log_raw_answer(received: bytes | bytearray, status: int, identifier: str, duration_ms: float, remote: str) -> None:

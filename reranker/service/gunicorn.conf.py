@@ -21,14 +21,54 @@ Why these choices:
   them, so values go to files in PROMETHEUS_MULTIPROC_DIR (a fresh directory unless set).
 """
 
+import logging
 import os
 import shutil
+import sys
 import tempfile
 
-from reranker.config import ServiceSettings, put_config_file_in_environ
+from reranker.config import (
+    ServiceSettings,
+    Settings,
+    naming_its_source,
+    pinned_config_file,
+    put_config_file_in_environ,
+    remember_good_settings,
+    restore_good_settings,
+)
+from reranker.errors import ConfigError
 
-put_config_file_in_environ()
-_service = ServiceSettings.from_env(os.environ)
+
+def _checked_service_settings() -> ServiceSettings:
+    """The service's settings, once every setting the workers will read has passed its checks.
+
+    At start, a bad value stops gunicorn with one line naming the setting and where it came
+    from, as `reranker serve` does (it was a traceback from this file, or one per worker as
+    each failed to boot). On SIGHUP gunicorn runs this file again: a bad value then leaves
+    the service up, with one error line and the last good settings back in the environment,
+    so that the new workers run as the old ones did (gunicorn itself exited on it).
+    """
+    try:
+        put_config_file_in_environ(pinned_config_file())
+        if "reranker.service.server" in sys.modules:
+            # Under `reranker serve`, whose workers run with the settings serve checked.
+            service = ServiceSettings.from_env(os.environ)
+            service.validate()
+        else:
+            # gunicorn started by hand or by the image: each worker's create_app() reads them all.
+            service = Settings.from_env(os.environ).service
+    except ConfigError as exc:
+        line = f"reranker: error: {naming_its_source(exc)}"
+        if not restore_good_settings():
+            print(line, file=sys.stderr)
+            sys.exit(2)
+        logging.getLogger("gunicorn.error").error("%s; the service keeps the settings it ran with (SIGHUP again once fixed)", line)
+        return ServiceSettings.from_env(os.environ)
+    remember_good_settings()
+    return service
+
+
+_service = _checked_service_settings()
 
 bind = [_service.bind]
 workers = _service.workers
@@ -61,6 +101,10 @@ def _metrics_dir() -> str | None:
     directories of masters that died without cleaning up (SIGKILL) are removed.
     """
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given and _master_of(given) == os.getpid():
+        # Made by this master, and this file run again on SIGHUP: the files are this run's
+        # workers' values (emptied, every counter went back to 0 on a reload).
+        return given
     if given:
         os.makedirs(given, exist_ok=True)
         for name in os.listdir(given):

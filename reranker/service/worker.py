@@ -42,8 +42,11 @@ from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import ThreadWorker
 
 from reranker.config import ServiceSettings
-from reranker.service.access import log_raw_answer, raw_request_id
+from reranker.service.access import log_raw_answer, raw_method, raw_request_id
 from reranker.service.errors import error_body
+
+# The endpoint label of the answers the worker makes before any route sees the request.
+UNROUTED = "unrouted"
 
 # Request line and headers beyond the body: gunicorn refuses more than 8190 bytes of
 # request line and 100 header fields (gunicorn.conf.py); this is a generous ceiling.
@@ -178,6 +181,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         identifier = raw_request_id(received)
         remote = str(addr[0]) if isinstance(addr, tuple) and addr else "-"
         log_raw_answer(received, status, identifier, 1000 * (time.monotonic() - handed_at), remote)
+        self._count(received, status)
         try:
             client.sendall(_json_answer(status, phrase, kind, reason, identifier))
         except OSError:
@@ -196,6 +200,7 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         client = getattr(conn, "client", None)
         remote = str(client[0]) if isinstance(client, tuple) and client else "-"
         log_raw_answer(received, status, identifier, waited, remote)
+        self._count(received, status)
         try:
             conn.sock.send(answer)
         except OSError:
@@ -205,6 +210,13 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
         else:
             self.nr_conns -= 1
             conn.close()
+
+    def _count(self, received: bytes | bytearray, status: int) -> None:
+        """An answer made before any route, in /metrics as the app's are (its 408s, 413s and
+        503s were in the access log only, so an error rate read from /metrics left them out)."""
+        runtime = getattr(getattr(self, "wsgi", None), "extensions", {}).get("reranker")
+        if runtime is not None:
+            runtime.metrics.requests.labels(UNROUTED, raw_method(received), str(status)).inc()
 
     def murder_pending(self) -> None:
         super().murder_pending()
