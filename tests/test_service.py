@@ -485,6 +485,20 @@ def test_unknown_routes_and_methods_answer_json(client: FlaskClient) -> None:
     assert client.open("/documents/x", method="TRACE").headers["Allow"] == "GET, HEAD, OPTIONS"
 
 
+def test_a_path_with_an_empty_segment_is_a_404_not_a_405_that_names_its_own_method(client: FlaskClient) -> None:
+    """/documents//similar names no document (an empty id): read with its slashes merged, as
+    /documents/similar, it answered "GET is not a method of /documents//similar; it takes GET"."""
+    for path in ("/documents//similar", "/documents/_doc//similar"):
+        reason = _error(client.get(path), 404, "resource_not_found_exception")
+        assert reason.startswith(f"no such route: GET {path} ") and reason.endswith("(an empty id names none)"), reason
+        for method in ("POST", "OPTIONS"):
+            _error(client.open(path, method=method), 404, "resource_not_found_exception")
+    # The same for the other routes with a segment: a 405 only where the path is a route.
+    for path in ("/experiments//x", "/papers//_search"):
+        assert client.open(path, method="PUT").status_code == 404, path
+    assert client.put("/experiments/x").status_code == 405
+
+
 def test_options_lists_the_methods_and_claims_no_html(client: FlaskClient) -> None:
     """An empty 200 typed text/plain, as OpenSearch answers OPTIONS: Flask's default type
     said an HTML page came."""

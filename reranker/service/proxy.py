@@ -800,7 +800,9 @@ def native_routes() -> Map:
         url_map = current_app.url_map
         routes = Map(
             [Rule(rule.rule, methods=rule.methods, endpoint=rule.endpoint) for rule in url_map.iter_rules() if rule.endpoint != "proxy.refuse"],
-            converters=url_map.converters, strict_slashes=url_map.strict_slashes,
+            # Not merge_slashes: the app's map lets the catch-all take /documents//similar
+            # (an empty id) as it was sent; read as /documents/similar it would claim GET.
+            converters=url_map.converters, strict_slashes=url_map.strict_slashes, merge_slashes=False,
         )  # fmt: skip
         current_app.extensions["reranker.native_routes"] = routes
     return routes
