@@ -702,7 +702,7 @@ def _snippets_marked_where_cut(page: "Page", hits: str) -> list[str]:
     return ids
 
 
-def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page") -> None:
+def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page", served: str) -> None:
     from playwright.sync_api import expect
 
     _compare(page, TYPED_QUERY)
@@ -719,10 +719,14 @@ def test_documents_without_a_title_are_named_by_their_opening_words(page: "Page"
     page.get_by_label("Abstract or a few words").press("Enter")
     expect(page.locator("#search-hits .hit")).to_have_count(10)
     _snippets_shown(page, "#search-hits .hit")
+    # Each hit's BM25 rank, titled or not, then its id (the id took the rank's place).
+    status, body = _api(served, "POST", "/search", {"query": TYPED_QUERY, "size": 10})
+    assert status == 200
+    bm25_ranks = {hit["id"]: hit["bm25_rank"] for hit in body["hits"]}
     for doc_id, name, meta in _names(page, "#search-hits .hit"):
         live_ids.append(doc_id)
         assert name == (HOSTILE_TITLE if doc_id == HOSTILE_ID else _opening_title(TEXTS[doc_id]))
-        assert meta == doc_id
+        assert meta == f"BM25 rank {bm25_ranks[doc_id]} · {doc_id}"
     untitled = next(doc_id for doc_id in live_ids if doc_id != HOSTILE_ID)
     page.locator(f'#search-hits .hit[data-id="{untitled}"] .hit-title').click()
     expect(page.locator("#paper-title")).to_have_text(_opening_title(TEXTS[untitled]))
@@ -1179,7 +1183,7 @@ def test_names_wrap_on_a_narrow_phone(narrow: "Page", served: str) -> None:
     narrow.get_by_role("link", name="Search papers").click()
     narrow.get_by_label("Abstract or a few words").fill(SHORT_QUERY)
     narrow.get_by_label("Abstract or a few words").press("Enter")
-    expect(narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-meta')).to_have_text(SHORT_ID)
+    expect(narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-meta')).to_have_text(re.compile(rf"^BM25 rank \d+ · {SHORT_ID}$"))
     _names_wrap(narrow, "search")
     _screenshot(narrow, "narrow-search.png")
     narrow.locator(f'#search-hits .hit[data-id="{SHORT_ID}"] .hit-title').click()

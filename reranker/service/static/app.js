@@ -572,7 +572,7 @@
           "li",
           { class: "hit", "data-id": hit.id },
           el("div", { class: "hit-head" }, el("span", { class: "rank", "aria-hidden": "true", text: hit.rank }), link),
-          el("p", { class: "hit-meta", text: idNote(hit) || `BM25 rank ${hit.bm25_rank}` }),
+          el("p", { class: "hit-meta", text: `BM25 rank ${hit.bm25_rank}${idNote(hit) ? ` · ${hit.id}` : ""}` }),
           snippetLine(hit)
         )
       );
