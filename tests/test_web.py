@@ -436,6 +436,45 @@ def test_a_failed_search_does_not_leave_the_last_querys_papers_under_it(page: "P
     _screenshot(page, "search-failed.png")
 
 
+def test_a_blank_query_does_not_leave_the_last_querys_papers_under_it(page: "Page") -> None:
+    """A query of spaces says "Type a query first." and empties the list, as a failed search
+    does; an answer to the search before it, arriving after, is not shown under it. Compare's
+    columns too."""
+    from playwright.sync_api import expect
+
+    page.goto("/ui")
+    box = page.get_by_label("Abstract or a few words")
+    box.fill(TYPED_QUERY)
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    box.fill("   \n  ")
+    box.press("Enter")
+    expect(page.locator("#status")).to_have_text("Type a query first.")
+    expect(page.locator("#search-hits > li")).to_have_count(0)
+    expect(page.locator("#search-meta")).to_be_empty()
+    held: list[Any] = []
+    page.route("**/search", lambda route: held.append(route))
+    box.fill(SHORT_QUERY)
+    box.press("Enter")
+    expect(page.locator("#status")).to_have_text("Searching…")
+    box.fill(" ")
+    box.press("Enter")
+    expect(page.locator("#status")).to_have_text("Type a query first.")
+    held[0].continue_()
+    page.wait_for_timeout(1000)  # the held answer arrives, and is dropped
+    expect(page.locator("#search-hits > li")).to_have_count(0)
+    expect(page.locator("#status")).to_have_text("Type a query first.")
+    page.unroute("**/search")
+
+    _compare(page, TYPED_QUERY)
+    page.get_by_label("Query (an abstract or a few sentences)").fill("  ")
+    page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+    expect(page.locator("#status")).to_have_text("Type or paste a query first.")
+    for side in ("left", "right"):
+        expect(page.locator(f"#column-{side} .hits > li")).to_have_count(0)
+        expect(page.locator(f"#column-{side} .column-meta")).to_be_empty()
+
+
 def test_an_empty_index_says_so_instead_of_no_match(browser: "Browser", tmp_path: Path, glove: object) -> None:
     """A service over a fresh data dir, nothing indexed: every query finds nothing, and the
     lists say that the index is empty, not that no document matches the query."""

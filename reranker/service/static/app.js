@@ -316,13 +316,16 @@
   async function runCompare(event) {
     event.preventDefault();
     const query = byId("compare-query").value.trim();
+    const request = ++compareRequest; // a blank query, too, outdates the comparison before it
+    const columns = [byId("column-left"), byId("column-right")];
     if (!query) {
+      // Not the last query's hits left under a box that holds none: they read as its answer.
+      for (const column of columns) column.querySelectorAll(".column-meta, .hits").forEach((part) => part.replaceChildren());
+      byId("compare-columns").removeAttribute("aria-busy");
       say("Type or paste a query first.", "error");
       byId("compare-query").focus();
       return;
     }
-    const request = ++compareRequest;
-    const columns = [byId("column-left"), byId("column-right")];
     byId("compare-columns").setAttribute("aria-busy", "true");
     try {
       const rankers = await chosenRankers(["compare-left", "compare-right"], say);
@@ -524,28 +527,25 @@
   async function runLive(event) {
     event.preventDefault();
     const query = byId("search-query").value.trim();
-    if (!query) {
-      say("Type a query first.", "error");
-      return;
-    }
-    const request = ++liveRequest;
-    say("Searching…", "busy");
-    byId("event-status").textContent = "";
+    const request = ++liveRequest; // a blank query, too, outdates the search before it
     const list = byId("search-hits");
     const meta = byId("search-meta");
     meta.replaceChildren();
+    if (!query) {
+      forgetLiveResults();
+      list.replaceChildren();
+      say("Type a query first.", "error");
+      return;
+    }
+    say("Searching…", "busy");
+    byId("event-status").textContent = "";
     const notice = byId("search-experiment");
     let result;
     try {
       result = await api("POST", "/search", { query, size: PAGE_SIZE, client_id: clientId(), snippets: true });
     } catch (error) {
       if (request !== liveRequest) return;
-      // The list below held the last query's papers: left there, under this query's text, they
-      // read as its answer (and a click on one would count for the last query's experiment).
-      state.live = { queryId: null, clicks: 0, experiment: null };
-      notice.hidden = true;
-      notice.textContent = "";
-      byId("click-status").textContent = "";
+      forgetLiveResults();
       list.replaceChildren(el("li", { class: "problem", text: `Search failed: ${describe(error)}` }));
       say(`Search failed: ${describe(error)}`, "error");
       return;
@@ -578,6 +578,17 @@
       );
     }
     say(`${result.hits.length} results${note ? ` (status ${result.status}: see above the list)` : ""}.`, "info");
+  }
+
+  // The list below held the last query's papers: left there, under a query that got no answer
+  // (a blank one, a failed search), they read as its answer, and a click on one would count
+  // for the last query's experiment.
+  function forgetLiveResults() {
+    state.live = { queryId: null, clicks: 0, experiment: null };
+    const notice = byId("search-experiment");
+    notice.hidden = true;
+    notice.textContent = "";
+    byId("click-status").textContent = "";
   }
 
   function updateLiveNotice() {
