@@ -706,6 +706,37 @@ def test_an_out_of_vocabulary_query_says_so(page: "Page", served: str) -> None:
     expect(page.locator("#status")).to_be_empty()  # Compare's message is not the search's
 
 
+def test_a_query_with_no_word_of_the_vectors_that_matches_nothing_says_one_thing(page: "Page", served: str) -> None:
+    """Stop words only, punctuation only, or words with no vector that no paper holds: nothing
+    matches, and the page says that alone; the status's note that "the rest of the fusion
+    orders the hits" sat above "No document matches this query.", about hits there were not."""
+    from playwright.sync_api import expect
+
+    no_words = "No document matches this query: it has no words to search (stop words, numbers and single letters are left out)."
+    for query, said in (("the of and", no_words), ("?! ... ;", no_words), ("zzqx qqzv", "No document matches this query.")):
+        status, body = _api(served, "POST", "/search", {"query": query, "size": 10})
+        assert status == 200 and body["status"] == "query_out_of_vocabulary" and body["hits"] == [], body
+        page.goto("/ui#/search")
+        page.get_by_label("Abstract or a few words").fill(query)
+        page.get_by_label("Abstract or a few words").press("Enter")
+        expect(page.locator("#status")).to_have_text("0 results.")
+        expect(page.locator("#search-hits > li")).to_have_text([said])
+        expect(page.locator("#search-meta")).to_be_empty()
+        _compare_nothing(page, query)
+        for side in ("left", "right"):
+            expect(page.locator(f"#column-{side} .hits > li")).to_have_text([said])
+            expect(page.locator(f"#column-{side} .column-meta")).to_have_text(re.compile(r"^0 BM25 candidates [^·]+$"))
+
+
+def _compare_nothing(page: "Page", query: str) -> None:
+    from playwright.sync_api import expect
+
+    page.goto("/ui#/compare")
+    page.get_by_label("Query (an abstract or a few sentences)").fill(query)
+    page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+    expect(page.locator("#status")).to_have_text(re.compile(r"^Showing 0 hits from "))
+
+
 # --- titles, plots, experiments from the page, a phone's screen ------------------------------
 
 

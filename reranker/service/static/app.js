@@ -384,8 +384,15 @@
 
   // An empty list. From an empty index it is not "no match": every query finds nothing until a
   // corpus is indexed (a fresh deployment), which /readyz counts; the list says so once it knows.
+  //
+  // A query with no word to search (stop words, numbers, single letters, punctuation: neither
+  // `query_words` nor `oov_words` holds one) says so, whichever ranker answered.
   function noHits(body) {
-    const item = el("li", { class: "empty", text: "No document matches this query." });
+    const nothingToSearch = (body.query_words || []).length === 0 && (body.oov_words || []).length === 0;
+    const text = nothingToSearch
+      ? "No document matches this query: it has no words to search (stop words, numbers and single letters are left out)."
+      : "No document matches this query.";
+    const item = el("li", { class: "empty", text });
     if (body.candidates === 0) {
       api("GET", "/readyz").then(
         (ready) => {
@@ -401,8 +408,12 @@
 
   // An answer whose status is not "ok" (degraded, query_out_of_vocabulary, partial, tied) says
   // so with its reason, in Compare's columns and above the search's list alike.
+  //
+  // Not query_out_of_vocabulary's with no hits: its reason says what orders the hits (the rest
+  // of the fusion, or the first stage), moot above "No document matches this query.".
   function statusNote(body) {
     if (!body.status || body.status === "ok") return null;
+    if (body.status === "query_out_of_vocabulary" && body.hits.length === 0) return null;
     const text = `Status: ${body.status}${body.reason ? ` — ${body.reason}` : ""}`;
     return el("span", { class: "problem answer-status", "data-status": body.status, text });
   }
