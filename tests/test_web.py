@@ -396,6 +396,9 @@ def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page", served: str) 
     status, paper = _api(served, "GET", "/documents/P01-1027")
     assert status == 200
     assert topics.locator(".words").all_inner_texts() == [", ".join(t["words"]) for t in paper["topics"][:8]]
+    # Importance as the API gives it and a hit's explanation shows it: a decimal, not "16.2%".
+    heads = topics.locator(".topic-head").all_inner_texts()
+    assert [head.split(" importance ")[1] for head in heads] == [f"{t['importance']:.3f}" for t in paper["topics"][:8]], heads
     similar = page.locator("#paper-similar .hit")
     expect(similar).to_have_count(10)
     assert "P01-1027" not in similar.evaluate_all("items => items.map((item) => item.dataset.id)")

@@ -684,7 +684,7 @@
         el(
           "li",
           { class: "topic" },
-          el("p", { class: "topic-head" }, el("strong", { text: `Topic ${topic.topic}` }), ` importance ${percent(topic.importance)}`),
+          el("p", { class: "topic-head" }, el("strong", { text: `Topic ${topic.topic}` }), ` importance ${number(topic.importance, 3)}`),
           bar(topic.importance),
           el("p", { class: "words", text: topic.words.join(", ") || "—" })
         )
