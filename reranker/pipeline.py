@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -685,14 +685,18 @@ class Engine:
             raise DocumentNotFoundError(f"no stored document with id {doc_id!r}")
         return found
 
-    def document_topics(self, doc_id: str, words: int = EXPLAIN_WORDS) -> tuple[Document, tuple[DocumentTopic, ...]]:
-        """A stored document and its hidden topics, most important first, each read
-        through its `words` words with the largest share of it (`_topic_words`).
+    def document_topics(
+        self, doc_id: str, words: int = EXPLAIN_WORDS
+    ) -> tuple[Document, tuple[DocumentTopic, ...], Literal["corrected", "paper"]]:
+        """A stored document, its hidden topics, most important first, each read through
+        its `words` words with the largest share of it (`_topic_words`), and which topics
+        they are.
 
         The topics are the ones the default ranker reads: the corrected ones where the
         index has them (the paper's first topic is the common direction of all word
         vectors, and reads as "example, particular, given" on every paper), else the
-        paper's. Raises DocumentNotFoundError.
+        paper's (as `hidden_topics` reads them): "corrected" or "paper" says which, since a
+        topic's rank names another topic in each. Raises DocumentNotFoundError.
         """
         document = self.document(doc_id)
         info = self.store.index_info()
@@ -705,7 +709,7 @@ class Engine:
         topics = tuple(
             DocumentTopic(rank=t + 1, importance=float(batch.importances[0, t]), words=topic_words[t]) for t in range(k)
         )
-        return document, topics
+        return document, topics, "paper" if centering is None else "corrected"
 
     def similar(self, doc_id: str, ranker_name: str, *, size: int = 10, window: int = 100) -> SimilarResult:
         """The stored documents most like `doc_id` ("papers like this one"): a search whose

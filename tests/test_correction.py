@@ -145,6 +145,9 @@ def test_the_service_answers_409_for_an_index_without_the_correction(data_dir: P
     answer = app.test_client().post("/search", json={"query": QUERY, "ranker": "hidden_topics_corrected"})
     assert answer.status_code == 409
     assert "rebuild the index" in answer.get_json()["error"]["reason"]
+    # A paper's page shows the paper's topics then (hidden_topics reads them), and says so.
+    paper = app.test_client().get("/documents/P01-1027").get_json()
+    assert paper["topic_set"] == "paper" and paper["topics"]
 
 
 # --- the OpenSearch store (osmem-server) ---------------------------------------------------

@@ -55,6 +55,8 @@ def test_a_document_shows_its_opening_and_its_topics(client: FlaskClient) -> Non
     importances = [t["importance"] for t in topics]
     assert importances == sorted(importances, reverse=True) and sum(importances) == pytest.approx(1.0, abs=1e-5)
     assert all(len(t["words"]) == 5 and all(isinstance(w, str) and w for w in t["words"]) for t in topics)
+    # The corrected topics, as the default ranker reads them (tests/test_correction.py: an index without them).
+    assert body["topic_set"] == "corrected"
 
 
 def test_a_documents_topic_words_are_those_of_its_search_explanation(client: FlaskClient) -> None:

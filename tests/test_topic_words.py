@@ -113,7 +113,7 @@ def test_no_shown_topic_word_is_a_fragment(dataset: str, shared_evaluation: Call
         found: dict[str, list[str]] = {}
         shown = 0
         for doc_id in ids:
-            document, topics = engine.document_topics(doc_id, words=5)
+            document, topics, _ = engine.document_topics(doc_id, words=5)
             words = [w for topic in topics[:5] for w in topic.words]
             shown += len(words)
             bad = _fragments(words, document.full_text)

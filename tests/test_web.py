@@ -321,7 +321,7 @@ def test_a_hits_explanation_shows_the_apis_topics_in_its_order_and_the_rest(page
         expect(hit).to_have_attribute("data-id", body["hits"][position]["id"])
         hit.locator("summary").click()
         shown = hit.locator(".topic-head strong").all_inner_texts()
-        assert shown == [f"Topic {t['topic']}" for t in explanation["topics"]]
+        assert shown == [f"Corrected topic {t['topic']}" for t in explanation["topics"]]  # the default's
         # Each topic's words as the API gives them (the fragment check over the shared
         # corpora, tests/test_topic_words.py, reads the API's words, not the page's).
         words = [topic.locator(".words").first.inner_text() for topic in hit.locator(".topic").all()]
@@ -418,6 +418,32 @@ def test_a_paper_shows_its_topics_and_papers_like_it(page: "Page", served: str) 
     _screenshot(page, "paper.png")
     page.goto("/ui#/paper/no-such-paper")
     expect(page.locator("#status")).to_contain_text("no stored document with id 'no-such-paper'")
+
+
+def test_a_topic_is_named_with_its_set_on_the_paper_page_and_in_compare(page: "Page", served: str) -> None:
+    """Topic 1 of the corrected topics (the paper page's, the default ranker's) and topic 1 of
+    the paper's (hidden_topics') are different topics: both were shown as "Topic 1"."""
+    from playwright.sync_api import expect
+
+    status, paper = _api(served, "GET", "/documents/P01-1027")
+    assert status == 200 and paper["topic_set"] == "corrected"
+    page.goto("/ui#/paper/P01-1027")
+    expect(page.locator("#paper-topics .topic")).to_have_count(8)
+    assert page.locator("#paper-topics .topic-head strong").all_inner_texts() == [f"Corrected topic {t['topic']}" for t in paper["topics"][:8]]
+    expect(page.locator("#paper-topics-set")).to_contain_text("Its corrected topics")
+    expect(page.locator("#paper-topics-set")).to_contain_text("hidden_topics and hidden_topics_code read its uncorrected ones")
+
+    page.goto("/ui#/compare")
+    page.get_by_label("Left ranker").select_option("hidden_topics")
+    _compare(page, QUERY)
+    expect(page.locator("#column-left h2")).to_have_text("hidden_topics")
+    for side, label in (("left", "Uncorrected topic "), ("right", "Corrected topic ")):
+        hit = page.locator(f"#column-{side} .hit").first
+        hit.locator("summary").click()
+        shown = hit.locator(".topic-head strong").all_inner_texts()
+        assert shown and all(re.fullmatch(re.escape(label) + r"\d+", name) for name in shown), (side, shown)
+    page.goto("/ui#/paper/no-such-paper")
+    expect(page.locator("#paper-topics-set")).to_be_empty()  # the last paper's note goes with its topics
 
 
 def test_a_failed_search_does_not_leave_the_last_querys_papers_under_it(page: "Page") -> None:

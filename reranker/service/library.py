@@ -80,7 +80,7 @@ def document_by_id(doc_id: str) -> Any:
 def _document(doc_id: str) -> Any:
     engine = runtime().engine()
     engine.check_index()
-    found, topics = engine.document_topics(doc_id)
+    found, topics, topic_set = engine.document_topics(doc_id)
     excerpt, truncated = opening(found.text, EXCERPT_WORDS)
     return jsonify(
         id=found.id,
@@ -88,6 +88,7 @@ def _document(doc_id: str) -> Any:
         excerpt=excerpt,
         truncated=truncated,
         topics=[{"topic": t.rank, "importance": t.importance, "words": list(t.words)} for t in topics],
+        topic_set=topic_set,
     )
 
 

@@ -715,6 +715,12 @@ class DocumentAnswer(Answer):
     excerpt: str = Field(description="the first 300 words of the text")
     truncated: bool = Field(description="whether the text goes on after the excerpt")
     topics: list[DocumentTopic] = Field(description="hidden topics, most important first")
+    topic_set: Literal["corrected", "paper"] = Field(
+        description='which topics `topics` lists: "corrected" (of the word vectors with the corpus\'s common direction '
+        'removed, as hidden_topics_corrected and its fusions, the shipped default among them, read them) where the index '
+        'has them, else "paper" '
+        "(the paper's, as hidden_topics and hidden_topics_code read them); a topic's number names another topic in each"
+    )
 
 
 class SimilarHit(Answer):

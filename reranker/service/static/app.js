@@ -86,6 +86,21 @@
     return hit.snippet ? el("p", { class: "snippet", text: hit.snippet + (hit.snippet_truncated ? " …" : "") }) : null;
   }
 
+  // A topic's number names another topic among the corrected topics (those of word vectors
+  // with the corpus's common direction removed: hidden_topics_corrected's and its fusions', the
+  // default ranker among them) than among the paper's (hidden_topics', hidden_topics_code's):
+  // "Topic 1" of one is not "Topic 1" of the other, so every topic is named with its set.
+  // `set`: /documents' `topic_set`, or topicSetOf an explanation's topic ranker.
+  function topicLabel(set, number) {
+    return `${set === "corrected" ? "Corrected" : "Uncorrected"} topic ${number}`;
+  }
+
+  // Which topics an explanation's topic ranker reads: only hidden_topics_corrected reads the
+  // corrected ones (a fusion's explanation names its topic ranker, not the fusion).
+  function topicSetOf(topicRanker) {
+    return topicRanker === "hidden_topics_corrected" ? "corrected" : "paper";
+  }
+
   function paperHref(id) {
     return "#/paper/" + encodeURIComponent(id);
   }
@@ -496,7 +511,7 @@
           el(
             "p",
             { class: "topic-head" },
-            el("strong", { text: `Topic ${topic.topic}` }),
+            el("strong", { text: topicLabel(topicSetOf(explanation.topic_ranker), topic.topic) }),
             ` importance ${number(topic.importance, 3)} · relevance ${number(topic.relevance, 3)}`,
             topic.background ? ` − background ${number(topic.background, 3)}` : null,
             ` · adds ${signed(topic.contribution, 5)}`
@@ -653,6 +668,7 @@
   function clearPaper() {
     byId("view-paper").querySelector(".paper-id").textContent = "";
     byId("paper-excerpt").textContent = "";
+    byId("paper-topics-set").textContent = "";
     byId("paper-topics").replaceChildren();
     byId("paper-similar").replaceChildren();
     byId("paper-similar-ranker").textContent = "";
@@ -677,6 +693,12 @@
     document.title = `${displayTitle(doc)} · reranker`;
     byId("view-paper").querySelector(".paper-id").textContent = `id ${doc.id}`;
     byId("paper-excerpt").textContent = doc.excerpt + (doc.truncated ? " …" : "");
+    byId("paper-topics-set").textContent =
+      doc.topic_set === "corrected"
+        ? "Its corrected topics (the word vectors' common direction removed), which hidden_topics_corrected and its " +
+          "fusions read; hidden_topics and hidden_topics_code read its uncorrected ones, so their numbers name other topics."
+        : "Its uncorrected topics (Gong et al.'s), which hidden_topics and hidden_topics_code read: the index holds no " +
+          "corrected topics of this paper.";
     const topics = byId("paper-topics");
     if (doc.topics.length === 0) topics.append(el("li", { class: "empty", text: "This paper has no topics (no word of it has a vector)." }));
     for (const topic of doc.topics.slice(0, 8)) {
@@ -684,7 +706,7 @@
         el(
           "li",
           { class: "topic" },
-          el("p", { class: "topic-head" }, el("strong", { text: `Topic ${topic.topic}` }), ` importance ${number(topic.importance, 3)}`),
+          el("p", { class: "topic-head" }, el("strong", { text: topicLabel(doc.topic_set, topic.topic) }), ` importance ${number(topic.importance, 3)}`),
           bar(topic.importance),
           el("p", { class: "words", text: topic.words.join(", ") || "—" })
         )
