@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,7 +28,7 @@ from conftest import SAMPLE, TINY_CORPUS, Service, http_json, run, settings_env,
 from flask.testing import FlaskClient
 
 import reranker.rankers as rankers
-from reranker.config import DEFAULT_RANKER, Settings
+from reranker.config import DEFAULT_RANKER, ServiceSettings, Settings
 from reranker.service import create_app
 from reranker.service.operations import openapi_document
 
@@ -701,10 +702,12 @@ def test_every_answer_has_a_request_id_and_one_access_line(client: FlaskClient, 
 
 
 def test_bad_service_settings_fail_at_start(indexed: Path) -> None:
-    from reranker.errors import UnknownRankerError
+    from reranker.errors import ConfigError, UnknownRankerError
 
-    with pytest.raises(UnknownRankerError, match="valid rankers"):
-        create_app(_settings(indexed, RERANKER_DEFAULT_RANKER="nope"))
+    with pytest.raises(ConfigError, match="RERANKER_DEFAULT_RANKER names no ranker: 'nope'; valid rankers"):
+        _settings(indexed, RERANKER_DEFAULT_RANKER="nope")
+    with pytest.raises(UnknownRankerError, match="valid rankers"):  # settings made in code
+        create_app(replace(_settings(indexed), service=ServiceSettings(default_ranker="nope")))
     code, _ = run(indexed, "serve", "--bind", "nowhere")
     assert code == 2
     with pytest.raises(SystemExit) as refused:  # argparse refuses it

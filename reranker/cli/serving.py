@@ -33,14 +33,12 @@ def add_parsers(commands: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.rankers import get_ranker
     from reranker.service.access import LOG_DATE_FORMAT, LOG_FORMAT
 
     # Its lines as gunicorn's own, which follow them (timestamp, pid, level), and so are
     # those of the workers it forks (reranker/service/access.py).
     for handler in logging.getLogger().handlers:
         handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
-    get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
     # _serve puts settings in the environment for gunicorn: they are put back when it
     # returns or fails, or a later command in the same process (main() called again, as
