@@ -677,7 +677,7 @@ def test_serve_on_an_empty_index_reranks_sent_texts_and_says_how(tmp_path: Path,
         output = service.stop()
     assert "(1 worker x 4 threads); API: http://" in output  # conftest.Service's pools, counted in good English
     warning = next(line for line in output.splitlines() if "the index is empty" in line)
-    assert "/search finds nothing until `reranker index CORPUS.jsonl`" in warning
+    assert "/search finds nothing (200, no hits) and /readyz answers 200 with documents: 0 until `reranker index CORPUS.jsonl`" in warning
     assert "/rerank and the Cohere routes rerank sent texts meanwhile" in warning
 
 
