@@ -23,6 +23,7 @@ from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from reranker.errors import ConfigError
+from reranker.ranker_names import RANKER_NAMES
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -372,6 +373,15 @@ class ServiceSettings:
         for name in ("workers", "threads", "timeout", "deadline_ms", "read_timeout", "max_documents", "max_text_chars", "max_window", "max_searches", "max_total_window", "events_per_query", "events_per_client", "max_events", "max_pending"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"service setting {name} must be >= 1, got {getattr(self, name)}")
+        if self.default_ranker not in RANKER_NAMES:
+            # Here, with the names alone: gunicorn's master checks it without loading numpy
+            # (reranker/ranker_names.py), and the line names the setting and, through the
+            # callers, whether the environment or the config file set it.
+            close = difflib.get_close_matches(self.default_ranker, RANKER_NAMES, n=1)
+            raise ConfigError(
+                f"RERANKER_DEFAULT_RANKER names no ranker: {self.default_ranker!r}"
+                f"{f' (did you mean {close[0]!r}?)' if close else ''}; valid rankers: {', '.join(sorted(RANKER_NAMES))}"
+            )
         for name in self.proxy_allow:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ConfigError(

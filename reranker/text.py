@@ -186,6 +186,15 @@ def counted(count: int, noun: str, *, plural: str | None = None, grouped: bool =
     return (f"{count:,}" if grouped else str(count)) + " " + (noun if count == 1 else plural or noun + "s")
 
 
+def rounded(value: float) -> str:
+    """A measured quantity as a person writes it in a message: two significant digits, and
+    no fraction from 10 up ("5" for 4.99933, "0.46" for 0.4567, "1913" for 1913.4).
+    A setting is shown as it was given instead."""
+    if abs(value) >= 10:
+        return str(round(value))
+    return f"{float(f'{value:.2g}'):g}"
+
+
 def listed(items: Sequence[str], shown: int) -> str:
     """The first `shown` of `items`, comma-separated, and how many more there are (for a
     message that names what it is about without printing thousands of ids)."""

@@ -37,8 +37,9 @@ from reranker.evaluation import (
     ranking_metrics,
 )
 from reranker.pipeline import Engine
+from reranker.ranker_names import METHODS, Method, fusion_name
 from reranker.rankers import CandidateSet, Ranker, Scores
-from reranker.rankers.fusion import METHODS, Fusion, Method, fusion_name
+from reranker.rankers.fusion import Fusion
 from reranker.types import Query
 
 METRIC = f"ndcg@{NDCG_CUTOFF}"

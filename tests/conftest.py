@@ -226,7 +226,8 @@ class Service:
     pipe: the access log writes a line per request, and a pipe nobody reads until the end
     fills up and blocks the server."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str], workers: int = 1, threads: int = 4) -> None:
+    def __init__(self, data_dir: Path, env: dict[str, str], workers: int = 1, threads: int = 4, probe: str = "/readyz") -> None:
+        """Started once `probe` answers 200 (/healthz: up, whether or not it is ready)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full = {**os.environ, "RERANKER_DATA_DIR": str(data_dir), "HOME": str(data_dir), **env}
@@ -240,7 +241,7 @@ class Service:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if http_json(self.url + "/readyz", timeout=5)[0] == 200:
+                if http_json(self.url + probe, timeout=5)[0] == 200:
                     return
             except OSError:
                 pass

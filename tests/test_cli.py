@@ -1303,7 +1303,8 @@ def test_an_unknown_default_ranker_is_refused_by_config_and_rankers_as_by_search
         code, out = run(data_dir, *argv)
         err = capsys.readouterr().err
         assert code == 2 and out == "", argv
-        assert err.startswith("reranker: error: unknown ranker 'hidden_topics_corected+bm25'; valid rankers: bm25, ") and err.count("\n") == 1, argv
+        said = "reranker: error: RERANKER_DEFAULT_RANKER names no ranker: 'hidden_topics_corected+bm25' (did you mean"
+        assert err.startswith(said) and "valid rankers: bm25, " in err and err.count("\n") == 1, argv
 
 
 def test_config_names_the_config_file_it_read(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1677,6 +1678,25 @@ def test_package_lines_under_gunicorn_never_raise_and_keep_its_level(level: str,
     err = capsys.readouterr().err
     assert ("[WARNING] reranker.store.opensearch: the cluster is slow" in err) == (level == "info"), err
     assert "Traceback" not in err or level == "info"  # logging's own report of the bad call, to stderr
+
+
+def test_serve_on_a_cluster_with_no_index_warns_of_the_answers_it_gives(data_dir: Path, osmem_clone: Any) -> None:
+    """It warned "the index is empty: /search finds nothing", as on the embedded store, while
+    /search answered 404 and /readyz 503 (tests/test_service.py has the embedded store's)."""
+    service = Service(data_dir, {"OPENSEARCH_URL": osmem_clone.url, "RERANKER_INDEX": "papers"}, threads=2, probe="/healthz")
+    try:
+        searched, _, body = http_json(service.url + "/search", {"query": "machine translation"})
+        ready, _, _ = http_json(service.url + "/readyz")
+        reranked, _, _ = http_json(service.url + "/rerank", {"query": "bread", "documents": ["bread and yeast", "ships at sea"]})
+    finally:
+        output = service.stop()
+    assert (searched, ready, reranked) == (404, 503, 200), body
+    (warning,) = [line for line in output.splitlines() if "[WARNING] reranker: " in line]  # the master's, before gunicorn starts
+    assert "the index is empty" not in warning and "finds nothing" not in warning, warning
+    assert (
+        "reranker: there is no index 'papers' yet: /search answers 404 (index_not_found_exception) and /readyz 503 until "
+        "`reranker index CORPUS.jsonl` makes it (or RERANKER_INDEX names one that exists); /rerank and the Cohere routes rerank sent texts"
+    ) in warning, warning
 
 
 def test_serve_writes_the_packages_log_lines_as_gunicorn_writes_its_own(data_dir: Path) -> None:

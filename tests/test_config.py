@@ -128,6 +128,36 @@ def test_the_service_settings_every_command_reads_are_still_checked_everywhere()
     assert (shared.service.default_ranker, shared.service.max_window) == ("bm25", 500)
 
 
+def test_an_unknown_default_ranker_is_a_bad_setting_named_as_such() -> None:
+    """RERANKER_DEFAULT_RANKER=foo was refused only where the default was used, as "unknown
+    ranker 'foo'" without the setting's name, and under gunicorn as a traceback per worker."""
+    for serving in (True, False):
+        with pytest.raises(ConfigError) as refused:
+            Settings.from_env({"HOME": "/h", "RERANKER_DEFAULT_RANKER": "hidden_topics_corected+bm25"}, serving=serving)
+        message = str(refused.value)
+        assert message.startswith(
+            "RERANKER_DEFAULT_RANKER names no ranker: 'hidden_topics_corected+bm25' (did you mean 'hidden_topics_corrected+bm25'?); "
+            "valid rankers: bm25, doc2vec, "
+        ), message
+        assert "\n" not in message
+
+
+def test_the_ranker_names_are_known_without_numpy() -> None:
+    """gunicorn's master checks RERANKER_DEFAULT_RANKER with these names before its workers
+    size their BLAS threads (reranker/threads.py): they must be the registry's, and reading
+    the settings must not load numpy."""
+    import subprocess
+    import sys
+
+    from reranker.ranker_names import RANKER_NAMES
+    from reranker.rankers import RANKERS
+
+    assert list(RANKER_NAMES) == list(RANKERS)
+    probe = "import sys, reranker.config; reranker.config.Settings.from_env(); print('numpy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
 class ReadNames(dict[str, str]):
     """An environment that records the names read from it."""
 

@@ -1034,6 +1034,51 @@ def test_a_cluster_that_answers_too_late_is_said_so_not_unreachable(osmem_clone:
         proxy.close()
 
 
+def test_the_time_left_of_a_deadline_is_said_as_a_person_writes_it(osmem_clone: Any, tmp_path: Path, glove: WordVectors) -> None:
+    """A search whose request had a time limit said "did not answer within 0.79933 s (what
+    was left of the request's deadline)": the digits of a measurement, not a duration."""
+    from reranker.store import end_time_limit, start_time_limit
+    from reranker.text import rounded
+
+    assert [rounded(value) for value in (4.99933, 0.4567, 0.0123, 9.96, 12.6, 1913.4, 2.0)] == ["5", "0.46", "0.012", "10", "13", "1913", "2"]
+    index_papers(tmp_path, OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="late")), glove)
+    proxy = ClusterProxy(osmem_clone.url, delay={"_search": 3.0})
+    try:
+        store = OpenSearchStore(OpenSearchSettings(hosts=(proxy.url,), alias="late", timeout=10, retries=0))
+        store.count()  # the alias resolved before the clock starts
+        limit = start_time_limit(0.8)
+        try:
+            with pytest.raises(StoreUnavailableError) as late:
+                store.bm25("ships", 10)
+        finally:
+            end_time_limit(limit)
+    finally:
+        proxy.close()
+    said = re.search(r"did not answer within (\S+) s \(what was left of the request's deadline\)", str(late.value))
+    assert said is not None and re.fullmatch(r"0\.\d\d?|0\.8", said[1]), late.value
+
+
+def test_a_search_late_from_a_stalled_first_stage_says_the_first_stage_took_the_time(
+    osmem_clone: Any, data_dir: Path, tmp_path: Path, glove: WordVectors
+) -> None:
+    """A cluster slow to answer the BM25 search used the whole deadline, and the answer said
+    "ranker 'hidden_topics_corrected+bm25:maxp' did not finish within the 500 ms deadline"."""
+    index_papers(tmp_path, OpenSearchStore(OpenSearchSettings(hosts=(osmem_clone.url,), alias="stalled")), glove)
+    proxy = ClusterProxy(osmem_clone.url, delay={"_search": 1.0})
+    # A cluster budget that outlasts the delay however long the first request loads the engine:
+    # the search gets its BM25 hits, late.
+    env = settings_env(data_dir, OPENSEARCH_URL=proxy.url, RERANKER_INDEX="stalled", RERANKER_DEADLINE_MS="500", RERANKER_CLUSTER_BUDGET_MS="30000")
+    app = create_app(Settings.from_env(env))
+    try:
+        body = app.test_client().post("/search", json={"query": "a grandmaster and his knight"}).get_json()
+    finally:
+        app.extensions["reranker"].close()
+        proxy.close()
+    assert body["status"] == "degraded" and body["hits"], body
+    said = re.fullmatch(r"the first stage \(BM25\) took (\d+) ms, past the 500 ms deadline: no time was left for ranker '(.+)'", body["reason"])
+    assert said is not None and int(said[1]) >= 1000 and said[2] == body["ranker"], body["reason"]
+
+
 def test_a_request_with_no_time_left_says_so_not_unreachable(os_store: OpenSearchStore) -> None:
     """A service request whose deadline and cluster budget were spent sends nothing more to
     the cluster; its 503 said "cannot reach OpenSearch at ...", as if the cluster were down."""

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,7 +28,7 @@ from conftest import SAMPLE, TINY_CORPUS, Service, http_json, run, settings_env,
 from flask.testing import FlaskClient
 
 import reranker.rankers as rankers
-from reranker.config import DEFAULT_RANKER, Settings
+from reranker.config import DEFAULT_RANKER, ServiceSettings, Settings
 from reranker.service import create_app
 from reranker.service.operations import openapi_document
 
@@ -369,7 +370,7 @@ def test_a_failing_or_slow_ranker_degrades_to_bm25_order(indexed: Path, monkeypa
     started = time.monotonic()
     body = client.post("/search", json={"query": QUERY, "ranker": "slow", "size": 5}).get_json()
     assert time.monotonic() - started < 2.0, "the deadline must cut the wait short"
-    assert body["status"] == "degraded" and "300 ms deadline" in body["reason"]
+    assert body["status"] == "degraded" and body["reason"].startswith("ranker 'slow' did not finish within the 300 ms deadline; the first stage (BM25) took ")
     assert [h["bm25_rank"] for h in body["hits"]] == [1, 2, 3, 4, 5]
     body = client.post("/rerank", json={"query": QUERY, "ranker": "broken", "documents": ["a ship", "a loaf"]}).get_json()
     assert body["status"] == "degraded" and [r["index"] for r in body["results"]] == [0, 1]
@@ -676,7 +677,7 @@ def test_serve_on_an_empty_index_reranks_sent_texts_and_says_how(tmp_path: Path,
         output = service.stop()
     assert "(1 worker x 4 threads); API: http://" in output  # conftest.Service's pools, counted in good English
     warning = next(line for line in output.splitlines() if "the index is empty" in line)
-    assert "/search finds nothing until `reranker index CORPUS.jsonl`" in warning
+    assert "/search finds nothing (200, no hits) and /readyz answers 200 with documents: 0 until `reranker index CORPUS.jsonl`" in warning
     assert "/rerank and the Cohere routes rerank sent texts meanwhile" in warning
 
 
@@ -701,10 +702,12 @@ def test_every_answer_has_a_request_id_and_one_access_line(client: FlaskClient, 
 
 
 def test_bad_service_settings_fail_at_start(indexed: Path) -> None:
-    from reranker.errors import UnknownRankerError
+    from reranker.errors import ConfigError, UnknownRankerError
 
-    with pytest.raises(UnknownRankerError, match="valid rankers"):
-        create_app(_settings(indexed, RERANKER_DEFAULT_RANKER="nope"))
+    with pytest.raises(ConfigError, match="RERANKER_DEFAULT_RANKER names no ranker: 'nope'; valid rankers"):
+        _settings(indexed, RERANKER_DEFAULT_RANKER="nope")
+    with pytest.raises(UnknownRankerError, match="valid rankers"):  # settings made in code
+        create_app(replace(_settings(indexed), service=ServiceSettings(default_ranker="nope")))
     code, _ = run(indexed, "serve", "--bind", "nowhere")
     assert code == 2
     with pytest.raises(SystemExit) as refused:  # argparse refuses it

@@ -32,6 +32,7 @@ import pytest
 from conftest import REPO, free_port, http_json, sample_indexed, stalled_request
 from test_docker import dockerfile_env, gunicorn_argv, gunicorn_option, repo_path_of
 
+from reranker.rankers import RANKERS
 from reranker.threads import VARIABLES
 
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
@@ -251,15 +252,18 @@ def test_gunicorn_started_by_hand_runs_the_config_files_service_settings(data_di
     assert sum("Booting worker" in line for line in server.lines) == 1, server.lines  # the default: one per core
 
 
-@pytest.mark.parametrize("source", ["environment", "config file"])
+@pytest.mark.parametrize("source", ["environment", "config file", "default ranker"])
 def test_gunicorn_started_by_hand_refuses_a_bad_setting_in_one_line(data_dir: Path, tmp_path: Path, source: str) -> None:
     """The image's way to start (gunicorn -c gunicorn.conf.py): a bad service setting was a
-    traceback from the config file, and a bad store or ranker setting one traceback per
-    worker as each failed to boot; `reranker serve` says it in one line."""
+    traceback from the config file, and a bad store or ranker setting (RERANKER_DEFAULT_RANKER
+    too) one traceback per worker as each failed to boot; `reranker serve` says it in one line."""
     config = tmp_path / "reranker.toml"
     config.write_text('RERANKER_THREADS = "x"\n')
     if source == "environment":
         env, expected = {"RERANKER_K": "abc"}, "reranker: error: RERANKER_K must be an integer, got 'abc' (from the environment)"
+    elif source == "default ranker":
+        env = {"RERANKER_DEFAULT_RANKER": "foo"}
+        expected = f"reranker: error: RERANKER_DEFAULT_RANKER names no ranker: 'foo'; valid rankers: {', '.join(sorted(RANKERS))} (from the environment)"
     else:
         env, expected = {"RERANKER_CONFIG": str(config)}, f"reranker: error: RERANKER_THREADS must be an integer, got 'x' (from the config file {config})"
     argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{free_port()}", "--workers", "1", "reranker.service:create_app()"]

@@ -337,7 +337,6 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
     from reranker.pipeline import listed_rankers
 
     default = settings.service.default_ranker
-    get_ranker(default)  # a typo in RERANKER_DEFAULT_RANKER: refused as by search and serve, not listed as no default
     engines: list[Engine] = []
     missing: list[IndexNotFoundError] = []
 
@@ -370,8 +369,6 @@ def cmd_rankers(args: argparse.Namespace, settings: Settings, out: TextIO) -> in
 def cmd_config(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.config import ENVIRONMENT, config_file_path
 
-    # As serve refuses it: config must not show a default ranker that every search would refuse.
-    get_ranker(settings.service.default_ranker)
     cluster = settings.opensearch_store
     source = config_file_path(args.config)  # the file Settings.from_env read, as it read it
     print(f"store: {'OpenSearch at ' + cluster.display_hosts if cluster else 'embedded, in ' + str(settings.data_dir / 'index')}", file=out)

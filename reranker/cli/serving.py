@@ -33,14 +33,12 @@ def add_parsers(commands: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    from reranker.rankers import get_ranker
     from reranker.service.access import LOG_DATE_FORMAT, LOG_FORMAT
 
     # Its lines as gunicorn's own, which follow them (timestamp, pid, level), and so are
     # those of the workers it forks (reranker/service/access.py).
     for handler in logging.getLogger().handlers:
         handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
-    get_ranker(settings.service.default_ranker)  # a typo in RERANKER_DEFAULT_RANKER fails here
     check_port_free(settings.service.bind)
     # _serve puts settings in the environment for gunicorn: they are put back when it
     # returns or fails, or a later command in the same process (main() called again, as
@@ -86,12 +84,12 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         log.warning("cannot read which vectors the index was built with yet: %s", exc)
         spec = settings.vectors or DEFAULT_VECTORS
     else:
-        if _is_empty(store):
+        nothing = _nothing_indexed(store, settings)
+        if nothing:
             log.warning(
-                "the index is empty: /search finds nothing until `reranker index CORPUS.jsonl`; /rerank and the Cohere "
-                "routes rerank sent texts meanwhile, by their order and topics (the word statistics are the vectors' own "
-                "and the sent texts', not a corpus's)"
-            )
+                "%s; /rerank and the Cohere routes rerank sent texts meanwhile, by their order and topics (the word "
+                "statistics are the vectors' own and the sent texts', not a corpus's)", nothing,
+            )  # fmt: skip
     finally:
         store.close()
     vectors = load_vectors(spec, settings.vectors_cache, conversion_progress)
@@ -107,15 +105,26 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     serve(settings)
     return 0
 
-def _is_empty(store: "Store") -> bool:
+def _nothing_indexed(store: "Store", settings: Settings) -> str | None:
+    """What the search routes answer while nothing is indexed, as this store answers it;
+    None once something is (or while the cluster's state is unknown: /readyz says it)."""
     from reranker.errors import IndexNotFoundError, StoreUnavailableError
 
     try:
-        return store.count() == 0
-    except IndexNotFoundError:  # no alias yet: nothing indexed
-        return True
-    except StoreUnavailableError:  # the cluster's state is /readyz's to report
-        return False
+        if store.count() > 0:
+            return None
+    except IndexNotFoundError:
+        # The OpenSearch store before its first `reranker index`: no alias to search.
+        cluster = settings.opensearch_store
+        alias = f" {cluster.alias!r}" if cluster else ""
+        return (
+            f"there is no index{alias} yet: /search answers 404 (index_not_found_exception) and /readyz 503 until "
+            "`reranker index CORPUS.jsonl` makes it (or RERANKER_INDEX names one that exists)"
+        )
+    except StoreUnavailableError:
+        return None
+    return "the index is empty: /search finds nothing (200, no hits) and /readyz answers 200 with documents: 0 until `reranker index CORPUS.jsonl`"
+
 
 def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Run osmem-server in the foreground until Ctrl-C: the OpenSearch walkthrough without Docker."""

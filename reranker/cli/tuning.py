@@ -32,7 +32,7 @@ def _weights(raw: str) -> list[float]:
 
 
 def add_parsers(commands: Any) -> None:
-    from reranker.rankers.fusion import METHODS
+    from reranker.ranker_names import METHODS
 
     tune = commands.add_parser(
         "tune",

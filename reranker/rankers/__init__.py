@@ -9,7 +9,6 @@ from BM25 hits (and texts a caller sent) only.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
@@ -19,13 +18,14 @@ import numpy.typing as npt
 
 from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_WMD_BUDGET_MS
 from reranker.errors import UnknownRankerError
+from reranker.ranker_names import BASES, fusion_name, fusions
 from reranker.topics import Variant
 from reranker.types import Candidate, Centering, DocVectorBatch, Query, TopicBatch
 
 if TYPE_CHECKING:
     from reranker.doc2vec import Doc2VecModel
     from reranker.embeddings import WordVectors
-    from reranker.rankers.fusion import Method
+    from reranker.ranker_names import Method
 
 Scores = npt.NDArray[np.float64]
 WordIds = npt.NDArray[np.int32]
@@ -151,15 +151,11 @@ def rank_candidates(scores: Scores, window: CandidateSet) -> list[int]:
     return [int(i) for i in np.lexsort((bm25_ranks, -scores))]
 
 
-# The rankers that join N-way fusions: one of each kind of evidence (topics, a document
-# embedding, word-level transport), so a fusion adds a view rather than a near copy.
-N_WAY_BASES = ("hidden_topics_corrected", "doc2vec", "wmd")
-
-
 def _registry() -> dict[str, RankerFactory]:
+    """A factory for each of RANKER_NAMES (reranker/ranker_names.py), in its order."""
     from reranker.rankers.bm25 import Bm25Ranker
     from reranker.rankers.doc2vec import Doc2VecRanker
-    from reranker.rankers.fusion import METHODS, Fusion, fusion_name
+    from reranker.rankers.fusion import Fusion
     from reranker.rankers.hidden_topics import CorrectedTopicsRanker, HiddenTopicsRanker
     from reranker.rankers.wmd import WmdRanker
 
@@ -174,15 +170,9 @@ def _registry() -> dict[str, RankerFactory]:
     def fused(factories: Sequence[RankerFactory], method: "Method") -> RankerFactory:
         return lambda options: Fusion([factory(options) for factory in factories], method, options.fusion_weight)
 
-    registry: dict[str, RankerFactory] = {"bm25": lambda options: Bm25Ranker(), **bases}
-    # Two-way fusions of every ranker with BM25, and N-way fusions of the rankers that
-    # see a document differently (corrected topics, Doc2Vec, WMD), each with BM25.
-    combinations = [(name,) for name in bases] + [
-        combo for size in (2, 3) for combo in itertools.combinations(N_WAY_BASES, size)
-    ]
-    for combo in combinations:
-        for method in METHODS:
-            registry[fusion_name(combo, method)] = fused([bases[name] for name in combo], method)
+    registry: dict[str, RankerFactory] = {"bm25": lambda options: Bm25Ranker(), **{name: bases[name] for name in BASES}}
+    for combo, method in fusions():
+        registry[fusion_name(combo, method)] = fused([bases[name] for name in combo], method)
     return registry
 
 

@@ -21,16 +21,15 @@ the candidates a ranker could not score (see `fuse`), which no fusion library do
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from reranker.config import DEFAULT_FUSION_WEIGHT
+from reranker.ranker_names import METHODS, Method, fusion_name
 from reranker.rankers import CandidateSet, Need, Ranker, Scores, rank_candidates
 from reranker.types import Query
 
-Method = Literal["minmax", "zscore", "rrf", "maxp"]
-METHODS: tuple[Method, ...] = ("minmax", "zscore", "rrf", "maxp")
 RRF_K = 60  # the constant of Cormack et al.; it damps the weight of the very first ranks
 # A spread this small (relative to the scores) is float noise, not a difference: scaling
 # it up to [0, 1] would turn identical documents that differ in the last bit into the best
@@ -90,13 +89,6 @@ class FusionPart:
     name: str
     own: Scores
     share: Scores
-
-
-def fusion_name(bases: str | Sequence[str], method: Method) -> str:
-    """The registry name: `hidden_topics+bm25` (min-max), `wmd+bm25:rrf`,
-    `hidden_topics_corrected+doc2vec+bm25`, ..."""
-    joined = bases if isinstance(bases, str) else "+".join(bases)
-    return f"{joined}+bm25" if method == "minmax" else f"{joined}+bm25:{method}"
 
 
 class Fusion:

@@ -40,7 +40,7 @@ from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
 from reranker.service.schema import Candidate as SentCandidate
 from reranker.store.events import Experiment, ShownQuery, randomisation_unit
-from reranker.text import SNIPPET_WORDS, opening
+from reranker.text import SNIPPET_WORDS, opening, rounded
 from reranker.types import Candidate, Explanation, Filter, Query, TopicBatch
 
 if TYPE_CHECKING:
@@ -56,11 +56,33 @@ class DeadlineExceeded(Exception):
 
 
 class Deadline:
-    """A point in time a request must answer by (monotonic clock)."""
+    """A point in time a request must answer by (monotonic clock), and the stage before
+    the rerank that spent part of it (`spent_on`), so that a late answer can say which
+    stage used the time: a stalled cluster's first stage, or the ranker."""
 
     def __init__(self, milliseconds: float) -> None:
         self.milliseconds = milliseconds
-        self.at = time.monotonic() + milliseconds / 1000.0
+        self.started = time.monotonic()
+        self.at = self.started + milliseconds / 1000.0
+        self.before: tuple[str, float] | None = None  # (stage, its milliseconds)
+
+    def spent_on(self, stage: str) -> None:
+        """`stage` ran from the deadline's start until now (the rerank comes next)."""
+        self.before = (stage, 1000 * (time.monotonic() - self.started))
+
+    def late(self, what: str) -> str:
+        """Why the rerank did not finish: `what` ("ranker 'wmd'") and the deadline, or the
+        stage before it when that stage took most of the time."""
+        deadline = f"the {self.milliseconds:g} ms deadline"
+        if self.before is None:
+            return f"{what} did not finish within {deadline}"
+        stage, spent = self.before
+        left = self.milliseconds - spent
+        if left <= 0:
+            return f"{stage} took {rounded(spent)} ms, past {deadline}: no time was left for {what}"
+        if spent >= left:
+            return f"{stage} took {rounded(spent)} ms of {deadline}: {what} did not finish in the {rounded(left)} ms left"
+        return f"{what} did not finish within {deadline}; {stage} took {rounded(spent)} ms of it"
 
     def remaining(self) -> float:
         return max(0.0, self.at - time.monotonic())
@@ -282,9 +304,9 @@ class Runtime:
             raise  # the ranker cannot run on this index at all (no model): the caller's 409
         except FutureTimeout:
             future.cancel()
-            return self._degraded(endpoint, ranker, "timeout", f"ranker {ranker.name!r} did not finish within the {deadline.milliseconds:g} ms deadline", started, size), None
+            return self._degraded(endpoint, ranker, "timeout", deadline.late(f"ranker {ranker.name!r}"), started, size), None
         except DeadlineExceeded:
-            return self._degraded(endpoint, ranker, "timeout", f"the {deadline.milliseconds:g} ms deadline passed while computing topics", started, size), None
+            return self._degraded(endpoint, ranker, "timeout", deadline.late("computing topics"), started, size), None
         except StoreError as exc:  # the candidates' topics (or vectors) could not be fetched
             return self.degraded_topics(endpoint, ranker, exc, size), None
         except Exception as exc:  # a failing ranker must not fail the search: fail open
@@ -400,6 +422,7 @@ class Runtime:
         # cluster down: 503
         candidates = tuple(engine.store.bm25(text, first_stage_depth(window, size, self.limits.max_window, offset), filters))
         retrieved = time.perf_counter()
+        deadline.spent_on("the first stage (BM25)")
         reranked = candidates[:window]
         outcome: Reranked
         interleaved: Interleaved | None = None
@@ -519,6 +542,7 @@ class Runtime:
                 stored = engine.store.topics(ids, corrected=corrected)
             except StoreUnavailableError as exc:
                 return self.degraded_topics(endpoint, ranker, exc, len(documents)), query
+            deadline.spent_on("reading the stored topics")
             # Each missing id once, in the order sent (a window may name one twice).
             unresolved = list(dict.fromkeys(doc.id for doc in documents if doc.id in stored.missing and doc.text is None))
             if unresolved:

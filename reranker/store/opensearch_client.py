@@ -11,6 +11,7 @@ from typing import Any
 
 from reranker.config import OpenSearchSettings
 from reranker.store import opaque_id, time_left
+from reranker.text import rounded
 
 # The headers of the last cluster response this thread received (see `response_headers`).
 _LAST_HEADERS = threading.local()
@@ -173,7 +174,8 @@ def unreachable(config: OpenSearchSettings, what: str, exc: Any) -> str:
         # The cluster took the request: it is slow or hangs, not out of reach.
         seconds = float(waited.group(1))
         bound = "OPENSEARCH_TIMEOUT" if seconds >= config.timeout else "what was left of the request's deadline"
-        return f"OpenSearch at {config.display_hosts} did not answer within {seconds:g} s ({bound}) ({what})"
+        # What was left of a deadline is a measurement (4.99933 s): said as a person would.
+        return f"OpenSearch at {config.display_hosts} did not answer within {rounded(seconds)} s ({bound}) ({what})"
     return f"cannot reach OpenSearch at {config.display_hosts} ({what}): {error_reason(exc)}"
 
 
