@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import html.entities
 import re
 from functools import lru_cache
 from importlib import resources
@@ -37,8 +38,13 @@ _SOFT_BREAK = re.compile("\u00ad\\s*")
 _REFERENCE = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
 
 
-def _unescaped(match: re.Match[str]) -> str:
-    return html.unescape(match.group())
+def _decoded(reference: re.Match[str]) -> str:
+    found = reference.group()
+    if found[1] == "#":
+        return html.unescape(found)  # its rules for code points no character has ("&#0;": U+FFFD)
+    # Looked up whole: html.unescape reads the longest name it knows at the start, as HTML
+    # reads "&copy" without ";", so "&copyright;" would be "©right;", "&ampersand;" "&ersand;".
+    return html.entities.html5.get(found[1:], found)
 
 
 def unescaped(text: str) -> str:
@@ -47,7 +53,7 @@ def unescaped(text: str) -> str:
     if "&" not in text:
         return text
     for _ in range(3):  # escaped at most three times over: each pass decodes one
-        decoded = _REFERENCE.sub(_unescaped, text)
+        decoded = _REFERENCE.sub(_decoded, text)
         if decoded == text:
             break
         text = decoded

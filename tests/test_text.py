@@ -47,6 +47,13 @@ def test_character_references_are_read_as_the_characters_they_name() -> None:
     assert opening("the &amp;quot;best&amp;quot; multi\u00ad lingual parse", 4) == ("the \"best\" multi\u00ad lingual", True)
 
 
+def test_a_named_reference_is_read_only_when_its_whole_name_is_known() -> None:
+    # html.unescape alone reads the longest known name at the start ("&copy", "&amp", "&not"
+    # are HTML's without ";"): "&copyright;" was "©right;", the word "right".
+    assert plain_text("&copyright; &ampersand; &notit; &copy;") == "&copyright; &ampersand; &notit; ©"
+    assert tokenize("&copyright; &ampersand;") == ["copyright", "ampersand"]
+
+
 def test_the_stop_list_is_configurable(tmp_path: Path) -> None:
     path = tmp_path / "stop.txt"
     path.write_text("# my list\nsummary\n\nVectors\n", encoding="utf-8")
