@@ -121,8 +121,14 @@ def stop_list_info(stopwords: frozenset[str] | None, path: Path | None = None) -
 
 def tokenize(text: str, stopwords: frozenset[str] | None = None) -> list[str]:
     """Content words of `text`, in order, with repeats (one entry per occurrence)."""
+    return _content_tokens(plain_text(text), stopwords)
+
+
+def _content_tokens(plain: str, stopwords: frozenset[str] | None) -> list[str]:
+    """`tokenize` of text that is `plain_text` already (which is not always the same text
+    twice over: a fourth escape, or a reference broken by a soft hyphen, is read once)."""
     stop = default_stopwords() if stopwords is None else stopwords
-    words = _TOKEN.findall(plain_text(text).lower())
+    words = _TOKEN.findall(plain.lower())
     # isalpha() is a C-speed test that clears nearly every word of the digit check (a
     # letter is never a decimal digit); only the rest pay for the regular expression.
     return [w for w in words if len(w) > 1 and w not in stop and (w.isalpha() or not _DIGIT.search(w))]
@@ -177,7 +183,7 @@ def content_words(text: str, stopwords: frozenset[str] | None = None) -> tuple[l
     # every character one character, as the two texts then align character for character.
     # A few letters do not ("İ" -> "i" + a combining dot, which is no letter).
     if not text.isascii() and len(text.lower()) != len(text):
-        tokens = tokenize(text, stopwords)
+        tokens = _content_tokens(text, stopwords)
     return tokens, readable
 
 

@@ -54,6 +54,14 @@ def test_a_named_reference_is_read_only_when_its_whole_name_is_known() -> None:
     assert tokenize("&copyright; &ampersand;") == ["copyright", "ampersand"]
 
 
+def test_the_one_pass_reads_the_text_once_as_tokenize_does() -> None:
+    # Where lowering lengthens the text ("İ"), the pass takes tokenize's words of the text it
+    # made plain: made plain again, a fourth escape or a reference broken by a soft hyphen read
+    # as other words ("amp", "lt").
+    for text in ("İstanbul &amp;amp;amp;amp;lt;", "İx &am\u00adp; word"):
+        assert content_words(text)[0] == tokenize(text)
+
+
 def test_the_stop_list_is_configurable(tmp_path: Path) -> None:
     path = tmp_path / "stop.txt"
     path.write_text("# my list\nsummary\n\nVectors\n", encoding="utf-8")
