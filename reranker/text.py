@@ -180,9 +180,11 @@ def content_words(text: str, stopwords: frozenset[str] | None = None) -> tuple[l
             if is_readable(token, word):
                 readable.append(word)
     # `tokenize` finds the words of the lowered text: the same ones wherever lowering keeps
-    # every character one character, as the two texts then align character for character.
-    # A few letters do not ("İ" -> "i" + a combining dot, which is no letter).
-    if not text.isascii() and len(text.lower()) != len(text):
+    # every character one character, as the two texts then align character for character,
+    # and lowers each as it lowers alone. A few letters are longer lowered ("İ" -> "i" + a
+    # combining dot, which is no letter), and "Σ" is lowered by what follows it, past the
+    # word's end: "ς" ending "aΣ" alone, "σ" in "aΣ'a" (str.lower's one such letter).
+    if not text.isascii() and (len(text.lower()) != len(text) or "\u03a3" in text):
         tokens = _content_tokens(text, stopwords)
     return tokens, readable
 

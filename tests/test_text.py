@@ -69,6 +69,13 @@ def test_the_one_pass_reads_the_text_once_as_tokenize_does() -> None:
         assert content_words(text)[0] == tokenize(text)
 
 
+def test_the_one_pass_lowers_a_final_sigma_as_tokenize_does() -> None:
+    # str.lower reads past a word's end for "Σ": the word "aΣ" alone ends in "ς", and in
+    # "aΣ'a" or "ΑΣ.Β" (an apostrophe or a full stop between letters) in "σ".
+    for text in ("aΣ'a", "ΟΔΟΣ.Β", "ΟΔΟΣ Β"):
+        assert content_words(text)[0] == tokenize(text)
+
+
 def test_the_stop_list_is_configurable(tmp_path: Path) -> None:
     path = tmp_path / "stop.txt"
     path.write_text("# my list\nsummary\n\nVectors\n", encoding="utf-8")
