@@ -42,7 +42,7 @@ from reranker.errors import ConfigError, ForeignIndexError, IndexMismatchError, 
 from reranker.extraction import Correction, estimate_centering, topics_of_tokens
 from reranker.store import IndexInfo, PublishResult, Store
 from reranker.store.text_index import passage_words
-from reranker.text import content_words, stop_list_info, tokenize
+from reranker.text import content_words, stop_list_info, tokenize, tokenized_lines
 from reranker.types import (
     Centering,
     CorrectedTopics,
@@ -652,7 +652,7 @@ def corpus_sentences(corpus: Path, stopwords: frozenset[str]) -> tuple[list[list
             skipped += 1
             continue
         documents += 1
-        sentences.extend(tokens for line in item.full_text.splitlines() if (tokens := tokenize(line, stopwords)))
+        sentences.extend(tokenized_lines(item.full_text, stopwords))
     return sentences, documents, skipped
 
 

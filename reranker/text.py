@@ -134,6 +134,14 @@ def _content_tokens(plain: str, stopwords: frozenset[str] | None) -> list[str]:
     return [w for w in words if len(w) > 1 and w not in stop and (w.isalpha() or not _DIGIT.search(w))]
 
 
+def tokenized_lines(text: str, stopwords: frozenset[str] | None = None) -> list[list[str]]:
+    """`tokenize` of each line of `text` that has a content word. The text is made plain
+    first, as a whole: a word broken at a soft hyphen before a line's end is one word, and
+    the line it ends joins the line it starts (split first, its pieces were two words on
+    two lines)."""
+    return [tokens for line in plain_text(text).splitlines() if (tokens := _content_tokens(line, stopwords))]
+
+
 # Roman numerals number pages, sections and lists ("ii", "xiv", "lii"); of two letters or
 # more, only "mix" is also an English word. A few acronyms are numerals in form ("CD", "MD",
 # "CM") and are not shown either.

@@ -10,7 +10,7 @@ from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 from reranker.embeddings import WordVectors
 from reranker.errors import ConfigError, IndexMismatchError, InputError, StoreError
 from reranker.extraction import document_topics
-from reranker.indexing import index_corpus, index_documents, read_corpus
+from reranker.indexing import corpus_sentences, index_corpus, index_documents, read_corpus
 from reranker.store import IndexInfo
 from reranker.store.embedded import EmbeddedStore
 from reranker.types import Document, StoredDocument
@@ -185,3 +185,10 @@ def test_a_run_without_rebuild_never_deletes(
     assert (report.unchanged, report.indexed, report.dropped, report.total_documents) == (5, 5, 0, 35)
     with pytest.raises(StoreError, match="only a rebuild drops documents"):
         store.drop_absent(set())
+
+
+def test_word2vec_reads_a_word_broken_across_lines_as_one_word(tmp_path: Path) -> None:
+    # A sentence a line, of the text as the topics read it: split into lines first, "lan\xad"
+    # and "guage" were two words on two lines.
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "spoken lan\u00ad\nguage models\n&amp;amp; ocean"}])
+    assert corpus_sentences(corpus, frozenset())[0] == [["spoken", "language", "models"], ["ocean"]]
