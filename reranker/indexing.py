@@ -669,8 +669,9 @@ class TrainedVectors:
 
 def trained_vectors_path(corpus: Path, data_dir: Path, params: Word2VecParams, stopwords: frozenset[str]) -> Path:
     """Where `train_corpus_vectors` keeps the vectors of this corpus and settings: the
-    name is a digest of the corpus file's bytes, the parameters and the stop list, so the
-    same command reuses them and any change trains anew."""
+    name is a digest of the corpus file's bytes, the parameters, the stop list and
+    DERIVATION (which counts changes to how words are read from a text, `plain_text`'s
+    among them), so the same command reuses them and any change trains anew."""
     digest = hashlib.sha256()
     try:
         with corpus.open("rb") as handle:
@@ -678,7 +679,7 @@ def trained_vectors_path(corpus: Path, data_dir: Path, params: Word2VecParams, s
                 digest.update(block)
     except OSError as exc:
         raise InputError(f"cannot read corpus: {exc.strerror}", str(corpus)) from None
-    digest.update(json.dumps([params.__dict__, sorted(stopwords)]).encode())
+    digest.update(json.dumps([params.__dict__, sorted(stopwords), DERIVATION]).encode())
     return data_dir / "word2vec" / f"{corpus.stem}-{digest.hexdigest()[:16]}.kv"
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 
-from reranker.embeddings import WordVectors
+from reranker import indexing
+from reranker.embeddings import Word2VecParams, WordVectors
 from reranker.errors import ConfigError, IndexMismatchError, InputError, StoreError
 from reranker.extraction import document_topics
-from reranker.indexing import corpus_sentences, index_corpus, index_documents, read_corpus
+from reranker.indexing import corpus_sentences, index_corpus, index_documents, read_corpus, trained_vectors_path
 from reranker.store import IndexInfo
 from reranker.store.embedded import EmbeddedStore
 from reranker.types import Document, StoredDocument
@@ -192,3 +193,14 @@ def test_word2vec_reads_a_word_broken_across_lines_as_one_word(tmp_path: Path) -
     # and "guage" were two words on two lines.
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "spoken lan\u00ad\nguage models\n&amp;amp; ocean"}])
     assert corpus_sentences(corpus, frozenset())[0] == [["spoken", "language", "models"], ["ocean"]]
+
+
+def test_vectors_trained_before_words_were_read_otherwise_are_not_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Vectors trained on the same corpus before the text cleaning (DERIVATION 5) learnt "amp",
+    # "quot" and the pieces of broken words: the next training of that corpus trains anew.
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "fea\u00ad tures &amp;amp;"}])
+    params = Word2VecParams()
+    now = trained_vectors_path(corpus, tmp_path, params, frozenset())
+    assert trained_vectors_path(corpus, tmp_path, params, frozenset()) == now
+    monkeypatch.setattr(indexing, "DERIVATION", indexing.DERIVATION - 1)
+    assert trained_vectors_path(corpus, tmp_path, params, frozenset()) != now
