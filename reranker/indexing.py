@@ -42,7 +42,7 @@ from reranker.errors import ConfigError, ForeignIndexError, IndexMismatchError, 
 from reranker.extraction import Correction, estimate_centering, topics_of_tokens
 from reranker.store import IndexInfo, PublishResult, Store
 from reranker.store.text_index import passage_words
-from reranker.text import content_words, stop_list_info, tokenize
+from reranker.text import content_words, stop_list_info, tokenize, tokenized_lines
 from reranker.types import (
     Centering,
     CorrectedTopics,
@@ -652,7 +652,7 @@ def corpus_sentences(corpus: Path, stopwords: frozenset[str]) -> tuple[list[list
             skipped += 1
             continue
         documents += 1
-        sentences.extend(tokens for line in item.full_text.splitlines() if (tokens := tokenize(line, stopwords)))
+        sentences.extend(tokenized_lines(item.full_text, stopwords))
     return sentences, documents, skipped
 
 
@@ -669,8 +669,9 @@ class TrainedVectors:
 
 def trained_vectors_path(corpus: Path, data_dir: Path, params: Word2VecParams, stopwords: frozenset[str]) -> Path:
     """Where `train_corpus_vectors` keeps the vectors of this corpus and settings: the
-    name is a digest of the corpus file's bytes, the parameters and the stop list, so the
-    same command reuses them and any change trains anew."""
+    name is a digest of the corpus file's bytes, the parameters, the stop list and
+    DERIVATION (which counts changes to how words are read from a text, `plain_text`'s
+    among them), so the same command reuses them and any change trains anew."""
     digest = hashlib.sha256()
     try:
         with corpus.open("rb") as handle:
@@ -678,7 +679,7 @@ def trained_vectors_path(corpus: Path, data_dir: Path, params: Word2VecParams, s
                 digest.update(block)
     except OSError as exc:
         raise InputError(f"cannot read corpus: {exc.strerror}", str(corpus)) from None
-    digest.update(json.dumps([params.__dict__, sorted(stopwords)]).encode())
+    digest.update(json.dumps([params.__dict__, sorted(stopwords), DERIVATION]).encode())
     return data_dir / "word2vec" / f"{corpus.stem}-{digest.hexdigest()[:16]}.kv"
 
 

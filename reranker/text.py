@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import html.entities
 import re
 from functools import lru_cache
 from importlib import resources
@@ -37,8 +38,13 @@ _SOFT_BREAK = re.compile("\u00ad\\s*")
 _REFERENCE = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});")
 
 
-def _unescaped(match: re.Match[str]) -> str:
-    return html.unescape(match.group())
+def _decoded(reference: re.Match[str]) -> str:
+    found = reference.group()
+    if found[1] == "#":
+        return html.unescape(found)  # its rules for code points no character has ("&#0;": U+FFFD)
+    # Looked up whole: html.unescape reads the longest name it knows at the start, as HTML
+    # reads "&copy" without ";", so "&copyright;" would be "©right;", "&ampersand;" "&ersand;".
+    return html.entities.html5.get(found[1:], found)
 
 
 def unescaped(text: str) -> str:
@@ -47,7 +53,7 @@ def unescaped(text: str) -> str:
     if "&" not in text:
         return text
     for _ in range(3):  # escaped at most three times over: each pass decodes one
-        decoded = _REFERENCE.sub(_unescaped, text)
+        decoded = _REFERENCE.sub(_decoded, text)
         if decoded == text:
             break
         text = decoded
@@ -115,11 +121,25 @@ def stop_list_info(stopwords: frozenset[str] | None, path: Path | None = None) -
 
 def tokenize(text: str, stopwords: frozenset[str] | None = None) -> list[str]:
     """Content words of `text`, in order, with repeats (one entry per occurrence)."""
+    return _content_tokens(plain_text(text), stopwords)
+
+
+def _content_tokens(plain: str, stopwords: frozenset[str] | None) -> list[str]:
+    """`tokenize` of text that is `plain_text` already (which is not always the same text
+    twice over: a fourth escape, or a reference broken by a soft hyphen, is read once)."""
     stop = default_stopwords() if stopwords is None else stopwords
-    words = _TOKEN.findall(plain_text(text).lower())
+    words = _TOKEN.findall(plain.lower())
     # isalpha() is a C-speed test that clears nearly every word of the digit check (a
     # letter is never a decimal digit); only the rest pay for the regular expression.
     return [w for w in words if len(w) > 1 and w not in stop and (w.isalpha() or not _DIGIT.search(w))]
+
+
+def tokenized_lines(text: str, stopwords: frozenset[str] | None = None) -> list[list[str]]:
+    """`tokenize` of each line of `text` that has a content word. The text is made plain
+    first, as a whole: a word broken at a soft hyphen before a line's end is one word, and
+    the line it ends joins the line it starts (split first, its pieces were two words on
+    two lines)."""
+    return [tokens for line in plain_text(text).splitlines() if (tokens := _content_tokens(line, stopwords))]
 
 
 # Roman numerals number pages, sections and lists ("ii", "xiv", "lii"); of two letters or
@@ -168,10 +188,12 @@ def content_words(text: str, stopwords: frozenset[str] | None = None) -> tuple[l
             if is_readable(token, word):
                 readable.append(word)
     # `tokenize` finds the words of the lowered text: the same ones wherever lowering keeps
-    # every character one character, as the two texts then align character for character.
-    # A few letters do not ("İ" -> "i" + a combining dot, which is no letter).
-    if not text.isascii() and len(text.lower()) != len(text):
-        tokens = tokenize(text, stopwords)
+    # every character one character, as the two texts then align character for character,
+    # and lowers each as it lowers alone. A few letters are longer lowered ("İ" -> "i" + a
+    # combining dot, which is no letter), and "Σ" is lowered by what follows it, past the
+    # word's end: "ς" ending "aΣ" alone, "σ" in "aΣ'a" (str.lower's one such letter).
+    if not text.isascii() and (len(text.lower()) != len(text) or "\u03a3" in text):
+        tokens = _content_tokens(text, stopwords)
     return tokens, readable
 
 

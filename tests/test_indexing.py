@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import TINY_CORPUS, InterruptAfter, write_jsonl
 
-from reranker.embeddings import WordVectors
+from reranker import indexing
+from reranker.embeddings import Word2VecParams, WordVectors
 from reranker.errors import ConfigError, IndexMismatchError, InputError, StoreError
 from reranker.extraction import document_topics
-from reranker.indexing import index_corpus, index_documents, read_corpus
+from reranker.indexing import corpus_sentences, index_corpus, index_documents, read_corpus, trained_vectors_path
 from reranker.store import IndexInfo
 from reranker.store.embedded import EmbeddedStore
 from reranker.types import Document, StoredDocument
@@ -185,3 +186,21 @@ def test_a_run_without_rebuild_never_deletes(
     assert (report.unchanged, report.indexed, report.dropped, report.total_documents) == (5, 5, 0, 35)
     with pytest.raises(StoreError, match="only a rebuild drops documents"):
         store.drop_absent(set())
+
+
+def test_word2vec_reads_a_word_broken_across_lines_as_one_word(tmp_path: Path) -> None:
+    # A sentence a line, of the text as the topics read it: split into lines first, "lan\xad"
+    # and "guage" were two words on two lines.
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "spoken lan\u00ad\nguage models\n&amp;amp; ocean"}])
+    assert corpus_sentences(corpus, frozenset())[0] == [["spoken", "language", "models"], ["ocean"]]
+
+
+def test_vectors_trained_before_words_were_read_otherwise_are_not_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Vectors trained on the same corpus before the text cleaning (DERIVATION 5) learnt "amp",
+    # "quot" and the pieces of broken words: the next training of that corpus trains anew.
+    corpus = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "fea\u00ad tures &amp;amp;"}])
+    params = Word2VecParams()
+    now = trained_vectors_path(corpus, tmp_path, params, frozenset())
+    assert trained_vectors_path(corpus, tmp_path, params, frozenset()) == now
+    monkeypatch.setattr(indexing, "DERIVATION", indexing.DERIVATION - 1)
+    assert trained_vectors_path(corpus, tmp_path, params, frozenset()) != now

@@ -47,6 +47,35 @@ def test_character_references_are_read_as_the_characters_they_name() -> None:
     assert opening("the &amp;quot;best&amp;quot; multi\u00ad lingual parse", 4) == ("the \"best\" multi\u00ad lingual", True)
 
 
+def test_a_named_reference_is_read_only_when_its_whole_name_is_known() -> None:
+    # html.unescape alone reads the longest known name at the start ("&copy", "&amp", "&not"
+    # are HTML's without ";"): "&copyright;" was "©right;", the word "right".
+    assert plain_text("&copyright; &ampersand; &notit; &copy;") == "&copyright; &ampersand; &notit; ©"
+    assert tokenize("&copyright; &ampersand;") == ["copyright", "ampersand"]
+
+
+def test_references_to_no_character_and_soft_hyphens_alone() -> None:
+    # html.unescape's rules: NUL, a surrogate and a code point past U+10FFFF are U+FFFD, no letter.
+    assert plain_text("word&#0;play &#xD800; &#1114112;") == "word\ufffdplay \ufffd \ufffd"
+    assert tokenize("word&#0;play &#xD800;x") == ["word", "play"]
+    assert plain_text("\u00ad\u00ad \n\u00ad") == "" and content_words("\u00ad \u00ad") == ([], [])
+
+
+def test_the_one_pass_reads_the_text_once_as_tokenize_does() -> None:
+    # Where lowering lengthens the text ("İ"), the pass takes tokenize's words of the text it
+    # made plain: made plain again, a fourth escape or a reference broken by a soft hyphen read
+    # as other words ("amp", "lt").
+    for text in ("İstanbul &amp;amp;amp;amp;lt;", "İx &am\u00adp; word"):
+        assert content_words(text)[0] == tokenize(text)
+
+
+def test_the_one_pass_lowers_a_final_sigma_as_tokenize_does() -> None:
+    # str.lower reads past a word's end for "Σ": the word "aΣ" alone ends in "ς", and in
+    # "aΣ'a" or "ΑΣ.Β" (an apostrophe or a full stop between letters) in "σ".
+    for text in ("aΣ'a", "ΟΔΟΣ.Β", "ΟΔΟΣ Β"):
+        assert content_words(text)[0] == tokenize(text)
+
+
 def test_the_stop_list_is_configurable(tmp_path: Path) -> None:
     path = tmp_path / "stop.txt"
     path.write_text("# my list\nsummary\n\nVectors\n", encoding="utf-8")
@@ -61,19 +90,20 @@ def test_an_unreadable_stop_list_is_a_config_error(tmp_path: Path) -> None:
         load_stopwords(tmp_path / "missing.txt")
 
 
-@given(st.text(alphabet=st.sampled_from(list("ab cZé5٣²½五Ⅻ_-'x\u00ad\n")), max_size=60))
+@given(st.text(alphabet=st.sampled_from(list("ab cZé5٣²½五Ⅻ_-'x\u00ad\n&;#mplt")), max_size=60))
 def test_the_digit_rule_is_the_regular_expressions(text: str) -> None:
     """A token is dropped when it holds a decimal digit (\\d), whatever shortcut tests it."""
     expected = [
-        w for w in re.findall(r"[^\W_]+", re.sub("\u00ad\\s*", "", text).lower())
+        w for w in re.findall(r"[^\W_]+", plain_text(text).lower())
         if len(w) > 1 and w not in default_stopwords() and not re.search(r"\d", w)
     ]
     assert tokenize(text) == expected
 
 
 # Letters whose lower case is longer ("İ") or another letter ("Σ", "ǅ", "Ⅻ"), ligatures,
-# two-letter words in either case, Roman numerals, digits, soft hyphens.
-_MIXED = list("aAbBiIvVxXcCmMdDlL İΣσǅﬁẞⅫ5٣²_-' .\u00ad\n") + ["et", "al", "MT", "ii", "XIV", "mix"]
+# two-letter words in either case, Roman numerals, digits, soft hyphens, pieces of character
+# references.
+_MIXED = list("aAbBiIvVxXcCmMdDlL İΣσǅﬁẞⅫ5٣²_-' .\u00ad\n&;#") + ["et", "al", "MT", "ii", "XIV", "mix", "amp;", "am", "p;", "#x130;", "shy;"]
 
 
 @given(st.lists(st.sampled_from(_MIXED), max_size=40).map("".join))
@@ -83,7 +113,7 @@ def test_one_pass_gives_what_tokenize_and_readable_words_give(text: str) -> None
     # words and read as words (written out here, as readable_words is that pass's second half).
     for stop in (default_stopwords(), frozenset({"mt"})):
         readable = [
-            token.lower() for token in re.findall(r"[^\W_]+", re.sub("\u00ad\\s*", "", text))
+            token.lower() for token in re.findall(r"[^\W_]+", plain_text(text))
             if len(token.lower()) > 1 and token.lower() not in stop and not re.search(r"\d", token) and is_readable(token, token.lower())
         ]
         assert content_words(text, stop) == (tokenize(text, stop), readable)
