@@ -41,7 +41,9 @@ _REFERENCE = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-F
 def _decoded(reference: re.Match[str]) -> str:
     found = reference.group()
     if found[1] == "#":
-        return html.unescape(found)  # its rules for code points no character has ("&#0;": U+FFFD)
+        # html.unescape's rules for code points no character has ("&#0;": U+FFFD); those it
+        # drops (control characters, "&#1;") still part words: "word&#1;play" is two.
+        return html.unescape(found) or " "
     # Looked up whole: html.unescape reads the longest name it knows at the start, as HTML
     # reads "&copy" without ";", so "&copyright;" would be "©right;", "&ampersand;" "&ersand;".
     return html.entities.html5.get(found[1:], found)

@@ -126,3 +126,8 @@ def test_counted_says_one_in_the_singular() -> None:
     assert counted(1, "shown query", plural="shown queries") == "1 shown query"
     assert counted(3, "shown query", plural="shown queries") == "3 shown queries"
     assert counted(50_000, "document", grouped=True) == "50,000 documents"
+
+
+def test_a_reference_to_a_control_character_still_parts_words() -> None:
+    # html.unescape reads "&#1;" as nothing, which joined the words on either side.
+    assert tokenize("word&#1;play and game&#x1F;plan") == ["word", "play", "game", "plan"]
