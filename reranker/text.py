@@ -1,7 +1,10 @@
 """Text preprocessing as in Gong et al. (2018), section 4.1.
 
 Lower-case, split into word tokens, then drop stop words and prepositions, tokens that
-contain a digit, and single characters. Pure functions: str -> list[str].
+contain a digit, and single characters. Pure functions: str -> list[str]. Before any of
+it, the text is read as words are written (`plain_text`): its character references
+decoded and its words broken at a soft hyphen whole again, as PDF and XML extraction
+leave them.
 
 `tokenize` gives the content words: BM25 indexes them and they shape the hidden topics.
 `readable_words` gives those of them a reader can read as words: the words a topic is
