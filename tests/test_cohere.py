@@ -351,7 +351,11 @@ def test_texts_without_scores_get_bm25_with_the_index_statistics(indexed: Path) 
         assert answer.status_code == 200
         assert answer.headers["X-Reranker-First-Stage"] == "index_bm25"
         order = [ids[shuffled[r["index"]]] for r in answer.get_json()["results"]]
-        assert order == ids
+        # The store's order, but for hits whose scores are nearer than tantivy's length
+        # quantisation tells apart (below): P39_p07 and Pling_p07 differ by 0.7%.
+        position = {doc_id: rank for rank, doc_id in enumerate(order)}
+        apart = [(a, b) for i, a in enumerate(ids) for b, score in zip(ids[i + 1 :], scores[i + 1 :]) if scores[i] > 1.03 * score]
+        assert len(apart) > 40 and all(position[a] < position[b] for a, b in apart), order
         # And the scores are the index's (tantivy quantises lengths: within a few per cent).
         got = {ids[shuffled[r["index"]]]: r["relevance_score"] for r in answer.get_json()["results"]}
         for doc_id, score in zip(ids, scores):
