@@ -174,8 +174,10 @@ def unreachable(config: OpenSearchSettings, what: str, exc: Any) -> str:
         # The cluster took the request: it is slow or hangs, not out of reach.
         seconds = float(waited.group(1))
         bound = "OPENSEARCH_TIMEOUT" if seconds >= config.timeout else "what was left of the request's deadline"
-        # What was left of a deadline is a measurement (4.99933 s): said as a person would.
-        return f"OpenSearch at {config.display_hosts} did not answer within {rounded(seconds)} s ({bound}) ({what})"
+        # What was left of a deadline is a measurement (4.99933 s): said as a person would; the
+        # setting as it was given (12.5, not 12).
+        shown = f"{seconds:g}" if seconds >= config.timeout else rounded(seconds)
+        return f"OpenSearch at {config.display_hosts} did not answer within {shown} s ({bound}) ({what})"
     return f"cannot reach OpenSearch at {config.display_hosts} ({what}): {error_reason(exc)}"
 
 
