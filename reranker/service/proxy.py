@@ -674,11 +674,7 @@ def read_document(index: str, endpoint: str, doc_id: str) -> Response:
     hidden = hidden_fields(named_fields(None, params))
     path = f"{_path(expression, endpoint)}/{quote(doc_id, safe='')}"
     if request.method == "HEAD":
-        # opensearch-py answers a HEAD with whether it found the document (True / False for
-        # a 404), not the status; any other status comes back as an error's.
-        status, found = store.forward("HEAD", path, params)
-        status = status if not isinstance(found, bool) else 200 if found else 404
-        return _with_cluster_headers(Response(b"", status=status, mimetype="application/json"))
+        return _forwarded_head(store, path, params)
     status, found = store.forward("GET", path, exclude_internal(params, hidden))
     if endpoint == "_source" and status == 200 and isinstance(found, dict):
         # The answer is the source itself, without the hit around it that strip_internal reads.
@@ -768,10 +764,15 @@ def index_exists(index: str) -> Response:
     not forwarded."""
     rt = runtime()
     expression, store = target(rt, index)
-    params = url_params()
-    status, found = store.forward("HEAD", f"/{quote(expression, safe=',*')}", params)
-    # opensearch-py answers a HEAD with whether the status was 2xx (False for a 404 only); an
-    # error of another status comes back as the error's (`forward`), its body dropped.
+    return _forwarded_head(store, f"/{quote(expression, safe=',*')}", url_params())
+
+
+def _forwarded_head(store: OpenSearchStore, path: str, params: Mapping[str, str]) -> Response:
+    """A HEAD forwarded to the cluster, answered with its status alone. opensearch-py
+    answers a HEAD with whether the status was 2xx (True / False for a 404), not the
+    status; an error of another status comes back as the error's (`forward`), its body
+    dropped."""
+    status, found = store.forward("HEAD", path, params)
     status = status if not isinstance(found, bool) else 200 if found else 404
     return _with_cluster_headers(Response(b"", status=status, mimetype="application/json"))
 

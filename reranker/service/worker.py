@@ -214,6 +214,8 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
     def _count(self, received: bytes | bytearray, status: int) -> None:
         """An answer made before any route, in /metrics as the app's are (its 408s, 413s and
         503s were in the access log only, so an error rate read from /metrics left them out)."""
+        # The app gunicorn loaded: this package's has a runtime; another app (a test's, or
+        # one an operator runs with this worker class) has no metrics of ours to count in.
         runtime = getattr(getattr(self, "wsgi", None), "extensions", {}).get("reranker")
         if runtime is not None:
             runtime.metrics.requests.labels(UNROUTED, raw_method(received), str(status)).inc()
