@@ -242,18 +242,12 @@
       try {
         id = decodeURIComponent(rest.join("/"));
       } catch (error) {
-        ++paperRequest; // a paper still loading is not shown over this
-        byId("paper-title").textContent = "Paper not available";
-        clearPaper();
-        say(`Not a paper link: ${rest.join("/")} (percent-encode the id, a "%" as %25)`, "error");
+        showNoPaper(`Not a paper link: ${rest.join("/")} (percent-encode the id, a "%" as %25)`);
         return;
       }
       if (!id) {
         // Asked for, /documents/_doc/ is no route: its reason spoke of routes, not of the link.
-        ++paperRequest; // a paper still loading is not shown over this
-        byId("paper-title").textContent = "Paper not available";
-        clearPaper();
-        say("Not a paper link: #/paper/ names no paper (it needs a paper's id after the slash).", "error");
+        showNoPaper("Not a paper link: #/paper/ names no paper (it needs a paper's id after the slash).");
         return;
       }
       loadPaper(id);
@@ -672,6 +666,14 @@
     byId("paper-topics").replaceChildren();
     byId("paper-similar").replaceChildren();
     byId("paper-similar-ranker").textContent = "";
+  }
+
+  // A paper link that names no paper: none shown, and why.
+  function showNoPaper(message) {
+    ++paperRequest; // a paper still loading is not shown over this
+    byId("paper-title").textContent = "Paper not available";
+    clearPaper();
+    say(message, "error");
   }
 
   async function loadPaper(id) {
