@@ -275,6 +275,99 @@ def scores_of(store: EmbeddedStore, query: str) -> dict[str, float]:
     return {hit.doc_id: hit.bm25_score for hit in store.bm25(query, 10)}
 
 
+# Words most of `_MANY`'s documents hold, in two forms each (the stemmed field counts both).
+_COMMON = ("ocean", "oceans", "vessel", "vessels", "harbour", "sailing")
+_MEDIUM = ("sailor", "sailors", "crew", "captain", "wind", "winds")
+_RARE = ("cargo", "cargoes", "bread", "flour", "yeast", "storm", "storms", "anchor", "compass", "lantern", "rope", "ropes")
+
+
+def _many_documents(count: int = 160, seed: int = 3) -> list[StoredDocument]:
+    """Documents of 3 to 900 words (most field lengths above 40, which the index rounds):
+    each holds most of `_COMMON`, some of `_MEDIUM` and a few of `_RARE`, among filler words."""
+    rng = np.random.default_rng(seed)
+    filler = [f"{a}{b}{c}" for a in ("ba", "ko", "ri", "mu", "te") for b in ("lo", "ne", "sa", "vi") for c in ("rk", "nd", "mp")]
+    documents = []
+    for number in range(count):
+        length = int(rng.integers(3, 900))
+        words = list(rng.choice(filler, size=length))
+        words += [word for word in _COMMON if rng.random() < 0.8] * int(rng.integers(1, 4))
+        words += [word for word in _MEDIUM if rng.random() < 0.3]
+        words += list(rng.choice(_RARE, size=int(rng.integers(0, 4))))
+        rng.shuffle(words)
+        documents.append(stored(f"d{number:03d}", " ".join(words)))
+    return documents
+
+
+def _whole_query(store: EmbeddedStore, query: str, size: int) -> dict[str, float]:
+    """doc id -> score of the text index's best `size` for every clause of `query`."""
+    with sqlite3.connect(store.directory / "store.sqlite3") as db:
+        ids = dict(db.execute("SELECT rowid, id FROM docs"))
+    return {ids[rowid]: score for rowid, score in store._text.search(tokenize(query), size)}
+
+
+def test_the_first_stage_searched_without_common_terms_scores_its_hits_as_the_whole_query(
+    ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ready.upsert(_many_documents())
+    searched: list[object] = []
+    real = TextIndex.search
+
+    def recording(self: TextIndex, words: list[str], size: int, rowids: object = None, leave_out: object = None) -> list[tuple[int, float]]:
+        searched.append(leave_out)
+        return real(self, words, size, rowids, leave_out)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TextIndex, "search", recording)
+    for query in ("ocean vessels sailors crew wind cargo storm", "sailing harbour captain winds sailor bread", "oceans vessel crew captain wind rope"):
+        searched.clear()
+        hits = ready.bm25(query, 10)
+        assert ready._text.common_terms(tokenize(query))  # the query holds terms most documents hold
+        # One search, without the common terms' clauses, and no search of the whole query.
+        assert len(searched) == 1 and searched[0]
+        whole = _whole_query(ready, query, 160)
+        # Each hit scores as the whole query scores it: the common terms' share, added from
+        # the stored words with the index's rounded lengths, is the text index's own.
+        assert {hit.doc_id: hit.bm25_score for hit in hits} == pytest.approx({hit.doc_id: whole[hit.doc_id] for hit in hits}, rel=1e-5)
+        assert [hit.doc_id for hit in hits] == sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))[:10]
+    # A filter keeps the same scores.
+    query = "ocean vessels sailors crew wind cargo storm"
+    searched.clear()
+    allowed = ready.bm25(query, 10, [Filter("year", "eq", 2018)])
+    assert len(searched) == 1 and searched[0]
+    whole = _whole_query(ready, query, 160)
+    assert {hit.doc_id: hit.bm25_score for hit in allowed} == pytest.approx({hit.doc_id: whole[hit.doc_id] for hit in allowed}, rel=1e-5)
+
+
+def test_the_best_passages_read_the_words_the_first_stage_read_only_while_they_are_current(ready: EmbeddedStore) -> None:
+    ready.upsert(_many_documents())
+    query = "ocean vessels sailors crew wind cargo storm"
+    ids = [hit.doc_id for hit in ready.bm25(query, 100)]
+    kept = ready.passage_bm25(query, ids, [None] * len(ids))
+    ready._local.window = None  # as if the first stage had not run in this thread
+    assert kept == ready.passage_bm25(query, ids, [None] * len(ids)) and kept is not None and max(kept) > 0
+    # A new version of a document the window holds: its passages are the new words'.
+    ready.bm25(query, 100)
+    ready.upsert([stored(ids[0], "cargo storm cargo storm crew")])
+    assert ready.passage_bm25(query, ids[:1], [None]) == ready.passage_bm25(query, [""], ["cargo storm cargo storm crew"]) != kept[:1]
+
+
+def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(ready: EmbeddedStore) -> None:
+    ready.upsert(_many_documents())
+    # "lantern" alone: fewer documents than a window hold it, and a window of the whole
+    # query holds documents that only the common terms bring.
+    query = "ocean vessels lantern"
+    hits = ready.bm25(query, 100)
+    whole = _whole_query(ready, query, 100)
+    assert [hit.doc_id for hit in hits] == sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))
+    assert len(hits) == 100
+    # So does a store whose documents' words were not kept (indexed before derivation 4).
+    query = "ocean vessels sailors crew wind cargo storm"
+    with sqlite3.connect(ready.directory / "store.sqlite3") as db:
+        db.execute("DELETE FROM passages")
+    whole = _whole_query(ready, query, 100)
+    after = ready.bm25(query, 100)
+    assert [hit.doc_id for hit in after] == sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))
+
+
 def test_stems_the_write_path_makes_index_what_the_store_would(tmp_path: Path) -> None:
     texts = {"a": "Connected connections connecting", "b": "generously generous generation", "c": "running runs ran"}
     own, given = EmbeddedStore(tmp_path / "own"), EmbeddedStore(tmp_path / "given")

@@ -52,6 +52,53 @@ def bm25_of_texts(
     return scores
 
 
+def _field_norms() -> npt.NDArray[np.int64]:
+    """The 256 lengths a document's field length is rounded down to in the index: one byte
+    per document, as Lucene's `SmallFloat.intToByte4` packs it and tantivy keeps it
+    (`FIELD_NORMS_TABLE`): exact below 40, then 4 significant bits. Byte b < 24 is b; else
+    24 + (the 3 bits of b - 24 after a leading 1) shifted by ((b - 24) >> 3) - 1."""
+    free = 24
+    codes = np.arange(256 - free)
+    bits, shift = codes & 7, (codes >> 3) - 1
+    decoded = np.where(shift < 0, bits, (bits | 8) << np.maximum(shift, 0))
+    return np.concatenate([np.arange(free), free + decoded]).astype(np.int64)
+
+
+FIELD_NORMS = _field_norms()
+
+
+def indexed_length(lengths: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Field lengths as the index keeps them (`FIELD_NORMS`, rounded down), so that a score
+    computed here for an indexed document equals the first stage's."""
+    rounded: npt.NDArray[np.int64] = FIELD_NORMS[np.searchsorted(FIELD_NORMS, np.asarray(lengths, dtype=np.int64), side="right") - 1]
+    return rounded
+
+
+def bm25_of_stored(texts: Sequence[bytes], query: PassageQuery, average_length: float) -> npt.NDArray[np.float64]:
+    """BM25 of whole indexed documents, from their words as the store keeps them
+    (`WordPositions.to_bytes`), for the query terms of `query` over both fields: what the
+    first stage's clauses for those terms add to each document's score, with the index's
+    rounded lengths (`indexed_length`) and its documents' `average_length`. (n,) float64.
+
+    The first stage searches a long query without its commonest terms (`TextIndex.common_terms`)
+    and adds their share from here: tantivy visits every posting of a clause, and these
+    clauses hold most of them."""
+    words, counts, _, distinct, lengths = _laid_end_to_end(texts)
+    if not len(texts) or not query.words.size:
+        return np.zeros(len(texts), dtype=np.float64)
+    found, which = _occurrences(words, query.words)
+    text_of = np.searchsorted(np.cumsum(distinct), found, side="right")
+    # A word counts once in each field whose term it is; -1 (none) goes to a last column.
+    columns = query.weights.size + 1
+    slots = query.slots[which] % columns
+    cells = np.concatenate([text_of * columns + slots[:, field] for field in range(slots.shape[1])])
+    frequency = np.bincount(cells, weights=np.tile(counts[found], slots.shape[1]), minlength=len(texts) * columns)
+    frequency = frequency.reshape(len(texts), columns)[:, :-1]
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * indexed_length(lengths) / max(average_length, 1e-9))
+    scores: npt.NDArray[np.float64] = (frequency / (frequency + norm[:, None])) @ query.weights
+    return scores
+
+
 # Passages a long document is judged by besides its whole text ("MaxP": Callan 1994; Dai and
 # Callan 2019): windows of this many terms, starting every PASSAGE_STRIDE terms.
 PASSAGE_TERMS = 150

@@ -74,7 +74,7 @@ from reranker.store import (
     filter_for_field,
     filter_shown,
 )
-from reranker.store.bm25 import PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, bm25_of_texts, passage_query
+from reranker.store.bm25 import PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, bm25_of_stored, bm25_of_texts, passage_query
 from reranker.store.text_index import (
     COMPACT_HEAP_BYTES,
     NEARLY_FULL,
@@ -168,6 +168,10 @@ _VOCABULARY = (
     "CREATE INDEX IF NOT EXISTS passage_vocabulary_stem ON passage_vocabulary(stem);"
     + _PASSAGES
 )
+# The fewest hits the first stage fetches when it searches without a query's commonest
+# terms (`EmbeddedStore.bm25`): a window's worth, whatever a caller asks for, so that a short
+# page is the best of a window scored whole.
+SHORT_SEARCH_HITS = 100
 # Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
 # so some 1,000 papers.
 TEXT_TERMS_CACHE_BYTES = 32 * 2**20
@@ -1026,9 +1030,14 @@ class EmbeddedStore:
         pairs: list[tuple[int, int]] = []
         self._commit_pending()
         with self._snapshot() as view:
+            # The window the first stage has just scored, in this snapshot (`_common_shares`).
+            kept = getattr(self._local, "window", None)
+            if kept is not None and kept[0] is view:
+                stored.update((doc_id, kept[1][doc_id]) for doc_id in unread if doc_id in kept[1])
+            to_read = [doc_id for doc_id in unread if doc_id not in stored]
             try:
-                for start in range(0, len(unread), 500):
-                    chunk = unread[start : start + 500]
+                for start in range(0, len(to_read), 500):
+                    chunk = to_read[start : start + 500]
                     marks = ",".join("?" * len(chunk))
                     stored.update(self._db.execute(
                         "SELECT docs.id, passages.positions FROM docs LEFT JOIN passages ON passages.rowid = docs.rowid "
@@ -1157,21 +1166,81 @@ class EmbeddedStore:
                     )]
                 except sqlite3.Error as exc:
                     raise StoreError(f"BM25 search failed: {exc}") from None
-            # An entry of a document readers do not see yet (new, or a rebuild's) has no
-            # row here: ask for more until `size` are found or the index runs out.
-            wanted = size
-            while True:
-                hits = self._text.search(terms, wanted, allowed)
-                rows = self._rows([rowid for rowid, _ in hits], view.watermark)
-                live = [(score, rows[rowid]) for rowid, score in hits if rowid in rows]
-                if len(live) >= size or len(hits) < wanted:
-                    break
-                wanted *= 2
-        live.sort(key=lambda hit: (-hit[0], hit[1][0]))
+            # Searched without its commonest terms, a long query visits a third of the
+            # postings (bench/README.md); their share of each hit's score is added back from
+            # its stored words, so every hit scores as the whole query scores it. The hits
+            # are the best by the other terms: the window the whole query would fetch but
+            # for documents that reach it through the common terms alone, which need not be
+            # many (docs/performance.md measures how many).
+            common = self._text.common_terms(terms)
+            live: list[tuple[float, int, tuple[str, str]]] | None = None
+            if common:
+                live, complete = self._live_hits(terms, max(size, SHORT_SEARCH_HITS), allowed, view.watermark, common)
+                shares = self._common_shares(terms, common, [(rowid, row[0]) for _, rowid, row in live], view) if complete else None
+                if shares is None:
+                    live = None  # too few hits, or a store without words' positions: search whole
+                else:
+                    live = [(score + share, rowid, row) for (score, rowid, row), share in zip(live, shares)]
+            if live is None:
+                live, _ = self._live_hits(terms, size, allowed, view.watermark)
+        live.sort(key=lambda hit: (-hit[0], hit[2][0]))
         return [
             Candidate(doc_id=doc_id, bm25_score=score, bm25_rank=position, title=title)
-            for position, (score, (doc_id, title)) in enumerate(live[:size], start=1)
+            for position, (score, _, (doc_id, title)) in enumerate(live[:size], start=1)
         ]
+
+    def _live_hits(
+        self,
+        terms: Sequence[str],
+        size: int,
+        allowed: list[int] | None,
+        watermark: int,
+        leave_out: Mapping[str, AbstractSet[str]] | None = None,
+    ) -> tuple[list[tuple[float, int, tuple[str, str]]], bool]:
+        """The text index's best `size` (score, rowid, (id, title)) that readers see, and
+        whether there were as many. An entry of a document readers do not see yet (new,
+        or a rebuild's) has no row here: ask for more until `size` are found or the index
+        runs out."""
+        wanted = size
+        while True:
+            hits = self._text.search(terms, wanted, allowed, leave_out)
+            rows = self._rows([rowid for rowid, _ in hits], watermark)
+            live = [(score, rowid, rows[rowid]) for rowid, score in hits if rowid in rows]
+            if len(live) >= size or len(hits) < wanted:
+                return live, len(live) >= size
+            wanted *= 2
+
+    def _common_shares(
+        self, terms: Sequence[str], common: Mapping[str, AbstractSet[str]], hits: Sequence[tuple[int, str]], view: _View
+    ) -> list[float] | None:
+        """What the clauses of the `common` terms add to the BM25 of each of these
+        (rowid, id) documents, scored from their stored words as the text index scores them
+        (its documents, document frequencies and rounded lengths); None when one has no
+        stored words (a store indexed before they were kept). The words stay with this
+        thread for `passage_bm25`, which the default ranker asks for next, for this view."""
+        rowids = [rowid for rowid, _ in hits]
+        asked = {
+            field: Counter(term for term in found if term in common.get(field, ()))
+            for field, found in self._text.analysed(terms).items()
+        }
+        stems = stable_hashes(list(asked["stemmed"])).tolist()
+        try:
+            stored = dict(self._db.execute(
+                f"SELECT rowid, positions FROM passages WHERE rowid IN ({_marks(rowids)}) AND rowid <= ?", (*rowids, view.watermark)
+            ).fetchall()) if rowids else {}
+            pairs = self._db.execute(
+                f"SELECT word, stem FROM passage_vocabulary WHERE stem IN ({_marks(stems)})", stems
+            ).fetchall() if stems else []
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read passages: {exc}") from None
+        if len(stored) < len(rowids):
+            return None
+        self._local.window = (view, {doc_id: stored[rowid] for rowid, doc_id in hits})
+        vocabulary = (np.array([word for word, _ in pairs], dtype=np.int32), np.array([stem for _, stem in pairs], dtype=np.int32))
+        doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
+        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, self._text.num_docs(), vocabulary)
+        _, average = self._length_statistics()
+        return [float(share) for share in bm25_of_stored([stored[rowid] for rowid in rowids], query, average)]
 
     def _rows(self, rowids: Sequence[int], watermark: int) -> dict[int, tuple[str, str]]:
         """rowid -> (id, title) of those `rowids` readers may see."""

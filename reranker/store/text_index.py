@@ -11,7 +11,9 @@ in one byte per document, as Lucene's norms are: exact up to about 40 tokens, wi
 few percent above) and avgdl the field's mean length. Lucene since 8.0 drops the constant
 (k1 + 1); the order is the same. A query's clauses are summed (a should-query, like
 OpenSearch's `multi_match` of type `most_fields`), and a word that occurs c times in the
-query is one clause with boost c, as c repeated clauses would be in Lucene.
+query is one clause with boost c, as c repeated clauses would be in Lucene. The embedded
+store searches a query without the clauses of terms most documents hold (`common_terms`)
+and adds their share to each hit from its stored words (`EmbeddedStore.bm25`).
 
 What is indexed: the document's title and text, as the package's tokenizer reads them
 (`reranker.text.tokenize`: the same content words the topics are built from), in one
@@ -40,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -261,6 +263,7 @@ class TextIndex:
         # a corpus's queries share their words, and each read is a call into tantivy
         # (1.1 ms for the 134 terms of a summary's two fields).
         self._doc_freqs: dict[tuple[str, str], int] = {}
+        self._analysed = threading.local()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -272,13 +275,20 @@ class TextIndex:
     def num_docs(self) -> int:
         return int(self._index.searcher().num_docs)
 
-    def search(self, words: Sequence[str], size: int, rowids: Sequence[int] | None = None) -> list[tuple[int, float]]:
+    def search(
+        self,
+        words: Sequence[str],
+        size: int,
+        rowids: Sequence[int] | None = None,
+        leave_out: Mapping[str, AbstractSet[str]] | None = None,
+    ) -> list[tuple[int, float]]:
         """The `size` best (rowid, score) for the content words `words`, best first.
 
-        `rowids`: only these documents may match (None: any). Raises StoreError when
-        tantivy fails.
+        `rowids`: only these documents may match (None: any). `leave_out`: field -> terms
+        whose clauses the query leaves out (`common_terms`). Raises StoreError when tantivy
+        fails.
         """
-        query = self._query(words)
+        query = self._query(words, leave_out or {})
         if query is None or size < 1:
             return []
         if rowids is not None:
@@ -298,12 +308,21 @@ class TextIndex:
         return [(int(rowid), float(score)) for (score, _), rowid in zip(hits, found) if rowid is not None]
 
     def analysed(self, words: Sequence[str]) -> dict[str, list[str]]:
-        """What each searched field holds for these content words: field -> terms."""
+        """What each searched field holds for these content words: field -> terms.
+        The last answer is kept per thread: a search asks for the same query's terms three
+        or four times (its common terms, its clauses, their share, its passages), so the
+        answer is shared: callers read it and do not change it."""
+        key = tuple(words)
+        last: tuple[tuple[str, ...], dict[str, list[str]]] | None = getattr(self._analysed, "last", None)
+        if last is not None and last[0] == key:
+            return last[1]
         text = " ".join(words)
-        return {
+        found = {
             field: (_stemmer() if field == "stemmed" else self._analyzers[_EXACT]).analyze(text)
             for field, _ in SEARCH_FIELDS
         }
+        self._analysed.last = (key, found)
+        return found
 
     @staticmethod
     def text_terms(words: Sequence[str]) -> "TextTerms":
@@ -334,13 +353,32 @@ class TextIndex:
             known.update(((field, term), found[term]) for term in unread)
         return found
 
-    def _query(self, words: Sequence[str]) -> tantivy.Query | None:
-        """One should-clause per (field, distinct analysed word), boosted by its count."""
+    def common_terms(self, words: Sequence[str]) -> dict[str, set[str]]:
+        """field -> the terms of these content words that more than half the index's
+        documents hold in that field: under Robertson and Sparck Jones's idf,
+        ln((N - n + 0.5) / (n + 0.5)), evidence of nothing (at most 0), and most of the
+        postings a long query's search visits (bench/README.md). Fields with none are left
+        out; an empty index has none."""
+        documents = self.num_docs()
+        found: dict[str, set[str]] = {}
+        for field, terms in self.analysed(words).items():
+            frequencies = self.doc_freqs(field, terms)
+            common = {term for term, count in frequencies.items() if 2 * count > documents}
+            if common:
+                found[field] = common
+        return found
+
+    def _query(self, words: Sequence[str], leave_out: Mapping[str, AbstractSet[str]]) -> tantivy.Query | None:
+        """One should-clause per (field, distinct analysed word), boosted by its count,
+        but for the terms `leave_out` names in that field."""
         clauses = []
         # Not `stem_words`: a service would remember every word of every query.
         for field, terms in self.analysed(words).items():
             boost = dict(SEARCH_FIELDS)[field]
+            left_out = leave_out.get(field, frozenset())
             for term, count in Counter(terms).items():
+                if term in left_out:
+                    continue
                 clause = tantivy.Query.term_query(self._schema, field, term, index_option="freq")
                 clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(clause, boost * count)))
         return tantivy.Query.boolean_query(clauses) if clauses else None
