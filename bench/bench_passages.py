@@ -20,7 +20,9 @@ per query, 3 rounds over the 40 summaries: p50 and p95 and the ratios to the pre
 and to `hidden_topics` (the budget's path), and the bytes kept for passages per document;
 timed in the same rounds, the store's BM25 top 100 alone (the first stage's share of the
 path) and tantivy's search alone for a top 100 and a top 10 (their ratio says whether the
-search prunes: it does not, see bench/README.md).
+search prunes: it does not, see bench/README.md). The same index is also timed with the first
+stage searching every clause of the query (as before it left out the terms most documents
+hold: `EmbeddedStore.bm25`), in the same rounds, and the ratio printed.
 With --compact as well: a copy of the index compacted into one segment (`reranker compact`),
 timed alternating with the index as it was indexed, and the ratio of the two.
 

@@ -1030,8 +1030,9 @@ class EmbeddedStore:
         pairs: list[tuple[int, int]] = []
         self._commit_pending()
         with self._snapshot() as view:
-            # The window the first stage has just scored, in this snapshot (`_common_shares`).
-            kept = getattr(self._local, "window", None)
+            # The window the first stage has just scored, in this snapshot (`_common_shares`);
+            # taken once, so a thread keeps no window's words past its search.
+            kept, self._local.window = getattr(self._local, "window", None), None
             if kept is not None and kept[0] is view:
                 stored.update((doc_id, kept[1][doc_id]) for doc_id in unread if doc_id in kept[1])
             to_read = [doc_id for doc_id in unread if doc_id not in stored]
