@@ -10,7 +10,7 @@ idf, ln(1 + (N - n + 0.5) / (n + 0.5)), which the first stage uses, keeps it bel
 (`TextIndex.common_terms`) for the best 100, then adds those clauses' share of each hit's
 score from its stored words (`bm25_of_stored`, with the index's rounded lengths), so every hit
 scores as the whole query scores it; only which documents enter the window can differ: one that
-the whole query would fetch through the common terms alone. This prints what that changes and
+the whole query ranks in its window only thanks to the common terms' share. This prints what that changes and
 what it saves, against tantivy's search of every clause:
 
 1. On both shared data sets (each indexed into a throw-away data dir by the real pipeline):

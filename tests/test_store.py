@@ -29,17 +29,17 @@ from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, 
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import default_stopwords, stop_list_info, tokenize
-from reranker.types import DocTopics, Document, EmbeddingInfo, Filter, StoredDocument
+from reranker.types import Candidate, DocTopics, Document, EmbeddingInfo, Filter, StoredDocument
 
 EMBEDDING = EmbeddingInfo(name="test", dim=4, checksum="c" * 64)
 BUNDLED = stop_list_info(None)  # what a store without a stop list of its own records
 
 
-def stored(doc_id: str, text: str, k: int = 2, seed: int = 0, title: str = "") -> StoredDocument:
+def stored(doc_id: str, text: str, k: int = 2, seed: int = 0, title: str = "", year: int = 2018) -> StoredDocument:
     rng = np.random.default_rng(seed)
     topics = np.linalg.qr(rng.standard_normal((4, k)))[0].T.astype(np.float32)
     importances = np.full(k, 1.0 / k, dtype=np.float32)
-    document = Document(doc_id, title, text, {"year": 2018})
+    document = Document(doc_id, title, text, {"year": year})
     # As many content words as an index run reads (`reranker compact` checks it).
     return StoredDocument(document, DocTopics(topics, importances), f"h-{doc_id}-{text}", len(tokenize(document.full_text)), 0)
 
@@ -294,7 +294,7 @@ def _many_documents(count: int = 160, seed: int = 3) -> list[StoredDocument]:
         words += [word for word in _MEDIUM if rng.random() < 0.3]
         words += list(rng.choice(_RARE, size=int(rng.integers(0, 4))))
         rng.shuffle(words)
-        documents.append(stored(f"d{number:03d}", " ".join(words)))
+        documents.append(stored(f"d{number:03d}", " ".join(words), year=2015 + number % 4))
     return documents
 
 
@@ -305,10 +305,8 @@ def _whole_query(store: EmbeddedStore, query: str, size: int) -> dict[str, float
     return {ids[rowid]: score for rowid, score in store._text.search(tokenize(query), size)}
 
 
-def test_the_first_stage_searched_without_common_terms_scores_its_hits_as_the_whole_query(
-    ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ready.upsert(_many_documents())
+def _searches(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The `leave_out` of every text-index search from now on (None: the whole query)."""
     searched: list[object] = []
     real = TextIndex.search
 
@@ -317,24 +315,76 @@ def test_the_first_stage_searched_without_common_terms_scores_its_hits_as_the_wh
         return real(self, words, size, rowids, leave_out)  # type: ignore[arg-type]
 
     monkeypatch.setattr(TextIndex, "search", recording)
-    for query in ("ocean vessels sailors crew wind cargo storm", "sailing harbour captain winds sailor bread", "oceans vessel crew captain wind rope"):
+    return searched
+
+
+def _assert_scored_whole(store: EmbeddedStore, query: str, hits: list[Candidate], searched: list[object], top: bool = True) -> None:
+    """One search, without common terms' clauses; each hit scored as the whole query scores
+    it (its common terms' share added from the stored words with the index's own N,
+    document frequencies, mean length and rounded lengths); with `top`, the whole query's
+    best, in its order."""
+    assert len(searched) == 1 and searched[0]
+    whole = _whole_query(store, query, 1000)
+    assert {hit.doc_id: hit.bm25_score for hit in hits} == pytest.approx({hit.doc_id: whole[hit.doc_id] for hit in hits}, rel=1e-5)
+    if top:
+        assert [hit.doc_id for hit in hits] == sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))[: len(hits)]
+
+
+def test_the_first_stage_searched_without_common_terms_scores_its_hits_as_the_whole_query(
+    ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ready.upsert(_many_documents(240))
+    searched = _searches(monkeypatch)
+    queries = (
+        "ocean vessels sailors crew wind cargo storm",
+        "sailing harbour captain winds sailor bread",
+        # A common word twice, and in two forms: its clauses' boosts and both fields' counts.
+        "ocean ocean oceans vessel crew captain wind rope",
+    )
+    for query in queries:
         searched.clear()
         hits = ready.bm25(query, 10)
         assert ready._text.common_terms(tokenize(query))  # the query holds terms most documents hold
-        # One search, without the common terms' clauses, and no search of the whole query.
-        assert len(searched) == 1 and searched[0]
-        whole = _whole_query(ready, query, 160)
-        # Each hit scores as the whole query scores it: the common terms' share, added from
-        # the stored words with the index's rounded lengths, is the text index's own.
-        assert {hit.doc_id: hit.bm25_score for hit in hits} == pytest.approx({hit.doc_id: whole[hit.doc_id] for hit in hits}, rel=1e-5)
-        assert [hit.doc_id for hit in hits] == sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))[:10]
-    # A filter keeps the same scores.
-    query = "ocean vessels sailors crew wind cargo storm"
+        _assert_scored_whole(ready, query, hits, searched)
+    # More than a window: every hit still scores whole.
     searched.clear()
-    allowed = ready.bm25(query, 10, [Filter("year", "eq", 2018)])
-    assert len(searched) == 1 and searched[0]
-    whole = _whole_query(ready, query, 160)
-    assert {hit.doc_id: hit.bm25_score for hit in allowed} == pytest.approx({hit.doc_id: whole[hit.doc_id] for hit in allowed}, rel=1e-5)
+    _assert_scored_whole(ready, queries[0], ready.bm25(queries[0], 130), searched, top=False)
+    # A filter that leaves three quarters of the documents: searched short among them.
+    years = {doc.document.id: doc.document.fields["year"] for doc in _many_documents(240)}
+    searched.clear()
+    allowed = ready.bm25(queries[0], 10, [Filter("year", "gte", 2016)])
+    assert len(allowed) == 10 and all(years[hit.doc_id] >= 2016 for hit in allowed)
+    _assert_scored_whole(ready, queries[0], allowed, searched, top=False)
+    # One that leaves fewer than a window: the whole query, among them.
+    searched.clear()
+    few = ready.bm25(queries[0], 10, [Filter("year", "eq", 2016)])
+    assert searched[-1] is None and len(few) == 10 and all(years[hit.doc_id] == 2016 for hit in few)
+
+
+def test_replaced_documents_keep_the_first_stage_scored_as_the_whole_query(ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new version of a document deletes its old entry from the text index, which still
+    # counts it in N, in the document frequencies and in the mean length until a merge
+    # drops it: the share added back must count it as the index does.
+    ready.upsert(_many_documents())
+    renewed = [replace(doc, document=replace(doc.document, id=f"d{number:03d}"), content_hash=f"new-{number}")
+               for number, doc in enumerate(_many_documents(seed=11)[:24])]
+    ready.upsert(renewed)
+    query = "ocean vessels sailors crew wind cargo storm"
+    ready.bm25(query, 10)
+    assert ready._text.scoring_statistics(tokenize(query))[0] > ready._text.num_docs() == 160  # type: ignore[index]
+    searched = _searches(monkeypatch)
+    _assert_scored_whole(ready, query, ready.bm25(query, 10), searched)
+
+
+def test_a_query_of_common_terms_only_is_searched_whole(ready: EmbeddedStore) -> None:
+    ready.upsert(_many_documents())
+    query = "ocean vessels harbour"
+    hits = ready.bm25(query, 10)
+    assert set(ready._text.common_terms(tokenize(query))["exact"]) == {"ocean", "vessels", "harbour"}
+    whole = _whole_query(ready, query, 1000)
+    assert [(hit.doc_id, pytest.approx(hit.bm25_score, rel=1e-6)) for hit in hits] == [
+        (doc_id, whole[doc_id]) for doc_id in sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))[:10]
+    ]
 
 
 def test_the_best_passages_read_the_words_the_first_stage_read_only_while_they_are_current(ready: EmbeddedStore) -> None:

@@ -58,7 +58,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AbstractSet, Any, Callable, Iterator, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -170,7 +170,7 @@ _VOCABULARY = (
 )
 # The fewest hits the first stage fetches when it searches without a query's commonest
 # terms (`EmbeddedStore.bm25`): a window's worth, whatever a caller asks for, so that a short
-# page is the best of a window scored whole.
+# page is taken from a window's worth scored whole.
 SHORT_SEARCH_HITS = 100
 # Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
 # so some 1,000 papers.
@@ -1170,9 +1170,10 @@ class EmbeddedStore:
             # Searched without its commonest terms, a long query visits a third of the
             # postings (bench/README.md); their share of each hit's score is added back from
             # its stored words, so every hit scores as the whole query scores it. The hits
-            # are the best by the other terms: the window the whole query would fetch but
-            # for documents that reach it through the common terms alone, which need not be
-            # many (docs/performance.md measures how many).
+            # are the best by the other terms, so a document the whole query ranks in the
+            # window only through its common terms' share can be missed (a tenth of a window
+            # of 100 on CL-SciSumm, and no summary's top 10: docs/cli.md, "Common terms").
+            self._local.window = None
             common = self._text.common_terms(terms)
             live: list[tuple[float, int, tuple[str, str]]] | None = None
             if common:
@@ -1216,19 +1217,26 @@ class EmbeddedStore:
     ) -> list[float] | None:
         """What the clauses of the `common` terms add to the BM25 of each of these
         (rowid, id) documents, scored from their stored words as the text index scores them
-        (its documents, document frequencies and rounded lengths); None when one has no
-        stored words (a store indexed before they were kept). The words stay with this
-        thread for `passage_bm25`, which the default ranker asks for next, for this view."""
+        (its N, document frequencies and mean length, which count replaced documents until
+        a merge, and its rounded lengths); None when one has no stored words (a store indexed
+        before they were kept). The words stay with this thread for `passage_bm25`, which
+        the default ranker asks for next, for this view."""
+        statistics = self._text.scoring_statistics(terms)
+        if statistics is None:
+            return None
+        documents, average = statistics
         rowids = [rowid for rowid, _ in hits]
         asked = {
             field: Counter(term for term in found if term in common.get(field, ()))
             for field, found in self._text.analysed(terms).items()
         }
         stems = stable_hashes(list(asked["stemmed"])).tolist()
+        stored: dict[int, bytes] = {}
         try:
-            stored = dict(self._db.execute(
-                f"SELECT rowid, positions FROM passages WHERE rowid IN ({_marks(rowids)}) AND rowid <= ?", (*rowids, view.watermark)
-            ).fetchall()) if rowids else {}
+            for chunk in _chunks(rowids):
+                stored.update(self._db.execute(
+                    f"SELECT rowid, positions FROM passages WHERE rowid IN ({_marks(chunk)}) AND rowid <= ?", (*chunk, view.watermark)
+                ).fetchall())
             pairs = self._db.execute(
                 f"SELECT word, stem FROM passage_vocabulary WHERE stem IN ({_marks(stems)})", stems
             ).fetchall() if stems else []
@@ -1239,8 +1247,7 @@ class EmbeddedStore:
         self._local.window = (view, {doc_id: stored[rowid] for rowid, doc_id in hits})
         vocabulary = (np.array([word for word, _ in pairs], dtype=np.int32), np.array([stem for _, stem in pairs], dtype=np.int32))
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
-        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, self._text.num_docs(), vocabulary)
-        _, average = self._length_statistics()
+        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
         return [float(share) for share in bm25_of_stored([stored[rowid] for rowid in rowids], query, average)]
 
     def _rows(self, rowids: Sequence[int], watermark: int) -> dict[int, tuple[str, str]]:
@@ -1423,7 +1430,9 @@ def _stacked(blobs: Sequence[bytes | None], width: int) -> npt.NDArray[np.float3
     return np.frombuffer(joined, dtype=_FLOAT32).reshape(len(blobs), width)
 
 
-def _chunks(items: Sequence[str], size: int = 500) -> list[list[str]]:
+_T = TypeVar("_T")
+
+def _chunks(items: Sequence[_T], size: int = 500) -> list[list[_T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 

@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import AbstractSet, Any, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -220,6 +220,13 @@ class WordPositions:
         return header.tobytes() + self.words.tobytes() + self.counts.tobytes() + self.positions.tobytes()
 
 
+def _explained_values(node: dict[str, Any]) -> Iterator[tuple[str, float]]:
+    """(description, value) of every step of a tantivy explanation (`Explanation.to_json`)."""
+    yield str(node.get("description", "")), float(node.get("value", 0.0))
+    for child in node.get("details", ()):
+        yield from _explained_values(child)
+
+
 def term_hashes(terms: Sequence[str]) -> npt.NDArray[np.int64]:
     """The hashes `TextTerms` keeps terms by, (q,)."""
     return np.fromiter((hash(term) for term in terms), dtype=np.int64, count=len(terms))
@@ -263,6 +270,9 @@ class TextIndex:
         # a corpus's queries share their words, and each read is a call into tantivy
         # (1.1 ms for the 134 terms of a summary's two fields).
         self._doc_freqs: dict[tuple[str, str], int] = {}
+        # (N, avgdl) as the searcher's BM25 takes them (`scoring_statistics`), read again
+        # with the document frequencies.
+        self._scoring: tuple[int, float] | None = None
         self._analysed = threading.local()
 
     # --- reading ---------------------------------------------------------------------
@@ -271,6 +281,7 @@ class TextIndex:
         """See what the last commit (of any process) wrote."""
         self._index.reload()
         self._doc_freqs = {}
+        self._scoring = None
 
     def num_docs(self) -> int:
         return int(self._index.searcher().num_docs)
@@ -357,9 +368,13 @@ class TextIndex:
         """field -> the terms of these content words that more than half the index's
         documents hold in that field: under Robertson and Sparck Jones's idf,
         ln((N - n + 0.5) / (n + 0.5)), evidence of nothing (at most 0), and most of the
-        postings a long query's search visits (bench/README.md). Fields with none are left
-        out; an empty index has none."""
-        documents = self.num_docs()
+        postings a long query's search visits (bench/README.md). N and n are the scoring's
+        own (`scoring_statistics`). Fields with none are left out; an index that holds none
+        of the words has none."""
+        statistics = self.scoring_statistics(words)
+        if statistics is None:
+            return {}
+        documents, _ = statistics
         found: dict[str, set[str]] = {}
         for field, terms in self.analysed(words).items():
             frequencies = self.doc_freqs(field, terms)
@@ -367,6 +382,39 @@ class TextIndex:
             if common:
                 found[field] = common
         return found
+
+    def scoring_statistics(self, words: Sequence[str]) -> tuple[int, float] | None:
+        """(N, avgdl): the documents and their mean field length as this searcher's BM25
+        takes them. Both count the entries of replaced and deleted documents until a merge
+        drops them, as the document frequencies do, so they can differ from the live count
+        (`num_docs`) and from the store's own lengths. tantivy-py gives neither: they are
+        read once per searcher from tantivy's explanation of one hit for the rarest term
+        of these words that the index holds. Both fields hold one term per word, so they
+        have the same mean length. None when the index holds no term of them."""
+        if self._scoring is not None:
+            return self._scoring
+        candidates = []
+        for field, terms in self.analysed(words).items():
+            frequencies = self.doc_freqs(field, terms)
+            candidates += [(count, field, term) for term, count in frequencies.items() if count > 0]
+        if not candidates:
+            return None
+        _, field, term = min(candidates)
+        query = tantivy.Query.term_query(self._schema, field, term, index_option="freq")
+        try:
+            searcher = self._index.searcher()
+            hits = searcher.search(query, 1, count=False).hits
+            if not hits:
+                return None
+            explained = json.loads(query.explain(searcher, hits[0][1]).to_json())
+        except ValueError as exc:
+            raise StoreError(f"cannot read term statistics: {exc}") from None
+        values = dict(_explained_values(explained))
+        documents, average = values.get("N, total number of docs"), values.get("avgdl, average length of field")
+        if documents is None or average is None:
+            raise StoreError(f"cannot read term statistics: tantivy's explanation of a term query has no N or avgdl: {explained}")
+        self._scoring = (int(documents), float(average))
+        return self._scoring
 
     def _query(self, words: Sequence[str], leave_out: Mapping[str, AbstractSet[str]]) -> tantivy.Query | None:
         """One should-clause per (field, distinct analysed word), boosted by its count,
@@ -481,6 +529,7 @@ class TextIndex:
             raise self._write_error(exc) from None
         self._index.reload()
         self._doc_freqs = {}
+        self._scoring = None
 
     def rollback(self) -> None:
         """Forget what was written since the last commit."""
