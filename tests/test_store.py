@@ -275,7 +275,7 @@ def scores_of(store: EmbeddedStore, query: str) -> dict[str, float]:
     return {hit.doc_id: hit.bm25_score for hit in store.bm25(query, 10)}
 
 
-# Words most of `_MANY`'s documents hold, in two forms each (the stemmed field counts both).
+# Words most of `_many_documents`' documents hold, in two forms each (the stemmed field counts both).
 _COMMON = ("ocean", "oceans", "vessel", "vessels", "harbour", "sailing")
 _MEDIUM = ("sailor", "sailors", "crew", "captain", "wind", "winds")
 _RARE = ("cargo", "cargoes", "bread", "flour", "yeast", "storm", "storms", "anchor", "compass", "lantern", "rope", "ropes")

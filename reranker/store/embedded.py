@@ -168,6 +168,7 @@ _VOCABULARY = (
     "CREATE INDEX IF NOT EXISTS passage_vocabulary_stem ON passage_vocabulary(stem);"
     + _PASSAGES
 )
+_T = TypeVar("_T")
 # The fewest hits the first stage fetches when it searches without a query's commonest
 # terms (`EmbeddedStore.bm25`): a window's worth, whatever a caller asks for, so that a short
 # page is taken from a window's worth scored whole.
@@ -1429,8 +1430,6 @@ def _stacked(blobs: Sequence[bytes | None], width: int) -> npt.NDArray[np.float3
     joined = bytearray(b"".join((blob or b"") + padding[len(blob or b"") :] for blob in blobs))
     return np.frombuffer(joined, dtype=_FLOAT32).reshape(len(blobs), width)
 
-
-_T = TypeVar("_T")
 
 def _chunks(items: Sequence[_T], size: int = 500) -> list[list[_T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]

@@ -390,7 +390,8 @@ class TextIndex:
         (`num_docs`) and from the store's own lengths. tantivy-py gives neither: they are
         read once per searcher from tantivy's explanation of one hit for the rarest term
         of these words that the index holds. Both fields hold one term per word, so they
-        have the same mean length. None when the index holds no term of them."""
+        have the same mean length. None when the index holds no term of them, or tantivy's
+        explanation does not name them."""
         if self._scoring is not None:
             return self._scoring
         candidates = []
@@ -412,7 +413,7 @@ class TextIndex:
         values = dict(_explained_values(explained))
         documents, average = values.get("N, total number of docs"), values.get("avgdl, average length of field")
         if documents is None or average is None:
-            raise StoreError(f"cannot read term statistics: tantivy's explanation of a term query has no N or avgdl: {explained}")
+            return None  # another tantivy's wording: the store searches every clause, as before
         self._scoring = (int(documents), float(average))
         return self._scoring
 
