@@ -862,6 +862,9 @@ def ranking_status(query: Query, ranker: Ranker, ranking: Ranking) -> tuple[str,
             "no query word has a word vector" if query.oov
             else "the query has no words to search (stop words, numbers and single letters are left out)"
         )
+        if not ranking.order:
+            # Nothing to order: no word to search, or words no document holds.
+            return "query_out_of_vocabulary", lacks if not query.oov else f"{lacks}, and no document matches it"
         if isinstance(ranker, Fusion):
             return "query_out_of_vocabulary", f"{lacks}; its word-vector parts add 0 and the rest of the fusion orders the hits"
         return "query_out_of_vocabulary", f"{lacks}; first-stage order kept"

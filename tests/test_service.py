@@ -256,9 +256,14 @@ def test_an_out_of_vocabulary_query_is_ordered_by_the_first_stage_and_says_so(cl
 
 
 def test_an_out_of_vocabulary_query_that_finds_nothing_says_so_too(client: FlaskClient) -> None:
-    """It answered "ok" when BM25 found no candidate, and query_out_of_vocabulary when it did."""
+    """It answered "ok" when BM25 found no candidate, and query_out_of_vocabulary when it did;
+    then its reason said the rest of the fusion orders the hits, of hits there were not."""
     body = client.post("/search", json={"query": "zzqx qqzv"}).get_json()
     assert (body["status"], body["hits"], body["oov_words"]) == ("query_out_of_vocabulary", [], ["zzqx", "qqzv"])
+    assert body["reason"] == "no query word has a word vector, and no document matches it", body["reason"]
+    body = client.post("/search", json={"query": "the of and", "ranker": "hidden_topics"}).get_json()
+    assert (body["status"], body["hits"]) == ("query_out_of_vocabulary", [])
+    assert body["reason"] == "the query has no words to search (stop words, numbers and single letters are left out)", body["reason"]
 
 
 # --- /rerank -----------------------------------------------------------------------------

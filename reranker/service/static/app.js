@@ -418,8 +418,8 @@
   // An answer whose status is not "ok" (degraded, query_out_of_vocabulary, partial, tied) says
   // so with its reason, in Compare's columns and above the search's list alike.
   //
-  // Not query_out_of_vocabulary's with no hits: its reason says what orders the hits (the rest
-  // of the fusion, or the first stage), moot above "No document matches this query.".
+  // Not query_out_of_vocabulary's with no hits: its reason then says that no word has a vector
+  // (or that there is none to search) and nothing matched, which the list's own message says.
   function statusNote(body) {
     if (!body.status || body.status === "ok") return null;
     if (body.status === "query_out_of_vocabulary" && body.hits.length === 0) return null;
