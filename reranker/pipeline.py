@@ -616,6 +616,7 @@ class Engine:
                 score=sum(value for _, value in shares),  # the parts' order: the fused score's float
                 parts=shares,
                 topic_ranker=topic_ranker.name,
+                topic_set="corrected" if topic_ranker.variant == "corrected" else "paper",
                 topic_score=float(own[position]),
                 topics=tuple(
                     TopicExplanation(

@@ -311,6 +311,8 @@ class Explanation:
     any other label another fused ranker's. A ranker alone has one part, "topics".
     topic_score = the topic ranker's own score (`topic_ranker`'s, before any fusion) = the
     contributions of `topics` + `rest_contribution`.
+    topic_set: which of the document's topics it reads, "corrected" or "paper" (the same
+    document's topic 1 is another topic in each: /documents/<id> says which it shows).
     topics: the topics shown, largest contribution first (`pipeline.EXPLAIN_TOPICS` of them
     at most); rest_topics, rest_contribution: how many others there are, and the sum of
     their contributions.
@@ -319,6 +321,7 @@ class Explanation:
     score: float
     parts: tuple[tuple[str, float], ...]
     topic_ranker: str
+    topic_set: str
     topic_score: float
     topics: tuple[TopicExplanation, ...]
     rest_topics: int
@@ -331,6 +334,7 @@ class Explanation:
             "score": self.score,
             "parts": dict(self.parts),
             "topic_ranker": self.topic_ranker,
+            "topic_set": self.topic_set,
             "topic_score": self.topic_score,
             "topics": [topic.to_json() for topic in self.topics],
             "rest": {"topics": self.rest_topics, "contribution": self.rest_contribution},

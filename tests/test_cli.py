@@ -47,7 +47,7 @@ def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
         lines = block.splitlines()
         parts = re.match(r"\s+score ([0-9.]+) = topics ([0-9.]+) \+ bm25 ([0-9.]+) \+ passages ([0-9.]+) ", lines[0])
         assert parts is not None and float(parts[1]) == pytest.approx(sum(float(parts[i]) for i in (2, 3, 4)), abs=3e-4)
-        total = re.match(r"\s+hidden_topics_corrected score (-?[0-9.]+) = the sum of its 15 topics' contributions", lines[1])
+        total = re.match(r"\s+hidden_topics_corrected score (-?[0-9.]+) = the sum of its 15 corrected topics' contributions", lines[1])
         assert total is not None and "the other 10 topics together" in lines[7]
         shown = [float(re.findall(r"-> ([+-][0-9.]+)", line)[0]) for line in lines[2:8]]
         assert sum(shown) == pytest.approx(float(total[1]), abs=4e-5)

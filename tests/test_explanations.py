@@ -89,6 +89,11 @@ def test_what_an_explanation_shows_adds_up_to_the_score(engine: Engine, name: st
             assert all(len(topic.topic_words) == 5 and topic.query_words for topic in explanation.topics)
             if "+" not in name:
                 assert explanation.parts == (("topics", hit.score),)
+            # The set it names is the one its topics come from: topic N's importance is the
+            # stored importance of topic N of that set (the two sets' topic 1 differ).
+            assert explanation.topic_set == ("corrected" if topic_ranker.variant == "corrected" else "paper")
+            stored = engine.store.topics([hit.doc_id], corrected=explanation.topic_set == "corrected").importances[0]
+            assert [topic.importance for topic in explanation.topics] == pytest.approx([float(stored[topic.rank - 1]) for topic in explanation.topics], rel=1e-6)
 
 
 @pytest.mark.parametrize("name", ["hidden_topics_corrected+bm25", "hidden_topics_corrected+doc2vec+bm25", "hidden_topics_corrected+doc2vec+wmd+bm25"])
@@ -130,7 +135,7 @@ def test_the_cli_and_search_explain_a_hit_with_the_same_topics_in_the_same_order
                 assert [t["topic"] for t in cli_hit["explanation"]["topics"]] == [t["topic"] for t in api_hit["explanation"]["topics"]]
                 assert cli_hit["explanation"] == api_hit["explanation"]  # one computation, one JSON shape
                 explanation = api_hit["explanation"]
-                assert set(explanation) == {"score", "parts", "topic_ranker", "topic_score", "topics", "rest"}
+                assert set(explanation) == {"score", "parts", "topic_ranker", "topic_set", "topic_score", "topics", "rest"}
                 assert explanation["score"] == api_hit["score"] and explanation["topic_score"] == api_hit["ranker_score"]
                 assert sum(explanation["parts"].values()) == pytest.approx(api_hit["score"], rel=1e-12)
                 total = sum(t["contribution"] for t in explanation["topics"]) + explanation["rest"]["contribution"]
@@ -148,7 +153,7 @@ def test_the_text_output_is_the_explanation_line_by_line(indexed: Path) -> None:
     served = json.loads(run(indexed, "search", QUERIES[0], "--json", "--ranker", "hidden_topics_corrected+bm25", "--size", "1", "--explain")[1])
     explanation = served["hits"][0]["explanation"]
     assert lines[0].startswith(f"score {explanation['score']:.4f} = topics {explanation['parts']['topics']:.4f} + bm25 {explanation['parts']['bm25']:.4f}")
-    assert lines[1].startswith(f"hidden_topics_corrected score {explanation['topic_score']:.5f} = the sum of its 15 topics' contributions")
+    assert lines[1].startswith(f"hidden_topics_corrected score {explanation['topic_score']:.5f} = the sum of its 15 corrected topics' contributions")
     assert [line.split(":")[0] for line in lines[2 : 2 + EXPLAIN_TOPICS]] == [f"topic {t['topic']}" for t in explanation["topics"]]
     assert lines[2 + EXPLAIN_TOPICS] == f"the other 10 topics together -> {explanation['rest']['contribution']:+.5f}"
     assert len(lines) == 3 + EXPLAIN_TOPICS
@@ -181,7 +186,7 @@ def test_the_published_schema_describes_the_explanations_served(indexed: Path) -
         client = app.test_client()
         document: dict[str, Any] = client.get("/openapi.json").get_json()
         published = document["components"]["schemas"]["Explanation"]
-        assert set(published["properties"]) == {"score", "parts", "topic_ranker", "topic_score", "topics", "rest"}
+        assert set(published["properties"]) == {"score", "parts", "topic_ranker", "topic_set", "topic_score", "topics", "rest"}
         assert set(published["required"]) == set(published["properties"])
         assert document["components"]["schemas"]["Hit"]["properties"]["explanation"]["$ref"] == "#/components/schemas/Explanation"
         answer = client.post("/search", json={"query": QUERIES[0], "size": 3, "explain": True}).get_json()

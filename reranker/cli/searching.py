@@ -290,7 +290,8 @@ def explanation_lines(explanation: "Explanation", status: str = "ok") -> list[st
         return lines
     total = len(explanation.topics) + explanation.rest_topics
     shown = f"the {len(explanation.topics)} largest, then the rest" if explanation.rest_topics else "largest first"
-    lines.append(f"{explanation.topic_ranker} score {explanation.topic_score:.5f} = the sum of its {total} topics' contributions, {shown}:")
+    topic_set = "corrected" if explanation.topic_set == "corrected" else "uncorrected"  # as the web page names them
+    lines.append(f"{explanation.topic_ranker} score {explanation.topic_score:.5f} = the sum of its {total} {topic_set} topics' contributions, {shown}:")
     for topic in explanation.topics:
         relevance = f"(relevance {topic.relevance:.3f} - background {topic.background:.3f})" if topic.background else f"relevance {topic.relevance:.3f}"
         lines.append(

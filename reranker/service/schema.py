@@ -621,6 +621,10 @@ class Explanation(Answer):
         'scaled score), "bm25" (in a fusion), and any other fused ranker by its name'
     )
     topic_ranker: str = Field(description="the ranker the topics explain (a fusion's topic ranker)")
+    topic_set: Literal["corrected", "paper"] = Field(
+        description="which of each document's topics topic_ranker reads: the corrected ones (hidden_topics_corrected) "
+        "or the paper's (the others); a topic's number counts within its set, as /documents/<id>'s topic_set says"
+    )
     topic_score: float = Field(description="that ranker's own score: the contributions of topics plus rest.contribution")
     topics: list[TopicExplanation] = Field(description=f"the topics that add most, largest contribution first (at most {EXPLAIN_TOPICS})")
     rest: RestOfTopics

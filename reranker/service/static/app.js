@@ -90,15 +90,9 @@
   // with the corpus's common direction removed: hidden_topics_corrected's and its fusions', the
   // default ranker among them) than among the paper's (hidden_topics', hidden_topics_code's):
   // "Topic 1" of one is not "Topic 1" of the other, so every topic is named with its set.
-  // `set`: /documents' `topic_set`, or topicSetOf an explanation's topic ranker.
+  // `set`: /documents' or an explanation's `topic_set`.
   function topicLabel(set, number) {
     return `${set === "corrected" ? "Corrected" : "Uncorrected"} topic ${number}`;
-  }
-
-  // Which topics an explanation's topic ranker reads: only hidden_topics_corrected reads the
-  // corrected ones (a fusion's explanation names its topic ranker, not the fusion).
-  function topicSetOf(topicRanker) {
-    return topicRanker === "hidden_topics_corrected" ? "corrected" : "paper";
   }
 
   function paperHref(id) {
@@ -505,7 +499,7 @@
           el(
             "p",
             { class: "topic-head" },
-            el("strong", { text: topicLabel(topicSetOf(explanation.topic_ranker), topic.topic) }),
+            el("strong", { text: topicLabel(explanation.topic_set, topic.topic) }),
             ` importance ${number(topic.importance, 3)} · relevance ${number(topic.relevance, 3)}`,
             topic.background ? ` − background ${number(topic.background, 3)}` : null,
             ` · adds ${signed(topic.contribution, 5)}`
