@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -78,6 +78,7 @@ from reranker.types import (
     SimilarResult,
     TopicBatch,
     TopicExplanation,
+    TopicSet,
 )
 
 if TYPE_CHECKING:
@@ -688,7 +689,7 @@ class Engine:
 
     def document_topics(
         self, doc_id: str, words: int = EXPLAIN_WORDS
-    ) -> tuple[Document, tuple[DocumentTopic, ...], Literal["corrected", "paper"]]:
+    ) -> tuple[Document, tuple[DocumentTopic, ...], TopicSet]:
         """A stored document, its hidden topics, most important first, each read through
         its `words` words with the largest share of it (`_topic_words`), and which topics
         they are.

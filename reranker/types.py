@@ -7,7 +7,7 @@ package mutates an array it did not allocate.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -302,6 +302,11 @@ class TopicExplanation:
         }
 
 
+# Which of a document's two topic sets: the corrected topics (hidden_topics_corrected's) or the
+# paper's (hidden_topics', hidden_topics_code's). A topic's rank names another topic in each.
+TopicSet = Literal["corrected", "paper"]
+
+
 @dataclass(frozen=True)
 class Explanation:
     """Why a hit scored what it did, in two sums that hold exactly (up to float rounding).
@@ -321,7 +326,7 @@ class Explanation:
     score: float
     parts: tuple[tuple[str, float], ...]
     topic_ranker: str
-    topic_set: str
+    topic_set: TopicSet
     topic_score: float
     topics: tuple[TopicExplanation, ...]
     rest_topics: int

@@ -53,7 +53,7 @@ from reranker.sequential import DEFAULT_MIN_UNITS
 from reranker.service.bodies import json_type
 from reranker.service.errors import ApiError
 from reranker.store.events import CLICK_ACTIONS
-from reranker.types import LONG_RANGE, MAX_FILTER_VALUE_CHARS, MAX_FILTERS
+from reranker.types import LONG_RANGE, MAX_FILTER_VALUE_CHARS, MAX_FILTERS, TopicSet
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -621,7 +621,7 @@ class Explanation(Answer):
         'scaled score), "bm25" (in a fusion), and any other fused ranker by its name'
     )
     topic_ranker: str = Field(description="the ranker the topics explain (a fusion's topic ranker)")
-    topic_set: Literal["corrected", "paper"] = Field(
+    topic_set: TopicSet = Field(
         description="which of each document's topics topic_ranker reads: the corrected ones (hidden_topics_corrected) "
         "or the paper's (the others); a topic's number counts within its set, as /documents/<id>'s topic_set says"
     )
@@ -719,7 +719,7 @@ class DocumentAnswer(Answer):
     excerpt: str = Field(description="the first 300 words of the text")
     truncated: bool = Field(description="whether the text goes on after the excerpt")
     topics: list[DocumentTopic] = Field(description="hidden topics, most important first")
-    topic_set: Literal["corrected", "paper"] = Field(
+    topic_set: TopicSet = Field(
         description='which topics `topics` lists: "corrected" (of the word vectors with the corpus\'s common direction '
         'removed, as hidden_topics_corrected and its fusions, the shipped default among them, read them) where the index '
         'has them, else "paper" '

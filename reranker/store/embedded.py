@@ -1038,12 +1038,10 @@ class EmbeddedStore:
                 stored.update((doc_id, kept[1][doc_id]) for doc_id in unread if doc_id in kept[1])
             to_read = [doc_id for doc_id in unread if doc_id not in stored]
             try:
-                for start in range(0, len(to_read), 500):
-                    chunk = to_read[start : start + 500]
-                    marks = ",".join("?" * len(chunk))
+                for chunk in _chunks(to_read):
                     stored.update(self._db.execute(
                         "SELECT docs.id, passages.positions FROM docs LEFT JOIN passages ON passages.rowid = docs.rowid "
-                        f"WHERE docs.rowid <= ? AND docs.id IN ({marks})",
+                        f"WHERE docs.rowid <= ? AND docs.id IN ({_marks(chunk)})",
                         (view.watermark, *chunk),
                     ).fetchall())
                 if unread:
