@@ -18,7 +18,7 @@ from reranker.errors import StoreError
 from reranker.extraction import Correction, corrected_topics, document_topics, estimate_centering
 from reranker.indexing import index_corpus
 from reranker.pipeline import Engine
-from reranker.store.bm25 import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, passage_query, passage_spans
+from reranker.store.bm25 import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, StoredWords, best_passage_bm25, passage_query, passage_spans
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import WordPositions, stable_hashes
 from reranker.types import Document
@@ -58,22 +58,27 @@ def _reference(
     return best
 
 
-def _passages_by_both_ways(words: list[str], stem: dict[str, str], exact: dict[str, int], lengths: list[int], seed: int) -> None:
+def _passages_by_both_ways(
+    words: list[str], stem: dict[str, str], exact: dict[str, int], lengths: list[int], seed: int, unheld: tuple[str, ...] = ()
+) -> None:
+    """`best_passage_bm25` against `_reference` over texts of these lengths drawn from
+    `words`; `unheld`: indexed words (in the vocabulary) that no text holds."""
     rng = np.random.default_rng(seed)
     stemmed: dict[str, int] = {}
     for word, count in exact.items():
         stemmed[stem[word]] = stemmed.get(stem[word], 0) + count
     doc_freqs = {field: {term: int(rng.integers(1, 50)) for term in query} for field, query in (("exact", exact), ("stemmed", stemmed))}
     texts = [list(rng.choice(words, size=n)) for n in lengths]
-    vocabulary = (stable_hashes(words), stable_hashes([stem[w] for w in words]))
+    indexed = [*words, *unheld]
+    vocabulary = (stable_hashes(indexed), stable_hashes([stem[w] for w in indexed]))
     query = passage_query(exact, stemmed, doc_freqs, 100, vocabulary)
     # As the store keeps them (uint16 positions, uint32 past 65,535 words).
     kept = [WordPositions.of(stable_hashes(text)).to_bytes() for text in texts]
-    found = best_passage_bm25(kept, query, 131.5)
+    found = best_passage_bm25(StoredWords(kept), query, 131.5)
     expected = [_reference(text, stem, exact, stemmed, doc_freqs, 100, 131.5) for text in texts]
     assert found.tolist() == pytest.approx(expected, rel=1e-5)  # computed in float32
     # A document the store does not find (no bytes) scores 0 and moves no other score.
-    assert best_passage_bm25([*kept, b""], query, 131.5).tolist() == pytest.approx([*expected, 0.0], rel=1e-5)
+    assert best_passage_bm25(StoredWords([*kept, b""]), query, 131.5).tolist() == pytest.approx([*expected, 0.0], rel=1e-5)
     # An empty text scores 0; every text of a passage or more holds some query word.
     assert found[0] == 0.0 and all(score > 0 for score, n in zip(found, lengths) if n >= PASSAGE_TERMS)
 
@@ -87,6 +92,16 @@ def test_best_passage_bm25_is_the_best_window_by_the_definition() -> None:
     # Lengths around the passage edges: empty, shorter than one, exactly one, one and a bit,
     # several with a ragged end.
     _passages_by_both_ways(words, stem, exact, [0, 7, 150, 151, 225, 600, 1013], seed=3)
+
+
+def test_a_stem_whose_only_form_the_texts_hold_is_the_query_word_counts_in_both_fields() -> None:
+    # `_present_terms` counts such a stemmed term in its exact term's column, with both
+    # weights: word20 is its stem's one form, word21's other form no text holds, and word0
+    # shares its stem with word25, which the texts hold.
+    words = [f"word{i}" for i in range(40)]
+    stem = {word: f"stem{i % 25}" for i, word in enumerate(words)} | {"word21s": "stem21"}
+    exact = {"word20": 2, "word21": 1, "word0": 1, "word3": 1}
+    _passages_by_both_ways(words, stem, exact, [0, 40, 150, 151, 600], seed=5, unheld=("word21s",))
 
 
 def test_passage_spans_are_the_windows_best_passage_bm25_scores() -> None:
@@ -124,6 +139,11 @@ def test_a_query_word_counts_in_the_fields_that_hold_its_terms() -> None:
     # "ships" counts in both fields, "ship" (its other form) in the stemmed one, "sails" in none.
     held = dict(zip(query.words.tolist(), query.slots.tolist()))
     assert held == {int(stable_hashes(["ships"])[0]): [0, 1], int(stable_hashes(["ship"])[0]): [-1, 1]}
+    # Only some terms counted (the first stage's share of its common terms): the same words
+    # and slots, the others weigh 0.
+    common = passage_query({"ships": 1}, {"ship": 1}, frequencies, 10, vocabulary, only={"stemmed": {"ship"}})
+    assert common.words.tolist() == query.words.tolist() and common.slots.tolist() == query.slots.tolist()
+    assert common.weights.tolist() == [0.0, query.weights[1]]
     # Without stems (a field the analyser left empty), the words count in the exact field only.
     alone = passage_query({"ships": 1}, {}, frequencies, 10, vocabulary)
     assert alone.slots.tolist() == [[0, -1]] and alone.weights.size == 1

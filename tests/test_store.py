@@ -410,6 +410,17 @@ def test_the_best_passages_read_the_words_the_first_stage_read_only_while_they_a
     assert ready.passage_bm25(query, ids, [None] * len(ids)) is None
 
 
+def test_the_best_passages_of_part_of_the_window_in_another_order_are_the_same(ready: EmbeddedStore) -> None:
+    ready.upsert(_many_documents())
+    query = "ocean vessels sailors crew wind cargo storm"
+    ids = [hit.doc_id for hit in ready.bm25(query, 100)]
+    asked = ids[::-3]
+    from_window = ready.passage_bm25(query, asked, [None] * len(asked))
+    assert ready._local.window is None
+    read = ready.passage_bm25(query, asked, [None] * len(asked))  # from SQLite, these texts alone
+    assert from_window == pytest.approx(read, rel=1e-6) and from_window is not None and max(from_window) > 0
+
+
 def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(ready: EmbeddedStore) -> None:
     ready.upsert(_many_documents())
     # "lantern" alone: fewer documents than a window hold it, and a window of the whole

@@ -74,7 +74,15 @@ from reranker.store import (
     filter_for_field,
     filter_shown,
 )
-from reranker.store.bm25 import PASSAGE_STRIDE, PASSAGE_TERMS, best_passage_bm25, bm25_of_stored, bm25_of_texts, passage_query
+from reranker.store.bm25 import (
+    PASSAGE_STRIDE,
+    PASSAGE_TERMS,
+    StoredWords,
+    best_passage_bm25,
+    bm25_of_stored,
+    bm25_of_texts,
+    passage_query,
+)
 from reranker.store.text_index import (
     COMPACT_HEAP_BYTES,
     NEARLY_FULL,
@@ -95,6 +103,7 @@ from reranker.types import (
     DocVectorBatch,
     EmbeddingInfo,
     Filter,
+    PassageWords,
     StopListInfo,
     StoredDocument,
     TopicBatch,
@@ -185,6 +194,19 @@ class _View:
     version: int  # SQLite's data_version of the snapshot it was read in
     info: IndexInfo | None
     watermark: int
+
+
+@dataclass(frozen=True, eq=False)
+class _Window:
+    """The window the first stage has just scored from its stored words (`_common_shares`),
+    kept on its thread for the best passage that follows (`passage_bm25`) in the same view."""
+
+    view: _View
+    texts: dict[str, bytes]  # doc id -> its stored words
+    position: dict[str, int]  # doc id -> its place in `words`
+    words: StoredWords
+    stems: list[int]  # the query's stems, hashed, and the stored (word, stem) pairs of them:
+    pairs: list[tuple[int, int]]
 
 
 def _recorded_stop_list(meta: dict[str, str]) -> StopListInfo | None:
@@ -1033,9 +1055,14 @@ class EmbeddedStore:
         with self._snapshot() as view:
             # The window the first stage has just scored, in this snapshot (`_common_shares`);
             # taken once, so a thread keeps no window's words past its search.
-            kept, self._local.window = getattr(self._local, "window", None), None
-            if kept is not None and kept[0] is view:
-                stored.update((doc_id, kept[1][doc_id]) for doc_id in unread if doc_id in kept[1])
+            kept: _Window | None = getattr(self._local, "window", None)
+            self._local.window = None
+            if kept is not None and kept.view is view:
+                if len(unread) == len(doc_ids) and kept.stems == stems and all(doc_id in kept.texts for doc_id in doc_ids):
+                    # That window, for the same query: its words laid out, and where the query's are.
+                    scores = self._best_passages(asked, documents, passage_length, kept.pairs, kept.words)
+                    return [float(scores[kept.position[doc_id]]) for doc_id in doc_ids]
+                stored.update((doc_id, kept.texts[doc_id]) for doc_id in unread if doc_id in kept.texts)
             to_read = [doc_id for doc_id in unread if doc_id not in stored]
             try:
                 for chunk in _chunks(to_read):
@@ -1045,26 +1072,47 @@ class EmbeddedStore:
                         (view.watermark, *chunk),
                     ).fetchall())
                 if unread:
-                    pairs = self._db.execute(
-                        f"SELECT word, stem FROM passage_vocabulary WHERE stem IN ({','.join('?' * len(stems))})", stems
-                    ).fetchall()
+                    pairs = self._vocabulary_pairs(stems)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read passages: {exc}") from None
         if any(stored.get(doc_id, b"") is None for doc_id in unread):
             return None  # indexed before words' positions were kept: the next `reranker index` adds them
         sent = [self._terms_of(text).passages for text in texts if text is not None]
+        words = StoredWords([
+            self._terms_of(text).passages.positions if text is not None else stored.get(doc_id) or b""
+            for doc_id, text in zip(doc_ids, texts)
+        ])
+        scores = self._best_passages(asked, documents, passage_length, pairs, words, sent)
+        return [float(score) for score in scores]
+
+    def _best_passages(
+        self,
+        asked: Mapping[str, Mapping[str, int]],
+        documents: int,
+        passage_length: float,
+        pairs: Sequence[tuple[int, int]],
+        words: StoredWords,
+        sent: Sequence[PassageWords] = (),
+    ) -> npt.NDArray[np.float64]:
+        """`best_passage_bm25` of these texts' `words` for the query terms `asked` (field ->
+        term -> count), with the index's idf; `pairs`: the stored (word, stem) of the query's
+        stems, `sent`: the sent texts' own words and stems."""
         vocabulary = (
             np.concatenate([np.array([word for word, _ in pairs], dtype=np.int32), *(passages.words for passages in sent)]),
             np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(passages.stems for passages in sent)]),
         )
-        positions = [
-            self._terms_of(text).passages.positions if text is not None else stored.get(doc_id) or b""
-            for doc_id, text in zip(doc_ids, texts)
-        ]
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
         query_terms = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
-        scores = best_passage_bm25(positions, query_terms, passage_length)
-        return [float(score) for score in scores]
+        return best_passage_bm25(words, query_terms, passage_length)
+
+    def _vocabulary_pairs(self, stems: Sequence[int]) -> list[tuple[int, int]]:
+        """(word, stem) of every indexed word whose stem is one of these (hashed)."""
+        if not stems:
+            return []
+        pairs: list[tuple[int, int]] = self._db.execute(
+            f"SELECT word, stem FROM passage_vocabulary WHERE stem IN ({_marks(stems)})", list(stems)
+        ).fetchall()
+        return pairs
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:
         documents, _ = self._length_statistics()
@@ -1218,17 +1266,15 @@ class EmbeddedStore:
         (rowid, id) documents, scored from their stored words as the text index scores them
         (its N, document frequencies and mean length, which count replaced documents until
         a merge, and its rounded lengths); None when one has no stored words (a store indexed
-        before they were kept). The words stay with this thread for `passage_bm25`, which
-        the default ranker asks for next, for this view."""
+        before they were kept). The words, laid out, stay with this thread for
+        `passage_bm25`, which the default ranker asks for next, for this view: the whole
+        query's words are found in them here, for both."""
         statistics = self._text.scoring_statistics(terms)
         if statistics is None:
             return None
         documents, average = statistics
         rowids = [rowid for rowid, _ in hits]
-        asked = {
-            field: Counter(term for term in found if term in common.get(field, ()))
-            for field, found in self._text.analysed(terms).items()
-        }
+        asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
         stems = stable_hashes(list(asked["stemmed"])).tolist()
         stored: dict[int, bytes] = {}
         try:
@@ -1236,18 +1282,19 @@ class EmbeddedStore:
                 stored.update(self._db.execute(
                     f"SELECT rowid, positions FROM passages WHERE rowid IN ({_marks(chunk)}) AND rowid <= ?", (*chunk, view.watermark)
                 ).fetchall())
-            pairs = self._db.execute(
-                f"SELECT word, stem FROM passage_vocabulary WHERE stem IN ({_marks(stems)})", stems
-            ).fetchall() if stems else []
+            pairs = self._vocabulary_pairs(stems)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read passages: {exc}") from None
         if len(stored) < len(rowids):
             return None
-        self._local.window = (view, {doc_id: stored[rowid] for rowid, doc_id in hits})
+        words = StoredWords([stored[rowid] for rowid in rowids])
+        self._local.window = _Window(
+            view, {doc_id: stored[rowid] for rowid, doc_id in hits}, {doc_id: i for i, (_, doc_id) in enumerate(hits)}, words, stems, pairs
+        )
         vocabulary = (np.array([word for word, _ in pairs], dtype=np.int32), np.array([stem for _, stem in pairs], dtype=np.int32))
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
-        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
-        return [float(share) for share in bm25_of_stored([stored[rowid] for rowid in rowids], query, average)]
+        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary, only=common)
+        return [float(share) for share in bm25_of_stored(words, query, average)]
 
     def _rows(self, rowids: Sequence[int], watermark: int) -> dict[int, tuple[str, str]]:
         """rowid -> (id, title) of those `rowids` readers may see."""
