@@ -1,0 +1,122 @@
+"""Benchmark: the search path of this working tree against a git revision's, in one process.
+
+What a change costs is a ratio to the code before it, measured in the same process and the
+same rounds: this machine's speed moves by a third between runs minutes apart
+(docs/performance.md), more than most changes move it. The revision's `reranker` package is
+taken from git (`git archive`) into a temporary folder as `reranker_base`, its imports
+renamed; both engines open the same index, and each of CL-SciSumm's 40 summaries is searched
+by both (`Engine.search`, top 10 of a window of 100), alternating which goes first, for 3
+rounds. Printed: p50 and p95 ms of each, the ratio of the p50s and the median of the
+per-query ratios, and for how many summaries the two give the same top 10 (a change meant
+to keep the rankings must keep every one).
+
+The index must be one both revisions read as it is (the same `indexing.DERIVATION`):
+bench_passages.py --documents N --store DIR builds one of N documents.
+
+Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3]
+  e.g. python bench/bench_revisions.py --base HEAD~1 --data-dir /tmp/p50k
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    from benchlib import product_threads
+
+    product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
+
+import argparse
+import io
+import re
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from benchlib import require, table
+
+ROOT = Path(__file__).resolve().parent.parent
+SUMMARIES = ROOT.parent / "shared" / "data" / "clscisumm2018-train"
+BASE_PACKAGE = "reranker_base"
+# What names the package in its own sources: imports, and dotted names in strings
+# (importlib, loggers); `files("reranker")` and the like stay, reading the same data files.
+_OWN_NAME = re.compile(r"(\bfrom reranker(?=[. ])|\bimport reranker(?=\.)|\"reranker(?=\.))")
+_LEFT = re.compile(r"^\s*(from|import) reranker\b", re.MULTILINE)
+
+
+def base_package(revision: str, into: Path) -> None:
+    """The revision's `reranker/` as `into/reranker_base`, importing itself by that name."""
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "reranker"], check=True, capture_output=True
+        ).stdout
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"cannot read revision {revision!r}: {exc.stderr.decode(errors='replace').strip()}") from None
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    (into / "reranker").rename(into / BASE_PACKAGE)
+    for source in (into / BASE_PACKAGE).rglob("*.py"):
+        text = _OWN_NAME.sub(lambda found: found.group(0).replace("reranker", BASE_PACKAGE), source.read_text())
+        require(not _LEFT.search(text), f"{source} still imports the working tree's package")
+        source.write_text(text)
+
+
+def timed(engines: dict[str, Any], queries: list[str], ranker: str, rounds: int) -> tuple[dict[str, list[float]], int]:
+    """Seconds per search of each engine, alternating per query; and for how many queries
+    the engines' top 10 were the same (in the first round)."""
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    same = 0
+    for round_ in range(rounds):
+        for number, query in enumerate(queries):
+            order = list(engines) if (number + round_) % 2 == 0 else list(reversed(engines))
+            tops = {}
+            for name in order:
+                started = time.perf_counter()
+                result = engines[name].search(query, ranker, window=100, size=10)
+                times[name].append(time.perf_counter() - started)
+                tops[name] = [hit.doc_id for hit in result.hits]
+            same += round_ == 0 and len({tuple(top) for top in tops.values()}) == 1
+    return times, same
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the git revision to compare with (e.g. HEAD~1, a commit)")
+    parser.add_argument("--data-dir", type=Path, required=True, help="a data dir with an index both revisions read")
+    parser.add_argument("--ranker", default="hidden_topics_corrected+bm25:maxp", help="the ranker to time (default: the default)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not (args.data_dir / "index").is_dir():
+        raise SystemExit(f"no index in {args.data_dir}: build one with bench_passages.py --documents N --store {args.data_dir}")
+    if not SUMMARIES.is_dir():
+        raise SystemExit(f"needs CL-SciSumm's summaries in {SUMMARIES}")
+    os.environ["RERANKER_DATA_DIR"] = str(args.data_dir)
+
+    from reranker.config import Settings
+    from reranker.datasets import load_dataset
+    from reranker.pipeline import build_engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-revisions-") as folder:
+        base_package(args.base, Path(folder))
+        sys.path.insert(0, folder)
+        base_config = __import__(f"{BASE_PACKAGE}.config", fromlist=["Settings"])
+        base_pipeline = __import__(f"{BASE_PACKAGE}.pipeline", fromlist=["build_engine"])
+        engines = {"working tree": build_engine(Settings.from_env()), args.base: base_pipeline.build_engine(base_config.Settings.from_env())}
+        queries = [text for _, text in load_dataset(SUMMARIES).queries]
+        timed(engines, queries[:5], args.ranker, 1)  # warm: caches, memory maps, document frequencies
+        times, same = timed(engines, queries, args.ranker, args.rounds)
+    now, before = (np.array(times[name]) * 1000 for name in engines)
+    print(f"{args.ranker}, {len(queries)} summaries x {args.rounds} rounds, top 10 of 100, index in {args.data_dir}")
+    rows = [[name, f"{np.median(ms):.2f}", f"{np.percentile(ms, 95):.2f}"] for name, ms in (("working tree", now), (args.base, before))]
+    print(table(["code", "p50 ms", "p95 ms"], rows))
+    print(f"working tree / {args.base}: p50 {np.median(now) / np.median(before):.3f}x, median per query {np.median(now / before):.3f}x")
+    print(f"the same top 10: {same} of {len(queries)} summaries")
+
+
+if __name__ == "__main__":
+    main()
