@@ -8,12 +8,14 @@ renamed; both engines open the same index, and each of CL-SciSumm's 40 summaries
 by both (`Engine.search`, top 10 of a window of 100), alternating which goes first, for 3
 rounds. Printed: p50 and p95 ms of each, the ratio of the p50s and the median of the
 per-query ratios, and for how many summaries the two give the same top 10 (a change meant
-to keep the rankings must keep every one).
+to keep the rankings must keep every one). With --service, `POST /search` through each
+revision's app (Flask's test client; the default ranker, top 10 of the service's window)
+instead: the service ranks in a pool thread, which the engine alone does not.
 
 The index must be one both revisions read as it is (the same `indexing.DERIVATION`):
 bench_passages.py --documents N --store DIR builds one of N documents.
 
-Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3]
+Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3] [--service]
   e.g. python bench/bench_revisions.py --base HEAD~1 --data-dir /tmp/p50k
 """
 
@@ -35,7 +37,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from benchlib import require, table
@@ -66,22 +68,38 @@ def base_package(revision: str, into: Path) -> None:
         source.write_text(text)
 
 
-def timed(engines: dict[str, Any], queries: list[str], ranker: str, rounds: int) -> tuple[dict[str, list[float]], int]:
-    """Seconds per search of each engine, alternating per query; and for how many queries
-    the engines' top 10 were the same (in the first round)."""
-    times: dict[str, list[float]] = {name: [] for name in engines}
+def timed(searches: dict[str, Callable[[str], list[str]]], queries: list[str], rounds: int) -> tuple[dict[str, list[float]], int]:
+    """Seconds per search of each revision, alternating per query; and for how many
+    queries their top 10 were the same (in the first round)."""
+    times: dict[str, list[float]] = {name: [] for name in searches}
     same = 0
     for round_ in range(rounds):
         for number, query in enumerate(queries):
-            order = list(engines) if (number + round_) % 2 == 0 else list(reversed(engines))
+            order = list(searches) if (number + round_) % 2 == 0 else list(reversed(searches))
             tops = {}
             for name in order:
                 started = time.perf_counter()
-                result = engines[name].search(query, ranker, window=100, size=10)
+                tops[name] = searches[name](query)
                 times[name].append(time.perf_counter() - started)
-                tops[name] = [hit.doc_id for hit in result.hits]
             same += round_ == 0 and len({tuple(top) for top in tops.values()}) == 1
     return times, same
+
+
+def engine_search(engine: Any, ranker: str) -> Callable[[str], list[str]]:
+    """`Engine.search`'s top 10 of 100 with `ranker`, as ids."""
+    return lambda query: [hit.doc_id for hit in engine.search(query, ranker, window=100, size=10).hits]
+
+
+def service_search(app: Any) -> Callable[[str], list[str]]:
+    """`POST /search`'s top 10 through the app, as ids."""
+    client = app.test_client()
+
+    def search(query: str) -> list[str]:
+        answer = client.post("/search", json={"query": query, "size": 10})
+        require(answer.status_code == 200, f"POST /search answered {answer.status_code}: {answer.get_data(as_text=True)[:200]}")
+        return [hit["id"] for hit in answer.get_json()["hits"]]
+
+    return search
 
 
 def main() -> None:
@@ -90,6 +108,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, required=True, help="a data dir with an index both revisions read")
     parser.add_argument("--ranker", default="hidden_topics_corrected+bm25:maxp", help="the ranker to time (default: the default)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--service", action="store_true", help="time POST /search through each revision's app instead")
     args = parser.parse_args()
     if not (args.data_dir / "index").is_dir():
         raise SystemExit(f"no index in {args.data_dir}: build one with bench_passages.py --documents N --store {args.data_dir}")
@@ -104,14 +123,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-revisions-") as folder:
         base_package(args.base, Path(folder))
         sys.path.insert(0, folder)
-        base_config = __import__(f"{BASE_PACKAGE}.config", fromlist=["Settings"])
-        base_pipeline = __import__(f"{BASE_PACKAGE}.pipeline", fromlist=["build_engine"])
-        engines = {"working tree": build_engine(Settings.from_env()), args.base: base_pipeline.build_engine(base_config.Settings.from_env())}
+        if args.service:
+            from reranker.service import create_app
+
+            base_service = __import__(f"{BASE_PACKAGE}.service", fromlist=["create_app"])
+            searches = {"working tree": service_search(create_app()), args.base: service_search(base_service.create_app())}
+            what = "POST /search (the service's default ranker and window), top 10"
+        else:
+            base_config = __import__(f"{BASE_PACKAGE}.config", fromlist=["Settings"])
+            base_pipeline = __import__(f"{BASE_PACKAGE}.pipeline", fromlist=["build_engine"])
+            searches = {
+                "working tree": engine_search(build_engine(Settings.from_env()), args.ranker),
+                args.base: engine_search(base_pipeline.build_engine(base_config.Settings.from_env()), args.ranker),
+            }
+            what = f"{args.ranker}, top 10 of 100"
         queries = [text for _, text in load_dataset(SUMMARIES).queries]
-        timed(engines, queries[:5], args.ranker, 1)  # warm: caches, memory maps, document frequencies
-        times, same = timed(engines, queries, args.ranker, args.rounds)
-    now, before = (np.array(times[name]) * 1000 for name in engines)
-    print(f"{args.ranker}, {len(queries)} summaries x {args.rounds} rounds, top 10 of 100, index in {args.data_dir}")
+        timed(searches, queries[:5], 1)  # warm: caches, memory maps, document frequencies
+        times, same = timed(searches, queries, args.rounds)
+    now, before = (np.array(times[name]) * 1000 for name in searches)
+    print(f"{what}: {len(queries)} summaries x {args.rounds} rounds, index in {args.data_dir}")
     rows = [[name, f"{np.median(ms):.2f}", f"{np.percentile(ms, 95):.2f}"] for name, ms in (("working tree", now), (args.base, before))]
     print(table(["code", "p50 ms", "p95 ms"], rows))
     print(f"working tree / {args.base}: p50 {np.median(now) / np.median(before):.3f}x, median per query {np.median(now / before):.3f}x")

@@ -6,6 +6,7 @@ keep writing) while this one reads it.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
@@ -26,7 +28,7 @@ import pytest
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
 from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, filter_for_field
-from reranker.store.embedded import EmbeddedStore
+from reranker.store.embedded import _FIRST_STAGE_WINDOW, EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import default_stopwords, stop_list_info, tokenize
 from reranker.types import Candidate, DocTopics, Document, EmbeddingInfo, Filter, StoredDocument
@@ -392,7 +394,7 @@ def test_the_best_passages_read_the_words_the_first_stage_read_only_while_they_a
     query = "ocean vessels sailors crew wind cargo storm"
     ids = [hit.doc_id for hit in ready.bm25(query, 100)]
     kept = ready.passage_bm25(query, ids, [None] * len(ids))
-    assert ready._local.window is None  # taken: read from SQLite below, as if the first stage had not run
+    assert _FIRST_STAGE_WINDOW.get() == []  # taken: read from SQLite below, as if the first stage had not run
     assert kept == ready.passage_bm25(query, ids, [None] * len(ids)) and kept is not None and max(kept) > 0
     # A new version of a document the window holds: its passages are the new words'.
     ready.bm25(query, 100)
@@ -416,9 +418,35 @@ def test_the_best_passages_of_part_of_the_window_in_another_order_are_the_same(r
     ids = [hit.doc_id for hit in ready.bm25(query, 100)]
     asked = ids[::-3]
     from_window = ready.passage_bm25(query, asked, [None] * len(asked))
-    assert ready._local.window is None
+    assert _FIRST_STAGE_WINDOW.get() == []
     read = ready.passage_bm25(query, asked, [None] * len(asked))  # from SQLite, these texts alone
     assert from_window == pytest.approx(read, rel=1e-6) and from_window is not None and max(from_window) > 0
+
+
+def test_the_best_passages_take_the_first_stages_words_in_the_thread_the_service_ranks_in(ready: EmbeddedStore, tmp_path: Path) -> None:
+    # The service searches in the request's thread and ranks in a pool thread, in a copy of
+    # the request's context (`RerankingService.rerank`): the window reaches it there, once,
+    # and is gone from both contexts after.
+    ready.upsert(_many_documents())
+    query = "ocean vessels sailors crew wind cargo storm"
+    ids = [hit.doc_id for hit in ready.bm25(query, 100)]
+    expected = ready.passage_bm25(query, ids, [None] * len(ids))
+    other = EmbeddedStore(tmp_path / "other")
+    other.initialise(IndexInfo(EMBEDDING, k=2))
+    other.upsert([replace(doc, document=replace(doc.document, id=f"other-{doc.document.id}")) for doc in _many_documents(20, seed=5)])
+    other.bm25(query, 10)  # its writes committed: its reads below write nothing
+    with ThreadPoolExecutor(1) as pool:
+        ready.bm25(query, 100)
+        with ready._snapshot():
+            ready._db.execute("DELETE FROM passages")  # behind the store's back: only the window has the words
+        # Another store's best passages leave this store's window where it is (it holds
+        # none of these documents).
+        assert pool.submit(contextvars.copy_context().run, other.passage_bm25, query, ids, [None] * len(ids)).result() == [0.0] * len(ids)
+        ranked = pool.submit(contextvars.copy_context().run, ready.passage_bm25, query, ids, [None] * len(ids)).result()
+        assert ranked == expected
+        assert _FIRST_STAGE_WINDOW.get() == []
+        assert pool.submit(contextvars.copy_context().run, ready.passage_bm25, query, ids, [None] * len(ids)).result() is None
+    other.close()
 
 
 def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(ready: EmbeddedStore) -> None:

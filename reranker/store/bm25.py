@@ -241,10 +241,11 @@ def _block_counts(
     positions = texts.positions[_ranges(texts.position_ends[found] - found_counts, found_counts)]
     block_cells = np.repeat(first_row[texts.text_of(found)] * columns, found_counts) + (positions // PASSAGE_STRIDE).astype(np.intp) * columns
     # A found word counts once in each field whose term it is (a last column takes the
-    # fields where it is none: cheaper counted than left out).
+    # fields where it is none, and the stemmed terms counted in an exact term's column:
+    # cheaper counted than left out).
     cells = np.concatenate([block_cells + np.repeat(slots[which, field], found_counts) for field in range(slots.shape[1])])
-    # Added into float32 in place (`ufunc.at`, fast since numpy 2): bincount's int64
-    # counts, then converted, cost twice the memory traffic (0.9x the whole function).
+    # Added into float32 in place (`ufunc.at`, fast for this since numpy 1.25): bincount's
+    # int64 counts, then converted, cost twice the memory traffic (0.9x the whole function).
     table = np.zeros(table_rows * columns, dtype=np.float32)
     np.add.at(table, cells, np.float32(1.0))
     return table.reshape(table_rows, columns), weights
@@ -272,9 +273,10 @@ class StoredWords:
         """Where `words` holds one of the distinct `wanted` words: (indices, which word);
         the last answer is kept (callers read it and do not change it)."""
         key = wanted.tobytes()
-        if self._found is None or self._found[0] != key:
-            self._found = (key, _occurrences(self.words, wanted))
-        return self._found[1]
+        found = self._found
+        if found is None or found[0] != key:
+            found = self._found = (key, _occurrences(self.words, wanted))
+        return found[1]
 
     def text_of(self, indices: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
         """Which text each of these indices into `words` belongs to."""

@@ -56,6 +56,7 @@ import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AbstractSet, Any, Callable, Iterator, Mapping, Sequence, TypeVar
@@ -198,15 +199,22 @@ class _View:
 
 @dataclass(frozen=True, eq=False)
 class _Window:
-    """The window the first stage has just scored from its stored words (`_common_shares`),
-    kept on its thread for the best passage that follows (`passage_bm25`) in the same view."""
+    """The window a store's first stage has just scored from its stored words
+    (`_common_shares`), for the best passage that follows (`passage_bm25`)."""
 
-    view: _View
+    store: EmbeddedStore
     texts: dict[str, bytes]  # doc id -> its stored words
     position: dict[str, int]  # doc id -> its place in `words`
     words: StoredWords
     stems: list[int]  # the query's stems, hashed, and the stored (word, stem) pairs of them:
     pairs: list[tuple[int, int]]
+
+
+# The window just scored, handed to the best passage of the same search through the context:
+# the service ranks in a pool thread, in a copy of the request's context (a thread-local
+# would not reach it). In a box that the taker empties, so that neither context keeps a
+# window's words past the search that uses them.
+_FIRST_STAGE_WINDOW: ContextVar[list[_Window]] = ContextVar("first_stage_window")
 
 
 def _recorded_stop_list(meta: dict[str, str]) -> StopListInfo | None:
@@ -375,6 +383,7 @@ class EmbeddedStore:
 
     def _forget_view(self) -> None:
         self._local.view = None
+        _FIRST_STAGE_WINDOW.set([])  # a window read before this write is not this search's
 
     def index_info(self) -> IndexInfo | None:
         """What the index readers see was built with; while this object rebuilds, what
@@ -1052,17 +1061,20 @@ class EmbeddedStore:
         stored: dict[str, bytes | None] = {}
         pairs: list[tuple[int, int]] = []
         self._commit_pending()
+        # The window this search's first stage has just scored (`_common_shares`), taken
+        # once: its passages are those of the words the first stage read, the snapshot its
+        # scores come from (a write through this store since then drops it: `_forget_view`).
+        box = _FIRST_STAGE_WINDOW.get(None)
+        kept = box.pop() if box and box[-1].store is self else None
+        if kept is not None and doc_ids and len(unread) == len(doc_ids) and kept.stems == stems:
+            if all(doc_id in kept.texts for doc_id in doc_ids):
+                # Its words laid out, and where the query's words are in them (the stems decide
+                # the vocabulary's pairs; a query with other words finds them again).
+                scores = self._best_passages(asked, documents, passage_length, kept.pairs, kept.words)
+                return [float(scores[kept.position[doc_id]]) for doc_id in doc_ids]
+        if kept is not None:
+            stored.update((doc_id, kept.texts[doc_id]) for doc_id in unread if doc_id in kept.texts)
         with self._snapshot() as view:
-            # The window the first stage has just scored, in this snapshot (`_common_shares`);
-            # taken once, so a thread keeps no window's words past its search.
-            kept: _Window | None = getattr(self._local, "window", None)
-            self._local.window = None
-            if kept is not None and kept.view is view:
-                if len(unread) == len(doc_ids) and kept.stems == stems and all(doc_id in kept.texts for doc_id in doc_ids):
-                    # That window, for the same query: its words laid out, and where the query's are.
-                    scores = self._best_passages(asked, documents, passage_length, kept.pairs, kept.words)
-                    return [float(scores[kept.position[doc_id]]) for doc_id in doc_ids]
-                stored.update((doc_id, kept.texts[doc_id]) for doc_id in unread if doc_id in kept.texts)
             to_read = [doc_id for doc_id in unread if doc_id not in stored]
             try:
                 for chunk in _chunks(to_read):
@@ -1220,7 +1232,7 @@ class EmbeddedStore:
             # are the best by the other terms, so a document the whole query ranks in the
             # window only through its common terms' share can be missed (a tenth of a window
             # of 100 on CL-SciSumm, and no summary's top 10: docs/cli.md, "Common terms").
-            self._local.window = None
+            _FIRST_STAGE_WINDOW.set([])  # none from an earlier search
             common = self._text.common_terms(terms)
             live: list[tuple[float, int, tuple[str, str]]] | None = None
             if common:
@@ -1266,9 +1278,9 @@ class EmbeddedStore:
         (rowid, id) documents, scored from their stored words as the text index scores them
         (its N, document frequencies and mean length, which count replaced documents until
         a merge, and its rounded lengths); None when one has no stored words (a store indexed
-        before they were kept). The words, laid out, stay with this thread for
-        `passage_bm25`, which the default ranker asks for next, for this view: the whole
-        query's words are found in them here, for both."""
+        before they were kept). The words, laid out, go to `passage_bm25`, which the default
+        ranker asks for next in the same search (`_FIRST_STAGE_WINDOW`): the whole query's
+        words are found in them here, for both."""
         statistics = self._text.scoring_statistics(terms)
         if statistics is None:
             return None
@@ -1288,9 +1300,9 @@ class EmbeddedStore:
         if len(stored) < len(rowids):
             return None
         words = StoredWords([stored[rowid] for rowid in rowids])
-        self._local.window = _Window(
-            view, {doc_id: stored[rowid] for rowid, doc_id in hits}, {doc_id: i for i, (_, doc_id) in enumerate(hits)}, words, stems, pairs
-        )
+        _FIRST_STAGE_WINDOW.set([
+            _Window(self, {doc_id: stored[rowid] for rowid, doc_id in hits}, {doc_id: i for i, (_, doc_id) in enumerate(hits)}, words, stems, pairs)
+        ])
         vocabulary = (np.array([word for word, _ in pairs], dtype=np.int32), np.array([stem for _, stem in pairs], dtype=np.int32))
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
         query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary, only=common)
