@@ -78,6 +78,7 @@ from reranker.store import (
 from reranker.store.bm25 import (
     PASSAGE_STRIDE,
     PASSAGE_TERMS,
+    PassageQuery,
     StoredWords,
     best_passage_bm25,
     bm25_of_stored,
@@ -1070,7 +1071,7 @@ class EmbeddedStore:
             if all(doc_id in kept.texts for doc_id in doc_ids):
                 # Its words laid out, and where the query's words are in them (the stems decide
                 # the vocabulary's pairs; a query with other words finds them again).
-                scores = self._best_passages(asked, documents, passage_length, kept.pairs, kept.words)
+                scores = best_passage_bm25(kept.words, self._passage_query(asked, documents, kept.pairs), passage_length)
                 return [float(scores[kept.position[doc_id]]) for doc_id in doc_ids]
         if kept is not None:
             stored.update((doc_id, kept.texts[doc_id]) for doc_id in unread if doc_id in kept.texts)
@@ -1094,28 +1095,26 @@ class EmbeddedStore:
             self._terms_of(text).passages.positions if text is not None else stored.get(doc_id) or b""
             for doc_id, text in zip(doc_ids, texts)
         ])
-        scores = self._best_passages(asked, documents, passage_length, pairs, words, sent)
+        scores = best_passage_bm25(words, self._passage_query(asked, documents, pairs, sent), passage_length)
         return [float(score) for score in scores]
 
-    def _best_passages(
+    def _passage_query(
         self,
         asked: Mapping[str, Mapping[str, int]],
         documents: int,
-        passage_length: float,
         pairs: Sequence[tuple[int, int]],
-        words: StoredWords,
         sent: Sequence[PassageWords] = (),
-    ) -> npt.NDArray[np.float64]:
-        """`best_passage_bm25` of these texts' `words` for the query terms `asked` (field ->
-        term -> count), with the index's idf; `pairs`: the stored (word, stem) of the query's
-        stems, `sent`: the sent texts' own words and stems."""
+        only: Mapping[str, AbstractSet[str]] | None = None,
+    ) -> PassageQuery:
+        """`passage_query` for the query terms `asked` (field -> term -> count) with the
+        index's document frequencies among `documents`; `pairs`: the stored (word, stem) of
+        the query's stems, `sent`: the sent texts' own words and stems; `only` as there."""
         vocabulary = (
             np.concatenate([np.array([word for word, _ in pairs], dtype=np.int32), *(passages.words for passages in sent)]),
             np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(passages.stems for passages in sent)]),
         )
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
-        query_terms = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
-        return best_passage_bm25(words, query_terms, passage_length)
+        return passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary, only)
 
     def _vocabulary_pairs(self, stems: Sequence[int]) -> list[tuple[int, int]]:
         """(word, stem) of every indexed word whose stem is one of these (hashed)."""
@@ -1303,9 +1302,7 @@ class EmbeddedStore:
         _FIRST_STAGE_WINDOW.set([
             _Window(self, {doc_id: stored[rowid] for rowid, doc_id in hits}, {doc_id: i for i, (_, doc_id) in enumerate(hits)}, words, stems, pairs)
         ])
-        vocabulary = (np.array([word for word, _ in pairs], dtype=np.int32), np.array([stem for _, stem in pairs], dtype=np.int32))
-        doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
-        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary, only=common)
+        query = self._passage_query(asked, documents, pairs, only=common)
         return [float(share) for share in bm25_of_stored(words, query, average)]
 
     def _rows(self, rowids: Sequence[int], watermark: int) -> dict[int, tuple[str, str]]:
