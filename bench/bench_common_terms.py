@@ -6,24 +6,33 @@ docs/performance.md). Under Robertson and Sparck Jones's idf, ln((N - n + 0.5) /
 term held by more than half the documents carries no evidence (its idf is at most 0); Lucene's
 idf, ln(1 + (N - n + 0.5) / (n + 0.5)), which the first stage uses, keeps it below ln 2.
 
-`EmbeddedStore.bm25` (since 2026-11-28) searches without the clauses of those terms
-(`TextIndex.common_terms`) for the best 100, then adds those clauses' share of each hit's
+`EmbeddedStore.bm25` (since 2026-11-28) can search without the clauses of those terms
+(`TextIndex.common_terms`) for the best 100, then add those clauses' share of each hit's
 score from its stored words (`bm25_of_stored`, with the index's rounded lengths), so every hit
 scores as the whole query scores it; only which documents enter the window can differ: one that
-the whole query ranks in its window only thanks to the common terms' share. This prints what that changes and
-what it saves, against tantivy's search of every clause:
+the whole query ranks in its window only thanks to the common terms' share. It does so only when
+the common clauses hold more postings than the window's words (`_short_search_pays`): over a
+large index. This prints what the short search changes and what it saves, against tantivy's
+search of every clause:
 
-1. On both shared data sets (each indexed into a throw-away data dir by the real pipeline):
-   nDCG@10 of the top 100 of both (paired randomisation test, wins/ties/losses), how much of the
-   top 100 they share, for how many queries the top 10 is the same, and the largest relative
-   difference between the two scores of a document both hold.
-2. With --store DIR (a data dir kept by `bench_passages.py --documents 50000 --store DIR`): over
-   its documents, the 40 CL-SciSumm summaries' top 100 the same way, and the time of each (the
-   store's first stage with every clause searched, and as it is), alternating per query, 3
-   rounds, with the share of clauses and postings the short search visits.
+1. On both shared data sets (each indexed into a throw-away data dir by the real pipeline; too
+   small for the store to search short, so made to): nDCG@10 of the top 100 of both (paired
+   randomisation test, wins/ties/losses), how much of the top 100 they share, for how many
+   queries the top 10 is the same, and the largest relative difference between the two scores
+   of a document both hold.
+2. With --store DIR (a data dir kept by `bench_passages.py --documents N --store DIR`, or any
+   data dir with an index): over its documents, the 40 CL-SciSumm summaries' top 100 the same
+   way, and the time of each (the store's first stage with every clause searched, searched
+   short, and as the store chooses), taking turns per query, 3 rounds, with the share of
+   clauses and postings the short search visits, and for how many summaries the store's rule
+   chose the faster of the two.
+
+   Given several stores of different sizes, the cost per window word and per posting fitted
+   over all their summaries, which `STORED_WORD_COST` stands for.
 
 Run:  python bench/bench_common_terms.py                   (about 30 s)
       python bench/bench_common_terms.py --store DIR       (and the speed at DIR's size)
+      python bench/bench_common_terms.py --store D1 --store D2 ...   (and the fitted costs)
 """
 
 from __future__ import annotations
@@ -36,11 +45,12 @@ if __name__ == "__main__":
     product_threads()  # the product's BLAS threads (RERANKER_BLAS_THREADS), before numpy loads
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from benchlib import require, table, throwaway_index
 
@@ -101,13 +111,17 @@ def relevance(folder: Path) -> list[str]:
 
         whole = build_engine(Settings.from_env())
         try:
-            row = compare(engine.store, whole_query(whole.store), list(dataset.queries), dataset.qrels)
+            with forced_short():
+                row = compare(engine.store, whole_query(whole.store), list(dataset.queries), dataset.qrels)
         finally:
             whole.store.close()
     return [f"{folder.name} ({len(dataset.qrels)})", *row]
 
 
-def speed(store: Path) -> None:
+def speed(store: Path) -> list[tuple[float, float, float]]:
+    """Times the first stage over the index in `store` and prints the tables; returns, per
+    summary, (the common clauses' postings, the window's words as the store estimates them,
+    the short search's time less the whole query's, in ms)."""
     from reranker.config import Settings
     from reranker.datasets import load_dataset
     from reranker.pipeline import build_engine
@@ -120,46 +134,103 @@ def speed(store: Path) -> None:
     documents = short._text.num_docs()
     require(documents > 0, f"no text index with documents in {store / 'index' / 'text'}: run bench_passages.py --documents N --store {store} first")
     queries = [text for _, text in load_dataset(SHARED / DATASETS[0]).queries]
-    kept_clauses, kept_postings = [], []
+    kept_clauses, kept_postings, chosen, costs = [], [], [], []
     for text in queries:
-        common = short._text.common_terms(tokenize(text)[:MAX_QUERY_TERMS])
+        terms = tokenize(text)[:MAX_QUERY_TERMS]
+        common = short._text.common_terms(terms)
+        statistics_ = short._text.scoring_statistics(terms)
+        costs.append((
+            sum(sum(short._text.doc_freqs(field, found).values()) for field, found in common.items()),
+            WINDOW * statistics_[1] if statistics_ else 0.0,
+        ))
         clauses = postings = kept = visited = 0
-        for field, terms in short._text.analysed(tokenize(text)[:MAX_QUERY_TERMS]).items():
-            for term, frequency in short._text.doc_freqs(field, terms).items():
+        for field, analysed in short._text.analysed(terms).items():
+            for term, frequency in short._text.doc_freqs(field, analysed).items():
                 clauses, postings = clauses + 1, postings + frequency
                 if term not in common.get(field, ()):
                     kept, visited = kept + 1, visited + frequency
         kept_clauses.append(kept / clauses)
         kept_postings.append(visited / max(postings, 1))
-    row = compare(short, whole, [(str(number), text) for number, text in enumerate(queries)], None)
-    times: dict[str, list[float]] = {"every clause": [], "searched short, scored whole": []}
-    runs = [("every clause", whole), ("searched short, scored whole", short)]
+        chosen.append(bool(common) and short._short_search_pays(terms, common, WINDOW))
+    with forced_short():
+        row = compare(short, whole, [(str(number), text) for number, text in enumerate(queries)], None)
+    names = ("every clause", "searched short, scored whole", "as the store chooses")
+    times: dict[str, list[list[float]]] = {name: [[] for _ in queries] for name in names}
+
+    def timed(name: str, text: str) -> float:
+        with forced_short() if name == names[1] else contextlib.nullcontext():
+            started = time.perf_counter()
+            (whole if name == names[0] else short).bm25(text, WINDOW)
+            return (time.perf_counter() - started) * 1000
+
     for text in queries[:5]:  # warm: the first reads of each term's postings and each row
-        for _, each in runs:
-            each.bm25(text, WINDOW)
+        for name in names:
+            timed(name, text)
     for round_ in range(ROUNDS):
         for number, text in enumerate(queries):
-            for name, each in runs if (number + round_) % 2 == 0 else runs[::-1]:
-                started = time.perf_counter()
-                each.bm25(text, WINDOW)
-                times[name].append((time.perf_counter() - started) * 1000)
-    whole_ms, short_ms = (statistics.median(times[name]) for name, _ in runs)
+            turn = (number + round_) % len(names)
+            for name in names[turn:] + names[:turn]:
+                times[name][number].append(timed(name, text))
+    per_query = {name: [statistics.median(each) for each in times[name]] for name in names}
+    faster = [min(a, b) for a, b in zip(per_query[names[0]], per_query[names[1]])]
+    right = sum((b < a) == pick for a, b, pick in zip(per_query[names[0]], per_query[names[1]], chosen))
+    p50 = {name: statistics.median(sum(times[name], [])) for name in names}
     print(f"\nOver {documents:,} documents ({store}), the {len(queries)} summaries' top {WINDOW}:")
     print(table(["", "top 100 shared", "the same top 10", "largest score difference"], [["searched short, scored whole", *row[4:]]]))
     print(f"The store's first stage (`EmbeddedStore.bm25`), {ROUNDS} rounds, alternating per query:")
     print(table(
         ["first stage", "p50", "x every clause", "clauses searched (median)", "postings (median)"],
-        [["every clause", f"{whole_ms:.1f} ms", "1.00x", "1.00", "1.00"],
-         ["searched short, scored whole", f"{short_ms:.1f} ms", f"{short_ms / whole_ms:.2f}x",
-          f"{statistics.median(kept_clauses):.2f}", f"{statistics.median(kept_postings):.2f}"]],
+        [["every clause", f"{p50[names[0]]:.1f} ms", "1.00x", "1.00", "1.00"],
+         ["searched short, scored whole", f"{p50[names[1]]:.1f} ms", f"{p50[names[1]] / p50[names[0]]:.2f}x",
+          f"{statistics.median(kept_clauses):.2f}", f"{statistics.median(kept_postings):.2f}"],
+         [f"as the store chooses (short for {sum(chosen)} of {len(queries)})", f"{p50[names[2]]:.1f} ms",
+          f"{p50[names[2]] / p50[names[0]]:.2f}x", "-", "-"],
+         ["the faster of the first two, per query", f"{statistics.median(faster):.1f} ms",
+          f"{statistics.median(faster) / statistics.median(per_query[names[0]]):.2f}x", "-", "-"]],
     ))
+    print(f"The store's rule (`_short_search_pays`) chose the faster of the first two for {right} of {len(queries)} summaries.")
     short.close()
     whole.close()
+    return [(postings, words, b - a) for (postings, words), a, b in zip(costs, per_query[names[0]], per_query[names[1]])]
+
+
+def fitted_costs(measured: list[tuple[float, float, float]]) -> None:
+    """Least squares of (short - whole) = c_word x words - c_posting x postings over every
+    summary of every store: what `STORED_WORD_COST` (c_word / c_posting) stands for."""
+    import numpy as np
+
+    from reranker.store import embedded
+
+    postings, words, saved = (np.array(column, dtype=np.float64) for column in zip(*measured))
+    (c_word, c_posting), *_ = np.linalg.lstsq(np.column_stack([words, -postings]), saved, rcond=None)
+    print(f"\nOver {len(saved)} first stages: the short search's cost, fitted: {c_word * 1e6:.1f} ns a word of the window "
+          f"(hits x mean length) against {c_posting * 1e6:.1f} ns a posting the whole query visits more: "
+          f"{c_word / c_posting:.2f} postings a word (`STORED_WORD_COST`: {embedded.STORED_WORD_COST:g}).")
+    for ratio in sorted({1.0, embedded.STORED_WORD_COST, round(float(c_word / c_posting), 2)}):
+        picked = postings > ratio * words
+        print(f"  at {ratio:g}: the faster of the two for {int(((saved < 0) == picked).sum())} of {len(saved)}")
+
+
+@contextlib.contextmanager
+def forced_short() -> Iterator[None]:
+    """The store searches short whenever a query holds common terms, whatever the index's size."""
+    from reranker.store import embedded
+
+    kept = embedded.STORED_WORD_COST
+    embedded.STORED_WORD_COST = 0.0
+    try:
+        yield
+    finally:
+        embedded.STORED_WORD_COST = kept
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--store", type=Path, help="also compare and time the two over this kept bench_passages.py data dir")
+    parser.add_argument(
+        "--store", type=Path, action="append", default=[],
+        help="also compare and time the two over this data dir (a kept bench_passages.py one); several: "
+        "fit what the short search costs against what it saves over all of them",
+    )
     args = parser.parse_args()
     folders = [SHARED / name for name in DATASETS if (SHARED / name / "corpus.jsonl").exists()]
     require(bool(folders), f"no shared data sets under {SHARED}")
@@ -170,8 +241,9 @@ def main() -> int:
          "top 100 shared", "the same top 10", "largest score difference"],
         rows,
     ))
-    if args.store is not None:
-        speed(args.store)
+    measured = [row for store in args.store for row in speed(store)]
+    if len(args.store) > 1:
+        fitted_costs(measured)
     return 0
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from reranker.errors import IndexMismatchError, InputError, StoreError
-from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, embedded, filter_for_field
 from reranker.store.embedded import _FIRST_STAGE_WINDOW, EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import default_stopwords, stop_list_info, tokenize
@@ -307,6 +307,13 @@ def _whole_query(store: EmbeddedStore, query: str, size: int) -> dict[str, float
     return {ids[rowid]: score for rowid, score in store._text.search(tokenize(query), size)}
 
 
+@pytest.fixture
+def short_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first stage searches short whenever a query holds common terms: these corpora are
+    far too small for it to pay (`EmbeddedStore._short_search_pays`)."""
+    monkeypatch.setattr(embedded, "STORED_WORD_COST", 0.0)
+
+
 def _searches(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The `leave_out` of every text-index search from now on (None: the whole query)."""
     searched: list[object] = []
@@ -333,7 +340,7 @@ def _assert_scored_whole(store: EmbeddedStore, query: str, hits: list[Candidate]
 
 
 def test_the_first_stage_searched_without_common_terms_scores_its_hits_as_the_whole_query(
-    ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch
+    ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch, short_search: None
 ) -> None:
     ready.upsert(_many_documents(240))
     searched = _searches(monkeypatch)
@@ -363,7 +370,7 @@ def test_the_first_stage_searched_without_common_terms_scores_its_hits_as_the_wh
     assert searched[-1] is None and len(few) == 10 and all(years[hit.doc_id] == 2016 for hit in few)
 
 
-def test_replaced_documents_keep_the_first_stage_scored_as_the_whole_query(ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replaced_documents_keep_the_first_stage_scored_as_the_whole_query(ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch, short_search: None) -> None:
     # A new version of a document deletes its old entry from the text index, which still
     # counts it in N, in the document frequencies and in the mean length until a merge
     # drops it: the share added back must count it as the index does.
@@ -378,7 +385,38 @@ def test_replaced_documents_keep_the_first_stage_scored_as_the_whole_query(ready
     _assert_scored_whole(ready, query, ready.bm25(query, 10), searched)
 
 
-def test_a_query_of_common_terms_only_is_searched_whole(ready: EmbeddedStore) -> None:
+def test_the_first_stage_searches_short_only_where_the_common_clauses_hold_more_postings_than_the_windows_words(
+    ready: EmbeddedStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    query = "ocean vessels sailors crew wind cargo storm"
+    searched = _searches(monkeypatch)
+    # Documents of 450 words on average: the window's 100 hold some 45,000 words, the common
+    # clauses (160 documents) under 2,000 postings: the whole query.
+    ready.upsert(_many_documents())
+    hits = {hit.doc_id: hit.bm25_score for hit in ready.bm25(query, 10)}
+    assert ready._text.common_terms(tokenize(query)) and searched == [None]
+    assert hits == _whole_query(ready, query, 10)
+    # Documents of 7 words, all holding the common ones: their clauses hold 4 x 2 x 400 =
+    # 3,200 postings against the window's 700 words (at 3 postings a word, 2,100): searched
+    # short, scored whole.
+    tiny = EmbeddedStore(tmp_path / "tiny")
+    tiny.initialise(IndexInfo(EMBEDDING, k=2))
+    rng = np.random.default_rng(8)
+    tiny.upsert([
+        stored(f"t{number:03d}", " ".join(["ocean", "vessels", "wind", "crew", *rng.choice(_RARE, size=3)]))
+        for number in range(400)
+    ])
+    searched.clear()
+    _assert_scored_whole(tiny, query, tiny.bm25(query, 10), searched)
+    assert set(tiny._text.common_terms(tokenize(query))["exact"]) == {"ocean", "vessels", "wind", "crew"}
+    # A window of 1,000 holds 7,000 words (21,000 postings' worth): the whole query again.
+    searched.clear()
+    tiny.bm25(query, 1000)
+    assert searched == [None]
+    tiny.close()
+
+
+def test_a_query_of_common_terms_only_is_searched_whole(ready: EmbeddedStore, short_search: None) -> None:
     ready.upsert(_many_documents())
     query = "ocean vessels harbour"
     hits = ready.bm25(query, 10)
@@ -389,7 +427,7 @@ def test_a_query_of_common_terms_only_is_searched_whole(ready: EmbeddedStore) ->
     ]
 
 
-def test_the_best_passages_read_the_words_the_first_stage_read_only_while_they_are_current(ready: EmbeddedStore) -> None:
+def test_the_best_passages_read_the_words_the_first_stage_read_only_while_they_are_current(ready: EmbeddedStore, short_search: None) -> None:
     ready.upsert(_many_documents())
     query = "ocean vessels sailors crew wind cargo storm"
     ids = [hit.doc_id for hit in ready.bm25(query, 100)]
@@ -412,7 +450,7 @@ def test_the_best_passages_read_the_words_the_first_stage_read_only_while_they_a
     assert ready.passage_bm25(query, ids, [None] * len(ids)) is None
 
 
-def test_the_best_passages_of_part_of_the_window_in_another_order_are_the_same(ready: EmbeddedStore) -> None:
+def test_the_best_passages_of_part_of_the_window_in_another_order_are_the_same(ready: EmbeddedStore, short_search: None) -> None:
     ready.upsert(_many_documents())
     query = "ocean vessels sailors crew wind cargo storm"
     ids = [hit.doc_id for hit in ready.bm25(query, 100)]
@@ -423,7 +461,7 @@ def test_the_best_passages_of_part_of_the_window_in_another_order_are_the_same(r
     assert from_window == pytest.approx(read, rel=1e-6) and from_window is not None and max(from_window) > 0
 
 
-def test_the_best_passages_take_the_first_stages_words_in_the_thread_the_service_ranks_in(ready: EmbeddedStore, tmp_path: Path) -> None:
+def test_the_best_passages_take_the_first_stages_words_in_the_thread_the_service_ranks_in(ready: EmbeddedStore, tmp_path: Path, short_search: None) -> None:
     # The service searches in the request's thread and ranks in a pool thread, in a copy of
     # the request's context (`RerankingService.rerank`): the window reaches it there, once,
     # and is gone from both contexts after.
@@ -449,7 +487,7 @@ def test_the_best_passages_take_the_first_stages_words_in_the_thread_the_service
     other.close()
 
 
-def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(ready: EmbeddedStore) -> None:
+def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(ready: EmbeddedStore, short_search: None) -> None:
     ready.upsert(_many_documents())
     # "lantern" alone: fewer documents than a window hold it, and a window of the whole
     # query holds documents that only the common terms bring.

@@ -184,6 +184,12 @@ _T = TypeVar("_T")
 # terms (`EmbeddedStore.bm25`): a window's worth, whatever a caller asks for, so that a short
 # page is taken from a window's worth scored whole.
 SHORT_SEARCH_HITS = 100
+# What reading and scoring the window's stored words for the common terms' share costs, per
+# word of the window's estimate (hits x the index's mean length), in postings tantivy visits:
+# 15 ns against 5.2 here, fitted over 160 summaries' first stages at 567 to 50,000 papers
+# (`bench/bench_common_terms.py --store DIR ...`). The first stage searches short only where
+# the common clauses hold more postings than that costs: from about 20,000 long papers.
+STORED_WORD_COST = 3.0
 # Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
 # so some 1,000 papers.
 TEXT_TERMS_CACHE_BYTES = 32 * 2**20
@@ -1230,12 +1236,14 @@ class EmbeddedStore:
             # its stored words, so every hit scores as the whole query scores it. The hits
             # are the best by the other terms, so a document the whole query ranks in the
             # window only through its common terms' share can be missed (a tenth of a window
-            # of 100 on CL-SciSumm, and no summary's top 10: docs/cli.md, "Common terms").
+            # of 100 over 50,000 papers, and no summary's top 10: docs/cli.md, "Common
+            # terms"). Only where that saves time: over a large index.
             _FIRST_STAGE_WINDOW.set([])  # none from an earlier search
             common = self._text.common_terms(terms)
+            window = max(size, SHORT_SEARCH_HITS)
             live: list[tuple[float, int, tuple[str, str]]] | None = None
-            if common:
-                live, complete = self._live_hits(terms, max(size, SHORT_SEARCH_HITS), allowed, view.watermark, common)
+            if common and self._short_search_pays(terms, common, window):
+                live, complete = self._live_hits(terms, window, allowed, view.watermark, common)
                 shares = self._common_shares(terms, common, [(rowid, row[0]) for _, rowid, row in live], view) if complete else None
                 if shares is None:
                     live = None  # too few hits, or a store without words' positions: search whole
@@ -1248,6 +1256,19 @@ class EmbeddedStore:
             Candidate(doc_id=doc_id, bm25_score=score, bm25_rank=position, title=title)
             for position, (score, _, (doc_id, title)) in enumerate(live[:size], start=1)
         ]
+
+    def _short_search_pays(self, terms: Sequence[str], common: Mapping[str, AbstractSet[str]], hits: int) -> bool:
+        """Whether leaving the `common` clauses out saves more than adding their share back
+        costs. tantivy visits every posting of every clause; the share reads, lays out and
+        scores every stored word of the `hits` documents, whatever the index's size. So over
+        a small index (CL-SciSumm's 567 papers: 1.7x the whole query's time for a ranker
+        without a best passage) the whole query is searched."""
+        statistics = self._text.scoring_statistics(terms)
+        if statistics is None:
+            return False
+        _, average = statistics
+        postings = sum(sum(self._text.doc_freqs(field, found).values()) for field, found in common.items())
+        return postings > STORED_WORD_COST * hits * average
 
     def _live_hits(
         self,
