@@ -23,12 +23,14 @@ search of every clause:
 2. With --store DIR (a data dir kept by `bench_passages.py --documents N --store DIR`, or any
    data dir with an index): over its documents, the 40 CL-SciSumm summaries' top 100 the same
    way, and the time of each (the store's first stage with every clause searched, searched
-   short, and as the store chooses), taking turns per query, 3 rounds, with the share of
+   short, and as the store chooses), in a seeded random order per query, 3 rounds, with the share of
    clauses and postings the short search visits, and for how many summaries the store's rule
    chose the faster of the two.
 
    Given several stores of different sizes, the cost per window word and per posting fitted
-   over all their summaries, which `STORED_WORD_COST` stands for.
+   over all their summaries at windows of 100 and 300 (the words the short search reads vary
+   with the window; the whole and the short search also timed for 300, in the same way),
+   which `STORED_WORD_COST` stands for, and the same fit with a fixed cost per search.
 
 Run:  python bench/bench_common_terms.py                   (about 30 s)
       python bench/bench_common_terms.py --store DIR       (and the speed at DIR's size)
@@ -47,6 +49,7 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import os
+import random
 import statistics
 import time
 from pathlib import Path
@@ -59,6 +62,8 @@ SHARED = ROOT.parent / "shared" / "data"
 DATASETS = ("clscisumm2018-train", "cisi")
 WINDOW = 100
 ROUNDS = 3
+# Windows the costs are fitted over (`fitted_costs`): the words the short search reads vary with them.
+FIT_WINDOWS = (WINDOW, 3 * WINDOW)
 
 
 def whole_query(store: Any) -> Any:
@@ -120,8 +125,8 @@ def relevance(folder: Path) -> list[str]:
 
 def speed(store: Path) -> list[tuple[float, float, float]]:
     """Times the first stage over the index in `store` and prints the tables; returns, per
-    summary, (the common clauses' postings, the window's words as the store estimates them,
-    the short search's time less the whole query's, in ms)."""
+    summary and per window of FIT_WINDOWS, (the common clauses' postings, the window's words
+    as the store estimates them, the short search's time less the whole query's, in ms)."""
     from reranker.config import Settings
     from reranker.datasets import load_dataset
     from reranker.pipeline import build_engine
@@ -141,7 +146,7 @@ def speed(store: Path) -> list[tuple[float, float, float]]:
         statistics_ = short._text.scoring_statistics(terms)
         costs.append((
             sum(sum(short._text.doc_freqs(field, found).values()) for field, found in common.items()),
-            WINDOW * statistics_[1] if statistics_ else 0.0,
+            statistics_[1] if statistics_ else 0.0,
         ))
         clauses = postings = kept = visited = 0
         for field, analysed in short._text.analysed(terms).items():
@@ -157,27 +162,39 @@ def speed(store: Path) -> list[tuple[float, float, float]]:
     names = ("every clause", "searched short, scored whole", "as the store chooses")
     times: dict[str, list[list[float]]] = {name: [[] for _ in queries] for name in names}
 
-    def timed(name: str, text: str) -> float:
+    def timed(name: str, text: str, hits: int = WINDOW) -> float:
         with forced_short() if name == names[1] else contextlib.nullcontext():
             started = time.perf_counter()
-            (whole if name == names[0] else short).bm25(text, WINDOW)
+            (whole if name == names[0] else short).bm25(text, hits)
             return (time.perf_counter() - started) * 1000
 
     for text in queries[:5]:  # warm: the first reads of each term's postings and each row
         for name in names:
             timed(name, text)
-    for round_ in range(ROUNDS):
+    order = random.Random(7)  # each query's arms in a new order each round
+    for _ in range(ROUNDS):
         for number, text in enumerate(queries):
-            turn = (number + round_) % len(names)
-            for name in names[turn:] + names[:turn]:
+            for name in order.sample(names, len(names)):
                 times[name][number].append(timed(name, text))
     per_query = {name: [statistics.median(each) for each in times[name]] for name in names}
+    # The fit's other windows: the short search's cost grows with the words it reads, the
+    # whole query's does not.
+    fit = [(postings, WINDOW * length, short_ms - whole_ms)
+           for (postings, length), whole_ms, short_ms in zip(costs, per_query[names[0]], per_query[names[1]])]
+    for hits in FIT_WINDOWS[1:]:
+        pairs: list[list[list[float]]] = [[[], []] for _ in queries]
+        for _ in range(ROUNDS):
+            for number, text in enumerate(queries):
+                for arm in order.sample(range(2), 2):
+                    pairs[number][arm].append(timed(names[arm], text, hits))
+        fit += [(postings, hits * length, statistics.median(short_ms) - statistics.median(whole_ms))
+                for (postings, length), (whole_ms, short_ms) in zip(costs, pairs)]
     faster = [min(a, b) for a, b in zip(per_query[names[0]], per_query[names[1]])]
     right = sum((b < a) == pick for a, b, pick in zip(per_query[names[0]], per_query[names[1]], chosen))
     p50 = {name: statistics.median(sum(times[name], [])) for name in names}
     print(f"\nOver {documents:,} documents ({store}), the {len(queries)} summaries' top {WINDOW}:")
     print(table(["", "top 100 shared", "the same top 10", "largest score difference"], [["searched short, scored whole", *row[4:]]]))
-    print(f"The store's first stage (`EmbeddedStore.bm25`), {ROUNDS} rounds, alternating per query:")
+    print(f"The store's first stage (`EmbeddedStore.bm25`), {ROUNDS} rounds, the three in a random order per query:")
     print(table(
         ["first stage", "p50", "x every clause", "clauses searched (median)", "postings (median)"],
         [["every clause", f"{p50[names[0]]:.1f} ms", "1.00x", "1.00", "1.00"],
@@ -191,21 +208,24 @@ def speed(store: Path) -> list[tuple[float, float, float]]:
     print(f"The store's rule (`_short_search_pays`) chose the faster of the first two for {right} of {len(queries)} summaries.")
     short.close()
     whole.close()
-    return [(postings, words, b - a) for (postings, words), a, b in zip(costs, per_query[names[0]], per_query[names[1]])]
+    return fit
 
 
 def fitted_costs(measured: list[tuple[float, float, float]]) -> None:
     """Least squares of (short - whole) = c_word x words - c_posting x postings over every
-    summary of every store: what `STORED_WORD_COST` (c_word / c_posting) stands for."""
+    summary, window and store: what `STORED_WORD_COST` (c_word / c_posting) stands for; and
+    with a fixed cost per search as well, which the rule leaves out (it should be small)."""
     import numpy as np
 
     from reranker.store import embedded
 
     postings, words, saved = (np.array(column, dtype=np.float64) for column in zip(*measured))
     (c_word, c_posting), *_ = np.linalg.lstsq(np.column_stack([words, -postings]), saved, rcond=None)
-    print(f"\nOver {len(saved)} first stages: the short search's cost, fitted: {c_word * 1e6:.1f} ns a word of the window "
-          f"(hits x mean length) against {c_posting * 1e6:.1f} ns a posting the whole query visits more: "
-          f"{c_word / c_posting:.2f} postings a word (`STORED_WORD_COST`: {embedded.STORED_WORD_COST:g}).")
+    (fixed, c_word_f, c_posting_f), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(words), words, -postings]), saved, rcond=None)
+    print(f"\nOver {len(saved)} first stages ({', '.join(map(str, FIT_WINDOWS))} hits): the short search's cost, fitted: "
+          f"{c_word * 1e6:.1f} ns a word of the window (hits x mean length) against {c_posting * 1e6:.1f} ns a posting "
+          f"the whole query visits more: {c_word / c_posting:.2f} postings a word (`STORED_WORD_COST`: {embedded.STORED_WORD_COST:g}).")
+    print(f"With a fixed cost per search: {fixed:.2f} ms + {c_word_f * 1e6:.1f} ns a word, against {c_posting_f * 1e6:.1f} ns a posting.")
     for ratio in sorted({1.0, embedded.STORED_WORD_COST, round(float(c_word / c_posting), 2)}):
         picked = postings > ratio * words
         print(f"  at {ratio:g}: the faster of the two for {int(((saved < 0) == picked).sum())} of {len(saved)}")

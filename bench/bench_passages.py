@@ -122,8 +122,9 @@ def search_path(documents: int, store: Path | None, compact: bool) -> None:
         print(f"\n{documents:,} documents (CL-SciSumm papers repeated): {report.indexed:,} indexed, {report.unchanged:,} unchanged, in {time.perf_counter() - started:.0f} s")
         print(f"the text index as indexed: {TextIndex(data_dir / 'index' / 'text').segments()} segments")
         engines = {"as indexed": engine}
-        # The same index searched with every clause of the query, as the first stage did
-        # before it left out the commonest terms (`EmbeddedStore.bm25`): timed alternating.
+        # The same index searched with every clause of the query, never without the
+        # commonest terms (`EmbeddedStore.bm25` leaves them out over a large index): timed
+        # alternating.
         whole = build_engine(settings)
         whole.store._text.common_terms = lambda words: {}  # type: ignore[attr-defined]  # the embedded store's
         engines[WHOLE] = whole

@@ -367,7 +367,7 @@ def test_the_first_stage_searched_without_common_terms_scores_its_hits_as_the_wh
     # One that leaves fewer than a window: the whole query, among them.
     searched.clear()
     few = ready.bm25(queries[0], 10, [Filter("year", "eq", 2016)])
-    assert searched[-1] is None and len(few) == 10 and all(years[hit.doc_id] == 2016 for hit in few)
+    assert searched == [None] and len(few) == 10 and all(years[hit.doc_id] == 2016 for hit in few)
 
 
 def test_replaced_documents_keep_the_first_stage_scored_as_the_whole_query(ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch, short_search: None) -> None:
@@ -409,10 +409,12 @@ def test_the_first_stage_searches_short_only_where_the_common_clauses_hold_more_
     searched.clear()
     _assert_scored_whole(tiny, query, tiny.bm25(query, 10), searched)
     assert set(tiny._text.common_terms(tokenize(query))["exact"]) == {"ocean", "vessels", "wind", "crew"}
-    # A window of 1,000 holds 7,000 words (21,000 postings' worth): the whole query again.
+    assert _FIRST_STAGE_WINDOW.get()  # the words it read, for the best passage
+    # A window of 1,000 holds 7,000 words (21,000 postings' worth): the whole query again,
+    # and no window left from the search before.
     searched.clear()
     tiny.bm25(query, 1000)
-    assert searched == [None]
+    assert searched == [None] and _FIRST_STAGE_WINDOW.get() == []
     tiny.close()
 
 
@@ -454,6 +456,7 @@ def test_the_best_passages_of_part_of_the_window_in_another_order_are_the_same(r
     ready.upsert(_many_documents())
     query = "ocean vessels sailors crew wind cargo storm"
     ids = [hit.doc_id for hit in ready.bm25(query, 100)]
+    assert _FIRST_STAGE_WINDOW.get()
     asked = ids[::-3]
     from_window = ready.passage_bm25(query, asked, [None] * len(asked))
     assert _FIRST_STAGE_WINDOW.get() == []
@@ -487,12 +490,17 @@ def test_the_best_passages_take_the_first_stages_words_in_the_thread_the_service
     other.close()
 
 
-def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(ready: EmbeddedStore, short_search: None) -> None:
+def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(
+    ready: EmbeddedStore, monkeypatch: pytest.MonkeyPatch, short_search: None
+) -> None:
     ready.upsert(_many_documents())
     # "lantern" alone: fewer documents than a window hold it, and a window of the whole
     # query holds documents that only the common terms bring.
     query = "ocean vessels lantern"
+    ready.bm25(query, 1)  # the text index committed, so its statistics are read below
+    searched = _searches(monkeypatch)
     hits = ready.bm25(query, 100)
+    assert len(searched) == 2 and searched[0] and searched[1] is None  # short first, then whole
     whole = _whole_query(ready, query, 100)
     assert [hit.doc_id for hit in hits] == sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))
     assert len(hits) == 100
@@ -500,8 +508,10 @@ def test_the_first_stage_searches_the_whole_query_when_the_rest_finds_too_few(re
     query = "ocean vessels sailors crew wind cargo storm"
     with sqlite3.connect(ready.directory / "store.sqlite3") as db:
         db.execute("DELETE FROM passages")
-    whole = _whole_query(ready, query, 100)
+    searched.clear()
     after = ready.bm25(query, 100)
+    assert len(searched) == 2 and searched[0] and searched[1] is None
+    whole = _whole_query(ready, query, 100)
     assert [hit.doc_id for hit in after] == sorted(whole, key=lambda doc_id: (-whole[doc_id], doc_id))
 
 

@@ -80,9 +80,10 @@ def bm25_of_stored(texts: StoredWords, query: PassageQuery, average_length: floa
     document's score, with the index's rounded lengths (`indexed_length`) and its documents'
     `average_length`. (n,) float64.
 
-    The first stage searches a long query without its commonest terms (`TextIndex.common_terms`)
-    and adds their share from here (a `passage_query` with `only` those terms): tantivy
-    visits every posting of a clause, and these clauses hold most of them."""
+    Over a large index the first stage searches a long query without its commonest terms
+    (`TextIndex.common_terms`) and adds their share from here (a `passage_query` with `only`
+    those terms): tantivy visits every posting of a clause, and these clauses hold most of
+    them (`EmbeddedStore._short_search_pays` says when that saves time)."""
     if not len(texts) or not query.words.size:
         return np.zeros(len(texts), dtype=np.float64)
     found, which = texts.occurrences(query.words)

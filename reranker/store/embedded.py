@@ -186,7 +186,7 @@ _T = TypeVar("_T")
 SHORT_SEARCH_HITS = 100
 # What reading and scoring the window's stored words for the common terms' share costs, per
 # word of the window's estimate (hits x the index's mean length), in postings tantivy visits:
-# 15 ns against 5.2 here, fitted over 160 summaries' first stages at 567 to 50,000 papers
+# 13.8-15.2 ns against 5.1-5.2 here, fitted over 160 first stages at 567 to 50,000 papers
 # (`bench/bench_common_terms.py --store DIR ...`). The first stage searches short only where
 # the common clauses hold more postings than that costs: from about 20,000 long papers.
 STORED_WORD_COST = 3.0
@@ -1236,13 +1236,14 @@ class EmbeddedStore:
             # its stored words, so every hit scores as the whole query scores it. The hits
             # are the best by the other terms, so a document the whole query ranks in the
             # window only through its common terms' share can be missed (a tenth of a window
-            # of 100 over 50,000 papers, and no summary's top 10: docs/cli.md, "Common
-            # terms"). Only where that saves time: over a large index.
+            # of 100 over 50,000 papers, and 3 of 40 summaries' top 10: docs/cli.md, "Common
+            # terms"). Only where that saves time: over a large index, and not among fewer
+            # allowed documents than the window (the short search would find too few).
             _FIRST_STAGE_WINDOW.set([])  # none from an earlier search
             common = self._text.common_terms(terms)
             window = max(size, SHORT_SEARCH_HITS)
             live: list[tuple[float, int, tuple[str, str]]] | None = None
-            if common and self._short_search_pays(terms, common, window):
+            if common and (allowed is None or len(allowed) >= window) and self._short_search_pays(terms, common, window):
                 live, complete = self._live_hits(terms, window, allowed, view.watermark, common)
                 shares = self._common_shares(terms, common, [(rowid, row[0]) for _, rowid, row in live], view) if complete else None
                 if shares is None:
