@@ -186,9 +186,10 @@ _T = TypeVar("_T")
 SHORT_SEARCH_HITS = 100
 # What reading and scoring the window's stored words for the common terms' share costs, per
 # word of the window's estimate (hits x the index's mean length), in postings tantivy visits:
-# 13.8-15.2 ns against 5.1-5.2 here, fitted over 160 first stages at 567 to 50,000 papers
-# (`bench/bench_common_terms.py --store DIR ...`). The first stage searches short only where
-# the common clauses hold more postings than that costs: from about 20,000 long papers.
+# 2.4-2.9 here (8.7 ns against 3.6), fitted over 320 first stages at 567 to 50,000 papers
+# and windows of 100 and 300 (`bench/bench_common_terms.py --store DIR ...`). The first
+# stage searches short only where the common clauses hold more postings than that costs:
+# from about 20,000 long papers.
 STORED_WORD_COST = 3.0
 # Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
 # so some 1,000 papers.
