@@ -214,7 +214,8 @@ def speed(store: Path) -> list[tuple[float, float, float]]:
 def fitted_costs(measured: list[tuple[float, float, float]]) -> None:
     """Least squares of (short - whole) = c_word x words - c_posting x postings over every
     summary, window and store: what `STORED_WORD_COST` (c_word / c_posting) stands for; and
-    with a fixed cost per search as well, which the rule leaves out (it should be small)."""
+    with a fixed cost per search as well, which the rule has no term for: at one window it
+    folds into the ratio, so the two fits say how much the ratio moves with the window."""
     import numpy as np
 
     from reranker.store import embedded
