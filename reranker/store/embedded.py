@@ -189,7 +189,9 @@ SHORT_SEARCH_HITS = 100
 # 2.4-2.9 here (8.7 ns against 3.6), fitted over 320 first stages at 567 to 50,000 papers
 # and windows of 100 and 300 (`bench/bench_common_terms.py --store DIR ...`). The first
 # stage searches short only where the common clauses hold more postings than that costs:
-# from about 20,000 long papers.
+# from about 20,000 long papers. The short search also costs about 1-1.6 ms a search
+# whatever the words, which this leaves out: it is not searched short over 50,000 pieces
+# of 250 words, where it would take 1.36x, only because they hold one common term at most.
 STORED_WORD_COST = 3.0
 # Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
 # so some 1,000 papers.
