@@ -11,8 +11,8 @@ idf, ln(1 + (N - n + 0.5) / (n + 0.5)), which the first stage uses, keeps it bel
 score from its stored words (`bm25_of_stored`, with the index's rounded lengths), so every hit
 scores as the whole query scores it; only which documents enter the window can differ: one that
 the whole query ranks in its window only thanks to the common terms' share. It does so only when
-the common clauses hold more postings than the window's words (`_short_search_pays`): over a
-large index. This prints what the short search changes and what it saves, against tantivy's
+the common clauses hold more postings than a search's fixed cost and the window's words
+(`_short_search_pays`): over a large index. This prints what the short search changes and what it saves, against tantivy's
 search of every clause:
 
 1. On both shared data sets (each indexed into a throw-away data dir by the real pipeline; too
@@ -30,7 +30,8 @@ search of every clause:
    Given several stores of different sizes, the cost per window word and per posting fitted
    over all their summaries at windows of 100 and 300 (the words the short search reads vary
    with the window; the whole and the short search also timed for 300, in the same way),
-   which `STORED_WORD_COST` stands for, and the same fit with a fixed cost per search.
+   and the same fit with a fixed cost per search, which `SHORT_SEARCH_FIXED_COST` and
+   `STORED_WORD_COST` stand for, and for how many first stages each rule picks the faster.
 
 Run:  python bench/bench_common_terms.py                   (about 30 s)
       python bench/bench_common_terms.py --store DIR       (and the speed at DIR's size)
@@ -213,9 +214,10 @@ def speed(store: Path) -> list[tuple[float, float, float]]:
 
 def fitted_costs(measured: list[tuple[float, float, float]]) -> None:
     """Least squares of (short - whole) = c_word x words - c_posting x postings over every
-    summary, window and store: what `STORED_WORD_COST` (c_word / c_posting) stands for; and
-    with a fixed cost per search as well, which the rule has no term for: at one window it
-    folds into the ratio, so the two fits say how much the ratio moves with the window."""
+    summary, window and store; and with a fixed cost per search as well, what the store's
+    rule stands for (`SHORT_SEARCH_FIXED_COST`: fixed / c_posting; `STORED_WORD_COST`: c_word
+    / c_posting). Without it (the rule before), the fixed cost folds into the ratio at the
+    stores' window sizes and mean lengths, and is missed over short documents."""
     import numpy as np
 
     from reranker.store import embedded
@@ -225,11 +227,18 @@ def fitted_costs(measured: list[tuple[float, float, float]]) -> None:
     (fixed, c_word_f, c_posting_f), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(words), words, -postings]), saved, rcond=None)
     print(f"\nOver {len(saved)} first stages ({', '.join(map(str, FIT_WINDOWS))} hits): the short search's cost, fitted: "
           f"{c_word * 1e6:.1f} ns a word of the window (hits x mean length) against {c_posting * 1e6:.1f} ns a posting "
-          f"the whole query visits more: {c_word / c_posting:.2f} postings a word (`STORED_WORD_COST`: {embedded.STORED_WORD_COST:g}).")
-    print(f"With a fixed cost per search: {fixed:.2f} ms + {c_word_f * 1e6:.1f} ns a word, against {c_posting_f * 1e6:.1f} ns a posting.")
-    for ratio in sorted({1.0, embedded.STORED_WORD_COST, round(float(c_word / c_posting), 2)}):
-        picked = postings > ratio * words
-        print(f"  at {ratio:g}: the faster of the two for {int(((saved < 0) == picked).sum())} of {len(saved)}")
+          f"the whole query visits more: {c_word / c_posting:.2f} postings a word.")
+    print(f"With a fixed cost per search: {fixed:.2f} ms + {c_word_f * 1e6:.1f} ns a word, against {c_posting_f * 1e6:.1f} ns a posting: "
+          f"{fixed / c_posting_f:,.0f} postings + {c_word_f / c_posting_f:.2f} a word (`SHORT_SEARCH_FIXED_COST`: "
+          f"{embedded.SHORT_SEARCH_FIXED_COST:,}, `STORED_WORD_COST`: {embedded.STORED_WORD_COST:g}).")
+    print("Searched short when the common clauses hold more postings than F + r x words; the faster of the two for:")
+    rules = {(0.0, 1.0), (0.0, 3.0), (0.0, round(float(c_word / c_posting), 2)),
+             (round(float(fixed / c_posting_f), -4), round(float(c_word_f / c_posting_f), 2)),
+             (float(embedded.SHORT_SEARCH_FIXED_COST), embedded.STORED_WORD_COST)}
+    for fixed_postings, ratio in sorted(rules):
+        picked = postings > fixed_postings + ratio * words
+        mark = "  (the store's)" if (fixed_postings, ratio) == (embedded.SHORT_SEARCH_FIXED_COST, embedded.STORED_WORD_COST) else ""
+        print(f"  F = {fixed_postings:>9,.0f}, r = {ratio:<5g} {int(((saved < 0) == picked).sum())} of {len(saved)}{mark}")
 
 
 @contextlib.contextmanager
@@ -237,12 +246,12 @@ def forced_short() -> Iterator[None]:
     """The store searches short whenever a query holds common terms, whatever the index's size."""
     from reranker.store import embedded
 
-    kept = embedded.STORED_WORD_COST
-    embedded.STORED_WORD_COST = 0.0
+    kept = embedded.SHORT_SEARCH_FIXED_COST, embedded.STORED_WORD_COST
+    embedded.SHORT_SEARCH_FIXED_COST, embedded.STORED_WORD_COST = 0, 0.0
     try:
         yield
     finally:
-        embedded.STORED_WORD_COST = kept
+        embedded.SHORT_SEARCH_FIXED_COST, embedded.STORED_WORD_COST = kept
 
 
 def main() -> int:

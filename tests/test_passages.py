@@ -141,7 +141,7 @@ def test_a_query_word_counts_in_the_fields_that_hold_its_terms() -> None:
     assert held == {int(stable_hashes(["ships"])[0]): [0, 1], int(stable_hashes(["ship"])[0]): [-1, 1]}
     # Only some terms counted (the first stage's share of its common terms): the same words
     # and slots, the others weigh 0.
-    common = passage_query({"ships": 1}, {"ship": 1}, frequencies, 10, vocabulary, only={"stemmed": {"ship"}})
+    common = query.counting({"stemmed": {"ship"}})
     assert common.words.tolist() == query.words.tolist() and common.slots.tolist() == query.slots.tolist()
     assert common.weights.tolist() == [0.0, query.weights[1]]
     # Without stems (a field the analyser left empty), the words count in the exact field only.

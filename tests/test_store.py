@@ -311,6 +311,7 @@ def _whole_query(store: EmbeddedStore, query: str, size: int) -> dict[str, float
 def short_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first stage searches short whenever a query holds common terms: these corpora are
     far too small for it to pay (`EmbeddedStore._short_search_pays`)."""
+    monkeypatch.setattr(embedded, "SHORT_SEARCH_FIXED_COST", 0)
     monkeypatch.setattr(embedded, "STORED_WORD_COST", 0.0)
 
 
@@ -382,10 +383,17 @@ def test_replaced_documents_keep_the_first_stage_scored_as_the_whole_query(ready
     ready.bm25(query, 10)
     assert ready._text.scoring_statistics(tokenize(query))[0] > ready._text.num_docs() == 160  # type: ignore[index]
     searched = _searches(monkeypatch)
-    _assert_scored_whole(ready, query, ready.bm25(query, 10), searched)
+    hits = ready.bm25(query, 100)
+    _assert_scored_whole(ready, query, hits[:10], searched)
+    # The best passages take the first stage's words, not its query's weights: those count
+    # the replaced documents, and a passage's BM25 counts the documents readers see.
+    ids = [hit.doc_id for hit in hits]
+    from_window = ready.passage_bm25(query, ids, [None] * len(ids))
+    assert _FIRST_STAGE_WINDOW.get() == []
+    assert from_window == pytest.approx(ready.passage_bm25(query, ids, [None] * len(ids)), rel=1e-6)
 
 
-def test_the_first_stage_searches_short_only_where_the_common_clauses_hold_more_postings_than_the_windows_words(
+def test_the_first_stage_searches_short_only_where_the_common_clauses_hold_more_postings_than_it_costs(
     ready: EmbeddedStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     query = "ocean vessels sailors crew wind cargo storm"
@@ -397,8 +405,8 @@ def test_the_first_stage_searches_short_only_where_the_common_clauses_hold_more_
     assert ready._text.common_terms(tokenize(query)) and searched == [None]
     assert hits == _whole_query(ready, query, 10)
     # Documents of 7 words, all holding the common ones: their clauses hold 4 x 2 x 400 =
-    # 3,200 postings against the window's 700 words (at 3 postings a word, 2,100): searched
-    # short, scored whole.
+    # 3,200 postings against the window's 700 words (at 1.75 postings a word, 1,225), but
+    # fewer than a search's fixed cost: the whole query.
     tiny = EmbeddedStore(tmp_path / "tiny")
     tiny.initialise(IndexInfo(EMBEDDING, k=2))
     rng = np.random.default_rng(8)
@@ -407,11 +415,16 @@ def test_the_first_stage_searches_short_only_where_the_common_clauses_hold_more_
         for number in range(400)
     ])
     searched.clear()
-    _assert_scored_whole(tiny, query, tiny.bm25(query, 10), searched)
+    tiny.bm25(query, 10)
     assert set(tiny._text.common_terms(tokenize(query))["exact"]) == {"ocean", "vessels", "wind", "crew"}
+    assert searched == [None] and _FIRST_STAGE_WINDOW.get() == []
+    # At a fixed cost of 1,000 postings (1,000 + 1,225 < 3,200): searched short, scored whole.
+    monkeypatch.setattr(embedded, "SHORT_SEARCH_FIXED_COST", 1_000)
+    searched.clear()
+    _assert_scored_whole(tiny, query, tiny.bm25(query, 10), searched)
     assert _FIRST_STAGE_WINDOW.get()  # the words it read, for the best passage
-    # A window of 1,000 holds 7,000 words (21,000 postings' worth): the whole query again,
-    # and no window left from the search before.
+    # A window of 1,000 holds 7,000 words (1,000 + 12,250 postings' worth): the whole query
+    # again, and no window left from the search before.
     searched.clear()
     tiny.bm25(query, 1000)
     assert searched == [None] and _FIRST_STAGE_WINDOW.get() == []

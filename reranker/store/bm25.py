@@ -8,7 +8,7 @@ Pure numpy: the stores read the words and statistics, these functions score them
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AbstractSet, Any, Mapping, Sequence
 
 import numpy as np
@@ -81,8 +81,8 @@ def bm25_of_stored(texts: StoredWords, query: PassageQuery, average_length: floa
     `average_length`. (n,) float64.
 
     Over a large index the first stage searches a long query without its commonest terms
-    (`TextIndex.common_terms`) and adds their share from here (a `passage_query` with `only`
-    those terms): tantivy visits every posting of a clause, and these clauses hold most of
+    (`TextIndex.common_terms`) and adds their share from here (a `PassageQuery` counting
+    only those terms): tantivy visits every posting of a clause, and these clauses hold most of
     them (`EmbeddedStore._short_search_pays` says when that saves time)."""
     if not len(texts) or not query.words.size:
         return np.zeros(len(texts), dtype=np.float64)
@@ -127,12 +127,22 @@ class PassageQuery:
     words: (m,) the distinct words it looks for, as `stable_hashes` of a text's words;
     slots: (m, 2) the query term each word counts as in the exact and the stemmed field
     (an index into `weights`; -1: none); weights: (s,) each query term's count x idf x
-    (k1 + 1) x its field's boost, with its field's document frequency.
+    (k1 + 1) x its field's boost, with its field's document frequency; terms: (s,) the
+    (field, term) each weight is for.
     """
 
     words: npt.NDArray[np.int32]
     slots: npt.NDArray[np.intp]
     weights: npt.NDArray[np.float64]
+    terms: tuple[tuple[str, str], ...]
+
+    def counting(self, only: Mapping[str, AbstractSet[str]]) -> PassageQuery:
+        """The same query with only these terms (field -> terms) counted, the rest weighing
+        0: the first stage's share of its common terms. The words looked for stay the whole
+        query's, so that the share and the best passage find them once
+        (`StoredWords.occurrences`) and the best passage reuses this query's words and slots."""
+        counted = np.array([term in only.get(field, ()) for field, term in self.terms], dtype=np.float64)
+        return replace(self, weights=self.weights * counted)
 
 
 def passage_query(
@@ -141,21 +151,14 @@ def passage_query(
     doc_freqs: Mapping[str, Mapping[str, int]],
     documents: int,
     vocabulary: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]],
-    only: Mapping[str, AbstractSet[str]] | None = None,
 ) -> PassageQuery:
     """A `PassageQuery` for a query's terms per field with their counts (`exact`: its
     words; `stemmed`: their stems), `doc_freqs` per field and term among the index's
     `documents`. vocabulary: (words, stems), hashed pairs giving the stem of each word a
     text may hold; pairs whose stem the query lacks are ignored, so more do no harm.
-    only: field -> the terms that count (the rest weigh 0; None: all). The words looked
-    for are the whole query's either way, so that the first stage's share of its common
-    terms and the best passage find them once (`StoredWords.occurrences`).
     """
     exact_terms, stem_terms = list(exact), list(stemmed)
     counts = np.array([exact[t] for t in exact_terms] + [stemmed[t] for t in stem_terms], dtype=np.float64)
-    if only is not None:
-        counted = [t in only.get("exact", ()) for t in exact_terms] + [t in only.get("stemmed", ()) for t in stem_terms]
-        counts *= np.array(counted, dtype=np.float64)
     df = np.array(
         [doc_freqs["exact"].get(t, 0) for t in exact_terms] + [doc_freqs["stemmed"].get(t, 0) for t in stem_terms],
         dtype=np.float64,
@@ -177,7 +180,8 @@ def passage_query(
     slots = np.full((distinct.size, 2), -1, dtype=np.intp)
     slots[np.searchsorted(distinct, exact_words), 0] = np.arange(len(exact_terms))
     slots[np.searchsorted(distinct, words[held]), 1] = len(exact_terms) + nearest[held]
-    return PassageQuery(distinct.astype(np.int32), slots, weights)
+    terms = tuple(("exact", t) for t in exact_terms) + tuple(("stemmed", t) for t in stem_terms)
+    return PassageQuery(distinct.astype(np.int32), slots, weights, terms)
 
 
 def best_passage_bm25(texts: StoredWords, query: PassageQuery, average_length: float) -> npt.NDArray[np.float64]:

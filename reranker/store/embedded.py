@@ -184,15 +184,19 @@ _T = TypeVar("_T")
 # terms (`EmbeddedStore.bm25`): a window's worth, whatever a caller asks for, so that a short
 # page is taken from a window's worth scored whole.
 SHORT_SEARCH_HITS = 100
-# What reading and scoring the window's stored words for the common terms' share costs, per
-# word of the window's estimate (hits x the index's mean length), in postings tantivy visits:
-# 2.4-2.9 here (8.7 ns against 3.6), fitted over 320 first stages at 567 to 50,000 papers
-# and windows of 100 and 300 (`bench/bench_common_terms.py --store DIR ...`). The first
-# stage searches short only where the common clauses hold more postings than that costs:
-# from about 20,000 long papers. The short search also costs about 1-1.6 ms a search
-# whatever the words, which this leaves out: it is not searched short over 50,000 pieces
-# of 250 words, where it would take 1.36x, only because they hold one common term at most.
-STORED_WORD_COST = 3.0
+# What the short search costs beyond the whole one, in postings tantivy visits (which it
+# saves): a fixed cost per search (reading the window's stored words from SQLite, the
+# query's stems and terms over them: about 1-3 ms) and a cost per word of the window's
+# estimate (hits x the index's mean length) for reading and scoring its stored words. Fitted
+# by least squares over 400 first stages at 567 to 50,000 long papers and 50,000 pieces of
+# 250 words, at windows of 100 and 300 (`bench/bench_common_terms.py --store DIR ...`); the
+# two trade off in the fits (four runs: 245,000-573,000 postings and 1.0-2.0 a word), and
+# these are the runs' means. The first stage searches short only where the common clauses
+# hold more postings than both: from about 20,000 long papers. Without the fixed cost, a
+# corpus of short documents whose queries hold several common terms would be searched short
+# at a loss (over the 250-word pieces, short took 1.33-1.36x).
+SHORT_SEARCH_FIXED_COST = 350_000
+STORED_WORD_COST = 1.75
 # Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
 # so some 1,000 papers.
 TEXT_TERMS_CACHE_BYTES = 32 * 2**20
@@ -218,6 +222,9 @@ class _Window:
     words: StoredWords
     stems: list[int]  # the query's stems, hashed, and the stored (word, stem) pairs of them:
     pairs: list[tuple[int, int]]
+    asked: dict[str, Counter[str]]  # the query's terms per field with their counts, the
+    documents: int  # text index's N its idf took (the live count unless replaced entries linger),
+    query: PassageQuery  # and the query of both, every term counted
 
 
 # The window just scored, handed to the best passage of the same search through the context:
@@ -1078,9 +1085,14 @@ class EmbeddedStore:
         kept = box.pop() if box and box[-1].store is self else None
         if kept is not None and doc_ids and len(unread) == len(doc_ids) and kept.stems == stems:
             if all(doc_id in kept.texts for doc_id in doc_ids):
-                # Its words laid out, and where the query's words are in them (the stems decide
-                # the vocabulary's pairs; a query with other words finds them again).
-                scores = best_passage_bm25(kept.words, self._passage_query(asked, documents, kept.pairs), passage_length)
+                # Its words laid out, where the query's words are in them, and the query's
+                # words and weights (the stems decide the vocabulary's pairs; a query with
+                # other words finds them again, other statistics weigh them again).
+                if kept.asked == asked and kept.documents == documents:
+                    terms_sought = kept.query
+                else:
+                    terms_sought = self._passage_query(asked, documents, kept.pairs)
+                scores = best_passage_bm25(kept.words, terms_sought, passage_length)
                 return [float(scores[kept.position[doc_id]]) for doc_id in doc_ids]
         if kept is not None:
             stored.update((doc_id, kept.texts[doc_id]) for doc_id in unread if doc_id in kept.texts)
@@ -1115,17 +1127,16 @@ class EmbeddedStore:
         documents: int,
         pairs: Sequence[tuple[int, int]],
         sent: Sequence[PassageWords] = (),
-        only: Mapping[str, AbstractSet[str]] | None = None,
     ) -> PassageQuery:
         """`passage_query` for the query terms `asked` (field -> term -> count) with the
         index's document frequencies among `documents`; `pairs`: the stored (word, stem) of
-        the query's stems, `sent`: the sent texts' own words and stems; `only` as there."""
+        the query's stems, `sent`: the sent texts' own words and stems."""
         vocabulary = (
             np.concatenate([np.array([word for word, _ in pairs], dtype=np.int32), *(passages.words for passages in sent)]),
             np.concatenate([np.array([stem for _, stem in pairs], dtype=np.int32), *(passages.stems for passages in sent)]),
         )
         doc_freqs = {field: self._text.doc_freqs(field, counts) for field, counts in asked.items()}
-        return passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary, only)
+        return passage_query(asked["exact"], asked["stemmed"], doc_freqs, documents, vocabulary)
 
     def _vocabulary_pairs(self, stems: Sequence[int]) -> list[tuple[int, int]]:
         """(word, stem) of every indexed word whose stem is one of these (hashed)."""
@@ -1268,13 +1279,14 @@ class EmbeddedStore:
         costs. tantivy visits every posting of every clause; the share reads, lays out and
         scores every stored word of the `hits` documents, whatever the index's size. So over
         a small index (CL-SciSumm's 567 papers: 1.7x the whole query's time for a ranker
-        without a best passage) the whole query is searched."""
+        without a best passage), or one of short documents with few common terms, the whole
+        query is searched."""
         statistics = self._text.scoring_statistics(terms)
         if statistics is None:
             return False
         _, average = statistics
         postings = sum(sum(self._text.doc_freqs(field, found).values()) for field, found in common.items())
-        return postings > STORED_WORD_COST * hits * average
+        return postings > SHORT_SEARCH_FIXED_COST + STORED_WORD_COST * hits * average
 
     def _live_hits(
         self,
@@ -1326,11 +1338,12 @@ class EmbeddedStore:
         if len(stored) < len(rowids):
             return None
         words = StoredWords([stored[rowid] for rowid in rowids])
-        _FIRST_STAGE_WINDOW.set([
-            _Window(self, {doc_id: stored[rowid] for rowid, doc_id in hits}, {doc_id: i for i, (_, doc_id) in enumerate(hits)}, words, stems, pairs)
-        ])
-        query = self._passage_query(asked, documents, pairs, only=common)
-        return [float(share) for share in bm25_of_stored(words, query, average)]
+        query = self._passage_query(asked, documents, pairs)
+        _FIRST_STAGE_WINDOW.set([_Window(
+            self, {doc_id: stored[rowid] for rowid, doc_id in hits}, {doc_id: i for i, (_, doc_id) in enumerate(hits)},
+            words, stems, pairs, asked, documents, query,
+        )])
+        return [float(share) for share in bm25_of_stored(words, query.counting(common), average)]
 
     def _rows(self, rowids: Sequence[int], watermark: int) -> dict[int, tuple[str, str]]:
         """rowid -> (id, title) of those `rowids` readers may see."""
