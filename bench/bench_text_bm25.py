@@ -12,7 +12,8 @@ same process and run:
   text_bm25, new texts   the same with an empty terms cache (every text tokenized)
   no index               the whole rerank of the texts (order as first stage, Engine.complete +
                          rerank) by a service with nothing indexed (`Engine._centering`: the
-                         vectors' centering, the texts' own background), texts seen before
+                         vectors' centering, the texts' own background; each text's best
+                         passage with the texts' own statistics), texts seen before
   no index, new texts    the same with empty text caches (every text tokenized, its topics made)
 
 Data: CL-SciSumm's 567 papers (about 5,300 words) and its 40 summaries, BM25 top 100 (from
@@ -87,13 +88,25 @@ def main() -> int:
             timings["rerank"].append(time.perf_counter() - started)
             # The Cohere route's window: the texts in the cluster's order, no scores.
             sent = CandidateSet(
-                tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))), texts=tuple(texts), first_stage="order", exact_top=10
+                tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))),
+                texts=tuple(texts),
+                first_stage="order",
+                exact_top=10,
+                query_text=text,
             )
-            fresh = replace(unindexed, text_topics=text_topic_cache(2**26), word_id_cache=LruCache(2**26, lambda ids: ids.nbytes + 64))
+            # Every cache empty: the topics', the word ids' and the store's texts' terms (its
+            # best passages read them), as in a worker that has not seen these texts.
+            fresh = replace(
+                unindexed,
+                store=EmbeddedStore(Path(empty_dir.name), engine.stopwords),
+                text_topics=text_topic_cache(2**26),
+                word_id_cache=LruCache(2**26, lambda ids: ids.nbytes + 64),
+            )
             for name, scoring in (("no index, new texts", fresh), ("no index", fresh)):
                 started = time.perf_counter()
                 scoring.rerank(query, scoring.complete(sent, ranker), ranker)
                 timings[name].append(time.perf_counter() - started)
+            fresh.store.close()
         engine.store.close()
         unindexed.store.close()
         empty_dir.cleanup()

@@ -425,6 +425,28 @@ def test_without_an_index_the_order_is_the_first_stage(tmp_path: Path, glove: An
         store.close()
 
 
+def test_with_nothing_indexed_a_text_matching_in_one_place_is_lifted_by_its_best_passage(tmp_path: Path, glove: Any) -> None:
+    """A service with nothing indexed (a reranker as one calls Cohere's) judges each text by
+    its best passage too, with the sent texts' own statistics. Two texts of the same words,
+    counts and length: the one holding the query's words together comes first, though the
+    cluster sent it second; the order alone (and topics of the same words) would keep it second."""
+    filler = " ".join(f"filler{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(600)).split()
+    query_words = ["translation", "alignment", "decoder", "phrase"] * 6
+    together = filler[:300] + query_words + filler[300:]
+    spread = list(filler)
+    for i, word in enumerate(query_words):
+        spread.insert(i * 25, word)
+    others = ["ocean ships " + " ".join(filler[i * 50 : i * 50 + 200]) for i in range(6)]
+    client = _app(tmp_path / "nothing").test_client()
+    answer = client.post(
+        "/v1/rerank",
+        json={"query": "phrase translation with alignment and a decoder", "documents": [" ".join(spread), " ".join(together), *others]},
+        headers=HEADERS,
+    )
+    assert answer.status_code == 200 and answer.headers["X-Reranker-First-Stage"] == "order"
+    assert [result["index"] for result in answer.get_json()["results"]][:2] == [1, 0]
+
+
 def test_a_query_of_stop_words_is_out_of_vocabulary_not_degraded(client: FlaskClient) -> None:
     """No content word: nothing to score the texts with, nor to align with topics."""
     for model, status in (("bm25", "ok"), (None, "query_out_of_vocabulary")):

@@ -18,7 +18,17 @@ from reranker.errors import StoreError
 from reranker.extraction import Correction, corrected_topics, document_topics, estimate_centering
 from reranker.indexing import index_corpus
 from reranker.pipeline import Engine
-from reranker.store.bm25 import BM25_B, BM25_K1, PASSAGE_STRIDE, PASSAGE_TERMS, StoredWords, best_passage_bm25, passage_query, passage_spans
+from reranker.store.bm25 import (
+    BM25_B,
+    BM25_K1,
+    PASSAGE_STRIDE,
+    PASSAGE_TERMS,
+    StoredWords,
+    best_passage_bm25,
+    mean_passage_length,
+    passage_query,
+    passage_spans,
+)
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import WordPositions, stable_hashes
 from reranker.types import Document
@@ -110,6 +120,10 @@ def test_passage_spans_are_the_windows_best_passage_bm25_scores() -> None:
     for length in range(1, 1000):
         assert passage_spans(length) == [(start, min(start + PASSAGE_TERMS, length)) for start in _starts(length)]
     assert passage_spans(0) == []  # no words, no passage (it would score 0)
+    # Their mean length, which a passage's BM25 takes as its average length.
+    for lengths in ([0], [7], [150], [151, 0, 40], list(range(0, 3000, 37))):
+        spans = [end - start for length in lengths for start, end in passage_spans(length)]
+        assert mean_passage_length(np.array(lengths)) == pytest.approx(sum(spans) / len(spans) if spans else 0.0, rel=1e-12)
 
 
 def test_a_text_past_65535_words_keeps_its_positions_in_32_bits() -> None:
@@ -185,6 +199,27 @@ def test_a_document_matching_the_query_in_one_place_has_the_better_passage(engin
     # The default fuses it: the document that matches in one place comes first.
     found = engine.search(query, "hidden_topics_corrected+bm25:maxp", size=2)
     assert found.hits[0].doc_id == "together"
+
+
+def test_with_nothing_indexed_sent_texts_are_judged_by_their_own_statistics(engine: Engine, tmp_path: Path) -> None:
+    """A service with nothing indexed (a reranker behind a cluster's rerank call, as one
+    calls Cohere's) scores the sent texts' best passages with the texts' own statistics:
+    exactly what the store gives them once they are its whole index."""
+    rng = np.random.default_rng(7)
+    vocabulary = ["translation", "translations", "alignment", "aligned", "decoder", "decoding", "phrase", "phrases",
+                  "ocean", "ships", "harbour", "grammar", "parser", "parsing", "corpus", "corpora", "model", "models"]
+    filler = [f"filler{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(400)]
+    # Each with a word the vectors know, or indexing would skip it.
+    texts = ["ocean " + " ".join(rng.choice(vocabulary + filler, size=size)) for size in (12, 90, 150, 151, 420, 1_000, 2_300)]
+    query = "phrase translation models with alignment, parsing and a decoder"
+    ids = [f"t{number}" for number in range(len(texts))]
+    sent = engine.store.passage_bm25(query, [""] * len(texts), texts)
+    assert sent is not None and max(sent) > 0
+    # A stored id among them, with nothing indexed: nothing to judge it by.
+    assert engine.store.passage_bm25(query, ["t0", ""], [None, texts[1]]) is None
+    corpus = [{"id": doc_id, "text": text} for doc_id, text in zip(ids, texts)]
+    index_corpus(write_jsonl(tmp_path / "corpus.jsonl", corpus), engine.store, engine.vectors, 3, show_progress=False)
+    assert engine.store.passage_bm25(query, ids, [None] * len(ids)) == pytest.approx(sent, rel=1e-6)
 
 
 def test_a_document_of_more_passages_than_opensearchs_nested_limit_keeps_its_last_one(engine: Engine, tmp_path: Path) -> None:

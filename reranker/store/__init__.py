@@ -469,8 +469,10 @@ class Store(Protocol):
     def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
         """BM25 of each candidate's best passage for `query` (`best_passage_bm25`): a
         candidate is a stored document (`doc_ids`) or, where `texts` holds one, that text.
-        None when the store cannot say: no statistics, no passages stored for a document
-        (an index built before them), or a store that keeps none (OpenSearch)."""
+        With nothing indexed, texts only are scored with their own statistics (the embedded
+        store: as if they were its whole index). None when the store cannot say: no
+        statistics, no passages stored for a document (an index built before them), or a
+        store that keeps none (OpenSearch)."""
         ...
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:

@@ -116,6 +116,19 @@ def passage_spans(length: int) -> list[tuple[int, int]]:
     return [(i * PASSAGE_STRIDE, min(i * PASSAGE_STRIDE + PASSAGE_TERMS, length)) for i in range(count)]
 
 
+def mean_passage_length(lengths: npt.NDArray[np.int64]) -> float:
+    """The mean length of the passages of texts of these `lengths`, as `passage_spans` cuts
+    them (0 when none has a word): a text of L > PASSAGE_TERMS words has P =
+    ceil((L - PASSAGE_TERMS) / PASSAGE_STRIDE) + 1 passages holding L + (P - 1) x
+    (PASSAGE_TERMS - PASSAGE_STRIDE) words in all, its overlaps counted twice."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    long = lengths > PASSAGE_TERMS
+    passages = np.where(long, -(-(lengths - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1, (lengths > 0).astype(np.int64))
+    words = np.where(long, lengths + (passages - 1) * (PASSAGE_TERMS - PASSAGE_STRIDE), lengths)
+    count = int(passages.sum())
+    return float(words.sum()) / count if count else 0.0
+
+
 _FILTER_SIZE = 1 << 16
 
 

@@ -83,6 +83,7 @@ from reranker.store.bm25 import (
     best_passage_bm25,
     bm25_of_stored,
     bm25_of_texts,
+    mean_passage_length,
     passage_query,
 )
 from reranker.store.text_index import (
@@ -1070,8 +1071,11 @@ class EmbeddedStore:
     def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
         documents, _, passage_length = self._statistics()
-        if not documents or not terms:
+        if not terms:
             return None
+        if not documents:
+            given = [text for text in texts if text is not None]
+            return self._window_passage_bm25(terms, given) if given and len(given) == len(texts) else None
         asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
         stems = stable_hashes(list(asked["stemmed"])).tolist()
         unread = [doc_id for doc_id, text in zip(doc_ids, texts) if text is None]
@@ -1120,6 +1124,27 @@ class EmbeddedStore:
         ])
         scores = best_passage_bm25(words, self._passage_query(asked, documents, pairs, sent), passage_length)
         return [float(score) for score in scores]
+
+    def _window_passage_bm25(self, terms: Sequence[str], texts: Sequence[str]) -> list[float]:
+        """`passage_bm25` of sent texts with nothing indexed: the statistics are the texts'
+        own (their number, how many hold each term, their passages' mean length), as the
+        best estimate of the collection the caller searched that there is."""
+        asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
+        sent = [self._terms_of(text) for text in texts]
+        doc_freqs: dict[str, dict[str, int]] = {}
+        for field, counts in asked.items():
+            distinct = list(counts)
+            hashes = term_hashes(distinct)
+            held = np.count_nonzero(np.stack([found.frequencies(field, hashes) for found in sent]), axis=0)
+            doc_freqs[field] = dict(zip(distinct, held.tolist()))
+        vocabulary = (
+            np.concatenate([found.passages.words for found in sent]),
+            np.concatenate([found.passages.stems for found in sent]),
+        )
+        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, len(sent), vocabulary)
+        words = StoredWords([found.passages.positions for found in sent])
+        average = mean_passage_length(np.array([found.length for found in sent], dtype=np.int64))
+        return [float(score) for score in best_passage_bm25(words, query, average)]
 
     def _passage_query(
         self,
