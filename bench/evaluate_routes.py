@@ -22,7 +22,9 @@ of the same window, 10,000 sign flips; W/T/L against it):
                             order itself, -ln(rank), with the index's centering
   no index, /v1/rerank      the Cohere route of a service with nothing indexed (a reranker
                             in front of a cluster whose documents it never saw): the order
-                            as first stage, and the vectors' own centering (prior_centering)
+                            as first stage, the vectors' own centering (prior_centering),
+                            each text's best passage with the sent texts' own statistics
+  no index, /rerank, scores sent   the same service sent the texts with their BM25 scores
   proxy                     POST /reranker/_search {"query": {"match": {"body": QUERY}}}
                             through the service's OpenSearch-compatible proxy, with
                             osmem-server (the in-memory OpenSearch-compatible server) as the
@@ -105,7 +107,7 @@ def _routes(client: Any, empty_client: Any, engine: Any, ranker_name: str) -> di
         position = {c.doc_id: i for i, c in enumerate(candidates)}
         return [position[hit["id"]] for hit in found["hits"]]
 
-    def rerank(kind: str) -> Callable[[str, list[Any]], list[int]]:
+    def rerank(kind: str, indexed: bool = True) -> Callable[[str, list[Any]], list[int]]:
         def call(query: str, candidates: list[Any]) -> list[int]:
             if kind == "ids":
                 documents: list[Any] = [{"id": c.doc_id} for c in candidates]
@@ -113,7 +115,8 @@ def _routes(client: Any, empty_client: Any, engine: Any, ranker_name: str) -> di
                 documents = [{"text": t} for t in texts(candidates)]
             if kind == "scores":
                 documents = [{**d, "score": c.bm25_score} for d, c in zip(documents, candidates)]
-            found = post("/rerank", {"query": query, "documents": documents}, first_stage="scores" if kind == "scores" else "index_bm25")
+            expected = "scores" if kind == "scores" else "index_bm25" if indexed else "order"
+            found = post("/rerank", {"query": query, "documents": documents}, first_stage=expected, on=None if indexed else empty_client)
             return [r["index"] for r in found["results"]]
         return call
 
@@ -151,6 +154,7 @@ def _routes(client: Any, empty_client: Any, engine: Any, ranker_name: str) -> di
         "/v2/rerank": cohere("v2"),
         "order only": order_only,
         "no index, /v1/rerank": cohere("v1", indexed=False),
+        "no index, /rerank, scores sent": rerank("scores", indexed=False),
     }
 
 

@@ -215,6 +215,9 @@ def test_with_nothing_indexed_sent_texts_are_judged_by_their_own_statistics(engi
     ids = [f"t{number}" for number in range(len(texts))]
     sent = engine.store.passage_bm25(query, [""] * len(texts), texts)
     assert sent is not None and max(sent) > 0
+    # A text without a content word is not counted (indexing would skip it) and scores 0.
+    assert engine.store.passage_bm25(query, [""] * (len(texts) + 2), [*texts, "", "the and of"]) == [*sent, 0.0, 0.0]
+    assert engine.store.passage_bm25(query, ["", ""], ["", "of the"]) == [0.0, 0.0]
     # A stored id among them, with nothing indexed: nothing to judge it by.
     assert engine.store.passage_bm25(query, ["t0", ""], [None, texts[1]]) is None
     corpus = [{"id": doc_id, "text": text} for doc_id, text in zip(ids, texts)]

@@ -120,7 +120,9 @@ def mean_passage_length(lengths: npt.NDArray[np.int64]) -> float:
     """The mean length of the passages of texts of these `lengths`, as `passage_spans` cuts
     them (0 when none has a word): a text of L > PASSAGE_TERMS words has P =
     ceil((L - PASSAGE_TERMS) / PASSAGE_STRIDE) + 1 passages holding L + (P - 1) x
-    (PASSAGE_TERMS - PASSAGE_STRIDE) words in all, its overlaps counted twice."""
+    (PASSAGE_TERMS - PASSAGE_STRIDE) words in all, its overlaps counted twice. The count
+    `EmbeddedStore._statistics` takes in SQL over the index (where no text is empty), for
+    texts sent with nothing indexed."""
     lengths = np.asarray(lengths, dtype=np.int64)
     long = lengths > PASSAGE_TERMS
     passages = np.where(long, -(-(lengths - PASSAGE_TERMS) // PASSAGE_STRIDE) + 1, (lengths > 0).astype(np.int64))

@@ -1127,10 +1127,14 @@ class EmbeddedStore:
 
     def _window_passage_bm25(self, terms: Sequence[str], texts: Sequence[str]) -> list[float]:
         """`passage_bm25` of sent texts with nothing indexed: the statistics are the texts'
-        own (their number, how many hold each term, their passages' mean length), as the
-        best estimate of the collection the caller searched that there is."""
+        own (how many there are, how many hold each term, their passages' mean length), as
+        the best estimate of the collection the caller searched that there is. A text
+        without a content word is not counted (indexing would skip it) and scores 0."""
         asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
         sent = [self._terms_of(text) for text in texts]
+        counted = sum(1 for found in sent if found.length)
+        if not counted:
+            return [0.0] * len(sent)
         doc_freqs: dict[str, dict[str, int]] = {}
         for field, counts in asked.items():
             distinct = list(counts)
@@ -1141,7 +1145,7 @@ class EmbeddedStore:
             np.concatenate([found.passages.words for found in sent]),
             np.concatenate([found.passages.stems for found in sent]),
         )
-        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, len(sent), vocabulary)
+        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, counted, vocabulary)
         words = StoredWords([found.passages.positions for found in sent])
         average = mean_passage_length(np.array([found.length for found in sent], dtype=np.int64))
         return [float(score) for score in best_passage_bm25(words, query, average)]
