@@ -87,8 +87,9 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         nothing = _nothing_indexed(store, settings)
         if nothing:
             log.warning(
-                "%s; /rerank and the Cohere routes rerank sent texts meanwhile, by their order and topics (the word "
-                "statistics are the vectors' own and the sent texts', not a corpus's)", nothing,
+                "%s; /rerank and the Cohere routes rerank sent texts meanwhile, by their order and topics%s (the word "
+                "statistics are the vectors' own and the sent texts', not a corpus's)",
+                nothing, "" if settings.opensearch_store else " and their best passages",
             )  # fmt: skip
     finally:
         store.close()
