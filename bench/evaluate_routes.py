@@ -17,9 +17,9 @@ of the same window, 10,000 sign flips; W/T/L against it):
   /rerank, texts only       texts, no scores: BM25 of the texts with the index's statistics
   /rerank, ids only         stored ids, no scores: the same, on the stored texts
   /v1/rerank, /v2/rerank    the Cohere routes, texts only, as the clusters call them
-  order only                texts, no scores, a store without term statistics (a cluster
-                            that cannot score artificial documents, as osmem-server): the
-                            order itself, -ln(rank), with the index's centering
+  order only                texts, no scores, the order and the topics alone (an ablation:
+                            a store that cannot score texts, and a window without the query's
+                            text, so no best passage): -ln(rank), with the index's centering
   no index, /v1/rerank      the Cohere route of a service with nothing indexed (a reranker
                             in front of a cluster whose documents it never saw): the order
                             as first stage, the vectors' own centering (prior_centering),
@@ -31,6 +31,11 @@ of the same window, 10,000 sign flips; W/T/L against it):
                             cluster: its own BM25 window, reranked; its baseline is the same
                             search sent to the cluster directly (osmem's BM25 is not Lucene's,
                             so that row has its own BM25 figure)
+  cluster's store, /v1/rerank   the Cohere route of a service over that cluster (the
+                            OpenSearch store), sent the cluster's window as texts, best
+                            first, no scores; p against that window's order. osmem-server
+                            cannot score artificial documents, so the order is the first
+                            stage; each text's best passage takes the texts' own statistics
 
 Run:  python bench/evaluate_routes.py [--json FILE]    (about 2 minutes on 2 cores)
       python bench/evaluate_routes.py path/to/dataset ...  (your own judged data sets)
@@ -221,7 +226,7 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
 
     from reranker.cli import main as cli
     from reranker.config import Settings
-    from reranker.datasets import load_dataset
+    from reranker.datasets import load_dataset, parse_record
     from reranker.evaluation import paired_randomization_p, ranking_metrics
     from reranker.service import create_app
 
@@ -242,8 +247,14 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
             print(f"{dataset.name}: indexed into osmem-server in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
             app = create_app(Settings.from_env())
             client = app.test_client()
+            texts = {}
+            for number, line in enumerate(dataset.corpus_path.read_text(encoding="utf-8").splitlines(), start=1):
+                if line.strip():
+                    document = parse_record(line, f"{dataset.corpus_path}:{number}")
+                    texts[document.id] = document.full_text
             for size in sizes:
                 direct, proxied, spent = [], [], 0.0
+                window_bm25, sent_alone, sent_spent = [], [], 0.0
                 for query_id, text in dataset.queries:
                     body = {"query": {"match": {"body": text}}, "size": 10, "_source": False}
                     hits = server.request("POST", "/reranker/_search", body)["hits"]["hits"]
@@ -258,6 +269,20 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
                     if reranked.get("ext", {}).get("rerank", {}).get("status") not in ("ok", "tied"):
                         raise RuntimeError(f"the proxy did not rerank: {reranked.get('ext')}")
                     proxied.append(ranking_metrics([h["_id"] for h in reranked["hits"]["hits"]], judged, 10)["ndcg@10"])
+                    # The cluster's rerank call to a service over the same cluster: the window's
+                    # texts, best first, no scores.
+                    window = [h["_id"] for h in server.request("POST", "/reranker/_search", {**body, "size": size})["hits"]["hits"]]
+                    window_bm25.append(ranking_metrics(window, judged, 10)["ndcg@10"])
+                    begun = time.perf_counter()
+                    answer = client.post(
+                        "/v1/rerank", json={"query": text, "documents": [texts[doc_id] for doc_id in window]},
+                        headers={"Authorization": f"Bearer {KEY}"},
+                    )
+                    sent_spent += time.perf_counter() - begun
+                    if answer.status_code != 200 or answer.headers.get("X-Reranker-Status") not in ("ok", "tied"):
+                        raise RuntimeError(f"/v1/rerank over the cluster answered {answer.status_code}: {answer.get_data(as_text=True)[:300]}")
+                    order = [window[result["index"]] for result in answer.get_json()["results"]]
+                    sent_alone.append(ranking_metrics(order, judged, 10)["ndcg@10"])
                 base, scores = np.array(direct), np.array(proxied)
                 results[str(size)] = {
                     "cluster bm25": {"ndcg@10": float(base.mean()), "p_vs_bm25": None, "wins_ties_losses": [0, len(base), 0], "ms_per_query": None},
@@ -266,6 +291,16 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
                         "p_vs_bm25": paired_randomization_p(scores, base),
                         "wins_ties_losses": [int((scores > base).sum()), int((scores == base).sum()), int((scores < base).sum())],
                         "ms_per_query": 1000 * spent / len(dataset.queries),
+                    },
+                    "cluster's store, /v1/rerank": {
+                        "ndcg@10": float(np.mean(sent_alone)),
+                        "p_vs_bm25": paired_randomization_p(np.array(sent_alone), np.array(window_bm25)),
+                        "wins_ties_losses": [
+                            int((np.array(sent_alone) > np.array(window_bm25)).sum()),
+                            int((np.array(sent_alone) == np.array(window_bm25)).sum()),
+                            int((np.array(sent_alone) < np.array(window_bm25)).sum()),
+                        ],
+                        "ms_per_query": 1000 * sent_spent / len(dataset.queries),
                     },
                 }
             app.extensions["reranker"].close()

@@ -44,6 +44,7 @@ from reranker.indexing import (
 from reranker.pipeline import Engine
 from reranker.service import create_app
 from reranker.store import Doc2VecInfo, IndexInfo, opensearch, opensearch_claim
+from reranker.store.embedded import EmbeddedStore
 from reranker.store.opensearch import OpenSearchStore
 from reranker.store.opensearch_encoding import (
     decode_topics,
@@ -1574,8 +1575,26 @@ def test_passage_bm25_scores_each_documents_best_passage(tmp_path: Path, passage
     assert scores is not None
     spread, none, near, missing = scores
     assert near > spread > 0 and none == missing == 0.0
-    # Sent texts have no passages in the cluster: the fusion weighs BM25 alone.
+    # Sent texts have no passages in the cluster: beside stored ids, the fusion weighs BM25 alone.
     assert passages_store.passage_bm25(WHALES, ["near", "sent"], [None, "a whale and a harpoon"]) is None
+
+
+def test_texts_sent_alone_are_judged_by_their_own_statistics_as_the_embedded_store_judges_them(
+    tmp_path: Path, os_store: OpenSearchStore, glove: WordVectors
+) -> None:
+    """A cluster's rerank call sends texts only: their best passages are scored with the
+    texts' own statistics and this service's analysis, the same scores as the embedded
+    store with nothing indexed gives, whether the cluster has an index or not."""
+    texts = [paper["text"] for paper in LONG] + ["a whale and a harpoon", "", "of the and"]
+    embedded = EmbeddedStore(tmp_path / "empty")
+    try:
+        expected = embedded.passage_bm25(WHALES, [""] * len(texts), texts)
+    finally:
+        embedded.close()
+    assert expected is not None and expected[-2:] == [0.0, 0.0] and max(expected) > 0
+    assert os_store.passage_bm25(WHALES, [""] * len(texts), texts) == pytest.approx(expected, rel=1e-9)
+    index_papers(tmp_path, os_store, glove, LONG)
+    assert os_store.passage_bm25(WHALES, [""] * len(texts), texts) == pytest.approx(expected, rel=1e-9)
 
 
 def test_doc2vec_vectors_written_later_keep_the_passages(

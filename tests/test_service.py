@@ -683,7 +683,7 @@ def test_serve_on_an_empty_index_reranks_sent_texts_and_says_how(tmp_path: Path,
     assert "(1 worker x 4 threads); API: http://" in output  # conftest.Service's pools, counted in good English
     warning = next(line for line in output.splitlines() if "the index is empty" in line)
     assert "/search finds nothing (200, no hits) and /readyz answers 200 with documents: 0 until `reranker index CORPUS.jsonl`" in warning
-    assert "/rerank and the Cohere routes rerank sent texts meanwhile, by their order and topics and their best passages" in warning
+    assert "/rerank and the Cohere routes rerank sent texts meanwhile, by their order, topics and best passages" in warning
 
 
 def test_every_answer_has_a_request_id_and_one_access_line(client: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:

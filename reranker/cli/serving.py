@@ -87,9 +87,8 @@ def _serve(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         nothing = _nothing_indexed(store, settings)
         if nothing:
             log.warning(
-                "%s; /rerank and the Cohere routes rerank sent texts meanwhile, by their order and topics%s (the word "
-                "statistics are the vectors' own and the sent texts', not a corpus's)",
-                nothing, "" if settings.opensearch_store else " and their best passages",
+                "%s; /rerank and the Cohere routes rerank sent texts meanwhile, by their order, topics and best passages "
+                "(the word statistics are the vectors' own and the sent texts', not a corpus's)", nothing,
             )  # fmt: skip
     finally:
         store.close()

@@ -469,10 +469,12 @@ class Store(Protocol):
     def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
         """BM25 of each candidate's best passage for `query` (`best_passage_bm25`): a
         candidate is a stored document (`doc_ids`) or, where `texts` holds one, that text.
-        With nothing indexed, texts only are scored with their own statistics (the embedded
-        store: as if they were its whole index). None when the store cannot say: no
-        statistics, no passages stored for a document (an index built before them), or a
-        store that keeps none (OpenSearch)."""
+        Texts with no stored id among them where the store has no statistics for them (the
+        embedded store with nothing indexed; the OpenSearch store always, as its cluster
+        keeps no passages for texts it never indexed) are scored with their own
+        (`bm25.window_passage_bm25`). None when the store cannot say: no statistics, no
+        passages stored for a document (an index built before them), or an OpenSearch index
+        version that keeps none."""
         ...
 
     def doc_freqs(self, words: Sequence[str]) -> tuple[int, dict[str, int]] | None:

@@ -14,7 +14,7 @@ from typing import AbstractSet, Any, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from reranker.store.text_index import SEARCH_FIELDS, stable_hashes
+from reranker.store.text_index import SEARCH_FIELDS, TextTerms, stable_hashes, term_hashes
 
 # Lucene's and tantivy's BM25 constants.
 BM25_K1 = 1.2
@@ -197,6 +197,31 @@ def passage_query(
     slots[np.searchsorted(distinct, words[held]), 1] = len(exact_terms) + nearest[held]
     terms = tuple(("exact", t) for t in exact_terms) + tuple(("stemmed", t) for t in stem_terms)
     return PassageQuery(distinct.astype(np.int32), slots, weights, terms)
+
+
+def window_passage_bm25(asked: Mapping[str, Mapping[str, int]], texts: Sequence[TextTerms]) -> list[float]:
+    """`best_passage_bm25` of texts no index holds, for the query terms `asked` (field ->
+    term -> count), with the texts' own statistics: how many there are, how many hold each
+    term in each field, their passages' mean length (what a store whose whole index they
+    were would give them). A caller that sends texts and nothing else (a cluster's rerank
+    call to a service with nothing indexed) has no better estimate of its collection. A
+    text without a content word is not counted (indexing would skip it) and scores 0."""
+    counted = sum(1 for found in texts if found.length)
+    if not counted:
+        return [0.0] * len(texts)
+    doc_freqs: dict[str, dict[str, int]] = {}
+    for field, counts in asked.items():
+        distinct = list(counts)
+        held = np.count_nonzero(np.stack([found.frequencies(field, term_hashes(distinct)) for found in texts]), axis=0)
+        doc_freqs[field] = dict(zip(distinct, held.tolist()))
+    vocabulary = (
+        np.concatenate([found.passages.words for found in texts]),
+        np.concatenate([found.passages.stems for found in texts]),
+    )
+    query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, counted, vocabulary)
+    words = StoredWords([found.passages.positions for found in texts])
+    average = mean_passage_length(np.array([found.length for found in texts], dtype=np.int64))
+    return [float(score) for score in best_passage_bm25(words, query, average)]
 
 
 def best_passage_bm25(texts: StoredWords, query: PassageQuery, average_length: float) -> npt.NDArray[np.float64]:

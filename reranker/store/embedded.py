@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import logging
 import re
@@ -70,7 +69,6 @@ from reranker.store import (
     CompactResult,
     Doc2VecInfo,
     IndexInfo,
-    LruCache,
     check_stop_list,
     filter_for_field,
     filter_shown,
@@ -83,14 +81,14 @@ from reranker.store.bm25 import (
     best_passage_bm25,
     bm25_of_stored,
     bm25_of_texts,
-    mean_passage_length,
     passage_query,
+    window_passage_bm25,
 )
 from reranker.store.text_index import (
     COMPACT_HEAP_BYTES,
     NEARLY_FULL,
+    SentTexts,
     TextIndex,
-    TextTerms,
     free_bytes,
     full_disk,
     passage_words,
@@ -198,9 +196,6 @@ SHORT_SEARCH_HITS = 100
 # at a loss (over the 250-word pieces, short took 1.33-1.36x).
 SHORT_SEARCH_FIXED_COST = 350_000
 STORED_WORD_COST = 1.75
-# Memory for texts' terms kept for `text_bm25`: about 30 KB for a paper of 5,000 words,
-# so some 1,000 papers.
-TEXT_TERMS_CACHE_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True)
@@ -317,8 +312,8 @@ class EmbeddedStore:
         self._last_commit = time.monotonic()
         # The words this writer knows `passage_vocabulary` holds (`_vocabulary_written`).
         self._known_words: set[int] | None = None
-        # Texts' terms for `text_bm25`, by content (see `_terms_of`).
-        self._text_terms: LruCache[bytes, TextTerms] = LruCache(TEXT_TERMS_CACHE_BYTES, lambda terms: terms.nbytes)
+        # Sent texts' terms, by content (`text_bm25`, `passage_bm25`).
+        self._sent_texts = SentTexts(stopwords)
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -1074,8 +1069,12 @@ class EmbeddedStore:
         if not terms:
             return None
         if not documents:
+            # Texts only: scored with their own statistics (`window_passage_bm25`).
             given = [text for text in texts if text is not None]
-            return self._window_passage_bm25(terms, given) if given and len(given) == len(texts) else None
+            if not given or len(given) < len(texts):
+                return None
+            asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
+            return window_passage_bm25(asked, [self._sent_texts(text) for text in given])
         asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
         stems = stable_hashes(list(asked["stemmed"])).tolist()
         unread = [doc_id for doc_id, text in zip(doc_ids, texts) if text is None]
@@ -1116,7 +1115,7 @@ class EmbeddedStore:
         if any(stored.get(doc_id, b"") is None for doc_id in unread):
             return None  # indexed before words' positions were kept: the next `reranker index` adds them
         # Each sent text's terms looked up once (by its hash: some 25 us for a long paper).
-        passages = [self._terms_of(text).passages if text is not None else None for text in texts]
+        passages = [self._sent_texts(text).passages if text is not None else None for text in texts]
         sent = [found for found in passages if found is not None]
         words = StoredWords([
             found.positions if found is not None else stored.get(doc_id) or b""
@@ -1124,31 +1123,6 @@ class EmbeddedStore:
         ])
         scores = best_passage_bm25(words, self._passage_query(asked, documents, pairs, sent), passage_length)
         return [float(score) for score in scores]
-
-    def _window_passage_bm25(self, terms: Sequence[str], texts: Sequence[str]) -> list[float]:
-        """`passage_bm25` of sent texts with nothing indexed: the statistics are the texts'
-        own (how many there are, how many hold each term, their passages' mean length), as
-        the best estimate of the collection the caller searched that there is. A text
-        without a content word is not counted (indexing would skip it) and scores 0."""
-        asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
-        sent = [self._terms_of(text) for text in texts]
-        counted = sum(1 for found in sent if found.length)
-        if not counted:
-            return [0.0] * len(sent)
-        doc_freqs: dict[str, dict[str, int]] = {}
-        for field, counts in asked.items():
-            distinct = list(counts)
-            hashes = term_hashes(distinct)
-            held = np.count_nonzero(np.stack([found.frequencies(field, hashes) for found in sent]), axis=0)
-            doc_freqs[field] = dict(zip(distinct, held.tolist()))
-        vocabulary = (
-            np.concatenate([found.passages.words for found in sent]),
-            np.concatenate([found.passages.stems for found in sent]),
-        )
-        query = passage_query(asked["exact"], asked["stemmed"], doc_freqs, counted, vocabulary)
-        words = StoredWords([found.passages.positions for found in sent])
-        average = mean_passage_length(np.array([found.length for found in sent], dtype=np.int64))
-        return [float(score) for score in best_passage_bm25(words, query, average)]
 
     def _passage_query(
         self,
@@ -1186,7 +1160,7 @@ class EmbeddedStore:
         if not documents or not terms:
             return None
         asked = self._text.analysed(terms)
-        sent = [self._terms_of(text) for text in texts]
+        sent = [self._sent_texts(text) for text in texts]
         lengths = np.fromiter((terms.length for terms in sent), dtype=np.float64, count=len(sent))
         # The text index searches each field and adds the scores: so do these.
         scores = np.zeros(len(texts), dtype=np.float64)
@@ -1244,16 +1218,6 @@ class EmbeddedStore:
                 raise
             row = self._db.execute(query.format(""), values).fetchone()
         return tuple(row)
-
-    def _terms_of(self, text: str) -> TextTerms:
-        """A text's terms, remembered by content: callers send the same texts again and
-        again, and tokenizing a long one costs a few milliseconds."""
-        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-        found = self._text_terms.get(key)
-        if found is None:
-            found = TextIndex.text_terms(tokenize(text, self._stopwords))
-            self._text_terms.put(key, found)
-        return found
 
     def bm25(self, query: str, size: int, filters: Sequence[Filter] = ()) -> list[Candidate]:
         # Repeated query words stay repeated: the text index weighs a word by its count

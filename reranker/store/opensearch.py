@@ -66,7 +66,7 @@ from reranker.store import (
     filter_for_field,
     filter_shown,
 )
-from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts
+from reranker.store.bm25 import PASSAGE_TERMS, bm25_of_texts, window_passage_bm25
 from reranker.store.opensearch_claim import AliasClaim
 from reranker.store.opensearch_client import bulk_item_reason, error_reason, foreign_answer, make_client, unreachable
 from reranker.store.opensearch_encoding import (
@@ -80,6 +80,7 @@ from reranker.store.opensearch_encoding import (
     field_mapping,
 )
 from reranker.store.templates import Templates, load_templates
+from reranker.store.text_index import SentTexts, stem_words
 from reranker.text import stop_list_info, tokenize
 from reranker.types import (
     LONG_RANGE,
@@ -235,6 +236,7 @@ class OpenSearchStore:
         self.word_stemmer: Callable[[Sequence[str]], list[str]] | None = None
         self._stopwords = stopwords
         self.stop_list = stop_list_info(stopwords, stopwords_file)
+        self._sent_texts = SentTexts(stopwords)  # their terms for their best passages, by content
         self._templates = templates
         self._sleep = sleep
         self._client: Any = None
@@ -1038,8 +1040,17 @@ class OpenSearchStore:
         # One nested query over the window's ids: each hit's score is its best passage's
         # BM25 (score_mode max), as the cluster scores `body`; an id without a passage
         # holding a query word is not a hit and scores 0. Sent texts have no passages in
-        # the cluster, and an index version created without RERANKER_PASSAGES has none:
-        # then None, and the fusions weigh the first stage's BM25 alone.
+        # the cluster: texts only (a cluster's rerank call) are scored here with their own
+        # statistics and this service's analysis (`window_passage_bm25`), as the embedded
+        # store scores them with nothing indexed; a mix of texts and ids, or an index
+        # version created without RERANKER_PASSAGES, gives None, and the fusions weigh the
+        # first stage's BM25 alone.
+        if texts and all(text is not None for text in texts):
+            words = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
+            if not words:
+                return None
+            asked = {"stemmed": Counter(stem_words(words)), "exact": Counter(words)}
+            return window_passage_bm25(asked, [self._sent_texts(text) for text in texts if text is not None])
         if any(text is not None for text in texts) or not doc_ids:
             return None
         tokens = tokenize(query, self._stopwords)

@@ -49,7 +49,8 @@ import numpy.typing as npt
 import tantivy
 
 from reranker.errors import StoreError, StoreFullError
-from reranker.store import RunClaim, claimed_message
+from reranker.store import LruCache, RunClaim, claimed_message
+from reranker.text import tokenize
 from reranker.types import PassageWords
 
 # The fields every query searches, with their boosts (see the module docstring).
@@ -187,6 +188,29 @@ class TextTerms:
             return np.zeros(terms.shape, dtype=np.int32)
         positions = np.minimum(np.searchsorted(hashes, terms), hashes.size - 1)
         found: npt.NDArray[np.int32] = np.where(hashes[positions] == terms, counts[positions], 0).astype(np.int32)
+        return found
+
+
+# Memory for sent texts' terms (`SentTexts`): about 30 KB for a paper of 5,000 words, so
+# some 1,000 papers.
+TEXT_TERMS_CACHE_BYTES = 32 * 2**20
+
+
+class SentTexts:
+    """Sent texts' terms (`TextIndex.text_terms` of their content words), remembered by
+    content: callers send the same texts again and again, and tokenizing a long one costs
+    a few milliseconds."""
+
+    def __init__(self, stopwords: frozenset[str] | None) -> None:
+        self._stopwords = stopwords
+        self._kept: LruCache[bytes, TextTerms] = LruCache(TEXT_TERMS_CACHE_BYTES, lambda terms: terms.nbytes)
+
+    def __call__(self, text: str) -> TextTerms:
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        found = self._kept.get(key)
+        if found is None:
+            found = TextIndex.text_terms(tokenize(text, self._stopwords))
+            self._kept.put(key, found)
         return found
 
 
