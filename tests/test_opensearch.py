@@ -1585,16 +1585,18 @@ def test_texts_sent_alone_are_judged_by_their_own_statistics_as_the_embedded_sto
     """A cluster's rerank call sends texts only: their best passages are scored with the
     texts' own statistics and this service's analysis, the same scores as the embedded
     store with nothing indexed gives, whether the cluster has an index or not."""
-    texts = [paper["text"] for paper in LONG] + ["a whale and a harpoon", "", "of the and"]
+    texts = [paper["text"] for paper in LONG] + ["a whale and a harpoon", "whales harpooned whaling", "", "of the and"]
+    # Inflected and repeated words: each field's terms and counts as the embedded index's.
+    query = "whales harpooned whaling whale whale harpoon"
     embedded = EmbeddedStore(tmp_path / "empty")
     try:
-        expected = embedded.passage_bm25(WHALES, [""] * len(texts), texts)
+        expected = embedded.passage_bm25(query, [""] * len(texts), texts)
     finally:
         embedded.close()
     assert expected is not None and expected[-2:] == [0.0, 0.0] and max(expected) > 0
-    assert os_store.passage_bm25(WHALES, [""] * len(texts), texts) == pytest.approx(expected, rel=1e-9)
+    assert os_store.passage_bm25(query, [""] * len(texts), texts) == pytest.approx(expected, rel=1e-9)
     index_papers(tmp_path, os_store, glove, LONG)
-    assert os_store.passage_bm25(WHALES, [""] * len(texts), texts) == pytest.approx(expected, rel=1e-9)
+    assert os_store.passage_bm25(query, [""] * len(texts), texts) == pytest.approx(expected, rel=1e-9)
 
 
 def test_doc2vec_vectors_written_later_keep_the_passages(

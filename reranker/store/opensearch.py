@@ -80,7 +80,7 @@ from reranker.store.opensearch_encoding import (
     field_mapping,
 )
 from reranker.store.templates import Templates, load_templates
-from reranker.store.text_index import SentTexts, stem_words
+from reranker.store.text_index import SentTexts, analysed_terms
 from reranker.text import stop_list_info, tokenize
 from reranker.types import (
     LONG_RANGE,
@@ -1049,7 +1049,7 @@ class OpenSearchStore:
             words = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
             if not words:
                 return None
-            asked = {"stemmed": Counter(stem_words(words)), "exact": Counter(words)}
+            asked = {field: Counter(terms) for field, terms in analysed_terms(words).items()}
             return window_passage_bm25(asked, [self._sent_texts(text) for text in texts if text is not None])
         if any(text is not None for text in texts) or not doc_ids:
             return None

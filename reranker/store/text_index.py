@@ -86,10 +86,23 @@ def _analyzers() -> dict[str, tantivy.TextAnalyzer]:
 
 
 @lru_cache(maxsize=1)
+def _whitespace() -> tantivy.TextAnalyzer:
+    return _analyzers()[_EXACT]
+
+
+@lru_cache(maxsize=1)
 def _stemmer() -> tantivy.TextAnalyzer:
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).filter(tantivy.Filter.stemmer("english")).build()
     )
+
+
+def analysed_terms(words: Sequence[str]) -> dict[str, list[str]]:
+    """What each searched field holds for these content words (as `reranker.text.tokenize`
+    gives them): field -> terms, in `SEARCH_FIELDS`' order. The exact field splits on white
+    space only; the stemmed field stems each word (tantivy's Snowball English stemmer)."""
+    text = " ".join(words)
+    return {field: (_stemmer() if field == "stemmed" else _whitespace()).analyze(text) for field, _ in SEARCH_FIELDS}
 
 
 def stem_words(words: Sequence[str]) -> list[str]:
@@ -351,11 +364,7 @@ class TextIndex:
         last: tuple[tuple[str, ...], dict[str, list[str]]] | None = getattr(self._analysed, "last", None)
         if last is not None and last[0] == key:
             return last[1]
-        text = " ".join(words)
-        found = {
-            field: (_stemmer() if field == "stemmed" else self._analyzers[_EXACT]).analyze(text)
-            for field, _ in SEARCH_FIELDS
-        }
+        found = analysed_terms(words)
         self._analysed.last = (key, found)
         return found
 
