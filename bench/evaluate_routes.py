@@ -166,7 +166,7 @@ def _routes(client: Any, empty_client: Any, engine: Any, ranker_name: str) -> di
 def evaluate_dataset(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
     from reranker.config import DEFAULT_RANKER, Settings
     from reranker.datasets import load_dataset
-    from reranker.evaluation import paired_randomization_p, ranking_metrics
+    from reranker.evaluation import ranking_metrics
     from reranker.indexing import index_corpus
     from reranker.pipeline import build_engine
     from reranker.service import create_app
@@ -205,18 +205,28 @@ def evaluate_dataset(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
                     if sorted(order) != list(range(len(candidates))):
                         raise RuntimeError(f"{route} did not return every candidate once")
                     per_route.setdefault(route, []).append(ranking_metrics([ids[i] for i in order], judged, size)["ndcg@10"])
-            base = np.array(per_route["bm25"])
-            rows = {}
-            for route, values in per_route.items():
-                scores = np.array(values)
-                rows[route] = {
-                    "ndcg@10": float(scores.mean()),
-                    "p_vs_bm25": None if route == "bm25" else paired_randomization_p(scores, base),
-                    "wins_ties_losses": [int((scores > base).sum()), int((scores == base).sum()), int((scores < base).sum())],
-                    "ms_per_query": None if route == "bm25" else 1000 * spent[route] / len(dataset.queries),
-                }
-            results[str(size)] = rows
+            base = per_route["bm25"]
+            results[str(size)] = {
+                route: _row(values, None if route == "bm25" else base, None if route == "bm25" else spent[route] / len(dataset.queries))
+                for route, values in per_route.items()
+            }
     return {"queries": len(dataset.queries), "windows": results}
+
+
+def _row(values: Sequence[float], base: Sequence[float] | None, seconds_per_query: float | None) -> dict[str, Any]:
+    """A route's figures: mean nDCG@10 of its per-query `values`, and against the per-query
+    `base` (the same windows' BM25 order; None: the baseline's own row) the paired test's p
+    and wins/ties/losses; ms per query."""
+    from reranker.evaluation import paired_randomization_p
+
+    scores = np.array(values)
+    against = scores if base is None else np.array(base)
+    return {
+        "ndcg@10": float(scores.mean()),
+        "p_vs_bm25": None if base is None else paired_randomization_p(scores, against),
+        "wins_ties_losses": [int((scores > against).sum()), int((scores == against).sum()), int((scores < against).sum())],
+        "ms_per_query": None if seconds_per_query is None else 1000 * seconds_per_query,
+    }
 
 
 def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
@@ -229,7 +239,7 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
     from reranker.cli import main as cli
     from reranker.config import Settings
     from reranker.datasets import load_dataset, parse_record
-    from reranker.evaluation import paired_randomization_p, ranking_metrics
+    from reranker.evaluation import ranking_metrics
     from reranker.service import create_app
 
     dataset = load_dataset(folder)
@@ -292,25 +302,10 @@ def evaluate_proxy(folder: Path, sizes: Sequence[int]) -> dict[str, Any]:
                         )
                     order = [window[result["index"]] for result in answer.get_json()["results"]]
                     sent_alone.append(ranking_metrics(order, judged, 10)["ndcg@10"])
-                base, scores = np.array(direct), np.array(proxied)
                 results[str(size)] = {
-                    "cluster bm25": {"ndcg@10": float(base.mean()), "p_vs_bm25": None, "wins_ties_losses": [0, len(base), 0], "ms_per_query": None},
-                    "proxy": {
-                        "ndcg@10": float(scores.mean()),
-                        "p_vs_bm25": paired_randomization_p(scores, base),
-                        "wins_ties_losses": [int((scores > base).sum()), int((scores == base).sum()), int((scores < base).sum())],
-                        "ms_per_query": 1000 * spent / len(dataset.queries),
-                    },
-                    "cluster's store, /v1/rerank": {
-                        "ndcg@10": float(np.mean(sent_alone)),
-                        "p_vs_bm25": paired_randomization_p(np.array(sent_alone), np.array(window_bm25)),
-                        "wins_ties_losses": [
-                            int((np.array(sent_alone) > np.array(window_bm25)).sum()),
-                            int((np.array(sent_alone) == np.array(window_bm25)).sum()),
-                            int((np.array(sent_alone) < np.array(window_bm25)).sum()),
-                        ],
-                        "ms_per_query": 1000 * sent_spent / len(dataset.queries),
-                    },
+                    "cluster bm25": _row(direct, None, None),
+                    "proxy": _row(proxied, direct, spent / len(dataset.queries)),
+                    "cluster's store, /v1/rerank": _row(sent_alone, window_bm25, sent_spent / len(dataset.queries)),
                 }
             app.extensions["reranker"].close()
     finally:

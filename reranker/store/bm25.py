@@ -212,7 +212,8 @@ def window_passage_bm25(asked: Mapping[str, Mapping[str, int]], texts: Sequence[
     doc_freqs: dict[str, dict[str, int]] = {}
     for field, counts in asked.items():
         distinct = list(counts)
-        held = np.count_nonzero(np.stack([found.frequencies(field, term_hashes(distinct)) for found in texts]), axis=0)
+        hashes = term_hashes(distinct)
+        held = np.count_nonzero(np.stack([found.frequencies(field, hashes) for found in texts]), axis=0)
         doc_freqs[field] = dict(zip(distinct, held.tolist()))
     vocabulary = (
         np.concatenate([found.passages.words for found in texts]),

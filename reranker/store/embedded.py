@@ -1068,14 +1068,13 @@ class EmbeddedStore:
         documents, _, passage_length = self._statistics()
         if not terms:
             return None
+        asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
         if not documents:
             # Texts only: scored with their own statistics (`window_passage_bm25`).
             given = [text for text in texts if text is not None]
             if not given or len(given) < len(texts):
                 return None
-            asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
             return window_passage_bm25(asked, [self._sent_texts(text) for text in given])
-        asked = {field: Counter(found) for field, found in self._text.analysed(terms).items()}
         stems = stable_hashes(list(asked["stemmed"])).tolist()
         unread = [doc_id for doc_id, text in zip(doc_ids, texts) if text is None]
         stored: dict[str, bytes | None] = {}
