@@ -10,12 +10,16 @@ rounds. Printed: p50 and p95 ms of each, the ratio of the p50s and the median of
 per-query ratios, and for how many summaries the two give the same top 10 (a change meant
 to keep the rankings must keep every one). With --service, `POST /search` through each
 revision's app (Flask's test client; the default ranker, top 10 of the service's window)
-instead: the service ranks in a pool thread, which the engine alone does not.
+instead: the service ranks in a pool thread, which the engine alone does not. With --cohere,
+`POST /v1/rerank` through each revision's app with nothing indexed (its own empty data dir),
+sent each summary's BM25 window of 100 from the index as texts, top 10 (what a cluster's
+rerank call costs a service in front of it): the warm-up round reads every text once, so
+the rounds time texts seen before (in new strings each time, as a request's body gives).
 
 The index must be one both revisions read as it is (the same `indexing.DERIVATION`):
 bench_passages.py --documents N --store DIR builds one of N documents.
 
-Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3] [--service]
+Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3] [--service | --cohere]
   e.g. python bench/bench_revisions.py --base HEAD~1 --data-dir /tmp/p50k
 """
 
@@ -49,6 +53,7 @@ BASE_PACKAGE = "reranker_base"
 # (importlib, loggers); `files("reranker")` and the like stay, reading the same data files.
 _OWN_NAME = re.compile(r"(\bfrom reranker(?=[. ])|\bimport reranker(?=\.)|\"reranker(?=\.))")
 _LEFT = re.compile(r"^\s*(from|import) reranker\b", re.MULTILINE)
+_API_KEY = "bench-revisions"  # the key --cohere's apps accept
 
 
 def base_package(revision: str, into: Path) -> None:
@@ -102,13 +107,30 @@ def service_search(app: Any) -> Callable[[str], list[str]]:
     return search
 
 
+def cohere_rerank(app: Any, windows: dict[str, list[str]]) -> Callable[[str], list[str]]:
+    """`POST /v1/rerank` of the query's window of texts through the app, top 10, as the
+    positions of the texts sent (the same texts, in new strings for every call)."""
+    client = app.test_client()
+
+    def rerank(query: str) -> list[str]:
+        answer = client.post(
+            "/v1/rerank", json={"query": query, "documents": windows[query], "top_n": 10}, headers={"Authorization": f"Bearer {_API_KEY}"}
+        )
+        require(answer.status_code == 200, f"POST /v1/rerank answered {answer.status_code}: {answer.get_data(as_text=True)[:200]}")
+        return [str(result["index"]) for result in answer.get_json()["results"]]
+
+    return rerank
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="the git revision to compare with (e.g. HEAD~1, a commit)")
     parser.add_argument("--data-dir", type=Path, required=True, help="a data dir with an index both revisions read")
     parser.add_argument("--ranker", default="hidden_topics_corrected+bm25:maxp", help="the ranker to time (default: the default)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--service", action="store_true", help="time POST /search through each revision's app instead")
+    routes = parser.add_mutually_exclusive_group()
+    routes.add_argument("--service", action="store_true", help="time POST /search through each revision's app instead")
+    routes.add_argument("--cohere", action="store_true", help="time POST /v1/rerank of each window's texts, nothing indexed, instead")
     args = parser.parse_args()
     if not (args.data_dir / "index").is_dir():
         raise SystemExit(f"no index in {args.data_dir}: build one with bench_passages.py --documents N --store {args.data_dir}")
@@ -123,7 +145,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-revisions-") as folder:
         base_package(args.base, Path(folder))
         sys.path.insert(0, folder)
-        if args.service:
+        queries = [text for _, text in load_dataset(SUMMARIES).queries]
+        if args.cohere:
+            from reranker.service import create_app
+
+            engine = build_engine(Settings.from_env())
+            windows = {}
+            for query in queries:
+                window = engine.window(engine.query(query), 100)
+                found = engine.store.documents([c.doc_id for c in window.candidates])
+                windows[query] = [found[c.doc_id].full_text for c in window.candidates]
+            engine.store.close()
+            # Each app with nothing indexed, and a deadline no first sight of a window reaches
+            # (the warm-up's), so that every text's topics and terms are kept.
+            os.environ["RERANKER_DEADLINE_MS"] = "600000"
+            os.environ["RERANKER_API_KEYS"] = _API_KEY
+            os.environ["RERANKER_DATA_DIR"] = os.path.join(folder, "nothing-indexed")
+            working_tree = create_app()
+            os.environ["RERANKER_DATA_DIR"] = os.path.join(folder, "nothing-indexed-base")
+            base_service = __import__(f"{BASE_PACKAGE}.service", fromlist=["create_app"])
+            searches = {"working tree": cohere_rerank(working_tree, windows), args.base: cohere_rerank(base_service.create_app(), windows)}
+            what = "POST /v1/rerank of a window of 100 texts, nothing indexed, top 10"
+        elif args.service:
             from reranker.service import create_app
 
             base_service = __import__(f"{BASE_PACKAGE}.service", fromlist=["create_app"])
@@ -137,8 +180,8 @@ def main() -> None:
                 args.base: engine_search(base_pipeline.build_engine(base_config.Settings.from_env()), args.ranker),
             }
             what = f"{args.ranker}, top 10 of 100"
-        queries = [text for _, text in load_dataset(SUMMARIES).queries]
-        timed(searches, queries[:5], 1)  # warm: caches, memory maps, document frequencies
+        # Warm: caches, memory maps, document frequencies (with --cohere, every text read once).
+        timed(searches, queries if args.cohere else queries[:5], 1)
         times, same = timed(searches, queries, args.rounds)
     now, before = (np.array(times[name]) * 1000 for name in searches)
     print(f"{what}: {len(queries)} summaries x {args.rounds} rounds, index in {args.data_dir}")

@@ -51,7 +51,7 @@ from reranker.rankers import (
     ranker_names,
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
-from reranker.store import LruCache, Store
+from reranker.store import LruCache, Store, content_key
 from reranker.text import SNIPPET_WORDS, content_words, opening, readable_words, tokenize
 from reranker.topics import (
     best_aligned,
@@ -916,4 +916,4 @@ def _text_of(document: Document | None) -> str:
 
 
 def _text_key(text: str) -> str:
-    return "text:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return "text:" + content_key(text)

@@ -446,7 +446,19 @@ _BAD = [
     ("/search", b'{"query": "ships", "filters": [{"field": "ye\\ud800ar", "value": 1}]}', 400, "parse_exception"),
     ("/search", b'{"query": "ships", "filters": [{"field": "venue", "value": "\\udfff"}]}', 400, "parse_exception"),
     ("/rerank", b'{"query": "ships", "documents": [{"id": "\\ud83d"}]}', 400, "parse_exception"),
+    ("/rerank", b'{"query": "ships", "documents": [{"text": "a", "\\udc00": 1}]}', 400, "parse_exception"),  # in a key
+    ("/rerank", b'{"query": "ships", "documents": ["\\u00e9t\\u00e9 \\udea2\\ud83d"]}', 400, "parse_exception"),  # a pair reversed
 ]
+
+
+def test_an_escaped_surrogate_pair_is_one_character_and_accepted(client: FlaskClient) -> None:
+    """A client that escapes every character past ASCII sends an emoji as a pair of
+    surrogate escapes: JSON reads the pair as one character, valid Unicode."""
+    body = b'{"query": "ships \\ud83d\\udea2", "documents": ["ships \\u00e9t\\u00e9 at sea", {"id": "a \\ud83d\\udea2", "text": "a ship"}]}'
+    answer = client.post("/rerank", data=body, content_type="application/json")
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    results = answer.get_json()["results"]
+    assert len(results) == 2 and "a \U0001f6a2" in {result.get("id") for result in results}
 
 
 @pytest.mark.parametrize("path, body, status, type_", _BAD, ids=[f"{p} {b[:40]!r}" for p, b, _, _ in _BAD])

@@ -7,6 +7,7 @@ keep writing) while this one reads it.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import math
 import os
@@ -21,13 +22,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import numpy as np
 import pytest
 
+import reranker.store
 from reranker.errors import IndexMismatchError, InputError, StoreError
-from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, embedded, filter_for_field
+from reranker.store import MAX_QUERY_TERMS, CompactResult, IndexInfo, LruCache, content_key, embedded, filter_for_field
 from reranker.store.embedded import _FIRST_STAGE_WINDOW, EmbeddedStore
 from reranker.store.text_index import TextIndex, stem_words
 from reranker.text import default_stopwords, stop_list_info, tokenize
@@ -1249,6 +1252,29 @@ def test_the_byte_bounded_cache_evicts_the_least_recently_used_by_size() -> None
     assert cache.get("huge") is None and len(cache) == 3
     cache.put("big", np.zeros(100, np.float64))  # 800 bytes: all three older entries make room for it
     assert cache.get("big") is not None and (len(cache), cache.bytes) == (1, 800)
+
+
+def test_a_texts_content_key_is_its_sha256_taken_once_per_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caches of sent texts (topics, word ids, terms) key a text by its SHA-256, which
+    a request reads three times: it is computed once per text object. The same content in
+    another object (the next request's) gets the same key."""
+    taken: list[bytes] = []
+
+    def sha256(data: bytes) -> "hashlib._Hash":
+        taken.append(data)
+        return hashlib.sha256(data)
+
+    monkeypatch.setattr(reranker.store, "_content_keys", LruCache(reranker.store.CONTENT_KEY_CHARS, lambda found: len(found[0]) + 100))
+    monkeypatch.setattr(reranker.store, "hashlib", SimpleNamespace(sha256=sha256))
+    text = "Hidden topics of a long paper, \u00e9t\u00e9 \ud800 " * 3  # a lone surrogate too: the routes refuse one, the library not
+    expected = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    assert [content_key(text), content_key(text), content_key(text)] == [expected] * 3
+    assert len(taken) == 1
+    again = "".join(reversed(list(reversed(text))))  # the same content, another object
+    assert again is not text and content_key(again) == expected
+    other = text + "!"
+    assert content_key(other) == hashlib.sha256(other.encode("utf-8", "surrogatepass")).hexdigest()
+    assert content_key(other) == content_key(other) and len(taken) == 3
 
 
 @pytest.mark.parametrize("crash_at", CRASH_POINTS)

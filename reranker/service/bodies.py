@@ -99,12 +99,32 @@ def parse_json(raw: bytes, what: str = "request body") -> Any:
         raise ApiError(400, "parse_exception", f"{what} is nested too deeply") from None
     # "\ud800" is valid JSON but not Unicode: such a string cannot be stored, logged or
     # forwarded as UTF-8. Only a body with escapes can hold one, so only those are checked.
-    if "\\u" in text:
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise ApiError(400, "parse_exception", f"{what} has a string with a lone surrogate escape (such as \\ud800): not valid Unicode") from None
+    if "\\u" in text and _holds_lone_surrogate(value):
+        raise ApiError(400, "parse_exception", f"{what} has a string with a lone surrogate escape (such as \\ud800): not valid Unicode")
     return value
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    """Whether a string of the parsed JSON `value`, key or value, holds a surrogate that
+    is not half of a pair (the JSON decoder joins escaped pairs into one character): its
+    strings' UTF-8 is then undefined. Each string is encoded once: a client that escapes
+    every accented letter sends such a body for 100 papers, 3.5 MB, where writing the
+    whole value out again as JSON to find out took 40 ms."""
+    unread = [value]
+    while unread:
+        item = unread.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, dict):
+            unread.extend(item)
+            unread.extend(item.values())
+        elif isinstance(item, list):
+            unread.extend(item)
+    return False
 
 
 def _finite_float(literal: str) -> float:

@@ -9,6 +9,7 @@ the cluster, topic matrices as base64 `binary` fields) is selected by
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
@@ -305,6 +306,26 @@ class LruCache(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+# The content keys of the texts read lately, by the text object itself (its id, which no
+# other object can take while the entry keeps the text alive: about two windows of 100 long
+# papers). A request reads a sent text's key three times (for its topics, its word ids and
+# its terms for the best passage): SHA-256 over a window of 100 long papers costs about
+# 5 ms, and a cache by content would compare the texts themselves, 3.5 MB, at each read.
+CONTENT_KEY_CHARS = 8 * 2**20
+_content_keys: LruCache[int, tuple[str, str]] = LruCache(CONTENT_KEY_CHARS, lambda found: len(found[0]) + 100)
+
+
+def content_key(text: str) -> str:
+    """The SHA-256 (hex) of a text: what the caches of sent texts' topics, word ids and
+    terms keep them by, so that the same text sent again is read once. Computed once per
+    text object while it is among those read lately."""
+    found = _content_keys.get(id(text))
+    if found is None:
+        found = (text, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+        _content_keys.put(id(text), found)
+    return found[1]
 
 
 _INTEGER = re.compile(r"-?[0-9]+")

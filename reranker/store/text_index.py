@@ -49,7 +49,7 @@ import numpy.typing as npt
 import tantivy
 
 from reranker.errors import StoreError, StoreFullError
-from reranker.store import LruCache, RunClaim, claimed_message
+from reranker.store import LruCache, RunClaim, claimed_message, content_key
 from reranker.text import tokenize
 from reranker.types import PassageWords
 
@@ -216,10 +216,10 @@ class SentTexts:
 
     def __init__(self, stopwords: frozenset[str] | None) -> None:
         self._stopwords = stopwords
-        self._kept: LruCache[bytes, TextTerms] = LruCache(TEXT_TERMS_CACHE_BYTES, lambda terms: terms.nbytes)
+        self._kept: LruCache[str, TextTerms] = LruCache(TEXT_TERMS_CACHE_BYTES, lambda terms: terms.nbytes)
 
     def __call__(self, text: str) -> TextTerms:
-        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+        key = content_key(text)
         found = self._kept.get(key)
         if found is None:
             found = TextIndex.text_terms(tokenize(text, self._stopwords))
