@@ -448,6 +448,7 @@ _BAD = [
     ("/rerank", b'{"query": "ships", "documents": [{"id": "\\ud83d"}]}', 400, "parse_exception"),
     ("/rerank", b'{"query": "ships", "documents": [{"text": "a", "\\udc00": 1}]}', 400, "parse_exception"),  # in a key
     ("/rerank", b'{"query": "ships", "documents": ["\\u00e9t\\u00e9 \\udea2\\ud83d"]}', 400, "parse_exception"),  # a pair reversed
+    ("/rerank", b'{"query": "ships", "documents": ["a", {"text": "b"}, "c \\udc00"]}', 400, "parse_exception"),  # not first
 ]
 
 

@@ -1264,7 +1264,7 @@ def test_a_texts_content_key_is_its_sha256_taken_once_per_text(monkeypatch: pyte
         taken.append(data)
         return hashlib.sha256(data)
 
-    monkeypatch.setattr(reranker.store, "_content_keys", LruCache(reranker.store.CONTENT_KEY_CHARS, lambda found: len(found[0]) + 100))
+    monkeypatch.setattr(reranker.store, "_content_keys", reranker.store._content_key_cache())
     monkeypatch.setattr(reranker.store, "hashlib", SimpleNamespace(sha256=sha256))
     text = "Hidden topics of a long paper, \u00e9t\u00e9 \ud800 " * 3  # a lone surrogate too: the routes refuse one, the library not
     expected = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -1275,6 +1275,17 @@ def test_a_texts_content_key_is_its_sha256_taken_once_per_text(monkeypatch: pyte
     other = text + "!"
     assert content_key(other) == hashlib.sha256(other.encode("utf-8", "surrogatepass")).hexdigest()
     assert content_key(other) == content_key(other) and len(taken) == 3
+
+
+def test_a_texts_content_key_is_never_another_texts() -> None:
+    """The keys are kept by the text object's id, which CPython gives a new object as soon as
+    the old one is freed: the entry keeps its text alive, so no live text can have its id."""
+    for number in range(50):
+        text = f"a short text, number {number:03d} " * 4
+        content_key(text)
+        del text
+        other = f"another text, number {number:03d} " * 4  # as long: likely where the first one lay
+        assert content_key(other) == hashlib.sha256(other.encode("utf-8")).hexdigest()
 
 
 @pytest.mark.parametrize("crash_at", CRASH_POINTS)

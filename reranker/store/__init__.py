@@ -15,6 +15,7 @@ import math
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from contextlib import AbstractContextManager
@@ -309,12 +310,18 @@ class LruCache(Generic[K, V]):
 
 
 # The content keys of the texts read lately, by the text object itself (its id, which no
-# other object can take while the entry keeps the text alive: about two windows of 100 long
-# papers). A request reads a sent text's key three times (for its topics, its word ids and
-# its terms for the best passage): SHA-256 over a window of 100 long papers costs about
-# 5 ms, and a cache by content would compare the texts themselves, 3.5 MB, at each read.
-CONTENT_KEY_CHARS = 8 * 2**20
-_content_keys: LruCache[int, tuple[str, str]] = LruCache(CONTENT_KEY_CHARS, lambda found: len(found[0]) + 100)
+# other object can take while the entry keeps the text alive: 8 MB of them, about two windows
+# of 100 long papers). A request reads a sent text's key three times (for its topics, its
+# word ids and its terms for the best passage): SHA-256 over a window of 100 long papers costs
+# about 5 ms, and a cache by content would compare the texts themselves, 3.5 MB, at each read.
+CONTENT_KEY_BYTES = 8 * 2**20
+
+
+def _content_key_cache() -> LruCache[int, tuple[str, str]]:
+    return LruCache(CONTENT_KEY_BYTES, lambda found: sys.getsizeof(found[0]) + 100)
+
+
+_content_keys = _content_key_cache()
 
 
 def content_key(text: str) -> str:
