@@ -109,7 +109,7 @@ def _holds_lone_surrogate(value: Any) -> bool:
     is not half of a pair (the JSON decoder joins escaped pairs into one character): its
     strings' UTF-8 is then undefined. Each string is encoded once: a client that escapes
     every accented letter sends such a body for 100 papers, 3.5 MB, where writing the
-    whole value out again as JSON to find out took 40 ms."""
+    whole value out again as JSON to find out took 46 ms."""
     unread = [value]
     while unread:
         item = unread.pop()
