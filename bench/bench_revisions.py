@@ -17,7 +17,8 @@ rerank call costs a service in front of it): the warm-up round reads every text 
 the rounds time texts seen before (in new strings each time, as a request's body gives).
 
 The index must be one both revisions read as it is (the same `indexing.DERIVATION`):
-bench_passages.py --documents N --store DIR builds one of N documents.
+bench_passages.py --documents N --store DIR builds one of N documents. --cohere reads only
+its windows' texts, from an index of CL-SciSumm's papers each once (`reranker index`).
 
 Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3] [--service | --cohere]
   e.g. python bench/bench_revisions.py --base HEAD~1 --data-dir /tmp/p50k
@@ -133,7 +134,12 @@ def main() -> None:
     routes.add_argument("--cohere", action="store_true", help="time POST /v1/rerank of each window's texts, nothing indexed, instead")
     args = parser.parse_args()
     if not (args.data_dir / "index").is_dir():
-        raise SystemExit(f"no index in {args.data_dir}: build one with bench_passages.py --documents N --store {args.data_dir}")
+        build = (
+            f"RERANKER_DATA_DIR={args.data_dir} reranker index {SUMMARIES}/corpus.jsonl"  # each paper once: windows of distinct texts
+            if args.cohere
+            else f"bench_passages.py --documents N --store {args.data_dir}"
+        )
+        raise SystemExit(f"no index in {args.data_dir}: build one with {build}")
     if not SUMMARIES.is_dir():
         raise SystemExit(f"needs CL-SciSumm's summaries in {SUMMARIES}")
     os.environ["RERANKER_DATA_DIR"] = str(args.data_dir)
