@@ -15,12 +15,15 @@ instead: the service ranks in a pool thread, which the engine alone does not. Wi
 sent each summary's BM25 window of 100 from the index as texts, top 10 (what a cluster's
 rerank call costs a service in front of it): the warm-up round reads every text once, so
 the rounds time texts seen before (in new strings each time, as a request's body gives).
+With --cohere --new-texts, every call's texts are new to both revisions (each text followed
+by as many spaces as calls before it: the same words, another content key), so the rounds
+time a first sight (a window of 100 long papers is seconds: --rounds 1 is enough).
 
 The index must be one both revisions read as it is (the same `indexing.DERIVATION`):
 bench_passages.py --documents N --store DIR builds one of N documents. --cohere reads only
 its windows' texts, from an index of CL-SciSumm's papers each once (`reranker index`).
 
-Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3] [--service | --cohere]
+Run:  python bench/bench_revisions.py --base REV --data-dir DIR [--ranker NAME] [--rounds 3] [--service | --cohere [--new-texts]]
   e.g. python bench/bench_revisions.py --base HEAD~1 --data-dir /tmp/p50k
 """
 
@@ -108,14 +111,19 @@ def service_search(app: Any) -> Callable[[str], list[str]]:
     return search
 
 
-def cohere_rerank(app: Any, windows: dict[str, list[str]]) -> Callable[[str], list[str]]:
+def cohere_rerank(app: Any, windows: dict[str, list[str]], new_texts: bool = False) -> Callable[[str], list[str]]:
     """`POST /v1/rerank` of the query's window of texts through the app, top 10, as the
-    positions of the texts sent (the same texts, in new strings for every call)."""
+    positions of the texts sent (the same texts, in new strings for every call; with
+    `new_texts`, texts of other contents too: the n-th call's end in n spaces)."""
     client = app.test_client()
+    calls = 0
 
     def rerank(query: str) -> list[str]:
+        nonlocal calls
+        texts = [text + " " * calls for text in windows[query]] if new_texts else windows[query]
+        calls += 1
         answer = client.post(
-            "/v1/rerank", json={"query": query, "documents": windows[query], "top_n": 10}, headers={"Authorization": f"Bearer {_API_KEY}"}
+            "/v1/rerank", json={"query": query, "documents": texts, "top_n": 10}, headers={"Authorization": f"Bearer {_API_KEY}"}
         )
         require(answer.status_code == 200, f"POST /v1/rerank answered {answer.status_code}: {answer.get_data(as_text=True)[:200]}")
         return [str(result["index"]) for result in answer.get_json()["results"]]
@@ -132,7 +140,10 @@ def main() -> None:
     routes = parser.add_mutually_exclusive_group()
     routes.add_argument("--service", action="store_true", help="time POST /search through each revision's app instead")
     routes.add_argument("--cohere", action="store_true", help="time POST /v1/rerank of each window's texts, nothing indexed, instead")
+    parser.add_argument("--new-texts", action="store_true", help="with --cohere: texts no call has sent before (a first sight)")
     args = parser.parse_args()
+    if args.new_texts and not args.cohere:
+        parser.error("--new-texts goes with --cohere")
     if not (args.data_dir / "index").is_dir():
         build = (
             f"RERANKER_DATA_DIR={args.data_dir} reranker index {SUMMARIES}/corpus.jsonl"  # each paper once: windows of distinct texts
@@ -170,8 +181,12 @@ def main() -> None:
             working_tree = create_app()
             os.environ["RERANKER_DATA_DIR"] = os.path.join(folder, "nothing-indexed-base")
             base_service = __import__(f"{BASE_PACKAGE}.service", fromlist=["create_app"])
-            searches = {"working tree": cohere_rerank(working_tree, windows), args.base: cohere_rerank(base_service.create_app(), windows)}
-            what = "POST /v1/rerank of a window of 100 texts, nothing indexed, top 10"
+            searches = {
+                "working tree": cohere_rerank(working_tree, windows, args.new_texts),
+                args.base: cohere_rerank(base_service.create_app(), windows, args.new_texts),
+            }
+            seen = "new texts" if args.new_texts else "texts seen before"
+            what = f"POST /v1/rerank of a window of 100 {seen}, nothing indexed, top 10"
         elif args.service:
             from reranker.service import create_app
 
@@ -186,7 +201,8 @@ def main() -> None:
                 args.base: engine_search(base_pipeline.build_engine(base_config.Settings.from_env()), args.ranker),
             }
             what = f"{args.ranker}, top 10 of 100"
-        # Warm: caches, memory maps, document frequencies (with --cohere, every text read once).
+        # Warm: caches, memory maps, document frequencies (with --cohere, every text read once;
+        # with --new-texts, the words' stems and hashes).
         timed(searches, queries if args.cohere else queries[:5], 1)
         times, same = timed(searches, queries, args.rounds)
     now, before = (np.array(times[name]) * 1000 for name in searches)

@@ -16,6 +16,10 @@ same process and run:
                          passage with the texts' own statistics), texts seen before
   no index, new texts    the same with empty text caches (every text tokenized, its topics made)
 
+and, after the timings, the memory a first sight takes: tracemalloc's peak above where the
+call started, for "no index, new texts" over the first 5 windows (timed apart: tracing slows
+Python down several times).
+
 Data: CL-SciSumm's 567 papers (about 5,300 words) and its 40 summaries, BM25 top 100 (from
 ../shared/data; else the bundled sample's 25 papers and 5 queries). GloVe 6B 50-d, K = 15.
 
@@ -36,6 +40,7 @@ if __name__ == "__main__":
 
 import tempfile
 import time
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,10 +71,12 @@ def main() -> int:
         ranker = engine.ranker(DEFAULT_RANKER)
         store_dir = engine.store.directory  # type: ignore[attr-defined]  # the embedded store's
         timings: dict[str, list[float]] = {"rerank": [], "text_bm25": [], "text_bm25, new texts": [], "no index": [], "no index, new texts": []}
+        peaks: list[float] = []  # bytes above the start of a first sight, "no index, new texts"
         empty_dir = tempfile.TemporaryDirectory()
         unindexed = replace(engine, store=EmbeddedStore(Path(empty_dir.name), engine.stopwords), text_topics=text_topic_cache(2**26))
         unindexed.check_ranker(ranker)  # the vectors' own centering, made at a worker's start
-        for _, text in dataset.queries:
+        for number, (_, text) in enumerate([*dataset.queries, *dataset.queries[:5]]):
+            traced = number >= len(dataset.queries)  # the memory pass, after the timed one
             query = engine.query(text)
             window = engine.window(query, 100)
             found = engine.store.documents([c.doc_id for c in window.candidates])
@@ -77,7 +84,7 @@ def main() -> int:
             # A store opened afresh on the same index has an empty cache: every text is new.
             cold = EmbeddedStore(store_dir, engine.stopwords)
             cold.text_bm25(text, texts[:1])  # its connection and statistics, not timed
-            for name in ("text_bm25, new texts", "text_bm25"):
+            for name in () if traced else ("text_bm25, new texts", "text_bm25"):
                 # Each call gets texts of its own, as each request's body gives new strings (a
                 # str remembers its hash, which a text seen again as the same object reuses).
                 copies = json.loads(json.dumps(texts))
@@ -85,9 +92,10 @@ def main() -> int:
                 cold.text_bm25(text, copies)
                 timings[name].append(time.perf_counter() - started)
             cold.close()
-            started = time.perf_counter()
-            engine.rerank(query, engine.complete(replace(window, exact_top=10), ranker), ranker)
-            timings["rerank"].append(time.perf_counter() - started)
+            if not traced:
+                started = time.perf_counter()
+                engine.rerank(query, engine.complete(replace(window, exact_top=10), ranker), ranker)
+                timings["rerank"].append(time.perf_counter() - started)
             # Every cache empty: the topics', the word ids' and the store's texts' terms (its
             # best passages read them), as in a worker that has not seen these texts.
             fresh = replace(
@@ -106,9 +114,16 @@ def main() -> int:
                     exact_top=10,
                     query_text=text,
                 )
-                started = time.perf_counter()
-                scoring.rerank(query, scoring.complete(sent, ranker), ranker)
-                timings[name].append(time.perf_counter() - started)
+                if traced and name == "no index, new texts":
+                    tracemalloc.start()
+                    before = tracemalloc.get_traced_memory()[0]
+                    scoring.rerank(query, scoring.complete(sent, ranker), ranker)
+                    peaks.append(tracemalloc.get_traced_memory()[1] - before)
+                    tracemalloc.stop()
+                elif not traced:
+                    started = time.perf_counter()
+                    scoring.rerank(query, scoring.complete(sent, ranker), ranker)
+                    timings[name].append(time.perf_counter() - started)
             fresh.store.close()
         engine.store.close()
         unindexed.store.close()
@@ -119,6 +134,8 @@ def main() -> int:
     for name, values in timings.items():
         p50, p90 = 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 90))
         print(f"{name:<24} {p50:8.2f} {p90:8.2f} {p50 / 1000 / base:8.2f}x")
+    shown = ", ".join(f"{peak / 2**20:.1f}" for peak in peaks)
+    print(f"memory of a first sight (no index, new texts; tracemalloc's peak above its start, {len(peaks)} windows): {shown} MB")
     return 0
 
 

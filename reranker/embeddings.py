@@ -29,6 +29,7 @@ import threading
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from itertools import compress, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
@@ -168,7 +169,7 @@ class WordVectors:
             if self._looked_up < DICT_AFTER_LOOKUPS:
                 return index.rows(tokens)
             index = self._index = index.as_dict()
-        return [index.get(token, -1) for token in tokens]
+        return list(map(index.get, tokens, repeat(-1, len(tokens))))  # map: no Python frame per word
 
     def leading_words(self, count: int) -> list[str]:
         """The words of the first `count` rows, in row order. Word-vector files list their
@@ -209,12 +210,17 @@ class WordVectors:
 
     def lookup(self, tokens: Sequence[str]) -> Lookup:
         """Vectors of `tokens`; out-of-vocabulary tokens are skipped and reported."""
-        rows = self._rows(tokens)
-        found = [i for i, row in enumerate(rows) if row >= 0]
-        vectors = np.asarray(self._vectors[[rows[i] for i in found]], dtype=np.float32)
-        words = tuple(tokens[i] for i in found)
-        oov = tuple(t for t, row in zip(tokens, rows) if row < 0)
-        return Lookup(vectors.reshape(len(found), self.dim), words, oov)
+        return self._lookup(tokens)[0]
+
+    def _lookup(self, tokens: Sequence[str]) -> tuple[Lookup, npt.NDArray[np.bool_]]:
+        """`lookup`, and which of `tokens` it found (the rest are its `oov`)."""
+        rows = np.array(self._rows(tokens), dtype=np.int64).reshape(len(tokens))
+        known = rows >= 0
+        vectors = np.asarray(self._vectors[rows[known]], dtype=np.float32).reshape(-1, self.dim)
+        # compress() picks the words in C: a long document's distinct words are a thousand.
+        words = tuple(compress(tokens, known.tolist()))
+        oov = tuple(compress(tokens, (~known).tolist()))
+        return Lookup(vectors, words, oov), known
 
     def lookup_counts(self, tokens: Sequence[str]) -> tuple[Lookup, FloatArray, int]:
         """Vectors of the distinct tokens, how often each occurs, and the OOV occurrences.
@@ -225,11 +231,9 @@ class WordVectors:
         as one row per occurrence, for a fraction of the work on long documents.
         """
         occurrences = Counter(tokens)
-        distinct = self.lookup(list(occurrences))
-        counts = np.fromiter(
-            (occurrences[w] for w in distinct.words), dtype=np.float32, count=len(distinct.words)
-        )
-        return distinct, counts, sum(occurrences[w] for w in distinct.oov)
+        distinct, known = self._lookup(list(occurrences))
+        counts = np.fromiter(occurrences.values(), dtype=np.int64, count=len(occurrences))
+        return distinct, counts[known].astype(np.float32), int(counts[~known].sum())
 
 
 def parse_spec(spec: str) -> tuple[str, Path | None]:

@@ -32,7 +32,6 @@ from reranker.errors import (
 )
 from reranker.extraction import (
     Correction,
-    corrected_topics,
     corrected_topics_of_words,
     document_topics,
     prior_centering,
@@ -51,8 +50,8 @@ from reranker.rankers import (
     ranker_names,
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
-from reranker.store import LruCache, Store, content_key
-from reranker.text import SNIPPET_WORDS, content_words, opening, readable_words, tokenize
+from reranker.store import LruCache, ReadWords, Store, content_key
+from reranker.text import SNIPPET_WORDS, WordsRead, opening, readable_words, tokenize
 from reranker.topics import (
     best_aligned,
     center,
@@ -318,7 +317,7 @@ class Engine:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
         if "passages" in ranker.needs and window.passage_scores is None and window.query_text is not None and len(window):
             ids = [c.doc_id for c in window.candidates]
-            found = self.store.passage_bm25(window.query_text, ids, list(window.texts or (None,) * len(ids)))
+            found = self.store.passage_bm25(window.query_text, ids, list(window.texts or (None,) * len(ids)), self.read_words(window))
             if found is not None:
                 window = replace(window, passage_scores=np.asarray(found, dtype=np.float64))
         return window
@@ -342,7 +341,7 @@ class Engine:
         unread = [c.doc_id for c, text in zip(window.candidates, texts) if text is None]
         stored = self.store.documents(unread) if unread else {}
         found = [text if text is not None else _text_of(stored.get(c.doc_id)) for c, text in zip(window.candidates, texts)]
-        scores = self.store.text_bm25(query.text, found)
+        scores = self.store.text_bm25(query.text, found, self.read_words(window))
         kind: FirstStage = "index_bm25"
         # No text holding a query word says nothing about them: the order still does.
         if scores is None or (len(scores) > 1 and float(np.ptp(scores)) == 0.0):
@@ -376,7 +375,7 @@ class Engine:
             if text is not None:
                 if check is not None:
                     check()
-                found.append(self._text_topics(text, correction, k, variant, keep_word_ids=window_local))
+                found.append(self._text_topics(text, correction, k, variant, window, keep_word_ids=window_local))
             elif stored is not None and doc_id in rows:
                 row = rows[doc_id]
                 kept = int(np.count_nonzero(stored.importances[row]))
@@ -410,11 +409,12 @@ class Engine:
         return correction
 
     def _text_topics(
-        self, text: str, correction: Correction | None, k: int, variant: str, *, keep_word_ids: bool = False
+        self, text: str, correction: Correction | None, k: int, variant: str, window: CandidateSet, *, keep_word_ids: bool = False
     ) -> CorrectedTopics:
         """A text's `k` topics as `reranker index` would store them (with `correction`,
         the corrected ones), cached by content, vectors, K and `variant` ("paper", or a
         digest of the centering's mu). The paper's come with zero backgrounds.
+        The corrected ones read the text once for `window` (`read_words`).
         keep_word_ids: a text read for its corrected topics also leaves its word ids in
         `word_id_cache` (for the window's background with no index), from the same pass."""
         text_key = _text_key(text)
@@ -427,14 +427,31 @@ class Engine:
         if correction is None:
             paper, _, _ = document_topics(Document("", "", text), self.vectors, k, self.stopwords)
             found = CorrectedTopics(paper.topics, paper.importances, np.zeros(paper.k, np.float32))
-        elif keep_word_ids:
-            tokens, readable = content_words(text, self.stopwords)
-            if self.word_id_cache.get(text_key) is None:
-                self.word_id_cache.put(text_key, self.vectors.word_ids(tokens))
-            found = corrected_topics_of_words(readable, self.vectors, k, correction)
         else:
-            found = corrected_topics(Document("", "", text), self.vectors, k, correction, self.stopwords)
+            words = self._words_read(window, text)
+            if keep_word_ids and self.word_id_cache.get(text_key) is None:
+                self.word_id_cache.put(text_key, self.vectors.word_ids(words.tokens()))
+            found = corrected_topics_of_words(words.readable_words(), self.vectors, k, correction)
         self.text_topics.put(key, found)
+        return found
+
+    def read_words(self, window: CandidateSet) -> ReadWords:
+        """How the store reads a text for `window`'s terms (BM25, passages): a text sent
+        with it from the one reading the window keeps (`_words_read`), which its topics
+        share; a stored document's text (whose topics are stored) by `tokenize` alone."""
+        sent = {id(text) for text in window.texts or () if text is not None}
+        return lambda text: self._words_read(window, text).tokens() if id(text) in sent else tokenize(text, self.stopwords)
+
+    def _words_read(self, window: CandidateSet, text: str) -> WordsRead:
+        """A sent text's words, read once per window: a new long paper's topics and its
+        terms read the same words, and reading them was about a quarter of a first sight
+        when each read them (`python bench/bench_revisions.py --cohere --new-texts`). Kept
+        in `window.words_read` for the request only, compactly (`WordsRead`: about 10 MB
+        for 100 long papers, against 27 MB as lists of words)."""
+        key = _text_key(text)
+        found = window.words_read.get(key)
+        if found is None:
+            found = window.words_read[key] = WordsRead.of(text, self.stopwords)
         return found
 
     def _doc_vectors(self, window: CandidateSet) -> DocVectorBatch:

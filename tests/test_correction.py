@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -240,26 +241,43 @@ def test_with_no_index_a_window_background_is_its_texts_own_word_distribution(ki
     assert kept == len(texts) - 1 and engine._centering(window) == centering and len(engine.word_id_cache) == kept
 
 
-def test_with_no_index_a_new_text_is_read_once_for_its_topics_and_its_window_background(
-    store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _reads_of(texts: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions that read one of `texts` for its words, as they are called:
+    the engine's, the extraction's and the store's (for the texts' terms)."""
     import reranker.extraction
     import reranker.pipeline
+    import reranker.store.text_index
+    import reranker.text
 
-    texts = tuple(document.full_text for document in sample_documents()[:4])
     reads: list[str] = []
-    for module, name in ((reranker.pipeline, "content_words"), (reranker.pipeline, "tokenize"), (reranker.extraction, "readable_words")):
+    readers = (
+        (reranker.text, "content_words"),  # what `WordsRead.of` reads a text with
+        (reranker.pipeline, "tokenize"),
+        (reranker.extraction, "readable_words"),
+        (reranker.store.text_index, "tokenize"),
+    )
+    for module, name in readers:
         original = getattr(module, name)
         monkeypatch.setattr(module, name, lambda text, *rest, _f=original, _n=name: (reads.append(_n) if text in texts else None, _f(text, *rest))[1])
+    return reads
+
+
+def test_with_no_index_a_new_text_is_read_once_for_its_topics_its_window_background_and_its_passages(
+    store: EmbeddedStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = tuple(document.full_text for document in sample_documents()[:4])
+    reads = _reads_of(texts, monkeypatch)
     seen: list[str] = []
     engine = Engine(store=store, vectors=glove, on_text_topics=seen.append)
     ranker = engine.ranker("hidden_topics_corrected+bm25:maxp")
     query = engine.query("statistical machine translation")
     window = CandidateSet(tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))), texts=texts, first_stage="order", query_text=query.text)
     first = engine.rerank(query, engine.complete(window, ranker), ranker)
-    # One pass over each text gave its topics and the word ids its window's background is
-    # counted from; the service's count says each was computed once.
+    # One pass over each text gave its topics, the word ids its window's background is
+    # counted from and its terms for the best passage; the service's count says each was
+    # computed once.
     assert reads == ["content_words"] * len(texts) and seen == ["computed"] * len(texts)
+    assert first.parts[-1].name == "passages" and first.parts[-1].own.max() > 0
     reads.clear(), seen.clear()
     again = engine.rerank(query, engine.complete(window, ranker), ranker)
     assert reads == [] and seen == ["hit"] * len(texts)
@@ -272,6 +290,27 @@ def test_with_no_index_a_new_text_is_read_once_for_its_topics_and_its_window_bac
         kept = int(np.count_nonzero(corrected.importances[row]))
         expected = background.with_backgrounds(corrected.topics[row, :kept], corrected.importances[row, :kept]).backgrounds
         np.testing.assert_allclose(corrected.backgrounds[row, :kept], expected, rtol=1e-6)
+
+
+def test_a_new_text_sent_without_scores_is_read_once_for_its_first_stage_its_topics_and_its_passages(
+    sample_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an index, a text sent without a score (a cluster's rerank call) is read for its
+    BM25 first, then for its topics and its best passage: from one reading."""
+    texts = tuple(document.full_text + " (sent)" for document in sample_documents()[:4])
+    reads = _reads_of(texts, monkeypatch)
+    ranker = sample_engine.ranker("hidden_topics_corrected+bm25:maxp")
+    query = sample_engine.query("statistical machine translation")
+    sent = CandidateSet(tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))), texts=texts, first_stage="missing", query_text=query.text)
+    window = sample_engine.first_stage(query, sent)
+    ranking = sample_engine.rerank(query, window, ranker)
+    assert window.first_stage == "index_bm25" and ranking.parts[-1].name == "passages"
+    assert reads == ["content_words"] * len(texts)
+    # The next request (a window of its own) finds their terms and topics kept: no reading.
+    reads.clear()
+    again = sample_engine.rerank(query, sample_engine.first_stage(query, replace(sent, words_read={})), ranker)
+    assert reads == [] and again.order == ranking.order
+
 
 
 def test_with_no_index_texts_are_corrected_with_the_vectors_own_centering(store: EmbeddedStore, glove: WordVectors) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from reranker.store.bm25 import (
     passage_spans,
 )
 from reranker.store.embedded import EmbeddedStore
-from reranker.store.text_index import WordPositions, stable_hashes
+from reranker.store.text_index import TextIndex, WordPositions, passage_words, stable_hashes, stem_words, term_hashes
 from reranker.types import Document
 
 
@@ -143,6 +144,24 @@ def test_word_positions_list_each_words_places_in_text_order() -> None:
     assert {word: places.tolist() for word, places in by_word.items()} == {
         int(text[1]): [1, 3, 5], int(text[0]): [0, 4], int(text[2]): [2]
     }
+
+
+@pytest.mark.parametrize("words", [[], ["ships"], "the ships sail ship sailing ships of the ship sails".split()])
+def test_a_sent_texts_terms_are_what_the_index_keeps_of_the_same_words(words: list[str]) -> None:
+    """`text_terms` counts each field's terms and lays out the words for the passages as
+    the write path stores a document's (`passage_words` of every word and its stem)."""
+    terms = TextIndex.text_terms(words)
+    assert terms.length == len(words)
+    stems = stem_words(words) if words else []
+    for field, counted in (("exact", Counter(words)), ("stemmed", Counter(stems))):
+        asked = sorted(counted)
+        found = terms.frequencies(field, term_hashes(asked))
+        assert dict(zip(asked, found.tolist())) == counted
+        assert terms.fields[field][1].sum() == len(words) and terms.fields[field][0].size == len(counted)
+    stored = passage_words(words, stems)
+    assert (terms.passages.positions, terms.passages.words.tolist(), terms.passages.stems.tolist()) == (
+        stored.positions, stored.words.tolist(), stored.stems.tolist()
+    )
 
 
 

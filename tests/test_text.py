@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from reranker.errors import ConfigError
 from reranker.text import (
+    WordsRead,
     content_words,
     counted,
     default_stopwords,
@@ -118,6 +119,20 @@ def test_one_pass_gives_what_tokenize_and_readable_words_give(text: str) -> None
         ]
         assert content_words(text, stop) == (tokenize(text, stop), readable)
         assert readable_words(text, stop) == readable
+        # Kept compactly for a request that reads a text twice, the same two lists.
+        kept = WordsRead.of(text, stop)
+        assert (kept.tokens(), kept.readable_words()) == (tokenize(text, stop), readable)
+        assert len(kept.words) == len(set(kept.words))
+
+
+def test_a_text_kept_compactly_keeps_each_word_once() -> None:
+    # "ΟΔΟΣ.Β": the readable word ("οδος", the word lowered alone) is not among the content
+    # words ("οδοσ", the whole text lowered, where a letter follows past the full stop), and
+    # both are kept.
+    for text, words in (("Ships sail; ships SAIL far. MT mt", ("ships", "sail", "far", "mt")), ("ΟΔΟΣ.Β", ("οδοσ", "οδος"))):
+        kept = WordsRead.of(text)
+        assert (kept.tokens(), kept.readable_words()) == content_words(text)
+        assert kept.words == words
 
 
 def test_counted_says_one_in_the_singular() -> None:

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from reranker.config import DEFAULT_FUSION_WEIGHT, DEFAULT_WMD_BUDGET_MS
 from reranker.errors import UnknownRankerError
 from reranker.ranker_names import BASES, fusion_name, fusions
+from reranker.text import WordsRead
 from reranker.topics import Variant
 from reranker.types import Candidate, Centering, DocVectorBatch, Query, TopicBatch
 
@@ -69,6 +70,9 @@ class CandidateSet:
     call fresh ones. They stay mutable in a frozen value on purpose: `Ranker.score` returns
     Scores alone (one small interface), so this is where a ranker, and a fusion's base
     rankers, report what they found; returning it instead would change every ranker.
+    words_read: the engine's scratch pad for one request's window (the copies `replace`
+    makes share it): each sent text's words (`WordsRead`), by content key, read once for
+    its topics and its terms (`Engine.read_words`), and dropped with the window.
     """
 
     candidates: tuple[Candidate, ...]
@@ -84,6 +88,7 @@ class CandidateSet:
     exact_top: int | None = None
     notes: list[str] = field(default_factory=list, compare=False)
     unscored: set[int] = field(default_factory=set, compare=False)
+    words_read: dict[str, WordsRead] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def bm25_scores(self) -> Scores:

@@ -335,6 +335,12 @@ def content_key(text: str) -> str:
     return found[1]
 
 
+# How a caller gives a store a sent text's content words (`reranker.text.tokenize` with the
+# store's stop list) where it reads them anyway: the engine reads a new text once, for its
+# topics and its terms both (`Engine.read_words`). A store reads a text itself without one.
+ReadWords = Callable[[str], Sequence[str]]
+
+
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
@@ -494,9 +500,12 @@ class Store(Protocol):
         best first."""
         ...
 
-    def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
+    def passage_bm25(
+        self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None], read: ReadWords | None = None
+    ) -> list[float] | None:
         """BM25 of each candidate's best passage for `query` (`best_passage_bm25`): a
-        candidate is a stored document (`doc_ids`) or, where `texts` holds one, that text.
+        candidate is a stored document (`doc_ids`) or, where `texts` holds one, that text
+        (its words `read(text)` when the store has not kept them: `ReadWords`).
         Texts with no stored id among them where the store has no statistics for them (the
         embedded store with nothing indexed; the OpenSearch store always, as its cluster
         keeps no passages for texts it never indexed) are scored with their own
@@ -511,10 +520,11 @@ class Store(Protocol):
         tell (no documents, or a store without the statistics)."""
         ...
 
-    def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
+    def text_bm25(self, query: str, texts: Sequence[str], read: ReadWords | None = None) -> list[float] | None:
         """BM25 of each of `texts` (which need not be stored) for `query`, with this
         index's analysis and statistics (`bm25_of_texts`): about the score each would get
-        from `bm25` if it were indexed. None when there is nothing to score them by: the
+        from `bm25` if it were indexed (a text's words `read(text)` where the store reads
+        them: `ReadWords`). None when there is nothing to score them by: the
         index holds no documents (no statistics), the store cannot read its statistics, or
         the query has no content word.
         """

@@ -69,6 +69,7 @@ from reranker.store import (
     CompactResult,
     Doc2VecInfo,
     IndexInfo,
+    ReadWords,
     check_stop_list,
     filter_for_field,
     filter_shown,
@@ -1063,7 +1064,9 @@ class EmbeddedStore:
             "which an index made before they were refused kept): write null or a number in its corpus line and index the corpus again"
         )
 
-    def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
+    def passage_bm25(
+        self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None], read: ReadWords | None = None
+    ) -> list[float] | None:
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
         documents, _, passage_length = self._statistics()
         if not terms:
@@ -1074,7 +1077,7 @@ class EmbeddedStore:
             given = [text for text in texts if text is not None]
             if not given or len(given) < len(texts):
                 return None
-            return window_passage_bm25(asked, [self._sent_texts(text) for text in given])
+            return window_passage_bm25(asked, [self._sent_texts(text, read) for text in given])
         stems = stable_hashes(list(asked["stemmed"])).tolist()
         unread = [doc_id for doc_id, text in zip(doc_ids, texts) if text is None]
         stored: dict[str, bytes | None] = {}
@@ -1114,7 +1117,7 @@ class EmbeddedStore:
         if any(stored.get(doc_id, b"") is None for doc_id in unread):
             return None  # indexed before words' positions were kept: the next `reranker index` adds them
         # Each sent text's terms looked up once (by its hash: some 25 us for a long paper).
-        passages = [self._sent_texts(text).passages if text is not None else None for text in texts]
+        passages = [self._sent_texts(text, read).passages if text is not None else None for text in texts]
         sent = [found for found in passages if found is not None]
         words = StoredWords([
             found.positions if found is not None else stored.get(doc_id) or b""
@@ -1153,13 +1156,13 @@ class EmbeddedStore:
         documents, _ = self._length_statistics()
         return (documents, self._text.doc_freqs("exact", words)) if documents else None
 
-    def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
+    def text_bm25(self, query: str, texts: Sequence[str], read: ReadWords | None = None) -> list[float] | None:
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
         documents, average = self._length_statistics()
         if not documents or not terms:
             return None
         asked = self._text.analysed(terms)
-        sent = [self._sent_texts(text) for text in texts]
+        sent = [self._sent_texts(text, read) for text in texts]
         lengths = np.fromiter((terms.length for terms in sent), dtype=np.float64, count=len(sent))
         # The text index searches each field and adds the scores: so do these.
         scores = np.zeros(len(texts), dtype=np.float64)

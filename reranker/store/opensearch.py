@@ -63,6 +63,7 @@ from reranker.store import (
     Doc2VecInfo,
     IndexInfo,
     PublishResult,
+    ReadWords,
     filter_for_field,
     filter_shown,
 )
@@ -1036,7 +1037,9 @@ class OpenSearchStore:
             self._properties_of = index
         return self._properties
 
-    def passage_bm25(self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None]) -> list[float] | None:
+    def passage_bm25(
+        self, query: str, doc_ids: Sequence[str], texts: Sequence[str | None], read: ReadWords | None = None
+    ) -> list[float] | None:
         # One nested query over the window's ids: each hit's score is its best passage's
         # BM25 (score_mode max), as the cluster scores `body`; an id without a passage
         # holding a query word is not a hit and scores 0. Sent texts have no passages in
@@ -1050,7 +1053,7 @@ class OpenSearchStore:
             if not words:
                 return None
             asked = {field: Counter(terms) for field, terms in analysed_terms(words).items()}
-            return window_passage_bm25(asked, [self._sent_texts(text) for text in texts if text is not None])
+            return window_passage_bm25(asked, [self._sent_texts(text, read) for text in texts if text is not None])
         if any(text is not None for text in texts) or not doc_ids:
             return None
         tokens = tokenize(query, self._stopwords)
@@ -1089,7 +1092,7 @@ class OpenSearchStore:
         # this one" then chooses its words without them (see `similar_query`).
         return None
 
-    def text_bm25(self, query: str, texts: Sequence[str]) -> list[float] | None:
+    def text_bm25(self, query: str, texts: Sequence[str], read: ReadWords | None = None) -> list[float] | None:
         # The cluster analyses the query and the texts as artificial documents of its main
         # text field and reports each term's document frequency and the field's statistics
         # (`_mtermvectors`), in one request: BM25 as the cluster would score the texts if
