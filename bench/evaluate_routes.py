@@ -75,7 +75,7 @@ class _NoStatistics:
     def __init__(self, store: Any) -> None:
         self._store = store
 
-    def text_bm25(self, query: str, texts: Sequence[str]) -> None:
+    def text_bm25(self, query: str, texts: Sequence[str], read: Any = None) -> None:
         return None
 
     def __getattr__(self, name: str) -> Any:
@@ -145,7 +145,7 @@ def _routes(client: Any, empty_client: Any, engine: Any, ranker_name: str) -> di
             first_stage="missing",
         )
         parsed = no_statistics.query(query)
-        given = no_statistics.first_stage(parsed, window)
+        given = no_statistics.first_stage(parsed, window, ranker)
         if given.first_stage != "order":
             raise RuntimeError(f"expected the order as first stage, got {given.first_stage!r}")
         return no_statistics.rerank(parsed, given, ranker).order

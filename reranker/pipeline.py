@@ -51,7 +51,7 @@ from reranker.rankers import (
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import LruCache, ReadWords, Store, content_key
-from reranker.text import SNIPPET_WORDS, WordsRead, opening, readable_words, tokenize
+from reranker.text import SNIPPET_WORDS, WordsRead, opening, readable_words, stop_list_info, tokenize
 from reranker.topics import (
     best_aligned,
     center,
@@ -222,6 +222,8 @@ class Engine:
     _corrections: dict[str, Correction] = field(default_factory=dict, repr=False)
     # The centering texts get while there is no index (`_centering`), made on first use.
     _prior_centering: Centering | None = field(default=None, repr=False)
+    # The checksum of `stopwords` (`_same_stop_list`), taken on first use.
+    _stop_list: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Rankers get this engine's vectors, and the Doc2Vec model of its index on first use.
@@ -317,15 +319,17 @@ class Engine:
             window = replace(window, corrected=self._window_topics(window, window.centering, check))
         if "passages" in ranker.needs and window.passage_scores is None and window.query_text is not None and len(window):
             ids = [c.doc_id for c in window.candidates]
-            found = self.store.passage_bm25(window.query_text, ids, list(window.texts or (None,) * len(ids)), self.read_words(window))
+            found = self.store.passage_bm25(window.query_text, ids, list(window.texts or (None,) * len(ids)), self.read_words(window, ranker))
             if found is not None:
                 window = replace(window, passage_scores=np.asarray(found, dtype=np.float64))
         return window
 
-    def first_stage(self, query: Query, window: CandidateSet) -> CandidateSet:
+    def first_stage(self, query: Query, window: CandidateSet, ranker: Ranker | None = None) -> CandidateSet:
         """`window` with first-stage scores for candidates a caller sent without any
         (`first_stage == "missing"`), in the order the caller sent them, best first, as
         OpenSearch's rerank processor and Elasticsearch's text_similarity_reranker do.
+        `ranker`: the one the window is for, whose topics may share the texts' reading
+        (`read_words`).
 
         The scores are BM25 of their texts (a stored candidate's stored text) with the
         index's statistics (`Store.text_bm25`): about the scores the first stage gave them.
@@ -341,7 +345,7 @@ class Engine:
         unread = [c.doc_id for c, text in zip(window.candidates, texts) if text is None]
         stored = self.store.documents(unread) if unread else {}
         found = [text if text is not None else _text_of(stored.get(c.doc_id)) for c, text in zip(window.candidates, texts)]
-        scores = self.store.text_bm25(query.text, found, self.read_words(window))
+        scores = self.store.text_bm25(query.text, found, self.read_words(window, ranker))
         kind: FirstStage = "index_bm25"
         # No text holding a query word says nothing about them: the order still does.
         if scores is None or (len(scores) > 1 and float(np.ptp(scores)) == 0.0):
@@ -435,12 +439,24 @@ class Engine:
         self.text_topics.put(key, found)
         return found
 
-    def read_words(self, window: CandidateSet) -> ReadWords:
-        """How the store reads a text for `window`'s terms (BM25, passages): a text sent
-        with it from the one reading the window keeps (`_words_read`), which its topics
-        share; a stored document's text (whose topics are stored) by `tokenize` alone."""
-        sent = {id(text) for text in window.texts or () if text is not None}
+    def read_words(self, window: CandidateSet, ranker: Ranker | None) -> ReadWords | None:
+        """How the store reads a text for `window`'s terms (BM25, passages) when `ranker`
+        reads the texts' readable words for its corrected topics: a text sent with the
+        window from the one reading the window keeps (`_words_read`), which the topics
+        share; a stored document's text (whose topics are stored) by `tokenize` alone.
+        None (the store reads each text itself, by `tokenize` alone, cheaper than the whole
+        reading) for any other ranker, or where the store's stop list is not this engine's."""
+        if ranker is None or "corrected_topics" not in ranker.needs or not window.texts or not self._same_stop_list():
+            return None
+        sent = {id(text) for text in window.texts if text is not None}
         return lambda text: self._words_read(window, text).tokens() if id(text) in sent else tokenize(text, self.stopwords)
+
+    def _same_stop_list(self) -> bool:
+        """Whether the store reads texts with this engine's stop list (`build_engine` gives
+        both the settings' one; an engine put together by hand may not)."""
+        if self._stop_list is None:
+            self._stop_list = stop_list_info(self.stopwords).checksum
+        return self.store.stop_list.checksum == self._stop_list
 
     def _words_read(self, window: CandidateSet, text: str) -> WordsRead:
         """A sent text's words, read once per window: a new long paper's topics and its

@@ -302,14 +302,58 @@ def test_a_new_text_sent_without_scores_is_read_once_for_its_first_stage_its_top
     ranker = sample_engine.ranker("hidden_topics_corrected+bm25:maxp")
     query = sample_engine.query("statistical machine translation")
     sent = CandidateSet(tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))), texts=texts, first_stage="missing", query_text=query.text)
-    window = sample_engine.first_stage(query, sent)
+    window = sample_engine.first_stage(query, sent, ranker)
     ranking = sample_engine.rerank(query, window, ranker)
     assert window.first_stage == "index_bm25" and ranking.parts[-1].name == "passages"
     assert reads == ["content_words"] * len(texts)
     # The next request (a window of its own) finds their terms and topics kept: no reading.
     reads.clear()
-    again = sample_engine.rerank(query, sample_engine.first_stage(query, replace(sent, words_read={})), ranker)
+    again = sample_engine.rerank(query, sample_engine.first_stage(query, replace(sent, words_read={}), ranker), ranker)
     assert reads == [] and again.order == ranking.order
+
+
+def test_a_new_text_sent_with_its_score_is_read_once_for_its_topics_and_its_passages(
+    sample_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`/rerank` with scores over an index: no first stage to read the texts, the topics read
+    them first and the best passages (scored with the index's statistics) take that reading."""
+    texts = tuple(document.full_text + " (scored)" for document in sample_documents()[:4])
+    reads = _reads_of(texts, monkeypatch)
+    ranker = sample_engine.ranker("hidden_topics_corrected+bm25:maxp")
+    query = sample_engine.query("statistical machine translation")
+    sent = CandidateSet(tuple(Candidate(str(i), 4.0 - i, i + 1) for i in range(len(texts))), texts=texts, query_text=query.text)
+    ranking = sample_engine.rerank(query, sent, ranker)
+    assert ranking.parts[-1].name == "passages" and reads == ["content_words"] * len(texts)
+
+
+def test_over_opensearch_a_new_text_is_read_once_for_its_topics_and_its_passages(
+    os_store: OpenSearchStore, glove: WordVectors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's rerank call to a service over OpenSearch: the store scores the texts' best
+    passages itself (the cluster keeps none for them), from the reading their topics made."""
+    texts = tuple(document.full_text + " (cluster)" for document in sample_documents()[:4])
+    reads = _reads_of(texts, monkeypatch)
+    engine = Engine(store=os_store, vectors=glove)
+    ranker = engine.ranker("hidden_topics_corrected+bm25:maxp")
+    query = engine.query("statistical machine translation")
+    sent = CandidateSet(tuple(Candidate(str(i), 0.0, i + 1) for i in range(len(texts))), texts=texts, first_stage="missing", query_text=query.text)
+    ranking = engine.rerank(query, engine.first_stage(query, sent, ranker), ranker)
+    assert ranking.parts[-1].name == "passages" and ranking.parts[-1].own.max() > 0
+    assert reads == ["content_words"] * len(texts)
+
+
+def test_the_store_reads_texts_itself_where_the_engines_reading_is_not_its_own(sample_engine: Engine) -> None:
+    """Only the corrected topics read what the store's terms need and more: for another
+    ranker the store's own `tokenize` is cheaper; and an engine whose stop list is not the
+    store's would give it other words."""
+    window = CandidateSet((Candidate("0", 0.0, 1),), texts=("ships sail the ocean",), first_stage="missing")
+    corrected = sample_engine.ranker("hidden_topics_corrected+bm25:maxp")
+    read = sample_engine.read_words(window, corrected)
+    assert read is not None and list(read("ships sail the ocean")) == tokenize("ships sail the ocean")
+    assert sample_engine.read_words(window, sample_engine.ranker("hidden_topics+bm25")) is None
+    assert sample_engine.read_words(window, None) is None
+    other = replace(sample_engine, stopwords=frozenset({"ships"}), _stop_list=None)
+    assert other.read_words(window, corrected) is None
 
 
 

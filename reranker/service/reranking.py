@@ -289,7 +289,7 @@ class Runtime:
 
         def job() -> Ranking:
             # Completed here, once: the explanations read the same fetched topics.
-            given = engine.first_stage(query, window) if "first_stage" in ranker.needs else window
+            given = engine.first_stage(query, window, ranker) if "first_stage" in ranker.needs else window
             candidates = engine.complete(given, ranker, deadline.check)
             built.append(candidates)
             deadline.check()

@@ -337,7 +337,8 @@ def content_key(text: str) -> str:
 
 # How a caller gives a store a sent text's content words (`reranker.text.tokenize` with the
 # store's stop list) where it reads them anyway: the engine reads a new text once, for its
-# topics and its terms both (`Engine.read_words`). A store reads a text itself without one.
+# corrected topics and its terms both (`Engine.read_words`). A store reads a text itself
+# without one.
 ReadWords = Callable[[str], Sequence[str]]
 
 
