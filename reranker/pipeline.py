@@ -418,7 +418,7 @@ class Engine:
         """A text's `k` topics as `reranker index` would store them (with `correction`,
         the corrected ones), cached by content, vectors, K and `variant` ("paper", or a
         digest of the centering's mu). The paper's come with zero backgrounds.
-        The corrected ones read the text once for `window` (`read_words`).
+        The corrected ones take the text's one reading for `window` (`_words_read`).
         keep_word_ids: a text read for its corrected topics also leaves its word ids in
         `word_id_cache` (for the window's background with no index), from the same pass."""
         text_key = _text_key(text)

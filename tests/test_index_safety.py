@@ -460,8 +460,13 @@ def test_a_full_disk_is_a_one_line_error_and_loses_nothing(
 # the tests below kill workers of a 6 MB corpus. With 24 MB, the runs they make (the one
 # they kill and the one that completes the index) were most of this file's time; what they
 # test is the same at any size once workers start, and 1,600 documents are 25 batches.
+# A run that hangs (once, on 2026-11-28, with a worker killed at work: not seen again in 22
+# runs) writes where each of its threads waits to its stderr, which the test then shows,
+# and exits, before the test's own 300 s run out.
 _PARALLEL_INDEXER = """
+import faulthandler
 import sys
+faulthandler.dump_traceback_later(200, exit=True)
 from reranker import indexing
 indexing.PARALLEL_MIN_BYTES = 1
 from reranker.cli import main

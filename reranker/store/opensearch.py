@@ -1098,6 +1098,7 @@ class OpenSearchStore:
         # (`_mtermvectors`), in one request: BM25 as the cluster would score the texts if
         # they were indexed in that field. A cluster that cannot (the in-memory test server
         # has no artificial documents) or fails leaves the caller to use the texts' order.
+        # (`read` goes unused: the cluster reads the texts with its own analyser.)
         terms = tokenize(query, self._stopwords)[:MAX_QUERY_TERMS]
         if not texts:
             return []
