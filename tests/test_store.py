@@ -1256,7 +1256,7 @@ def test_the_byte_bounded_cache_evicts_the_least_recently_used_by_size() -> None
 
 def test_a_texts_content_key_is_its_sha256_taken_once_per_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """The caches of sent texts (topics, word ids, terms) key a text by its SHA-256, which
-    a request reads three times: it is computed once per text object. The same content in
+    a request reads several times: it is computed once per text object. The same content in
     another object (the next request's) gets the same key."""
     taken: list[bytes] = []
 

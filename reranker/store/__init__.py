@@ -311,9 +311,10 @@ class LruCache(Generic[K, V]):
 
 # The content keys of the texts read lately, by the text object itself (its id, which no
 # other object can take while the entry keeps the text alive: 8 MB of them, about two windows
-# of 100 long papers). A request reads a sent text's key three times (for its topics, its
-# word ids and its terms for the best passage): SHA-256 over a window of 100 long papers costs
-# about 5 ms, and a cache by content would compare the texts themselves, 3.5 MB, at each read.
+# of 100 long papers). A request reads a sent text's key several times (for its topics, its
+# word ids, its one reading of its words and its terms for the best passage): SHA-256 over a
+# window of 100 long papers costs about 5 ms, and a cache by content would compare the texts
+# themselves, 3.5 MB, at each read.
 CONTENT_KEY_BYTES = 8 * 2**20
 
 
