@@ -29,7 +29,8 @@ import signal
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -210,6 +211,10 @@ Extraction = tuple[DocTopics, int, int, str, CorrectedTopics | None, str | None,
 Stemmer = Callable[[Sequence[str]], list[str]]
 
 
+# How often a wait for a batch's results looks whether a topic worker has ended.
+WORKER_WATCH_SECONDS = 0.5
+
+
 class TopicExtractor:
     """Topics for batches of documents, in this process or in a pool of workers.
 
@@ -259,11 +264,29 @@ class TopicExtractor:
 
         def waited() -> list[Extraction]:
             try:
+                self._wait_watching_workers(futures)
                 return [result for future in futures for result in future.result()]
             except BrokenProcessPool:
                 raise self._worker_ended() from None
 
         return waited
+
+    def _wait_watching_workers(self, futures: list[Future[list[Extraction]]]) -> None:
+        """Return once every future is done; raise BrokenProcessPool if a worker ends first.
+
+        CPython 3.11's pool notices a worker gone only while no result is arriving: a
+        worker killed in the middle of writing a batch's results leaves half a message,
+        whose rest the pool's thread then waits for, for good. Its futures never end, and
+        `reranker index` hung (one run in about 30 of the killed-worker test). A worker
+        ends only when it fails, so one gone while work is outstanding breaks the pool,
+        whoever sees it first.
+        """
+        pending = set(futures)
+        while pending:
+            _, pending = wait_for_futures(pending, timeout=WORKER_WATCH_SECONDS)
+            workers = dict(getattr(self._pool, "_processes", None) or {}).values()
+            if pending and multiprocessing.connection.wait([worker.sentinel for worker in workers], timeout=0):
+                raise BrokenProcessPool("a topic-extraction worker ended with batches outstanding")
 
     def _worker_ended(self) -> WorkerError:
         """The error for a pool a worker left abruptly, once its other workers are gone.
@@ -279,6 +302,13 @@ class TopicExtractor:
         for worker in dict(getattr(self._pool, "_processes", None) or {}).values():
             if worker.is_alive():
                 worker.kill()
+        # The pool's thread may be waiting for the rest of a message a killed worker was
+        # writing (see _wait_watching_workers). With the workers gone, this process holds
+        # the last writing end of that pipe: closed, the wait ends at the end of the pipe,
+        # which breaks the pool, so that it shuts down and this process can exit.
+        writer = getattr(getattr(self._pool, "_result_queue", None), "_writer", None)
+        if writer is not None:
+            writer.close()
         # What is written stays written (each batch lands whole or not at all): a second
         # run skips it and goes on.
         # A script of the caller's own that starts indexing at import, without a __main__

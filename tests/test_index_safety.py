@@ -460,9 +460,9 @@ def test_a_full_disk_is_a_one_line_error_and_loses_nothing(
 # the tests below kill workers of a 6 MB corpus. With 24 MB, the runs they make (the one
 # they kill and the one that completes the index) were most of this file's time; what they
 # test is the same at any size once workers start, and 1,600 documents are 25 batches.
-# A run that hangs (once, on 2026-11-28, with a worker killed at work: not seen again in 22
-# runs) writes where each of its threads waits to its stderr, which the test then shows,
-# and exits, before the test's own 300 s run out.
+# A run that hangs writes where each of its threads waits to its stderr, which the test
+# then shows, and exits, before the test's own 300 s run out: that is how the hang of a
+# worker killed while it sent its results was found (see the test after the next).
 _PARALLEL_INDEXER = """
 import faulthandler
 import sys
@@ -528,6 +528,70 @@ def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(da
         assert [hit.doc_id for hit in store.bm25(own_word(1_234), 1)] == ["d1234"]
     finally:
         store.close()
+
+
+# The system call number of write(2), which /proc/PID/syscall shows first while a process
+# is in it, on the machines this runs on.
+_WRITE_CALL = {"x86_64": "1", "aarch64": "64"}.get(os.uname().machine)
+
+
+def test_a_topic_worker_killed_while_it_sends_its_results_is_a_one_line_error_not_a_hang(data_dir: Path, tmp_path: Path) -> None:
+    """A worker killed in the middle of writing a batch's results leaves half a message in
+    the pipe the pool reads results from. CPython's pool then waited for the rest for good,
+    never seeing the worker gone, and `reranker index` hung (CI, 2026-11-28: the test above,
+    one run in about 30). To kill a worker there every time, the indexer is stopped while
+    its workers compute: done, they block writing results nobody reads (a batch's results
+    are larger than a pipe holds), and one blocked in write(2) is killed before the indexer
+    goes on."""
+    if _WRITE_CALL is None or not Path(f"/proc/{os.getpid()}/syscall").exists():
+        pytest.skip("needs /proc/PID/syscall on x86_64 or aarch64 to see a worker in write(2)")
+    records, path = worker_corpus(tmp_path)
+    command = parallel_indexer([str(path), "--workers", "2", "--no-progress"])
+    env = {**os.environ, **settings_env(data_dir), "PYTHONPATH": str(REPO)}
+    indexer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    stopped = False
+    try:
+        workers: list[int] = []
+        while len(workers) < 2 and indexer.poll() is None:
+            workers = [pid for pid in _children(indexer.pid) if b"spawn_main" in _cmdline(pid) and _cpu_ticks(pid) >= 50]
+        assert len(workers) == 2, "the indexer ended before both workers were at work"
+        os.kill(indexer.pid, signal.SIGSTOP)
+        stopped = True
+        writing = None
+        for _ in range(600):
+            writing = next((pid for pid in workers if _system_call(pid) == _WRITE_CALL), None)
+            if writing is not None:
+                break
+            threading.Event().wait(0.1)
+        assert writing is not None, "no worker blocked writing its results within a minute"
+        os.kill(writing, signal.SIGKILL)
+    finally:
+        if stopped:
+            os.kill(indexer.pid, signal.SIGCONT)
+    try:
+        out, errors = indexer.communicate(timeout=120)
+    finally:
+        if indexer.poll() is None:
+            indexer.kill()
+    assert indexer.returncode == 1, (out, errors)
+    assert "Traceback" not in errors and len(errors.strip().splitlines()) == 1, errors
+    assert "worker process ended abruptly" in errors and "run the same command again" in errors
+    code, again = run(data_dir, "index", str(path), "--no-progress")
+    assert code == 0, again
+    store = EmbeddedStore(data_dir / "index")
+    try:
+        assert store.count() == len(records)
+    finally:
+        store.close()
+
+
+def _system_call(pid: int) -> str:
+    """The number of the system call process `pid`'s main thread is in ("running" when in
+    none, "" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split(" ", 1)[0].strip()
+    except OSError:
+        return ""
 
 
 def test_ctrl_c_while_topic_workers_start_is_one_line_and_leaves_no_process(data_dir: Path, tmp_path: Path) -> None:
