@@ -51,7 +51,7 @@ from reranker.rankers import (
 )
 from reranker.rankers.fusion import Fusion, FusionPart, fused_total
 from reranker.store import LruCache, ReadWords, Store, content_key
-from reranker.text import SNIPPET_WORDS, WordsRead, opening, readable_words, stop_list_info, tokenize
+from reranker.text import SNIPPET_WORDS, WordsRead, numbered, opening, readable_words, stop_list_info, tokenize
 from reranker.topics import (
     best_aligned,
     center,
@@ -434,7 +434,7 @@ class Engine:
         else:
             words = self._words_read(window, text)
             if keep_word_ids and self.word_id_cache.get(text_key) is None:
-                self.word_id_cache.put(text_key, self.vectors.word_ids(words.tokens()))
+                self.word_id_cache.put(text_key, self.vectors.word_ids(words.words, words.content))
             found = corrected_topics_of_words(words.readable_words(), self.vectors, k, correction)
         self.text_topics.put(key, found)
         return found
@@ -449,7 +449,7 @@ class Engine:
         if ranker is None or "corrected_topics" not in ranker.needs or not window.texts or not self._same_stop_list():
             return None
         sent = {id(text) for text in window.texts if text is not None}
-        return lambda text: self._words_read(window, text).tokens() if id(text) in sent else tokenize(text, self.stopwords)
+        return lambda text: self._words_read(window, text).numbered_tokens() if id(text) in sent else numbered(tokenize(text, self.stopwords))
 
     def _same_stop_list(self) -> bool:
         """Whether the store reads texts with this engine's stop list (`build_engine` gives

@@ -349,7 +349,9 @@ def test_the_store_reads_texts_itself_where_the_engines_reading_is_not_its_own(s
     window = CandidateSet((Candidate("0", 0.0, 1),), texts=("ships sail the ocean",), first_stage="missing")
     corrected = sample_engine.ranker("hidden_topics_corrected+bm25:maxp")
     read = sample_engine.read_words(window, corrected)
-    assert read is not None and list(read("ships sail the ocean")) == tokenize("ships sail the ocean")
+    assert read is not None
+    distinct, numbers = read("ships sail the ocean")
+    assert [distinct[i] for i in numbers] == tokenize("ships sail the ocean")
     assert sample_engine.read_words(window, sample_engine.ranker("hidden_topics+bm25")) is None
     assert sample_engine.read_words(window, None) is None
     other = replace(sample_engine, stopwords=frozenset({"ships"}), _stop_list=None)

@@ -303,6 +303,23 @@ def test_train_word2vec_writes_loadable_vectors(tmp_path: Path) -> None:
         train_word2vec([["once"]], tmp_path / "none.kv", Word2VecParams(min_count=5))
 
 
+def test_word_ids_of_a_text_read_compactly_are_those_of_its_words(glove: WordVectors) -> None:
+    """A sent text's word ids come from its distinct words, each looked up once, and the
+    numbers of its words among them (`WordsRead`): the same ids, in the same order, as
+    looking up every word, with unknown words skipped and readable-only words left out."""
+    from reranker.text import WordsRead
+
+    texts = [
+        "", "the of and", "ΟΔΟΣ.Β", "qqzzxv ships qqzzxv SHIPS sail; ships far",
+        Path(__file__).read_text(encoding="utf-8")[:20_000],
+    ]
+    for text in texts:
+        read = WordsRead.of(text)
+        compact = glove.word_ids(read.words, read.content)
+        assert compact.dtype == np.int32
+        np.testing.assert_array_equal(compact, glove.word_ids(read.tokens()))
+
+
 def test_the_fast_copy_reads_the_same_vectors_without_gensim(tmp_path: Path, glove: WordVectors) -> None:
     """Vectors open through numpy-only files beside the native one (a search then needs no
     gensim import); every lookup agrees with gensim's own, and a file replaced since is

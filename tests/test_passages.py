@@ -32,6 +32,7 @@ from reranker.store.bm25 import (
 )
 from reranker.store.embedded import EmbeddedStore
 from reranker.store.text_index import TextIndex, WordPositions, passage_words, stable_hashes, stem_words, term_hashes
+from reranker.text import numbered
 from reranker.types import Document
 
 
@@ -150,7 +151,7 @@ def test_word_positions_list_each_words_places_in_text_order() -> None:
 def test_a_sent_texts_terms_are_what_the_index_keeps_of_the_same_words(words: list[str]) -> None:
     """`text_terms` counts each field's terms and lays out the words for the passages as
     the write path stores a document's (`passage_words` of every word and its stem)."""
-    terms = TextIndex.text_terms(words)
+    terms = TextIndex.text_terms(*numbered(words))
     assert terms.length == len(words)
     stems = stem_words(words) if words else []
     for field, counted in (("exact", Counter(words)), ("stemmed", Counter(stems))):

@@ -13,6 +13,7 @@ from reranker.text import (
     default_stopwords,
     is_readable,
     load_stopwords,
+    numbered,
     opening,
     plain_text,
     readable_words,
@@ -123,6 +124,8 @@ def test_one_pass_gives_what_tokenize_and_readable_words_give(text: str) -> None
         kept = WordsRead.of(text, stop)
         assert (kept.tokens(), kept.readable_words()) == (tokenize(text, stop), readable)
         assert len(kept.words) == len(set(kept.words))
+        distinct, numbers = kept.numbered_tokens()
+        assert (list(distinct), numbers) == numbered(tokenize(text, stop))
 
 
 def test_a_text_kept_compactly_keeps_each_word_once() -> None:
@@ -133,6 +136,9 @@ def test_a_text_kept_compactly_keeps_each_word_once() -> None:
         kept = WordsRead.of(text)
         assert (kept.tokens(), kept.readable_words()) == content_words(text)
         assert kept.words == words
+        # The store's terms take the content words alone (not "οδος").
+        distinct, numbers = kept.numbered_tokens()
+        assert (list(distinct), numbers) == numbered(tokenize(text))
 
 
 def test_counted_says_one_in_the_singular() -> None:

@@ -337,10 +337,10 @@ def content_key(text: str) -> str:
 
 
 # How a caller gives a store a sent text's content words (`reranker.text.tokenize` with the
-# store's stop list) where it reads them anyway: the engine reads a new text once, for its
-# corrected topics and its terms both (`Engine.read_words`). A store reads a text itself
-# without one.
-ReadWords = Callable[[str], Sequence[str]]
+# store's stop list) where it reads them anyway, `numbered` (each distinct word once, and
+# the text as numbers into them): the engine reads a new text once, for its corrected
+# topics and its terms both (`Engine.read_words`). A store reads a text itself without one.
+ReadWords = Callable[[str], tuple[Sequence[str], Sequence[int]]]
 
 
 _INTEGER = re.compile(r"-?[0-9]+")

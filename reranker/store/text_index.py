@@ -50,7 +50,7 @@ import tantivy
 
 from reranker.errors import StoreError, StoreFullError
 from reranker.store import LruCache, ReadWords, RunClaim, claimed_message, content_key
-from reranker.text import tokenize
+from reranker.text import numbered, tokenize
 from reranker.types import PassageWords
 
 # The fields every query searches, with their boosts (see the module docstring).
@@ -224,7 +224,7 @@ class SentTexts:
         key = content_key(text)
         found = self._kept.get(key)
         if found is None:
-            found = TextIndex.text_terms(read(text) if read is not None else tokenize(text, self._stopwords))
+            found = TextIndex.text_terms(*(read(text) if read is not None else numbered(tokenize(text, self._stopwords))))
             self._kept.put(key, found)
         return found
 
@@ -364,15 +364,15 @@ class TextIndex:
         return found
 
     @staticmethod
-    def text_terms(words: Sequence[str]) -> "TextTerms":
-        """A text's content words as each searched field would hold them, compactly.
+    def text_terms(distinct: Sequence[str], numbers: Sequence[int]) -> "TextTerms":
+        """A text's content words as each searched field would hold them, compactly, from
+        the words `numbered`: each distinct word (in the order they first occur) and the
+        text as each word's number among them.
 
-        Each distinct word is hashed and stemmed once, and the text is read as each word's
-        number among them: a paper of 4,000 words has about 1,100 distinct ones, and
-        per-word work in Python was most of what a new text's terms cost."""
-        distinct = list(dict.fromkeys(words))  # in the order they first occur
-        number = {word: i for i, word in enumerate(distinct)}
-        sequence = np.fromiter(map(number.__getitem__, words), dtype=np.intp, count=len(words))
+        Each distinct word is hashed and stemmed once: a paper of 4,000 words has about
+        1,100 distinct ones, and per-word work in Python was most of what a new text's
+        terms cost."""
+        sequence = np.asarray(numbers, dtype=np.intp)
         counts = np.bincount(sequence, minlength=len(distinct)).astype(np.int32)
         stems = stem_words(distinct)
         stem_hashes, stem_of_word = np.unique(term_hashes(stems), return_inverse=True)
@@ -381,7 +381,7 @@ class TextIndex:
         order = np.argsort(exact)
         word_hashes = stable_hashes(distinct)
         passages = PassageWords(WordPositions.of(word_hashes[sequence]).to_bytes(), word_hashes, stable_hashes(stems))
-        return TextTerms(len(words), {"exact": (exact[order], counts[order]), "stemmed": stemmed}, passages)
+        return TextTerms(len(sequence), {"exact": (exact[order], counts[order]), "stemmed": stemmed}, passages)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
         """How many documents hold each of `terms` in `field`. Raises StoreError."""
