@@ -284,9 +284,13 @@ class TopicExtractor:
         pending = set(futures)
         while pending:
             _, pending = wait_for_futures(pending, timeout=WORKER_WATCH_SECONDS)
-            workers = dict(getattr(self._pool, "_processes", None) or {}).values()
-            if pending and multiprocessing.connection.wait([worker.sentinel for worker in workers], timeout=0):
+            if pending and self._a_worker_ended():
                 raise BrokenProcessPool("a topic-extraction worker ended with batches outstanding")
+
+    def _a_worker_ended(self) -> bool:
+        """Whether one of the pool's workers has ended (its sentinel is ready)."""
+        workers = dict(getattr(self._pool, "_processes", None) or {}).values()
+        return bool(multiprocessing.connection.wait([worker.sentinel for worker in workers], timeout=0))
 
     def _worker_ended(self) -> WorkerError:
         """The error for a pool a worker left abruptly, once its other workers are gone.
@@ -322,6 +326,11 @@ class TopicExtractor:
 
     def close(self) -> None:
         if self._pool is not None:
+            # A run that stops for another reason (a duplicate id, a full disk) while a
+            # worker it lost was sending results would wait for the pool's thread for good
+            # here: the same clean-up first (workers end only at the shutdown below).
+            if self._a_worker_ended():
+                self._worker_ended()
             self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "TopicExtractor":

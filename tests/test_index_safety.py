@@ -555,6 +555,10 @@ def test_a_topic_worker_killed_while_it_sends_its_results_is_a_one_line_error_no
         while len(workers) < 2 and indexer.poll() is None:
             workers = [pid for pid in _children(indexer.pid) if b"spawn_main" in _cmdline(pid) and _cpu_ticks(pid) >= 50]
         assert len(workers) == 2, "the indexer ended before both workers were at work"
+        try:
+            _system_call(workers[0])
+        except PermissionError:
+            pytest.skip("cannot read another process's /proc/PID/syscall here (ptrace restrictions)")
         os.kill(indexer.pid, signal.SIGSTOP)
         stopped = True
         writing = None
@@ -565,14 +569,16 @@ def test_a_topic_worker_killed_while_it_sends_its_results_is_a_one_line_error_no
             threading.Event().wait(0.1)
         assert writing is not None, "no worker blocked writing its results within a minute"
         os.kill(writing, signal.SIGKILL)
+        os.kill(indexer.pid, signal.SIGCONT)
+        stopped = False
+        # Longer than the indexer's own 200 s, after which a run that hangs shows where.
+        out, errors = indexer.communicate(timeout=240)
     finally:
         if stopped:
             os.kill(indexer.pid, signal.SIGCONT)
-    try:
-        out, errors = indexer.communicate(timeout=120)
-    finally:
         if indexer.poll() is None:
             indexer.kill()
+            indexer.wait()
     assert indexer.returncode == 1, (out, errors)
     assert "Traceback" not in errors and len(errors.strip().splitlines()) == 1, errors
     assert "worker process ended abruptly" in errors and "run the same command again" in errors
@@ -585,12 +591,46 @@ def test_a_topic_worker_killed_while_it_sends_its_results_is_a_one_line_error_no
         store.close()
 
 
+# A pool whose thread waits on half a message, as a worker killed while it sent a batch's
+# results leaves it (the length a message begins with, then part of it, written into the
+# pool's own results pipe), and one of its workers gone; then `close`, as a run that stops
+# for another reason (a duplicate id, a full disk) reaches it. Prints "closed" if it returns.
+_CLOSE_AFTER_A_HALF_SENT_RESULT = """
+import faulthandler, os, struct
+faulthandler.dump_traceback_later(100, exit=True)
+from reranker.config import DEFAULT_VECTORS, Settings
+from reranker.embeddings import load_vectors
+from reranker.indexing import TopicExtractor
+from reranker.types import Document
+
+vectors = load_vectors(DEFAULT_VECTORS, Settings.from_env().vectors_cache)
+extractor = TopicExtractor(vectors, 15, None, workers=2)
+extractor.submit([Document(str(i), "", "ships sail across the ocean " * 20) for i in range(8)])()
+pool = extractor._pool
+os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1_000_000) + b"x" * 100)
+worker = next(iter(pool._processes.values()))
+worker.kill()
+worker.join()
+extractor.close()
+print("closed")
+"""
+
+
+def test_a_run_stopped_for_another_reason_after_a_worker_died_half_sending_still_exits(tmp_path: Path) -> None:
+    """The watch that turns a worker gone into one line (the test above) runs while the
+    run waits for results; a run that stops for another reason shuts the pool down from
+    `close`, which waited for the pool's thread, stuck on the half message, for good."""
+    env = {**os.environ, **settings_env(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", _CLOSE_AFTER_A_HALF_SENT_RESULT], capture_output=True, text=True, env=env, timeout=180)
+    assert (done.returncode, done.stdout) == (0, "closed\n"), done.stderr[-3000:]
+
+
 def _system_call(pid: int) -> str:
     """The number of the system call process `pid`'s main thread is in ("running" when in
-    none, "" once it is gone)."""
+    none, "" once it is gone). PermissionError where another process's is not to be read."""
     try:
         return Path(f"/proc/{pid}/syscall").read_text().split(" ", 1)[0].strip()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return ""
 
 
