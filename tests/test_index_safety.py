@@ -489,6 +489,18 @@ def worker_corpus(directory: Path) -> tuple[list[dict[str, str]], Path]:
     return records, write_jsonl(directory / "big.jsonl", records)
 
 
+def the_next_run_completes(data_dir: Path, path: Path, records: list[dict[str, str]]) -> None:
+    """`reranker index` of the worker corpus again exits 0 with every document indexed."""
+    code, again = run(data_dir, "index", str(path), "--no-progress")
+    assert code == 0, again
+    store = EmbeddedStore(data_dir / "index")
+    try:
+        assert store.count() == len(records)
+        assert [hit.doc_id for hit in store.bm25(own_word(1_234), 1)] == ["d1234"]
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("when", ["at work", "starting"])
 def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(data_dir: Path, tmp_path: Path, when: str) -> None:
     """A topic-extraction worker process killed (as the kernel's out-of-memory killer would)
@@ -520,14 +532,7 @@ def test_a_killed_topic_worker_is_a_one_line_error_and_the_next_run_completes(da
         assert indexer.returncode == 1, (out, errors)
         assert len(errors.strip().splitlines()) == 1, errors
         assert "worker process ended abruptly" in errors and "run the same command again" in errors
-    code, again = run(data_dir, "index", str(path), "--no-progress")
-    assert code == 0, again
-    store = EmbeddedStore(data_dir / "index")
-    try:
-        assert store.count() == len(records)
-        assert [hit.doc_id for hit in store.bm25(own_word(1_234), 1)] == ["d1234"]
-    finally:
-        store.close()
+    the_next_run_completes(data_dir, path, records)
 
 
 # The system call number of write(2), which /proc/PID/syscall shows first while a process
@@ -582,13 +587,7 @@ def test_a_topic_worker_killed_while_it_sends_its_results_is_a_one_line_error_no
     assert indexer.returncode == 1, (out, errors)
     assert "Traceback" not in errors and len(errors.strip().splitlines()) == 1, errors
     assert "worker process ended abruptly" in errors and "run the same command again" in errors
-    code, again = run(data_dir, "index", str(path), "--no-progress")
-    assert code == 0, again
-    store = EmbeddedStore(data_dir / "index")
-    try:
-        assert store.count() == len(records)
-    finally:
-        store.close()
+    the_next_run_completes(data_dir, path, records)
 
 
 # A pool whose thread waits on half a message, as a worker killed while it sent a batch's
@@ -670,13 +669,7 @@ def test_ctrl_c_while_topic_workers_start_is_one_line_and_leaves_no_process(data
     assert indexer.returncode == 130, (out, errors)
     assert errors == "reranker: interrupted (already indexed batches are kept)\n"
     assert left == [], [_cmdline(pid) for pid in left]
-    code, again = run(data_dir, "index", str(path), "--no-progress")
-    assert code == 0, again
-    store = EmbeddedStore(data_dir / "index")
-    try:
-        assert store.count() == len(records)
-    finally:
-        store.close()
+    the_next_run_completes(data_dir, path, records)
 
 
 def _session(sid: int) -> list[int]:
