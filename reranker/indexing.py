@@ -287,10 +287,14 @@ class TopicExtractor:
             if pending and self._a_worker_ended():
                 raise BrokenProcessPool("a topic-extraction worker ended with batches outstanding")
 
+    def _workers(self) -> list[multiprocessing.process.BaseProcess]:
+        # A private attribute (the pool's own processes, none of anyone else's): no public
+        # call reaches them. Copied: the pool's thread changes the dict as workers end.
+        return list(dict(getattr(self._pool, "_processes", None) or {}).values())
+
     def _a_worker_ended(self) -> bool:
         """Whether one of the pool's workers has ended (its sentinel is ready)."""
-        workers = dict(getattr(self._pool, "_processes", None) or {}).values()
-        return bool(multiprocessing.connection.wait([worker.sentinel for worker in workers], timeout=0))
+        return bool(multiprocessing.connection.wait([worker.sentinel for worker in self._workers()], timeout=0))
 
     def _worker_ended(self) -> WorkerError:
         """The error for a pool a worker left abruptly, once its other workers are gone.
@@ -301,9 +305,8 @@ class TopicExtractor:
         `reranker index` then hung on exit, for good (seen with a worker killed while
         batches of long papers were queued). Killing what is left ends both writes.
         """
-        # A private attribute (the pool's own processes, none of anyone else's): no
-        # public call reaches them, and a pool past 3.11 does no harm to kill twice.
-        for worker in dict(getattr(self._pool, "_processes", None) or {}).values():
+        # A pool past 3.11 does no harm to kill twice.
+        for worker in self._workers():
             if worker.is_alive():
                 worker.kill()
         # The pool's thread may be waiting for the rest of a message a killed worker was

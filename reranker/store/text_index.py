@@ -158,10 +158,17 @@ def passage_words(words: Sequence[str], stems: Sequence[str]) -> PassageWords:
     """What the store keeps of a text's content words (in order) and their stems (one
     each) for its best passages; made where the words are (a topic worker), as hashing
     every word is most of what writing a long document costs the store."""
+    distinct, numbers = numbered(words)
     stem_of = dict(zip(words, stems))
-    return PassageWords(
-        WordPositions.of(stable_hashes(words)).to_bytes(), stable_hashes(list(stem_of)), stable_hashes(list(stem_of.values()))
-    )
+    return _passage_words(distinct, [stem_of[word] for word in distinct], np.asarray(numbers, dtype=np.intp))
+
+
+def _passage_words(distinct: Sequence[str], stems: Sequence[str], sequence: npt.NDArray[np.intp]) -> PassageWords:
+    """`PassageWords` of a text given as its distinct words (in the order they first
+    occur), the stem of each, and the text as each word's number among them: the write
+    path's (`passage_words`) and a sent text's (`TextIndex.text_terms`), laid out alike."""
+    hashes = stable_hashes(distinct)
+    return PassageWords(WordPositions.of(hashes[sequence]).to_bytes(), hashes, stable_hashes(stems))
 
 
 _hashes: dict[str, int] = {}
@@ -379,8 +386,7 @@ class TextIndex:
         stemmed = (stem_hashes, np.bincount(stem_of_word, weights=counts, minlength=stem_hashes.size).astype(np.int32))
         exact = term_hashes(distinct)
         order = np.argsort(exact)
-        word_hashes = stable_hashes(distinct)
-        passages = PassageWords(WordPositions.of(word_hashes[sequence]).to_bytes(), word_hashes, stable_hashes(stems))
+        passages = _passage_words(distinct, stems, sequence)
         return TextTerms(len(sequence), {"exact": (exact[order], counts[order]), "stemmed": stemmed}, passages)
 
     def doc_freqs(self, field: str, terms: Iterable[str]) -> dict[str, int]:
