@@ -426,7 +426,17 @@ def test_metrics_directories_of_dead_masters_are_cleaned_at_start(tmp_path: Path
     (chosen / "counter_123.db").write_bytes(b"x")
     (chosen / "notes.txt").write_text("kept")
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(chosen))
+    monkeypatch.setenv("_RERANKER_METRICS_EMPTIED_BY", "-")  # unset again afterwards, as above
+    monkeypatch.delenv("_RERANKER_METRICS_EMPTIED_BY")
     assert runpy.run_path(str(config))["_created_metrics_dir"] is None
+    assert [p.name for p in chosen.iterdir()] == ["notes.txt"]
+    # SIGHUP runs the file again in the same master: this run's counters stay.
+    (chosen / "counter_124.db").write_bytes(b"x")
+    assert runpy.run_path(str(config))["_created_metrics_dir"] is None
+    assert sorted(p.name for p in chosen.iterdir()) == ["counter_124.db", "notes.txt"]
+    # A master of another run that inherited the mark (or has another directory) empties it.
+    os.environ["_RERANKER_METRICS_EMPTIED_BY"] = f"{dead.pid} {chosen}"
+    runpy.run_path(str(config))
     assert [p.name for p in chosen.iterdir()] == ["notes.txt"]
 
 

@@ -382,8 +382,8 @@ def test_a_failing_or_slow_ranker_degrades_to_bm25_order(indexed: Path, monkeypa
     assert body["first_stage"] == "order", "a degraded answer keeps the order sent"
     body = client.post("/rerank", json={"query": QUERY, "ranker": "broken", "documents": [{"text": "a ship", "score": 1.0}, {"text": "a loaf", "score": 2.0}]}).get_json()
     assert body["status"] == "degraded" and [r["index"] for r in body["results"]] == [0, 1] and body["first_stage"] == "order"
-    assert _metric(client, 'reranker_degraded_responses_total{endpoint="search",ranker="slow",reason="timeout"}') == 1
-    assert _metric(client, 'reranker_degraded_responses_total{endpoint="search",ranker="broken",reason="ranker_error"}') == 1
+    assert _metric(client, 'reranker_degraded_responses_total{endpoint="/search",ranker="slow",reason="timeout"}') == 1
+    assert _metric(client, 'reranker_degraded_responses_total{endpoint="/search",ranker="broken",reason="ranker_error"}') == 1
 
 
 def test_a_cluster_that_is_down_is_a_503_with_retry_after(indexed: Path) -> None:
@@ -550,8 +550,19 @@ def test_metrics_count_requests_and_rerank_latency(client: FlaskClient) -> None:
     client.post("/search", json={"query": ""})
     assert _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}') == before + 1
     assert _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="400"}') >= 1
-    assert _metric(client, 'reranker_rerank_duration_seconds_count{endpoint="search",ranker="hidden_topics_code"}') >= 1
+    assert _metric(client, 'reranker_rerank_duration_seconds_count{endpoint="/search",ranker="hidden_topics_code"}') >= 1
     assert _metric(client, 'reranker_request_duration_seconds_count{endpoint="/search"}') >= 2
+
+
+def test_rerank_routes_count_their_latency_under_their_rule(client: FlaskClient) -> None:
+    """Every metric's `endpoint` is the route's rule (the rerank latency said `v1/rerank`
+    while the request count said `/v1/rerank`: a dashboard could not join them)."""
+    texts = ["Hidden topics of long documents.", "A recipe for bread."]
+    sample = f'reranker_rerank_duration_seconds_count{{endpoint="/rerank",ranker="{DEFAULT_RANKER}"}}'
+    before = _metric(client, sample)
+    assert client.post("/rerank", json={"query": QUERY, "documents": texts}).status_code == 200
+    assert _metric(client, sample) == before + 1
+    assert _metric(client, 'reranker_requests_total{endpoint="/rerank",method="POST",status="200"}') >= 1
 
 
 def test_readiness_and_liveness(client: FlaskClient) -> None:

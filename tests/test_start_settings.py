@@ -306,15 +306,18 @@ def test_a_bad_config_file_on_sighup_leaves_the_service_up_with_its_settings(dat
         server.stop()
 
 
-def test_sighup_keeps_the_metrics_counted_so_far(data_dir: Path, tmp_path: Path) -> None:
-    """gunicorn runs its config file again on SIGHUP, which emptied the metrics directory it
-    had made itself: every counter of /metrics went back to 0 on a reload, and the directory
-    was left behind at exit."""
+@pytest.mark.parametrize("directory", ["made by the master", "the operator's"])
+def test_sighup_keeps_the_metrics_counted_so_far(data_dir: Path, tmp_path: Path, directory: str) -> None:
+    """gunicorn runs its config file again on SIGHUP, which emptied the metrics directory:
+    every counter of /metrics went back to 0 on a reload. The directory the master made was
+    also left behind at exit; the one an operator set (PROMETHEUS_MULTIPROC_DIR) stays."""
     from prometheus_client.parser import text_string_to_metric_families
 
     port = free_port()
     argv = [GUNICORN, "-c", str(CONFIG), "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "2", "reranker.service:create_app()"]
-    server = Started(argv, clean_env(data_dir), port)
+    chosen = tmp_path / "metrics"
+    more = {"PROMETHEUS_MULTIPROC_DIR": str(chosen)} if directory == "the operator's" else {}
+    server = Started(argv, clean_env(data_dir, **more), port)
 
     def healthz_count() -> float:
         with urllib.request.urlopen(server.url + "/metrics", timeout=10) as answer:
@@ -336,13 +339,16 @@ def test_sighup_keeps_the_metrics_counted_so_far(data_dir: Path, tmp_path: Path)
         time.sleep(1)  # the old worker stops gracefully; the new one answers
         urllib.request.urlopen(server.url + "/healthz", timeout=10).close()
         assert healthz_count() == 4
-        (directory,) = [  # the master's own (it writes its pid there)
+        made = [  # the master's own (it writes its pid there)
             found.parent for found in Path(tempfile.gettempdir()).glob("reranker-metrics-*/master.pid")
             if found.read_text().strip() == str(server.process.pid)
         ]  # fmt: skip
+        assert len(made) == (0 if more else 1)
     finally:
         server.stop()
-    assert not directory.exists(), "the master's metrics directory outlived it"
+    assert not any(found.exists() for found in made), "the master's metrics directory outlived it"
+    if more:
+        assert list(chosen.glob("*.db")), "the operator's directory holds the run's counters"
 
 
 def test_gunicorn_started_by_hand_reads_the_edited_config_file_on_sighup(data_dir: Path, tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     # first imported, and the gunicorn master (which imports this package to serve it)
     # sets PROMETHEUS_MULTIPROC_DIR only when it reads gunicorn.conf.py.
     from reranker.service import access, api, cohere, errors, experiments, library, operations, proxy, web
-    from reranker.service.metrics import Metrics
+    from reranker.service.metrics import Metrics, endpoint_label
     from reranker.service.paths import DocumentPaths
     from reranker.service.reranking import Runtime
     from reranker.threads import limit_native_threads
@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     @app.after_request
     def _count(response: Response) -> Response:
-        rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        rule = endpoint_label()
         # Methods are a label: a made-up one must not make a new series per request.
         method = request.method if request.method in HTTP_METHODS else "other"
         metrics.requests.labels(rule, method, str(response.status_code)).inc()

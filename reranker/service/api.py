@@ -131,7 +131,7 @@ def rerank() -> Any:
     ranker = rt.ranker(asked.ranker, asked.fusion_weight)
     documents = request_documents(asked.documents)
     size = len(documents) if asked.size is None else asked.size
-    outcome, query = rt.rerank_documents(asked.query, ranker, documents, "rerank", exact_top=size)
+    outcome, query = rt.rerank_documents(asked.query, ranker, documents, exact_top=size)
     results = []
     for rank, position in enumerate(outcome.order[:size], start=1):
         result: dict[str, Any] = {"index": position, "rank": rank, **outcome.hit_scores(position)}

@@ -110,7 +110,7 @@ def _rerank(version: str) -> Response:
     if return_documents and any(doc.text is None for doc in documents):
         raise bad_request("[return_documents] needs every document as text")
     # Every document gets a score, but only the shown ones must be in exact order.
-    outcome, _ = rt.rerank_documents(asked.query, ranker, documents, f"v{version}/rerank", exact_top=top_n if apply_top_n else None)
+    outcome, _ = rt.rerank_documents(asked.query, ranker, documents, exact_top=top_n if apply_top_n else None)
     n = len(documents)
     if outcome.scores is None:
         # Degraded: the caller's order is the only evidence left, scaled to [0, 1] over the

@@ -90,6 +90,7 @@ limit_request_fields = 100
 control_socket_disable = True
 
 METRICS_PREFIX = "reranker-metrics-"
+EMPTIED_BY = "_RERANKER_METRICS_EMPTIED_BY"  # "<master pid> <directory>"; private, not a setting
 
 
 def _metrics_dir() -> str | None:
@@ -99,17 +100,23 @@ def _metrics_dir() -> str | None:
     workers' counters) are removed first, as prometheus_client asks, or they would be
     added to this run's. Otherwise a fresh one is made, with this master's pid in it, and
     directories of masters that died without cleaning up (SIGKILL) are removed.
+
+    gunicorn runs this file again on SIGHUP, in the same master: the files are then this
+    run's workers' values and stay (emptied, every counter went back to 0 on a reload).
     """
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given and _master_of(given) == os.getpid():
-        # Made by this master, and this file run again on SIGHUP: the files are this run's
-        # workers' values (emptied, every counter went back to 0 on a reload).
-        return given
+        return given  # made by this master
+    if given and os.environ.get(EMPTIED_BY) == f"{os.getpid()} {given}":
+        return None  # the operator's, emptied by this master when it started
     if given:
         os.makedirs(given, exist_ok=True)
         for name in os.listdir(given):
             if name.endswith(".db"):
                 os.remove(os.path.join(given, name))
+        # In the environment, not in a file of the directory: a master of another run
+        # (another container's, also pid 1) must empty it again.
+        os.environ[EMPTIED_BY] = f"{os.getpid()} {given}"
         return None
     base = tempfile.gettempdir()
     for name in os.listdir(base):

@@ -6,8 +6,8 @@ directory before any worker starts, prometheus_client then keeps the values in f
 there, and `/metrics` adds them up. Without that variable (tests, `flask run`) the values
 live in this process, in a registry of the app's own.
 
-Labels are bounded: a route's rule (`/<index>/_search`, never the concrete path), a
-registered ranker name, a fallback reason (timeout, ranker_error, topics_unavailable), an
+Labels are bounded: a route's rule (`/<index>/_search`, never the concrete path: the same
+`endpoint` in every metric, so that they join), a registered ranker name, a fallback reason (timeout, ranker_error, topics_unavailable), an
 experiment id (created by an admin, one running at a time).
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from flask import has_request_context, request
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -26,6 +27,12 @@ from prometheus_client import (
 
 # Seconds: the service answers in milliseconds to about a second.
 _BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def endpoint_label() -> str:
+    """The `endpoint` label of this request: its route's rule, `unmatched` when none matched."""
+    rule = request.url_rule if has_request_context() else None
+    return rule.rule if rule is not None else "unmatched"
 
 
 class Metrics:

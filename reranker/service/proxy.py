@@ -307,7 +307,7 @@ def rerank_window(
     query = engine.query(plan_.text)
     if plan_.experiment is not None:
         interleaved, _ = rt.interleave(
-            query, window, plan_.experiment, deadline, "proxy", offset=offset, size=size, client_id=client_id, text=plan_.text
+            query, window, plan_.experiment, deadline, offset=offset, size=size, client_id=client_id, text=plan_.text
         )
         if interleaved is not None:
             return interleaved.positions, {
@@ -320,7 +320,7 @@ def rerank_window(
                     for p, team in zip(interleaved.positions, interleaved.teams)
                 ],
             }
-    outcome, _ = rt.rerank(query, window, plan_.ranker, deadline, "proxy", len(reranked))
+    outcome, _ = rt.rerank(query, window, plan_.ranker, deadline, len(reranked))
     positions = rescored(outcome.order, len(hits))[offset : offset + size]
     unscored = {"score": None, "ranker_score": None}  # past the window, as a failed ranker's
     block = {

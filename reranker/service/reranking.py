@@ -38,6 +38,7 @@ from reranker.pipeline import Ranking, explained_ranker, first_stage_depth, past
 from reranker.rankers import CandidateSet, FirstStage, Ranker, Scores, get_ranker, unweighted_reason, weighted_ranker_names
 from reranker.rankers.fusion import FusionPart
 from reranker.service.errors import ApiError, bad_request, describe
+from reranker.service.metrics import endpoint_label
 from reranker.service.schema import Candidate as SentCandidate
 from reranker.store.events import Experiment, ShownQuery, randomisation_unit
 from reranker.text import SNIPPET_WORDS, opening, rounded
@@ -274,7 +275,6 @@ class Runtime:
         window: CandidateSet,
         ranker: Ranker,
         deadline: Deadline,
-        endpoint: str,
         size: int,
     ) -> tuple[Reranked, CandidateSet | None]:
         """Score `window` (of `size` candidates) with `ranker` before `deadline`; the
@@ -304,31 +304,31 @@ class Runtime:
             raise  # the ranker cannot run on this index at all (no model): the caller's 409
         except FutureTimeout:
             future.cancel()
-            return self._degraded(endpoint, ranker, "timeout", deadline.late(f"ranker {ranker.name!r}"), started, size), None
+            return self._degraded(ranker, "timeout", deadline.late(f"ranker {ranker.name!r}"), started, size), None
         except DeadlineExceeded:
-            return self._degraded(endpoint, ranker, "timeout", deadline.late("computing topics"), started, size), None
+            return self._degraded(ranker, "timeout", deadline.late("computing topics"), started, size), None
         except StoreError as exc:  # the candidates' topics (or vectors) could not be fetched
-            return self.degraded_topics(endpoint, ranker, exc, size), None
+            return self.degraded_topics(ranker, exc, size), None
         except Exception as exc:  # a failing ranker must not fail the search: fail open
             log.warning("ranker %s failed; answering in first-stage order", ranker.name, exc_info=True)
-            return self._degraded(endpoint, ranker, "ranker_error", f"ranker {ranker.name!r} failed: {describe(exc)}", started, size), None
+            return self._degraded(ranker, "ranker_error", f"ranker {ranker.name!r} failed: {describe(exc)}", started, size), None
         elapsed = 1000 * (time.perf_counter() - started)
-        self.metrics.rerank_latency.labels(endpoint, ranker.name).observe(elapsed / 1000)
+        self.metrics.rerank_latency.labels(endpoint_label(), ranker.name).observe(elapsed / 1000)
         candidates = built[0]
         order, scores, own, parts = ranking.order, ranking.scores, ranking.ranker_scores, ranking.parts
         status, reason = ranking_status(query, ranker, ranking)
         if status == "partial":
-            self.metrics.degraded.labels(endpoint, ranker.name, "partial").inc()
+            self.metrics.degraded.labels(endpoint_label(), ranker.name, "partial").inc()
         return Reranked(order, scores, status, reason, elapsed, own, parts, candidates.first_stage), candidates
 
-    def _degraded(self, endpoint: str, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
+    def _degraded(self, ranker: Ranker, kind: str, reason: str, started: float, size: int) -> Reranked:
         """The first-stage order of `size` candidates, counted as a fallback of `kind`."""
-        self.metrics.degraded.labels(endpoint, ranker.name, kind).inc()
+        self.metrics.degraded.labels(endpoint_label(), ranker.name, kind).inc()
         return Reranked(list(range(size)), None, "degraded", reason, 1000 * (time.perf_counter() - started))
 
-    def degraded_topics(self, endpoint: str, ranker: Ranker, exc: StoreError, size: int) -> Reranked:
+    def degraded_topics(self, ranker: Ranker, exc: StoreError, size: int) -> Reranked:
         """The outcome when the topics of `size` candidates could not be fetched."""
-        return self._degraded(endpoint, ranker, "topics_unavailable", f"topics unavailable: {exc}", time.perf_counter(), size)
+        return self._degraded(ranker, "topics_unavailable", f"topics unavailable: {exc}", time.perf_counter(), size)
 
     def interleave(
         self,
@@ -336,7 +336,6 @@ class Runtime:
         window: CandidateSet,
         experiment: Experiment,
         deadline: Deadline,
-        endpoint: str,
         *,
         offset: int,
         size: int,
@@ -355,7 +354,7 @@ class Runtime:
         built: CandidateSet | None = None
         for name in experiment.rankers:
             try:
-                outcome, candidates = self.rerank(query, window, engine.ranker(name), deadline, endpoint, len(window.candidates))
+                outcome, candidates = self.rerank(query, window, engine.ranker(name), deadline, len(window.candidates))
             except RerankerError as exc:  # e.g. doc2vec with no model on this index: the user did not ask for it
                 log.warning("experiment %s left out a search: %s", experiment.id, exc)
                 outcome, candidates = None, None
@@ -430,13 +429,13 @@ class Runtime:
         window_set = CandidateSet(reranked, exact_top=min(offset + size, len(reranked)), query_text=text)
         if experiment is not None:
             interleaved, completed = self.interleave(
-                query, window_set, experiment, deadline, "search", offset=offset, size=size, client_id=client_id, text=text
+                query, window_set, experiment, deadline, offset=offset, size=size, client_id=client_id, text=text
             )
         if interleaved is None and offset >= window:  # the page lies past the window: BM25's order, nothing to score
             reason = past_window_reason(window, "RERANKER_WINDOW, or window")
             outcome = Reranked(order=[], scores=None, status="not_reranked", reason=reason, rerank_ms=0.0)
         elif interleaved is None:
-            outcome, completed = self.rerank(query, window_set, chosen, deadline, "search", len(reranked))
+            outcome, completed = self.rerank(query, window_set, chosen, deadline, len(reranked))
         # (window position, the outcome that scored it, the ranker that placed it) per hit
         page: list[tuple[int, Reranked, Ranker]]
         if interleaved is not None:
@@ -514,7 +513,7 @@ class Runtime:
         return found
 
     def rerank_documents(
-        self, text: str, ranker: Ranker, documents: Sequence[RequestDocument], endpoint: str, exact_top: int | None = None
+        self, text: str, ranker: Ranker, documents: Sequence[RequestDocument], exact_top: int | None = None
     ) -> tuple[Reranked, Query]:
         """Rerank caller-supplied candidates (stored ids and/or texts) before the deadline;
         the first `exact_top` positions (None: all) must be in the ranker's exact order.
@@ -541,7 +540,7 @@ class Runtime:
             try:
                 stored = engine.store.topics(ids, corrected=corrected)
             except StoreUnavailableError as exc:
-                return self.degraded_topics(endpoint, ranker, exc, len(documents)), query
+                return self.degraded_topics(ranker, exc, len(documents)), query
             deadline.spent_on("reading the stored topics")
             # Each missing id once, in the order sent (a window may name one twice).
             unresolved = list(dict.fromkeys(doc.id for doc in documents if doc.id in stored.missing and doc.text is None))
@@ -550,7 +549,7 @@ class Runtime:
                 more = f" and {len(unresolved) - 10} more" if len(unresolved) > 10 else ""
                 raise ApiError(404, "document_missing_exception", f"no stored document with id {shown}{more}; send its text instead")
         window = replace(self._candidate_set(documents, stored, corrected), exact_top=exact_top, query_text=text)
-        outcome, _ = self.rerank(query, window, ranker, deadline, endpoint, len(documents))
+        outcome, _ = self.rerank(query, window, ranker, deadline, len(documents))
         return outcome, query
 
     @staticmethod
