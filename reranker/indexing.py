@@ -34,6 +34,7 @@ from concurrent.futures import wait as wait_for_futures
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, Protocol, Sequence
 
@@ -297,25 +298,8 @@ class TopicExtractor:
         return bool(multiprocessing.connection.wait([worker.sentinel for worker in self._workers()], timeout=0))
 
     def _worker_ended(self) -> WorkerError:
-        """The error for a pool a worker left abruptly, once its other workers are gone.
-
-        CPython 3.11's pool, once broken, SIGTERMs its workers and waits for its threads,
-        but a worker it missed stays blocked sending a batch's results that nobody reads,
-        and holds the pipe the pool's feeder thread is blocked writing the next batch to:
-        `reranker index` then hung on exit, for good (seen with a worker killed while
-        batches of long papers were queued). Killing what is left ends both writes.
-        """
-        # A pool past 3.11 does no harm to kill twice.
-        for worker in self._workers():
-            if worker.is_alive():
-                worker.kill()
-        # The pool's thread may be waiting for the rest of a message a killed worker was
-        # writing (see _wait_watching_workers). With the workers gone, this process holds
-        # the last writing end of that pipe: closed, the wait ends at the end of the pipe,
-        # which breaks the pool, so that it shuts down and this process can exit.
-        writer = getattr(getattr(self._pool, "_result_queue", None), "_writer", None)
-        if writer is not None:
-            writer.close()
+        """The error for a pool a worker left abruptly, once its other workers are gone."""
+        _end_broken_pool(self._workers(), self._results_writer())
         # What is written stays written (each batch lands whole or not at all): a second
         # run skips it and goes on.
         # A script of the caller's own that starts indexing at import, without a __main__
@@ -327,20 +311,58 @@ class TopicExtractor:
             "before it are kept: run the same command again to go on (--workers 1 uses no workers)"
         )
 
+    def _results_writer(self) -> Connection | None:
+        """This process's writing end of the pool's results pipe (private, as `_workers`)."""
+        return getattr(getattr(self._pool, "_result_queue", None), "_writer", None)
+
     def close(self) -> None:
-        if self._pool is not None:
-            # A run that stops for another reason (a duplicate id, a full disk) while a
-            # worker it lost was sending results would wait for the pool's thread for good
-            # here: the same clean-up first (workers end only at the shutdown below).
-            if self._a_worker_ended():
-                self._worker_ended()
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the pool, once its workers finished what they were sending.
+
+        Waited for here rather than by `shutdown(wait=True)`, which joins the pool's thread
+        without a watch: when a worker is killed while it sends results, whether before
+        this call (a run that stops for a duplicate id or a full disk after losing one) or
+        during it, that thread waits for the rest of a message for good. A worker ends with
+        0 when the pool tells it to stop; any other exit is one lost.
+        """
+        if self._pool is None:
+            return
+        # Read first: shutdown(wait=False) drops the pool's references to them.
+        thread = getattr(self._pool, "_executor_manager_thread", None)
+        workers, writer = self._workers(), self._results_writer()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        while thread is not None and thread.is_alive():
+            thread.join(WORKER_WATCH_SECONDS)
+            if any(worker.exitcode not in (None, 0) for worker in workers):
+                _end_broken_pool(workers, writer)
 
     def __enter__(self) -> "TopicExtractor":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _end_broken_pool(workers: list[multiprocessing.process.BaseProcess], writer: Connection | None) -> None:
+    """Let a pool a worker left abruptly shut down: its other workers killed, and this
+    process's writing end of its results pipe closed.
+
+    CPython 3.11's pool, once broken, SIGTERMs its workers and waits for its threads, but a
+    worker it missed stays blocked sending a batch's results that nobody reads, and holds
+    the pipe the pool's feeder thread is blocked writing the next batch to: `reranker
+    index` then hung on exit, for good (seen with a worker killed while batches of long
+    papers were queued). Killing what is left ends both writes. (A pool past 3.11 does no
+    harm to kill twice.)
+
+    The pool's thread may also be waiting for the rest of a message a killed worker was
+    writing (see TopicExtractor._wait_watching_workers). With the workers gone, this process
+    holds the last writing end of that pipe: closed, the wait ends at the end of the pipe,
+    which breaks the pool, so that it shuts down and this process can exit.
+    """
+    for worker in workers:
+        if worker.is_alive():
+            worker.kill()
+    if writer is not None:
+        writer.close()
 
 
 def _start_workers(pool: ProcessPoolExecutor) -> None:

@@ -624,6 +624,31 @@ def test_a_run_stopped_for_another_reason_after_a_worker_died_half_sending_still
     assert (done.returncode, done.stdout) == (0, "closed\n"), done.stderr[-3000:]
 
 
+# The same pool, its thread on half a message, but the worker killed only once `close`
+# has begun (a second failure while the run shuts down): it watched the workers before the
+# shutdown only, then waited for the pool's thread for good.
+_KILLED_WHILE_CLOSING = _CLOSE_AFTER_A_HALF_SENT_RESULT.replace(
+    """worker.kill()
+worker.join()
+extractor.close()
+""",
+    """import threading
+closing = threading.Thread(target=extractor.close)
+closing.start()
+closing.join(1.5)
+worker.kill()
+closing.join()
+""",
+)
+
+
+def test_a_worker_killed_while_the_pool_shuts_down_does_not_hang_the_run(tmp_path: Path) -> None:
+    assert _KILLED_WHILE_CLOSING != _CLOSE_AFTER_A_HALF_SENT_RESULT
+    env = {**os.environ, **settings_env(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", _KILLED_WHILE_CLOSING], capture_output=True, text=True, env=env, timeout=180)
+    assert (done.returncode, done.stdout) == (0, "closed\n"), done.stderr[-3000:]
+
+
 def _system_call(pid: int) -> str:
     """The number of the system call process `pid`'s main thread is in ("running" when in
     none, "" once it is gone). PermissionError where another process's is not to be read."""
