@@ -6,9 +6,10 @@ directory before any worker starts, prometheus_client then keeps the values in f
 there, and `/metrics` adds them up. Without that variable (tests, `flask run`) the values
 live in this process, in a registry of the app's own.
 
-Labels are bounded: a route's rule (`/<index>/_search`, never the concrete path: the same
-`endpoint` in every metric, so that they join), a registered ranker name, a fallback reason (timeout, ranker_error, topics_unavailable), an
-experiment id (created by an admin, one running at a time).
+Labels are bounded: a route's rule (`/<index>/_search`, never the concrete path; the same
+`endpoint` in every metric, so that they join), a registered ranker name, a fallback reason
+(timeout, ranker_error, topics_unavailable, partial), an experiment id (created by an
+admin, one running at a time).
 """
 
 from __future__ import annotations
