@@ -128,6 +128,9 @@ def check_corpus(path: Path) -> None:
     if path.exists() and not path.is_file():
         # A pipe (`<(zcat corpus.jsonl.gz)`) or a device: indexing reads the file more than once.
         raise InputError("not a regular file (a pipe or a device?): save the corpus to a file and index that", str(path))
+    if str(path) == "-" and not path.exists():
+        # Meant as standard input, which is a pipe too.
+        raise InputError("standard input cannot be indexed (indexing reads the corpus more than once): save the corpus to a file and index that", "-")
     if not path.is_file():
         raise InputError("no such corpus file", str(path))
     if path.stat().st_size == 0:

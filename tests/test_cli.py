@@ -52,8 +52,9 @@ def test_demo_shows_both_orders_with_explanations(data_dir: Path) -> None:
         shown = [float(re.findall(r"-> ([+-][0-9.]+)", line)[0]) for line in lines[2:8]]
         assert sum(shown) == pytest.approx(float(total[1]), abs=4e-5)
     assert "| hidden_topics |" in out and "| bm25 |" in out and "| hidden_topics_corrected+bm25:maxp |" in out
-    code, again = run(data_dir, "demo", "--queries", "1")
+    code, again = run(data_dir, "demo", "--queries", "100")
     assert code == 0 and "0 indexed now, 25 already there" in again
+    assert again.count("BM25 order") == 5 and "(--queries 100: the sample has 5, all shown above.)" in again
 
 
 def test_index_then_search(data_dir: Path) -> None:
@@ -718,6 +719,14 @@ def test_errors_are_one_line_and_non_zero(data_dir: Path, tmp_path: Path, capsys
     with pytest.raises(SystemExit) as usage:
         run(data_dir, "search", "ships", "--filter", "title=" + "a" * 8192)
     assert usage.value.code == 2 and "argument --filter: must be at most 8191 characters, got 8192" in capsys.readouterr().err
+    # No value: refused (an unset shell variable), saying how to ask for the empty string.
+    with pytest.raises(SystemExit) as usage:
+        run(data_dir, "search", "ships", "--filter", "title=")
+    assert usage.value.code == 2 and """argument --filter: 'title=' has no value (to match the empty string: --filter 'title=""')""" in capsys.readouterr().err
+    code, out = run(data_dir, "search", "machine translation", "--filter", 'title=""', "--json")
+    unfiltered = run(data_dir, "search", "machine translation", "--json")[1]
+    assert code == 0 and json.loads(out)["hits"] == json.loads(unfiltered)["hits"] != []  # no sample paper has a title
+    assert json.loads(run(data_dir, "search", "machine translation", "--filter", 'title="x"', "--json")[1])["hits"] == []
 
 
 def test_commands_that_read_make_no_index_in_an_empty_data_dir(tmp_path: Path, glove: object) -> None:
@@ -930,6 +939,9 @@ def test_a_query_that_is_not_utf8_is_refused_in_one_line(data_dir: Path) -> None
         assert done.stderr == b"reranker: error: the query is not UTF-8 text (byte 0xe9 at offset 3)\n"
     done = subprocess.run([*search, "-", "--json", "--size", "1"], input="café translation".encode(), env=env, capture_output=True, timeout=120)
     assert done.returncode == 0 and json.loads(done.stdout)["query"] == "café translation"
+    # Standard input closed, as cron or a daemon may start it: one line, not a traceback.
+    done = subprocess.run(["sh", "-c", '"$@" <&-', "sh", *search, "-"], env=env, capture_output=True, timeout=120)
+    assert (done.returncode, done.stderr) == (1, b"reranker: error: no standard input to read the query from (`-` reads it)\n")
 
 
 @pytest.mark.parametrize(("status", "page", "said"), [
@@ -1202,11 +1214,11 @@ def test_a_bad_service_setting_stops_serve_and_config_only(data_dir: Path, tmp_p
     capsys.readouterr()
     for command in ("serve", "config"):
         assert run(data_dir, command)[0] == 2
-        assert capsys.readouterr().err == "reranker: error: RERANKER_WORKERS must be >= 1, got 0\n"
+        assert capsys.readouterr().err == "reranker: error: RERANKER_WORKERS must be >= 1, got 0 (from the environment)\n"
     monkeypatch.delenv("RERANKER_WORKERS")
     for command in ("serve", "config"):
         assert run(data_dir, command)[0] == 2
-        assert capsys.readouterr().err == "reranker: error: the service address (RERANKER_BIND, --bind) must be HOST:PORT, got 'nonsense'\n"
+        assert capsys.readouterr().err == "reranker: error: the service address (RERANKER_BIND, --bind) must be HOST:PORT, got 'nonsense' (from the environment)\n"
 
 
 def test_an_option_overrides_a_bad_value_of_its_variable_instead_of_being_refused_for_it(
@@ -1269,7 +1281,12 @@ def test_a_bad_value_of_the_config_file_is_said_to_be_the_files(
     assert capsys.readouterr().err == f"reranker: error: RERANKER_WINDOW must be an integer, got 'fifty' (from the config file {config})\n"
     monkeypatch.setenv("RERANKER_WINDOW", "many")  # the environment's, which overrides the file's
     assert run(data_dir, "--config", str(config), "search", "ships")[0] == 2
-    assert capsys.readouterr().err == "reranker: error: RERANKER_WINDOW must be an integer, got 'many'\n"
+    assert capsys.readouterr().err == "reranker: error: RERANKER_WINDOW must be an integer, got 'many' (from the environment)\n"
+    # An option's value is the command line's own: no source added.
+    monkeypatch.delenv("RERANKER_WINDOW")
+    monkeypatch.setenv("RERANKER_MAX_WINDOW", "50")
+    assert run(data_dir, "search", "ships", "--window", "60")[0] == 2
+    assert capsys.readouterr().err.endswith("(RERANKER_MAX_WINDOW, the service's limit too), got 60\n")
 
 
 @pytest.mark.parametrize(
@@ -1423,6 +1440,9 @@ def test_nothing_is_dropped_in_silence(data_dir: Path, tmp_path: Path, capsys: p
     os.mkfifo(pipe)
     assert run(data_dir, "index", str(pipe))[0] == 1
     assert capsys.readouterr().err.strip() == f"reranker: error: {pipe}: not a regular file (a pipe or a device?): save the corpus to a file and index that"
+    # So is `-`, meant as standard input.
+    assert run(data_dir, "index", "-")[0] == 1
+    assert capsys.readouterr().err.strip() == "reranker: error: -: standard input cannot be indexed (indexing reads the corpus more than once): save the corpus to a file and index that"
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     assert run(data_dir, "index", str(empty))[0] == 1

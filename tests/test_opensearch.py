@@ -1478,7 +1478,7 @@ def test_tls_settings_that_cannot_work_say_which_setting_to_check(
         # One line of the command's (another thread of this test process may write its own).
         err = capsys.readouterr().err
         said = [line for line in err.splitlines() if line.startswith("reranker:")]
-        assert said == [f"reranker: error: OPENSEARCH_CA_CERTS must be a CA bundle file (PEM), got {str(missing)!r}"], err
+        assert said == [f"reranker: error: OPENSEARCH_CA_CERTS must be a CA bundle file (PEM), got {str(missing)!r} (from the environment)"], err
 
 
 def test_a_reader_notices_when_the_alias_moves_to_other_vectors(

@@ -74,7 +74,9 @@ def _refusal(model: Any, body: Any, where: str = "") -> ApiError:
         (RerankRequest, {"query": "ships", "documents": ["a"] * 4}, 413, "[documents] has 4 documents; the limit is 3 (RERANKER_MAX_DOCUMENTS)"),
         (RerankRequest, {"query": "ships", "documents": ["a", 3]}, 400, '[documents[1]] must be a string or an object with "text" and/or "id"'),
         (RerankRequest, {"query": "ships", "documents": [{}]}, 400, '[documents[0]] needs a "text" or an "id"'),
-        (RerankRequest, {"query": "ships", "documents": [{"id": ["a"]}]}, 400, "[documents[0].id] must be a string, got an array"),
+        (RerankRequest, {"query": "ships", "documents": [{"id": ["a"]}]}, 400, "[documents[0].id] must be a string or an integer, got an array"),
+        (RerankRequest, {"query": "ships", "documents": [{"id": 7.5}]}, 400, "[documents[0].id] must be a string or an integer, got a number"),
+        (RerankRequest, {"query": "ships", "documents": [{"id": ""}]}, 400, "[documents[0].id] must not be empty"),
         (RerankRequest, {"query": "ships", "documents": [{"text": "x" * 51}]}, 413, "[documents[0].text] has 51 characters; the limit is 50 (RERANKER_MAX_TEXT_CHARS)"),
         (RerankRequest, {"query": "ships", "documents": [{"text": "a", "score": -(10**400)}]}, 400, "[documents[0].score] must be a number within a double's range (about ±1.8e308), got an integer of 401 digits"),
         (RerankRequest, {"query": "ships", "documents": [{"text": "a", "title": "b"}]}, 400, "unknown field [documents[0].title]; known fields: id, score, text"),
@@ -168,6 +170,7 @@ def test_null_stands_for_an_absent_field() -> None:
 def test_what_a_valid_body_reads_as() -> None:
     asked = read(RerankRequest, {"query": "ships", "documents": ["a text", {"id": 7, "score": 2}, {"id": "d", "text": "t"}]}, limits=LIMITS)
     assert [(c.id, c.text, c.score) for c in asked.documents] == [(None, "a text", None), ("7", None, 2.0), ("d", "t", None)]
+    assert read(RerankRequest, {"query": "ships", "documents": [{"id": 8.0}]}).documents[0].id == "8"  # as any integer may be written
     # Cohere's documents may carry other fields (v1 objects); the native route refuses them.
     cohere = read(CohereRequest, {"query": "q", "documents": [{"text": "a", "title": "b"}], "max_chunks_per_doc": 10}, limits=LIMITS)
     assert cohere.documents[0].text == "a"

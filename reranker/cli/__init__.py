@@ -27,7 +27,7 @@ from typing import Sequence, TextIO
 from reranker import __version__
 from reranker.cli import evaluating, indexing, searching, serving, tuning
 from reranker.cli.common import EXIT_ERROR, EXIT_USAGE, CommandParser
-from reranker.config import Settings, config_file_path, read_config_file
+from reranker.config import ENVIRONMENT, Settings, config_file_path, read_config_file
 from reranker.errors import ConfigError, IndexOutdatedError, RerankerError, UnknownRankerError
 
 _GROUPS = (searching, indexing, evaluating, tuning, serving)
@@ -134,17 +134,23 @@ _OPTION_VARIABLES = {
 
 def _settings(args: argparse.Namespace) -> Settings:
     env = dict(os.environ)
+    from_options: set[str] = set()
     for option, name in _OPTION_VARIABLES.items():
         value = getattr(args, option, None)
         if value is not None:
             env[name] = str(value)
+            from_options.add(name)
     try:
         return Settings.from_env(env, config_file=args.config, serving=args.command in _SERVING_COMMANDS)
     except ConfigError as exc:
         # "RERANKER_WINDOW must be an integer, got 'fifty'" sent the user to an environment
-        # that does not set it: say that the value is the config file's.
+        # that does not set it: say where the value came from, as gunicorn's start does.
+        named = [name for name in ENVIRONMENT if re.search(rf"\b{name}\b", str(exc))]
         source = config_file_path(args.config, env)
         from_file = [] if source is None else [name for name in read_config_file(source) if not env.get(name)]
-        if any(re.search(rf"\b{name}\b", str(exc)) for name in from_file):
+        if any(name in from_file for name in named):
             raise ConfigError(f"{exc} (from the config file {source})") from None
+        # A value the command line gave (--window over RERANKER_MAX_WINDOW) is said as it stands.
+        if named and not from_options & set(named) and any(env.get(name) for name in named):
+            raise ConfigError(f"{exc} (from the environment)") from None
         raise

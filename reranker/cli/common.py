@@ -174,7 +174,13 @@ _FILTER_OPS = {"=": "eq", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 def parse_filter(raw: str) -> Filter:
     """"year>=2010" -> Filter("year", "gte", 2010); values are JSON when they parse."""
     match = _FILTER.match(raw)
-    if not match or match.group(3) == "":
+    if match and match.group(3) == "":
+        # Refused, not read as the empty string: `title=$TITLE` with the variable unset
+        # would otherwise filter on it in silence.
+        if match.group(2) != "=":
+            raise argparse.ArgumentTypeError(f"{raw!r} has no value: a range filter needs a number or a date")
+        raise argparse.ArgumentTypeError(f"{raw!r} has no value (to match the empty string: --filter '{match.group(1)}=\"\"')")
+    if not match:
         raise argparse.ArgumentTypeError(f"expected FIELD=VALUE or FIELD>=VALUE (also >, <=, <), got {raw!r}")
     name, op, value = match.groups()
     try:

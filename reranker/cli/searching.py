@@ -77,6 +77,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         default = settings.service.default_ranker
         for query_id, text in queries[: args.queries]:
             _demo_query(engine, query_id, text, qrels.get(query_id, {}), args.size, default, out)
+        if args.queries > len(queries):
+            print(f"(--queries {args.queries}: the sample has {len(queries)}, all shown above.)\n", file=out)
         dataset = Dataset("sample", sample / "corpus.jsonl", tuple(queries), qrels)
         rankers = list(dict.fromkeys(["bm25", "hidden_topics", "hidden_topics_corrected", default]))
         result = evaluate(engine, dataset, rankers, window=settings.window)
@@ -125,6 +127,8 @@ def _demo_query(
 
 def _read_query(raw: str) -> str:
     if raw == "-":
+        if sys.stdin is None:  # started with standard input closed (`<&-`, some daemons)
+            raise InputError("no standard input to read the query from (`-` reads it)")
         # Bytes, decoded here: the text layer's decoding follows the locale (strict in one,
         # escapes in another), and the query is UTF-8 as every file the package reads.
         buffer = getattr(sys.stdin, "buffer", None)

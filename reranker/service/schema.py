@@ -20,7 +20,7 @@ Rules every request model follows:
   (`publish_limits`), so a client (or schemathesis) reads the bounds it will be held to.
 
 `read` turns pydantic's errors into the service's one error shape: a 400 (or 413) whose
-reason names the field as a path (`[documents[3].id] must be a string, got a number`).
+reason names the field as a path (`[documents[3].text] must be a string, got a number`).
 """
 
 from __future__ import annotations
@@ -229,16 +229,24 @@ def _text_as_candidate(item: Any) -> Any:
 
 
 def _id_as_text(value: Any) -> Any:
-    # Numeric ids are common in other stores; they are looked up as their decimal string.
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    """Numeric ids are common in other stores: an integer (`5`, or `5.0` as any integer
+    may be written) is looked up as its decimal string."""
+    value = _integral(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise PydanticCustomError("invalid", "must be a string or an integer, got {kind}", {"kind": json_type(value)})
+    return value
+
+
+# An empty id names no document: a 400, as an empty text is, not a 404.
+DocumentId = Annotated[str, BeforeValidator(_id_as_text, json_schema_input_type=str | int), Field(min_length=1)]
 
 
 class Candidate(Body):
     """A document to rerank: a stored one by id, or a text (or both)."""
 
-    id: Annotated[str, BeforeValidator(_id_as_text, json_schema_input_type=str | int)] | None = Field(
-        None, description="a stored document: its stored topics are used"
-    )
+    id: DocumentId | None = Field(None, description="a stored document: its stored topics are used")
     text: Text | None = Field(None, description="topics are computed from it (and cached)")
     score: float | None = Field(None, description="the caller's first-stage score (fusion rankers use it)")
 
@@ -511,9 +519,7 @@ class EventObject(BaseModel):
 
     # No length bound but the body's: any stored id may be clicked (the embedded store
     # bounds none, OpenSearch at 512 bytes), and one not among the search's hits is refused.
-    object_id: Annotated[str, BeforeValidator(_id_as_text, json_schema_input_type=str | int), StringConstraints(min_length=1)] | None = Field(
-        None, description="the hit's id"
-    )
+    object_id: DocumentId | None = Field(None, description="the hit's id")
 
 
 class EventPosition(BaseModel):
