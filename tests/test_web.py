@@ -13,6 +13,7 @@ Screenshots go to $RERANKER_TEST_ARTIFACTS (default: test-artifacts/ at the repo
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -250,9 +251,17 @@ def test_the_first_screen_takes_an_abstract_and_lists_papers(page: "Page") -> No
     _screenshot(page, "first-screen-results.png")
     box.press("Shift+Enter")
     assert box.input_value() == QUERY + "\n"
-    # A paper opened from the first screen goes back to it.
+    # A paper opened from the first screen goes back to it, by its link or the browser's Back
+    # (to the bare /ui, which showed the paper still).
     page.locator("#search-hits .hit-title").first.click()
     expect(page.locator("#paper-back")).to_have_attribute("href", "#/search")
+    page.go_back()
+    expect(page.locator("#view-search")).to_be_visible()
+    expect(page.locator("#view-paper")).to_be_hidden()
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    assert page.title() == "Search papers · reranker"
+    page.locator("#search-hits .hit-title").first.click()
+    expect(page.locator("#view-paper")).to_be_visible()
     # Deep links keep their views.
     for route, view in (("compare", "compare"), ("experiments", "experiments"), ("paper/P01-1027", "paper")):
         page.goto(f"/ui#/{route}")
@@ -492,6 +501,14 @@ def test_a_blank_query_does_not_leave_the_last_querys_papers_under_it(page: "Pag
     expect(page.locator("#status")).to_have_text("Type a query first.")
     expect(page.locator("#search-hits > li")).to_have_count(0)
     expect(page.locator("#search-meta")).to_be_empty()
+    # An empty box too (the browser's own "fill out this field" left the papers under it).
+    box.fill(TYPED_QUERY)
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    box.fill("")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("#status")).to_have_text("Type a query first.")
+    expect(page.locator("#search-hits > li")).to_have_count(0)
     held: list[Any] = []
     page.route("**/search", lambda route: held.append(route))
     box.fill(SHORT_QUERY)
@@ -507,13 +524,48 @@ def test_a_blank_query_does_not_leave_the_last_querys_papers_under_it(page: "Pag
     expect(page.locator("#status")).to_have_text("Type a query first.")
     page.unroute("**/search")
 
-    _compare(page, TYPED_QUERY)
-    page.get_by_label("Query (an abstract or a few sentences)").fill("  ")
-    page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
-    expect(page.locator("#status")).to_have_text("Type or paste a query first.")
-    for side in ("left", "right"):
-        expect(page.locator(f"#column-{side} .hits > li")).to_have_count(0)
-        expect(page.locator(f"#column-{side} .column-meta")).to_be_empty()
+    for blank in ("  ", ""):
+        _compare(page, TYPED_QUERY)
+        page.get_by_label("Query (an abstract or a few sentences)").fill(blank)
+        page.get_by_label("Query (an abstract or a few sentences)").press("Control+Enter")
+        expect(page.locator("#status")).to_have_text("Type or paste a query first.")
+        for side in ("left", "right"):
+            expect(page.locator(f"#column-{side} .hits > li")).to_have_count(0)
+            expect(page.locator(f"#column-{side} .column-meta")).to_be_empty()
+
+
+def test_a_title_of_spaces_or_invisible_characters_is_no_title(page: "Page") -> None:
+    """Such a hit was a link 0 px high, with nothing to click: it is named by its opening
+    words, as a hit without a title is."""
+    from playwright.sync_api import expect
+
+    page.goto("/ui")
+    box = page.get_by_label("Abstract or a few words")
+    box.fill(TYPED_QUERY)
+    box.press("Enter")
+    expect(page.locator("#search-hits .hit")).to_have_count(10)
+    named = page.locator("#search-hits .hit-title").all_inner_texts()
+
+    blanked: list[int] = []
+
+    def blank_titles(route: Any) -> None:
+        blanked.append(1)
+        answer = route.fetch()
+        body = answer.json()
+        untitled = [hit for hit in body["hits"] if not hit["title"]]
+        assert len(untitled) >= 5
+        for hit, title in zip(untitled, itertools.cycle(["   ", "\u200b", " \u00ad\ufeff "])):
+            hit["title"] = title
+        route.fulfill(response=answer, json=body)
+
+    page.route("**/search", blank_titles)
+    box.fill(TYPED_QUERY + " ")
+    box.press("Enter")  # "Searching…" at once, the list drawn again once the answer is in
+    expect(page.locator("#status")).to_have_text("10 results.")
+    assert blanked == [1]
+    assert page.locator("#search-hits .hit-title").all_inner_texts() == named
+    assert all(rect["height"] > 0 for rect in page.locator("#search-hits .hit-title").evaluate_all("links => links.map(l => l.getBoundingClientRect().toJSON())"))
+    page.unroute("**/search")
 
 
 def test_an_empty_index_says_so_instead_of_no_match(browser: "Browser", tmp_path: Path, glove: object) -> None:

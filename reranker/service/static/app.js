@@ -68,8 +68,12 @@
 
   // What names a document in a list: its title, else its opening words (from the API's
   // `snippet` or `excerpt`), else its id.
+  // A title of spaces or invisible characters (zero-width ones, a soft hyphen) is no title:
+  // shown, it was a link 0 px high, with nothing to click.
+  const INVISIBLE = /[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]/gu;
+
   function displayTitle(doc) {
-    if (doc.title) return doc.title;
+    if (doc.title && String(doc.title).replace(INVISIBLE, "") !== "") return doc.title;
     const words = String(doc.snippet || doc.excerpt || "").split(/\s+/).filter(Boolean);
     if (words.length === 0) return doc.id;
     return words.slice(0, TITLE_WORDS).join(" ") + (words.length > TITLE_WORDS || doc.truncated ? " …" : "");
@@ -210,11 +214,9 @@
   }
 
   function route(moveFocus) {
-    const hash = window.location.hash;
-    if (!hash.startsWith("#/")) {
-      if (state.currentRoute === null) show(HOME, false);
-      return;
-    }
+    // The bare address (/ui, and a hash that names no route) is the first screen's: Back to
+    // it from a paper showed the paper still, with the search hidden.
+    const hash = window.location.hash.startsWith("#/") ? window.location.hash : `#/${HOME}`;
     if (state.currentRoute !== null && state.currentRoute !== hash) state.previousRoute = state.currentRoute;
     // The status lines speak of the view they were written on: a new view starts without them,
     // except the click message written just before a click opens its paper.
@@ -227,6 +229,8 @@
     }
     state.currentRoute = hash;
     const [name, ...rest] = hash.slice(2).split("/");
+    // A paper still loading when its view is left is not drawn (nor its title set) over this one.
+    if (name !== "paper") ++paperRequest;
     if (name === "paper" && rest.length > 0) {
       show("paper", moveFocus);
       const back = byId("paper-back");
