@@ -708,15 +708,16 @@ def index_corpus(
 
 
 
-def corpus_sentences(corpus: Path, stopwords: frozenset[str]) -> tuple[list[list[str]], int, int]:
+def corpus_sentences(corpus: Path, stopwords: frozenset[str]) -> tuple[list[list[str]], int, list[Skipped]]:
     """(sentences, documents read, lines skipped) of a corpus, for word2vec: one sentence
     per line of a document, so word windows stay inside a paragraph, tokenized as the
     topics are."""
     sentences: list[list[str]] = []
-    documents = skipped = 0
+    documents = 0
+    skipped: list[Skipped] = []
     for _, item, _ in read_corpus(corpus):
         if isinstance(item, Skipped):
-            skipped += 1
+            skipped.append(item)
             continue
         documents += 1
         sentences.extend(tokenized_lines(item.full_text, stopwords))

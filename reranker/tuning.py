@@ -131,6 +131,9 @@ def grid_scores(
     on_query: Callable[[], object] | None = None,
 ) -> GridScores:
     """Rank every judged query's BM25 window with each setting (see the module's doc)."""
+    # The engine's own: its rankers read the index's models (Doc2Vec's), which `fusion`,
+    # named before the index was opened, does not have (doc2vec fusions said "no model").
+    fusion = fusion_to_tune(engine.ranker(fusion.name, fusion.weight))
     engine.check_index()
     for base in fusion.bases:
         engine.check_ranker(base)

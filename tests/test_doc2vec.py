@@ -488,3 +488,23 @@ def test_cli_names_the_lines_it_skipped_as_index_does(data_dir: Path, tmp_path: 
 def test_cli_word2vec_still_needs_out(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _ = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"))
     assert code == 2 and "--out" in capsys.readouterr().err
+    # Each model's options are its own: refused for the other, not ignored.
+    code, _ = run(data_dir, "train", "doc2vec", str(SAMPLE / "corpus.jsonl"), "--out", "model.bin")
+    assert code == 2 and capsys.readouterr().err == (
+        "reranker: error: --out is word2vec's (the vectors file); a Doc2Vec model is kept beside the index it was trained for, in DATA_DIR/doc2vec\n"
+    )
+    code, _ = run(data_dir, "train", "word2vec", str(SAMPLE / "corpus.jsonl"), "--out", "w.kv", "--mode", "dm", "--seed", "3")
+    assert code == 2 and capsys.readouterr().err == "reranker: error: --mode dm, --seed 3: doc2vec's options, not word2vec's\n"
+
+
+def test_train_word2vec_names_the_lines_it_skipped(data_dir: Path, tmp_path: Path) -> None:
+    """As `index` and `train doc2vec` do: it gave their count alone."""
+    lines = SAMPLE.joinpath("corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [*lines[:3], "{broken", json.dumps({"id": "x", "title": "no text"})])
+    code, out = run(data_dir, "train", "word2vec", str(corpus), "--out", str(tmp_path / "w.kv"), "--dim", "8", "--epochs", "1", "--no-progress")
+    assert code == 0 and "; skipped 2 corpus lines; saved " in out, out
+    said = [line for line in out.splitlines() if line.startswith("  skipped ")]
+    assert said == [
+        f"  skipped {corpus}:4: not valid JSON (Expecting property name enclosed in double quotes at column 2)",
+        f"  skipped {corpus}:5: id 'x': missing 'text' (a string)",
+    ]

@@ -154,6 +154,19 @@ def test_tune_scores_each_setting_as_evaluate_ranks_it(known_items: Path, shared
     assert body["chosen"]["in_sample"] == best and by_setting[(body["chosen"]["normalisation"], body["chosen"]["weight"])] == best
 
 
+def test_tune_tunes_a_fusion_with_doc2vec(known_items: Path, shared_data_dir: Path) -> None:
+    """Its fusion was the registry's, without the index's Doc2Vec model: every doc2vec
+    fusion stopped with "no Doc2Vec model was trained for this index" (the model tune
+    had just trained for its evaluation index)."""
+    code, out = run(shared_data_dir, "tune", str(known_items), "--ranker", "doc2vec+bm25", "--folds", "5", "--json", "--no-progress")
+    assert code == 0, out
+    body = json.loads(out)
+    code, out = run(shared_data_dir, "evaluate", str(known_items), "--rankers", "doc2vec+bm25", "--json", "--per-query", "--no-progress")
+    assert code == 0
+    evaluated = json.loads(out)["per_query"]["doc2vec+bm25"]
+    assert {query_id: row["default"] for query_id, row in body["per_query"].items()} == {q: r["ndcg@10"] for q, r in evaluated.items()}
+
+
 def test_tune_writes_the_choice_where_serve_and_search_read_it(
     known_items: Path, shared_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

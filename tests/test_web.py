@@ -1125,6 +1125,9 @@ def test_an_admin_starts_watches_and_stops_an_experiment_from_the_page(page: "Pa
     page.get_by_label("Second ranker").select_option("bm25")
     # The page is static HTML, so its defaults are written there: they must be the service's.
     expect(page.get_by_label("Traffic share", exact=True)).to_have_value(f"{DEFAULT_TRAFFIC:g}")
+    for share in ("0.001", "0.155"):  # any share the API takes (the browser refused them itself)
+        page.get_by_label("Traffic share", exact=True).fill(share)
+        assert page.get_by_label("Traffic share", exact=True).evaluate("input => input.checkValidity()")
     page.get_by_label("Traffic share", exact=True).fill("1")
     expect(page.get_by_label("Units to decide")).to_have_value(str(DEFAULT_MIN_UNITS))
     page.get_by_label("Units to decide").fill("5")

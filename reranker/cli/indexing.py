@@ -152,6 +152,20 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     from reranker.indexing import corpus_sentences
     from reranker.text import load_stopwords
 
+    # An option of the other model's is refused, not ignored: `train doc2vec --out F` saved
+    # nothing at F, and said so nowhere.
+    if args.model == "doc2vec" and args.out is not None:
+        raise ConfigError("--out is word2vec's (the vectors file); a Doc2Vec model is kept beside the index it was trained for, in DATA_DIR/doc2vec")
+    if args.model == "word2vec":
+        # Set to other than their defaults (which doc2vec's help states): the parser cannot
+        # tell `--seed 1` from no --seed, nor does it matter.
+        from reranker.doc2vec import Doc2VecParams
+
+        defaults = Doc2VecParams()
+        doc2vecs = (("--mode", args.mode, defaults.mode), ("--seed", args.seed, defaults.seed), ("--infer-epochs", args.infer_epochs, defaults.infer_epochs))
+        changed = [f"{option} {value}" for option, value, default in doc2vecs if value != default]
+        if changed:
+            raise ConfigError(f"{', '.join(changed)}: doc2vec's option{'s' if len(changed) > 1 else ''}, not word2vec's")
     if args.model == "doc2vec":
         return _train_doc2vec(args, settings, out)
     if args.out is None:
@@ -168,10 +182,12 @@ def cmd_train(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     print(
         f"trained CBOW word2vec (d={info.dim}, {params.epochs} epochs) on {counted(documents, 'document')} "
         f"({counted(len(sentences), 'line')} with words) of {args.corpus}"
-        f"{'; skipped ' + counted(skipped, 'corpus line') if skipped else ''}; saved {args.out}\n"
-        f"use it with: reranker --vectors {args.out} ... (or train and index in one step: reranker index CORPUS --train-vectors)",
+        f"{'; skipped ' + counted(len(skipped), 'corpus line') if skipped else ''}; saved {args.out}",
         file=out,
     )
+    for line in skipped_lines(skipped, SHOWN_SKIPPED_LINES, every_skip=args.verbose, label="skipped "):
+        print(line, file=out)
+    print(f"use it with: reranker --vectors {args.out} ... (or train and index in one step: reranker index CORPUS --train-vectors)", file=out)
     return 0
 
 def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -222,7 +238,7 @@ def _train_doc2vec(args: argparse.Namespace, settings: Settings, out: TextIO) ->
         "(the doc2vec ranker ranks them last)",
         file=out,
     )
-    for label, ids in [("not in the index", report.not_in_index), ("no word known to the model", report.no_known_words)]:
+    for label, ids in [("not in the index", report.not_in_index), ("with no word known to the model", report.no_known_words)]:
         if ids:
             print(f"  {counted(len(ids), 'corpus document')} {label}: {listed(ids, 20)}", file=out)
     for failure in report.failures[:20]:

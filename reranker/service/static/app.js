@@ -912,7 +912,8 @@
   function renderAdminForm(experiment, removed) {
     const key = experiment.id.replace(/[^A-Za-z0-9_-]/g, "_");
     const result = el("p", { class: "form-result", role: "status", "aria-live": "polite" });
-    const traffic = el("input", { id: `traffic-${key}`, type: "number", min: "0.01", max: "1", step: "0.01", value: experiment.traffic });
+    // Any share the API takes (0.04% included): a step of 0.01 made the browser refuse 0.001 itself.
+    const traffic = el("input", { id: `traffic-${key}`, type: "number", min: "0", max: "1", step: "any", value: experiment.traffic });
     const running = experiment.status === "running";
     const form = el(
       "form",
