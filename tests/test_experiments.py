@@ -802,6 +802,20 @@ def test_ab_refuses_a_traffic_share_as_the_option_it_is(data_dir: Path, capsys: 
             assert capsys.readouterr().err == f"reranker ab {action[0]}: error: argument --traffic: {reason} (see reranker ab {action[0]} --help)\n"
 
 
+def test_ab_create_refuses_a_bad_id_or_pair_as_its_arguments(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # They were refused in the HTTP body's words: "[rankers] must name two different rankers".
+    capsys.readouterr()
+    for argv, said in [
+        (["Bad Id", "--rankers", "hidden_topics,bm25"], "argument id: must be 1-64 characters of a-z, 0-9, '_' and '-', starting with a letter or digit, got 'Bad Id'"),
+        (["t", "--rankers", "bm25,bm25"], "argument --rankers: must name two different rankers, A,B, got 'bm25,bm25'"),
+        (["t", "--rankers", "bm25"], "argument --rankers: must name two different rankers, A,B, got 'bm25'"),
+    ]:
+        with pytest.raises(SystemExit) as refused:
+            run(data_dir, "ab", "create", *argv)
+        assert refused.value.code == 2
+        assert capsys.readouterr().err == f"reranker ab create: error: {said} (see reranker ab create --help)\n"
+
+
 def test_ab_refuses_a_ranker_this_index_cannot_run(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # As POST /experiments does (409): the sample index has no Doc2Vec model, so an experiment
     # with doc2vec would leave every search out and collect nothing, while saying "running".

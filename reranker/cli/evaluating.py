@@ -152,8 +152,9 @@ def add_parsers(commands: Any) -> None:
     ab = commands.add_parser("ab", help="online experiments: interleave two rankers on live traffic, report the winner")
     ab_action = ab.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = ab_action.add_parser("create", help="start an experiment (one runs at a time)")
-    create.add_argument("id", help="a name: a-z, 0-9, _ and -")
-    create.add_argument("--rankers", required=True, help="the two rankers to compare, A,B (see `reranker rankers`)")
+    # Refused as the command's arguments, not in the HTTP body's words ("[rankers] must ...").
+    create.add_argument("id", type=_experiment_id, help="a name: a-z, 0-9, _ and -")
+    create.add_argument("--rankers", required=True, type=_ranker_pair, help="the two rankers to compare, A,B (see `reranker rankers`)")
     create.add_argument("--method", choices=METHODS, default=METHODS[0], help=f"interleaving method (default {METHODS[0]})")
     create.add_argument(
         "--traffic", type=traffic_share, default=DEFAULT_TRAFFIC,
@@ -524,13 +525,27 @@ def _runnable(settings: Settings, rankers: Sequence[str]) -> None:
         engine.store.close()
 
 
+def _experiment_id(raw: str) -> str:
+    from reranker.experiments import ID_PATTERN, ID_RULE
+
+    if not ID_PATTERN.fullmatch(raw):
+        raise argparse.ArgumentTypeError(f"must be {ID_RULE}, got {raw!r}")
+    return raw
+
+
+def _ranker_pair(raw: str) -> list[str]:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    if len(names) != 2 or names[0] == names[1]:
+        raise argparse.ArgumentTypeError(f"must name two different rankers, A,B, got {raw!r}")
+    return names
+
+
 def _ab(args: argparse.Namespace, settings: Settings, store: "EventStore", out: TextIO) -> int:
     from reranker import experiments as ex
     from reranker.interleaving import format_p_value
 
     if args.action == "create":
-        rankers = [name.strip() for name in args.rankers.split(",") if name.strip()]
-        asked = ex.new_experiment(args.id, rankers, method=args.method, traffic=args.traffic, min_units=_min_units(args))
+        asked = ex.new_experiment(args.id, args.rankers, method=args.method, traffic=args.traffic, min_units=_min_units(args))
         _runnable(settings, asked.rankers)
         experiment = ex.create(store, asked)
         print(f"experiment {experiment.id} running: {' vs '.join(experiment.rankers)}, {experiment.method}, {_share(experiment.traffic)} of searches", file=out)
