@@ -66,12 +66,12 @@
     return typeof value === "number" ? `${Number((value * 100).toPrecision(3))}%` : "—";
   }
 
-  // What names a document in a list: its title, else its opening words (from the API's
-  // `snippet` or `excerpt`), else its id.
   // A title of spaces or invisible characters (zero-width ones, a soft hyphen) is no title:
   // shown, it was a link 0 px high, with nothing to click.
   const INVISIBLE = /[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]/gu;
 
+  // What names a document in a list: its title, else its opening words (from the API's
+  // `snippet` or `excerpt`), else its id.
   function displayTitle(doc) {
     if (doc.title && String(doc.title).replace(INVISIBLE, "") !== "") return doc.title;
     const words = String(doc.snippet || doc.excerpt || "").split(/\s+/).filter(Boolean);
