@@ -1396,6 +1396,9 @@ def test_dev_cluster_runs_the_opensearch_walkthrough_without_docker(data_dir: Pa
         assert server.stdout is not None
         first = server.stdout.readline()
         assert f"listens on http://127.0.0.1:{port}" in first, first
+        from importlib.metadata import version  # the package's, beside the API it answers as
+
+        assert f"(osmem-server {version('osmem-server')}, OpenSearch API " in first, first
         url = f"http://127.0.0.1:{port}"
         code, out = run(data_dir, "--opensearch-url", url, "index", str(SAMPLE / "corpus.jsonl"), "--no-progress")
         assert code == 0 and "indexed 25" in out

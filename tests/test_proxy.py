@@ -865,6 +865,32 @@ def test_searches_are_reranked_as_soon_as_the_index_exists(osmem_server: Any, gl
         clone.close()
 
 
+def test_searches_of_the_alias_are_reranked_at_once_after_a_rebuild_moves_it(osmem_server: Any, glove: WordVectors, tmp_path: Path) -> None:
+    """The proxy remembered which version the alias named for 30 s: after `reranker index
+    --rebuild` moved it, every search of the alias came back `not_reranked`, "index
+    [late-v000001] is not behind it", though the search had read the new version."""
+    clone = osmem_server.clone()
+    try:
+        data_dir = tmp_path / "data"
+        data_dir.mkdir()
+        corpus = write_jsonl(tmp_path / "moved.jsonl", CORPUS)
+        store = OpenSearchStore(OpenSearchSettings(hosts=(clone.url,), alias="moved"))
+        index_corpus(corpus, store, glove, 5, show_progress=False)
+        store.close()
+        client = make_app((clone.url, data_dir), RERANKER_INDEX="moved").test_client()
+        before = client.post("/moved/_search", json=summary(SEA, size=3)).get_json()
+        assert before["ext"]["rerank"]["status"] == "ok" and {hit["_index"] for hit in before["hits"]["hits"]} == {"moved-v000001"}
+        store = OpenSearchStore(OpenSearchSettings(hosts=(clone.url,), alias="moved"))
+        index_corpus(corpus, store, glove, 5, show_progress=False, rebuild=True)
+        store.close()
+        after = client.post("/moved/_search", json=summary(SEA, size=3)).get_json()
+        assert {hit["_index"] for hit in after["hits"]["hits"]} == {"moved-v000002"}
+        assert after["ext"]["rerank"]["status"] == "ok", after["ext"]
+        assert ids(after) == ids(before)
+    finally:
+        clone.close()
+
+
 def test_a_search_without_an_index_goes_to_the_alias(client: FlaskClient) -> None:
     answer = client.get("/_search", json=summary(SEA)).get_json()
     assert ids(answer) == ids(client.post("/papers/_search", json=summary(SEA)).get_json())

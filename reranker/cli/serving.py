@@ -126,6 +126,15 @@ def _nothing_indexed(store: "Store", settings: Settings) -> str | None:
     return "the index is empty: /search finds nothing (200, no hits) and /readyz answers 200 with documents: 0 until `reranker index CORPUS.jsonl`"
 
 
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "of unknown version"
+
+
 def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Run osmem-server in the foreground until Ctrl-C: the OpenSearch walkthrough without Docker."""
     try:
@@ -141,7 +150,9 @@ def cmd_dev_cluster(args: argparse.Namespace, settings: Settings, out: TextIO) -
     except OsmemError as exc:
         raise InputError(str(exc)) from None
     print(
-        f"an in-memory OpenSearch-compatible server (osmem-server {server.version}) listens on {server.url}\n"
+        # server.version is the OpenSearch API it answers as; the package has its own.
+        f"an in-memory OpenSearch-compatible server (osmem-server {_package_version('osmem-server')}, "
+        f"OpenSearch API {server.version}) listens on {server.url}\n"
         f"  reranker --opensearch-url {server.url} index corpus.jsonl\n"
         f"  OPENSEARCH_URL={server.url} reranker serve\n"
         "Everything it holds is lost when it stops (Ctrl-C). It is a test server: no kNN, its BM25 is not Lucene's.",

@@ -115,7 +115,7 @@ SEARCH_METHODS = ["GET", "POST"]
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 READ_METHODS = ["GET"]  # and HEAD, which Flask adds to every GET route: exists()
 PROXIED = (
-    "searches: GET|POST [/INDEX]/_search, [/INDEX]/_msearch, [/INDEX]/_count and /_search/scroll; "
+    "searches: GET|POST [/INDEX]/_search, [/INDEX]/_msearch, [/INDEX]/_count and (where RERANKER_PROXY_ALLOW has scroll) /_search/scroll; "
     "reads: GET|HEAD /INDEX/_doc/ID, /INDEX/_source/ID, GET|POST [/INDEX]/_mget and HEAD /INDEX"
 )
 INDEX_PATTERN = "^[a-z0-9][a-z0-9_.*,-]*$"
@@ -236,10 +236,18 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
         return Plan(ranker, reason=f"the query text has {len(text)} characters; the limit is {rt.limits.max_text_chars} (RERANKER_MAX_TEXT_CHARS)")
     layouts = store.topic_layouts(search.index, search.params)
     reason = layout_problem(layouts, rt.engine().vectors.info, store.stop_list)
+    if reason is None and layouts is not None:
+        reason = _behind_alias(store, ranker, layouts)
+        if reason is not None:
+            # What was read of the indices may be older than an alias swap (`reranker index
+            # --rebuild`, `reranker indices use`): searches of the alias went unreranked for
+            # up to METADATA_TTL after each, said to be of the old version. Read once more.
+            store.forget_metadata()
+            layouts = store.topic_layouts(search.index, search.params)
+            reason = layout_problem(layouts, rt.engine().vectors.info, store.stop_list)
+            if reason is None and layouts is not None:
+                reason = _behind_alias(store, ranker, layouts)
     if reason is not None or layouts is None:
-        return Plan(ranker, reason=reason)
-    reason = _behind_alias(store, ranker, layouts)
-    if reason is not None:
         return Plan(ranker, reason=reason)
     window = min(search.options.window or rt.settings.window, rt.limits.max_window)
     if search.offset >= window:

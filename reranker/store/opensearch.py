@@ -1325,6 +1325,13 @@ class OpenSearchStore:
             cause = {"type": "store_exception", "reason": f"HTTP {status} from the cluster: {error_reason(exc)}"}
             return status, {"error": {"root_cause": [cause], **cause}, "status": status}
 
+    def forget_metadata(self) -> None:
+        """Read the alias's metadata and every index expression's layouts afresh at their
+        next use, not up to METADATA_TTL later: for a reader that has seen the alias move."""
+        self._info = None
+        self._properties_of = None
+        self._layouts.clear()
+
     def topic_layouts(self, expression: str, params: Mapping[str, str] | None = None) -> dict[str, TopicLayout] | None:
         """The concrete indices an index expression (name, alias, pattern, comma list)
         stands for, each with how it holds topics; None when the cluster cannot resolve

@@ -173,7 +173,7 @@ def unreachable(config: OpenSearchSettings, what: str, exc: Any) -> str:
     if waited:
         # The cluster took the request: it is slow or hangs, not out of reach.
         seconds = float(waited.group(1))
-        bound = "OPENSEARCH_TIMEOUT" if seconds >= config.timeout else "what was left of the request's deadline"
+        bound = "OPENSEARCH_TIMEOUT" if seconds >= config.timeout else "what was left of the request's RERANKER_DEADLINE_MS + RERANKER_CLUSTER_BUDGET_MS"
         # What was left of a deadline is a measurement (4.99933 s): said as a person would; the
         # setting as it was given (12.5, not 12).
         shown = f"{seconds:g}" if seconds >= config.timeout else rounded(seconds)
