@@ -238,11 +238,10 @@ def plan(rt: Runtime, store: OpenSearchStore, search: Search, *, experiments: bo
     reason = layout_problem(layouts, rt.engine().vectors.info, store.stop_list)
     if reason is None and layouts is not None:
         reason = _behind_alias(store, ranker, layouts)
-        if reason is not None:
-            # What was read of the indices may be older than an alias swap (`reranker index
-            # --rebuild`, `reranker indices use`): searches of the alias went unreranked for
-            # up to METADATA_TTL after each, said to be of the old version. Read once more.
-            store.forget_metadata()
+        # What was read of the indices may be older than an alias swap (`reranker index
+        # --rebuild`, `reranker indices use`): searches of the alias went unreranked for up
+        # to METADATA_TTL after each, said to be of the old version. Read once more.
+        if reason is not None and store.forget_metadata():
             layouts = store.topic_layouts(search.index, search.params)
             reason = layout_problem(layouts, rt.engine().vectors.info, store.stop_list)
             if reason is None and layouts is not None:

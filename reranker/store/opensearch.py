@@ -244,6 +244,7 @@ class OpenSearchStore:
         self._client_pid: int | None = None
         self._info: IndexInfo | None = None
         self._info_read_at = 0.0
+        self._forgot_at = float("-inf")  # when forget_metadata last did
         self._dtype = config.topic_dtype  # the index's, once index_info() has read it
         self._target: str | None = None  # the index this process writes to
         self._target_fresh = False  # the target is a new version awaiting publish()
@@ -1325,12 +1326,21 @@ class OpenSearchStore:
             cause = {"type": "store_exception", "reason": f"HTTP {status} from the cluster: {error_reason(exc)}"}
             return status, {"error": {"root_cause": [cause], **cause}, "status": status}
 
-    def forget_metadata(self) -> None:
+    def forget_metadata(self) -> bool:
         """Read the alias's metadata and every index expression's layouts afresh at their
-        next use, not up to METADATA_TTL later: for a reader that has seen the alias move."""
+        next use, not up to METADATA_TTL later: for a reader that has seen the alias move.
+
+        At most once a second (False when not now): a client that searches an older version
+        on purpose would otherwise have each of its searches read everything again.
+        """
+        now = time.monotonic()
+        if now - self._forgot_at < 1.0:
+            return False
+        self._forgot_at = now
         self._info = None
         self._properties_of = None
         self._layouts.clear()
+        return True
 
     def topic_layouts(self, expression: str, params: Mapping[str, str] | None = None) -> dict[str, TopicLayout] | None:
         """The concrete indices an index expression (name, alias, pattern, comma list)
