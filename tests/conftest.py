@@ -204,6 +204,14 @@ def stalled_request(port: int) -> tuple[bytes, float]:
         return answer, time.monotonic() - started
 
 
+def metric(client: Any, sample: str) -> float:
+    """One sample's value in a scrape of a test client's /metrics; 0 when it is not there yet."""
+    for line in client.get("/metrics").get_data(as_text=True).splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def http_json(url: str, body: Any = None, timeout: float = 30) -> tuple[int, float, Any]:
     """(status, seconds, parsed JSON body or None)."""
     data = None if body is None else json.dumps(body).encode()

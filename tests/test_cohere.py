@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import SAMPLE, sample_indexed, settings_env
+from conftest import SAMPLE, metric, sample_indexed, settings_env
 from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
@@ -265,29 +265,22 @@ def test_a_model_that_names_a_ranker_picks_it(client: FlaskClient) -> None:
         assert _conforms(answer.get_data(), 5) != default, f"{model} ranks otherwise than the default"
 
 
-def _metric(client: FlaskClient, sample: str) -> float:
-    for line in client.get("/metrics").get_data(as_text=True).splitlines():
-        if line.startswith(sample + " "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 @pytest.mark.parametrize("path", ["/v1/rerank", "/v2/rerank"])
 def test_the_rerank_latency_is_labelled_with_the_routes_rule(client: FlaskClient, path: str) -> None:
     """As the request counts are (it said `v1/rerank`: a dashboard could not join the two)."""
     latency = f'reranker_rerank_duration_seconds_count{{endpoint="{path}",ranker="{DEFAULT_RANKER}"}}'
-    before = _metric(client, latency)
+    before = metric(client, latency)
     answer = client.post(path, json={"query": QUERY, "documents": _documents(3), "model": "rerank-v3.5"}, headers=HEADERS)
     assert answer.status_code == 200, answer.get_data(as_text=True)
-    assert _metric(client, latency) == before + 1
-    assert _metric(client, f'reranker_requests_total{{endpoint="{path}",method="POST",status="200"}}') >= 1
+    assert metric(client, latency) == before + 1
+    assert metric(client, f'reranker_requests_total{{endpoint="{path}",method="POST",status="200"}}') >= 1
 
 
 def test_topics_of_texts_are_cached(client: FlaskClient) -> None:
     documents = [text + " (cache probe)" for text in _documents(4)]
 
     def count(result: str) -> float:
-        return _metric(client, f'reranker_topic_cache_lookups_total{{result="{result}"}}')
+        return metric(client, f'reranker_topic_cache_lookups_total{{result="{result}"}}')
 
     computed, hits = count("computed"), count("hit")
     first = client.post("/v1/rerank", json={"query": QUERY, "documents": documents}, headers=HEADERS).get_json()["results"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import REPO, SAMPLE, run, sample_indexed, settings_env
+from conftest import REPO, SAMPLE, metric, run, sample_indexed, settings_env
 from flask.testing import FlaskClient
 
 from reranker import experiments as ex
@@ -74,14 +74,6 @@ def _error(answer: Any, status: int, type_: str | None = None) -> str:
     if type_ is not None:
         assert body["error"]["type"] == type_
     return str(body["error"]["reason"])
-
-
-def _metric(client: FlaskClient, sample: str) -> float:
-    """One sample's value in a scrape of /metrics; 0 when it is not there yet."""
-    for line in client.get("/metrics").get_data(as_text=True).splitlines():
-        if line.startswith(sample + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def _start(client: FlaskClient, experiment_id: str = "exp", rankers: tuple[str, str] = ("hidden_topics", "bm25"), **extra: Any) -> dict[str, Any]:
@@ -1165,7 +1157,7 @@ def test_a_list_whose_page_the_proxy_could_not_fetch_is_not_recorded_as_shown(cl
     _start(client, "px")
 
     def searches(result: str) -> float:
-        return _metric(client, f'reranker_experiment_searches_total{{experiment="px",result="{result}"}}')
+        return metric(client, f'reranker_experiment_searches_total{{experiment="px",result="{result}"}}')
 
     search = {"query": {"multi_match": {"query": "ocean sailing ships bread oven chess king", "fields": ["title^2", "body"]}}, "size": 3, "ext": {"rerank": {"client_id": "c1"}}}
     refused = client.post("/papers/_search", json={**search, "highlight": {"fields": {"title": {"bogus": 1}}}})

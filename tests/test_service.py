@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from conftest import SAMPLE, TINY_CORPUS, Service, http_json, run, settings_env, write_jsonl
+from conftest import SAMPLE, TINY_CORPUS, Service, http_json, metric, run, settings_env, write_jsonl
 from flask.testing import FlaskClient
 
 import reranker.rankers as rankers
@@ -307,14 +307,14 @@ def test_rerank_texts_scores_like_stored_topics_and_caches_them(indexed: Path) -
     by_text = client.post("/rerank", json={"query": QUERY, "documents": texts}).get_json()
     assert [r["index"] for r in by_text["results"]] == [r["index"] for r in by_id["results"]]
     assert [r["score"] for r in by_text["results"]] == pytest.approx([r["score"] for r in by_id["results"]], rel=1e-5)
-    before = _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}')
+    before = metric(client, 'reranker_topic_cache_lookups_total{result="hit"}')
     cached = dict(app.extensions["reranker"].engine().text_topics._entries)
     # The default ranker reads only the corrected topics: the paper's were never computed.
     assert len(cached) == len(texts) and not any(key.endswith("|paper") for key in cached)
-    assert _metric(client, 'reranker_topic_cache_lookups_total{result="computed"}') == len(texts)
+    assert metric(client, 'reranker_topic_cache_lookups_total{result="computed"}') == len(texts)
     again = client.post("/rerank", json={"query": QUERY, "documents": texts}).get_json()
     assert again["results"] == by_text["results"]
-    assert _metric(client, 'reranker_topic_cache_lookups_total{result="hit"}') == before + len(texts)
+    assert metric(client, 'reranker_topic_cache_lookups_total{result="hit"}') == before + len(texts)
     after = dict(app.extensions["reranker"].engine().text_topics._entries)
     assert after.keys() == cached.keys() and all(after[key] is cached[key] for key in cached)  # reused, not recomputed
 
@@ -382,8 +382,8 @@ def test_a_failing_or_slow_ranker_degrades_to_bm25_order(indexed: Path, monkeypa
     assert body["first_stage"] == "order", "a degraded answer keeps the order sent"
     body = client.post("/rerank", json={"query": QUERY, "ranker": "broken", "documents": [{"text": "a ship", "score": 1.0}, {"text": "a loaf", "score": 2.0}]}).get_json()
     assert body["status"] == "degraded" and [r["index"] for r in body["results"]] == [0, 1] and body["first_stage"] == "order"
-    assert _metric(client, 'reranker_degraded_responses_total{endpoint="/search",ranker="slow",reason="timeout"}') == 1
-    assert _metric(client, 'reranker_degraded_responses_total{endpoint="/search",ranker="broken",reason="ranker_error"}') == 1
+    assert metric(client, 'reranker_degraded_responses_total{endpoint="/search",ranker="slow",reason="timeout"}') == 1
+    assert metric(client, 'reranker_degraded_responses_total{endpoint="/search",ranker="broken",reason="ranker_error"}') == 1
 
 
 def test_a_cluster_that_is_down_is_a_503_with_retry_after(indexed: Path) -> None:
@@ -530,13 +530,6 @@ def test_options_lists_the_methods_and_claims_no_html(client: FlaskClient) -> No
 # --- probes, metrics, OpenAPI ------------------------------------------------------------
 
 
-def _metric(client: FlaskClient, sample: str) -> float:
-    for line in client.get("/metrics").get_data(as_text=True).splitlines():
-        if line.startswith(sample + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_made_up_methods_share_one_metrics_label(client: FlaskClient) -> None:
     for method in ("BREW", "FOO1", "X-Y"):
         assert client.open("/search", method=method).status_code in (404, 405)
@@ -545,13 +538,13 @@ def test_made_up_methods_share_one_metrics_label(client: FlaskClient) -> None:
 
 
 def test_metrics_count_requests_and_rerank_latency(client: FlaskClient) -> None:
-    before = _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}')
+    before = metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}')
     client.post("/search", json={"query": QUERY, "ranker": "hidden_topics_code"})
     client.post("/search", json={"query": ""})
-    assert _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}') == before + 1
-    assert _metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="400"}') >= 1
-    assert _metric(client, 'reranker_rerank_duration_seconds_count{endpoint="/search",ranker="hidden_topics_code"}') >= 1
-    assert _metric(client, 'reranker_request_duration_seconds_count{endpoint="/search"}') >= 2
+    assert metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="200"}') == before + 1
+    assert metric(client, 'reranker_requests_total{endpoint="/search",method="POST",status="400"}') >= 1
+    assert metric(client, 'reranker_rerank_duration_seconds_count{endpoint="/search",ranker="hidden_topics_code"}') >= 1
+    assert metric(client, 'reranker_request_duration_seconds_count{endpoint="/search"}') >= 2
 
 
 def test_rerank_routes_count_their_latency_under_their_rule(client: FlaskClient) -> None:
@@ -559,10 +552,10 @@ def test_rerank_routes_count_their_latency_under_their_rule(client: FlaskClient)
     while the request count said `/v1/rerank`: a dashboard could not join them)."""
     texts = ["Hidden topics of long documents.", "A recipe for bread."]
     sample = f'reranker_rerank_duration_seconds_count{{endpoint="/rerank",ranker="{DEFAULT_RANKER}"}}'
-    before = _metric(client, sample)
+    before = metric(client, sample)
     assert client.post("/rerank", json={"query": QUERY, "documents": texts}).status_code == 200
-    assert _metric(client, sample) == before + 1
-    assert _metric(client, 'reranker_requests_total{endpoint="/rerank",method="POST",status="200"}') >= 1
+    assert metric(client, sample) == before + 1
+    assert metric(client, 'reranker_requests_total{endpoint="/rerank",method="POST",status="200"}') >= 1
 
 
 def test_readiness_and_liveness(client: FlaskClient) -> None:
